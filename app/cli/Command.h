@@ -1,0 +1,62 @@
+#pragma once
+// The subcommand registry of trainbench-cli and the option parser they share.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tb::cli {
+
+struct OptionSpec {
+    std::string name; // "--db"
+    bool takesValue = true;
+    std::string help;
+    std::string metavar = "VALUE";
+};
+
+// Parsed arguments of one subcommand. Unknown options and missing values are
+// InputErrors naming the option and pointing at --help.
+class Args final {
+public:
+    Args(const std::string& command, const std::vector<OptionSpec>& specs, const std::vector<std::string>& argv);
+    std::optional<std::string> value(const std::string& name) const;
+    bool flag(const std::string& name) const { return m_flags.count(name) > 0; }
+    const std::vector<std::string>& positionals() const { return m_positionals; }
+    bool helpRequested() const { return m_help; }
+    // Integer option with a range check; nullopt when absent.
+    std::optional<long long> integer(const std::string& name, long long lo, long long hi) const;
+    // The single RUN_ID positional.
+    long long runId() const;
+
+private:
+    std::string m_command;
+    std::map<std::string, std::string> m_values;
+    std::map<std::string, bool> m_flags;
+    std::vector<std::string> m_positionals;
+    bool m_help = false;
+};
+
+struct Command {
+    std::string name;
+    std::string summary;
+    std::string usage; // after "trainbench-cli NAME "
+    std::vector<OptionSpec> options;
+    int (*run)(const Args& args) = nullptr;
+};
+
+// Each cmd_*.cpp holds one `static const CommandRegistration r{Command{...}};`.
+struct CommandRegistration {
+    explicit CommandRegistration(Command command);
+};
+
+const std::vector<Command>& commands();
+std::string helpText(const Command& command);
+
+// Exit codes of trainbench-cli.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitCancelled = 130;
+
+} // namespace tb::cli

@@ -1,0 +1,130 @@
+#include "Progress.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "Command.h"
+
+namespace tb::cli {
+namespace {
+
+std::atomic<int> g_signals{0};
+
+extern "C" void onSignal(int)
+{
+    // A second signal aborts at once; the run is then reported "interrupted" later.
+    if (g_signals.fetch_add(1) >= 1) _exit(kExitCancelled);
+}
+
+std::string duration(double seconds)
+{
+    if (!std::isfinite(seconds) || seconds < 0) return "?";
+    const long s = std::lround(seconds);
+    char text[32];
+    if (s >= 3600) std::snprintf(text, sizeof text, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+    else std::snprintf(text, sizeof text, "%ld:%02ld", s / 60, s % 60);
+    return text;
+}
+
+std::string rate(double tokensPerSecond)
+{
+    char text[32];
+    if (tokensPerSecond >= 1e6) std::snprintf(text, sizeof text, "%.2fM", tokensPerSecond / 1e6);
+    else if (tokensPerSecond >= 1e3) std::snprintf(text, sizeof text, "%.1fk", tokensPerSecond / 1e3);
+    else std::snprintf(text, sizeof text, "%.0f", tokensPerSecond);
+    return text;
+}
+
+} // namespace
+
+int runWithProgress(RunSession& session, bool quiet)
+{
+    struct sigaction action {};
+    action.sa_handler = onSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+
+    // requestCancel takes a lock, so the handler only counts; this thread forwards.
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+        bool told = false;
+        while (!done.load()) {
+            if (g_signals.load() > 0 && !told) {
+                told = true;
+                std::cerr << "\nstopping after the current step and saving a checkpoint "
+                             "(press Ctrl-C again to abort at once)\n";
+                session.requestCancel();
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+    });
+
+    using Clock = std::chrono::steady_clock;
+    const auto started = Clock::now();
+    auto lastPrint = Clock::time_point{};
+    int firstStep = -1;
+    double lastVal = -1;
+    SessionCallbacks callbacks;
+    callbacks.onStarted = [&](std::int64_t runId, const std::string& description) {
+        if (!quiet) std::cout << "run " << runId << " started: " << description << std::endl;
+    };
+    callbacks.onEval = [&](const EvalMetrics& e) { lastVal = e.valLoss; };
+    callbacks.onEvent = [&](const TrainerEvent& e) {
+        if (!quiet && e.severity != "info") std::cerr << e.severity << ": " << e.message << std::endl;
+    };
+    callbacks.onStep = [&](const StepMetrics& s) {
+        if (firstStep < 0) firstStep = s.step - 1;
+        const auto now = Clock::now();
+        if (quiet || (now - lastPrint < std::chrono::seconds(1) && s.step != s.totalSteps)) return;
+        lastPrint = now;
+        const double elapsed = std::chrono::duration<double>(now - started).count();
+        const double perStep = elapsed / std::max(1, s.step - firstStep);
+        char line[256];
+        std::snprintf(line, sizeof line, "step %d/%d  loss %.4f%s  %s tok/s  elapsed %s  ETA %s", s.step,
+                      s.totalSteps, s.loss,
+                      lastVal >= 0 ? ("  val " + std::to_string(lastVal).substr(0, 6)).c_str() : "",
+                      rate(s.tokensPerSecond).c_str(), duration(elapsed).c_str(),
+                      duration(perStep * (s.totalSteps - s.step)).c_str());
+        std::cout << line << std::endl;
+    };
+
+    SessionOutcome outcome;
+    try {
+        outcome = session.run(callbacks);
+    } catch (...) {
+        done = true;
+        watcher.join();
+        throw;
+    }
+    done = true;
+    watcher.join();
+
+    std::cout << "run " << outcome.runId << " " << toString(outcome.status) << ": " << outcome.stepsDone << "/"
+              << outcome.totalSteps << " steps";
+    if (outcome.stepsDone > 0) std::cout << ", loss " << outcome.finalLoss;
+    if (outcome.finalValLoss >= 0) std::cout << ", val loss " << outcome.finalValLoss;
+    if (outcome.finalValAccuracy >= 0) std::cout << ", val accuracy " << 100.0 * outcome.finalValAccuracy << "%";
+    std::cout << "\n";
+    if (outcome.status == RunStatus::Failed) std::cerr << "error: " << outcome.message << "\n";
+    std::cout << "stored in " << outcome.dbPath << " (run " << outcome.runId << ")";
+    if (!outcome.checkpoint.empty()) std::cout << "; last checkpoint " << outcome.checkpoint;
+    std::cout << std::endl;
+    if (outcome.status == RunStatus::Cancelled) {
+        std::cout << "resume it with: trainbench-cli resume " << outcome.runId << " --db " << outcome.dbPath << "\n";
+    }
+    switch (outcome.status) {
+    case RunStatus::Finished: return kExitOk;
+    case RunStatus::Cancelled: return kExitCancelled;
+    default: return kExitFailed;
+    }
+}
+
+} // namespace tb::cli

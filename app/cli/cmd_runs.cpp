@@ -1,0 +1,71 @@
+// trainbench-cli runs: list the stored runs.
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "Command.h"
+#include "StoreAccess.h"
+
+namespace tb::cli {
+namespace {
+
+std::string formatTime(double epochSeconds)
+{
+    const auto t = static_cast<std::time_t>(epochSeconds);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", std::localtime(&t));
+    return text;
+}
+
+int runs(const Args& args)
+{
+    auto store = openExistingStore(args.value("--db").value_or(""));
+    const auto all = store->listRuns();
+    if (args.flag("--json")) {
+        auto list = nlohmann::json::array();
+        for (const auto& r : all) {
+            nlohmann::json j = {{"id", r.id},
+                                {"name", r.name},
+                                {"status", toString(r.status)},
+                                {"steps_done", r.stepsDone},
+                                {"steps_total", r.stepsTotal},
+                                {"device", r.device},
+                                {"precision", r.precision},
+                                {"created_at", r.createdAt},
+                                {"message", r.message}};
+            j["final_loss"] = r.finalLoss ? nlohmann::json(*r.finalLoss) : nlohmann::json();
+            j["final_val_loss"] = r.finalValLoss ? nlohmann::json(*r.finalValLoss) : nlohmann::json();
+            j["final_val_accuracy"] = r.finalValAccuracy ? nlohmann::json(*r.finalValAccuracy) : nlohmann::json();
+            list.push_back(j);
+        }
+        std::cout << list.dump(2) << "\n";
+        return kExitOk;
+    }
+    if (all.empty()) {
+        std::cout << "no runs yet in " << store->path() << "\n";
+        return kExitOk;
+    }
+    std::printf("%-5s %-24s %-11s %-13s %-10s %-10s %-7s %s\n", "ID", "NAME", "STATUS", "STEPS", "LOSS", "VAL_LOSS",
+                "DEVICE", "CREATED");
+    for (const auto& r : all) {
+        const std::string steps = std::to_string(r.stepsDone) + "/" + std::to_string(r.stepsTotal);
+        char loss[16] = "-", val[16] = "-";
+        if (r.finalLoss) std::snprintf(loss, sizeof loss, "%.4f", *r.finalLoss);
+        if (r.finalValLoss) std::snprintf(val, sizeof val, "%.4f", *r.finalValLoss);
+        std::printf("%-5lld %-24s %-11s %-13s %-10s %-10s %-7s %s\n", static_cast<long long>(r.id),
+                    r.name.substr(0, 24).c_str(), toString(r.status).c_str(), steps.c_str(), loss, val,
+                    r.device.c_str(), formatTime(r.createdAt).c_str());
+    }
+    return kExitOk;
+}
+
+const CommandRegistration registration{Command{
+    "runs",
+    "List stored runs: id, name, status, steps done, final loss.",
+    "[--db FILE] [--json]",
+    {{"--db", true, "experiment database", "FILE"}, {"--json", false, "print a JSON array instead of a table"}},
+    &runs}};
+
+} // namespace
+} // namespace tb::cli

@@ -1,0 +1,51 @@
+// trainbench-cli train: start a run from a config file.
+#include "Command.h"
+#include "Progress.h"
+#include "common/Errors.h"
+#include "config/RunConfig.h"
+
+namespace tb::cli {
+namespace {
+
+int train(const Args& args)
+{
+    if (!args.positionals().empty()) {
+        throw InputError("'train' takes no positional arguments, got \"" + args.positionals()[0]
+                         + "\" (did you mean --config " + args.positionals()[0] + "?)");
+    }
+    const auto path = args.value("--config");
+    if (!path) throw InputError("'train' needs --config FILE (examples are in resources/examples/)");
+    RunConfig config = loadConfigFile(*path);
+    if (auto device = args.value("--device")) config.device = *device;
+    if (auto steps = args.integer("--steps", 1, 1000000000)) {
+        config.train.steps = static_cast<int>(*steps);
+        config.optim.warmupSteps = std::min(config.optim.warmupSteps, config.train.steps);
+    }
+    if (auto name = args.value("--name")) config.name = *name;
+    if (auto threads = args.integer("--threads", 0, 256)) config.train.threads = static_cast<int>(*threads);
+    SessionOptions options;
+    options.dbPath = args.value("--db").value_or("");
+    options.recordMetrics = !args.flag("--no-metrics");
+    options.measureMemory = !args.flag("--no-memory-probe");
+    RunSession session(config, options);
+    return runWithProgress(session, args.flag("--quiet"));
+}
+
+const CommandRegistration registration{Command{
+    "train",
+    "Train a model from a JSON config and store the run.",
+    "--config FILE [--db FILE] [--device D] [--steps N] [--name S]",
+    {{"--config", true, "the experiment config (JSON)", "FILE"},
+     {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)",
+      "FILE"},
+     {"--device", true, "override the config's device: auto, cpu, cuda, cuda:N", "D"},
+     {"--steps", true, "override train.steps", "N"},
+     {"--name", true, "override the run name", "S"},
+     {"--threads", true, "override train.threads (0 = automatic)", "N"},
+     {"--quiet", false, "print only the final summary"},
+     {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
+     {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"}},
+    &train}};
+
+} // namespace
+} // namespace tb::cli

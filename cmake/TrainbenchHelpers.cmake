@@ -1,0 +1,40 @@
+# Shared warning flags for the project's own targets.
+function(tb_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+endfunction()
+
+# A core module: one static library per folder under core/.
+function(tb_core_module name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC "${PROJECT_SOURCE_DIR}/core")
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  tb_warnings(${name})
+endfunction()
+
+# Translation units that include LibTorch share one precompiled header.
+function(tb_use_torch_pch target)
+  if(TARGET tb_torch_pch)
+    target_precompile_headers(${target} REUSE_FROM tb_torch_pch)
+  endif()
+endfunction()
+
+# One Qt Test executable per test class, registered with ctest.
+function(tb_add_test name)
+  cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE Qt6::Test ${ARG_LIBS})
+  target_compile_definitions(${name} PRIVATE QT_NO_KEYWORDS QT_NO_CONTEXTLESS_CONNECT
+    TB_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    TB_CLI_PATH="$<TARGET_FILE:trainbench-cli>")
+  tb_warnings(${name})
+  if(ARG_TORCH)
+    tb_use_torch_pch(${name})
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen")
+endfunction()

@@ -1,0 +1,2 @@
+// Anchors the precompiled LibTorch header that torch translation units reuse.
+#include <torch/torch.h>

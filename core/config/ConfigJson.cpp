@@ -1,0 +1,319 @@
+// JSON <-> RunConfig. Parsing checks types and unknown keys; ranges and
+// combinations are checked by validateConfig() so that the GUI's form shares them.
+#include "config/RunConfig.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tb {
+namespace {
+
+using nlohmann::json;
+
+std::string describe(const json& v)
+{
+    switch (v.type()) {
+    case json::value_t::string: return "the string " + v.dump();
+    case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    default: return v.dump();
+    }
+}
+
+// Reads one JSON object section into a struct, recording every problem.
+class SectionReader {
+public:
+    SectionReader(std::string prefix, std::vector<ConfigIssue>& issues, std::set<std::string>& bad)
+        : m_prefix(std::move(prefix)), m_issues(issues), m_bad(bad)
+    {
+    }
+
+    void integer(const char* key, int& out) { m_fields[key] = [this, &out, key](const json& v) {
+        if (v.is_number_integer() || v.is_number_unsigned()) {
+            const auto wide = v.get<long long>();
+            if (v.is_number_unsigned() && v.get<unsigned long long>() > 0x7fffffffULL) {
+                fail(key, "must be an integer no larger than 2147483647, got " + v.dump());
+            } else if (wide < -2147483647LL || wide > 2147483647LL) {
+                fail(key, "must be an integer within ±2147483647, got " + v.dump());
+            } else {
+                out = static_cast<int>(wide);
+            }
+        } else if (v.is_number_float() && std::isfinite(v.get<double>())
+                   && std::floor(v.get<double>()) == v.get<double>()
+                   && std::fabs(v.get<double>()) < 2147483647.0) {
+            out = static_cast<int>(v.get<double>());
+        } else {
+            fail(key, "must be an integer, got " + describe(v));
+        }
+    }; }
+
+    void unsignedInteger(const char* key, std::uint64_t& out) { m_fields[key] = [this, &out, key](const json& v) {
+        if (v.is_number_unsigned()) out = v.get<std::uint64_t>();
+        else if (v.is_number_integer() && v.get<long long>() >= 0) out = static_cast<std::uint64_t>(v.get<long long>());
+        else fail(key, "must be a non-negative integer, got " + describe(v));
+    }; }
+
+    void number(const char* key, double& out) { m_fields[key] = [this, &out, key](const json& v) {
+        if (v.is_number() && std::isfinite(v.get<double>())) out = v.get<double>();
+        else if (v.is_number()) fail(key, "must be a finite number, got " + v.dump());
+        else fail(key, "must be a number, got " + describe(v));
+    }; }
+
+    void text(const char* key, std::string& out) { m_fields[key] = [this, &out, key](const json& v) {
+        if (v.is_string()) out = v.get<std::string>();
+        else fail(key, "must be a string, got " + describe(v));
+    }; }
+
+    void boolean(const char* key, bool& out) { m_fields[key] = [this, &out, key](const json& v) {
+        if (v.is_boolean()) out = v.get<bool>();
+        else fail(key, "must be true or false, got " + describe(v));
+    }; }
+
+    void numberPair(const char* key, std::array<double, 2>& out) { m_fields[key] = [this, &out, key](const json& v) {
+        if (v.is_array() && v.size() == 2 && v[0].is_number() && v[1].is_number()
+            && std::isfinite(v[0].get<double>()) && std::isfinite(v[1].get<double>())) {
+            out = {v[0].get<double>(), v[1].get<double>()};
+        } else {
+            fail(key, "must be an array of two numbers such as [0.9, 0.99], got " + v.dump());
+        }
+    }; }
+
+    void textList(const char* key, std::vector<std::string>& out) { m_fields[key] = [this, &out, key](const json& v) {
+        if (!v.is_array()) { fail(key, "must be an array of strings, got " + describe(v)); return; }
+        std::vector<std::string> items;
+        for (const auto& item : v) {
+            if (!item.is_string()) { fail(key, "must be an array of strings, got " + v.dump()); return; }
+            items.push_back(item.get<std::string>());
+        }
+        out = std::move(items);
+    }; }
+
+    void section(const char* key, std::function<void(const json&, const std::string&)> reader)
+    {
+        m_fields[key] = [this, key, reader](const json& v) {
+            if (!v.is_object()) { fail(key, "must be an object, got " + describe(v)); return; }
+            reader(v, path(key));
+        };
+    }
+
+    void read(const json& object)
+    {
+        std::vector<std::string> known;
+        for (const auto& [name, _] : m_fields) known.push_back(name);
+        for (const auto& [key, value] : object.items()) {
+            const auto field = m_fields.find(key);
+            if (field != m_fields.end()) {
+                field->second(value);
+                continue;
+            }
+            const std::string suggestion = closestName(key, known);
+            std::string message = "unknown key";
+            if (!suggestion.empty()) {
+                message += "; did you mean \"" + suggestion + "\"?";
+            } else {
+                message += "; known keys here are";
+                for (std::size_t i = 0; i < known.size(); ++i) message += (i ? ", " : " ") + known[i];
+            }
+            m_issues.push_back({path(key), message});
+            m_bad.insert(path(key));
+        }
+    }
+
+private:
+    std::string path(const std::string& key) const { return m_prefix.empty() ? key : m_prefix + "." + key; }
+    void fail(const std::string& key, std::string message)
+    {
+        m_issues.push_back({path(key), std::move(message)});
+        m_bad.insert(path(key));
+    }
+
+    std::string m_prefix;
+    std::vector<ConfigIssue>& m_issues;
+    std::set<std::string>& m_bad;
+    std::map<std::string, std::function<void(const json&)>> m_fields;
+};
+
+std::pair<int, int> lineAndColumn(const std::string& text, std::size_t byte)
+{
+    int line = 1, column = 1;
+    for (std::size_t i = 0; i < text.size() && i + 1 < byte; ++i) {
+        if (text[i] == '\n') { ++line; column = 1; } else { ++column; }
+    }
+    return {line, column};
+}
+
+} // namespace
+
+ConfigError::ConfigError(std::string source, std::vector<ConfigIssue> issues)
+    : InputError([&] {
+          std::string text = source + ": " + std::to_string(issues.size())
+              + (issues.size() == 1 ? " problem" : " problems");
+          for (const auto& issue : issues) text += "\n  " + issue.text();
+          return text;
+      }()),
+      m_source(std::move(source)), m_issues(std::move(issues))
+{
+}
+
+RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName,
+                      const std::string& baseDir)
+{
+    json root;
+    try {
+        root = json::parse(jsonText);
+    } catch (const json::parse_error& e) {
+        const auto [line, column] = lineAndColumn(jsonText, e.byte);
+        std::string reason = e.what();
+        if (const auto pos = reason.find("syntax error"); pos != std::string::npos) reason = reason.substr(pos);
+        throw ConfigError(sourceName, {{"", "not valid JSON at line " + std::to_string(line) + ", column "
+                                                + std::to_string(column) + " (" + reason + ")"}});
+    }
+    if (!root.is_object()) throw ConfigError(sourceName, {{"", "the config must be a JSON object {...}"}});
+
+    RunConfig c;
+    c.baseDir = baseDir;
+    std::vector<ConfigIssue> issues;
+    std::set<std::string> bad; // paths with a type error: no range check on them
+    SectionReader top("", issues, bad);
+    top.text("name", c.name);
+    top.text("device", c.device);
+    top.section("model", [&](const json& v, const std::string& p) {
+        SectionReader r(p, issues, bad);
+        r.text("type", c.model.type);
+        r.integer("n_layer", c.model.nLayer);
+        r.integer("d_model", c.model.dModel);
+        r.integer("n_head", c.model.nHead);
+        r.integer("d_ff", c.model.dFf);
+        r.text("positional_encoding", c.model.positionalEncoding);
+        r.number("dropout", c.model.dropout);
+        r.text("attention", c.model.attention);
+        r.boolean("tie_embeddings", c.model.tieEmbeddings);
+        r.read(v);
+    });
+    bool seqLenGiven = false;
+    top.section("data", [&](const json& v, const std::string& p) {
+        SectionReader r(p, issues, bad);
+        r.text("source", c.data.source);
+        r.integer("digits", c.data.digits);
+        r.text("path", c.data.path);
+        r.integer("seq_len", c.data.seqLen);
+        r.number("val_fraction", c.data.valFraction);
+        r.read(v);
+        seqLenGiven = v.contains("seq_len");
+    });
+    top.section("optim", [&](const json& v, const std::string& p) {
+        SectionReader r(p, issues, bad);
+        r.text("optimizer", c.optim.optimizer);
+        r.number("lr", c.optim.lr);
+        r.number("weight_decay", c.optim.weightDecay);
+        r.numberPair("betas", c.optim.betas);
+        r.number("momentum", c.optim.momentum);
+        r.integer("warmup_steps", c.optim.warmupSteps);
+        r.text("schedule", c.optim.schedule);
+        r.number("grad_clip", c.optim.gradClip);
+        r.read(v);
+    });
+    top.section("train", [&](const json& v, const std::string& p) {
+        SectionReader r(p, issues, bad);
+        r.integer("batch_size", c.train.batchSize);
+        r.integer("grad_accum", c.train.gradAccum);
+        r.integer("steps", c.train.steps);
+        r.unsignedInteger("seed", c.train.seed);
+        r.text("precision", c.train.precision);
+        r.boolean("activation_checkpointing", c.train.activationCheckpointing);
+        r.integer("eval_every", c.train.evalEvery);
+        r.integer("eval_batches", c.train.evalBatches);
+        r.integer("log_every", c.train.logEvery);
+        r.integer("checkpoint_every", c.train.checkpointEvery);
+        r.integer("threads", c.train.threads);
+        r.read(v);
+    });
+    top.section("lora", [&](const json& v, const std::string& p) {
+        SectionReader r(p, issues, bad);
+        r.integer("rank", c.lora.rank);
+        r.number("alpha", c.lora.alpha);
+        r.textList("targets", c.lora.targets);
+        r.read(v);
+    });
+    top.read(root);
+
+    // An explicit seq_len of 0 is an error; absence means "the dataset's default".
+    if (seqLenGiven && c.data.seqLen == 0 && !bad.count("data.seq_len")) {
+        issues.push_back({"data.seq_len", "must be a positive integer, got 0"});
+        bad.insert("data.seq_len");
+    }
+    for (auto& issue : validateConfig(c)) {
+        if (!bad.count(issue.path)) issues.push_back(std::move(issue));
+    }
+    if (!issues.empty()) throw ConfigError(sourceName, std::move(issues));
+    return c;
+}
+
+RunConfig loadConfigFile(const std::string& path)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) {
+        throw InputError("config file not found: " + path
+                         + " (check the path; bundled examples are in resources/examples/)");
+    }
+    if (fs::is_directory(path, ec)) throw InputError("config path is a folder, not a file: " + path);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("cannot read config file " + path + " (check its permissions)");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return parseConfig(buffer.str(), path, fs::absolute(fs::path(path), ec).parent_path().string());
+}
+
+std::string configToJson(const RunConfig& c)
+{
+    json j;
+    j["name"] = c.name;
+    j["device"] = c.device;
+    j["model"] = {{"type", c.model.type},
+                  {"n_layer", c.model.nLayer},
+                  {"d_model", c.model.dModel},
+                  {"n_head", c.model.nHead},
+                  {"d_ff", c.model.dFf},
+                  {"positional_encoding", c.model.positionalEncoding},
+                  {"dropout", c.model.dropout},
+                  {"attention", c.model.attention},
+                  {"tie_embeddings", c.model.tieEmbeddings}};
+    json data = {{"source", c.data.source}, {"val_fraction", c.data.valFraction}};
+    if (c.data.source == "addition") data["digits"] = c.data.digits;
+    if (!c.data.path.empty()) data["path"] = c.data.path;
+    if (c.data.seqLen > 0) data["seq_len"] = c.data.seqLen;
+    j["data"] = data;
+    j["optim"] = {{"optimizer", c.optim.optimizer},
+                  {"lr", c.optim.lr},
+                  {"weight_decay", c.optim.weightDecay},
+                  {"betas", {c.optim.betas[0], c.optim.betas[1]}},
+                  {"momentum", c.optim.momentum},
+                  {"warmup_steps", c.optim.warmupSteps},
+                  {"schedule", c.optim.schedule},
+                  {"grad_clip", c.optim.gradClip}};
+    j["train"] = {{"batch_size", c.train.batchSize},
+                  {"grad_accum", c.train.gradAccum},
+                  {"steps", c.train.steps},
+                  {"seed", c.train.seed},
+                  {"precision", c.train.precision},
+                  {"activation_checkpointing", c.train.activationCheckpointing},
+                  {"eval_every", c.train.evalEvery},
+                  {"eval_batches", c.train.evalBatches},
+                  {"log_every", c.train.logEvery},
+                  {"checkpoint_every", c.train.checkpointEvery},
+                  {"threads", c.train.threads}};
+    j["lora"] = {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets}};
+    return j.dump(2);
+}
+
+} // namespace tb

@@ -1,0 +1,171 @@
+// Range and combination checks shared by every front end. Messages state the
+// allowed range so the user can fix the value without opening the docs.
+#include "config/RunConfig.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+namespace tb {
+namespace {
+
+std::string number(double v)
+{
+    std::ostringstream out;
+    out << v;
+    return out.str();
+}
+
+class Checker {
+public:
+    explicit Checker(std::vector<ConfigIssue>& issues) : m_issues(issues) {}
+
+    void intRange(const std::string& path, long long value, long long lo, long long hi,
+                  const char* what = "an integer")
+    {
+        if (value < lo || value > hi) {
+            std::string range;
+            if (lo == 1) {
+                range = "a positive integer";
+                if (hi < 1000000000) range += " up to " + std::to_string(hi);
+            } else {
+                range = std::string(what) + " from " + std::to_string(lo) + " to " + std::to_string(hi);
+            }
+            add(path, "must be " + range + ", got " + std::to_string(value));
+        }
+    }
+    void realRange(const std::string& path, double value, double lo, double hi, bool loOpen, bool hiOpen)
+    {
+        const bool ok = std::isfinite(value) && (loOpen ? value > lo : value >= lo)
+            && (hiOpen ? value < hi : value <= hi);
+        if (!ok) {
+            add(path, "must be a number in " + std::string(loOpen ? "(" : "[") + number(lo) + ", " + number(hi)
+                    + (hiOpen ? ")" : "]") + ", got " + number(value));
+        }
+    }
+    void oneOf(const std::string& path, const std::string& value, std::vector<std::string> allowed)
+    {
+        for (const auto& a : allowed) {
+            if (a == value) return;
+        }
+        std::string list;
+        for (std::size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + ("\"" + allowed[i] + "\"");
+        std::string message = "must be one of " + list + ", got \"" + value + "\"";
+        if (const auto guess = closestName(value, allowed); !guess.empty()) {
+            message += "; did you mean \"" + guess + "\"?";
+        }
+        add(path, message);
+    }
+    void add(const std::string& path, std::string message) { m_issues.push_back({path, std::move(message)}); }
+
+private:
+    std::vector<ConfigIssue>& m_issues;
+};
+
+bool validDevice(const std::string& device)
+{
+    if (device == "auto" || device == "cpu" || device == "cuda") return true;
+    if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 7) return false;
+    for (std::size_t i = 5; i < device.size(); ++i) {
+        if (!std::isdigit(static_cast<unsigned char>(device[i]))) return false;
+    }
+    return true;
+}
+
+} // namespace
+
+std::vector<ConfigIssue> validateConfig(const RunConfig& c)
+{
+    std::vector<ConfigIssue> issues;
+    Checker check(issues);
+
+    if (c.name.empty() || c.name.size() > 200) check.add("name", "must be 1 to 200 characters long");
+    if (!validDevice(c.device)) {
+        check.add("device", "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\" (N a device index), got \""
+                                + c.device + "\"");
+    }
+
+    const auto& m = c.model;
+    check.oneOf("model.type", m.type, {"gpt"});
+    check.intRange("model.n_layer", m.nLayer, 1, 256);
+    check.intRange("model.d_model", m.dModel, 8, 16384);
+    check.intRange("model.n_head", m.nHead, 1, 256);
+    check.intRange("model.d_ff", m.dFf, 0, 262144, "an integer (0 = 4 x d_model)");
+    check.oneOf("model.positional_encoding", m.positionalEncoding, {"learned", "sinusoidal", "rope"});
+    check.realRange("model.dropout", m.dropout, 0.0, 1.0, false, true);
+    check.oneOf("model.attention", m.attention, {"eager"});
+    if (m.nHead >= 1 && m.dModel >= 8 && m.dModel % m.nHead != 0) {
+        check.add("model.n_head", "must divide model.d_model (" + std::to_string(m.dModel) + "), got "
+                                      + std::to_string(m.nHead));
+    } else if (m.positionalEncoding == "rope" && m.nHead >= 1 && (m.dModel / m.nHead) % 2 != 0) {
+        check.add("model.positional_encoding", "rope needs an even head size (d_model / n_head), got "
+                                                   + std::to_string(m.dModel / std::max(1, m.nHead)));
+    }
+
+    const auto& d = c.data;
+    check.oneOf("data.source", d.source, {"addition", "text"});
+    check.realRange("data.val_fraction", d.valFraction, 0.0, 0.5, true, false);
+    if (d.source == "addition") {
+        check.intRange("data.digits", d.digits, 1, 18);
+        if (!d.path.empty()) check.add("data.path", "is only used with data.source \"text\"; remove it or set source to \"text\"");
+        const int needed = additionSequenceLength(d.digits);
+        if (d.digits >= 1 && d.digits <= 18 && d.seqLen != 0 && d.seqLen != needed) {
+            check.add("data.seq_len", "addition with " + std::to_string(d.digits) + " digits uses sequences of "
+                                          + std::to_string(needed) + " tokens; leave seq_len out or set it to "
+                                          + std::to_string(needed) + ", got " + std::to_string(d.seqLen));
+        }
+    } else if (d.source == "text") {
+        check.intRange("data.seq_len", d.seqLen, 0, 65536, "an integer (0 = 64)");
+        if (!d.path.empty()) {
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            const std::string path = resolvedDataPath(c);
+            if (!fs::exists(path, ec)) {
+                check.add("data.path", "file not found: " + path
+                                           + " (give an existing text file, or leave path out for the bundled sample)");
+            } else if (!fs::is_regular_file(path, ec)) {
+                check.add("data.path", "is not a regular file: " + path);
+            }
+        }
+    }
+
+    const auto& o = c.optim;
+    check.oneOf("optim.optimizer", o.optimizer, {"adamw", "sgd"});
+    check.realRange("optim.lr", o.lr, 0.0, 10.0, true, false);
+    check.realRange("optim.weight_decay", o.weightDecay, 0.0, 1.0, false, false);
+    check.realRange("optim.betas[0]", o.betas[0], 0.0, 1.0, false, true);
+    check.realRange("optim.betas[1]", o.betas[1], 0.0, 1.0, false, true);
+    check.realRange("optim.momentum", o.momentum, 0.0, 1.0, false, true);
+    check.oneOf("optim.schedule", o.schedule, {"cosine", "constant"});
+    check.realRange("optim.grad_clip", o.gradClip, 0.0, 1e6, false, false);
+
+    const auto& t = c.train;
+    check.intRange("train.batch_size", t.batchSize, 1, 65536);
+    check.intRange("train.grad_accum", t.gradAccum, 1, 4096);
+    check.intRange("train.steps", t.steps, 1, 1000000000);
+    check.oneOf("train.precision", t.precision, {"auto", "fp32", "fp16", "bf16"});
+    check.intRange("train.eval_every", t.evalEvery, 0, 1000000000, "an integer (0 = ten evaluations per run)");
+    check.intRange("train.eval_batches", t.evalBatches, 1, 10000);
+    check.intRange("train.log_every", t.logEvery, 1, 1000000000);
+    check.intRange("train.checkpoint_every", t.checkpointEvery, 0, 1000000000, "an integer (0 = at the end only)");
+    check.intRange("train.threads", t.threads, 0, 256, "an integer (0 = automatic)");
+    if (t.steps >= 1) check.intRange("optim.warmup_steps", o.warmupSteps, 0, t.steps, "an integer (at most train.steps)");
+    if (t.precision == "fp16" && c.device == "cpu") {
+        check.add("train.precision", "fp16 needs a CUDA device; on the CPU use \"fp32\" or \"bf16\"");
+    }
+
+    const auto& l = c.lora;
+    check.intRange("lora.rank", l.rank, 0, 4096, "an integer (0 = off)");
+    if (l.rank > 0 && m.dModel >= 8 && l.rank >= m.dModel) {
+        check.add("lora.rank", "must be smaller than model.d_model (" + std::to_string(m.dModel) + "), got "
+                                   + std::to_string(l.rank));
+    }
+    check.realRange("lora.alpha", l.alpha, 0.0, 1e6, true, false);
+    if (l.rank > 0 && l.targets.empty()) check.add("lora.targets", "must name at least one of \"attn\", \"mlp\" when lora.rank > 0");
+    for (std::size_t i = 0; i < l.targets.size(); ++i) {
+        check.oneOf("lora.targets[" + std::to_string(i) + "]", l.targets[i], {"attn", "mlp"});
+    }
+    return issues;
+}
+
+} // namespace tb

@@ -1,0 +1,57 @@
+#include "config/RunConfig.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace tb {
+
+int editDistance(const std::string& a, const std::string& b)
+{
+    std::vector<int> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        int diagonal = row[0];
+        row[0] = static_cast<int>(i);
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const int above = row[j];
+            const int cost = (std::tolower(a[i - 1]) == std::tolower(b[j - 1])) ? 0 : 1;
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + cost});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+std::string closestName(const std::string& name, const std::vector<std::string>& candidates)
+{
+    std::string best;
+    int bestDistance = 1 << 30;
+    for (const auto& candidate : candidates) {
+        const int d = editDistance(name, candidate);
+        if (d < bestDistance) {
+            bestDistance = d;
+            best = candidate;
+        }
+    }
+    // Allow roughly one typo per three characters.
+    const int allowed = std::max<int>(2, static_cast<int>(name.size()) / 3);
+    return bestDistance <= allowed ? best : std::string();
+}
+
+std::string resolvedDataPath(const RunConfig& config)
+{
+    namespace fs = std::filesystem;
+    if (config.data.path.empty()) return {};
+    fs::path p(config.data.path);
+    if (p.is_relative() && !config.baseDir.empty()) p = fs::path(config.baseDir) / p;
+    return p.lexically_normal().string();
+}
+
+int effectiveSeqLen(const RunConfig& config)
+{
+    if (config.data.seqLen > 0) return config.data.seqLen;
+    if (config.data.source == "addition") return additionSequenceLength(config.data.digits);
+    return 64;
+}
+
+} // namespace tb

@@ -1,0 +1,120 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/Errors.h"
+
+namespace tb {
+
+struct ModelConfig {
+    std::string type = "gpt";
+    int nLayer = 2;
+    int dModel = 128;
+    int nHead = 4;
+    int dFf = 0; // 0: 4 * d_model
+    std::string positionalEncoding = "learned"; // learned | sinusoidal | rope
+    double dropout = 0.0;
+    std::string attention = "eager";
+    bool tieEmbeddings = true;
+
+    int feedForwardWidth() const { return dFf > 0 ? dFf : 4 * dModel; }
+};
+
+struct DataConfig {
+    std::string source = "addition"; // addition | text
+    int digits = 3;                  // addition only
+    std::string path;                // text only; empty = bundled sample text
+    int seqLen = 0;                  // 0: what the dataset needs (addition), 64 for text
+    double valFraction = 0.05;
+};
+
+struct OptimConfig {
+    std::string optimizer = "adamw"; // adamw | sgd
+    double lr = 1e-3;
+    double weightDecay = 0.01;
+    std::array<double, 2> betas{0.9, 0.99};
+    double momentum = 0.9;
+    int warmupSteps = 0;
+    std::string schedule = "cosine"; // cosine | constant
+    double gradClip = 1.0;           // 0: off
+};
+
+struct TrainConfig {
+    int batchSize = 32;
+    int gradAccum = 1;
+    int steps = 200;
+    std::uint64_t seed = 1;
+    std::string precision = "auto"; // auto | fp32 | fp16 | bf16
+    bool activationCheckpointing = false;
+    int evalEvery = 0;   // 0: ten evaluations per run
+    int evalBatches = 8; // batches per validation pass
+    int logEvery = 1;
+    int checkpointEvery = 0; // 0: only at the end and on cancel
+    int threads = 0;         // 0: the measured default (see Threads.cpp)
+};
+
+struct LoraConfig {
+    int rank = 0; // 0: off
+    double alpha = 16.0;
+    std::vector<std::string> targets{"attn", "mlp"};
+};
+
+struct RunConfig {
+    std::string name = "experiment";
+    std::string device = "auto"; // auto | cpu | cuda | cuda:N
+    ModelConfig model;
+    DataConfig data;
+    OptimConfig optim;
+    TrainConfig train;
+    LoraConfig lora;
+
+    // Relative data paths are resolved against this folder (the config's own).
+    std::string baseDir;
+};
+
+// One problem in a config, e.g. {"train.batch_size", "must be a positive integer, got -4"}.
+struct ConfigIssue {
+    std::string path;
+    std::string message;
+    std::string text() const { return path.empty() ? message : path + ": " + message; }
+};
+
+class ConfigError : public InputError {
+public:
+    ConfigError(std::string source, std::vector<ConfigIssue> issues);
+    const std::vector<ConfigIssue>& issues() const { return m_issues; }
+    const std::string& source() const { return m_source; }
+
+private:
+    std::string m_source;
+    std::vector<ConfigIssue> m_issues;
+};
+
+// Parses and validates JSON text. Collects every problem; throws ConfigError if any.
+// Relative data paths resolve against baseDir (empty: the working directory).
+RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName = "config",
+                      const std::string& baseDir = "");
+// Reads a file (relative data paths resolve against its folder) and parses it.
+RunConfig loadConfigFile(const std::string& path);
+// data.path made absolute against baseDir; empty for the bundled sample text.
+std::string resolvedDataPath(const RunConfig& config);
+// Every problem of an already-built config (ranges, combinations). Empty = valid.
+std::vector<ConfigIssue> validateConfig(const RunConfig& config);
+// The whole config as pretty JSON, every key present.
+std::string configToJson(const RunConfig& config);
+
+// Tokens the model sees per example for an addition task with this many digits:
+// a, '+', b, '=', then the (digits+1)-digit sum; the end marker is only a target.
+inline int additionSequenceLength(int digits) { return 3 * digits + 3; }
+// The sequence length the model is built for (data.seq_len or the dataset's default).
+int effectiveSeqLen(const RunConfig& config);
+
+// Levenshtein distance, for did-you-mean suggestions.
+int editDistance(const std::string& a, const std::string& b);
+// The closest of candidates within a small distance, or "".
+std::string closestName(const std::string& name, const std::vector<std::string>& candidates);
+
+} // namespace tb

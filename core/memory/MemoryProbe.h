@@ -1,0 +1,28 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tb {
+
+struct MemorySnapshot {
+    std::int64_t currentBytes = 0;
+    std::int64_t peakBytes = 0;
+};
+
+// Measures the bytes held by tensors. On the CPU a counting allocator installed
+// through c10::SetCPUAllocator gives exact figures; on CUDA the caching
+// allocator's statistics (allocated bytes) do.
+class MemoryProbe final {
+public:
+    // Installs the counting CPU allocator once per process (idempotent).
+    // Tensors allocated before installation are not counted.
+    static void installCpuCounter();
+    static bool cpuCounterInstalled();
+
+    // device: "cpu", "cuda" or "cuda:N".
+    static MemorySnapshot snapshot(const std::string& device);
+    static void resetPeak(const std::string& device);
+};
+
+} // namespace tb

@@ -1,0 +1,173 @@
+#include "run/RunSession.h"
+
+#include "common/Version.h"
+#include "store/MetricWriter.h"
+
+namespace tb {
+namespace {
+
+RunStatus statusOf(TrainResult::Status s)
+{
+    switch (s) {
+    case TrainResult::Status::Finished: return RunStatus::Finished;
+    case TrainResult::Status::Cancelled: return RunStatus::Cancelled;
+    case TrainResult::Status::Failed: return RunStatus::Failed;
+    }
+    return RunStatus::Failed;
+}
+
+std::optional<double> known(double v)
+{
+    if (v < 0) return std::nullopt;
+    return v;
+}
+
+} // namespace
+
+RunSession::RunSession(RunConfig config, SessionOptions options)
+    : m_config(std::move(config)), m_options(std::move(options))
+{
+    if (auto issues = validateConfig(m_config); !issues.empty()) throw ConfigError(m_config.name, std::move(issues));
+    // Store the data path absolute, so the run can be resumed from any folder.
+    if (!m_config.data.path.empty()) m_config.data.path = resolvedDataPath(m_config);
+    m_config.baseDir.clear();
+    // Fail on a device that does not exist before a run record is created.
+    (void)resolvePrecision(m_config.train.precision, resolveDevice(m_config.device));
+    m_dbPath = m_options.dbPath.empty() ? RunStore::defaultPath() : m_options.dbPath;
+    m_store = std::make_unique<RunStore>(m_dbPath);
+}
+
+std::unique_ptr<RunSession> RunSession::resume(std::int64_t runId, SessionOptions options)
+{
+    std::unique_ptr<RunSession> session(new RunSession());
+    session->m_options = std::move(options);
+    session->m_dbPath = session->m_options.dbPath.empty() ? RunStore::defaultPath() : session->m_options.dbPath;
+    session->m_store = std::make_unique<RunStore>(session->m_dbPath);
+    const auto record = session->m_store->run(runId);
+    const std::string label = "run " + std::to_string(runId);
+    if (!record) throw InputError(label + " does not exist in " + session->m_dbPath + "; 'trainbench-cli runs' lists the runs");
+    if (record->status == RunStatus::Finished) throw InputError(label + " already finished; there is nothing to resume");
+    if (record->status == RunStatus::Running) throw InputError(label + " is still running in another process");
+    const auto checkpoint = session->m_store->latestCheckpoint(runId);
+    if (!checkpoint) {
+        throw InputError(label + " has no checkpoint to resume from (it stopped before its first checkpoint; set "
+                                 "train.checkpoint_every to checkpoint more often). Start it again instead");
+    }
+    session->m_config = parseConfig(record->configJson, label + "'s stored config");
+    session->m_runId = runId;
+    session->m_resumeCheckpoint = checkpoint->path;
+    session->m_resumeStep = checkpoint->step;
+    return session;
+}
+
+RunSession::~RunSession() = default;
+
+void RunSession::requestCancel()
+{
+    m_cancel.store(true);
+    std::lock_guard<std::mutex> lock(m_trainerMutex);
+    if (m_trainer) m_trainer->requestCancel();
+}
+
+SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
+{
+    SessionOutcome outcome;
+    outcome.dbPath = m_dbPath;
+    outcome.totalSteps = m_config.train.steps;
+    if (m_runId == 0) {
+        m_runId = m_store->createRun({m_config.name, configToJson(m_config), m_config.device, m_config.train.precision,
+                                      kAppVersion, torchVersion(), m_config.train.steps});
+    } else {
+        m_store->truncateMetricsAfter(m_runId, m_resumeStep);
+    }
+    outcome.runId = m_runId;
+
+    std::unique_ptr<Trainer> trainer;
+    try {
+        TrainerOptions to;
+        to.checkpointDir = m_store->runFolder(m_runId);
+        to.resumeFrom = m_resumeCheckpoint;
+        to.measureMemory = m_options.measureMemory;
+        trainer = std::make_unique<Trainer>(m_config, to);
+    } catch (const std::exception& e) {
+        // The run exists now, so a failure to build it is recorded, not just thrown.
+        outcome.status = RunStatus::Failed;
+        outcome.message = e.what();
+        m_store->addEvent({m_runId, wallClockNow(), "error", "setup", outcome.message});
+        m_store->markEnded(m_runId, RunStatus::Failed, {0, std::nullopt, std::nullopt, std::nullopt, outcome.message});
+        if (callbacks.onEvent) callbacks.onEvent({"error", "setup", outcome.message});
+        return outcome;
+    }
+    {
+        std::lock_guard<std::mutex> lock(m_trainerMutex);
+        m_trainer = trainer.get();
+        if (m_cancel.load()) m_trainer->requestCancel();
+    }
+    m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
+    if (callbacks.onStarted) callbacks.onStarted(m_runId, trainer->datasetDescription());
+
+    TrainResult result;
+    std::string writerError;
+    {
+        MetricWriter writer(m_dbPath, m_runId);
+        TrainerCallbacks tc;
+        tc.onStep = [&](const StepMetrics& s) {
+            if (m_options.recordMetrics) {
+                writer.addMetric(s.step, "loss", s.loss);
+                writer.addMetric(s.step, "lr", s.lr);
+                writer.addMetric(s.step, "grad_norm", s.gradNorm);
+                writer.addMetric(s.step, "tokens_per_s", s.tokensPerSecond);
+                writer.addMetric(s.step, "step_ms", s.stepMs);
+                if (m_options.measureMemory) {
+                    writer.addMetric(s.step, "mem_current_bytes", static_cast<double>(s.memCurrentBytes));
+                    writer.addMetric(s.step, "mem_peak_bytes", static_cast<double>(s.memPeakBytes));
+                }
+                if (s.lossScale > 0) writer.addMetric(s.step, "loss_scale", s.lossScale);
+            }
+            writer.setStepsDone(s.step);
+            if (callbacks.onStep) callbacks.onStep(s);
+        };
+        tc.onEval = [&](const EvalMetrics& e) {
+            writer.addMetric(e.step, "val_loss", e.valLoss);
+            if (e.valAccuracy >= 0) writer.addMetric(e.step, "val_accuracy", e.valAccuracy);
+            if (callbacks.onEval) callbacks.onEval(e);
+        };
+        tc.onEvent = [&](const TrainerEvent& e) {
+            writer.addEvent(e.severity, e.kind, e.message);
+            if (callbacks.onEvent) callbacks.onEvent(e);
+        };
+        tc.onCheckpoint = [&](int step, const std::string& path, std::int64_t bytes) {
+            // Metrics up to this step must be stored before the checkpoint is
+            // announced, so a resume from it never lacks earlier metrics.
+            writer.flush();
+            m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
+            const TrainerEvent e{"info", "checkpoint", "checkpoint saved at step " + std::to_string(step) + ": " + path};
+            writer.addEvent(e.severity, e.kind, e.message);
+            if (callbacks.onEvent) callbacks.onEvent(e);
+        };
+        result = trainer->run(tc);
+        writer.setStepsDone(result.stepsDone);
+        writer.flush();
+        writerError = writer.error();
+    }
+    {
+        std::lock_guard<std::mutex> lock(m_trainerMutex);
+        m_trainer = nullptr;
+    }
+    outcome.status = statusOf(result.status);
+    outcome.stepsDone = result.stepsDone;
+    outcome.finalLoss = result.finalLoss;
+    outcome.finalValLoss = result.finalValLoss;
+    outcome.finalValAccuracy = result.finalValAccuracy;
+    outcome.message = result.message;
+    outcome.checkpoint = result.lastCheckpoint;
+    if (!writerError.empty()) {
+        outcome.message += " (some metrics could not be stored: " + writerError + ")";
+    }
+    m_store->markEnded(m_runId, outcome.status,
+                       {result.stepsDone, result.stepsDone > 0 ? std::optional<double>(result.finalLoss) : std::nullopt,
+                        known(result.finalValLoss), known(result.finalValAccuracy), outcome.message});
+    return outcome;
+}
+
+} // namespace tb

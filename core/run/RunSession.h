@@ -1,0 +1,77 @@
+#pragma once
+// One run from start to end, as both front ends drive it: validate, open the
+// store, build the trainer, stream metrics and events into the store, cancel,
+// resume. The GUI's worker and trainbench-cli are thin shells over this.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config/RunConfig.h"
+#include "store/RunStore.h"
+#include "train/Trainer.h"
+
+namespace tb {
+
+struct SessionOptions {
+    std::string dbPath;         // empty: RunStore::defaultPath()
+    bool measureMemory = true;  // the memory probe
+    bool recordMetrics = true;  // per-step metrics into the store
+};
+
+struct SessionCallbacks {
+    std::function<void(std::int64_t runId, const std::string& description)> onStarted;
+    std::function<void(const StepMetrics&)> onStep;
+    std::function<void(const EvalMetrics&)> onEval;
+    std::function<void(const TrainerEvent&)> onEvent;
+};
+
+struct SessionOutcome {
+    RunStatus status = RunStatus::Failed;
+    std::int64_t runId = 0;
+    int stepsDone = 0;
+    int totalSteps = 0;
+    double finalLoss = 0;
+    double finalValLoss = -1;
+    double finalValAccuracy = -1;
+    std::string message;
+    std::string checkpoint;
+    std::string dbPath;
+};
+
+class RunSession final {
+public:
+    // A new run. Throws InputError (config, device, database) before anything is stored.
+    RunSession(RunConfig config, SessionOptions options);
+    // Continues run `runId` from its last checkpoint. Throws InputError when
+    // there is no such run, nothing to resume, or no checkpoint.
+    static std::unique_ptr<RunSession> resume(std::int64_t runId, SessionOptions options);
+    ~RunSession();
+
+    // Blocks until the run ends; call it from the thread that should train.
+    SessionOutcome run(const SessionCallbacks& callbacks);
+    // Thread-safe and async-signal-friendly: sets a flag the loop polls between steps.
+    void requestCancel();
+
+    const RunConfig& config() const { return m_config; }
+    std::int64_t runId() const { return m_runId; }
+    const std::string& dbPath() const { return m_dbPath; }
+
+private:
+    RunSession() = default;
+    RunConfig m_config;
+    SessionOptions m_options;
+    std::string m_dbPath;
+    std::unique_ptr<RunStore> m_store;
+    std::int64_t m_runId = 0;
+    std::string m_resumeCheckpoint;
+    int m_resumeStep = 0;
+    std::atomic<bool> m_cancel{false};
+    std::mutex m_trainerMutex;
+    Trainer* m_trainer = nullptr;
+};
+
+} // namespace tb

@@ -1,0 +1,55 @@
+#pragma once
+// Batching writer: the training thread queues metrics and events (a mutex and
+// a vector push, never a database call); a background thread writes them in
+// one transaction every interval, with a heartbeat, so a hard kill loses at
+// most the last interval of metrics.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/RunStore.h"
+
+namespace tb {
+
+class MetricWriter final {
+public:
+    MetricWriter(const std::string& dbPath, std::int64_t runId,
+                 std::chrono::milliseconds interval = std::chrono::milliseconds(250));
+    ~MetricWriter(); // writes what is queued, then stops
+    MetricWriter(const MetricWriter&) = delete;
+    MetricWriter& operator=(const MetricWriter&) = delete;
+
+    void addMetric(int step, const std::string& key, double value);
+    void addEvent(const std::string& severity, const std::string& kind, const std::string& message);
+    void setStepsDone(int steps);
+    // Blocks until everything queued before the call is in the database.
+    void flush();
+    // The first write error, if any (the run goes on; the front end reports it).
+    std::string error() const;
+
+private:
+    void loop();
+    void writePending(std::unique_lock<std::mutex>& lock);
+
+    std::unique_ptr<RunStore> m_store;
+    std::int64_t m_runId;
+    std::chrono::milliseconds m_interval;
+    mutable std::mutex m_mutex;
+    std::condition_variable m_wake, m_written;
+    std::vector<MetricPoint> m_metrics;
+    std::vector<EventRecord> m_events;
+    int m_stepsDone = 0;
+    std::uint64_t m_queuedGeneration = 0, m_writtenGeneration = 0;
+    bool m_stop = false;
+    bool m_flushRequested = false;
+    std::string m_error;
+    std::thread m_thread;
+};
+
+} // namespace tb

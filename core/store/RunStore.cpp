@@ -1,0 +1,483 @@
+#include "store/RunStore.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include "store/Sqlite.h"
+
+namespace tb {
+namespace {
+
+// Forward migrations: entry i takes the schema from version i to i + 1.
+const char* const kMigrations[] = {
+    R"sql(
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  status TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  started_at REAL,
+  ended_at REAL,
+  config_json TEXT NOT NULL,
+  device TEXT NOT NULL DEFAULT '',
+  precision TEXT NOT NULL DEFAULT '',
+  app_version TEXT NOT NULL DEFAULT '',
+  torch_version TEXT NOT NULL DEFAULT '',
+  steps_total INTEGER NOT NULL DEFAULT 0,
+  steps_done INTEGER NOT NULL DEFAULT 0,
+  final_loss REAL,
+  final_val_loss REAL,
+  final_val_accuracy REAL,
+  message TEXT NOT NULL DEFAULT '',
+  owner_pid INTEGER,
+  owner_start TEXT,
+  owner_host TEXT,
+  heartbeat_at REAL);
+CREATE TABLE metrics(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  value REAL,
+  wall_time REAL NOT NULL);
+CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);
+CREATE TABLE latest_metrics(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  wall_time REAL NOT NULL,
+  PRIMARY KEY(run_id, key)) WITHOUT ROWID;
+CREATE TABLE events(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  time REAL NOT NULL,
+  severity TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  message TEXT NOT NULL);
+CREATE INDEX events_by_run ON events(run_id, time);
+CREATE TABLE artifacts(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  kind TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  bytes INTEGER NOT NULL DEFAULT 0,
+  created_at REAL NOT NULL);
+CREATE INDEX artifacts_by_run ON artifacts(run_id, kind, step);
+)sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
+
+const char* const kRunColumns =
+    "id, name, status, created_at, started_at, ended_at, config_json, device, precision, app_version, "
+    "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, heartbeat_at";
+
+std::optional<double> optionalDouble(const Statement& s, int i)
+{
+    if (s.columnIsNull(i)) return std::nullopt;
+    return s.columnDouble(i);
+}
+
+RunRecord readRun(const Statement& s)
+{
+    RunRecord r;
+    r.id = s.columnInt(0);
+    r.name = s.columnText(1);
+    r.status = runStatusFromString(s.columnText(2));
+    r.createdAt = s.columnDouble(3);
+    r.startedAt = optionalDouble(s, 4);
+    r.endedAt = optionalDouble(s, 5);
+    r.configJson = s.columnText(6);
+    r.device = s.columnText(7);
+    r.precision = s.columnText(8);
+    r.appVersion = s.columnText(9);
+    r.torchVersion = s.columnText(10);
+    r.stepsTotal = static_cast<int>(s.columnInt(11));
+    r.stepsDone = static_cast<int>(s.columnInt(12));
+    r.finalLoss = optionalDouble(s, 13);
+    r.finalValLoss = optionalDouble(s, 14);
+    r.finalValAccuracy = optionalDouble(s, 15);
+    r.message = s.columnText(16);
+    r.heartbeatAt = optionalDouble(s, 17);
+    return r;
+}
+
+// Start time of a process in clock ticks since boot (field 22 of
+// /proc/PID/stat): with the pid it identifies a process across pid reuse.
+// Empty when the process does not exist or is a zombie.
+std::string processStartTime(long pid)
+{
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!in || !std::getline(in, line)) return {};
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) return {};
+    std::istringstream fields(line.substr(close + 2));
+    std::string field, state;
+    fields >> state;
+    if (state == "Z" || state == "X") return {};
+    // After the state come fields 4..; the start time is field 22.
+    for (int i = 4; i <= 22 && (fields >> field); ++i) {
+    }
+    return field;
+}
+
+std::string hostName()
+{
+    char name[256] = {};
+    if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+    return name;
+}
+
+} // namespace
+
+double wallClockNow()
+{
+    using namespace std::chrono;
+    return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string toString(RunStatus status)
+{
+    switch (status) {
+    case RunStatus::Created: return "created";
+    case RunStatus::Running: return "running";
+    case RunStatus::Finished: return "finished";
+    case RunStatus::Failed: return "failed";
+    case RunStatus::Cancelled: return "cancelled";
+    case RunStatus::Interrupted: return "interrupted";
+    }
+    return "created";
+}
+
+RunStatus runStatusFromString(const std::string& text)
+{
+    for (auto s : {RunStatus::Created, RunStatus::Running, RunStatus::Finished, RunStatus::Failed,
+                   RunStatus::Cancelled, RunStatus::Interrupted}) {
+        if (toString(s) == text) return s;
+    }
+    return RunStatus::Failed;
+}
+
+int RunStore::schemaVersion() { return kSchemaVersion; }
+
+std::string RunStore::defaultPath()
+{
+    if (const char* env = std::getenv("TRAINBENCH_DB"); env && *env) return env;
+    std::filesystem::path base;
+    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) {
+        base = xdg;
+    } else if (const char* home = std::getenv("HOME"); home && *home) {
+        base = std::filesystem::path(home) / ".local" / "share";
+    } else {
+        base = std::filesystem::temp_directory_path();
+    }
+    return (base / "trainbench" / "experiments.db").string();
+}
+
+RunStore::RunStore(const std::string& path, Mode mode) : m_path(path), m_readOnly(mode == Mode::ReadOnly)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+        throw StoreError("experiment database " + path + " is a folder; give a file path with --db or TRAINBENCH_DB");
+    }
+    const bool existed = fs::exists(path, ec);
+    if (m_readOnly && !existed) {
+        throw StoreError("experiment database " + path + " does not exist yet; run an experiment first, or give --db");
+    }
+    if (!existed) {
+        const auto parent = fs::absolute(path, ec).parent_path();
+        fs::create_directories(parent, ec);
+        if (ec) {
+            throw StoreError("cannot create the folder " + parent.string() + " for the experiment database ("
+                             + ec.message() + "); choose another location with --db or TRAINBENCH_DB");
+        }
+    }
+    try {
+        m_db = std::make_unique<Database>(path, m_readOnly ? Database::Mode::ReadOnly : Database::Mode::ReadWrite);
+    } catch (const StoreError&) {
+        throw StoreError("cannot open or create the experiment database " + path
+                         + " (is its folder writable?); choose another location with --db or TRAINBENCH_DB");
+    }
+    if (!m_readOnly && sqlite3_db_readonly(m_db->handle(), "main") == 1) {
+        throw StoreError("experiment database " + path
+                         + " is read-only; make it writable (chmod u+w) or choose another file with --db");
+    }
+    try {
+        Statement version(*m_db, "PRAGMA user_version");
+        version.step();
+        const int found = static_cast<int>(version.columnInt(0));
+        if (found > kSchemaVersion) {
+            throw StoreError("experiment database " + path + " was written by a newer Trainbench (schema "
+                             + std::to_string(found) + ", this one reads up to " + std::to_string(kSchemaVersion)
+                             + "); update Trainbench or use another --db");
+        }
+    } catch (const StoreError& e) {
+        const int code = sqlite3_errcode(m_db->handle()) & 0xff;
+        if (code == SQLITE_NOTADB) {
+            throw StoreError(path + " is not a Trainbench experiment database (not an SQLite file); it was left "
+                                    "untouched. Choose another file with --db or TRAINBENCH_DB");
+        }
+        throw;
+    }
+    if (!m_readOnly) {
+        m_db->exec("PRAGMA journal_mode=WAL");
+        m_db->exec("PRAGMA synchronous=NORMAL");
+        migrate();
+        reconcileInterrupted();
+    }
+    m_db->exec("PRAGMA foreign_keys=ON");
+}
+
+RunStore::~RunStore() = default;
+
+Database& RunStore::database() { return *m_db; }
+
+void RunStore::migrate()
+{
+    Statement version(*m_db, "PRAGMA user_version");
+    version.step();
+    int current = static_cast<int>(version.columnInt(0));
+    version.reset();
+    if (current > 0) {
+        // A schema version without our tables means someone else's SQLite file.
+        Statement probe(*m_db, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='runs'");
+        probe.step();
+        if (probe.columnInt(0) == 0) {
+            throw StoreError(m_path + " is an SQLite file of another program, not a Trainbench experiment "
+                                      "database; it was left untouched. Choose another file with --db");
+        }
+    } else {
+        Statement probe(*m_db, "SELECT count(*) FROM sqlite_master WHERE type='table'");
+        probe.step();
+        if (probe.columnInt(0) > 0) {
+            throw StoreError(m_path + " is an SQLite file of another program, not a Trainbench experiment "
+                                      "database; it was left untouched. Choose another file with --db");
+        }
+    }
+    for (; current < kSchemaVersion; ++current) {
+        Transaction tx(*m_db);
+        m_db->exec(kMigrations[current]);
+        m_db->exec("PRAGMA user_version=" + std::to_string(current + 1));
+        tx.commit();
+    }
+}
+
+std::string RunStore::runFolder(std::int64_t runId) const
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto dir = fs::absolute(m_path, ec).parent_path();
+    return (dir / "runs" / std::to_string(runId)).string();
+}
+
+std::int64_t RunStore::createRun(const NewRun& run)
+{
+    Statement s(*m_db, "INSERT INTO runs(name, status, created_at, config_json, device, precision, app_version, "
+                       "torch_version, steps_total) VALUES(?, 'created', ?, ?, ?, ?, ?, ?, ?)");
+    s.bind(1, run.name).bind(2, wallClockNow()).bind(3, run.configJson).bind(4, run.device).bind(5, run.precision);
+    s.bind(6, run.appVersion).bind(7, run.torchVersion).bind(8, run.stepsTotal);
+    s.run();
+    return m_db->lastInsertId();
+}
+
+void RunStore::markRunning(std::int64_t runId, int stepsTotal, const std::string& device, const std::string& precision)
+{
+    const long pid = static_cast<long>(getpid());
+    Statement s(*m_db, "UPDATE runs SET status='running', started_at=coalesce(started_at, ?), ended_at=NULL, "
+                       "steps_total=?, device=?, precision=?, owner_pid=?, owner_start=?, owner_host=?, "
+                       "heartbeat_at=?, message='' WHERE id=?");
+    const double now = wallClockNow();
+    s.bind(1, now).bind(2, stepsTotal).bind(3, device).bind(4, precision).bind(5, static_cast<std::int64_t>(pid));
+    s.bind(6, processStartTime(pid)).bind(7, hostName()).bind(8, now).bind(9, runId);
+    s.run();
+}
+
+void RunStore::markEnded(std::int64_t runId, RunStatus status, const RunSummary& summary)
+{
+    Statement s(*m_db, "UPDATE runs SET status=?, ended_at=?, steps_done=max(steps_done, ?), "
+                       "final_loss=coalesce(?, final_loss), final_val_loss=coalesce(?, final_val_loss), "
+                       "final_val_accuracy=coalesce(?, final_val_accuracy), message=?, owner_pid=NULL WHERE id=?");
+    s.bind(1, toString(status)).bind(2, wallClockNow()).bind(3, summary.stepsDone).bind(4, summary.finalLoss);
+    s.bind(5, summary.finalValLoss).bind(6, summary.finalValAccuracy).bind(7, summary.message).bind(8, runId);
+    s.run();
+}
+
+void RunStore::heartbeat(std::int64_t runId, int stepsDone)
+{
+    Statement s(*m_db, "UPDATE runs SET heartbeat_at=?, steps_done=max(steps_done, ?) WHERE id=?");
+    s.bind(1, wallClockNow()).bind(2, stepsDone).bind(3, runId);
+    s.run();
+}
+
+void RunStore::appendMetrics(const std::vector<MetricPoint>& points)
+{
+    if (points.empty()) return;
+    Transaction tx(*m_db);
+    Statement insert(*m_db, "INSERT INTO metrics(run_id, step, key, value, wall_time) VALUES(?, ?, ?, ?, ?)");
+    std::map<std::pair<std::int64_t, std::string>, const MetricPoint*> latest;
+    for (const auto& p : points) {
+        insert.bind(1, p.runId).bind(2, p.step).bind(3, p.key).bind(4, p.value).bind(5, p.wallTime);
+        insert.run();
+        auto& slot = latest[{p.runId, p.key}];
+        if (!slot || slot->step <= p.step) slot = &p;
+    }
+    Statement upsert(*m_db, "INSERT INTO latest_metrics(run_id, key, step, value, wall_time) VALUES(?, ?, ?, ?, ?) "
+                            "ON CONFLICT(run_id, key) DO UPDATE SET step=excluded.step, value=excluded.value, "
+                            "wall_time=excluded.wall_time WHERE excluded.step >= latest_metrics.step");
+    for (const auto& [key, p] : latest) {
+        upsert.bind(1, p->runId).bind(2, p->key).bind(3, p->step).bind(4, p->value).bind(5, p->wallTime);
+        upsert.run();
+    }
+    tx.commit();
+}
+
+void RunStore::truncateMetricsAfter(std::int64_t runId, int step)
+{
+    Transaction tx(*m_db);
+    Statement drop(*m_db, "DELETE FROM metrics WHERE run_id=? AND step>?");
+    drop.bind(1, runId).bind(2, step);
+    drop.run();
+    Statement latest(*m_db, "DELETE FROM latest_metrics WHERE run_id=?");
+    latest.bind(1, runId);
+    latest.run();
+    Statement rebuild(*m_db, "INSERT INTO latest_metrics(run_id, key, step, value, wall_time) "
+                             "SELECT run_id, key, step, value, wall_time FROM metrics m WHERE run_id=? AND step = "
+                             "(SELECT max(step) FROM metrics WHERE run_id=m.run_id AND key=m.key) GROUP BY key");
+    rebuild.bind(1, runId);
+    rebuild.run();
+    tx.commit();
+}
+
+void RunStore::addEvent(const EventRecord& e)
+{
+    Statement s(*m_db, "INSERT INTO events(run_id, time, severity, kind, message) VALUES(?, ?, ?, ?, ?)");
+    s.bind(1, e.runId).bind(2, e.time > 0 ? e.time : wallClockNow()).bind(3, e.severity).bind(4, e.kind);
+    s.bind(5, e.message);
+    s.run();
+}
+
+void RunStore::addArtifact(const ArtifactRecord& a)
+{
+    Statement s(*m_db, "INSERT INTO artifacts(run_id, kind, step, path, bytes, created_at) VALUES(?, ?, ?, ?, ?, ?)");
+    s.bind(1, a.runId).bind(2, a.kind).bind(3, a.step).bind(4, a.path).bind(5, a.bytes);
+    s.bind(6, a.createdAt > 0 ? a.createdAt : wallClockNow());
+    s.run();
+}
+
+std::vector<RunRecord> RunStore::listRuns()
+{
+    Statement s(*m_db, (std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY id").c_str());
+    std::vector<RunRecord> runs;
+    while (s.step()) runs.push_back(readRun(s));
+    return runs;
+}
+
+std::optional<RunRecord> RunStore::run(std::int64_t runId)
+{
+    Statement s(*m_db, (std::string("SELECT ") + kRunColumns + " FROM runs WHERE id=?").c_str());
+    s.bind(1, runId);
+    if (!s.step()) return std::nullopt;
+    return readRun(s);
+}
+
+std::vector<MetricPoint> RunStore::metrics(std::int64_t runId, const std::string& key)
+{
+    Statement s(*m_db, key.empty() ? "SELECT run_id, step, key, value, wall_time FROM metrics WHERE run_id=? "
+                                     "ORDER BY step, key"
+                                   : "SELECT run_id, step, key, value, wall_time FROM metrics WHERE run_id=? "
+                                     "AND key=? ORDER BY step");
+    s.bind(1, runId);
+    if (!key.empty()) s.bind(2, key);
+    std::vector<MetricPoint> points;
+    while (s.step()) {
+        points.push_back({s.columnInt(0), static_cast<int>(s.columnInt(1)), s.columnText(2), s.columnDouble(3),
+                          s.columnDouble(4)});
+    }
+    return points;
+}
+
+std::map<std::string, MetricPoint> RunStore::latestMetrics(std::int64_t runId)
+{
+    Statement s(*m_db, "SELECT run_id, step, key, value, wall_time FROM latest_metrics WHERE run_id=?");
+    s.bind(1, runId);
+    std::map<std::string, MetricPoint> latest;
+    while (s.step()) {
+        MetricPoint p{s.columnInt(0), static_cast<int>(s.columnInt(1)), s.columnText(2), s.columnDouble(3),
+                      s.columnDouble(4)};
+        latest[p.key] = p;
+    }
+    return latest;
+}
+
+std::vector<EventRecord> RunStore::events(std::int64_t runId)
+{
+    Statement s(*m_db, "SELECT run_id, time, severity, kind, message FROM events WHERE run_id=? ORDER BY time, id");
+    s.bind(1, runId);
+    std::vector<EventRecord> out;
+    while (s.step()) out.push_back({s.columnInt(0), s.columnDouble(1), s.columnText(2), s.columnText(3), s.columnText(4)});
+    return out;
+}
+
+std::vector<ArtifactRecord> RunStore::artifacts(std::int64_t runId)
+{
+    Statement s(*m_db, "SELECT run_id, kind, step, path, bytes, created_at FROM artifacts WHERE run_id=? ORDER BY step, id");
+    s.bind(1, runId);
+    std::vector<ArtifactRecord> out;
+    while (s.step()) {
+        out.push_back({s.columnInt(0), s.columnText(1), static_cast<int>(s.columnInt(2)), s.columnText(3),
+                       s.columnInt(4), s.columnDouble(5)});
+    }
+    return out;
+}
+
+std::optional<ArtifactRecord> RunStore::latestCheckpoint(std::int64_t runId)
+{
+    std::optional<ArtifactRecord> best;
+    for (auto& a : artifacts(runId)) {
+        if (a.kind == "checkpoint" && std::filesystem::exists(a.path) && (!best || a.step >= best->step)) best = a;
+    }
+    return best;
+}
+
+int RunStore::reconcileInterrupted()
+{
+    if (m_readOnly) return 0;
+    Statement s(*m_db, "SELECT id, owner_pid, owner_start, owner_host, heartbeat_at FROM runs WHERE status='running'");
+    std::vector<std::pair<std::int64_t, long>> dead;
+    const std::string host = hostName();
+    const double now = wallClockNow();
+    while (s.step()) {
+        const auto id = s.columnInt(0);
+        const long pid = static_cast<long>(s.columnInt(1));
+        bool alive;
+        if (s.columnText(3) == host) {
+            // Same machine: the owner is alive if a process with that pid and start time exists.
+            alive = !s.columnIsNull(1) && pid > 0 && processStartTime(pid) == s.columnText(2);
+        } else {
+            // Another machine sharing the file: trust a recent heartbeat.
+            alive = !s.columnIsNull(4) && now - s.columnDouble(4) < 120.0;
+        }
+        if (!alive) dead.emplace_back(id, pid);
+    }
+    for (const auto& [id, pid] : dead) {
+        Statement u(*m_db, "UPDATE runs SET status='interrupted', owner_pid=NULL, message=? WHERE id=? AND status='running'");
+        u.bind(1, "the process running it (pid " + std::to_string(pid) + ") stopped without finishing; resume it with "
+                  "'trainbench-cli resume " + std::to_string(id) + "'");
+        u.bind(2, id);
+        u.run();
+        addEvent({id, now, "warning", "interrupted", "run found interrupted: its process (pid " + std::to_string(pid)
+                                                         + ") is gone"});
+    }
+    return static_cast<int>(dead.size());
+}
+
+} // namespace tb

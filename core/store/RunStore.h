@@ -1,0 +1,133 @@
+#pragma once
+// The experiment store: runs, metrics, events and artifacts in one SQLite
+// file. Plain records only; no LibTorch.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tb {
+
+class Database;
+
+enum class RunStatus { Created, Running, Finished, Failed, Cancelled, Interrupted };
+std::string toString(RunStatus status);
+RunStatus runStatusFromString(const std::string& text);
+
+struct RunRecord {
+    std::int64_t id = 0;
+    std::string name;
+    RunStatus status = RunStatus::Created;
+    double createdAt = 0;
+    std::optional<double> startedAt, endedAt;
+    std::string configJson;
+    std::string device;
+    std::string precision;
+    std::string appVersion;
+    std::string torchVersion;
+    int stepsTotal = 0;
+    int stepsDone = 0;
+    std::optional<double> finalLoss, finalValLoss, finalValAccuracy;
+    std::string message;
+    std::optional<double> heartbeatAt;
+};
+
+struct NewRun {
+    std::string name;
+    std::string configJson;
+    std::string device;
+    std::string precision;
+    std::string appVersion;
+    std::string torchVersion;
+    int stepsTotal = 0;
+};
+
+struct MetricPoint {
+    std::int64_t runId = 0;
+    int step = 0;
+    std::string key;
+    double value = 0;
+    double wallTime = 0;
+};
+
+struct EventRecord {
+    std::int64_t runId = 0;
+    double time = 0;
+    std::string severity;
+    std::string kind;
+    std::string message;
+};
+
+struct ArtifactRecord {
+    std::int64_t runId = 0;
+    std::string kind; // checkpoint
+    int step = 0;
+    std::string path;
+    std::int64_t bytes = 0;
+    double createdAt = 0;
+};
+
+struct RunSummary {
+    int stepsDone = 0;
+    std::optional<double> finalLoss, finalValLoss, finalValAccuracy;
+    std::string message;
+};
+
+// Seconds since the epoch, as stored.
+double wallClockNow();
+
+class RunStore final {
+public:
+    enum class Mode { ReadWrite, ReadOnly };
+    // Opens (creating if needed) and migrates the schema. Throws StoreError with
+    // one clear sentence for a file that is not SQLite, read-only, from a newer
+    // Trainbench, or in a folder that cannot be written.
+    explicit RunStore(const std::string& path, Mode mode = Mode::ReadWrite);
+    ~RunStore();
+    RunStore(const RunStore&) = delete;
+    RunStore& operator=(const RunStore&) = delete;
+
+    static int schemaVersion();
+    // $TRAINBENCH_DB, else $XDG_DATA_HOME/trainbench/experiments.db, else ~/.local/share/...
+    static std::string defaultPath();
+    // Checkpoint folder of a run: <db folder>/runs/<id>.
+    std::string runFolder(std::int64_t runId) const;
+    const std::string& path() const { return m_path; }
+
+    std::int64_t createRun(const NewRun& run);
+    // Records this process as the owner (pid, its start time, host) of a running run.
+    void markRunning(std::int64_t runId, int stepsTotal, const std::string& device, const std::string& precision);
+    void markEnded(std::int64_t runId, RunStatus status, const RunSummary& summary);
+    void heartbeat(std::int64_t runId, int stepsDone);
+
+    void appendMetrics(const std::vector<MetricPoint>& points);
+    // Drops metrics recorded after `step` (a resume re-runs those steps).
+    void truncateMetricsAfter(std::int64_t runId, int step);
+    void addEvent(const EventRecord& event);
+    void addArtifact(const ArtifactRecord& artifact);
+
+    std::vector<RunRecord> listRuns();
+    std::optional<RunRecord> run(std::int64_t runId);
+    std::vector<MetricPoint> metrics(std::int64_t runId, const std::string& key = {});
+    std::map<std::string, MetricPoint> latestMetrics(std::int64_t runId);
+    std::vector<EventRecord> events(std::int64_t runId);
+    std::vector<ArtifactRecord> artifacts(std::int64_t runId);
+    std::optional<ArtifactRecord> latestCheckpoint(std::int64_t runId);
+
+    // Runs left "running" by a process that no longer exists become
+    // "interrupted". Called on open; returns how many were changed.
+    int reconcileInterrupted();
+
+    Database& database();
+
+private:
+    void migrate();
+    std::unique_ptr<Database> m_db;
+    std::string m_path;
+    bool m_readOnly;
+};
+
+} // namespace tb

@@ -1,0 +1,91 @@
+#pragma once
+// Datasets the trainer samples from. Each yields (inputs, targets, loss mask).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "config/RunConfig.h"
+
+namespace tb {
+
+struct Batch {
+    torch::Tensor inputs;  // [B, T] int64
+    torch::Tensor targets; // [B, T] int64
+    torch::Tensor mask;    // [B, T] float, 1 where the position counts in the loss
+    Batch to(const torch::Device& device) const
+    {
+        return {inputs.to(device), targets.to(device), mask.to(device)};
+    }
+};
+
+class Dataset {
+public:
+    virtual ~Dataset() = default;
+    virtual int vocabSize() const = 0;
+    virtual int seqLen() const = 0;
+    // A random training batch drawn with gen (its state is checkpointed).
+    virtual Batch trainBatch(int batchSize, at::Generator& gen) const = 0;
+    // The fixed validation set, split into batches (same every call).
+    virtual std::vector<Batch> validationBatches(int batchSize, int maxBatches) const = 0;
+    // Whether exact-match accuracy over the masked positions means something.
+    virtual bool hasExactMatch() const = 0;
+    virtual std::string describe() const = 0;
+};
+
+// Throws InputError (e.g. unreadable or too short text file).
+std::unique_ptr<Dataset> makeDataset(const RunConfig& config);
+
+// Addition: "a+b=" followed by the digits of a+b, least significant first,
+// then an end marker. Reversing the answer lets a causal model produce each
+// digit after the digits it depends on (carries flow from low to high digits).
+// Pairs are split into train/held-out by a hash, so validation sums never
+// appear in training.
+class AdditionDataset final : public Dataset {
+public:
+    enum Token { Plus = 10, Equals = 11, End = 12 };
+    AdditionDataset(int digits, double valFraction);
+    int vocabSize() const override { return 13; }
+    int seqLen() const override { return additionSequenceLength(m_digits); }
+    Batch trainBatch(int batchSize, at::Generator& gen) const override;
+    std::vector<Batch> validationBatches(int batchSize, int maxBatches) const override;
+    bool hasExactMatch() const override { return true; }
+    std::string describe() const override;
+
+    bool isHeldOut(std::uint64_t a, std::uint64_t b) const;
+    // The full token sequence of one example (length seqLen() + 1).
+    std::vector<std::int64_t> encode(std::uint64_t a, std::uint64_t b) const;
+
+private:
+    Batch makeBatch(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& pairs) const;
+    int m_digits;
+    double m_valFraction;
+    std::uint64_t m_limit; // 10^digits
+};
+
+// Byte-level language modelling on a text file; the last val_fraction of the
+// bytes is the validation split.
+class TextDataset final : public Dataset {
+public:
+    TextDataset(std::string bytes, std::string sourceName, int seqLen, double valFraction);
+    int vocabSize() const override { return 256; }
+    int seqLen() const override { return m_seqLen; }
+    Batch trainBatch(int batchSize, at::Generator& gen) const override;
+    std::vector<Batch> validationBatches(int batchSize, int maxBatches) const override;
+    bool hasExactMatch() const override { return false; }
+    std::string describe() const override;
+
+private:
+    Batch windows(const torch::Tensor& starts) const;
+    torch::Tensor m_data; // uint8 -> int64 on demand
+    std::string m_source;
+    int m_seqLen;
+    std::int64_t m_trainEnd;
+};
+
+// The bundled public-domain sample text (compiled into the binary).
+std::string bundledSampleText();
+
+} // namespace tb

@@ -1,0 +1,82 @@
+#pragma once
+// The one place where LibTorch version differences live (1.13 on Debian, 2.x in
+// PyTorch wheels on GPU servers).
+
+#include <torch/torch.h>
+#include <torch/version.h>
+#include <ATen/autocast_mode.h>
+
+namespace tb::compat {
+
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+inline void setAutocast(c10::DeviceType device, bool enabled, at::ScalarType dtype)
+{
+    at::autocast::set_autocast_enabled(device, enabled);
+    at::autocast::set_autocast_dtype(device, dtype);
+}
+inline bool autocastEnabled(c10::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
+inline at::ScalarType autocastDtype(c10::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
+#else
+inline void setAutocast(c10::DeviceType device, bool enabled, at::ScalarType dtype)
+{
+    if (device == c10::DeviceType::CUDA) {
+        at::autocast::set_enabled(enabled);
+        at::autocast::set_autocast_gpu_dtype(dtype);
+    } else {
+        at::autocast::set_cpu_enabled(enabled);
+        at::autocast::set_autocast_cpu_dtype(dtype);
+    }
+}
+inline bool autocastEnabled(c10::DeviceType device)
+{
+    return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+inline at::ScalarType autocastDtype(c10::DeviceType device)
+{
+    return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                           : at::autocast::get_autocast_cpu_dtype();
+}
+#endif
+
+// Enables autocast for a scope and restores the previous state after it.
+class AutocastScope final {
+public:
+    AutocastScope(c10::DeviceType device, bool enabled, at::ScalarType dtype)
+        : m_device(device), m_wasEnabled(autocastEnabled(device)), m_oldDtype(autocastDtype(device)),
+          m_active(enabled)
+    {
+        if (m_active) setAutocast(device, true, dtype);
+    }
+    ~AutocastScope()
+    {
+        if (!m_active) return;
+        setAutocast(m_device, m_wasEnabled, m_oldDtype);
+        at::autocast::clear_cache();
+    }
+    AutocastScope(const AutocastScope&) = delete;
+    AutocastScope& operator=(const AutocastScope&) = delete;
+
+private:
+    c10::DeviceType m_device;
+    bool m_wasEnabled;
+    at::ScalarType m_oldDtype;
+    bool m_active;
+};
+
+// RNG state of a generator as a byte tensor, and back.
+inline torch::Tensor generatorState(at::Generator& gen)
+{
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    return gen.get_state();
+}
+inline void setGeneratorState(at::Generator& gen, const torch::Tensor& state)
+{
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+}
+inline at::Generator defaultGenerator(const torch::Device& device)
+{
+    return at::globalContext().defaultGenerator(device);
+}
+
+} // namespace tb::compat

@@ -1,0 +1,28 @@
+#pragma once
+// The pieces of one optimisation step, shared by the Trainer and the tests
+// that check equivalences (accumulation, checkpointing) on real gradients.
+
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "train/Datasets.h"
+#include "train/Gpt.h"
+
+namespace tb {
+
+// Sum of masked token cross-entropies divided by `normalizer` (the number of
+// masked tokens over every micro-batch of the step, so that accumulating
+// micro-batch gradients equals the gradient of the whole batch).
+torch::Tensor maskedLossSum(const torch::Tensor& logits, const Batch& batch, double normalizer);
+
+// Masked token count of a set of micro-batches.
+double maskedTokenCount(const std::vector<Batch>& microBatches);
+
+// Linear warmup, then cosine decay to 10% of the peak (or constant).
+double learningRateAt(int step, int totalSteps, int warmupSteps, double peak, bool cosine);
+
+// GptOptions for a config and a dataset.
+GptOptions gptOptionsFor(const RunConfig& config, const Dataset& data);
+
+} // namespace tb

@@ -1,0 +1,415 @@
+#include "train/Trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "memory/MemoryProbe.h"
+#include "train/CudaCapability.h"
+#include "train/Datasets.h"
+#include "train/Gpt.h"
+#include "train/LossScaler.h"
+#include "train/Threads.h"
+#include "train/TorchCompat.h"
+#include "train/TrainStep.h"
+
+namespace tb {
+namespace {
+
+constexpr std::int64_t kCheckpointFormat = 1;
+
+std::string firstLine(const std::string& text)
+{
+    const auto nl = text.find('\n');
+    return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+std::string fixed(double v, int digits)
+{
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(digits) << v;
+    return out.str();
+}
+
+int cudaIndexOf(const std::string& device)
+{
+    const auto colon = device.find(':');
+    return colon == std::string::npos ? 0 : std::stoi(device.substr(colon + 1));
+}
+
+} // namespace
+
+std::string torchVersion() { return TORCH_VERSION; }
+
+std::string resolveDevice(const std::string& requested)
+{
+    if (requested == "cpu") return "cpu";
+    const bool cuda = torch::cuda::is_available();
+    if (requested == "auto") return cuda ? "cuda:0" : "cpu";
+    if (requested != "cuda" && requested.rfind("cuda:", 0) != 0) {
+        throw InputError("device \"" + requested + "\" is not a device name; use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"");
+    }
+    if (!cuda) {
+        throw InputError("device \"" + requested
+                         + "\" is not usable here: LibTorch sees no CUDA device (this LibTorch may be built without "
+                           "CUDA, as Debian's 1.13 is, or there is no NVIDIA driver or GPU). Use \"cpu\" or \"auto\"");
+    }
+    const int index = requested == "cuda" ? 0 : cudaIndexOf(requested);
+    const int count = static_cast<int>(torch::cuda::device_count());
+    if (index >= count) {
+        throw InputError("device \"" + requested + "\" does not exist: LibTorch sees " + std::to_string(count)
+                         + " CUDA device(s), cuda:0 to cuda:" + std::to_string(count - 1));
+    }
+    return "cuda:" + std::to_string(index);
+}
+
+std::string resolvePrecision(const std::string& requested, const std::string& device)
+{
+    if (device == "cpu") {
+        if (requested == "fp16") throw InputError("train.precision: fp16 needs a CUDA device; on the CPU use \"fp32\" or \"bf16\"");
+        return requested == "auto" ? "fp32" : requested;
+    }
+    const auto cc = cudaComputeCapability(cudaIndexOf(device));
+    const bool nativeBf16 = cc.known() && cc.major >= 8;
+    if (requested == "bf16" && cc.known() && !nativeBf16) {
+        // Story 4 of FAILURES.md: emulated bf16 passes is_bf16_supported() and then fails in the scaler.
+        throw InputError("train.precision: bf16 needs compute capability 8.0 or newer, this GPU has "
+                         + std::to_string(cc.major) + "." + std::to_string(cc.minor)
+                         + "; use \"fp16\" (with loss scaling) or \"auto\"");
+    }
+    if (requested != "auto") return requested;
+    return nativeBf16 ? "bf16" : "fp16";
+}
+
+struct Trainer::Impl {
+    RunConfig config;
+    TrainerOptions options;
+    std::string device;
+    std::string precision;
+    torch::Device torchDevice{torch::kCPU};
+    std::unique_ptr<Dataset> data;
+    Gpt model{nullptr};
+    std::vector<torch::Tensor> trainable;
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    at::Generator dataGen;
+    std::vector<Batch> validation;
+    DynamicLossScaler scaler;
+    int startStep = 0;
+    std::string lastCheckpoint;
+
+    bool autocast() const { return precision == "bf16" || precision == "fp16"; }
+    at::ScalarType autocastDtype() const { return precision == "bf16" ? torch::kBFloat16 : torch::kHalf; }
+    bool useScaler() const { return precision == "fp16"; }
+
+    void setLearningRate(double lr)
+    {
+        for (auto& group : optimizer->param_groups()) {
+            if (config.optim.optimizer == "sgd") {
+                static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+            } else {
+                static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+            }
+        }
+    }
+
+    EvalMetrics evaluate(int step)
+    {
+        torch::NoGradGuard noGrad;
+        model->eval();
+        double lossSum = 0, tokens = 0, exact = 0, examples = 0;
+        for (const auto& cpuBatch : validation) {
+            const auto batch = cpuBatch.to(torchDevice);
+            torch::Tensor logits;
+            {
+                compat::AutocastScope scope(torchDevice.type(), autocast(), autocastDtype());
+                logits = model->forward(batch.inputs);
+            }
+            lossSum += maskedLossSum(logits, batch, 1.0).item<double>();
+            tokens += batch.mask.sum().item<double>();
+            if (data->hasExactMatch()) {
+                const auto correct = (logits.argmax(-1) == batch.targets).to(torch::kFloat);
+                // An example is right when every masked position is right.
+                const auto wrong = ((1.0 - correct) * batch.mask).sum(1);
+                exact += (wrong == 0).sum().item<double>();
+                examples += static_cast<double>(batch.inputs.size(0));
+            }
+        }
+        model->train();
+        EvalMetrics m;
+        m.step = step;
+        m.valLoss = tokens > 0 ? lossSum / tokens : 0.0;
+        m.valAccuracy = examples > 0 ? exact / examples : -1.0;
+        return m;
+    }
+
+    std::string saveCheckpoint(int step, const TrainerCallbacks& callbacks)
+    {
+        namespace fs = std::filesystem;
+        if (options.checkpointDir.empty()) return {};
+        fs::create_directories(options.checkpointDir);
+        std::ostringstream name;
+        name << "step-" << std::setw(7) << std::setfill('0') << step << ".pt";
+        const auto path = (fs::path(options.checkpointDir) / name.str()).string();
+        torch::serialize::OutputArchive archive;
+        archive.write("format", torch::tensor(kCheckpointFormat));
+        archive.write("step", torch::tensor(static_cast<std::int64_t>(step)));
+        for (const auto& p : model->named_parameters()) archive.write("model." + p.key(), p.value().detach().cpu());
+        for (const auto& b : model->named_buffers()) archive.write("buffer." + b.key(), b.value().cpu(), true);
+        torch::serialize::OutputArchive optimizerArchive;
+        optimizer->save(optimizerArchive);
+        archive.write("optimizer", optimizerArchive);
+        auto cpuGen = compat::defaultGenerator(torch::Device(torch::kCPU));
+        archive.write("rng.cpu", compat::generatorState(cpuGen));
+        archive.write("rng.data", compat::generatorState(dataGen));
+        if (torchDevice.is_cuda()) {
+            auto cudaGen = compat::defaultGenerator(torchDevice);
+            archive.write("rng.cuda", compat::generatorState(cudaGen));
+        }
+        archive.write("scaler", torch::tensor({scaler.currentScale(), static_cast<double>(scaler.goodSteps())},
+                                              torch::kDouble));
+        // Write then rename: a kill during the write never leaves a torn checkpoint.
+        const auto partial = path + ".partial";
+        archive.save_to(partial);
+        fs::rename(partial, path);
+        std::error_code ec;
+        const auto bytes = static_cast<std::int64_t>(fs::file_size(path, ec));
+        lastCheckpoint = path;
+        if (callbacks.onCheckpoint) callbacks.onCheckpoint(step, path, bytes);
+        return path;
+    }
+
+    void loadCheckpoint(const std::string& path)
+    {
+        torch::serialize::InputArchive archive;
+        try {
+            archive.load_from(path);
+        } catch (const c10::Error& e) {
+            throw InputError("checkpoint " + path + " cannot be read (" + firstLine(e.what_without_backtrace())
+                             + "); it may be truncated or not a Trainbench checkpoint");
+        }
+        try {
+            torch::Tensor t;
+            archive.read("format", t);
+            if (t.item<std::int64_t>() != kCheckpointFormat) {
+                throw InputError("checkpoint " + path + " has format " + std::to_string(t.item<std::int64_t>())
+                                 + ", this Trainbench reads format " + std::to_string(kCheckpointFormat));
+            }
+            archive.read("step", t);
+            startStep = static_cast<int>(t.item<std::int64_t>());
+            torch::NoGradGuard noGrad;
+            for (auto& p : model->named_parameters()) {
+                torch::Tensor saved;
+                archive.read("model." + p.key(), saved);
+                if (saved.sizes() != p.value().sizes()) {
+                    throw InputError("checkpoint " + path + " does not match this model: " + p.key() + " has shape "
+                                     + c10::str(saved.sizes()) + ", the config builds " + c10::str(p.value().sizes()));
+                }
+                p.value().copy_(saved);
+            }
+            torch::serialize::InputArchive optimizerArchive;
+            archive.read("optimizer", optimizerArchive);
+            optimizer->load(optimizerArchive);
+            archive.read("rng.cpu", t);
+            auto cpuGen = compat::defaultGenerator(torch::Device(torch::kCPU));
+            compat::setGeneratorState(cpuGen, t);
+            archive.read("rng.data", t);
+            compat::setGeneratorState(dataGen, t);
+            if (torchDevice.is_cuda() && archive.try_read("rng.cuda", t)) {
+                auto cudaGen = compat::defaultGenerator(torchDevice);
+                compat::setGeneratorState(cudaGen, t);
+            }
+            archive.read("scaler", t);
+            scaler.setScale(t[0].item<double>(), static_cast<int>(t[1].item<double>()));
+        } catch (const c10::Error& e) {
+            throw InputError("checkpoint " + path + " does not fit this run (" + firstLine(e.what_without_backtrace())
+                             + ")");
+        }
+    }
+};
+
+Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std::make_unique<Impl>())
+{
+    if (auto issues = validateConfig(config); !issues.empty()) throw ConfigError("config", std::move(issues));
+    m->config = config;
+    m->options = options;
+    applyThreadCount(config.train.threads);
+    m->device = resolveDevice(config.device);
+    m->precision = resolvePrecision(config.train.precision, m->device);
+    m->torchDevice = torch::Device(m->device);
+    if (options.measureMemory && m->device == "cpu") MemoryProbe::installCpuCounter();
+
+    torch::manual_seed(config.train.seed);
+    m->data = makeDataset(config);
+    m->model = Gpt(gptOptionsFor(config, *m->data));
+    m->model->freezeBaseForLora();
+    m->model->to(m->torchDevice);
+    m->model->train();
+    for (auto& p : m->model->parameters()) {
+        if (p.requires_grad()) m->trainable.push_back(p);
+    }
+    const auto& o = config.optim;
+    if (o.optimizer == "sgd") {
+        m->optimizer = std::make_unique<torch::optim::SGD>(
+            m->trainable, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay));
+    } else {
+        m->optimizer = std::make_unique<torch::optim::AdamW>(
+            m->trainable,
+            torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).weight_decay(o.weightDecay));
+    }
+    m->dataGen = at::make_generator<at::CPUGeneratorImpl>(config.train.seed * 0x9e3779b97f4a7c15ULL + 17);
+    m->validation = m->data->validationBatches(config.train.batchSize, config.train.evalBatches);
+    if (!options.resumeFrom.empty()) m->loadCheckpoint(options.resumeFrom);
+}
+
+Trainer::~Trainer() = default;
+
+const std::string& Trainer::device() const { return m->device; }
+const std::string& Trainer::precision() const { return m->precision; }
+int Trainer::startStep() const { return m->startStep; }
+std::string Trainer::datasetDescription() const { return m->data->describe(); }
+
+std::int64_t Trainer::parameterCount() const
+{
+    std::int64_t n = 0;
+    for (const auto& p : m->model->parameters()) n += p.numel();
+    return n;
+}
+
+std::int64_t Trainer::trainableParameterCount() const
+{
+    std::int64_t n = 0;
+    for (const auto& p : m->trainable) n += p.numel();
+    return n;
+}
+
+TrainResult Trainer::run(const TrainerCallbacks& callbacks)
+{
+    using Clock = std::chrono::steady_clock;
+    const auto& t = m->config.train;
+    const int total = t.steps;
+    const int evalEvery = t.evalEvery > 0 ? t.evalEvery : std::max(1, total / 10);
+    const auto emit = [&](const char* severity, const char* kind, const std::string& message) {
+        if (callbacks.onEvent) callbacks.onEvent({severity, kind, message});
+    };
+    TrainResult result;
+    result.stepsDone = m->startStep;
+    emit("info", "start",
+         (m->startStep > 0 ? "resumed at step " + std::to_string(m->startStep) + " on " : "training on ") + m->device
+             + ", precision " + m->precision + ", " + std::to_string(parameterCount()) + " parameters ("
+             + std::to_string(trainableParameterCount()) + " trainable), " + m->data->describe());
+    if (m->validation.empty()) emit("warning", "validation", "the validation split is empty; no validation loss will be reported");
+
+    const std::string memoryDevice = m->options.measureMemory ? m->device : std::string();
+    const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen();
+    torch::Tensor lossAccumulator;
+    try {
+        for (int step = m->startStep + 1; step <= total; ++step) {
+            if (m_cancel.load()) break;
+            const auto started = Clock::now();
+            if (!memoryDevice.empty()) MemoryProbe::resetPeak(memoryDevice);
+
+            const double lr = learningRateAt(step, total, m->config.optim.warmupSteps, m->config.optim.lr,
+                                             m->config.optim.schedule == "cosine");
+            m->setLearningRate(lr);
+            m->optimizer->zero_grad();
+
+            std::vector<Batch> micro;
+            micro.reserve(t.gradAccum);
+            for (int i = 0; i < t.gradAccum; ++i) micro.push_back(m->data->trainBatch(t.batchSize, m->dataGen));
+            const double normalizer = maskedTokenCount(micro);
+            lossAccumulator = torch::zeros({}, torch::TensorOptions().device(m->torchDevice));
+            for (const auto& cpuBatch : micro) {
+                const auto batch = cpuBatch.to(m->torchDevice);
+                torch::Tensor loss;
+                {
+                    compat::AutocastScope scope(m->torchDevice.type(), m->autocast(), m->autocastDtype());
+                    loss = maskedLossSum(m->model->forward(batch.inputs), batch, normalizer);
+                }
+                (m->useScaler() ? m->scaler.scale(loss) : loss).backward();
+                lossAccumulator += loss.detach();
+            }
+
+            bool skipped = false;
+            if (m->useScaler()) {
+                const bool finite = m->scaler.unscale(m->trainable);
+                m->scaler.update(finite);
+                skipped = !finite;
+            }
+            double gradNorm = 0;
+            if (!skipped) {
+                const double clip = m->config.optim.gradClip > 0 ? m->config.optim.gradClip
+                                                                  : std::numeric_limits<double>::infinity();
+                gradNorm = torch::nn::utils::clip_grad_norm_(m->trainable, clip);
+                m->optimizer->step();
+            } else {
+                emit("warning", "loss_scale",
+                     "step " + std::to_string(step) + ": fp16 gradients overflowed; step skipped, loss scale now "
+                         + fixed(m->scaler.currentScale(), 0));
+            }
+            result.stepsDone = step;
+
+            const bool log = step % t.logEvery == 0 || step == total;
+            const bool evalNow = !m->validation.empty() && (step % evalEvery == 0 || step == total);
+            if (log || evalNow || m_cancel.load()) {
+                // Reading the loss synchronises a GPU: only when it is reported.
+                const double loss = lossAccumulator.item<double>();
+                result.finalLoss = loss;
+                if (!std::isfinite(loss)) {
+                    result.status = TrainResult::Status::Failed;
+                    result.message = "the loss became " + std::string(std::isnan(loss) ? "NaN" : "infinite")
+                        + " at step " + std::to_string(step) + " (learning rate " + fixed(lr, 6)
+                        + "): lower optim.lr, keep optim.grad_clip on, or train in fp32";
+                    emit("error", "diverged", result.message);
+                    return result;
+                }
+                if (log && callbacks.onStep) {
+                    StepMetrics s;
+                    s.step = step;
+                    s.totalSteps = total;
+                    s.loss = loss;
+                    s.lr = lr;
+                    s.gradNorm = gradNorm;
+                    s.stepMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+                    s.tokensPerSecond = tokensPerStep / std::max(s.stepMs / 1000.0, 1e-9);
+                    if (!memoryDevice.empty()) {
+                        const auto mem = MemoryProbe::snapshot(memoryDevice);
+                        s.memCurrentBytes = mem.currentBytes;
+                        s.memPeakBytes = mem.peakBytes;
+                    }
+                    s.lossScale = m->useScaler() ? m->scaler.currentScale() : 0.0;
+                    s.skipped = skipped;
+                    callbacks.onStep(s);
+                }
+            }
+            if (evalNow) {
+                const auto e = m->evaluate(step);
+                result.finalValLoss = e.valLoss;
+                result.finalValAccuracy = e.valAccuracy;
+                if (callbacks.onEval) callbacks.onEval(e);
+            }
+            if (t.checkpointEvery > 0 && step % t.checkpointEvery == 0 && step != total) {
+                m->saveCheckpoint(step, callbacks);
+            }
+        }
+        const bool cancelled = result.stepsDone < total;
+        if (result.stepsDone > m->startStep || cancelled) result.lastCheckpoint = m->saveCheckpoint(result.stepsDone, callbacks);
+        if (result.lastCheckpoint.empty()) result.lastCheckpoint = m->lastCheckpoint;
+        result.status = cancelled ? TrainResult::Status::Cancelled : TrainResult::Status::Finished;
+        result.message = cancelled ? "cancelled after step " + std::to_string(result.stepsDone) + " of " + std::to_string(total)
+                                   : "finished " + std::to_string(total) + " steps";
+        if (result.stepsDone == m->startStep && !cancelled) result.message = "nothing to do: already at step " + std::to_string(total);
+    } catch (const c10::Error& e) {
+        result.status = TrainResult::Status::Failed;
+        result.message = firstLine(e.what_without_backtrace());
+        emit("error", "exception", result.message);
+    } catch (const std::exception& e) {
+        result.status = TrainResult::Status::Failed;
+        result.message = e.what();
+        emit("error", "exception", result.message);
+    }
+    return result;
+}
+
+} // namespace tb

@@ -1,0 +1,99 @@
+#pragma once
+// The training loop behind both front ends. No LibTorch types in this header:
+// the GUI and the CLI include it without pulling in torch/torch.h.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "config/RunConfig.h"
+
+namespace tb {
+
+struct StepMetrics {
+    int step = 0; // 1-based, the step just finished
+    int totalSteps = 0;
+    double loss = 0;
+    double lr = 0;
+    double gradNorm = 0;
+    double tokensPerSecond = 0;
+    double stepMs = 0;
+    std::int64_t memCurrentBytes = 0;
+    std::int64_t memPeakBytes = 0; // peak within this step
+    double lossScale = 0;          // fp16 only
+    bool skipped = false;          // fp16: gradients overflowed, step skipped
+};
+
+struct EvalMetrics {
+    int step = 0;
+    double valLoss = 0;
+    double valAccuracy = -1; // exact match in [0, 1]; -1 when the task has none
+};
+
+struct TrainerEvent {
+    std::string severity; // info | warning | error
+    std::string kind;     // e.g. checkpoint, precision, diverged
+    std::string message;
+};
+
+struct TrainerCallbacks {
+    std::function<void(const StepMetrics&)> onStep;
+    std::function<void(const EvalMetrics&)> onEval;
+    std::function<void(const TrainerEvent&)> onEvent;
+    std::function<void(int step, const std::string& path, std::int64_t bytes)> onCheckpoint;
+};
+
+struct TrainerOptions {
+    std::string checkpointDir; // empty: no checkpoints
+    std::string resumeFrom;    // a checkpoint file to continue from
+    bool measureMemory = true; // counting allocator on CPU, caching-allocator stats on CUDA
+};
+
+struct TrainResult {
+    enum class Status { Finished, Cancelled, Failed };
+    Status status = Status::Failed;
+    int stepsDone = 0;
+    double finalLoss = 0;
+    double finalValLoss = -1;
+    double finalValAccuracy = -1;
+    std::string message;
+    std::string lastCheckpoint;
+};
+
+// "auto" -> "cuda" where LibTorch sees a GPU, else "cpu". Throws InputError
+// for a device that does not exist here, naming what does.
+std::string resolveDevice(const std::string& requested);
+// The precision a run will use: auto -> bf16 where native on CUDA, fp16 with
+// loss scaling on older CUDA GPUs, fp32 on the CPU.
+std::string resolvePrecision(const std::string& requested, const std::string& device);
+// "1.13.1" etc.
+std::string torchVersion();
+
+class Trainer final {
+public:
+    // Builds dataset, model and optimizer. Throws InputError for bad input.
+    Trainer(const RunConfig& config, const TrainerOptions& options);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    TrainResult run(const TrainerCallbacks& callbacks);
+    // Thread-safe; the loop stops after the step in progress and checkpoints.
+    void requestCancel() { m_cancel.store(true); }
+
+    const std::string& device() const;
+    const std::string& precision() const;
+    std::int64_t parameterCount() const;
+    std::int64_t trainableParameterCount() const;
+    int startStep() const; // > 0 after a resume
+    std::string datasetDescription() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m;
+    std::atomic<bool> m_cancel{false};
+};
+
+} // namespace tb

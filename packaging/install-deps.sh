@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian 12 packages Trainbench needs that are missing.
+# Idempotent and non-interactive; runs 'apt-get update' once, only when
+# something must be installed. Usage: packaging/install-deps.sh [--bench]
+set -euo pipefail
+
+packages=(
+  cmake g++ make ccache pkg-config
+  libtorch-dev libopenblas0-pthread     # LibTorch 1.13 (CPU); OpenBLAS: ~8x faster than reference BLAS
+  qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6
+  libsqlite3-dev nlohmann-json3-dev
+  xvfb xauth                            # GUI tests and screenshots under a real X server
+  util-linux                            # setpriv: tests drop root to check read-only databases
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch)             # the PyTorch reference of bench/train_throughput
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
