@@ -23,6 +23,7 @@ endfunction()
 function(tb_add_test name)
   cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
+  set_target_properties(${name} PROPERTIES AUTOMOC ON)
   target_link_libraries(${name} PRIVATE Qt6::Test ${ARG_LIBS})
   target_compile_definitions(${name} PRIVATE QT_NO_KEYWORDS QT_NO_CONTEXTLESS_CONNECT
     TB_SOURCE_DIR="${PROJECT_SOURCE_DIR}"

@@ -107,7 +107,7 @@ int runWithProgress(RunSession& session, bool quiet)
     done = true;
     watcher.join();
 
-    std::cout << "run " << outcome.runId << " " << toString(outcome.status) << ": " << outcome.stepsDone << "/"
+    std::cout << "run " << outcome.runId << " " << runStatusName(outcome.status) << ": " << outcome.stepsDone << "/"
               << outcome.totalSteps << " steps";
     if (outcome.stepsDone > 0) std::cout << ", loss " << outcome.finalLoss;
     if (outcome.finalValLoss >= 0) std::cout << ", val loss " << outcome.finalValLoss;

@@ -27,7 +27,7 @@ int runs(const Args& args)
         for (const auto& r : all) {
             nlohmann::json j = {{"id", r.id},
                                 {"name", r.name},
-                                {"status", toString(r.status)},
+                                {"status", runStatusName(r.status)},
                                 {"steps_done", r.stepsDone},
                                 {"steps_total", r.stepsTotal},
                                 {"device", r.device},
@@ -54,7 +54,7 @@ int runs(const Args& args)
         if (r.finalLoss) std::snprintf(loss, sizeof loss, "%.4f", *r.finalLoss);
         if (r.finalValLoss) std::snprintf(val, sizeof val, "%.4f", *r.finalValLoss);
         std::printf("%-5lld %-24s %-11s %-13s %-10s %-10s %-7s %s\n", static_cast<long long>(r.id),
-                    r.name.substr(0, 24).c_str(), toString(r.status).c_str(), steps.c_str(), loss, val,
+                    r.name.substr(0, 24).c_str(), runStatusName(r.status).c_str(), steps.c_str(), loss, val,
                     r.device.c_str(), formatTime(r.createdAt).c_str());
     }
     return kExitOk;

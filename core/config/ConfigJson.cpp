@@ -176,6 +176,11 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         if (const auto pos = reason.find("syntax error"); pos != std::string::npos) reason = reason.substr(pos);
         throw ConfigError(sourceName, {{"", "not valid JSON at line " + std::to_string(line) + ", column "
                                                 + std::to_string(column) + " (" + reason + ")"}});
+    } catch (const json::exception& e) {
+        // e.g. a number too large for a double ("1e400"): not representable, so not valid here.
+        std::string reason = e.what();
+        if (const auto pos = reason.find("] "); pos != std::string::npos) reason = reason.substr(pos + 2);
+        throw ConfigError(sourceName, {{"", "not valid JSON (" + reason + "); numbers must be finite"}});
     }
     if (!root.is_object()) throw ConfigError(sourceName, {{"", "the config must be a JSON object {...}"}});
 

@@ -35,7 +35,13 @@ std::string closestName(const std::string& name, const std::vector<std::string>&
     }
     // Allow roughly one typo per three characters.
     const int allowed = std::max<int>(2, static_cast<int>(name.size()) / 3);
-    return bestDistance <= allowed ? best : std::string();
+    if (bestDistance <= allowed) return best;
+    // A longer or shorter spelling of a key ("optimiser" for "optim").
+    for (const auto& candidate : candidates) {
+        const auto shorter = std::min(name.size(), candidate.size());
+        if (shorter >= 4 && editDistance(name.substr(0, shorter), candidate.substr(0, shorter)) == 0) return candidate;
+    }
+    return {};
 }
 
 std::string resolvedDataPath(const RunConfig& config)

@@ -144,7 +144,7 @@ double wallClockNow()
     return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string toString(RunStatus status)
+std::string runStatusName(RunStatus status)
 {
     switch (status) {
     case RunStatus::Created: return "created";
@@ -161,7 +161,7 @@ RunStatus runStatusFromString(const std::string& text)
 {
     for (auto s : {RunStatus::Created, RunStatus::Running, RunStatus::Finished, RunStatus::Failed,
                    RunStatus::Cancelled, RunStatus::Interrupted}) {
-        if (toString(s) == text) return s;
+        if (runStatusName(s) == text) return s;
     }
     return RunStatus::Failed;
 }
@@ -228,6 +228,7 @@ RunStore::RunStore(const std::string& path, Mode mode) : m_path(path), m_readOnl
         }
         throw;
     }
+    verifyOwnership();
     if (!m_readOnly) {
         m_db->exec("PRAGMA journal_mode=WAL");
         m_db->exec("PRAGMA synchronous=NORMAL");
@@ -241,28 +242,24 @@ RunStore::~RunStore() = default;
 
 Database& RunStore::database() { return *m_db; }
 
+void RunStore::verifyOwnership()
+{
+    // Someone else's SQLite file (tables but none of ours) is refused before
+    // anything, even the journal mode, is written to it.
+    Statement tables(*m_db, "SELECT count(*), sum(name='runs') FROM sqlite_master WHERE type='table'");
+    tables.step();
+    if (tables.columnInt(0) > 0 && tables.columnInt(1) == 0) {
+        throw StoreError(m_path + " is an SQLite file of another program, not a Trainbench experiment "
+                                  "database; it was left untouched. Choose another file with --db");
+    }
+}
+
 void RunStore::migrate()
 {
     Statement version(*m_db, "PRAGMA user_version");
     version.step();
     int current = static_cast<int>(version.columnInt(0));
     version.reset();
-    if (current > 0) {
-        // A schema version without our tables means someone else's SQLite file.
-        Statement probe(*m_db, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='runs'");
-        probe.step();
-        if (probe.columnInt(0) == 0) {
-            throw StoreError(m_path + " is an SQLite file of another program, not a Trainbench experiment "
-                                      "database; it was left untouched. Choose another file with --db");
-        }
-    } else {
-        Statement probe(*m_db, "SELECT count(*) FROM sqlite_master WHERE type='table'");
-        probe.step();
-        if (probe.columnInt(0) > 0) {
-            throw StoreError(m_path + " is an SQLite file of another program, not a Trainbench experiment "
-                                      "database; it was left untouched. Choose another file with --db");
-        }
-    }
     for (; current < kSchemaVersion; ++current) {
         Transaction tx(*m_db);
         m_db->exec(kMigrations[current]);
@@ -306,7 +303,7 @@ void RunStore::markEnded(std::int64_t runId, RunStatus status, const RunSummary&
     Statement s(*m_db, "UPDATE runs SET status=?, ended_at=?, steps_done=max(steps_done, ?), "
                        "final_loss=coalesce(?, final_loss), final_val_loss=coalesce(?, final_val_loss), "
                        "final_val_accuracy=coalesce(?, final_val_accuracy), message=?, owner_pid=NULL WHERE id=?");
-    s.bind(1, toString(status)).bind(2, wallClockNow()).bind(3, summary.stepsDone).bind(4, summary.finalLoss);
+    s.bind(1, runStatusName(status)).bind(2, wallClockNow()).bind(3, summary.stepsDone).bind(4, summary.finalLoss);
     s.bind(5, summary.finalValLoss).bind(6, summary.finalValAccuracy).bind(7, summary.message).bind(8, runId);
     s.run();
 }

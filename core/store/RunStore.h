@@ -14,7 +14,7 @@ namespace tb {
 class Database;
 
 enum class RunStatus { Created, Running, Finished, Failed, Cancelled, Interrupted };
-std::string toString(RunStatus status);
+std::string runStatusName(RunStatus status);
 RunStatus runStatusFromString(const std::string& text);
 
 struct RunRecord {
@@ -124,6 +124,7 @@ public:
     Database& database();
 
 private:
+    void verifyOwnership();
     void migrate();
     std::unique_ptr<Database> m_db;
     std::string m_path;

@@ -189,15 +189,19 @@ struct Trainer::Impl {
             throw InputError("checkpoint " + path + " cannot be read (" + firstLine(e.what_without_backtrace())
                              + "); it may be truncated or not a Trainbench checkpoint");
         }
-        try {
+        // A fresh tensor per key: InputArchive::read into a defined tensor resizes it in place.
+        const auto read = [&](const char* key) {
             torch::Tensor t;
-            archive.read("format", t);
-            if (t.item<std::int64_t>() != kCheckpointFormat) {
-                throw InputError("checkpoint " + path + " has format " + std::to_string(t.item<std::int64_t>())
+            archive.read(key, t);
+            return t;
+        };
+        try {
+            const auto format = read("format").item<std::int64_t>();
+            if (format != kCheckpointFormat) {
+                throw InputError("checkpoint " + path + " has format " + std::to_string(format)
                                  + ", this Trainbench reads format " + std::to_string(kCheckpointFormat));
             }
-            archive.read("step", t);
-            startStep = static_cast<int>(t.item<std::int64_t>());
+            startStep = static_cast<int>(read("step").item<std::int64_t>());
             torch::NoGradGuard noGrad;
             for (auto& p : model->named_parameters()) {
                 torch::Tensor saved;
@@ -211,17 +215,16 @@ struct Trainer::Impl {
             torch::serialize::InputArchive optimizerArchive;
             archive.read("optimizer", optimizerArchive);
             optimizer->load(optimizerArchive);
-            archive.read("rng.cpu", t);
             auto cpuGen = compat::defaultGenerator(torch::Device(torch::kCPU));
-            compat::setGeneratorState(cpuGen, t);
-            archive.read("rng.data", t);
-            compat::setGeneratorState(dataGen, t);
-            if (torchDevice.is_cuda() && archive.try_read("rng.cuda", t)) {
+            compat::setGeneratorState(cpuGen, read("rng.cpu"));
+            compat::setGeneratorState(dataGen, read("rng.data"));
+            torch::Tensor cudaState;
+            if (torchDevice.is_cuda() && archive.try_read("rng.cuda", cudaState)) {
                 auto cudaGen = compat::defaultGenerator(torchDevice);
-                compat::setGeneratorState(cudaGen, t);
+                compat::setGeneratorState(cudaGen, cudaState);
             }
-            archive.read("scaler", t);
-            scaler.setScale(t[0].item<double>(), static_cast<int>(t[1].item<double>()));
+            const auto scale = read("scaler");
+            scaler.setScale(scale[0].item<double>(), static_cast<int>(scale[1].item<double>()));
         } catch (const c10::Error& e) {
             throw InputError("checkpoint " + path + " does not fit this run (" + firstLine(e.what_without_backtrace())
                              + ")");
@@ -305,6 +308,11 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen();
     torch::Tensor lossAccumulator;
     try {
+        if (m->startStep == 0 && !m->validation.empty()) {
+            // The untrained baseline, so plots and summaries show how far the loss fell.
+            const auto e = m->evaluate(0);
+            if (callbacks.onEval) callbacks.onEval(e);
+        }
         for (int step = m->startStep + 1; step <= total; ++step) {
             if (m_cancel.load()) break;
             const auto started = Clock::now();

@@ -1,0 +1,282 @@
+// trainbench-cli as a user (and a crash) meets it: exit codes, messages,
+// signals, kill -9, resume, and that bad input never damages a database.
+#include <QtTest>
+
+#include <csignal>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "TestPrinters.h"
+#include "store/RunStore.h"
+#include "store/Sqlite.h"
+
+using namespace tb;
+
+namespace {
+
+struct Result {
+    int exitCode = -1;
+    QString out, err;
+};
+
+QByteArray fileBytes(const QString& path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+} // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void init();
+    void versionAndHelp();
+    void tinyRunFinishesListsAndExports();
+    void badInputExitsTwoWithOneMessage_data();
+    void badInputExitsTwoWithOneMessage();
+    void readOnlyDatabaseIsRejectedUntouched();
+    void sigintCancelsWithCheckpointThenResumeFinishes();
+    void killDashNineLeavesAnInterruptedResumableRun();
+
+private:
+    Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
+    QString writeConfig(const QString& name, const QByteArray& json);
+    QString m_db;
+    std::unique_ptr<QTemporaryDir> m_dir;
+};
+
+void TestCli::init()
+{
+    m_dir = std::make_unique<QTemporaryDir>();
+    QVERIFY(m_dir->isValid());
+    m_db = m_dir->filePath("exp.db");
+}
+
+Result TestCli::cli(const QStringList& args, int timeoutMs, const QString& program)
+{
+    QProcess p;
+    p.start(program, args);
+    Result r;
+    if (!p.waitForFinished(timeoutMs)) {
+        p.kill();
+        p.waitForFinished();
+        r.err = "timed out";
+        return r;
+    }
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+QString TestCli::writeConfig(const QString& name, const QByteArray& json)
+{
+    const QString path = m_dir->filePath(name);
+    QFile f(path);
+    f.open(QIODevice::WriteOnly);
+    f.write(json);
+    return path;
+}
+
+static const QByteArray kTiny = R"({"name": "tiny", "device": "cpu",
+  "model": {"n_layer": 1, "d_model": 32, "n_head": 2},
+  "data": {"source": "text", "seq_len": 16},
+  "train": {"batch_size": 4, "steps": 5, "eval_every": 5, "threads": 1}})";
+
+// About 0.1 s a step on the development machine, so signals land mid-run.
+static const QByteArray kSlow = R"({"name": "slow", "device": "cpu",
+  "model": {"n_layer": 2, "d_model": 128, "n_head": 4},
+  "data": {"source": "text", "seq_len": 64},
+  "train": {"batch_size": 32, "steps": 80, "eval_every": 40, "checkpoint_every": 5, "threads": 1}})";
+
+void TestCli::versionAndHelp()
+{
+    auto r = cli({"--version"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(r.out.startsWith("trainbench-cli "));
+    r = cli({"train", "--help"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(r.out.contains("--config FILE"));
+    r = cli({});
+    QCOMPARE(r.exitCode, 2);
+}
+
+void TestCli::tinyRunFinishesListsAndExports()
+{
+    const auto config = writeConfig("tiny.json", kTiny);
+    auto r = cli({"train", "--config", config, "--db", m_db});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+    QVERIFY(r.out.contains("run 1 finished: 5/5 steps"));
+    QVERIFY(r.out.contains("stored in " + m_db));
+
+    r = cli({"runs", "--db", m_db, "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const auto runs = QJsonDocument::fromJson(r.out.toUtf8()).array();
+    QCOMPARE(runs.size(), 1);
+    QCOMPARE(runs[0]["status"].toString(), QString("finished"));
+    QCOMPARE(runs[0]["steps_done"].toInt(), 5);
+    QVERIFY(runs[0]["final_loss"].isDouble());
+
+    r = cli({"export", "1", "--db", m_db});
+    QCOMPARE(r.exitCode, 0);
+    const auto lines = r.out.split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.first(), QString("run,step,key,value,wall_time"));
+    QCOMPARE(lines.filter(QRegularExpression("^1,\\d+,loss,")).size(), 5);
+    QCOMPARE(lines.filter(QRegularExpression("^1,\\d+,val_loss,")).size(), 2); // step 0 and step 5
+
+    r = cli({"export", "1", "--db", m_db, "--format", "json"});
+    QCOMPARE(r.exitCode, 0);
+    const auto points = QJsonDocument::fromJson(r.out.toUtf8()).array();
+    QVERIFY(!points.isEmpty());
+    QVERIFY(points[0].toObject().contains("wall_time"));
+}
+
+void TestCli::badInputExitsTwoWithOneMessage_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    // Placeholders: @DB = an existing good database, @DIR = the temp folder.
+    QTest::newRow("malformed json") << QStringList{"train", "--config", "@DIR/malformed.json", "--db", "@DB"}
+                                    << "not valid JSON at line 2";
+    QTest::newRow("missing data file") << QStringList{"train", "--config", "@DIR/nodata.json", "--db", "@DB"}
+                                       << "data.path: file not found";
+    QTest::newRow("missing config") << QStringList{"train", "--config", "@DIR/none.json", "--db", "@DB"}
+                                    << "config file not found";
+    QTest::newRow("not sqlite") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DIR/notes.db"}
+                                << "is not a Trainbench experiment database";
+    QTest::newRow("unwritable location") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "/proc/tb/exp.db"}
+                                         << "choose another location with --db";
+    QTest::newRow("no such cuda device") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DB", "--device", "cuda:7"}
+                                         << "device \"cuda:7\"";
+    QTest::newRow("not a device") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DB", "--device", "tpu"}
+                                  << "device: must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"";
+    QTest::newRow("bad steps") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DB", "--steps", "ten"}
+                               << "--steps must be an integer";
+    QTest::newRow("unknown option") << QStringList{"train", "--config", "@DIR/tiny.json", "--bd", "@DB"}
+                                    << "unknown option --bd";
+    QTest::newRow("resume unknown run") << QStringList{"resume", "42", "--db", "@DB"} << "run 42 does not exist";
+    QTest::newRow("resume finished run") << QStringList{"resume", "1", "--db", "@DB"} << "already finished";
+    QTest::newRow("export bad id") << QStringList{"export", "x", "--db", "@DB"} << "RUN_ID must be a positive integer";
+    QTest::newRow("runs missing db") << QStringList{"runs", "--db", "@DIR/none.db"} << "no experiment database at";
+}
+
+void TestCli::badInputExitsTwoWithOneMessage()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    writeConfig("tiny.json", kTiny);
+    writeConfig("malformed.json", "{\n  \"train\": {\"steps\": 10,,}\n}");
+    writeConfig("nodata.json", R"({"data": {"source": "text", "path": "corpus-that-is-gone.txt"}})");
+    writeConfig("notes.db", "my notes, not a database\n");
+    // A good database with one finished run, to prove bad input never damages it.
+    QCOMPARE(cli({"train", "--config", m_dir->filePath("tiny.json"), "--db", m_db, "--quiet"}).exitCode, 0);
+    const auto before = fileBytes(m_db), notesBefore = fileBytes(m_dir->filePath("notes.db"));
+
+    for (auto& a : args) a.replace("@DB", m_db).replace("@DIR", m_dir->path());
+    const auto r = cli(args);
+    QVERIFY2(r.exitCode == 2, qPrintable(QString("exit %1\n%2%3").arg(r.exitCode).arg(r.out, r.err)));
+    QVERIFY2(r.err.startsWith("trainbench-cli: error: "), qPrintable(r.err));
+    QCOMPARE(r.err.count("trainbench-cli: error: "), 1);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+    QVERIFY(!r.err.contains("terminate") && !r.err.contains("Aborted"));
+    QCOMPARE(fileBytes(m_db), before);
+    QCOMPARE(fileBytes(m_dir->filePath("notes.db")), notesBefore);
+}
+
+void TestCli::readOnlyDatabaseIsRejectedUntouched()
+{
+    const auto config = writeConfig("tiny.json", kTiny);
+    QCOMPARE(cli({"train", "--config", config, "--db", m_db, "--quiet"}).exitCode, 0);
+    // Checkpoint the WAL into the main file so the read-only copy is self-contained.
+    { Database db(m_db.toStdString(), Database::Mode::ReadWrite); db.exec("PRAGMA wal_checkpoint(TRUNCATE)"); }
+    QFile::remove(m_db + "-wal");
+    QFile::remove(m_db + "-shm");
+    const auto before = fileBytes(m_db);
+    QVERIFY(::chmod(m_db.toLocal8Bit().constData(), 0444) == 0);
+    QVERIFY(::chmod(m_dir->path().toLocal8Bit().constData(), 0555) == 0);
+    QVERIFY(::chmod(config.toLocal8Bit().constData(), 0444) == 0);
+    Result r;
+    if (::geteuid() == 0) {
+        // root writes through permission bits: run the CLI as 'nobody' instead.
+        r = cli({"--reuid=65534", "--regid=65534", "--clear-groups", TB_CLI_PATH, "train", "--config", config, "--db", m_db},
+                120000, "setpriv");
+    } else {
+        r = cli({"train", "--config", config, "--db", m_db});
+    }
+    ::chmod(m_dir->path().toLocal8Bit().constData(), 0755);
+    QVERIFY2(r.exitCode == 2, qPrintable(QString("exit %1: %2").arg(r.exitCode).arg(r.err)));
+    QVERIFY2(r.err.contains("read-only") || r.err.contains("is its folder writable"), qPrintable(r.err));
+    QCOMPARE(fileBytes(m_db), before);
+}
+
+void TestCli::sigintCancelsWithCheckpointThenResumeFinishes()
+{
+    const auto config = writeConfig("slow.json", kSlow);
+    QProcess p;
+    p.start(TB_CLI_PATH, {"train", "--config", config, "--db", m_db});
+    QVERIFY(p.waitForStarted());
+    // Wait for a few steps, then press Ctrl-C.
+    QByteArray output;
+    QTRY_VERIFY_WITH_TIMEOUT((output += p.readAllStandardOutput()).contains("step 1/"), 60000);
+    QTest::qWait(1500);
+    ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 130);
+
+    RunStore store(m_db.toStdString());
+    auto run = store.run(1);
+    QCOMPARE(run->status, RunStatus::Cancelled);
+    const int stoppedAt = run->stepsDone;
+    QVERIFY(stoppedAt > 0 && stoppedAt < 80);
+    const auto checkpoint = store.latestCheckpoint(1);
+    QVERIFY(checkpoint.has_value());
+    QCOMPARE(checkpoint->step, stoppedAt); // checkpoint written at the step where it stopped
+
+    const auto r = cli({"resume", "1", "--db", m_db});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+    run = store.run(1);
+    QCOMPARE(run->status, RunStatus::Finished);
+    QCOMPARE(run->stepsDone, 80);
+    const auto losses = store.metrics(1, "loss");
+    QCOMPARE(losses.size(), std::size_t(80));
+    for (std::size_t i = 0; i < losses.size(); ++i) QCOMPARE(losses[i].step, int(i) + 1);
+}
+
+void TestCli::killDashNineLeavesAnInterruptedResumableRun()
+{
+    const auto config = writeConfig("slow.json", kSlow);
+    QProcess p;
+    p.start(TB_CLI_PATH, {"train", "--config", config, "--db", m_db});
+    QVERIFY(p.waitForStarted());
+    QByteArray output;
+    QTRY_VERIFY_WITH_TIMEOUT((output += p.readAllStandardOutput()).contains("step 1/"), 60000);
+    QTest::qWait(2500);
+    const double killedAt = wallClockNow();
+    ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+    QVERIFY(p.waitForFinished(10000));
+
+    {
+        Database db(m_db.toStdString(), Database::Mode::ReadWrite);
+        Statement check(db, "PRAGMA integrity_check");
+        QVERIFY(check.step());
+        QCOMPARE(check.columnText(0), std::string("ok"));
+    }
+    RunStore store(m_db.toStdString()); // opening it notices the dead owner
+    const auto run = store.run(1);
+    QCOMPARE(run->status, RunStatus::Interrupted);
+    const auto losses = store.metrics(1, "loss");
+    QVERIFY(!losses.empty());
+    const double lag = killedAt - losses.back().wallTime;
+    qInfo("last stored metric %.2f s before the kill (step %d)", lag, losses.back().step);
+    QVERIFY2(lag <= 1.5, qPrintable(QString("metrics lag %1 s").arg(lag)));
+
+    const auto r = cli({"resume", "1", "--db", m_db});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+    QCOMPARE(store.run(1)->status, RunStatus::Finished);
+    QCOMPARE(store.metrics(1, "loss").size(), std::size_t(80));
+}
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

@@ -1,0 +1,190 @@
+// Config parsing and validation: what a user sees when a config is wrong.
+#include <QtTest>
+
+#include <filesystem>
+
+#include "config/RunConfig.h"
+
+using namespace tb;
+
+class TestConfig : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void bundledExamplesParse_data();
+    void bundledExamplesParse();
+    void defaultsAreValid();
+    void roundTripThroughJson();
+    void invalidConfigsNameFieldAndReason_data();
+    void invalidConfigsNameFieldAndReason();
+    void everyProblemIsReported();
+    void relativeDataPathResolvesAgainstConfigFolder();
+    void missingFileIsOneClearError();
+};
+
+void TestConfig::bundledExamplesParse_data()
+{
+    QTest::addColumn<QString>("file");
+    for (const auto& entry : std::filesystem::directory_iterator(TB_SOURCE_DIR "/resources/examples")) {
+        const auto name = entry.path().filename().string();
+        QTest::newRow(name.c_str()) << QString::fromStdString(entry.path().string());
+    }
+}
+
+void TestConfig::bundledExamplesParse()
+{
+    QFETCH(QString, file);
+    try {
+        const RunConfig c = loadConfigFile(file.toStdString());
+        QVERIFY(!c.name.empty());
+        QVERIFY(validateConfig(c).empty());
+    } catch (const std::exception& e) {
+        QFAIL(e.what());
+    }
+}
+
+void TestConfig::defaultsAreValid()
+{
+    const RunConfig c = parseConfig("{}");
+    QCOMPARE(c.device, std::string("auto"));
+    QCOMPARE(c.model.positionalEncoding, std::string("learned"));
+    QCOMPARE(c.train.gradAccum, 1);
+    QCOMPARE(c.lora.rank, 0);
+    QCOMPARE(c.data.valFraction, 0.05);
+    QCOMPARE(effectiveSeqLen(c), additionSequenceLength(3));
+}
+
+void TestConfig::roundTripThroughJson()
+{
+    RunConfig c = parseConfig(R"({"name": "rt", "model": {"positional_encoding": "rope", "d_model": 64},
+        "data": {"source": "text", "seq_len": 32}, "optim": {"optimizer": "sgd", "betas": [0.8, 0.9]},
+        "train": {"batch_size": 8, "grad_accum": 2, "seed": 12345678901}, "lora": {"rank": 4, "targets": ["attn"]}})");
+    const RunConfig again = parseConfig(configToJson(c));
+    QCOMPARE(configToJson(again), configToJson(c));
+    QCOMPARE(again.train.seed, std::uint64_t(12345678901ULL));
+    QCOMPARE(again.lora.targets.size(), std::size_t(1));
+    QCOMPARE(again.optim.betas[0], 0.8);
+}
+
+void TestConfig::invalidConfigsNameFieldAndReason_data()
+{
+    QTest::addColumn<QString>("json");
+    QTest::addColumn<QString>("path");
+    QTest::addColumn<QString>("reason");
+    auto row = [](const char* name, const char* json, const char* path, const char* reason) {
+        QTest::newRow(name) << QString(json) << QString(path) << QString(reason);
+    };
+    row("negative batch", R"({"train": {"batch_size": -4}})", "train.batch_size", "must be a positive integer up to 65536, got -4");
+    row("zero batch", R"({"train": {"batch_size": 0}})", "train.batch_size", "got 0");
+    row("absurd batch", R"({"train": {"batch_size": 100000000}})", "train.batch_size", "up to 65536");
+    row("fractional batch", R"({"train": {"batch_size": 4.5}})", "train.batch_size", "must be an integer, got 4.5");
+    row("string batch", R"({"train": {"batch_size": "32"}})", "train.batch_size", "must be an integer, got the string \"32\"");
+    row("unknown key typo", R"({"train": {"batchsize": 4}})", "train.batchsize", "did you mean \"batch_size\"");
+    row("unknown top key", R"({"optimiser": {}})", "optimiser", "did you mean \"optim\"");
+    row("unknown key far", R"({"model": {"zzzzzzzzzz": 1}})", "model.zzzzzzzzzz", "known keys here are");
+    row("zero steps", R"({"train": {"steps": 0}})", "train.steps", "must be a positive integer");
+    row("huge lr", R"({"optim": {"lr": 1e9}})", "optim.lr", "(0, 10]");
+    row("zero lr", R"({"optim": {"lr": 0}})", "optim.lr", "got 0");
+    row("overflowing lr", R"({"optim": {"lr": 1e400}})", "", "number overflow parsing '1e400'");
+    row("negative weight decay", R"({"optim": {"weight_decay": -0.1}})", "optim.weight_decay", "[0, 1]");
+    row("beta is one", R"({"optim": {"betas": [0.9, 1.0]}})", "optim.betas[1]", "[0, 1)");
+    row("betas wrong shape", R"({"optim": {"betas": [0.9]}})", "optim.betas", "array of two numbers");
+    row("optimizer unknown", R"({"optim": {"optimizer": "adamm"}})", "optim.optimizer", "did you mean \"adamw\"");
+    row("schedule unknown", R"({"optim": {"schedule": "linear"}})", "optim.schedule", "must be one of \"cosine\", \"constant\"");
+    row("warmup beyond steps", R"({"train": {"steps": 10}, "optim": {"warmup_steps": 20}})", "optim.warmup_steps", "at most train.steps");
+    row("negative clip", R"({"optim": {"grad_clip": -1}})", "optim.grad_clip", "got -1");
+    row("heads do not divide", R"({"model": {"d_model": 100, "n_head": 3}})", "model.n_head", "must divide model.d_model (100)");
+    row("zero layers", R"({"model": {"n_layer": 0}})", "model.n_layer", "must be a positive integer up to 256, got 0");
+    row("tiny d_model", R"({"model": {"d_model": 4, "n_head": 1}})", "model.d_model", "from 8 to 16384");
+    row("encoding unknown", R"({"model": {"positional_encoding": "alibi"}})", "model.positional_encoding", "\"learned\", \"sinusoidal\", \"rope\"");
+    row("rope odd head", R"({"model": {"d_model": 12, "n_head": 4, "positional_encoding": "rope"}})", "model.positional_encoding", "even head size");
+    row("dropout one", R"({"model": {"dropout": 1.0}})", "model.dropout", "[0, 1)");
+    row("tie not bool", R"({"model": {"tie_embeddings": "yes"}})", "model.tie_embeddings", "must be true or false");
+    row("model type", R"({"model": {"type": "lstm"}})", "model.type", "must be one of \"gpt\"");
+    row("source unknown", R"({"data": {"source": "images"}})", "data.source", "\"addition\", \"text\"");
+    row("digits too many", R"({"data": {"digits": 40}})", "data.digits", "up to 18, got 40");
+    row("addition seq_len", R"({"data": {"digits": 3, "seq_len": 50}})", "data.seq_len", "uses sequences of 12 tokens");
+    row("seq_len zero", R"({"data": {"source": "text", "seq_len": 0}})", "data.seq_len", "got 0");
+    row("val fraction zero", R"({"data": {"val_fraction": 0}})", "data.val_fraction", "(0, 0.5]");
+    row("missing data file", R"({"data": {"source": "text", "path": "/nonexistent/corpus.txt"}})", "data.path", "file not found: /nonexistent/corpus.txt");
+    row("path with addition", R"({"data": {"source": "addition", "path": "x.txt"}})", "data.path", "only used with data.source \"text\"");
+    row("precision unknown", R"({"train": {"precision": "fp8"}})", "train.precision", "\"auto\", \"fp32\", \"fp16\", \"bf16\"");
+    row("fp16 on cpu", R"({"device": "cpu", "train": {"precision": "fp16"}})", "train.precision", "fp16 needs a CUDA device");
+    row("device unknown", R"({"device": "tpu"})", "device", "\"cuda:N\"");
+    row("device malformed", R"({"device": "cuda:x"})", "device", "got \"cuda:x\"");
+    row("grad accum zero", R"({"train": {"grad_accum": 0}})", "train.grad_accum", "up to 4096");
+    row("log every zero", R"({"train": {"log_every": 0}})", "train.log_every", "positive integer");
+    row("threads absurd", R"({"train": {"threads": 1000}})", "train.threads", "from 0 to 256");
+    row("negative seed", R"({"train": {"seed": -1}})", "train.seed", "non-negative integer");
+    row("checkpointing not bool", R"({"train": {"activation_checkpointing": 1}})", "train.activation_checkpointing", "true or false");
+    row("lora rank too big", R"({"lora": {"rank": 512}})", "lora.rank", "smaller than model.d_model (128)");
+    row("lora target unknown", R"({"lora": {"rank": 4, "targets": ["ffn"]}})", "lora.targets[0]", "\"attn\", \"mlp\"");
+    row("lora targets empty", R"({"lora": {"rank": 4, "targets": []}})", "lora.targets", "at least one");
+    row("lora alpha zero", R"({"lora": {"alpha": 0}})", "lora.alpha", "(0, 1e+06]");
+    row("section not object", R"({"train": 5})", "train", "must be an object");
+    row("name empty", R"({"name": ""})", "name", "1 to 200 characters");
+    row("top level array", R"([1, 2])", "", "must be a JSON object");
+    row("malformed json", "{\"train\": {\"steps\": 10,}}", "", "not valid JSON at line 1");
+    row("nan literal", R"({"optim": {"lr": NaN}})", "", "not valid JSON");
+}
+
+void TestConfig::invalidConfigsNameFieldAndReason()
+{
+    QFETCH(QString, json);
+    QFETCH(QString, path);
+    QFETCH(QString, reason);
+    try {
+        parseConfig(json.toStdString(), "test.json");
+        QFAIL("the config was accepted");
+    } catch (const ConfigError& e) {
+        bool found = false;
+        for (const auto& issue : e.issues()) {
+            if (issue.path == path.toStdString()
+                && QString::fromStdString(issue.message).contains(reason)) {
+                found = true;
+            }
+        }
+        if (!found) QFAIL(qPrintable("expected '" + path + ": ..." + reason + "' in:\n" + QString(e.what())));
+        // The message names the source file, so a user knows which file to open.
+        QVERIFY(QString(e.what()).startsWith("test.json: "));
+    }
+}
+
+void TestConfig::everyProblemIsReported()
+{
+    try {
+        parseConfig(R"({"train": {"batch_size": -1, "steps": 0}, "optim": {"lr": -1}, "model": {"n_layer": 0}})");
+        QFAIL("accepted");
+    } catch (const ConfigError& e) {
+        QCOMPARE(e.issues().size(), std::size_t(4));
+    }
+}
+
+void TestConfig::relativeDataPathResolvesAgainstConfigFolder()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    QFile text(dir.filePath("corpus.txt"));
+    QVERIFY(text.open(QIODevice::WriteOnly));
+    text.write(QByteArray(4096, 'a'));
+    text.close();
+    QFile config(dir.filePath("c.json"));
+    QVERIFY(config.open(QIODevice::WriteOnly));
+    config.write(R"({"data": {"source": "text", "path": "corpus.txt"}})");
+    config.close();
+    const RunConfig c = loadConfigFile(dir.filePath("c.json").toStdString());
+    QCOMPARE(QString::fromStdString(resolvedDataPath(c)), dir.filePath("corpus.txt"));
+}
+
+void TestConfig::missingFileIsOneClearError()
+{
+    try {
+        loadConfigFile("/nonexistent/config.json");
+        QFAIL("accepted");
+    } catch (const InputError& e) {
+        QVERIFY(QString(e.what()).contains("config file not found: /nonexistent/config.json"));
+    }
+}
+
+QTEST_GUILESS_MAIN(TestConfig)
+#include "tst_config.moc"

@@ -1,0 +1,271 @@
+// The experiment store: what must survive concurrent use, crashes and bad files.
+#include <QtTest>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "store/MetricWriter.h"
+#include "TestPrinters.h"
+#include "store/RunStore.h"
+#include "store/Sqlite.h"
+
+using namespace tb;
+
+namespace {
+
+std::string fileBytes(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+NewRun sampleRun(const std::string& name = "r")
+{
+    return {name, R"({"name":"r"})", "cpu", "fp32", "0.1.0", "1.13", 100};
+}
+
+} // namespace
+
+class TestStore : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void init()
+    {
+        m_dir = std::make_unique<QTemporaryDir>();
+        QVERIFY(m_dir->isValid());
+    }
+    void roundTrip();
+    void schemaVersionAndWal();
+    void latestMetricPerKey();
+    void truncateAfterResumePoint();
+    void readerWhileWriterWrites();
+    void metricWriterBatchesAndFlushes();
+    void deadOwnerBecomesInterrupted();
+    void liveOwnerStaysRunning();
+    void notSqliteFileIsRejectedUntouched();
+    void foreignSqliteFileIsRejectedUntouched();
+    void newerSchemaIsRejected();
+    void unwritableFolderIsOneClearError();
+    void defaultPathFollowsEnvironment();
+
+private:
+    std::string dbPath(const char* name = "exp.db") const { return m_dir->filePath(name).toStdString(); }
+    std::unique_ptr<QTemporaryDir> m_dir;
+};
+
+void TestStore::roundTrip()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun("first"));
+    store.markRunning(id, 100, "cpu", "fp32");
+    store.appendMetrics({{id, 1, "loss", 2.5, 10.0}, {id, 2, "loss", 2.0, 11.0}, {id, 2, "lr", 0.001, 11.0}});
+    store.addEvent({id, 12.0, "info", "checkpoint", "saved"});
+    store.addArtifact({id, "checkpoint", 2, dbPath("ckpt.pt"), 123, 12.0});
+    store.markEnded(id, RunStatus::Finished, {2, 2.0, 2.1, std::nullopt, "done"});
+
+    RunStore reopened(dbPath());
+    const auto run = reopened.run(id);
+    QVERIFY(run.has_value());
+    QCOMPARE(run->name, std::string("first"));
+    QCOMPARE(run->status, RunStatus::Finished);
+    QCOMPARE(run->stepsDone, 2);
+    QCOMPARE(*run->finalLoss, 2.0);
+    QCOMPARE(*run->finalValLoss, 2.1);
+    QVERIFY(!run->finalValAccuracy.has_value());
+    QCOMPARE(run->configJson, std::string(R"({"name":"r"})"));
+    QCOMPARE(reopened.metrics(id, "loss").size(), std::size_t(2));
+    QCOMPARE(reopened.metrics(id).size(), std::size_t(3));
+    QCOMPARE(reopened.events(id).size(), std::size_t(1));
+    QCOMPARE(reopened.artifacts(id).at(0).bytes, std::int64_t(123));
+    QCOMPARE(reopened.listRuns().size(), std::size_t(1));
+}
+
+void TestStore::schemaVersionAndWal()
+{
+    { RunStore store(dbPath()); }
+    Database db(dbPath(), Database::Mode::ReadOnly);
+    Statement version(db, "PRAGMA user_version");
+    QVERIFY(version.step());
+    QCOMPARE(int(version.columnInt(0)), RunStore::schemaVersion());
+    Statement mode(db, "PRAGMA journal_mode");
+    QVERIFY(mode.step());
+    QCOMPARE(mode.columnText(0), std::string("wal"));
+}
+
+void TestStore::latestMetricPerKey()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun());
+    store.appendMetrics({{id, 1, "loss", 3.0, 1}, {id, 2, "loss", 2.0, 2}});
+    store.appendMetrics({{id, 3, "loss", 1.5, 3}, {id, 3, "val_loss", 1.7, 3}});
+    const auto latest = store.latestMetrics(id);
+    QCOMPARE(latest.at("loss").step, 3);
+    QCOMPARE(latest.at("loss").value, 1.5);
+    QCOMPARE(latest.at("val_loss").value, 1.7);
+}
+
+void TestStore::truncateAfterResumePoint()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun());
+    std::vector<MetricPoint> points;
+    for (int s = 1; s <= 10; ++s) points.push_back({id, s, "loss", 10.0 - s, double(s)});
+    store.appendMetrics(points);
+    store.truncateMetricsAfter(id, 6);
+    QCOMPARE(store.metrics(id, "loss").size(), std::size_t(6));
+    QCOMPARE(store.latestMetrics(id).at("loss").step, 6);
+}
+
+void TestStore::readerWhileWriterWrites()
+{
+    std::int64_t id;
+    {
+        RunStore store(dbPath());
+        id = store.createRun(sampleRun());
+    }
+    std::atomic<bool> done{false};
+    std::atomic<int> reads{0};
+    std::string readerError;
+    std::thread reader([&] {
+        try {
+            RunStore store(dbPath(), RunStore::Mode::ReadOnly);
+            std::size_t last = 0;
+            while (!done.load()) {
+                const auto n = store.metrics(id, "loss").size();
+                if (n < last) throw std::runtime_error("metrics went backwards");
+                last = n;
+                ++reads;
+            }
+        } catch (const std::exception& e) {
+            readerError = e.what();
+        }
+    });
+    {
+        MetricWriter writer(dbPath(), id, std::chrono::milliseconds(5));
+        for (int s = 1; s <= 2000; ++s) {
+            writer.addMetric(s, "loss", 1.0 / s);
+            if (s % 200 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        writer.flush();
+        QVERIFY(writer.error().empty());
+    }
+    done = true;
+    reader.join();
+    QVERIFY2(readerError.empty(), readerError.c_str());
+    QVERIFY(reads.load() > 0);
+    RunStore store(dbPath());
+    QCOMPARE(store.metrics(id, "loss").size(), std::size_t(2000));
+}
+
+void TestStore::metricWriterBatchesAndFlushes()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun());
+    MetricWriter writer(dbPath(), id, std::chrono::milliseconds(10000));
+    writer.addMetric(1, "loss", 1.0);
+    writer.addEvent("info", "test", "hello");
+    writer.setStepsDone(1);
+    writer.flush();
+    QCOMPARE(store.metrics(id).size(), std::size_t(1));
+    QCOMPARE(store.events(id).size(), std::size_t(1));
+    QCOMPARE(store.run(id)->stepsDone, 1);
+    QVERIFY(store.run(id)->heartbeatAt.has_value());
+}
+
+void TestStore::deadOwnerBecomesInterrupted()
+{
+    std::int64_t id;
+    {
+        RunStore store(dbPath());
+        id = store.createRun(sampleRun());
+        store.markRunning(id, 100, "cpu", "fp32");
+    }
+    // Pretend the owner was a process that no longer exists.
+    {
+        Database db(dbPath(), Database::Mode::ReadWrite);
+        Statement s(db, "UPDATE runs SET owner_pid=?, owner_start='1' WHERE id=?");
+        s.bind(1, std::int64_t(999999999)).bind(2, id);
+        s.run();
+    }
+    RunStore store(dbPath());
+    const auto run = store.run(id);
+    QCOMPARE(run->status, RunStatus::Interrupted);
+    QVERIFY(QString::fromStdString(run->message).contains("trainbench-cli resume"));
+    QCOMPARE(store.events(id).back().kind, std::string("interrupted"));
+}
+
+void TestStore::liveOwnerStaysRunning()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun());
+    store.markRunning(id, 100, "cpu", "fp32"); // this process, alive
+    RunStore other(dbPath());
+    QCOMPARE(other.run(id)->status, RunStatus::Running);
+}
+
+void TestStore::notSqliteFileIsRejectedUntouched()
+{
+    const auto path = dbPath("notes.db");
+    { std::ofstream(path) << "these are my notes, not a database\n"; }
+    const auto before = fileBytes(path);
+    try {
+        RunStore store(path);
+        QFAIL("opened");
+    } catch (const StoreError& e) {
+        QVERIFY2(QString(e.what()).contains("is not a Trainbench experiment database"), e.what());
+    }
+    QCOMPARE(fileBytes(path), before);
+}
+
+void TestStore::foreignSqliteFileIsRejectedUntouched()
+{
+    const auto path = dbPath("other.db");
+    {
+        Database db(path, Database::Mode::ReadWrite);
+        db.exec("CREATE TABLE contacts(name TEXT); INSERT INTO contacts VALUES('ada');");
+    }
+    const auto before = fileBytes(path);
+    QVERIFY_EXCEPTION_THROWN(RunStore store(path), StoreError);
+    QCOMPARE(fileBytes(path), before);
+}
+
+void TestStore::newerSchemaIsRejected()
+{
+    { RunStore store(dbPath()); }
+    {
+        Database db(dbPath(), Database::Mode::ReadWrite);
+        db.exec("PRAGMA user_version=999");
+    }
+    try {
+        RunStore store(dbPath());
+        QFAIL("opened");
+    } catch (const StoreError& e) {
+        QVERIFY(QString(e.what()).contains("newer Trainbench"));
+    }
+}
+
+void TestStore::unwritableFolderIsOneClearError()
+{
+    try {
+        RunStore store("/proc/trainbench-test/exp.db");
+        QFAIL("opened");
+    } catch (const StoreError& e) {
+        QVERIFY2(QString(e.what()).contains("choose another location with --db"), e.what());
+    }
+}
+
+void TestStore::defaultPathFollowsEnvironment()
+{
+    qputenv("TRAINBENCH_DB", "/tmp/x/explicit.db");
+    QCOMPARE(RunStore::defaultPath(), std::string("/tmp/x/explicit.db"));
+    qunsetenv("TRAINBENCH_DB");
+    qputenv("XDG_DATA_HOME", "/tmp/xdg");
+    QCOMPARE(RunStore::defaultPath(), std::string("/tmp/xdg/trainbench/experiments.db"));
+    qunsetenv("XDG_DATA_HOME");
+    QVERIFY(QString::fromStdString(RunStore::defaultPath()).endsWith("/.local/share/trainbench/experiments.db"));
+}
+
+QTEST_GUILESS_MAIN(TestStore)
+#include "tst_store.moc"
