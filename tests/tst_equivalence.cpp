@@ -59,7 +59,8 @@ double maxDifference(const std::map<std::string, torch::Tensor>& a, const std::m
 
 Batch slice(const Batch& b, int start, int count)
 {
-    return {b.inputs.narrow(0, start, count), b.targets.narrow(0, start, count), b.mask.narrow(0, start, count)};
+    return {b.inputs.narrow(0, start, count), b.targets.narrow(0, start, count),
+            b.mask.defined() ? b.mask.narrow(0, start, count) : b.mask};
 }
 
 void backwardOver(Gpt& model, const std::vector<Batch>& micro)

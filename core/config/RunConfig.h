@@ -102,7 +102,8 @@ RunConfig loadConfigFile(const std::string& path);
 // data.path made absolute against baseDir; empty for the bundled sample text.
 std::string resolvedDataPath(const RunConfig& config);
 // Every problem of an already-built config (ranges, combinations). Empty = valid.
-std::vector<ConfigIssue> validateConfig(const RunConfig& config);
+// With checkFiles, data.path must name an existing file.
+std::vector<ConfigIssue> validateConfig(const RunConfig& config, bool checkFiles = true);
 // The whole config as pretty JSON, every key present.
 std::string configToJson(const RunConfig& config);
 

@@ -27,7 +27,11 @@ std::optional<double> known(double v)
 RunSession::RunSession(RunConfig config, SessionOptions options)
     : m_config(std::move(config)), m_options(std::move(options))
 {
-    if (auto issues = validateConfig(m_config); !issues.empty()) throw ConfigError(m_config.name, std::move(issues));
+    // Files are checked when the trainer reads them, inside the run, so a data
+    // file that vanished since the config was validated ends as a failed run.
+    if (auto issues = validateConfig(m_config, false); !issues.empty()) {
+        throw ConfigError(m_config.name, std::move(issues));
+    }
     // Store the data path absolute, so the run can be resumed from any folder.
     if (!m_config.data.path.empty()) m_config.data.path = resolvedDataPath(m_config);
     m_config.baseDir.clear();

@@ -130,8 +130,8 @@ Batch TextDataset::windows(const torch::Tensor& starts) const
     const auto offsets = torch::arange(m_seqLen + 1, torch::kLong);
     const auto index = starts.unsqueeze(1) + offsets.unsqueeze(0); // [B, T+1]
     const auto tokens = m_data.index({index});
-    return {tokens.narrow(1, 0, m_seqLen).contiguous(), tokens.narrow(1, 1, m_seqLen).contiguous(),
-            torch::ones({starts.size(0), m_seqLen})};
+    // Every position counts: no mask, so the loss skips a multiply by ones.
+    return {tokens.narrow(1, 0, m_seqLen).contiguous(), tokens.narrow(1, 1, m_seqLen).contiguous(), {}};
 }
 
 Batch TextDataset::trainBatch(int batchSize, at::Generator& gen) const

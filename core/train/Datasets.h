@@ -14,10 +14,14 @@ namespace tb {
 struct Batch {
     torch::Tensor inputs;  // [B, T] int64
     torch::Tensor targets; // [B, T] int64
-    torch::Tensor mask;    // [B, T] float, 1 where the position counts in the loss
+    torch::Tensor mask;    // [B, T] float, 1 where the position counts; undefined = all count
     Batch to(const torch::Device& device) const
     {
-        return {inputs.to(device), targets.to(device), mask.to(device)};
+        return {inputs.to(device), targets.to(device), mask.defined() ? mask.to(device) : mask};
+    }
+    double maskedCount() const
+    {
+        return mask.defined() ? mask.sum().item<double>() : static_cast<double>(targets.numel());
     }
 };
 

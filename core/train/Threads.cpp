@@ -2,25 +2,29 @@
 
 #include <dlfcn.h>
 
+#include <thread>
+
 #include <ATen/Parallel.h>
 
 namespace tb {
 
-int defaultThreadCount()
+ThreadSetup threadSetupFor(int threads)
 {
-    // Measured on the 2-core development machine with bench/train_threads.sh
-    // (GPT d_model 128, 2 layers, seq 64, batch 32): see README, "Threads".
-    return 1;
+    if (threads > 0) return {threads, threads};
+    // Measured with bench/train_throughput.sh on the 2-core development machine
+    // (GPT d_model 128, 2 layers, seq 64, batch 32, OpenBLAS): 1 OpenMP thread
+    // with OpenBLAS on every core ran ~30k tokens/s; 1 + 1 ran ~23k; 2 + 2 ran
+    // ~13.6k, because the two pools oversubscribe the cores. See README, "Threads".
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return {1, cores};
 }
 
 void applyThreadCount(int threads)
 {
-    if (threads <= 0) threads = defaultThreadCount();
-    at::set_num_threads(threads);
-    // Debian's LibTorch calls the system BLAS; OpenBLAS keeps its own pthread
-    // pool that at::set_num_threads does not reach.
+    const auto setup = threadSetupFor(threads);
+    at::set_num_threads(setup.intraOp);
     using SetThreads = void (*)(int);
-    if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
+    if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(setup.blas);
 }
 
 } // namespace tb

@@ -11,13 +11,14 @@ torch::Tensor maskedLossSum(const torch::Tensor& logits, const Batch& batch, dou
     const auto perToken = torch::nn::functional::cross_entropy(
         logits.reshape({-1, vocab}).to(torch::kFloat), batch.targets.reshape({-1}),
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    if (!batch.mask.defined()) return perToken.sum() / normalizer;
     return (perToken * batch.mask.reshape({-1}).to(perToken.scalar_type())).sum() / normalizer;
 }
 
 double maskedTokenCount(const std::vector<Batch>& microBatches)
 {
     double count = 0;
-    for (const auto& b : microBatches) count += b.mask.sum().item<double>();
+    for (const auto& b : microBatches) count += b.maskedCount();
     return std::max(count, 1.0);
 }
 

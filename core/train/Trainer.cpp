@@ -43,6 +43,8 @@ int cudaIndexOf(const std::string& device)
 
 std::string torchVersion() { return TORCH_VERSION; }
 
+bool cudaUsable() { return torch::cuda::is_available(); }
+
 std::string resolveDevice(const std::string& requested)
 {
     if (requested == "cpu") return "cpu";
@@ -127,7 +129,7 @@ struct Trainer::Impl {
                 logits = model->forward(batch.inputs);
             }
             lossSum += maskedLossSum(logits, batch, 1.0).item<double>();
-            tokens += batch.mask.sum().item<double>();
+            tokens += batch.maskedCount();
             if (data->hasExactMatch()) {
                 const auto correct = (logits.argmax(-1) == batch.targets).to(torch::kFloat);
                 // An example is right when every masked position is right.
@@ -234,7 +236,7 @@ struct Trainer::Impl {
 
 Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std::make_unique<Impl>())
 {
-    if (auto issues = validateConfig(config); !issues.empty()) throw ConfigError("config", std::move(issues));
+    if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError("config", std::move(issues));
     m->config = config;
     m->options = options;
     applyThreadCount(config.train.threads);

@@ -70,6 +70,8 @@ std::string resolveDevice(const std::string& requested);
 std::string resolvePrecision(const std::string& requested, const std::string& device);
 // "1.13.1" etc.
 std::string torchVersion();
+// Whether LibTorch here can run on a CUDA device.
+bool cudaUsable();
 
 class Trainer final {
 public:

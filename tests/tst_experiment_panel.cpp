@@ -1,0 +1,119 @@
+// The config editor: form and JSON stay in sync; invalid values are marked and block Start.
+#include <QtTest>
+
+#include <QComboBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+
+#include "ConfigDocument.h"
+#include "ExperimentPanel.h"
+#include "MainWindow.h"
+#include "RunPanel.h"
+
+using namespace tb::ui;
+
+class TestExperimentPanel : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+    void init();
+    void cleanup() { m_window.reset(); }
+    void formEditUpdatesJson();
+    void choiceUpdatesJson();
+    void jsonEditUpdatesForm();
+    void invalidValueDisablesStartWithMessage();
+    void malformedJsonBlocksFormAndStart();
+    void unsavedChangesMarkTheTitle();
+
+private:
+    QLineEdit* line(const QString& path) { return qobject_cast<QLineEdit*>(m_window->experimentPanel()->fieldEditor(path)); }
+    void typeInto(QLineEdit* edit, const QString& text)
+    {
+        edit->setFocus();
+        edit->selectAll();
+        QTest::keyClick(edit, Qt::Key_Delete);
+        QTest::keyClicks(edit, text);
+    }
+    std::unique_ptr<QTemporaryDir> m_dir;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestExperimentPanel::init()
+{
+    m_dir = std::make_unique<QTemporaryDir>();
+    m_window = std::make_unique<MainWindow>(m_dir->filePath("exp.db"));
+    m_window->setAskBeforeClosing(false);
+    m_window->openExample(":/examples/default.json");
+    m_window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
+}
+
+void TestExperimentPanel::formEditUpdatesJson()
+{
+    typeInto(line("train.batch_size"), "16");
+    QCOMPARE(m_window->document()->value("train.batch_size").toInt(), 16);
+    QVERIFY(m_window->experimentPanel()->jsonView()->toPlainText().contains("\"batch_size\": 16"));
+    QVERIFY(m_window->document()->isValid());
+    QCOMPARE(m_window->document()->config()->train.batchSize, 16);
+}
+
+void TestExperimentPanel::choiceUpdatesJson()
+{
+    auto* combo = qobject_cast<QComboBox*>(m_window->experimentPanel()->fieldEditor("model.positional_encoding"));
+    QVERIFY(combo);
+    combo->setCurrentText("rope");
+    QCOMPARE(m_window->document()->value("model.positional_encoding").toString(), QString("rope"));
+    QVERIFY(m_window->experimentPanel()->jsonView()->toPlainText().contains("\"rope\""));
+}
+
+void TestExperimentPanel::jsonEditUpdatesForm()
+{
+    auto* json = m_window->experimentPanel()->jsonView();
+    QString text = json->toPlainText();
+    text.replace("\"steps\": 300", "\"steps\": 1234");
+    json->setPlainText(text);
+    QTRY_COMPARE(line("train.steps")->text(), QString("1234"));
+    QCOMPARE(m_window->document()->config()->train.steps, 1234);
+}
+
+void TestExperimentPanel::invalidValueDisablesStartWithMessage()
+{
+    QVERIFY(m_window->runPanel()->startButton()->isEnabled());
+    typeInto(line("train.batch_size"), "-4");
+    QVERIFY(m_window->experimentPanel()->fieldMessage("train.batch_size").contains("must be a positive integer"));
+    QVERIFY(!m_window->runPanel()->startButton()->isEnabled());
+    const auto reasons = m_window->runPanel()->findChildren<QLabel*>();
+    const bool shown = std::any_of(reasons.begin(), reasons.end(), [](QLabel* l) {
+        return l->isVisible() && l->text().contains("Cannot start: train.batch_size");
+    });
+    QVERIFY(shown);
+    typeInto(line("train.batch_size"), "8");
+    QVERIFY(m_window->experimentPanel()->fieldMessage("train.batch_size").isEmpty());
+    QVERIFY(m_window->runPanel()->startButton()->isEnabled());
+}
+
+void TestExperimentPanel::malformedJsonBlocksFormAndStart()
+{
+    m_window->experimentPanel()->jsonView()->setPlainText("{ \"train\": ");
+    QTRY_VERIFY(!m_window->runPanel()->startButton()->isEnabled());
+    QVERIFY(!line("train.steps")->isEnabled());
+    QVERIFY(!m_window->document()->jsonIsObject());
+}
+
+void TestExperimentPanel::unsavedChangesMarkTheTitle()
+{
+    QVERIFY(!m_window->isWindowModified());
+    QVERIFY(m_window->windowTitle().contains("Trainbench"));
+    typeInto(line("train.steps"), "10");
+    QVERIFY(m_window->isWindowModified());
+    QString error;
+    QVERIFY(m_window->document()->saveAs(m_dir->filePath("saved.json"), &error));
+    QVERIFY(!m_window->isWindowModified());
+    QVERIFY(m_window->windowTitle().startsWith("saved.json"));
+}
+
+QTEST_MAIN(TestExperimentPanel)
+#include "tst_experiment_panel.moc"

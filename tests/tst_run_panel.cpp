@@ -1,0 +1,161 @@
+// Runs launched from the window: they finish, stop, fail visibly, land in the
+// store, and never freeze the GUI thread.
+#include <QtTest>
+
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+
+#include "ConfigDocument.h"
+#include "ExperimentPanel.h"
+#include "MainWindow.h"
+#include "RunPanel.h"
+#include "TestPrinters.h"
+#include "store/RunStore.h"
+
+using namespace tb;
+using namespace tb::ui;
+
+class TestRunPanel : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+    void init();
+    void cleanup() { m_window.reset(); }
+    void defaultExampleRunsToFinishedWithoutFreezingTheGui();
+    void stopMidRunCancelsWithCheckpoint();
+    void vanishedDataFileFailsVisibly();
+
+private:
+    void setSteps(int steps)
+    {
+        auto* edit = qobject_cast<QLineEdit*>(m_window->experimentPanel()->fieldEditor("train.steps"));
+        edit->setFocus();
+        edit->selectAll();
+        QTest::keyClick(edit, Qt::Key_Delete);
+        QTest::keyClicks(edit, QString::number(steps));
+    }
+    SessionOutcome waitForEnd(QSignalSpy& finished, int timeoutMs = 240000)
+    {
+        if (finished.isEmpty()) finished.wait(timeoutMs);
+        return finished.isEmpty() ? SessionOutcome{} : finished.first().first().value<SessionOutcome>();
+    }
+    QString dbPath() const { return m_dir->filePath("exp.db"); }
+    std::unique_ptr<QTemporaryDir> m_dir;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestRunPanel::init()
+{
+    m_dir = std::make_unique<QTemporaryDir>();
+    m_window = std::make_unique<MainWindow>(dbPath());
+    m_window->setAskBeforeClosing(false);
+    m_window->openExample(":/examples/default.json");
+    m_window->resize(1400, 900);
+    m_window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
+}
+
+void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
+{
+    setSteps(60);
+    RunPanel* panel = m_window->runPanel();
+    QSignalSpy finished(panel, &RunPanel::runFinished);
+    QSignalSpy progress(panel, &RunPanel::progressShown);
+
+    // Probe the event loop every 10 ms; the worst gap is how long the GUI froze.
+    QElapsedTimer sinceLast;
+    qint64 worstGapMs = 0;
+    QTimer probe;
+    probe.setInterval(10);
+    connect(&probe, &QTimer::timeout, this, [&] {
+        worstGapMs = std::max(worstGapMs, sinceLast.restart());
+    });
+    bool shotTaken = false;
+    connect(panel, &RunPanel::progressShown, this, [&](int step, int) {
+        if (shotTaken || step < 30) return;
+        shotTaken = true;
+        // A picture of the real window mid-run, kept in the build tree.
+        const QString path = QCoreApplication::applicationDirPath() + "/main-window-mid-run.png";
+        QVERIFY(m_window->grab().save(path));
+        qInfo("screenshot: %s", qPrintable(path));
+        sinceLast.restart(); // the test's own grab and PNG encoding are not the app's work
+    });
+
+    QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+    QVERIFY(panel->isRunning());
+    sinceLast.start();
+    probe.start();
+    const auto outcome = waitForEnd(finished);
+    probe.stop();
+
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    QCOMPARE(outcome.stepsDone, 60);
+    QVERIFY(progress.count() >= 2);
+    QVERIFY(shotTaken);
+    qInfo("worst event-loop gap during the run: %lld ms (%lld probes)", worstGapMs, qint64(progress.count()));
+    QVERIFY2(worstGapMs <= 100, qPrintable(QString("GUI froze for %1 ms").arg(worstGapMs)));
+    QVERIFY(panel->startButton()->isEnabled());
+
+    RunStore store(dbPath().toStdString()); // the same store the CLI uses
+    QCOMPARE(store.run(outcome.runId)->status, RunStatus::Finished);
+    QCOMPARE(store.metrics(outcome.runId, "loss").size(), std::size_t(60));
+}
+
+void TestRunPanel::stopMidRunCancelsWithCheckpoint()
+{
+    setSteps(2000);
+    RunPanel* panel = m_window->runPanel();
+    QSignalSpy finished(panel, &RunPanel::runFinished);
+    QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(panel->currentRunId() > 0 && panel->statusLabel()->text().contains("Run"), 60000);
+    QSignalSpy progress(panel, &RunPanel::progressShown);
+    QVERIFY(progress.wait(60000));
+    QElapsedTimer stopping;
+    stopping.start();
+    QTest::mouseClick(panel->stopButton(), Qt::LeftButton);
+    const auto outcome = waitForEnd(finished, 60000);
+    qInfo("stop took %lld ms", stopping.elapsed());
+    QCOMPARE(outcome.status, RunStatus::Cancelled);
+    QVERIFY(outcome.stepsDone > 0 && outcome.stepsDone < 2000);
+
+    RunStore store(dbPath().toStdString());
+    QCOMPARE(store.run(outcome.runId)->status, RunStatus::Cancelled);
+    const auto checkpoint = store.latestCheckpoint(outcome.runId);
+    QVERIFY(checkpoint.has_value());
+    QCOMPARE(checkpoint->step, outcome.stepsDone);
+    QVERIFY(panel->statusLabel()->text().contains("cancelled"));
+}
+
+void TestRunPanel::vanishedDataFileFailsVisibly()
+{
+    const QString corpus = m_dir->filePath("corpus.txt");
+    {
+        QFile f(corpus);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 200; ++i) f.write("the quick brown fox jumps over the lazy dog. ");
+    }
+    m_window->document()->loadText(QString(R"({"name": "vanishing", "device": "cpu",
+        "data": {"source": "text", "path": "%1", "seq_len": 32},
+        "train": {"batch_size": 8, "steps": 20}})").arg(corpus), "vanishing.json");
+    QVERIFY(m_window->document()->isValid());
+    QVERIFY(m_window->runPanel()->startButton()->isEnabled());
+    QVERIFY(QFile::remove(corpus));
+
+    RunPanel* panel = m_window->runPanel();
+    QSignalSpy finished(panel, &RunPanel::runFinished);
+    QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+    const auto outcome = waitForEnd(finished, 60000);
+    QCOMPARE(outcome.status, RunStatus::Failed);
+    QVERIFY(panel->statusLabel()->text().contains("cannot read " + corpus));
+    QVERIFY(panel->logView()->toPlainText().contains("cannot read"));
+    RunStore store(dbPath().toStdString());
+    QCOMPARE(store.run(outcome.runId)->status, RunStatus::Failed);
+    // The app stays usable: Start works again.
+    QVERIFY(panel->startButton()->isEnabled());
+}
+
+QTEST_MAIN(TestRunPanel)
+#include "tst_run_panel.moc"

@@ -1,0 +1,138 @@
+#include "ConfigDocument.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QSaveFile>
+
+namespace tb::ui {
+
+ConfigDocument::ConfigDocument(QObject* parent) : QObject(parent) { loadText("{}", "untitled.json"); }
+
+bool ConfigDocument::loadFile(const QString& path, QString* error)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) {
+        if (error) *error = tr("Cannot open %1: %2").arg(path, file.errorString());
+        return false;
+    }
+    const QByteArray bytes = file.readAll();
+    m_path = QFileInfo(path).absoluteFilePath();
+    m_displayName = QFileInfo(path).fileName();
+    m_text = QString::fromUtf8(bytes);
+    revalidate();
+    setModified(false);
+    Q_EMIT fileChanged(m_path);
+    Q_EMIT changed();
+    return true;
+}
+
+void ConfigDocument::loadText(const QString& text, const QString& displayName)
+{
+    m_path.clear();
+    m_displayName = displayName;
+    m_text = text;
+    revalidate();
+    setModified(false);
+    Q_EMIT fileChanged(m_path);
+    Q_EMIT changed();
+}
+
+bool ConfigDocument::save(QString* error)
+{
+    if (m_path.isEmpty()) {
+        if (error) *error = tr("This config has no file yet; use Save As.");
+        return false;
+    }
+    return saveAs(m_path, error);
+}
+
+bool ConfigDocument::saveAs(const QString& path, QString* error)
+{
+    // QSaveFile writes beside and renames: a failed save never truncates the old file.
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly) || file.write(m_text.toUtf8()) < 0 || !file.commit()) {
+        if (error) *error = tr("Cannot save %1: %2").arg(path, file.errorString());
+        return false;
+    }
+    const bool moved = QFileInfo(path).absoluteFilePath() != m_path;
+    m_path = QFileInfo(path).absoluteFilePath();
+    m_displayName = QFileInfo(path).fileName();
+    setModified(false);
+    if (moved) {
+        revalidate(); // relative data paths now resolve against the new folder
+        Q_EMIT fileChanged(m_path);
+        Q_EMIT changed();
+    }
+    return true;
+}
+
+void ConfigDocument::setText(const QString& text)
+{
+    if (text == m_text) return;
+    m_text = text;
+    revalidate();
+    setModified(true);
+    Q_EMIT changed();
+}
+
+void ConfigDocument::setValue(const QString& path, const QJsonValue& value)
+{
+    if (!m_jsonOk) return; // the form is read-only while the JSON text does not parse
+    const QStringList keys = path.split('.');
+    // Rebuild the nested objects along the path (QJsonObject is a value type).
+    std::function<QJsonObject(QJsonObject, int)> assign = [&](QJsonObject object, int depth) {
+        const QString& key = keys[depth];
+        if (depth + 1 == keys.size()) {
+            if (value.isUndefined()) object.remove(key);
+            else object[key] = value;
+        } else {
+            QJsonObject child = assign(object.value(key).toObject(), depth + 1);
+            if (child.isEmpty()) object.remove(key);
+            else object[key] = child;
+        }
+        return object;
+    };
+    const QJsonObject updated = assign(m_object, 0);
+    if (updated == m_object) return;
+    m_text = QString::fromUtf8(QJsonDocument(updated).toJson(QJsonDocument::Indented));
+    revalidate();
+    setModified(true);
+    Q_EMIT changed();
+}
+
+QJsonValue ConfigDocument::value(const QString& path) const
+{
+    QJsonValue current = m_object;
+    for (const auto& key : path.split('.')) {
+        if (!current.isObject()) return QJsonValue(QJsonValue::Undefined);
+        current = current.toObject().value(key);
+    }
+    return current;
+}
+
+std::optional<RunConfig> ConfigDocument::config() const { return m_config; }
+
+void ConfigDocument::setModified(bool modified)
+{
+    if (m_modified == modified) return;
+    m_modified = modified;
+    Q_EMIT modifiedChanged(modified);
+}
+
+void ConfigDocument::revalidate()
+{
+    const QJsonDocument doc = QJsonDocument::fromJson(m_text.toUtf8());
+    m_jsonOk = doc.isObject();
+    if (m_jsonOk) m_object = doc.object();
+    m_issues.clear();
+    m_config.reset();
+    const std::string baseDir = m_path.isEmpty() ? std::string() : QFileInfo(m_path).absolutePath().toStdString();
+    try {
+        m_config = parseConfig(m_text.toStdString(), m_displayName.toStdString(), baseDir);
+    } catch (const ConfigError& e) {
+        m_issues = e.issues();
+    }
+}
+
+} // namespace tb::ui

@@ -1,0 +1,310 @@
+#include "ExperimentPanel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonValue>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "ConfigDocument.h"
+
+namespace tb::ui {
+namespace {
+
+// What the form shows for a JSON value (absent keys show the default as a placeholder).
+QString display(const QJsonValue& v)
+{
+    if (v.isString()) return v.toString();
+    if (v.isBool()) return v.toBool() ? "true" : "false";
+    if (v.isDouble()) return QString::number(v.toDouble(), 'g', 10);
+    if (v.isUndefined() || v.isNull()) return {};
+    return QString::fromUtf8(QJsonDocument(QJsonArray{v}).toJson(QJsonDocument::Compact)).mid(1).chopped(1);
+}
+
+// Typed text from a numeric field: a number when it reads as one, else the
+// text itself, so the validator can say what is wrong with it.
+QJsonValue parseNumber(const QString& text, bool integer)
+{
+    const QString t = text.trimmed();
+    if (t.isEmpty()) return QJsonValue(QJsonValue::Undefined);
+    bool ok = false;
+    const qlonglong i = t.toLongLong(&ok);
+    if (ok) return QJsonValue(static_cast<qint64>(i));
+    const double d = t.toDouble(&ok);
+    if (ok) return integer && d == std::floor(d) && std::abs(d) < 9e15 ? QJsonValue(static_cast<qint64>(d)) : QJsonValue(d);
+    return QJsonValue(t);
+}
+
+} // namespace
+
+ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
+    : QWidget(parent), m_document(document)
+{
+    auto* formHost = new QWidget(this);
+    auto* form = new QFormLayout(formHost);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    const RunConfig d; // defaults, shown as placeholders
+    addField(form, tr("Name"), "name", Kind::Text);
+    addField(form, tr("Device"), "device", Kind::Choice, {"auto", "cpu", "cuda", "cuda:0", "cuda:1"},
+             tr("auto uses a CUDA GPU when LibTorch sees one, else the CPU"));
+    addField(form, tr("Layers"), "model.n_layer", Kind::Integer);
+    addField(form, tr("Model width (d_model)"), "model.d_model", Kind::Integer);
+    addField(form, tr("Attention heads"), "model.n_head", Kind::Integer);
+    addField(form, tr("Positional encoding"), "model.positional_encoding", Kind::Choice,
+             {"learned", "sinusoidal", "rope"});
+    addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text"},
+             tr("addition: synthetic a+b=c sums; text: byte-level language modelling on a file"));
+    addField(form, tr("Digits (addition)"), "data.digits", Kind::Integer);
+    addField(form, tr("Text file"), "data.path", Kind::Path, {},
+             tr("Any text file; leave empty for the bundled sample text"));
+    addField(form, tr("Sequence length"), "data.seq_len", Kind::Integer);
+    addField(form, tr("Batch size"), "train.batch_size", Kind::Integer);
+    addField(form, tr("Steps"), "train.steps", Kind::Integer);
+    addField(form, tr("Learning rate"), "optim.lr", Kind::Number);
+    addField(form, tr("Optimizer"), "optim.optimizer", Kind::Choice, {"adamw", "sgd"});
+    addField(form, tr("Precision"), "train.precision", Kind::Choice, {"auto", "fp32", "fp16", "bf16"},
+             tr("auto: fp32 on CPU; bf16 on GPUs with compute capability 8.0+, else fp16 with loss scaling"));
+    addField(form, tr("Activation checkpointing"), "train.activation_checkpointing", Kind::Flag, {},
+             tr("Recompute each block in backward: less memory, about a third more compute"));
+    addField(form, tr("LoRA rank"), "lora.rank", Kind::Integer, {}, tr("0 = off; >0 trains only low-rank adapters"));
+    auto placeholder = [&](const QString& path, const QString& text) {
+        if (auto* edit = qobject_cast<QLineEdit*>(fieldEditor(path))) edit->setPlaceholderText(text);
+    };
+    placeholder("name", QString::fromStdString(d.name));
+    placeholder("model.n_layer", QString::number(d.model.nLayer));
+    placeholder("model.d_model", QString::number(d.model.dModel));
+    placeholder("model.n_head", QString::number(d.model.nHead));
+    placeholder("data.digits", QString::number(d.data.digits));
+    placeholder("data.path", tr("bundled sample text"));
+    placeholder("data.seq_len", tr("64 for text; fixed for addition"));
+    placeholder("train.batch_size", QString::number(d.train.batchSize));
+    placeholder("train.steps", QString::number(d.train.steps));
+    placeholder("optim.lr", QString::number(d.optim.lr));
+    placeholder("lora.rank", QString::number(d.lora.rank));
+
+    auto* scroll = new QScrollArea(this);
+    scroll->setWidget(formHost);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+
+    m_json = new QPlainTextEdit(this);
+    m_json->setLineWrapMode(QPlainTextEdit::NoWrap);
+    m_json->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_json->setToolTip(tr("The whole config as JSON; edits here update the form"));
+    m_otherIssues = new QLabel(this);
+    m_otherIssues->setWordWrap(true);
+    m_otherIssues->setStyleSheet("color: #c0392b");
+    m_otherIssues->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+    auto* jsonHost = new QWidget(this);
+    auto* jsonLayout = new QVBoxLayout(jsonHost);
+    jsonLayout->setContentsMargins(0, 0, 0, 0);
+    jsonLayout->addWidget(new QLabel(tr("JSON (the whole config)"), this));
+    jsonLayout->addWidget(m_json, 1);
+    jsonLayout->addWidget(m_otherIssues);
+
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->addWidget(scroll);
+    splitter->addWidget(jsonHost);
+    splitter->setStretchFactor(0, 3);
+    splitter->setStretchFactor(1, 2);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    layout->addWidget(splitter);
+
+    // Typing in the JSON view re-validates after a short pause, not per key.
+    m_jsonDebounce.setSingleShot(true);
+    m_jsonDebounce.setInterval(250);
+    connect(m_json, &QPlainTextEdit::textChanged, this, [this] {
+        if (!m_updating) m_jsonDebounce.start();
+    });
+    connect(&m_jsonDebounce, &QTimer::timeout, this, [this] {
+        m_updating = true;
+        m_document->setText(m_json->toPlainText());
+        m_updating = false;
+        refreshFromDocument();
+    });
+    connect(m_document, &ConfigDocument::changed, this, [this] {
+        if (!m_updating) refreshFromDocument();
+    });
+    refreshFromDocument();
+}
+
+void ExperimentPanel::addField(QFormLayout* form, const QString& label, const QString& path, Kind kind,
+                               const QStringList& choices, const QString& tip)
+{
+    Field field{path, kind};
+    QWidget* row = new QWidget(this);
+    auto* rowLayout = new QVBoxLayout(row);
+    rowLayout->setContentsMargins(0, 0, 0, 0);
+    rowLayout->setSpacing(1);
+    const int index = static_cast<int>(m_fields.size());
+    auto edited = [this, index] {
+        if (!m_updating) fieldEdited(m_fields[index]);
+    };
+    switch (kind) {
+    case Kind::Choice: {
+        auto* combo = new QComboBox(row);
+        combo->addItems(choices);
+        combo->setEditable(path == "device");
+        connect(combo, &QComboBox::currentTextChanged, this, edited);
+        field.editor = combo;
+        break;
+    }
+    case Kind::Flag: {
+        auto* box = new QCheckBox(row);
+        connect(box, &QCheckBox::toggled, this, edited);
+        field.editor = box;
+        break;
+    }
+    case Kind::Path: {
+        auto* host = new QWidget(row);
+        auto* h = new QHBoxLayout(host);
+        h->setContentsMargins(0, 0, 0, 0);
+        auto* edit = new QLineEdit(host);
+        auto* browse = new QToolButton(host);
+        browse->setText(tr("…"));
+        browse->setToolTip(tr("Choose a text file"));
+        h->addWidget(edit, 1);
+        h->addWidget(browse);
+        connect(edit, &QLineEdit::textEdited, this, edited);
+        connect(browse, &QToolButton::clicked, this, &ExperimentPanel::browseDataFile);
+        field.editor = edit;
+        rowLayout->addWidget(host);
+        break;
+    }
+    default: {
+        auto* edit = new QLineEdit(row);
+        connect(edit, &QLineEdit::textEdited, this, edited);
+        field.editor = edit;
+        break;
+    }
+    }
+    if (kind != Kind::Path) rowLayout->addWidget(field.editor);
+    field.message = new QLabel(row);
+    field.message->setWordWrap(true);
+    field.message->setStyleSheet("color: #c0392b");
+    field.message->hide();
+    rowLayout->addWidget(field.message);
+    if (!tip.isEmpty()) field.editor->setToolTip(tip);
+    field.editor->setObjectName(path);
+    form->addRow(label, row);
+    m_fields.push_back(field);
+}
+
+QWidget* ExperimentPanel::fieldEditor(const QString& path) const
+{
+    for (const auto& f : m_fields) {
+        if (f.path == path) return f.editor;
+    }
+    return nullptr;
+}
+
+QString ExperimentPanel::fieldMessage(const QString& path) const
+{
+    for (const auto& f : m_fields) {
+        if (f.path == path) return f.message->isVisibleTo(this) ? f.message->text() : QString();
+    }
+    return {};
+}
+
+void ExperimentPanel::fieldEdited(const Field& field)
+{
+    QJsonValue value;
+    switch (field.kind) {
+    case Kind::Choice: value = static_cast<QComboBox*>(field.editor)->currentText(); break;
+    case Kind::Flag: value = static_cast<QCheckBox*>(field.editor)->isChecked(); break;
+    case Kind::Integer: value = parseNumber(static_cast<QLineEdit*>(field.editor)->text(), true); break;
+    case Kind::Number: value = parseNumber(static_cast<QLineEdit*>(field.editor)->text(), false); break;
+    default: {
+        const QString text = static_cast<QLineEdit*>(field.editor)->text();
+        value = text.isEmpty() ? QJsonValue(QJsonValue::Undefined) : QJsonValue(text);
+    }
+    }
+    m_updating = true;
+    m_document->setValue(field.path, value);
+    m_updating = false;
+    refreshFromDocument();
+}
+
+void ExperimentPanel::browseDataFile()
+{
+    const QString start = m_document->filePath().isEmpty() ? QString() : QFileInfo(m_document->filePath()).absolutePath();
+    const QString path = QFileDialog::getOpenFileName(this, tr("Choose a text file"), start,
+                                                      tr("Text files (*.txt *.md *.csv);;All files (*)"));
+    if (path.isEmpty()) return;
+    m_document->setValue("data.source", QString("text"));
+    m_document->setValue("data.path", path);
+}
+
+void ExperimentPanel::refreshFromDocument()
+{
+    m_updating = true;
+    if (m_json->toPlainText() != m_document->text()) {
+        // Keep the cursor where it was when the form changed the text.
+        const int position = m_json->textCursor().position();
+        m_json->setPlainText(m_document->text());
+        QTextCursor cursor = m_json->textCursor();
+        cursor.setPosition(std::min(position, static_cast<int>(m_document->text().size())));
+        m_json->setTextCursor(cursor);
+    }
+    const bool formUsable = m_document->jsonIsObject();
+    QStringList unplaced;
+    // Fields that the chosen dataset ignores are shown but disabled.
+    const bool addition = m_document->value("data.source").toString("addition") == "addition";
+    for (auto& f : m_fields) {
+        const bool relevant = f.path == "data.digits" ? addition
+                                                      : (f.path == "data.path" || f.path == "data.seq_len") ? !addition
+                                                                                                            : true;
+        f.editor->setEnabled(formUsable && relevant);
+        const QJsonValue v = m_document->value(f.path);
+        switch (f.kind) {
+        case Kind::Choice: {
+            auto* combo = static_cast<QComboBox*>(f.editor);
+            const QString text = v.isUndefined() ? combo->itemText(0) : display(v);
+            if (combo->currentText() != text) {
+                if (combo->findText(text) < 0 && !combo->isEditable()) combo->addItem(text);
+                combo->setCurrentText(text);
+            }
+            break;
+        }
+        case Kind::Flag: static_cast<QCheckBox*>(f.editor)->setChecked(v.toBool(false)); break;
+        default: {
+            auto* edit = static_cast<QLineEdit*>(f.editor);
+            // Do not rewrite the field being typed into ("1e-" is not yet a number).
+            if (!edit->hasFocus() || display(v) != edit->text()) {
+                if (!edit->hasFocus()) edit->setText(display(v));
+            }
+        }
+        }
+        f.message->hide();
+    }
+    for (const auto& issue : m_document->issues()) {
+        const QString path = QString::fromStdString(issue.path);
+        const QString message = QString::fromStdString(issue.message);
+        auto it = std::find_if(m_fields.begin(), m_fields.end(), [&](const Field& f) { return f.path == path; });
+        if (it != m_fields.end()) {
+            it->message->setText(message);
+            it->message->show();
+        } else {
+            unplaced << (path.isEmpty() ? message : path + ": " + message);
+        }
+    }
+    m_otherIssues->setText(unplaced.join('\n'));
+    m_otherIssues->setVisible(!unplaced.isEmpty());
+    m_updating = false;
+}
+
+} // namespace tb::ui

@@ -1,0 +1,53 @@
+#pragma once
+// The config editor: a form for the common fields and a JSON view of the
+// whole config, kept in sync both ways through the ConfigDocument. Each
+// field shows core's validation message beside it as you type.
+
+#include <QTimer>
+#include <QWidget>
+
+#include <vector>
+
+class QComboBox;
+class QFormLayout;
+class QLabel;
+class QPlainTextEdit;
+
+namespace tb::ui {
+
+class ConfigDocument;
+
+class ExperimentPanel final : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit ExperimentPanel(ConfigDocument* document, QWidget* parent = nullptr);
+
+    // For tests and keyboard users: the editor of a JSON path, and its message.
+    QWidget* fieldEditor(const QString& path) const;
+    QString fieldMessage(const QString& path) const;
+    QPlainTextEdit* jsonView() const { return m_json; }
+
+private:
+    enum class Kind { Text, Integer, Number, Choice, Flag, Path };
+    struct Field {
+        QString path;
+        Kind kind;
+        QWidget* editor = nullptr;
+        QLabel* message = nullptr;
+    };
+    void addField(QFormLayout* form, const QString& label, const QString& path, Kind kind,
+                  const QStringList& choices = {}, const QString& tip = {});
+    void refreshFromDocument();
+    void fieldEdited(const Field& field);
+    void browseDataFile();
+
+    ConfigDocument* m_document;
+    std::vector<Field> m_fields;
+    QPlainTextEdit* m_json;
+    QLabel* m_otherIssues;
+    QTimer m_jsonDebounce;
+    bool m_updating = false;
+};
+
+} // namespace tb::ui

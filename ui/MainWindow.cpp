@@ -1,0 +1,297 @@
+#include "MainWindow.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSettings>
+#include <QStatusBar>
+
+#include "ConfigDocument.h"
+#include "ExperimentPanel.h"
+#include "RunPanel.h"
+#include "common/Version.h"
+#include "store/RunStore.h"
+#include "train/Trainer.h"
+
+// The .qrc lives in a static library: its registration must be pulled in by hand.
+static void initResources() { Q_INIT_RESOURCE(trainbench); }
+
+namespace tb::ui {
+
+MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(parent)
+{
+    initResources();
+    setObjectName("MainWindow");
+    setWindowIcon(QIcon(":/icons/trainbench.svg"));
+    m_document = new ConfigDocument(this);
+    m_run = new RunPanel(this);
+    m_run->setDatabasePath(dbPath.isEmpty() ? QString::fromStdString(RunStore::defaultPath()) : dbPath);
+    setCentralWidget(m_run);
+    // Panels: one line each.
+    m_experiment = new ExperimentPanel(m_document, this);
+    addPanel(m_experiment, tr("Experiment"), Qt::LeftDockWidgetArea);
+
+    m_dbLabel = new QLabel(this);
+    m_runLabel = new QLabel(tr("idle"), this);
+    statusBar()->addWidget(m_runLabel, 1);
+    statusBar()->addPermanentWidget(m_dbLabel);
+    m_dbLabel->setText(tr("store: %1").arg(m_run->databasePath()));
+
+    buildMenus();
+    connect(m_document, &ConfigDocument::changed, this, &MainWindow::onDocumentChanged);
+    connect(m_document, &ConfigDocument::modifiedChanged, this, &MainWindow::updateTitle);
+    connect(m_document, &ConfigDocument::fileChanged, this, &MainWindow::updateTitle);
+    connect(m_run, &RunPanel::runningChanged, this, [this](bool running) {
+        m_stopAction->setEnabled(running);
+        m_resumeAction->setEnabled(!running);
+        onDocumentChanged();
+        if (!running) m_runLabel->setText(m_run->statusLabel()->text().section('\n', 0, 0));
+    });
+    connect(m_run, &RunPanel::progressShown, this, [this](int step, int total) {
+        m_runLabel->setText(tr("run %1: step %2 of %3").arg(m_run->currentRunId()).arg(step).arg(total));
+    });
+
+    resize(1280, 820);
+    QSettings settings;
+    restoreGeometry(settings.value("window/geometry").toByteArray());
+    restoreState(settings.value("window/state").toByteArray());
+    onDocumentChanged();
+    updateTitle();
+}
+
+MainWindow::~MainWindow() = default;
+
+QDockWidget* MainWindow::addPanel(QWidget* panel, const QString& title, Qt::DockWidgetArea area)
+{
+    auto* dock = new QDockWidget(title, this);
+    dock->setObjectName(title + "Dock"); // saveState needs stable names
+    dock->setWidget(panel);
+    dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
+    addDockWidget(area, dock);
+    resizeDocks({dock}, {430}, Qt::Horizontal);
+    return dock;
+}
+
+void MainWindow::buildMenus()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&New"), QKeySequence::New, this, &MainWindow::newConfig);
+    file->addAction(tr("&Open config…"), QKeySequence::Open, this, &MainWindow::openConfigDialog);
+    QMenu* examples = file->addMenu(tr("&Examples"));
+    for (const QString& name : QDir(":/examples").entryList({"*.json"}, QDir::Files, QDir::Name)) {
+        examples->addAction(name, this, [this, name] {
+            if (maybeSave()) openExample(":/examples/" + name);
+        });
+    }
+    m_recentMenu = file->addMenu(tr("&Recent configs"));
+    updateRecentMenu();
+    file->addSeparator();
+    file->addAction(tr("&Save"), QKeySequence::Save, this, &MainWindow::save);
+    file->addAction(tr("Save &As…"), QKeySequence::SaveAs, this, &MainWindow::saveAs);
+    file->addSeparator();
+    file->addAction(tr("Open experiment &database…"), this, &MainWindow::openDatabase);
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    m_startAction = run->addAction(tr("&Start"), QKeySequence(Qt::CTRL | Qt::Key_R), m_run, &RunPanel::start);
+    m_stopAction = run->addAction(tr("S&top"), QKeySequence(Qt::CTRL | Qt::Key_Period), m_run, &RunPanel::stop);
+    m_stopAction->setEnabled(false);
+    m_resumeAction = run->addAction(tr("&Resume last stopped run"), this, &MainWindow::resumeLatest);
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About Trainbench"), this, &MainWindow::about);
+}
+
+void MainWindow::onDocumentChanged()
+{
+    QString reason;
+    if (!m_document->jsonIsObject()) reason = tr("the JSON does not parse.");
+    else if (!m_document->isValid()) {
+        const auto& issue = m_document->issues().front();
+        reason = QString::fromStdString(issue.text());
+        if (m_document->issues().size() > 1) reason += tr(" (and %1 more)").arg(m_document->issues().size() - 1);
+    }
+    m_run->setConfig(m_document->config(), reason);
+    m_startAction->setEnabled(!m_run->isRunning() && m_document->isValid());
+}
+
+void MainWindow::updateTitle()
+{
+    setWindowTitle(tr("%1[*] — Trainbench").arg(m_document->displayName()));
+    setWindowModified(m_document->isModified());
+}
+
+bool MainWindow::openConfig(const QString& path)
+{
+    QString error;
+    if (!m_document->loadFile(path, &error)) {
+        QMessageBox::warning(this, tr("Open config"), error);
+        return false;
+    }
+    rememberRecent(m_document->filePath());
+    return true;
+}
+
+void MainWindow::openExample(const QString& resourcePath)
+{
+    QFile file(resourcePath);
+    if (!file.open(QIODevice::ReadOnly)) {
+        QMessageBox::warning(this, tr("Open example"), tr("The bundled example %1 is missing from this build.").arg(resourcePath));
+        return;
+    }
+    m_document->loadText(QString::fromUtf8(file.readAll()), QFileInfo(resourcePath).fileName());
+}
+
+void MainWindow::newConfig()
+{
+    if (!maybeSave()) return;
+    m_document->loadText("{\n  \"name\": \"experiment\"\n}\n", "untitled.json");
+}
+
+void MainWindow::openConfigDialog()
+{
+    if (!maybeSave()) return;
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open config"), QString(), tr("Configs (*.json);;All files (*)"));
+    if (!path.isEmpty()) openConfig(path);
+}
+
+bool MainWindow::save()
+{
+    if (m_document->filePath().isEmpty()) return saveAs();
+    QString error;
+    if (!m_document->save(&error)) {
+        QMessageBox::warning(this, tr("Save"), error);
+        return false;
+    }
+    statusBar()->showMessage(tr("Saved %1").arg(m_document->filePath()), 3000);
+    return true;
+}
+
+bool MainWindow::saveAs()
+{
+    QString path = QFileDialog::getSaveFileName(this, tr("Save config as"), m_document->displayName(), tr("Configs (*.json)"));
+    if (path.isEmpty()) return false;
+    if (!path.endsWith(".json", Qt::CaseInsensitive)) path += ".json";
+    QString error;
+    if (!m_document->saveAs(path, &error)) {
+        QMessageBox::warning(this, tr("Save as"), error);
+        return false;
+    }
+    rememberRecent(path);
+    return true;
+}
+
+bool MainWindow::maybeSave()
+{
+    if (!m_document->isModified() || !m_askBeforeClosing) return true;
+    const auto answer = QMessageBox::question(this, tr("Unsaved changes"),
+                                              tr("Save the changes to %1?").arg(m_document->displayName()),
+                                              QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+    if (answer == QMessageBox::Save) return save();
+    return answer == QMessageBox::Discard;
+}
+
+void MainWindow::openDatabase()
+{
+    const QString path = QFileDialog::getSaveFileName(this, tr("Open or create an experiment database"), m_run->databasePath(),
+                                                      tr("Experiment databases (*.db);;All files (*)"),
+                                                      nullptr, QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty()) return;
+    try {
+        RunStore probe(path.toStdString()); // refuses non-SQLite, foreign, read-only or newer files
+    } catch (const std::exception& e) {
+        QMessageBox::warning(this, tr("Open experiment database"), QString::fromStdString(e.what()));
+        return;
+    }
+    m_run->setDatabasePath(path);
+    m_dbLabel->setText(tr("store: %1").arg(path));
+}
+
+void MainWindow::resumeLatest()
+{
+    std::optional<RunRecord> candidate;
+    try {
+        RunStore store(m_run->databasePath().toStdString());
+        for (const auto& r : store.listRuns()) {
+            if (r.status == RunStatus::Cancelled || r.status == RunStatus::Interrupted) candidate = r;
+        }
+    } catch (const std::exception& e) {
+        QMessageBox::warning(this, tr("Resume"), QString::fromStdString(e.what()));
+        return;
+    }
+    if (!candidate) {
+        QMessageBox::information(this, tr("Resume"), tr("No cancelled or interrupted run in %1.").arg(m_run->databasePath()));
+        return;
+    }
+    const auto answer = QMessageBox::question(
+        this, tr("Resume"),
+        tr("Resume run %1 \"%2\" (%3 at step %4 of %5) from its last checkpoint?")
+            .arg(candidate->id).arg(QString::fromStdString(candidate->name), QString::fromStdString(runStatusName(candidate->status)))
+            .arg(candidate->stepsDone).arg(candidate->stepsTotal));
+    if (answer == QMessageBox::Yes) m_run->resume(candidate->id);
+}
+
+void MainWindow::about()
+{
+    QMessageBox::about(this, tr("About Trainbench"),
+                       tr("<h3>Trainbench %1</h3><p>A workbench for training deep-learning models.</p>"
+                          "<p>Qt %2 · LibTorch %3<br>CUDA: %4</p><p>Experiment store: %5</p>")
+                           .arg(kAppVersion, qVersion(), QString::fromStdString(torchVersion()),
+                                cudaUsable() ? tr("usable") : tr("not usable here (no GPU, driver, or CUDA build of LibTorch)"),
+                                m_run->databasePath().toHtmlEscaped()));
+}
+
+void MainWindow::rememberRecent(const QString& path)
+{
+    QSettings settings;
+    QStringList recent = settings.value("recentConfigs").toStringList();
+    recent.removeAll(path);
+    recent.prepend(path);
+    while (recent.size() > 8) recent.removeLast();
+    settings.setValue("recentConfigs", recent);
+    updateRecentMenu();
+}
+
+void MainWindow::updateRecentMenu()
+{
+    m_recentMenu->clear();
+    const QStringList recent = QSettings().value("recentConfigs").toStringList();
+    for (const QString& path : recent) {
+        m_recentMenu->addAction(path, this, [this, path] {
+            if (maybeSave()) openConfig(path);
+        });
+    }
+    m_recentMenu->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    if (m_run->isRunning()) {
+        if (m_askBeforeClosing
+            && QMessageBox::question(this, tr("A run is in progress"),
+                                     tr("Stop the run (it keeps a checkpoint and can be resumed) and quit?"))
+                != QMessageBox::Yes) {
+            event->ignore();
+            return;
+        }
+        m_run->stopAndWait();
+    }
+    if (!maybeSave()) {
+        event->ignore();
+        return;
+    }
+    QSettings settings;
+    settings.setValue("window/geometry", saveGeometry());
+    settings.setValue("window/state", saveState());
+    event->accept();
+}
+
+} // namespace tb::ui

@@ -1,0 +1,65 @@
+#pragma once
+// The main window assembles panels (one line each in the constructor) and
+// owns menus, shortcuts, recent files and persistence; the panels do the work.
+
+#include <QMainWindow>
+
+#include "run/RunSession.h"
+
+class QLabel;
+class QMenu;
+
+namespace tb::ui {
+
+class ConfigDocument;
+class ExperimentPanel;
+class RunPanel;
+
+class MainWindow final : public QMainWindow {
+    Q_OBJECT
+
+public:
+    // dbPath empty: the default store ($TRAINBENCH_DB, XDG data folder).
+    explicit MainWindow(const QString& dbPath = {}, QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    bool openConfig(const QString& path);
+    void openExample(const QString& resourcePath);
+    ConfigDocument* document() const { return m_document; }
+    ExperimentPanel* experimentPanel() const { return m_experiment; }
+    RunPanel* runPanel() const { return m_run; }
+    // Skips the save/stop questions on close (tests, scripted use).
+    void setAskBeforeClosing(bool ask) { m_askBeforeClosing = ask; }
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    QDockWidget* addPanel(QWidget* panel, const QString& title, Qt::DockWidgetArea area);
+    void buildMenus();
+    void newConfig();
+    void openConfigDialog();
+    bool save();
+    bool saveAs();
+    bool maybeSave();
+    void openDatabase();
+    void resumeLatest();
+    void about();
+    void updateTitle();
+    void updateRecentMenu();
+    void rememberRecent(const QString& path);
+    void onDocumentChanged();
+
+    ConfigDocument* m_document;
+    ExperimentPanel* m_experiment;
+    RunPanel* m_run;
+    QMenu* m_recentMenu = nullptr;
+    QLabel* m_dbLabel;
+    QLabel* m_runLabel;
+    QAction* m_startAction = nullptr;
+    QAction* m_stopAction = nullptr;
+    QAction* m_resumeAction = nullptr;
+    bool m_askBeforeClosing = true;
+};
+
+} // namespace tb::ui

@@ -1,0 +1,291 @@
+#include "RunPanel.h"
+
+#include <QCheckBox>
+#include <QDateTime>
+#include <QEventLoop>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSlider>
+#include <QSplitter>
+#include <QThread>
+#include <QVBoxLayout>
+
+#include "LossPlot.h"
+
+namespace tb::ui {
+namespace {
+
+QString clock(double seconds)
+{
+    if (!(seconds >= 0) || seconds > 1e7) return QStringLiteral("–");
+    const qint64 s = qRound64(seconds);
+    return s >= 3600 ? QString("%1:%2:%3").arg(s / 3600).arg((s / 60) % 60, 2, 10, QChar('0')).arg(s % 60, 2, 10, QChar('0'))
+                     : QString("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QChar('0'));
+}
+
+} // namespace
+
+RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
+{
+    qRegisterMetaType<tb::SessionOutcome>();
+    m_start = new QPushButton(tr("Start"), this);
+    m_start->setToolTip(tr("Start training with this config (Ctrl+R)"));
+    m_stop = new QPushButton(tr("Stop"), this);
+    m_stop->setToolTip(tr("Stop after the current step and save a checkpoint (Ctrl+.)"));
+    m_stop->setEnabled(false);
+    m_reason = new QLabel(this);
+    m_reason->setWordWrap(true);
+    m_reason->setStyleSheet("color: #c0392b");
+    m_progress = new QProgressBar(this);
+    m_progress->setFormat(tr("no run"));
+    m_progress->setValue(0);
+    m_loss = new QLabel(tr("loss –"), this);
+    m_rate = new QLabel(tr("– tokens/s"), this);
+    m_time = new QLabel(tr("elapsed – · ETA –"), this);
+    m_status = new QLabel(this);
+    m_status->setWordWrap(true);
+    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_start);
+    buttons->addWidget(m_stop);
+    buttons->addWidget(m_progress, 1);
+    auto* stats = new QHBoxLayout;
+    for (QLabel* l : {m_loss, m_rate, m_time}) {
+        QFont f = l->font();
+        f.setPointSizeF(f.pointSizeF() * 1.1);
+        l->setFont(f);
+        stats->addWidget(l);
+        stats->addSpacing(16);
+    }
+    stats->addStretch(1);
+
+    m_lossPlot = new LossPlot(this);
+    m_memoryPlot = new MemoryPlot(this);
+    m_smoothing = new QSlider(Qt::Horizontal, this);
+    m_smoothing->setRange(0, 99);
+    m_smoothing->setValue(90);
+    m_smoothing->setMaximumWidth(160);
+    m_smoothing->setToolTip(tr("Exponential smoothing of the training loss"));
+    m_logScale = new QCheckBox(tr("log scale"), this);
+    auto* plotControls = new QHBoxLayout;
+    plotControls->addWidget(new QLabel(tr("Smoothing"), this));
+    plotControls->addWidget(m_smoothing);
+    plotControls->addSpacing(12);
+    plotControls->addWidget(m_logScale);
+    plotControls->addStretch(1);
+    plotControls->addWidget(new QLabel(tr("drag to pan · wheel to zoom · double-click to fit · right-click to export"), this));
+
+    m_log = new QPlainTextEdit(this);
+    m_log->setReadOnly(true);
+    m_log->setMaximumBlockCount(5000);
+    m_log->setPlaceholderText(tr("Run events (started, checkpoints, warnings, errors) appear here."));
+
+    auto* plots = new QWidget(this);
+    auto* plotLayout = new QVBoxLayout(plots);
+    plotLayout->setContentsMargins(0, 0, 0, 0);
+    plotLayout->addLayout(plotControls);
+    plotLayout->addWidget(m_lossPlot, 3);
+    plotLayout->addWidget(m_memoryPlot, 2);
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->addWidget(plots);
+    splitter->addWidget(m_log);
+    splitter->setStretchFactor(0, 4);
+    splitter->setStretchFactor(1, 1);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(buttons);
+    layout->addWidget(m_reason);
+    layout->addLayout(stats);
+    layout->addWidget(m_status);
+    layout->addWidget(splitter, 1);
+
+    connect(m_start, &QPushButton::clicked, this, &RunPanel::start);
+    connect(m_stop, &QPushButton::clicked, this, &RunPanel::stop);
+    connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) { m_lossPlot->setSmoothing(v / 100.0); });
+    connect(m_logScale, &QCheckBox::toggled, m_lossPlot, &LossPlot::setLogScale);
+
+    // Worker-object pattern: no parent, moved to its own thread, deleted with it.
+    m_thread = new QThread(this);
+    m_thread->setObjectName("training");
+    m_worker = new TrainingWorker;
+    m_worker->moveToThread(m_thread);
+    connect(m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+    connect(m_worker, &TrainingWorker::started, this, &RunPanel::onStarted);
+    connect(m_worker, &TrainingWorker::finished, this, &RunPanel::onFinished);
+    connect(m_worker, &TrainingWorker::refused, this, &RunPanel::onRefused);
+    // Repaint at most ~30 times a second, whatever the step rate.
+    m_drainTimer.setSingleShot(true);
+    m_drainTimer.setInterval(33);
+    connect(&m_drainTimer, &QTimer::timeout, this, &RunPanel::drainProgress);
+    connect(m_worker, &TrainingWorker::progressAvailable, this, [this] {
+        if (!m_drainTimer.isActive()) m_drainTimer.start();
+    });
+    m_thread->start();
+    updateStartButton();
+}
+
+RunPanel::~RunPanel()
+{
+    m_worker->requestStop();
+    m_thread->quit();
+    m_thread->wait();
+}
+
+void RunPanel::setConfig(const std::optional<RunConfig>& config, const QString& blockedReason)
+{
+    m_config = config;
+    m_blockedReason = blockedReason;
+    updateStartButton();
+}
+
+void RunPanel::updateStartButton()
+{
+    m_start->setEnabled(!m_running && m_config.has_value());
+    m_stop->setEnabled(m_running);
+    const bool blocked = !m_running && !m_config.has_value();
+    m_reason->setVisible(blocked);
+    m_reason->setText(blocked ? tr("Cannot start: %1").arg(m_blockedReason) : QString());
+}
+
+void RunPanel::beginRun(const QString& what)
+{
+    m_lossPlot->clear();
+    m_memoryPlot->clear();
+    m_log->clear();
+    m_firstStep = -1;
+    m_runId = 0;
+    m_progress->setValue(0);
+    m_progress->setFormat(tr("starting…"));
+    m_status->setText(what);
+    m_elapsed.start();
+    setRunning(true);
+}
+
+void RunPanel::start()
+{
+    if (m_running || !m_config) return;
+    beginRun(tr("Starting %1…").arg(QString::fromStdString(m_config->name)));
+    const RunConfig config = *m_config;
+    const QString db = m_dbPath;
+    QMetaObject::invokeMethod(m_worker, [worker = m_worker, config, db] { worker->startNew(config, db); });
+}
+
+void RunPanel::resume(qint64 runId)
+{
+    if (m_running) return;
+    beginRun(tr("Resuming run %1…").arg(runId));
+    const QString db = m_dbPath;
+    QMetaObject::invokeMethod(m_worker, [worker = m_worker, runId, db] { worker->resumeRun(runId, db); });
+}
+
+void RunPanel::stop()
+{
+    if (!m_running) return;
+    m_worker->requestStop(); // an atomic flag: the worker's busy loop never drains a queue
+    m_stop->setEnabled(false);
+    m_status->setText(tr("Stopping after the current step…"));
+}
+
+void RunPanel::stopAndWait()
+{
+    if (!m_running) return;
+    QEventLoop loop;
+    connect(this, &RunPanel::runningChanged, &loop, [&loop](bool running) {
+        if (!running) loop.quit();
+    });
+    stop();
+    loop.exec();
+}
+
+void RunPanel::onStarted(qint64 runId, const QString& description)
+{
+    m_runId = runId;
+    m_status->setText(tr("Run %1: %2").arg(runId).arg(description));
+    Q_EMIT runStarted(runId);
+}
+
+void RunPanel::drainProgress()
+{
+    const PendingProgress batch = m_worker->takePending();
+    if (!batch.steps.empty()) {
+        QVector<double> steps, losses, current, peak;
+        for (const auto& s : batch.steps) {
+            steps.push_back(s.step);
+            losses.push_back(s.loss);
+            current.push_back(s.memCurrentBytes / 1048576.0);
+            peak.push_back(s.memPeakBytes / 1048576.0);
+        }
+        m_lossPlot->appendTraining(steps, losses);
+        m_memoryPlot->append(steps, current, peak);
+        const StepMetrics& last = batch.steps.back();
+        if (m_firstStep < 0) m_firstStep = batch.steps.front().step - 1;
+        const double elapsed = m_elapsed.elapsed() / 1000.0;
+        const double perStep = elapsed / std::max(1, last.step - m_firstStep);
+        m_progress->setMaximum(last.totalSteps);
+        m_progress->setValue(last.step);
+        m_progress->setFormat(tr("step %1 / %2  (%p%)").arg(last.step).arg(last.totalSteps));
+        m_loss->setText(tr("loss %1").arg(last.loss, 0, 'f', 4));
+        m_rate->setText(tr("%1 tokens/s").arg(last.tokensPerSecond, 0, 'f', 0));
+        m_time->setText(tr("elapsed %1 · ETA %2").arg(clock(elapsed), clock(perStep * (last.totalSteps - last.step))));
+        Q_EMIT progressShown(last.step, last.totalSteps);
+    }
+    if (!batch.evals.empty()) {
+        QVector<double> steps, losses;
+        for (const auto& e : batch.evals) {
+            steps.push_back(e.step);
+            losses.push_back(e.valLoss);
+        }
+        m_lossPlot->appendValidation(steps, losses);
+    }
+    for (const auto& e : batch.events) appendLog(QString::fromStdString(e.severity), QString::fromStdString(e.message));
+    m_lossPlot->followData();
+    m_memoryPlot->followData();
+}
+
+void RunPanel::onFinished(const tb::SessionOutcome& outcome)
+{
+    drainProgress();
+    const QString status = QString::fromStdString(runStatusName(outcome.status));
+    QString text = tr("Run %1 %2 after %3 of %4 steps").arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps);
+    if (outcome.stepsDone > 0) text += tr(", loss %1").arg(outcome.finalLoss, 0, 'f', 4);
+    if (outcome.finalValLoss >= 0) text += tr(", validation loss %1").arg(outcome.finalValLoss, 0, 'f', 4);
+    if (outcome.status == RunStatus::Failed) text += tr(".\nError: %1").arg(QString::fromStdString(outcome.message));
+    else if (outcome.status == RunStatus::Cancelled) text += tr(". Checkpoint saved; Run ▸ Resume continues it.");
+    m_status->setText(text);
+    m_progress->setFormat(status);
+    appendLog(outcome.status == RunStatus::Failed ? "error" : "info", text);
+    setRunning(false);
+    Q_EMIT runFinished(outcome);
+}
+
+void RunPanel::onRefused(const QString& message)
+{
+    m_status->setText(tr("Not started: %1").arg(message));
+    m_progress->setFormat(tr("not started"));
+    appendLog("error", message);
+    setRunning(false);
+    SessionOutcome outcome;
+    outcome.status = RunStatus::Failed;
+    outcome.message = message.toStdString();
+    Q_EMIT runFinished(outcome);
+}
+
+void RunPanel::appendLog(const QString& severity, const QString& message)
+{
+    const QString time = QDateTime::currentDateTime().toString("HH:mm:ss");
+    m_log->appendPlainText(QString("%1  %2  %3").arg(time, severity.leftJustified(7), message));
+}
+
+void RunPanel::setRunning(bool running)
+{
+    m_running = running;
+    updateStartButton();
+    Q_EMIT runningChanged(running);
+}
+
+} // namespace tb::ui

@@ -1,0 +1,96 @@
+#pragma once
+// The live view of a run: Start/Stop, progress with ETA, current loss and
+// throughput, loss and memory plots, and the run's event log. Owns the
+// training thread; the GUI thread never runs a step or a database write.
+
+#include <QElapsedTimer>
+#include <QTimer>
+#include <QWidget>
+
+#include <optional>
+
+#include "TrainingWorker.h"
+
+class QCheckBox;
+class QLabel;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+class QSlider;
+class QThread;
+
+namespace tb::ui {
+
+class LossPlot;
+class MemoryPlot;
+
+class RunPanel final : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit RunPanel(QWidget* parent = nullptr);
+    ~RunPanel() override; // stops a run in progress and joins the thread
+
+    // The config to start (empty while invalid, with the reason to show).
+    void setConfig(const std::optional<RunConfig>& config, const QString& blockedReason);
+    void setDatabasePath(const QString& path) { m_dbPath = path; }
+    QString databasePath() const { return m_dbPath; }
+
+    bool isRunning() const { return m_running; }
+    void start();
+    void stop();
+    void resume(qint64 runId);
+    // Blocks (processing events) until the run in progress has ended.
+    void stopAndWait();
+
+    QPushButton* startButton() const { return m_start; }
+    QPushButton* stopButton() const { return m_stop; }
+    QPlainTextEdit* logView() const { return m_log; }
+    LossPlot* lossPlot() const { return m_lossPlot; }
+    MemoryPlot* memoryPlot() const { return m_memoryPlot; }
+    QLabel* statusLabel() const { return m_status; }
+    qint64 currentRunId() const { return m_runId; }
+
+Q_SIGNALS:
+    void runningChanged(bool running);
+    void runStarted(qint64 runId);
+    void runFinished(const tb::SessionOutcome& outcome);
+    void progressShown(int step, int totalSteps);
+
+private:
+    void beginRun(const QString& what);
+    void drainProgress();
+    void onStarted(qint64 runId, const QString& description);
+    void onFinished(const tb::SessionOutcome& outcome);
+    void onRefused(const QString& message);
+    void appendLog(const QString& severity, const QString& message);
+    void setRunning(bool running);
+    void updateStartButton();
+
+    QThread* m_thread = nullptr;
+    TrainingWorker* m_worker = nullptr;
+    QTimer m_drainTimer;
+    QElapsedTimer m_elapsed;
+    std::optional<RunConfig> m_config;
+    QString m_blockedReason;
+    QString m_dbPath;
+    bool m_running = false;
+    qint64 m_runId = 0;
+    int m_firstStep = -1;
+
+    QPushButton* m_start;
+    QPushButton* m_stop;
+    QLabel* m_reason;
+    QProgressBar* m_progress;
+    QLabel* m_loss;
+    QLabel* m_rate;
+    QLabel* m_time;
+    QLabel* m_status;
+    QSlider* m_smoothing;
+    QCheckBox* m_logScale;
+    LossPlot* m_lossPlot;
+    MemoryPlot* m_memoryPlot;
+    QPlainTextEdit* m_log;
+};
+
+} // namespace tb::ui

@@ -1,0 +1,91 @@
+#include "TrainingWorker.h"
+
+namespace tb::ui {
+
+template <typename T>
+void TrainingWorker::push(std::vector<T> PendingProgress::*list, const T& item)
+{
+    bool wasEmpty;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        wasEmpty = m_pending.empty();
+        (m_pending.*list).push_back(item);
+    }
+    // One signal per batch: the GUI drains everything when it gets to it.
+    if (wasEmpty) Q_EMIT progressAvailable();
+}
+
+PendingProgress TrainingWorker::takePending()
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    PendingProgress taken = std::move(m_pending);
+    m_pending = {};
+    return taken;
+}
+
+void TrainingWorker::requestStop()
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_stopRequested = true;
+    if (m_session) m_session->requestCancel();
+}
+
+void TrainingWorker::startNew(const RunConfig& config, const QString& dbPath)
+{
+    SessionOptions options;
+    options.dbPath = dbPath.toStdString();
+    std::unique_ptr<RunSession> session;
+    try {
+        session = std::make_unique<RunSession>(config, options);
+    } catch (const std::exception& e) {
+        Q_EMIT refused(QString::fromStdString(e.what()));
+        return;
+    }
+    runSession(*session);
+}
+
+void TrainingWorker::resumeRun(qint64 runId, const QString& dbPath)
+{
+    SessionOptions options;
+    options.dbPath = dbPath.toStdString();
+    std::unique_ptr<RunSession> session;
+    try {
+        session = RunSession::resume(runId, options);
+    } catch (const std::exception& e) {
+        Q_EMIT refused(QString::fromStdString(e.what()));
+        return;
+    }
+    runSession(*session);
+}
+
+void TrainingWorker::runSession(RunSession& session)
+{
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_session = &session;
+        if (m_stopRequested) session.requestCancel();
+        m_stopRequested = false;
+    }
+    SessionCallbacks callbacks;
+    callbacks.onStarted = [this](std::int64_t runId, const std::string& description) {
+        Q_EMIT started(runId, QString::fromStdString(description));
+    };
+    callbacks.onStep = [this](const StepMetrics& s) { push(&PendingProgress::steps, s); };
+    callbacks.onEval = [this](const EvalMetrics& e) { push(&PendingProgress::evals, e); };
+    callbacks.onEvent = [this](const TrainerEvent& e) { push(&PendingProgress::events, e); };
+    SessionOutcome outcome;
+    try {
+        outcome = session.run(callbacks);
+    } catch (const std::exception& e) {
+        outcome.status = RunStatus::Failed;
+        outcome.runId = session.runId();
+        outcome.message = e.what();
+    }
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_session = nullptr;
+    }
+    Q_EMIT finished(outcome);
+}
+
+} // namespace tb::ui

@@ -1,0 +1,57 @@
+#pragma once
+// Runs a RunSession in its own QThread (worker-object pattern). The training
+// thread only appends to a pending batch under a mutex; one queued signal
+// tells the GUI there is something to take, however fast steps arrive.
+
+#include <QObject>
+#include <QString>
+
+#include <mutex>
+#include <vector>
+
+#include "run/RunSession.h"
+
+namespace tb::ui {
+
+struct PendingProgress {
+    std::vector<StepMetrics> steps;
+    std::vector<EvalMetrics> evals;
+    std::vector<TrainerEvent> events;
+    bool empty() const { return steps.empty() && evals.empty() && events.empty(); }
+};
+
+class TrainingWorker final : public QObject {
+    Q_OBJECT
+
+public:
+    TrainingWorker() = default;
+    // Thread-safe: everything reported since the last call.
+    PendingProgress takePending();
+    // Thread-safe: the run stops after the step in progress and checkpoints.
+    void requestStop();
+
+    // Run in the worker's thread (invoke through QMetaObject::invokeMethod).
+    void startNew(const RunConfig& config, const QString& dbPath);
+    void resumeRun(qint64 runId, const QString& dbPath);
+
+Q_SIGNALS:
+    void started(qint64 runId, const QString& description);
+    void progressAvailable();
+    void finished(const tb::SessionOutcome& outcome);
+    // Input problems found before a run record exists (bad database, device...).
+    void refused(const QString& message);
+
+private:
+    void runSession(RunSession& session);
+    template <typename T>
+    void push(std::vector<T> PendingProgress::*list, const T& item);
+
+    std::mutex m_mutex;
+    PendingProgress m_pending;
+    RunSession* m_session = nullptr; // guarded by m_mutex
+    bool m_stopRequested = false;
+};
+
+} // namespace tb::ui
+
+Q_DECLARE_METATYPE(tb::SessionOutcome)
