@@ -39,3 +39,15 @@ function(tb_add_test name)
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
     ENVIRONMENT "QT_QPA_PLATFORM=offscreen")
 endfunction()
+
+# Compiles a resource file into the target as `std::string tb::FUNCTION()`.
+function(tb_embed_text target input function)
+  set(output "${CMAKE_CURRENT_BINARY_DIR}/${function}.cpp")
+  add_custom_command(OUTPUT "${output}"
+    COMMAND "${CMAKE_COMMAND}" -DINPUT=${input} -DOUTPUT=${output} -DFUNCTION=${function}
+            -P "${PROJECT_SOURCE_DIR}/cmake/EmbedText.cmake"
+    DEPENDS "${input}" "${PROJECT_SOURCE_DIR}/cmake/EmbedText.cmake"
+    COMMENT "Embedding ${input}")
+  target_sources(${target} PRIVATE "${output}")
+  set_source_files_properties("${output}" PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+endfunction()

@@ -39,6 +39,7 @@ private Q_SLOTS:
     void readOnlyDatabaseIsRejectedUntouched();
     void sigintCancelsWithCheckpointThenResumeFinishes();
     void killDashNineLeavesAnInterruptedResumableRun();
+    void devicesJsonSchema();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -276,6 +277,42 @@ void TestCli::killDashNineLeavesAnInterruptedResumableRun()
     QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
     QCOMPARE(store.run(1)->status, RunStatus::Finished);
     QCOMPARE(store.metrics(1, "loss").size(), std::size_t(80));
+}
+
+void TestCli::devicesJsonSchema()
+{
+    const auto check = [](const QJsonArray& list) {
+        for (const auto& v : list) {
+            const auto o = v.toObject();
+            QVERIFY(o["name"].isString() && !o["name"].toString().isEmpty());
+            QVERIFY(QRegularExpression("^\\d+\\.\\d+$").match(o["compute_capability"].toString()).hasMatch());
+            QVERIFY(o["memory_bytes"].isDouble() && o["memory_bytes"].toDouble() > 0);
+            QVERIFY(o["bf16"].isBool());
+            QVERIFY(o["bf16_reason"].toString().startsWith("bf16: "));
+        }
+    };
+    auto r = cli({"devices", "--catalog", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const auto catalogue = QJsonDocument::fromJson(r.out.toUtf8()).array();
+    QVERIFY(catalogue.size() >= 25);
+    check(catalogue);
+
+    r = cli({"devices", "--json"}); // this machine: a list (empty without a GPU), reason on stderr
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(QJsonDocument::fromJson(r.out.toUtf8()).isArray());
+    check(QJsonDocument::fromJson(r.out.toUtf8()).array());
+
+    r = cli({"devices", "--gpu", "2xT4", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const auto t4 = QJsonDocument::fromJson(r.out.toUtf8()).array();
+    check(t4);
+    QCOMPARE(t4[0]["count"].toInt(), 2);
+    QCOMPARE(t4[0]["bf16"].toBool(), false);
+    QCOMPARE(t4[0]["auto_precision"].toString(), QString("fp16"));
+
+    r = cli({"devices", "--gpu", "A1OO"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY(r.err.contains("closest:"));
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -15,6 +15,7 @@
 
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
+#include "HardwarePanel.h"
 #include "RunPanel.h"
 #include "common/Version.h"
 #include "store/RunStore.h"
@@ -36,12 +37,21 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     setCentralWidget(m_run);
     // Panels: one line each.
     m_experiment = new ExperimentPanel(m_document, this);
-    addPanel(m_experiment, tr("Experiment"), Qt::LeftDockWidgetArea);
+    QDockWidget* experimentDock = addPanel(m_experiment, tr("Experiment"), Qt::LeftDockWidgetArea);
+    m_hardware = new HardwarePanel(std::shared_ptr<GpuDriver>(makeNvidiaDriver()), torchCudaInfo(), this);
+    tabifyDockWidget(experimentDock, addPanel(m_hardware, tr("Hardware"), Qt::LeftDockWidgetArea));
+    experimentDock->raise();
 
     m_dbLabel = new QLabel(this);
     m_runLabel = new QLabel(tr("idle"), this);
+    m_targetLabel = new QLabel(this);
+    m_targetLabel->setToolTip(tr("Target GPU for planning and preflight (Hardware panel)"));
     statusBar()->addWidget(m_runLabel, 1);
+    statusBar()->addPermanentWidget(m_targetLabel);
     statusBar()->addPermanentWidget(m_dbLabel);
+    m_targetLabel->setText(tr("target: %1").arg(QString::fromStdString(m_hardware->target().label())));
+    connect(m_hardware, &HardwarePanel::targetChanged, this,
+            [this](const QString& label) { m_targetLabel->setText(tr("target: %1").arg(label)); });
     m_dbLabel->setText(tr("store: %1").arg(m_run->databasePath()));
 
     buildMenus();

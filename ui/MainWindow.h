@@ -13,6 +13,7 @@ namespace tb::ui {
 
 class ConfigDocument;
 class ExperimentPanel;
+class HardwarePanel;
 class RunPanel;
 
 class MainWindow final : public QMainWindow {
@@ -27,6 +28,7 @@ public:
     void openExample(const QString& resourcePath);
     ConfigDocument* document() const { return m_document; }
     ExperimentPanel* experimentPanel() const { return m_experiment; }
+    HardwarePanel* hardwarePanel() const { return m_hardware; }
     RunPanel* runPanel() const { return m_run; }
     // Skips the save/stop questions on close (tests, scripted use).
     void setAskBeforeClosing(bool ask) { m_askBeforeClosing = ask; }
@@ -52,10 +54,12 @@ private:
 
     ConfigDocument* m_document;
     ExperimentPanel* m_experiment;
+    HardwarePanel* m_hardware;
     RunPanel* m_run;
     QMenu* m_recentMenu = nullptr;
     QLabel* m_dbLabel;
     QLabel* m_runLabel;
+    QLabel* m_targetLabel;
     QAction* m_startAction = nullptr;
     QAction* m_stopAction = nullptr;
     QAction* m_resumeAction = nullptr;

@@ -7,7 +7,9 @@
 #include <sstream>
 
 #include "memory/MemoryProbe.h"
-#include "train/CudaCapability.h"
+#include <dlfcn.h>
+
+#include "gpu/Discovery.h"
 #include "train/Datasets.h"
 #include "train/Gpt.h"
 #include "train/LossScaler.h"
@@ -69,20 +71,35 @@ std::string resolveDevice(const std::string& requested)
 
 std::string resolvePrecision(const std::string& requested, const std::string& device)
 {
-    if (device == "cpu") {
-        if (requested == "fp16") throw InputError("train.precision: fp16 needs a CUDA device; on the CPU use \"fp32\" or \"bf16\"");
-        return requested == "auto" ? "fp32" : requested;
+    std::optional<ComputeCapability> cc;
+    if (device != "cpu") {
+        // The driver API answers without creating a CUDA context.
+        const auto driver = makeNvidiaDriver();
+        const int index = cudaIndexOf(device);
+        ComputeCapability found;
+        for (const auto& d : driver->devices()) {
+            if (d.index == index) found = d.cc;
+        }
+        cc = found;
     }
-    const auto cc = cudaComputeCapability(cudaIndexOf(device));
-    const bool nativeBf16 = cc.known() && cc.major >= 8;
-    if (requested == "bf16" && cc.known() && !nativeBf16) {
-        // Story 4 of FAILURES.md: emulated bf16 passes is_bf16_supported() and then fails in the scaler.
-        throw InputError("train.precision: bf16 needs compute capability 8.0 or newer, this GPU has "
-                         + std::to_string(cc.major) + "." + std::to_string(cc.minor)
-                         + "; use \"fp16\" (with loss scaling) or \"auto\"");
-    }
-    if (requested != "auto") return requested;
-    return nativeBf16 ? "bf16" : "fp16";
+    // Decided before any model is built (story 4: bf16 weights on a 7.5 GPU).
+    const PrecisionDecision decision = decidePrecision(requested, cc);
+    if (!decision.error.empty()) throw InputError(decision.error);
+    return decision.precision;
+}
+
+TorchCudaInfo torchCudaInfo()
+{
+    TorchCudaInfo info;
+#ifdef TB_TORCH_CUDA
+    info.builtWithCuda = true;
+#endif
+    info.available = torch::cuda::is_available();
+    info.deviceCount = info.available ? static_cast<int>(torch::cuda::device_count()) : 0;
+    // The CUDA runtime LibTorch loaded, if any (a PyTorch wheel ships libcudart).
+    using RuntimeVersion = int (*)(int*);
+    if (auto fn = reinterpret_cast<RuntimeVersion>(dlsym(RTLD_DEFAULT, "cudaRuntimeGetVersion"))) fn(&info.cudaRuntimeVersion);
+    return info;
 }
 
 struct Trainer::Impl {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "config/RunConfig.h"
+#include "gpu/Discovery.h"
 
 namespace tb {
 
@@ -72,6 +73,8 @@ std::string resolvePrecision(const std::string& requested, const std::string& de
 std::string torchVersion();
 // Whether LibTorch here can run on a CUDA device.
 bool cudaUsable();
+// What this LibTorch can do with CUDA, for GPU discovery reports.
+TorchCudaInfo torchCudaInfo();
 
 class Trainer final {
 public:

@@ -1,0 +1,62 @@
+#pragma once
+// What the GPU can do: devices detected here (live memory bars, NVML polled
+// about once a second off the GUI thread), capability answers with their
+// reasons, a plain statement when no GPU is usable, and the Target GPU
+// selector (a detected device, or a catalogue entry x count) that planning
+// and preflight use.
+
+#include <QWidget>
+
+#include <memory>
+
+#include "gpu/Catalogue.h"
+#include "gpu/Discovery.h"
+
+class QComboBox;
+class QLabel;
+class QProgressBar;
+class QSpinBox;
+class QThread;
+class QVBoxLayout;
+
+namespace tb::ui {
+
+class HardwarePanel final : public QWidget {
+    Q_OBJECT
+
+public:
+    HardwarePanel(std::shared_ptr<GpuDriver> driver, const TorchCudaInfo& torch, QWidget* parent = nullptr);
+    ~HardwarePanel() override;
+
+    const GpuReport& report() const { return m_report; }
+    // The current target: a catalogue GPU and count, or a detected device
+    // described in catalogue terms.
+    GpuTarget target() const { return m_target; }
+    // Selects a target by name ("2xT4", "A100", a detected device's name).
+    bool selectTarget(const QString& text, QString* error = nullptr);
+    // All visible capability lines, for tests and screen readers.
+    QStringList capabilityTexts() const;
+
+Q_SIGNALS:
+    void targetChanged(const QString& label);
+
+private:
+    QWidget* deviceBox(const DeviceInfo& device);
+    QWidget* capabilityGrid(ComputeCapability cc);
+    void updateTarget();
+    void showUsage(int index, qint64 freeBytes, qint64 usedBytes, int temperature, int utilization, double watts);
+
+    std::shared_ptr<GpuDriver> m_driver;
+    GpuReport m_report;
+    GpuTarget m_target;
+    QComboBox* m_targetBox;
+    QSpinBox* m_count;
+    QLabel* m_targetDetails;
+    QWidget* m_targetCapabilities = nullptr;
+    QVBoxLayout* m_targetLayout;
+    std::vector<QProgressBar*> m_memoryBars;
+    std::vector<QLabel*> m_sensorLabels;
+    QThread* m_pollThread = nullptr;
+};
+
+} // namespace tb::ui
