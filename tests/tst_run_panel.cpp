@@ -27,6 +27,7 @@ private Q_SLOTS:
     void defaultExampleRunsToFinishedWithoutFreezingTheGui();
     void stopMidRunCancelsWithCheckpoint();
     void vanishedDataFileFailsVisibly();
+    void closingDuringARunStopsItCleanly();
 
 private:
     void setSteps(int steps)
@@ -155,6 +156,22 @@ void TestRunPanel::vanishedDataFileFailsVisibly()
     QCOMPARE(store.run(outcome.runId)->status, RunStatus::Failed);
     // The app stays usable: Start works again.
     QVERIFY(panel->startButton()->isEnabled());
+}
+
+void TestRunPanel::closingDuringARunStopsItCleanly()
+{
+    setSteps(2000);
+    RunPanel* panel = m_window->runPanel();
+    QSignalSpy progress(panel, &RunPanel::progressShown);
+    QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+    QVERIFY(progress.wait(60000));
+    const qint64 runId = panel->currentRunId();
+    // The question is skipped here (setAskBeforeClosing(false)); the stop is not.
+    QVERIFY(m_window->close());
+    QVERIFY(!panel->isRunning());
+    RunStore store(dbPath().toStdString());
+    QCOMPARE(store.run(runId)->status, RunStatus::Cancelled);
+    QVERIFY(store.latestCheckpoint(runId).has_value());
 }
 
 QTEST_MAIN(TestRunPanel)
