@@ -44,6 +44,8 @@ private Q_SLOTS:
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
     QString writeConfig(const QString& name, const QByteArray& json);
+    // Starts `train` on the slow config and returns once it has printed progress.
+    void startSlowRun(QProcess& p);
     QString m_db;
     std::unique_ptr<QTemporaryDir> m_dir;
 };
@@ -91,6 +93,14 @@ static const QByteArray kSlow = R"({"name": "slow", "device": "cpu",
   "model": {"n_layer": 2, "d_model": 128, "n_head": 4},
   "data": {"source": "text", "seq_len": 64},
   "train": {"batch_size": 32, "steps": 80, "eval_every": 40, "checkpoint_every": 5, "threads": 1}})";
+
+void TestCli::startSlowRun(QProcess& p)
+{
+    p.start(TB_CLI_PATH, {"train", "--config", writeConfig("slow.json", kSlow), "--db", m_db});
+    QVERIFY(p.waitForStarted());
+    QByteArray output;
+    QTRY_VERIFY_WITH_TIMEOUT((output += p.readAllStandardOutput()).contains("step 1/"), 60000);
+}
 
 void TestCli::versionAndHelp()
 {
@@ -214,13 +224,10 @@ void TestCli::readOnlyDatabaseIsRejectedUntouched()
 
 void TestCli::sigintCancelsWithCheckpointThenResumeFinishes()
 {
-    const auto config = writeConfig("slow.json", kSlow);
     QProcess p;
-    p.start(TB_CLI_PATH, {"train", "--config", config, "--db", m_db});
-    QVERIFY(p.waitForStarted());
-    // Wait for a few steps, then press Ctrl-C.
-    QByteArray output;
-    QTRY_VERIFY_WITH_TIMEOUT((output += p.readAllStandardOutput()).contains("step 1/"), 60000);
+    startSlowRun(p);
+    if (QTest::currentTestFailed()) return;
+    // A few steps in, press Ctrl-C.
     QTest::qWait(1500);
     ::kill(static_cast<pid_t>(p.processId()), SIGINT);
     QVERIFY(p.waitForFinished(60000));
@@ -247,12 +254,9 @@ void TestCli::sigintCancelsWithCheckpointThenResumeFinishes()
 
 void TestCli::killDashNineLeavesAnInterruptedResumableRun()
 {
-    const auto config = writeConfig("slow.json", kSlow);
     QProcess p;
-    p.start(TB_CLI_PATH, {"train", "--config", config, "--db", m_db});
-    QVERIFY(p.waitForStarted());
-    QByteArray output;
-    QTRY_VERIFY_WITH_TIMEOUT((output += p.readAllStandardOutput()).contains("step 1/"), 60000);
+    startSlowRun(p);
+    if (QTest::currentTestFailed()) return;
     QTest::qWait(2500);
     const double killedAt = wallClockNow();
     ::kill(static_cast<pid_t>(p.processId()), SIGKILL);

@@ -3,24 +3,13 @@
 // continues exactly, LoRA trains only adapters.
 #include <QtTest>
 
+#include "TestPrinters.h"
+
 #include "memory/MemoryProbe.h"
 #include "train/Datasets.h"
 #include "train/Gpt.h"
 #include "train/TrainStep.h"
 #include "train/Trainer.h"
-
-namespace QTest {
-template <>
-inline char* toString(const tb::TrainResult::Status& status)
-{
-    switch (status) {
-    case tb::TrainResult::Status::Finished: return qstrdup("finished");
-    case tb::TrainResult::Status::Cancelled: return qstrdup("cancelled");
-    case tb::TrainResult::Status::Failed: return qstrdup("failed");
-    }
-    return qstrdup("?");
-}
-} // namespace QTest
 
 using namespace tb;
 

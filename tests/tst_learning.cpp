@@ -1,21 +1,10 @@
 // The models actually learn: the default example and the addition task.
 #include <QtTest>
 
+#include "TestPrinters.h"
+
 #include "config/RunConfig.h"
 #include "train/Trainer.h"
-
-namespace QTest {
-template <>
-inline char* toString(const tb::TrainResult::Status& status)
-{
-    switch (status) {
-    case tb::TrainResult::Status::Finished: return qstrdup("finished");
-    case tb::TrainResult::Status::Cancelled: return qstrdup("cancelled");
-    case tb::TrainResult::Status::Failed: return qstrdup("failed");
-    }
-    return qstrdup("?");
-}
-} // namespace QTest
 
 using namespace tb;
 
