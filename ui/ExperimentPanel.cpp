@@ -284,9 +284,7 @@ void ExperimentPanel::refreshFromDocument()
         default: {
             auto* edit = static_cast<QLineEdit*>(f.editor);
             // Do not rewrite the field being typed into ("1e-" is not yet a number).
-            if (!edit->hasFocus() || display(v) != edit->text()) {
-                if (!edit->hasFocus()) edit->setText(display(v));
-            }
+            if (!edit->hasFocus()) edit->setText(display(v));
         }
         }
         f.message->hide();

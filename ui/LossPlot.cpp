@@ -4,8 +4,10 @@ namespace tb::ui {
 
 LossPlot::LossPlot(QWidget* parent) : MetricPlot(tr("loss"), parent)
 {
-    m_raw = addCurve(tr("training loss"), QColor(120, 160, 220));
-    m_ema = addCurve(tr("smoothed"), QColor(25, 90, 200));
+    // The smoothed curve is the one people read: keep it high-contrast on dark themes too.
+    const bool dark = palette().color(QPalette::Base).lightness() < 128;
+    m_raw = addCurve(tr("training loss"), dark ? QColor(70, 110, 170) : QColor(120, 160, 220));
+    m_ema = addCurve(tr("smoothed"), dark ? QColor(110, 175, 255) : QColor(25, 90, 200));
     m_val = addCurve(tr("validation"), QColor(220, 90, 30));
     m_val->setLineStyle(QCPGraph::lsNone);
     m_val->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7));

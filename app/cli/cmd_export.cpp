@@ -7,6 +7,7 @@
 
 #include "Command.h"
 #include "StoreAccess.h"
+#include "common/Errors.h"
 
 namespace tb::cli {
 namespace {

@@ -12,9 +12,9 @@ ThreadSetup threadSetupFor(int threads)
 {
     if (threads > 0) return {threads, threads};
     // Measured with bench/train_throughput.sh on the 2-core development machine
-    // (GPT d_model 128, 2 layers, seq 64, batch 32, OpenBLAS): 1 OpenMP thread
-    // with OpenBLAS on every core ran ~30k tokens/s; 1 + 1 ran ~23k; 2 + 2 ran
-    // ~13.6k, because the two pools oversubscribe the cores. See README, "Threads".
+    // (GPT d_model 128, 2 layers, seq 64, batch 32, OpenBLAS), one round: 1 OpenMP
+    // thread with OpenBLAS on both cores ran 27.5k tokens/s; 1 + 1 ran 20.4k;
+    // 2 + 2 ran 13.6k, because the two pools oversubscribe the cores.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     return {1, cores};
 }

@@ -6,10 +6,10 @@
 #include <iomanip>
 #include <sstream>
 
-#include "memory/MemoryProbe.h"
 #include <dlfcn.h>
 
 #include "gpu/Discovery.h"
+#include "memory/MemoryProbe.h"
 #include "train/Datasets.h"
 #include "train/Gpt.h"
 #include "train/LossScaler.h"
