@@ -76,6 +76,11 @@ private Q_SLOTS:
     void cancelThenResumeReproducesTheRun();
     void loraTrainsOnlyAdapters();
     void loraWithCheckpointingStillGetsGradients();
+    void checkpointingReplaysDropout();
+    void weightDecaySkipsBiasesNormsAndEmbeddings_data();
+    void weightDecaySkipsBiasesNormsAndEmbeddings();
+    void fp16OverflowSkipsTheStepAndHalvesTheScale();
+    void fusedAttentionMatchesEagerOrIsRefused();
 };
 
 void TestEquivalence::accumulationEqualsLargerBatch_data()
@@ -93,7 +98,7 @@ void TestEquivalence::accumulationEqualsLargerBatch()
     if (config.data.source == "addition") config.data.seqLen = 0;
     const auto data = makeDataset(config);
     torch::manual_seed(5);
-    Gpt model(gptOptionsFor(config, *data));
+    Gpt model(modelOptionsFor(config, *data));
     auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
     const Batch batch = data->trainBatch(8, gen);
 
@@ -120,7 +125,7 @@ void TestEquivalence::checkpointingKeepsGradientsAndLowersPeak()
     for (int checkpointing : {0, 1}) {
         config.train.activationCheckpointing = checkpointing == 1;
         torch::manual_seed(9);
-        Gpt model(gptOptionsFor(config, *data));
+        Gpt model(modelOptionsFor(config, *data));
         model->train();
         model->zero_grad();
         MemoryProbe::resetPeak("cpu");
@@ -196,7 +201,7 @@ void TestEquivalence::loraTrainsOnlyAdapters()
 
     // Same model, by hand: only lora_* change after optimizer steps.
     torch::manual_seed(2);
-    Gpt model(gptOptionsFor(config, *data));
+    Gpt model(modelOptionsFor(config, *data));
     model->freezeBaseForLora();
     std::map<std::string, torch::Tensor> before;
     std::vector<torch::Tensor> trainable;
@@ -231,7 +236,7 @@ void TestEquivalence::loraWithCheckpointingStillGetsGradients()
     config.train.activationCheckpointing = true;
     const auto data = makeDataset(config);
     torch::manual_seed(2);
-    Gpt model(gptOptionsFor(config, *data));
+    Gpt model(modelOptionsFor(config, *data));
     model->freezeBaseForLora();
     model->train();
     auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
@@ -243,6 +248,129 @@ void TestEquivalence::loraWithCheckpointingStillGetsGradients()
             QVERIFY2(p.value().grad().defined() && p.value().grad().abs().sum().item<double>() > 0, p.key().c_str());
         }
     }
+}
+
+void TestEquivalence::checkpointingReplaysDropout()
+{
+    // Recomputation must draw the same dropout masks as the original forward.
+    auto config = smallTextConfig();
+    config.model.dropout = 0.1;
+    const auto data = makeDataset(config);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    const Batch batch = data->trainBatch(4, gen);
+    std::map<std::string, torch::Tensor> grads[2];
+    for (int checkpointing : {0, 1}) {
+        config.train.activationCheckpointing = checkpointing == 1;
+        torch::manual_seed(9);
+        auto model = makeModel(modelOptionsFor(config, *data));
+        model->train();
+        torch::manual_seed(21); // the same dropout stream for both
+        maskedLossSum(model->forward(batch.inputs), batch, maskedTokenCount({batch})).backward();
+        for (const auto& p : model->named_parameters()) grads[checkpointing][p.key()] = p.value().grad().clone();
+    }
+    const double diff = maxDifference(grads[0], grads[1]);
+    QVERIFY2(diff < 1e-6, qPrintable(QString("max gradient difference %1").arg(diff)));
+}
+
+void TestEquivalence::weightDecaySkipsBiasesNormsAndEmbeddings_data()
+{
+    QTest::addColumn<QString>("type");
+    QTest::addColumn<bool>("decayEmbeddings");
+    QTest::newRow("gpt") << "gpt" << false;
+    QTest::newRow("gpt, embeddings decayed") << "gpt" << true;
+    QTest::newRow("llama") << "llama" << false;
+}
+
+void TestEquivalence::weightDecaySkipsBiasesNormsAndEmbeddings()
+{
+    // One AdamW step with and without decay: the gradient part is identical, so
+    // the parameters differ exactly where decay applies.
+    QFETCH(QString, type);
+    QFETCH(bool, decayEmbeddings);
+    auto config = smallTextConfig();
+    config.model.type = type.toStdString();
+    if (config.model.type == "llama") {
+        config.model.positionalEncoding = "rope";
+        config.model.tieEmbeddings = false;
+    }
+    config.train.steps = 1;
+    config.optim.lr = 0.1;
+    config.optim.decayEmbeddings = decayEmbeddings;
+    std::vector<std::pair<std::string, std::vector<float>>> after[2];
+    for (int decay : {0, 1}) {
+        config.optim.weightDecay = decay ? 0.5 : 0.0;
+        Trainer trainer(config, {});
+        QCOMPARE(trainer.run({}).status, TrainResult::Status::Finished);
+        after[decay] = trainer.parameterValues();
+    }
+    int decayed = 0;
+    for (std::size_t i = 0; i < after[0].size(); ++i) {
+        const auto& name = after[0][i].first;
+        const bool differs = after[0][i].second != after[1][i].second;
+        const bool embedding = name == "wte.weight" || name == "wpe.weight" || name == "model.embed_tokens.weight";
+        const bool vector = name.find("bias") != std::string::npos || name.find("ln") != std::string::npos
+            || name.find("norm") != std::string::npos;
+        const bool expected = !vector && (!embedding || decayEmbeddings);
+        QVERIFY2(differs == expected, qPrintable(QString::fromStdString(name) + (differs ? " decayed" : " not decayed")));
+        decayed += differs;
+    }
+    QVERIFY(decayed > 0);
+}
+
+void TestEquivalence::fp16OverflowSkipsTheStepAndHalvesTheScale()
+{
+    // The real Trainer and optimizer with dynamic loss scaling; an inf gradient
+    // injected at step 3 must leave every weight as it was after step 2.
+    auto config = smallTextConfig();
+    config.train.steps = 4;
+    TrainerOptions options;
+    options.forceLossScaling = true;
+    options.injectNonFiniteGradientAtStep = 3;
+    Trainer trainer(config, options);
+    std::map<int, std::vector<std::pair<std::string, std::vector<float>>>> weights;
+    std::map<int, StepMetrics> steps;
+    TrainerCallbacks callbacks;
+    callbacks.onStep = [&](const StepMetrics& s) {
+        steps[s.step] = s;
+        weights[s.step] = trainer.parameterValues();
+    };
+    QCOMPARE(trainer.run(callbacks).status, TrainResult::Status::Finished);
+    QVERIFY(!steps[2].skipped);
+    QVERIFY(steps[3].skipped);
+    QVERIFY(!steps[4].skipped);
+    QCOMPARE(steps[3].lossScale, steps[2].lossScale / 2);
+    QVERIFY(weights[3] == weights[2]);
+    QVERIFY(weights[4] != weights[3]);
+    QVERIFY(weights[2] != weights[1]);
+}
+
+void TestEquivalence::fusedAttentionMatchesEagerOrIsRefused()
+{
+    auto config = smallTextConfig();
+    config.model.attention = "sdpa";
+    config.train.steps = 1;
+    if (!fusedAttentionAvailable()) {
+        // LibTorch 1.13: refused before anything is built, with the reason.
+        try {
+            Trainer trainer(config, {});
+            QFAIL("sdpa was accepted on a LibTorch without it");
+        } catch (const InputError& e) {
+            QVERIFY2(QString(e.what()).contains("LibTorch 2.0"), e.what());
+        }
+        return;
+    }
+    const auto data = makeDataset(config);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+    const Batch batch = data->trainBatch(4, gen);
+    torch::Tensor logits[2];
+    for (const char* attention : {"eager", "sdpa"}) {
+        config.model.attention = attention;
+        torch::manual_seed(4);
+        auto model = makeModel(modelOptionsFor(config, *data));
+        model->eval();
+        logits[std::string(attention) == "sdpa"] = model->forward(batch.inputs);
+    }
+    QVERIFY(torch::allclose(logits[0], logits[1], 1e-5, 1e-5));
 }
 
 QTEST_GUILESS_MAIN(TestEquivalence)

@@ -80,22 +80,9 @@ int runWithProgress(RunSession& session, bool quiet)
     callbacks.onEvent = [&](const TrainerEvent& e) {
         if (!quiet && e.severity != "info") std::cerr << e.severity << ": " << e.message << std::endl;
     };
-    // Throughput over the steady state: wall time between step ends after the
-    // first 10 steps, so callbacks, the store and the probe are all included.
-    Clock::time_point steadyFrom;
-    int steadyFromStep = -1, lastStep = 0;
-    double tokensPerStep = 0;
-    Clock::time_point lastStepEnd;
     callbacks.onStep = [&](const StepMetrics& s) {
         if (firstStep < 0) firstStep = s.step - 1;
         const auto now = Clock::now();
-        if (s.step - firstStep == 10) {
-            steadyFrom = now;
-            steadyFromStep = s.step;
-        }
-        lastStep = s.step;
-        lastStepEnd = now;
-        tokensPerStep = s.tokensPerSecond * s.stepMs / 1000.0;
         if (quiet || (now - lastPrint < std::chrono::seconds(1) && s.step != s.totalSteps)) return;
         lastPrint = now;
         const double elapsed = std::chrono::duration<double>(now - started).count();
@@ -126,12 +113,12 @@ int runWithProgress(RunSession& session, bool quiet)
     if (outcome.finalValLoss >= 0) std::cout << ", val loss " << outcome.finalValLoss;
     if (outcome.finalValAccuracy >= 0) std::cout << ", val accuracy " << 100.0 * outcome.finalValAccuracy << "%";
     std::cout << "\n";
-    if (steadyFromStep > 0 && lastStep > steadyFromStep) {
-        const double seconds = std::chrono::duration<double>(lastStepEnd - steadyFrom).count();
-        const int steps = lastStep - steadyFromStep;
+    if (outcome.steadyTokensPerSecond > 0) {
+        // Measured by the trainer from the end of the 10th step to the end of the
+        // last, without validation and checkpoints; callbacks, store and probe included.
         char line[160];
-        std::snprintf(line, sizeof line, "throughput: %.0f tokens/s over steps %d-%d (%.2f ms a step)\n",
-                      tokensPerStep * steps / seconds, steadyFromStep + 1, lastStep, 1000.0 * seconds / steps);
+        std::snprintf(line, sizeof line, "throughput: %.0f tokens/s in the steady state (after the first 10 steps)\n",
+                      outcome.steadyTokensPerSecond);
         std::cout << line;
     }
     if (outcome.status == RunStatus::Failed) std::cerr << "error: " << outcome.message << "\n";

@@ -27,6 +27,7 @@ int train(const Args& args)
     options.dbPath = args.value("--db").value_or("");
     options.recordMetrics = !args.flag("--no-metrics");
     options.measureMemory = !args.flag("--no-memory-probe");
+    options.bare = args.flag("--bare");
     RunSession session(config, options);
     return runWithProgress(session, args.flag("--quiet"));
 }
@@ -44,7 +45,8 @@ const CommandRegistration registration{Command{
      {"--threads", true, "override train.threads (0 = automatic)", "N"},
      {"--quiet", false, "print only the final summary"},
      {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
-     {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"}},
+     {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"},
+     {"--bare", false, "benchmark baseline: no metrics writer, no per-step callback or loss read, no memory probe"}},
     &train}};
 
 } // namespace

@@ -13,7 +13,7 @@ int validate(const Args& args)
     const auto path = args.value("--config");
     if (!path) throw InputError("'validate' needs --config FILE");
     const RunConfig c = loadConfigFile(*path);
-    std::cout << *path << ": valid. \"" << c.name << "\": GPT " << c.model.nLayer << " layers, d_model "
+    std::cout << *path << ": valid. \"" << c.name << "\": " << c.model.type << " " << c.model.nLayer << " layers, d_model "
               << c.model.dModel << ", " << c.model.positionalEncoding << " positions; data " << c.data.source
               << ", " << effectiveSeqLen(c) << " tokens; batch " << c.train.batchSize << " x accum "
               << c.train.gradAccum << ", " << c.train.steps << " steps, " << c.optim.optimizer << " lr "

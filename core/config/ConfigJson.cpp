@@ -197,12 +197,20 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.integer("n_layer", c.model.nLayer);
         r.integer("d_model", c.model.dModel);
         r.integer("n_head", c.model.nHead);
+        r.integer("n_kv_head", c.model.nKvHead);
         r.integer("d_ff", c.model.dFf);
         r.text("positional_encoding", c.model.positionalEncoding);
+        r.number("rope_theta", c.model.ropeTheta);
+        r.number("rms_norm_eps", c.model.rmsNormEps);
         r.number("dropout", c.model.dropout);
         r.text("attention", c.model.attention);
         r.boolean("tie_embeddings", c.model.tieEmbeddings);
         r.read(v);
+        // A Llama-family model defaults to RoPE and an untied output head.
+        if (c.model.type == "llama") {
+            if (!v.contains("positional_encoding")) c.model.positionalEncoding = "rope";
+            if (!v.contains("tie_embeddings")) c.model.tieEmbeddings = false;
+        }
     });
     bool seqLenGiven = false;
     top.section("data", [&](const json& v, const std::string& p) {
@@ -225,6 +233,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.integer("warmup_steps", c.optim.warmupSteps);
         r.text("schedule", c.optim.schedule);
         r.number("grad_clip", c.optim.gradClip);
+        r.boolean("decay_embeddings", c.optim.decayEmbeddings);
         r.read(v);
     });
     top.section("train", [&](const json& v, const std::string& p) {
@@ -240,6 +249,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.integer("log_every", c.train.logEvery);
         r.integer("checkpoint_every", c.train.checkpointEvery);
         r.integer("threads", c.train.threads);
+        r.text("init_from", c.train.initFrom);
         r.read(v);
     });
     top.section("lora", [&](const json& v, const std::string& p) {
@@ -288,8 +298,11 @@ std::string configToJson(const RunConfig& c)
                   {"n_layer", c.model.nLayer},
                   {"d_model", c.model.dModel},
                   {"n_head", c.model.nHead},
+                  {"n_kv_head", c.model.nKvHead},
                   {"d_ff", c.model.dFf},
                   {"positional_encoding", c.model.positionalEncoding},
+                  {"rope_theta", c.model.ropeTheta},
+                  {"rms_norm_eps", c.model.rmsNormEps},
                   {"dropout", c.model.dropout},
                   {"attention", c.model.attention},
                   {"tie_embeddings", c.model.tieEmbeddings}};
@@ -305,7 +318,8 @@ std::string configToJson(const RunConfig& c)
                   {"momentum", c.optim.momentum},
                   {"warmup_steps", c.optim.warmupSteps},
                   {"schedule", c.optim.schedule},
-                  {"grad_clip", c.optim.gradClip}};
+                  {"grad_clip", c.optim.gradClip},
+                  {"decay_embeddings", c.optim.decayEmbeddings}};
     j["train"] = {{"batch_size", c.train.batchSize},
                   {"grad_accum", c.train.gradAccum},
                   {"steps", c.train.steps},
@@ -317,6 +331,7 @@ std::string configToJson(const RunConfig& c)
                   {"log_every", c.train.logEvery},
                   {"checkpoint_every", c.train.checkpointEvery},
                   {"threads", c.train.threads}};
+    if (!c.train.initFrom.empty()) j["train"]["init_from"] = c.train.initFrom;
     j["lora"] = {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets}};
     return j.dump(2);
 }

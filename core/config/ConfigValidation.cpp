@@ -86,14 +86,27 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     }
 
     const auto& m = c.model;
-    check.oneOf("model.type", m.type, {"gpt"});
+    check.oneOf("model.type", m.type, {"gpt", "llama"});
     check.intRange("model.n_layer", m.nLayer, 1, 256);
     check.intRange("model.d_model", m.dModel, 8, 16384);
     check.intRange("model.n_head", m.nHead, 1, 256);
     check.intRange("model.d_ff", m.dFf, 0, 262144, "an integer (0 = 4 x d_model)");
     check.oneOf("model.positional_encoding", m.positionalEncoding, {"learned", "sinusoidal", "rope"});
+    if (m.type == "llama" && m.positionalEncoding != "rope") {
+        check.add("model.positional_encoding", "a llama model always uses \"rope\"; leave it out, got \""
+                                                   + m.positionalEncoding + "\"");
+    }
+    check.realRange("model.rope_theta", m.ropeTheta, 1.0, 1e9, false, false);
+    check.realRange("model.rms_norm_eps", m.rmsNormEps, 0.0, 0.1, true, false);
+    check.intRange("model.n_kv_head", m.nKvHead, 0, 256, "an integer (0 = n_head)");
+    if (m.nKvHead > 0 && m.nHead >= 1 && (m.nKvHead > m.nHead || m.nHead % m.nKvHead != 0)) {
+        check.add("model.n_kv_head", "must divide model.n_head (" + std::to_string(m.nHead) + "), got "
+                                         + std::to_string(m.nKvHead));
+    } else if (m.nKvHead > 0 && m.type != "llama") {
+        check.add("model.n_kv_head", "grouped-query attention is for model.type \"llama\"; leave it out or 0");
+    }
     check.realRange("model.dropout", m.dropout, 0.0, 1.0, false, true);
-    check.oneOf("model.attention", m.attention, {"eager"});
+    check.oneOf("model.attention", m.attention, {"eager", "sdpa"});
     if (m.nHead >= 1 && m.dModel >= 8 && m.dModel % m.nHead != 0) {
         check.add("model.n_head", "must divide model.d_model (" + std::to_string(m.dModel) + "), got "
                                       + std::to_string(m.nHead));
@@ -162,9 +175,14 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     }
     check.realRange("lora.alpha", l.alpha, 0.0, 1e6, true, false);
     if (l.rank > 0 && l.targets.empty()) check.add("lora.targets", "must name at least one of \"attn\", \"mlp\" when lora.rank > 0");
-    for (std::size_t i = 0; i < l.targets.size(); ++i) {
-        check.oneOf("lora.targets[" + std::to_string(i) + "]", l.targets[i], {"attn", "mlp"});
+    std::vector<std::string> targets{"attn", "mlp"};
+    if (m.type == "llama") {
+        targets.insert(targets.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
     }
+    for (std::size_t i = 0; i < l.targets.size(); ++i) {
+        check.oneOf("lora.targets[" + std::to_string(i) + "]", l.targets[i], targets);
+    }
+    if (t.initFrom.size() > 4096) check.add("train.init_from", "must be at most 4096 characters");
     return issues;
 }
 

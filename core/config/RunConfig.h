@@ -10,17 +10,25 @@
 namespace tb {
 
 struct ModelConfig {
-    std::string type = "gpt";
+    std::string type = "gpt"; // gpt | llama
     int nLayer = 2;
     int dModel = 128;
     int nHead = 4;
-    int dFf = 0; // 0: 4 * d_model
-    std::string positionalEncoding = "learned"; // learned | sinusoidal | rope
+    int nKvHead = 0; // llama: key/value heads (grouped-query attention); 0 = n_head
+    int dFf = 0;     // 0: 4 * d_model (gpt), the Llama rule 2/3 * 4 * d_model rounded up to 64 (llama)
+    std::string positionalEncoding = "learned"; // learned | sinusoidal | rope (llama: rope)
+    double ropeTheta = 10000.0;
+    double rmsNormEps = 1e-5; // llama
     double dropout = 0.0;
-    std::string attention = "eager";
-    bool tieEmbeddings = true;
+    std::string attention = "eager"; // eager | sdpa (LibTorch >= 2.0)
+    bool tieEmbeddings = true;       // default true for gpt, false for llama
 
-    int feedForwardWidth() const { return dFf > 0 ? dFf : 4 * dModel; }
+    int feedForwardWidth() const
+    {
+        if (dFf > 0) return dFf;
+        if (type == "llama") return ((8 * dModel / 3) + 63) / 64 * 64;
+        return 4 * dModel;
+    }
 };
 
 struct DataConfig {
@@ -40,6 +48,7 @@ struct OptimConfig {
     int warmupSteps = 0;
     std::string schedule = "cosine"; // cosine | constant
     double gradClip = 1.0;           // 0: off
+    bool decayEmbeddings = false;    // AdamW weight decay on embedding tables too
 };
 
 struct TrainConfig {
@@ -54,6 +63,10 @@ struct TrainConfig {
     int logEvery = 1;
     int checkpointEvery = 0; // 0: only at the end and on cancel
     int threads = 0;         // 0: the measured default (see Threads.cpp)
+    // Start from trained weights: a run id of the same store ("run:12" or "12"),
+    // a Trainbench checkpoint (.pt), a .safetensors file or a folder holding
+    // model.safetensors. Empty: random initialisation.
+    std::string initFrom;
 };
 
 struct LoraConfig {

@@ -1,5 +1,7 @@
 #include "run/RunSession.h"
 
+#include <filesystem>
+
 #include "common/Version.h"
 #include "store/MetricWriter.h"
 
@@ -14,6 +16,14 @@ RunStatus statusOf(TrainResult::Status s)
     case TrainResult::Status::Failed: return RunStatus::Failed;
     }
     return RunStatus::Failed;
+}
+
+// "run:12" or "12" -> 12; anything else is a path.
+std::optional<std::int64_t> runReference(const std::string& text)
+{
+    const std::string digits = text.rfind("run:", 0) == 0 ? text.substr(4) : text;
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return std::stoll(digits);
 }
 
 std::optional<double> known(double v)
@@ -34,11 +44,40 @@ RunSession::RunSession(RunConfig config, SessionOptions options)
     }
     // Store the data path absolute, so the run can be resumed from any folder.
     if (!m_config.data.path.empty()) m_config.data.path = resolvedDataPath(m_config);
+    if (!m_config.train.initFrom.empty() && !runReference(m_config.train.initFrom)) {
+        std::filesystem::path p(m_config.train.initFrom);
+        if (p.is_relative() && !m_config.baseDir.empty()) p = std::filesystem::path(m_config.baseDir) / p;
+        m_config.train.initFrom = p.lexically_normal().string();
+    }
     m_config.baseDir.clear();
     // Fail on a device that does not exist before a run record is created.
     (void)resolvePrecision(m_config.train.precision, resolveDevice(m_config.device));
     m_dbPath = m_options.dbPath.empty() ? RunStore::defaultPath() : m_options.dbPath;
     m_store = std::make_unique<RunStore>(m_dbPath);
+    resolveInitFrom();
+}
+
+void RunSession::resolveInitFrom()
+{
+    const auto& from = m_config.train.initFrom;
+    if (from.empty()) return;
+    if (const auto id = runReference(from)) {
+        const std::string label = "train.init_from: run " + std::to_string(*id);
+        if (!m_store->run(*id)) throw InputError(label + " does not exist in " + m_dbPath + "; 'trainbench-cli runs' lists the runs");
+        const auto checkpoint = m_store->latestCheckpoint(*id);
+        if (!checkpoint) throw InputError(label + " has no checkpoint to start from");
+        m_initFromPath = checkpoint->path;
+        m_initFromLabel = "run " + std::to_string(*id) + " at step " + std::to_string(checkpoint->step) + " ("
+            + checkpoint->path + ")";
+        return;
+    }
+    std::error_code ec;
+    if (!std::filesystem::exists(from, ec)) {
+        throw InputError("train.init_from: " + from + " does not exist; give a run id (\"run:12\"), a checkpoint, a "
+                         ".safetensors file or a folder with model.safetensors");
+    }
+    m_initFromPath = from;
+    m_initFromLabel = from;
 }
 
 std::unique_ptr<RunSession> RunSession::resume(std::int64_t runId, SessionOptions options)
@@ -91,8 +130,11 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         TrainerOptions to;
         to.checkpointDir = m_store->runFolder(m_runId);
         to.resumeFrom = m_resumeCheckpoint;
-        to.measureMemory = m_options.measureMemory;
-        trainer = std::make_unique<Trainer>(m_config, to);
+        to.initFrom = m_initFromPath;
+        to.measureMemory = m_options.measureMemory && !m_options.bare;
+        RunConfig config = m_config;
+        if (m_options.bare) config.train.logEvery = config.train.steps;
+        trainer = std::make_unique<Trainer>(config, to);
     } catch (const std::exception& e) {
         // The run exists now, so a failure to build it is recorded, not just thrown.
         outcome.status = RunStatus::Failed;
@@ -112,7 +154,19 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
 
     TrainResult result;
     std::string writerError;
-    {
+    if (!m_initFromLabel.empty()) {
+        const TrainerEvent e{"info", "init_from", "model weights initialised from " + m_initFromLabel};
+        m_store->addEvent({m_runId, wallClockNow(), e.severity, e.kind, e.message});
+        if (callbacks.onEvent) callbacks.onEvent(e);
+    }
+    if (m_options.bare) {
+        // The benchmark baseline: nothing but training, then the store at the end.
+        TrainerCallbacks tc;
+        tc.onCheckpoint = [&](int step, const std::string& path, std::int64_t bytes) {
+            m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
+        };
+        result = trainer->run(tc);
+    } else {
         MetricWriter writer(m_dbPath, m_runId);
         TrainerCallbacks tc;
         tc.onStep = [&](const StepMetrics& s) {
@@ -165,6 +219,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
     outcome.finalValAccuracy = result.finalValAccuracy;
     outcome.message = result.message;
     outcome.checkpoint = result.lastCheckpoint;
+    outcome.steadyTokensPerSecond = result.steadyTokensPerSecond;
     if (!writerError.empty()) {
         outcome.message += " (some metrics could not be stored: " + writerError + ")";
     }

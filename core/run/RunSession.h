@@ -20,6 +20,9 @@ struct SessionOptions {
     std::string dbPath;         // empty: RunStore::defaultPath()
     bool measureMemory = true;  // the memory probe
     bool recordMetrics = true;  // per-step metrics into the store
+    // Benchmark baseline: no metric writer thread, no per-step callback, no
+    // per-step loss read (only the last step is logged), no memory probe.
+    bool bare = false;
 };
 
 struct SessionCallbacks {
@@ -40,6 +43,7 @@ struct SessionOutcome {
     std::string message;
     std::string checkpoint;
     std::string dbPath;
+    double steadyTokensPerSecond = 0; // see TrainResult
 };
 
 class RunSession final {
@@ -62,12 +66,15 @@ public:
 
 private:
     RunSession() = default;
+    void resolveInitFrom();
     RunConfig m_config;
     SessionOptions m_options;
     std::string m_dbPath;
     std::unique_ptr<RunStore> m_store;
     std::int64_t m_runId = 0;
     std::string m_resumeCheckpoint;
+    std::string m_initFromPath; // resolved train.init_from
+    std::string m_initFromLabel;
     int m_resumeStep = 0;
     std::atomic<bool> m_cancel{false};
     std::mutex m_trainerMutex;

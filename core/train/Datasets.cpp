@@ -1,7 +1,12 @@
 #include "train/Datasets.h"
 
-#include <fstream>
-#include <sstream>
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace tb {
 namespace {
@@ -27,6 +32,7 @@ bool AdditionDataset::isHeldOut(std::uint64_t a, std::uint64_t b) const
 {
     // The split depends on the pair only, not on the training seed, so runs
     // with different seeds are evaluated on the same held-out sums.
+    if (a > b) std::swap(a, b); // a+b and b+a are one pair: both held out or neither
     const auto h = mix(a * 0x100000001b3ULL ^ mix(b));
     return static_cast<double>(h % 1000000ULL) < m_valFraction * 1000000.0;
 }
@@ -65,7 +71,7 @@ Batch AdditionDataset::makeBatch(const std::vector<std::pair<std::uint64_t, std:
     auto mask = torch::zeros({B, T});
     // Targets from the first answer digit (predicted at '=') to the end marker.
     mask.narrow(1, 2 * m_digits + 1, T - (2 * m_digits + 1)).fill_(1.0);
-    return {tokens.narrow(1, 0, T).contiguous(), tokens.narrow(1, 1, T).contiguous(), mask};
+    return {tokens.narrow(1, 0, T), tokens.narrow(1, 1, T), mask};
 }
 
 Batch AdditionDataset::trainBatch(int batchSize, at::Generator& gen) const
@@ -110,10 +116,55 @@ std::string AdditionDataset::describe() const
         + std::to_string(seqLen()) + " tokens per example";
 }
 
-TextDataset::TextDataset(std::string bytes, std::string sourceName, int seqLen, double valFraction)
-    : m_source(std::move(sourceName)), m_seqLen(seqLen)
+std::vector<std::int64_t> AdditionDataset::encodePrompt(const std::string& text) const
 {
-    const auto n = static_cast<std::int64_t>(bytes.size());
+    const std::string usage = "the addition model reads prompts like \"12+34=\" (two numbers of at most "
+        + std::to_string(m_digits) + " digits)";
+    std::string a, b;
+    std::string* current = &a;
+    bool equals = false;
+    for (const char c : text) {
+        if (c == ' ') continue;
+        if (std::isdigit(static_cast<unsigned char>(c)) && !equals) {
+            current->push_back(c);
+        } else if (c == '+' && current == &a) {
+            current = &b;
+        } else if (c == '=' && current == &b && !equals) {
+            equals = true;
+        } else {
+            throw InputError(usage + "; this prompt has an unexpected character");
+        }
+    }
+    if (a.empty() || b.empty() || static_cast<int>(a.size()) > m_digits || static_cast<int>(b.size()) > m_digits) {
+        throw InputError(usage + "; got a prompt of another form");
+    }
+    std::vector<std::int64_t> ids;
+    for (const auto* number : {&a, &b}) {
+        // Left-padded with zeros to the task's width, as in training.
+        for (int i = static_cast<int>(number->size()); i < m_digits; ++i) ids.push_back(0);
+        for (const char c : *number) ids.push_back(c - '0');
+        ids.push_back(number == &a ? Plus : Equals);
+    }
+    return ids;
+}
+
+std::string AdditionDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
+{
+    std::string reversed;
+    for (const auto id : ids) {
+        if (id < 0 || id > 9) break; // the end marker, or a token that is no digit
+        reversed.push_back(static_cast<char>('0' + id));
+    }
+    std::string digits(reversed.rbegin(), reversed.rend());
+    const auto first = digits.find_first_not_of('0');
+    if (digits.empty()) return digits;
+    return first == std::string::npos ? "0" : digits.substr(first);
+}
+
+TextDataset::TextDataset(const std::uint8_t* bytes, std::int64_t n, std::shared_ptr<const void> owner,
+                         std::string sourceName, int seqLen, double valFraction)
+    : m_owner(std::move(owner)), m_source(std::move(sourceName)), m_seqLen(seqLen)
+{
     const auto valBytes = static_cast<std::int64_t>(static_cast<double>(n) * valFraction);
     m_trainEnd = n - valBytes;
     if (m_trainEnd < seqLen + 2 || valBytes < seqLen + 2) {
@@ -122,16 +173,65 @@ TextDataset::TextDataset(std::string bytes, std::string sourceName, int seqLen, 
                          + " both splits need at least " + std::to_string(seqLen + 2)
                          + " bytes. Use a longer file, a shorter data.seq_len or a larger data.val_fraction");
     }
-    m_data = torch::from_blob(bytes.data(), {n}, torch::kUInt8).to(torch::kLong);
+    // Never written through: the mapping is read-only.
+    m_data = torch::from_blob(const_cast<std::uint8_t*>(bytes), {n}, torch::kUInt8);
+}
+
+std::unique_ptr<TextDataset> TextDataset::fromText(std::string text, std::string sourceName, int seqLen,
+                                                   double valFraction)
+{
+    auto owned = std::make_shared<const std::string>(std::move(text));
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(owned->data());
+    const auto n = static_cast<std::int64_t>(owned->size());
+    return std::unique_ptr<TextDataset>(new TextDataset(bytes, n, owned, std::move(sourceName), seqLen, valFraction));
+}
+
+std::unique_ptr<TextDataset> TextDataset::fromFile(const std::string& path, int seqLen, double valFraction)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat info {};
+    if (fd < 0 || ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        if (fd >= 0) ::close(fd);
+        throw InputError("data.path: cannot read " + path
+                         + " (does it exist, is it a file, and may this user read it?); fix the path or remove data.path");
+    }
+    const auto n = static_cast<std::int64_t>(info.st_size);
+    if (n == 0) {
+        ::close(fd);
+        return fromText({}, path, seqLen, valFraction); // reports the empty file
+    }
+    void* mapped = ::mmap(nullptr, static_cast<std::size_t>(n), PROT_READ, MAP_PRIVATE, fd, 0);
+    const int error = errno;
+    ::close(fd);
+    if (mapped == MAP_FAILED) throw InputError("data.path: cannot map " + path + " (" + std::strerror(error) + ")");
+    ::madvise(mapped, static_cast<std::size_t>(n), MADV_RANDOM);
+    std::shared_ptr<const void> owner(mapped, [n](const void* p) { ::munmap(const_cast<void*>(p), static_cast<std::size_t>(n)); });
+    return std::unique_ptr<TextDataset>(
+        new TextDataset(static_cast<const std::uint8_t*>(mapped), n, std::move(owner), path, seqLen, valFraction));
+}
+
+std::vector<std::int64_t> TextDataset::encodePrompt(const std::string& text) const
+{
+    if (text.empty()) throw InputError("the prompt is empty; a byte-level text model needs at least one character");
+    std::vector<std::int64_t> ids;
+    for (const unsigned char c : text) ids.push_back(c);
+    return ids;
+}
+
+std::string TextDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
+{
+    std::string text;
+    for (const auto id : ids) text.push_back(static_cast<char>(id & 0xff));
+    return text;
 }
 
 Batch TextDataset::windows(const torch::Tensor& starts) const
 {
     const auto offsets = torch::arange(m_seqLen + 1, torch::kLong);
     const auto index = starts.unsqueeze(1) + offsets.unsqueeze(0); // [B, T+1]
-    const auto tokens = m_data.index({index});
+    const auto tokens = m_data.index({index}).to(torch::kLong);
     // Every position counts: no mask, so the loss skips a multiply by ones.
-    return {tokens.narrow(1, 0, m_seqLen).contiguous(), tokens.narrow(1, 1, m_seqLen).contiguous(), {}};
+    return {tokens.narrow(1, 0, m_seqLen), tokens.narrow(1, 1, m_seqLen), {}};
 }
 
 Batch TextDataset::trainBatch(int batchSize, at::Generator& gen) const
@@ -166,22 +266,11 @@ std::unique_ptr<Dataset> makeDataset(const RunConfig& config)
 {
     const auto& d = config.data;
     if (d.source == "addition") return std::make_unique<AdditionDataset>(d.digits, d.valFraction);
-    std::string bytes, source;
     if (d.path.empty()) {
-        bytes = bundledSampleText();
-        source = "the bundled sample text";
-    } else {
-        source = resolvedDataPath(config);
-        std::ifstream in(source, std::ios::binary);
-        if (!in) {
-            throw InputError("data.path: cannot read " + source
-                             + " (does it exist, and may this user read it?); fix the path or remove data.path");
-        }
-        std::stringstream buffer;
-        buffer << in.rdbuf();
-        bytes = buffer.str();
+        return TextDataset::fromText(bundledSampleText(), "the bundled sample text", effectiveSeqLen(config),
+                                     d.valFraction);
     }
-    return std::make_unique<TextDataset>(std::move(bytes), source, effectiveSeqLen(config), d.valFraction);
+    return TextDataset::fromFile(resolvedDataPath(config), effectiveSeqLen(config), d.valFraction);
 }
 
 } // namespace tb

@@ -37,6 +37,12 @@ public:
     // Whether exact-match accuracy over the masked positions means something.
     virtual bool hasExactMatch() const = 0;
     virtual std::string describe() const = 0;
+    // Prompts and completions for sampling: text -> token ids, generated ids -> text.
+    // encodePrompt throws InputError for a prompt the task cannot read.
+    virtual std::vector<std::int64_t> encodePrompt(const std::string& text) const = 0;
+    virtual std::string decodeCompletion(const std::vector<std::int64_t>& ids) const = 0;
+    // The token that ends a completion, or -1.
+    virtual std::int64_t endToken() const { return -1; }
 };
 
 // Throws InputError (e.g. unreadable or too short text file).
@@ -45,8 +51,8 @@ std::unique_ptr<Dataset> makeDataset(const RunConfig& config);
 // Addition: "a+b=" followed by the digits of a+b, least significant first,
 // then an end marker. Reversing the answer lets a causal model produce each
 // digit after the digits it depends on (carries flow from low to high digits).
-// Pairs are split into train/held-out by a hash, so validation sums never
-// appear in training.
+// Pairs are split into train/held-out by a hash of the unordered pair, so
+// neither a+b nor b+a of a validation sum ever appears in training.
 class AdditionDataset final : public Dataset {
 public:
     enum Token { Plus = 10, Equals = 11, End = 12 };
@@ -57,6 +63,11 @@ public:
     std::vector<Batch> validationBatches(int batchSize, int maxBatches) const override;
     bool hasExactMatch() const override { return true; }
     std::string describe() const override;
+    // "12+34=" (numbers of at most `digits` digits) -> a, '+', b, '=' tokens.
+    std::vector<std::int64_t> encodePrompt(const std::string& text) const override;
+    // Reversed answer digits up to the end marker -> the sum written the usual way.
+    std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
+    std::int64_t endToken() const override { return End; }
 
     bool isHeldOut(std::uint64_t a, std::uint64_t b) const;
     // The full token sequence of one example (length seqLen() + 1).
@@ -70,20 +81,29 @@ private:
 };
 
 // Byte-level language modelling on a text file; the last val_fraction of the
-// bytes is the validation split.
+// bytes is the validation split. A file is memory-mapped read-only: batches
+// gather their windows from the mapping, so a large file costs neither a copy
+// nor a start-up read.
 class TextDataset final : public Dataset {
 public:
-    TextDataset(std::string bytes, std::string sourceName, int seqLen, double valFraction);
+    static std::unique_ptr<TextDataset> fromFile(const std::string& path, int seqLen, double valFraction);
+    static std::unique_ptr<TextDataset> fromText(std::string text, std::string sourceName, int seqLen,
+                                                 double valFraction);
     int vocabSize() const override { return 256; }
     int seqLen() const override { return m_seqLen; }
     Batch trainBatch(int batchSize, at::Generator& gen) const override;
     std::vector<Batch> validationBatches(int batchSize, int maxBatches) const override;
     bool hasExactMatch() const override { return false; }
     std::string describe() const override;
+    std::vector<std::int64_t> encodePrompt(const std::string& text) const override;
+    std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
 
 private:
+    TextDataset(const std::uint8_t* bytes, std::int64_t size, std::shared_ptr<const void> owner,
+                std::string sourceName, int seqLen, double valFraction);
     Batch windows(const torch::Tensor& starts) const;
-    torch::Tensor m_data; // uint8 -> int64 on demand
+    std::shared_ptr<const void> m_owner; // keeps the mapping or the string alive
+    torch::Tensor m_data;                // uint8 view of the bytes (no copy); windows become int64
     std::string m_source;
     int m_seqLen;
     std::int64_t m_trainEnd;

@@ -63,6 +63,22 @@ private:
     bool m_active;
 };
 
+// scaled_dot_product_attention arrived in LibTorch 2.0; 1.13 has only eager attention.
+#if TORCH_VERSION_MAJOR >= 2
+inline constexpr bool kHasFusedAttention = true;
+inline torch::Tensor fusedCausalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                          double dropout)
+{
+    return at::scaled_dot_product_attention(q, k, v, {}, dropout, true);
+}
+#else
+inline constexpr bool kHasFusedAttention = false;
+inline torch::Tensor fusedCausalAttention(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double)
+{
+    TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch 2.0 or newer");
+}
+#endif
+
 // RNG state of a generator as a byte tensor, and back.
 inline torch::Tensor generatorState(at::Generator& gen)
 {

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "train/Gpt.h"
+#include "train/Llama.h"
+
 namespace tb {
 
 torch::Tensor maskedLossSum(const torch::Tensor& logits, const Batch& batch, double normalizer)
@@ -32,28 +35,67 @@ double learningRateAt(int step, int totalSteps, int warmupSteps, double peak, bo
     return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * progress));
 }
 
-GptOptions gptOptionsFor(const RunConfig& config, const Dataset& data)
+ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
 {
-    GptOptions o;
+    ModelOptions o;
     const auto& m = config.model;
+    o.type = m.type;
     o.vocabSize = data.vocabSize();
     o.maxLen = data.seqLen();
     o.nLayer = m.nLayer;
     o.dModel = m.dModel;
     o.nHead = m.nHead;
+    o.nKvHead = m.nKvHead;
     o.dFf = m.feedForwardWidth();
-    o.positionalEncoding = m.positionalEncoding;
+    o.positionalEncoding = m.type == "llama" ? "rope" : m.positionalEncoding;
+    o.ropeTheta = m.ropeTheta;
+    o.rmsNormEps = m.rmsNormEps;
     o.dropout = m.dropout;
     o.tieEmbeddings = m.tieEmbeddings;
+    o.attention = m.attention;
     o.activationCheckpointing = config.train.activationCheckpointing;
     o.loraRank = config.lora.rank;
     o.loraAlpha = config.lora.alpha;
-    const auto has = [&](const char* t) {
-        return std::find(config.lora.targets.begin(), config.lora.targets.end(), t) != config.lora.targets.end();
-    };
-    o.loraAttn = has("attn");
-    o.loraMlp = has("mlp");
+    // "attn" and "mlp" name groups of projections; a llama config may also name one.
+    o.loraTargets.clear();
+    const bool llama = m.type == "llama";
+    for (const auto& t : config.lora.targets) {
+        if (t == "attn") {
+            if (llama) o.loraTargets.insert({"q_proj", "k_proj", "v_proj", "o_proj"});
+            else o.loraTargets.insert({"qkv", "proj"});
+        } else if (t == "mlp") {
+            if (llama) o.loraTargets.insert({"gate_proj", "up_proj", "down_proj"});
+            else o.loraTargets.insert({"fc", "out"});
+        } else {
+            o.loraTargets.insert(t);
+        }
+    }
     return o;
+}
+
+std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options)
+{
+    if (options.type == "llama") return std::make_shared<LlamaImpl>(options);
+    return std::make_shared<GptImpl>(options);
+}
+
+torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& parameters, double maxNorm)
+{
+    std::vector<torch::Tensor> norms;
+    norms.reserve(parameters.size());
+    for (const auto& p : parameters) {
+        if (p.grad().defined()) norms.push_back(p.grad().detach().norm());
+    }
+    if (norms.empty()) return torch::zeros({});
+    auto total = torch::stack(norms).norm();
+    if (std::isfinite(maxNorm)) {
+        // As torch.nn.utils.clip_grad_norm_: scale by min(1, max / (norm + 1e-6)).
+        const auto coef = (maxNorm / (total + 1e-6)).clamp_max(1.0);
+        for (const auto& p : parameters) {
+            if (p.grad().defined()) p.grad().detach().mul_(coef);
+        }
+    }
+    return total;
 }
 
 } // namespace tb

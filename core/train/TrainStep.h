@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "train/Datasets.h"
-#include "train/Gpt.h"
+#include "train/Layers.h"
 
 namespace tb {
 
@@ -22,7 +22,14 @@ double maskedTokenCount(const std::vector<Batch>& microBatches);
 // Linear warmup, then cosine decay to 10% of the peak (or constant).
 double learningRateAt(int step, int totalSteps, int warmupSteps, double peak, bool cosine);
 
-// GptOptions for a config and a dataset.
-GptOptions gptOptionsFor(const RunConfig& config, const Dataset& data);
+// Model options for a config and a dataset.
+ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data);
+// The model a config describes (GPT or Llama family), freshly initialised.
+std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options);
+
+// Clips the global L2 norm of the gradients to maxNorm (no clipping when
+// maxNorm is infinite) and returns the norm before clipping as a tensor: no
+// host synchronisation, unlike clip_grad_norm_'s returned double.
+torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& parameters, double maxNorm);
 
 } // namespace tb

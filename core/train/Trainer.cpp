@@ -11,8 +11,8 @@
 #include "gpu/Discovery.h"
 #include "memory/MemoryProbe.h"
 #include "train/Datasets.h"
-#include "train/Gpt.h"
 #include "train/LossScaler.h"
+#include "train/ModelIo.h"
 #include "train/Threads.h"
 #include "train/TorchCompat.h"
 #include "train/TrainStep.h"
@@ -20,7 +20,8 @@
 namespace tb {
 namespace {
 
-constexpr std::int64_t kCheckpointFormat = 1;
+// 2: parameters named as in Hugging Face checkpoints, no buffers stored.
+constexpr std::int64_t kCheckpointFormat = 2;
 
 std::string firstLine(const std::string& text)
 {
@@ -33,6 +34,26 @@ std::string fixed(double v, int digits)
     std::ostringstream out;
     out << std::fixed << std::setprecision(digits) << v;
     return out.str();
+}
+
+bool isEmbedding(const std::string& name)
+{
+    return name == "wte.weight" || name == "wpe.weight" || name == "model.embed_tokens.weight";
+}
+
+// Optimizer state is read onto the CPU; move it to the parameters' device so a
+// checkpoint from a GPU resumes on the CPU and the other way round.
+void moveOptimizerState(torch::optim::Optimizer& optimizer, const torch::Device& device)
+{
+    for (auto& [key, state] : optimizer.state()) {
+        if (auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {
+            adam->exp_avg(adam->exp_avg().to(device));
+            adam->exp_avg_sq(adam->exp_avg_sq().to(device));
+            if (adam->max_exp_avg_sq().defined()) adam->max_exp_avg_sq(adam->max_exp_avg_sq().to(device));
+        } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(state.get())) {
+            if (sgd->momentum_buffer().defined()) sgd->momentum_buffer(sgd->momentum_buffer().to(device));
+        }
+    }
 }
 
 int cudaIndexOf(const std::string& device)
@@ -109,7 +130,7 @@ struct Trainer::Impl {
     std::string precision;
     torch::Device torchDevice{torch::kCPU};
     std::unique_ptr<Dataset> data;
-    Gpt model{nullptr};
+    std::shared_ptr<CausalLmImpl> model;
     std::vector<torch::Tensor> trainable;
     std::unique_ptr<torch::optim::Optimizer> optimizer;
     at::Generator dataGen;
@@ -120,7 +141,7 @@ struct Trainer::Impl {
 
     bool autocast() const { return precision == "bf16" || precision == "fp16"; }
     at::ScalarType autocastDtype() const { return precision == "bf16" ? torch::kBFloat16 : torch::kHalf; }
-    bool useScaler() const { return precision == "fp16"; }
+    bool useScaler() const { return precision == "fp16" || options.forceLossScaling; }
 
     void setLearningRate(double lr)
     {
@@ -175,7 +196,7 @@ struct Trainer::Impl {
         archive.write("format", torch::tensor(kCheckpointFormat));
         archive.write("step", torch::tensor(static_cast<std::int64_t>(step)));
         for (const auto& p : model->named_parameters()) archive.write("model." + p.key(), p.value().detach().cpu());
-        for (const auto& b : model->named_buffers()) archive.write("buffer." + b.key(), b.value().cpu(), true);
+        // Buffers (RoPE and sinusoid tables) are derived from the config: not stored.
         torch::serialize::OutputArchive optimizerArchive;
         optimizer->save(optimizerArchive);
         archive.write("optimizer", optimizerArchive);
@@ -203,7 +224,8 @@ struct Trainer::Impl {
     {
         torch::serialize::InputArchive archive;
         try {
-            archive.load_from(path);
+            // Onto the CPU whatever device wrote it; parameters are copied to theirs below.
+            archive.load_from(path, torch::Device(torch::kCPU));
         } catch (const c10::Error& e) {
             throw InputError("checkpoint " + path + " cannot be read (" + firstLine(e.what_without_backtrace())
                              + "); it may be truncated or not a Trainbench checkpoint");
@@ -234,6 +256,7 @@ struct Trainer::Impl {
             torch::serialize::InputArchive optimizerArchive;
             archive.read("optimizer", optimizerArchive);
             optimizer->load(optimizerArchive);
+            moveOptimizerState(*optimizer, torchDevice);
             auto cpuGen = compat::defaultGenerator(torch::Device(torch::kCPU));
             compat::setGeneratorState(cpuGen, read("rng.cpu"));
             compat::setGeneratorState(dataGen, read("rng.data"));
@@ -262,23 +285,46 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     m->torchDevice = torch::Device(m->device);
     if (options.measureMemory && m->device == "cpu") MemoryProbe::installCpuCounter();
 
+    if (config.model.attention == "sdpa" && !fusedAttentionAvailable()) {
+        throw InputError("model.attention: \"sdpa\" (scaled_dot_product_attention) needs LibTorch 2.0 or newer; this "
+                         "is LibTorch " + torchVersion() + ". Use \"eager\"");
+    }
+
     torch::manual_seed(config.train.seed);
     m->data = makeDataset(config);
-    m->model = Gpt(gptOptionsFor(config, *m->data));
+    m->model = makeModel(modelOptionsFor(config, *m->data));
+    const std::string initFrom = !options.initFrom.empty() ? options.initFrom : config.train.initFrom;
+    if (!initFrom.empty() && options.resumeFrom.empty()) {
+        // Model weights only; the optimizer, schedule and data order start afresh.
+        loadModelWeights(*m->model, readModelWeights(initFrom), initFrom);
+    }
     m->model->freezeBaseForLora();
     m->model->to(m->torchDevice);
     m->model->train();
-    for (auto& p : m->model->parameters()) {
-        if (p.requires_grad()) m->trainable.push_back(p);
+    // AdamW decays weight matrices only: not biases or norm gains, and not
+    // embedding tables unless optim.decay_embeddings says so.
+    std::vector<torch::Tensor> decay, noDecay;
+    for (auto& p : m->model->named_parameters()) {
+        if (!p.value().requires_grad()) continue;
+        m->trainable.push_back(p.value());
+        const bool matrix = p.value().dim() >= 2 && (config.optim.decayEmbeddings || !isEmbedding(p.key()));
+        (matrix ? decay : noDecay).push_back(p.value());
     }
     const auto& o = config.optim;
+    const auto groups = [&](auto options) {
+        std::vector<torch::optim::OptimizerParamGroup> out;
+        if (!decay.empty()) out.emplace_back(decay, std::make_unique<decltype(options)>(options));
+        options.weight_decay(0.0);
+        if (!noDecay.empty()) out.emplace_back(noDecay, std::make_unique<decltype(options)>(options));
+        return out;
+    };
     if (o.optimizer == "sgd") {
-        m->optimizer = std::make_unique<torch::optim::SGD>(
-            m->trainable, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay));
+        const auto options = torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay);
+        m->optimizer = std::make_unique<torch::optim::SGD>(groups(options), options);
     } else {
-        m->optimizer = std::make_unique<torch::optim::AdamW>(
-            m->trainable,
-            torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).weight_decay(o.weightDecay));
+        const auto options =
+            torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).weight_decay(o.weightDecay);
+        m->optimizer = std::make_unique<torch::optim::AdamW>(groups(options), options);
     }
     m->dataGen = at::make_generator<at::CPUGeneratorImpl>(config.train.seed * 0x9e3779b97f4a7c15ULL + 17);
     m->validation = m->data->validationBatches(config.train.batchSize, config.train.evalBatches);
@@ -297,6 +343,16 @@ std::int64_t Trainer::parameterCount() const
     std::int64_t n = 0;
     for (const auto& p : m->model->parameters()) n += p.numel();
     return n;
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> Trainer::parameterValues() const
+{
+    std::vector<std::pair<std::string, std::vector<float>>> out;
+    for (const auto& p : m->model->named_parameters()) {
+        const auto t = p.value().detach().to(torch::kCPU, torch::kFloat).contiguous();
+        out.emplace_back(p.key(), std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel()));
+    }
+    return out;
 }
 
 std::int64_t Trainer::trainableParameterCount() const
@@ -326,6 +382,9 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     const std::string memoryDevice = m->options.measureMemory ? m->device : std::string();
     const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen();
     torch::Tensor lossAccumulator;
+    Clock::time_point steadyFrom;
+    int steadyFromStep = 0;
+    double excludedSeconds = 0; // validation and checkpoints are not training throughput
     try {
         if (m->startStep == 0 && !m->validation.empty()) {
             // The untrained baseline, so plots and summaries show how far the loss fell.
@@ -346,7 +405,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             micro.reserve(t.gradAccum);
             for (int i = 0; i < t.gradAccum; ++i) micro.push_back(m->data->trainBatch(t.batchSize, m->dataGen));
             const double normalizer = maskedTokenCount(micro);
-            lossAccumulator = torch::zeros({}, torch::TensorOptions().device(m->torchDevice));
+            lossAccumulator = torch::Tensor();
             for (const auto& cpuBatch : micro) {
                 const auto batch = cpuBatch.to(m->torchDevice);
                 torch::Tensor loss;
@@ -355,7 +414,10 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                     loss = maskedLossSum(m->model->forward(batch.inputs), batch, normalizer);
                 }
                 (m->useScaler() ? m->scaler.scale(loss) : loss).backward();
-                lossAccumulator += loss.detach();
+                lossAccumulator = lossAccumulator.defined() ? lossAccumulator + loss.detach() : loss.detach();
+            }
+            if (step == m->options.injectNonFiniteGradientAtStep && !m->trainable.empty()) {
+                m->trainable.front().grad().fill_(std::numeric_limits<float>::infinity());
             }
 
             bool skipped = false;
@@ -364,11 +426,11 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                 m->scaler.update(finite);
                 skipped = !finite;
             }
-            double gradNorm = 0;
+            torch::Tensor gradNorm;
             if (!skipped) {
                 const double clip = m->config.optim.gradClip > 0 ? m->config.optim.gradClip
                                                                   : std::numeric_limits<double>::infinity();
-                gradNorm = torch::nn::utils::clip_grad_norm_(m->trainable, clip);
+                gradNorm = clipGradNorm(m->trainable, clip);
                 m->optimizer->step();
             } else {
                 emit("warning", "loss_scale",
@@ -397,7 +459,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                     s.totalSteps = total;
                     s.loss = loss;
                     s.lr = lr;
-                    s.gradNorm = gradNorm;
+                    s.gradNorm = gradNorm.defined() ? gradNorm.item<double>() : 0.0;
                     s.stepMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
                     s.tokensPerSecond = tokensPerStep / std::max(s.stepMs / 1000.0, 1e-9);
                     if (!memoryDevice.empty()) {
@@ -410,6 +472,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                     callbacks.onStep(s);
                 }
             }
+            const auto pausedAt = Clock::now();
             if (evalNow) {
                 const auto e = m->evaluate(step);
                 result.finalValLoss = e.valLoss;
@@ -419,6 +482,15 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             if (t.checkpointEvery > 0 && step % t.checkpointEvery == 0 && step != total) {
                 m->saveCheckpoint(step, callbacks);
             }
+            if (steadyFromStep > 0) excludedSeconds += std::chrono::duration<double>(Clock::now() - pausedAt).count();
+            if (step - m->startStep == 10) {
+                steadyFrom = Clock::now();
+                steadyFromStep = step;
+            }
+        }
+        if (steadyFromStep > 0 && result.stepsDone > steadyFromStep + 1) {
+            const double seconds = std::chrono::duration<double>(Clock::now() - steadyFrom).count() - excludedSeconds;
+            result.steadyTokensPerSecond = tokensPerStep * (result.stepsDone - steadyFromStep) / seconds;
         }
         const bool cancelled = result.stepsDone < total;
         if (result.stepsDone > m->startStep || cancelled) result.lastCheckpoint = m->saveCheckpoint(result.stepsDone, callbacks);

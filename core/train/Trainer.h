@@ -49,7 +49,14 @@ struct TrainerCallbacks {
 struct TrainerOptions {
     std::string checkpointDir; // empty: no checkpoints
     std::string resumeFrom;    // a checkpoint file to continue from
+    // Model weights to start from (a checkpoint, .safetensors or a folder);
+    // empty: config.train.init_from when it names a file, else random init.
+    std::string initFrom;
     bool measureMemory = true; // counting allocator on CPU, caching-allocator stats on CUDA
+    // For tests of the fp16 path on machines without a GPU: dynamic loss
+    // scaling in any precision, and a non-finite gradient injected at a step.
+    bool forceLossScaling = false;
+    int injectNonFiniteGradientAtStep = 0;
 };
 
 struct TrainResult {
@@ -61,6 +68,9 @@ struct TrainResult {
     double finalValAccuracy = -1;
     std::string message;
     std::string lastCheckpoint;
+    // Tokens a second from the end of the 10th step of this session to the end
+    // of the last one (0 when fewer than 12 steps ran): the figure benchmarks report.
+    double steadyTokensPerSecond = 0;
 };
 
 // "auto" -> "cuda" where LibTorch sees a GPU, else "cpu". Throws InputError
@@ -94,6 +104,8 @@ public:
     std::int64_t trainableParameterCount() const;
     int startStep() const; // > 0 after a resume
     std::string datasetDescription() const;
+    // Named parameters' values after training, for tests (CPU copies).
+    std::vector<std::pair<std::string, std::vector<float>>> parameterValues() const;
 
 private:
     struct Impl;

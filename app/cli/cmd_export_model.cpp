@@ -1,0 +1,45 @@
+// trainbench-cli export-model: a run's weights as model.safetensors (+ config.json for Llama).
+#include <iostream>
+
+#include "Command.h"
+#include "StoreAccess.h"
+#include "common/Errors.h"
+#include "train/ModelTools.h"
+
+namespace tb::cli {
+namespace {
+
+int exportModelCommand(const Args& args)
+{
+    const auto id = args.runId();
+    const auto output = args.value("--output");
+    if (!output || output->empty()) throw InputError("'export-model' needs --output DIR (a folder; it is created)");
+    auto store = openExistingStore(args.value("--db").value_or(""));
+    const auto run = trainedRun(*store, id, args.value("--checkpoint").value_or(""));
+    const bool merge = args.flag("--merge-lora");
+    if (merge && run.config.lora.rank == 0) {
+        std::cerr << "note: run " << id << " has no LoRA adapters; --merge-lora changes nothing\n";
+    }
+    const auto result = exportModel(run.config, run.checkpoint, *output, merge);
+    std::cout << "wrote " << result.weightsPath << " (" << result.tensors << " tensors, " << result.parameters
+              << " parameters" << (result.mergedLora ? ", LoRA merged" : "") << ")\n";
+    if (!result.configPath.empty()) std::cout << "wrote " << result.configPath << " (LlamaForCausalLM)\n";
+    if (run.config.lora.rank > 0 && !merge) {
+        std::cout << "note: the adapters are stored as separate *.lora_A / *.lora_B tensors; use --merge-lora for a "
+                     "plain model other tools load\n";
+    }
+    return kExitOk;
+}
+
+const CommandRegistration registration{Command{
+    "export-model",
+    "Write a run's model weights as model.safetensors (and a Hugging Face config.json for llama models).",
+    "RUN_ID --output DIR [--merge-lora] [--checkpoint FILE]",
+    {{"--db", true, "experiment database", "FILE"},
+     {"--output", true, "the folder to write into (created if missing)", "DIR"},
+     {"--merge-lora", false, "fold LoRA adapters into the base weights (W + alpha/r * B A)"},
+     {"--checkpoint", true, "a checkpoint file of this run instead of its latest", "FILE"}},
+    &exportModelCommand}};
+
+} // namespace
+} // namespace tb::cli

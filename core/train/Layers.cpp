@@ -1,0 +1,167 @@
+#include "train/Layers.h"
+
+#include <cmath>
+#include <limits>
+
+#include "train/TorchCompat.h"
+
+namespace tb {
+namespace {
+
+// Activation checkpointing for one block: forward runs without saving
+// activations; backward recomputes the block with grad enabled and
+// back-propagates through the recomputation (the reentrant scheme of
+// torch.utils.checkpoint). Autocast and RNG state are replayed so the
+// recomputation matches the original forward exactly, dropout masks included.
+struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
+    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, DecoderBlock* block,
+                                 const AttentionTables* tables)
+    {
+        ctx->save_for_backward({x});
+        ctx->saved_data["block"] = reinterpret_cast<std::int64_t>(block);
+        ctx->saved_data["mask"] = tables->maskedOut;
+        ctx->saved_data["cos"] = tables->ropeCos;
+        ctx->saved_data["sin"] = tables->ropeSin;
+        ctx->saved_data["fused"] = tables->fused;
+        const auto dev = x.device().type();
+        ctx->saved_data["autocast"] = compat::autocastEnabled(dev);
+        ctx->saved_data["autocast_dtype"] = static_cast<std::int64_t>(compat::autocastDtype(dev));
+        auto gen = compat::defaultGenerator(x.device());
+        ctx->saved_data["rng"] = compat::generatorState(gen);
+        return block->forward(x, *tables);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list gradOutputs)
+    {
+        auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+        auto* block = reinterpret_cast<DecoderBlock*>(ctx->saved_data["block"].toInt());
+        const auto tensorOrNone = [&](const char* key) {
+            const auto& v = ctx->saved_data[key];
+            return v.isTensor() ? v.toTensor() : torch::Tensor();
+        };
+        AttentionTables tables{tensorOrNone("mask"), tensorOrNone("cos"), tensorOrNone("sin"),
+                               ctx->saved_data["fused"].toBool()};
+        const auto dev = x.device().type();
+        auto gen = compat::defaultGenerator(x.device());
+        const torch::Tensor rngNow = compat::generatorState(gen);
+        compat::setGeneratorState(gen, ctx->saved_data["rng"].toTensor());
+        torch::Tensor y;
+        {
+            torch::AutoGradMode grad(true);
+            compat::AutocastScope autocast(dev, ctx->saved_data["autocast"].toBool(),
+                                           static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt()));
+            y = block->forward(x, tables);
+        }
+        compat::setGeneratorState(gen, rngNow);
+        torch::autograd::backward({y}, {gradOutputs[0]});
+        return {x.grad(), torch::Tensor(), torch::Tensor()};
+    }
+};
+
+} // namespace
+
+LoraLinearImpl::LoraLinearImpl(int in, int out, int rank, double alpha, bool withBias)
+    : m_rank(rank), m_scale(rank > 0 ? alpha / rank : 0.0)
+{
+    weight = register_parameter("weight", torch::empty({out, in}));
+    if (withBias) bias = register_parameter("bias", torch::empty({out}));
+    // GPT-2 / Hugging Face initialisation: N(0, 0.02), zero bias.
+    torch::nn::init::normal_(weight, 0.0, 0.02);
+    if (withBias) torch::nn::init::zeros_(bias);
+    if (rank > 0) {
+        // A small random, B = 0 (LoRA paper, section 4.1).
+        loraA = register_parameter("lora_A", torch::randn({rank, in}) * (1.0 / std::sqrt(static_cast<double>(in))));
+        loraB = register_parameter("lora_B", torch::zeros({out, rank}));
+    }
+}
+
+torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
+{
+    // at::linear, not torch::nn::functional::linear: for a 3-D input the
+    // latter runs matmul then add_, the former one fused addmm over [B*T, in].
+    auto y = at::linear(x, weight, bias);
+    if (m_rank > 0) y = y + at::linear(at::linear(x, loraA), loraB) * m_scale;
+    return y;
+}
+
+void CausalLmImpl::freezeBaseForLora()
+{
+    if (m_options.loraRank <= 0) return;
+    for (auto& item : named_parameters()) {
+        const bool adapter = item.key().find("lora_") != std::string::npos;
+        item.value().set_requires_grad(adapter);
+    }
+}
+
+void CausalLmImpl::registerRopeTables(int headDim, double base)
+{
+    auto inv = torch::pow(base, -torch::arange(0, headDim, 2, torch::kDouble) / headDim);
+    auto angles = torch::outer(torch::arange(m_options.maxLen, torch::kDouble), inv); // [T, headDim/2]
+    m_ropeCos = register_buffer("rope_cos", torch::cos(angles).to(torch::kFloat));
+    m_ropeSin = register_buffer("rope_sin", torch::sin(angles).to(torch::kFloat));
+}
+
+AttentionTables CausalLmImpl::tablesFor(std::int64_t T, const torch::Tensor& like) const
+{
+    AttentionTables t;
+    t.fused = m_options.attention == "sdpa";
+    // Built per forward pass for T positions: T^2 booleans, not a max_len^2 buffer.
+    if (!t.fused) t.maskedOut = torch::ones({T, T}, like.options().dtype(torch::kBool)).triu(1);
+    if (m_ropeCos.defined()) {
+        t.ropeCos = m_ropeCos.narrow(0, 0, T);
+        t.ropeSin = m_ropeSin.narrow(0, 0, T);
+    }
+    return t;
+}
+
+torch::Tensor CausalLmImpl::runBlocks(torch::Tensor x, torch::nn::ModuleList& blocks, const AttentionTables& tables)
+{
+    const bool checkpoint = m_options.activationCheckpointing && is_training() && torch::GradMode::is_enabled();
+    for (const auto& module : *blocks) {
+        auto* block = module->as<DecoderBlock>();
+        if (checkpoint) {
+            // With a frozen embedding (LoRA) the block input needs no grad, and a
+            // checkpointed block would then never run backward: its adapters would
+            // get no gradient. Make the input a grad-requiring leaf instead.
+            if (!x.requires_grad()) x = x.detach().requires_grad_(true);
+            x = BlockCheckpoint::apply(x, block, &tables);
+        } else {
+            x = block->forward(x, tables);
+        }
+    }
+    return x;
+}
+
+torch::Tensor applyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin)
+{
+    const auto half = x.size(-1) / 2;
+    const auto x1 = x.narrow(-1, 0, half);
+    const auto x2 = x.narrow(-1, half, half);
+    const auto c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
+    return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+}
+
+bool fusedAttentionAvailable() { return compat::kHasFusedAttention; }
+
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const AttentionTables& tables, double dropout, bool training, bool softmaxFp32)
+{
+    auto keys = k, values = v;
+    const auto groups = q.size(1) / k.size(1);
+    if (groups > 1) {
+        // [B, KV, T, D] -> [B, KV * groups, T, D], each k/v head serving `groups` query heads.
+        const auto B = k.size(0), KV = k.size(1), T = k.size(2), D = k.size(3);
+        keys = k.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
+        values = v.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
+    }
+    if (tables.fused) return compat::fusedCausalAttention(q, keys, values, training ? dropout : 0.0);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    auto att = torch::matmul(q, keys.transpose(-2, -1)) * scale;
+    att = att.masked_fill(tables.maskedOut, -std::numeric_limits<float>::infinity());
+    att = softmaxFp32 ? torch::softmax(att, -1, torch::kFloat) : torch::softmax(att, -1);
+    if (dropout > 0.0 && training) att = torch::dropout(att, dropout, true);
+    return torch::matmul(att.to(values.scalar_type()), values);
+}
+
+} // namespace tb

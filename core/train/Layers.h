@@ -1,0 +1,108 @@
+#pragma once
+// Pieces shared by the built-in decoders (GPT and Llama family): the options
+// both are built from, a linear layer with an optional LoRA adapter, causal
+// attention (eager or fused), RoPE, and activation checkpointing of a block.
+
+#include <set>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace tb {
+
+struct ModelOptions {
+    std::string type = "gpt"; // gpt | llama
+    int vocabSize = 256;
+    int maxLen = 64;
+    int nLayer = 2;
+    int dModel = 128;
+    int nHead = 4;
+    int nKvHead = 0; // llama: grouped-query attention; 0 = nHead
+    int dFf = 512;
+    std::string positionalEncoding = "learned"; // gpt only; llama is always rope
+    double ropeTheta = 10000.0;
+    double rmsNormEps = 1e-5;
+    double dropout = 0.0;
+    bool tieEmbeddings = true;
+    bool activationCheckpointing = false;
+    std::string attention = "eager"; // eager | sdpa (LibTorch >= 2.0)
+    int loraRank = 0;
+    double loraAlpha = 16.0;
+    // Projection names that get adapters: gpt qkv/proj/fc/out, llama q_proj ... down_proj.
+    std::set<std::string> loraTargets{"qkv", "proj", "fc", "out", "q_proj", "k_proj", "v_proj", "o_proj",
+                                      "gate_proj", "up_proj", "down_proj"};
+
+    int headDim() const { return dModel / nHead; }
+    int kvHeads() const { return nKvHead > 0 ? nKvHead : nHead; }
+    int adapterRank(const std::string& projection) const { return loraTargets.count(projection) ? loraRank : 0; }
+};
+
+// y = x W^T + b (+ (alpha/r) x A^T B^T). The base weight is registered as
+// "weight" (and "bias"), so parameter names match the usual checkpoint names
+// ("...q_proj.weight"); adapters are "lora_A" [r, in] and "lora_B" [out, r].
+// B starts at zero, so an adapter leaves the output unchanged until trained.
+class LoraLinearImpl : public torch::nn::Module {
+public:
+    LoraLinearImpl(int in, int out, int rank, double alpha, bool bias);
+    torch::Tensor forward(const torch::Tensor& x);
+    bool hasAdapter() const { return m_rank > 0; }
+    double adapterScale() const { return m_scale; }
+
+    torch::Tensor weight, bias, loraA, loraB;
+
+private:
+    int m_rank;
+    double m_scale;
+};
+TORCH_MODULE(LoraLinear);
+
+// What every block of one forward pass shares, computed once per forward.
+struct AttentionTables {
+    torch::Tensor maskedOut; // [T, T] bool, true above the diagonal (eager attention only)
+    torch::Tensor ropeCos;   // [T, headDim/2] or undefined
+    torch::Tensor ropeSin;
+    bool fused = false;      // scaled_dot_product_attention with is_causal
+};
+
+// A transformer block that activation checkpointing can recompute.
+class DecoderBlock : public torch::nn::Module {
+public:
+    virtual torch::Tensor forward(const torch::Tensor& x, const AttentionTables& tables) = 0;
+};
+
+// The causal language models the trainer drives: token ids [B, T] int64 ->
+// logits [B, T, vocab].
+class CausalLmImpl : public torch::nn::Module {
+public:
+    explicit CausalLmImpl(const ModelOptions& o) : m_options(o) {}
+    virtual torch::Tensor forward(const torch::Tensor& tokens) = 0;
+    const ModelOptions& options() const { return m_options; }
+    // Freezes everything but the LoRA adapters (no-op when LoRA is off).
+    void freezeBaseForLora();
+
+protected:
+    // Runs the blocks, each under activation checkpointing when enabled.
+    torch::Tensor runBlocks(torch::Tensor x, torch::nn::ModuleList& blocks, const AttentionTables& tables);
+    // Tables for T positions (mask and RoPE rows), on the device of `like`.
+    AttentionTables tablesFor(std::int64_t T, const torch::Tensor& like) const;
+    // Registers RoPE cos/sin tables [maxLen, headDim/2] (RoFormer; theta_i = base^(-2i/d)).
+    void registerRopeTables(int headDim, double base);
+
+    ModelOptions m_options;
+    torch::Tensor m_ropeCos, m_ropeSin;
+};
+
+// Rotates the two halves of each head by the position's angles
+// (the "rotate_half" layout of GPT-NeoX and Hugging Face Llama). x [B, H, T, D].
+torch::Tensor applyRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// softmax(q k^T / sqrt(d) + causal mask) v, for q [B, H, T, D] and k, v with
+// H / groups heads (grouped-query attention repeats each k/v head `groups` times).
+// With softmaxFp32 the probabilities are computed in float32 (as Hugging Face Llama does).
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const AttentionTables& tables, double dropout, bool training, bool softmaxFp32);
+
+// Whether this LibTorch has scaled_dot_product_attention (2.0 and newer).
+bool fusedAttentionAvailable();
+
+} // namespace tb

@@ -1,0 +1,110 @@
+#include "train/Llama.h"
+
+namespace tb {
+
+RmsNormImpl::RmsNormImpl(int dim, double eps) : m_eps(eps)
+{
+    weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x)
+{
+    const auto x32 = x.to(torch::kFloat);
+    const auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, true) + m_eps);
+    return weight * normed.to(x.scalar_type());
+}
+
+LlamaAttentionImpl::LlamaAttentionImpl(const ModelOptions& o)
+    : m_nHead(o.nHead), m_nKvHead(o.kvHeads()), m_headDim(o.headDim()), m_dropout(o.dropout)
+{
+    const int q = o.nHead * m_headDim, kv = m_nKvHead * m_headDim;
+    m_q = register_module("q_proj", LoraLinear(o.dModel, q, o.adapterRank("q_proj"), o.loraAlpha, false));
+    m_k = register_module("k_proj", LoraLinear(o.dModel, kv, o.adapterRank("k_proj"), o.loraAlpha, false));
+    m_v = register_module("v_proj", LoraLinear(o.dModel, kv, o.adapterRank("v_proj"), o.loraAlpha, false));
+    m_o = register_module("o_proj", LoraLinear(q, o.dModel, o.adapterRank("o_proj"), o.loraAlpha, false));
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionTables& tables)
+{
+    const auto B = x.size(0), T = x.size(1);
+    auto q = m_q(x).view({B, T, m_nHead, m_headDim}).transpose(1, 2);
+    auto k = m_k(x).view({B, T, m_nKvHead, m_headDim}).transpose(1, 2);
+    const auto v = m_v(x).view({B, T, m_nKvHead, m_headDim}).transpose(1, 2);
+    q = applyRope(q, tables.ropeCos, tables.ropeSin);
+    k = applyRope(k, tables.ropeCos, tables.ropeSin);
+    const auto y = causalAttention(q, k, v, tables, m_dropout, is_training(), true);
+    return m_o(y.transpose(1, 2).reshape({B, T, m_nHead * m_headDim}));
+}
+
+LlamaMlpImpl::LlamaMlpImpl(const ModelOptions& o)
+{
+    m_gate = register_module("gate_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("gate_proj"), o.loraAlpha, false));
+    m_up = register_module("up_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("up_proj"), o.loraAlpha, false));
+    m_down = register_module("down_proj", LoraLinear(o.dFf, o.dModel, o.adapterRank("down_proj"), o.loraAlpha, false));
+}
+
+torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x)
+{
+    return m_down(torch::silu(m_gate(x)) * m_up(x));
+}
+
+LlamaBlockImpl::LlamaBlockImpl(const ModelOptions& o)
+{
+    m_attn = register_module("self_attn", LlamaAttention(o));
+    m_mlp = register_module("mlp", LlamaMlp(o));
+    m_inputNorm = register_module("input_layernorm", RmsNorm(o.dModel, o.rmsNormEps));
+    m_postNorm = register_module("post_attention_layernorm", RmsNorm(o.dModel, o.rmsNormEps));
+}
+
+torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const AttentionTables& tables)
+{
+    const auto h = x + m_attn(m_inputNorm(x), tables);
+    return h + m_mlp(m_postNorm(h));
+}
+
+LlamaBodyImpl::LlamaBodyImpl(const ModelOptions& o)
+{
+    embedTokens = register_module("embed_tokens", torch::nn::Embedding(o.vocabSize, o.dModel));
+    torch::nn::init::normal_(embedTokens->weight, 0.0, 0.02);
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (int i = 0; i < o.nLayer; ++i) layers->push_back(LlamaBlock(o));
+    norm = register_module("norm", RmsNorm(o.dModel, o.rmsNormEps));
+}
+
+LlamaImpl::LlamaImpl(const ModelOptions& o) : CausalLmImpl(o)
+{
+    m_model = register_module("model", LlamaBody(o));
+    registerRopeTables(o.headDim(), o.ropeTheta);
+    if (!o.tieEmbeddings) m_lmHead = register_module("lm_head", LoraLinear(o.dModel, o.vocabSize, 0, 0.0, false));
+}
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens)
+{
+    const auto T = tokens.size(1);
+    TORCH_CHECK(T <= m_options.maxLen, "sequence of ", T, " tokens is longer than the model's ", m_options.maxLen);
+    auto x = m_model->embedTokens(tokens);
+    x = m_model->norm(runBlocks(x, m_model->layers, tablesFor(T, tokens)));
+    return m_lmHead ? m_lmHead(x) : at::linear(x, m_model->embedTokens->weight);
+}
+
+std::int64_t llamaParameterCount(const ModelOptions& o)
+{
+    const std::int64_t d = o.dModel, head = o.headDim(), q = static_cast<std::int64_t>(o.nHead) * head,
+                       kv = static_cast<std::int64_t>(o.kvHeads()) * head, ff = o.dFf, vocab = o.vocabSize;
+    const std::int64_t attention = d * q + 2 * d * kv + q * d;
+    const std::int64_t mlp = 3 * d * ff;
+    const std::int64_t norms = 2 * d;
+    std::int64_t lora = 0;
+    if (o.loraRank > 0) {
+        const std::int64_t r = o.loraRank;
+        const auto adapter = [&](const char* name, std::int64_t in, std::int64_t out) {
+            return o.loraTargets.count(name) ? r * (in + out) : 0;
+        };
+        lora = adapter("q_proj", d, q) + adapter("k_proj", d, kv) + adapter("v_proj", d, kv) + adapter("o_proj", q, d)
+            + adapter("gate_proj", d, ff) + adapter("up_proj", d, ff) + adapter("down_proj", ff, d);
+    }
+    const std::int64_t perLayer = attention + mlp + norms + lora;
+    return vocab * d + o.nLayer * perLayer + d + (o.tieEmbeddings ? 0 : vocab * d);
+}
+
+} // namespace tb

@@ -1,0 +1,220 @@
+#include "train/ModelIo.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/Errors.h"
+#include "train/Datasets.h"
+#include "train/ModelTools.h"
+#include "train/Safetensors.h"
+#include "train/TrainStep.h"
+
+namespace tb {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shapeText(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+bool isAdapter(const std::string& name) { return name.find("lora_") != std::string::npos; }
+
+std::string firstLine(const std::string& text)
+{
+    const auto nl = text.find('\n');
+    return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+// Builds the config's model with the checkpoint's weights, in eval mode, on the CPU.
+std::shared_ptr<CausalLmImpl> trainedModel(const RunConfig& config, const Dataset& data, const std::string& checkpoint)
+{
+    auto options = modelOptionsFor(config, data);
+    options.activationCheckpointing = false;
+    auto model = makeModel(options);
+    loadModelWeights(*model, readModelWeights(checkpoint), checkpoint);
+    model->eval();
+    return model;
+}
+
+void writeTextAtomically(const fs::path& path, const std::string& text)
+{
+    const auto partial = path.string() + ".partial";
+    {
+        std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+        out << text;
+        out.flush();
+        if (!out) {
+            std::remove(partial.c_str());
+            throw InputError("cannot write " + path.string() + " (is the folder writable and the disk not full?)");
+        }
+    }
+    fs::rename(partial, path);
+}
+
+} // namespace
+
+std::map<std::string, torch::Tensor> readModelWeights(const std::string& path)
+{
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+        const auto file = fs::path(path) / "model.safetensors";
+        if (!fs::exists(file, ec)) {
+            const bool sharded = fs::exists(fs::path(path) / "model.safetensors.index.json", ec);
+            throw InputError("folder " + path + " has no model.safetensors"
+                             + std::string(sharded ? " (sharded checkpoints are not read yet; merge the shards into one file)"
+                                                   : "; give a folder written by 'trainbench-cli export-model', a .safetensors file or a checkpoint"));
+        }
+        return readSafetensors(file.string());
+    }
+    if (!fs::exists(path, ec)) throw InputError("weights file not found: " + path);
+    if (fs::path(path).extension() == ".safetensors") return readSafetensors(path);
+    torch::serialize::InputArchive archive;
+    try {
+        archive.load_from(path, torch::Device(torch::kCPU));
+    } catch (const c10::Error& e) {
+        throw InputError("cannot read weights from " + path + " (" + firstLine(e.what_without_backtrace())
+                         + "); give a Trainbench checkpoint (.pt), a .safetensors file or a folder with model.safetensors");
+    }
+    std::map<std::string, torch::Tensor> weights;
+    for (const auto& key : archive.keys()) {
+        if (key.rfind("model.", 0) != 0) continue;
+        torch::Tensor t;
+        archive.read(key, t);
+        weights.emplace(key.substr(6), t);
+    }
+    if (weights.empty()) throw InputError(path + " holds no model weights; is it a Trainbench checkpoint?");
+    return weights;
+}
+
+void loadModelWeights(CausalLmImpl& model, const std::map<std::string, torch::Tensor>& weights,
+                      const std::string& source)
+{
+    torch::NoGradGuard noGrad;
+    const auto params = model.named_parameters();
+    for (const auto& p : params) {
+        const auto found = weights.find(p.key());
+        if (found == weights.end()) {
+            if (isAdapter(p.key())) continue; // a fresh adapter on a trained base
+            throw InputError(source + " has no tensor " + p.key() + " " + shapeText(p.value())
+                             + ", which this model needs: it was saved from another architecture");
+        }
+        if (found->second.sizes() != p.value().sizes()) {
+            throw InputError(source + " does not fit this model: " + p.key() + " has shape " + shapeText(found->second)
+                             + " there and " + shapeText(p.value()) + " in the model this config builds");
+        }
+    }
+    for (const auto& [name, tensor] : weights) {
+        if (params.contains(name)) continue;
+        if (isAdapter(name)) {
+            throw InputError(source + " holds LoRA adapter " + name + ", which this model does not have: export it with "
+                                      "'trainbench-cli export-model RUN --merge-lora', or use the same lora settings");
+        }
+        throw InputError(source + " has tensor " + name + " " + shapeText(tensor)
+                         + ", which this model does not have: it was saved from another architecture");
+    }
+    for (auto& p : params) {
+        const auto found = weights.find(p.key());
+        if (found != weights.end()) p.value().copy_(found->second);
+    }
+}
+
+std::map<std::string, torch::Tensor> modelTensors(CausalLmImpl& model, bool mergeLora)
+{
+    torch::NoGradGuard noGrad;
+    std::map<std::string, torch::Tensor> out;
+    for (const auto& p : model.named_parameters()) {
+        if (mergeLora && isAdapter(p.key())) continue;
+        out[p.key()] = p.value().detach().to(torch::kCPU).clone();
+    }
+    if (!mergeLora) return out;
+    for (const auto& m : model.named_modules()) {
+        const auto* linear = dynamic_cast<const LoraLinearImpl*>(m.value().get());
+        if (!linear || !linear->hasAdapter()) continue;
+        auto& weight = out.at(m.key() + ".weight");
+        weight += torch::matmul(linear->loraB.detach().cpu(), linear->loraA.detach().cpu()) * linear->adapterScale();
+    }
+    return out;
+}
+
+SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& checkpointPath,
+                                  const SampleRequest& request)
+{
+    if (request.maxTokens < 1 || request.maxTokens > 100000) throw InputError("max tokens must be from 1 to 100000");
+    if (!(request.temperature >= 0.0) || request.temperature > 100.0) throw InputError("temperature must be from 0 to 100");
+    if (request.topK < 0) throw InputError("top-k must be 0 (off) or positive");
+    const auto data = makeDataset(config);
+    const auto prompt = data->encodePrompt(request.prompt);
+    auto model = trainedModel(config, *data, checkpointPath);
+    torch::NoGradGuard noGrad;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
+    std::vector<std::int64_t> ids = prompt, generated;
+    const auto maxLen = static_cast<std::size_t>(data->seqLen());
+    for (int i = 0; i < request.maxTokens; ++i) {
+        const auto from = ids.size() > maxLen ? ids.size() - maxLen : 0;
+        const auto window = torch::tensor(std::vector<std::int64_t>(ids.begin() + from, ids.end()), torch::kLong);
+        auto logits = model->forward(window.unsqueeze(0)).select(1, -1).squeeze(0).to(torch::kFloat);
+        std::int64_t next;
+        if (request.temperature == 0.0) {
+            next = logits.argmax().item<std::int64_t>();
+        } else {
+            logits = logits / request.temperature;
+            if (request.topK > 0 && request.topK < logits.size(0)) {
+                const auto kth = std::get<0>(logits.topk(request.topK)).min();
+                logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+            }
+            next = torch::multinomial(torch::softmax(logits, 0), 1, false, gen).item<std::int64_t>();
+        }
+        generated.push_back(next);
+        ids.push_back(next);
+        if (next == data->endToken()) break;
+    }
+    return {request.prompt, data->decodeCompletion(generated), generated};
+}
+
+ExportedModel exportModel(const RunConfig& config, const std::string& checkpointPath, const std::string& outputDir,
+                          bool mergeLora)
+{
+    const auto data = makeDataset(config);
+    auto model = trainedModel(config, *data, checkpointPath);
+    std::error_code ec;
+    fs::create_directories(outputDir, ec);
+    if (!fs::is_directory(outputDir, ec)) throw InputError("cannot create the output folder " + outputDir);
+    ExportedModel result;
+    result.mergedLora = mergeLora && config.lora.rank > 0;
+    const auto tensors = modelTensors(*model, mergeLora);
+    result.tensors = static_cast<std::int64_t>(tensors.size());
+    for (const auto& [name, t] : tensors) result.parameters += t.numel();
+    result.weightsPath = (fs::path(outputDir) / "model.safetensors").string();
+    writeSafetensors(result.weightsPath, tensors, {{"format", "pt"}, {"producer", "trainbench"}});
+    if (config.model.type == "llama") {
+        const auto o = modelOptionsFor(config, *data);
+        const nlohmann::json hf = {
+            {"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", o.dModel},
+            {"intermediate_size", o.dFf},
+            {"num_hidden_layers", o.nLayer},
+            {"num_attention_heads", o.nHead},
+            {"num_key_value_heads", o.kvHeads()},
+            {"head_dim", o.headDim()},
+            {"vocab_size", o.vocabSize},
+            {"max_position_embeddings", o.maxLen},
+            {"rms_norm_eps", o.rmsNormEps},
+            {"rope_theta", o.ropeTheta},
+            {"tie_word_embeddings", o.tieEmbeddings},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"attention_dropout", o.dropout},
+            {"initializer_range", 0.02},
+            {"torch_dtype", "float32"},
+        };
+        result.configPath = (fs::path(outputDir) / "config.json").string();
+        writeTextAtomically(result.configPath, hf.dump(2) + "\n");
+    }
+    return result;
+}
+
+} // namespace tb
