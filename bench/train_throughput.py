@@ -65,13 +65,18 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--text", default="resources/data/sample.txt")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=64)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    T, B = 64, 32
+    T, B = a.seq, a.batch
     data = torch.tensor(list(open(a.text, "rb").read()), dtype=torch.long)
     train_end = len(data) - int(len(data) * 0.05)
-    model = Gpt(256, T, 2, 128, 4, 512)
+    model = Gpt(256, T, a.layers, a.d_model, a.heads, 4 * a.d_model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
     offsets = torch.arange(T + 1)
     start = None

@@ -15,16 +15,18 @@ struct Curve {
     TrainResult result;
 };
 
-Curve train(const RunConfig& config)
+Curve train(const RunConfig& config, const TrainerOptions& options = {},
+            std::vector<std::pair<std::string, std::vector<float>>>* weights = nullptr)
 {
     Curve curve;
-    Trainer trainer(config, {});
+    Trainer trainer(config, options);
     TrainerCallbacks callbacks;
     callbacks.onEval = [&](const EvalMetrics& e) {
         curve.evals.push_back(e);
         qInfo("step %d: val loss %.4f, exact match %.1f%%", e.step, e.valLoss, 100.0 * e.valAccuracy);
     };
     curve.result = trainer.run(callbacks);
+    if (weights) *weights = trainer.parameterValues();
     return curve;
 }
 
@@ -36,6 +38,7 @@ class TestLearning : public QObject {
 private Q_SLOTS:
     void defaultExampleHalvesValidationLoss();
     void additionReachesNinetyPercentOnHeldOutSums();
+    void bf16AutocastMatchesFp32();
 };
 
 void TestLearning::defaultExampleHalvesValidationLoss()
@@ -58,6 +61,33 @@ void TestLearning::additionReachesNinetyPercentOnHeldOutSums()
     QCOMPARE(curve.result.status, TrainResult::Status::Finished);
     QVERIFY2(curve.result.finalValAccuracy >= 0.9,
              qPrintable(QString("exact match on held-out sums: %1").arg(curve.result.finalValAccuracy)));
+}
+
+void TestLearning::bf16AutocastMatchesFp32()
+{
+    RunConfig c;
+    c.device = "cpu";
+    c.model.nLayer = 2;
+    c.model.dModel = 64;
+    c.model.nHead = 4;
+    c.data.source = "text";
+    c.data.seqLen = 32;
+    c.optim.lr = 3e-3;
+    c.optim.warmupSteps = 20;
+    c.train.batchSize = 16;
+    c.train.steps = 150;
+    c.train.evalEvery = 150;
+    double valLoss[2];
+    for (int bf16 : {0, 1}) {
+        c.train.precision = bf16 ? "bf16" : "fp32";
+        const auto curve = train(c);
+        QCOMPARE(curve.result.status, TrainResult::Status::Finished);
+        valLoss[bf16] = curve.result.finalValLoss;
+        QVERIFY(curve.evals.back().valLoss < 0.7 * curve.evals.front().valLoss); // it learned
+    }
+    qInfo("final validation loss: fp32 %.4f, bf16 autocast %.4f", valLoss[0], valLoss[1]);
+    QVERIFY2(std::abs(valLoss[1] - valLoss[0]) <= 0.05 * valLoss[0],
+             qPrintable(QString("fp32 %1 vs bf16 %2").arg(valLoss[0]).arg(valLoss[1])));
 }
 
 QTEST_GUILESS_MAIN(TestLearning)

@@ -11,6 +11,7 @@
 #include "ExperimentPanel.h"
 #include "MainWindow.h"
 #include "RunPanel.h"
+#include "SampleBox.h"
 #include "TestPrinters.h"
 #include "store/RunStore.h"
 
@@ -103,6 +104,20 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     RunStore store(dbPath().toStdString()); // the same store the CLI uses
     QCOMPARE(store.run(outcome.runId)->status, RunStatus::Finished);
     QCOMPARE(store.metrics(outcome.runId, "loss").size(), std::size_t(60));
+
+    // The Sample box generates from the finished run, off the GUI thread.
+    SampleBox* sample = panel->sampleBox();
+    QVERIFY(sample->isEnabled());
+    sample->promptEdit()->setText("The ");
+    QSignalSpy generated(sample, &SampleBox::generated);
+    QTest::mouseClick(sample->generateButton(), Qt::LeftButton);
+    QVERIFY(!sample->generateButton()->isEnabled()); // busy while the thread works
+    QVERIFY(generated.wait(60000));
+    const QString text = generated.first().first().toString();
+    QVERIFY2(text.startsWith("The ") && text.size() > 4, qPrintable(text));
+    QCOMPARE(sample->resultLabel()->text(), text);
+    QVERIFY(sample->generateButton()->isEnabled());
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/main-window-sample.png"));
 }
 
 void TestRunPanel::stopMidRunCancelsWithCheckpoint()

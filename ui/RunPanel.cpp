@@ -15,6 +15,7 @@
 #include <QVBoxLayout>
 
 #include "LossPlot.h"
+#include "SampleBox.h"
 
 namespace tb::ui {
 namespace {
@@ -85,6 +86,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_log->setMaximumBlockCount(5000);
     m_log->setPlaceholderText(tr("Run events (started, checkpoints, warnings, errors) appear here."));
 
+    m_sample = new SampleBox(this);
+
     auto* plots = new QWidget(this);
     auto* plotLayout = new QVBoxLayout(plots);
     plotLayout->setContentsMargins(0, 0, 0, 0);
@@ -103,6 +106,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     layout->addLayout(stats);
     layout->addWidget(m_status);
     layout->addWidget(splitter, 1);
+    layout->addWidget(m_sample);
 
     connect(m_start, &QPushButton::clicked, this, &RunPanel::start);
     connect(m_stop, &QPushButton::clicked, this, &RunPanel::stop);
@@ -259,6 +263,9 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
     m_status->setText(text);
     m_progress->setFormat(status);
     appendLog(outcome.status == RunStatus::Failed ? "error" : "info", text);
+    if (!outcome.checkpoint.empty()) {
+        m_sample->setModel(outcome.config, QString::fromStdString(outcome.checkpoint), outcome.runId);
+    }
     setRunning(false);
     Q_EMIT runFinished(outcome);
 }

@@ -23,6 +23,7 @@ namespace tb::ui {
 
 class LossPlot;
 class MemoryPlot;
+class SampleBox;
 
 class RunPanel final : public QWidget {
     Q_OBJECT
@@ -49,6 +50,7 @@ public:
     LossPlot* lossPlot() const { return m_lossPlot; }
     MemoryPlot* memoryPlot() const { return m_memoryPlot; }
     QLabel* statusLabel() const { return m_status; }
+    SampleBox* sampleBox() const { return m_sample; }
     qint64 currentRunId() const { return m_runId; }
 
 Q_SIGNALS:
@@ -91,6 +93,7 @@ private:
     LossPlot* m_lossPlot;
     MemoryPlot* m_memoryPlot;
     QPlainTextEdit* m_log;
+    SampleBox* m_sample;
 };
 
 } // namespace tb::ui

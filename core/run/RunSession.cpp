@@ -116,6 +116,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
 {
     SessionOutcome outcome;
     outcome.dbPath = m_dbPath;
+    outcome.config = m_config;
     outcome.totalSteps = m_config.train.steps;
     if (m_runId == 0) {
         m_runId = m_store->createRun({m_config.name, configToJson(m_config), m_config.device, m_config.train.precision,

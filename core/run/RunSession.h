@@ -44,6 +44,7 @@ struct SessionOutcome {
     std::string checkpoint;
     std::string dbPath;
     double steadyTokensPerSecond = 0; // see TrainResult
+    RunConfig config;                 // what was trained (for sampling from it)
 };
 
 class RunSession final {
