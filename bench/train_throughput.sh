@@ -20,7 +20,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 # name layers d_model heads batch seq steps
-for workload in "gpt 2 128 4 32 64 200" "tiny 1 64 4 8 32 600"; do
+for workload in "gpt 2 128 4 32 64 300" "tiny 1 64 4 8 32 3000"; do
   set -- $workload
   name=$1 layers=$2 d=$3 heads=$4 batch=$5 seq=$6 steps=$7
   cat > "$work/$name.json" <<JSON

@@ -311,20 +311,20 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
         (matrix ? decay : noDecay).push_back(p.value());
     }
     const auto& o = config.optim;
-    const auto groups = [&](auto options) {
+    const auto groups = [&](auto defaults) {
         std::vector<torch::optim::OptimizerParamGroup> out;
-        if (!decay.empty()) out.emplace_back(decay, std::make_unique<decltype(options)>(options));
-        options.weight_decay(0.0);
-        if (!noDecay.empty()) out.emplace_back(noDecay, std::make_unique<decltype(options)>(options));
+        if (!decay.empty()) out.emplace_back(decay, std::make_unique<decltype(defaults)>(defaults));
+        defaults.weight_decay(0.0);
+        if (!noDecay.empty()) out.emplace_back(noDecay, std::make_unique<decltype(defaults)>(defaults));
         return out;
     };
     if (o.optimizer == "sgd") {
-        const auto options = torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay);
-        m->optimizer = std::make_unique<torch::optim::SGD>(groups(options), options);
+        const auto defaults = torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay);
+        m->optimizer = std::make_unique<torch::optim::SGD>(groups(defaults), defaults);
     } else {
-        const auto options =
+        const auto defaults =
             torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).weight_decay(o.weightDecay);
-        m->optimizer = std::make_unique<torch::optim::AdamW>(groups(options), options);
+        m->optimizer = std::make_unique<torch::optim::AdamW>(groups(defaults), defaults);
     }
     m->dataGen = at::make_generator<at::CPUGeneratorImpl>(config.train.seed * 0x9e3779b97f4a7c15ULL + 17);
     m->validation = m->data->validationBatches(config.train.batchSize, config.train.evalBatches);
