@@ -41,6 +41,7 @@ private Q_SLOTS:
     void killDashNineLeavesAnInterruptedResumableRun();
     void devicesJsonSchema();
     void sampleExportAndInitFromARun();
+    void failedResumeKeepsTheMetrics();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -172,6 +173,15 @@ void TestCli::badInputExitsTwoWithOneMessage_data()
     QTest::newRow("resume finished run") << QStringList{"resume", "1", "--db", "@DB"} << "already finished";
     QTest::newRow("export bad id") << QStringList{"export", "x", "--db", "@DB"} << "RUN_ID must be a positive integer";
     QTest::newRow("runs missing db") << QStringList{"runs", "--db", "@DIR/none.db"} << "no experiment database at";
+    // No command writes over the database, its WAL or its checkpoints.
+    QTest::newRow("export over the database") << QStringList{"export", "1", "--db", "@DB", "--output", "@DB"}
+                                              << "would overwrite the experiment database";
+    QTest::newRow("export over the WAL") << QStringList{"export", "1", "--db", "@DB", "--output", "@DB-wal"}
+                                         << "would overwrite the experiment database";
+    QTest::newRow("export-model into checkpoints")
+        << QStringList{"export-model", "1", "--db", "@DB", "--output", "@DB-runs/1"} << "checkpoint folder";
+    // Reading commands never write a schema into an empty file.
+    QTest::newRow("runs on an empty file") << QStringList{"runs", "--db", "@DIR/empty.db"} << "no Trainbench runs yet";
 }
 
 void TestCli::badInputExitsTwoWithOneMessage()
@@ -182,6 +192,7 @@ void TestCli::badInputExitsTwoWithOneMessage()
     writeConfig("malformed.json", "{\n  \"train\": {\"steps\": 10,,}\n}");
     writeConfig("nodata.json", R"({"data": {"source": "text", "path": "corpus-that-is-gone.txt"}})");
     writeConfig("notes.db", "my notes, not a database\n");
+    writeConfig("empty.db", "");
     // A good database with one finished run, to prove bad input never damages it.
     QCOMPARE(cli({"train", "--config", m_dir->filePath("tiny.json"), "--db", m_db, "--quiet"}).exitCode, 0);
     const auto before = fileBytes(m_db), notesBefore = fileBytes(m_dir->filePath("notes.db"));
@@ -195,6 +206,7 @@ void TestCli::badInputExitsTwoWithOneMessage()
     QVERIFY(!r.err.contains("terminate") && !r.err.contains("Aborted"));
     QCOMPARE(fileBytes(m_db), before);
     QCOMPARE(fileBytes(m_dir->filePath("notes.db")), notesBefore);
+    QCOMPARE(fileBytes(m_dir->filePath("empty.db")), QByteArray());
 }
 
 void TestCli::readOnlyDatabaseIsRejectedUntouched()
@@ -221,6 +233,46 @@ void TestCli::readOnlyDatabaseIsRejectedUntouched()
     QVERIFY2(r.exitCode == 2, qPrintable(QString("exit %1: %2").arg(r.exitCode).arg(r.err)));
     QVERIFY2(r.err.contains("read-only") || r.err.contains("is its folder writable"), qPrintable(r.err));
     QCOMPARE(fileBytes(m_db), before);
+    // Reading commands work on it, and change nothing.
+    ::chmod(m_dir->path().toLocal8Bit().constData(), 0555);
+    for (const QStringList& read : {QStringList{"runs", "--db", m_db}, QStringList{"export", "1", "--db", m_db}}) {
+        r = ::geteuid() == 0 ? cli(QStringList{"--reuid=65534", "--regid=65534", "--clear-groups", TB_CLI_PATH} + read,
+                                   60000, "setpriv")
+                             : cli(read);
+        QVERIFY2(r.exitCode == 0, qPrintable(read.join(' ') + ": " + r.err));
+        QVERIFY2(r.out.contains("tiny") || r.out.contains("1,5,loss,"), qPrintable(r.out));
+    }
+    ::chmod(m_dir->path().toLocal8Bit().constData(), 0755);
+    QCOMPARE(fileBytes(m_db), before);
+}
+
+void TestCli::failedResumeKeepsTheMetrics()
+{
+    // Run 1 stopped after step 6; its newest usable checkpoint (step 3) is damaged.
+    auto config = kTiny;
+    config.replace("\"steps\": 5", "\"steps\": 6, \"checkpoint_every\": 3");
+    QCOMPARE(cli({"train", "--config", writeConfig("tiny.json", config), "--db", m_db, "--quiet"}).exitCode, 0);
+    const auto laterMetrics = [&] {
+        Database db(m_db.toStdString(), Database::Mode::ReadOnly);
+        Statement s(db, "SELECT count(*) FROM metrics WHERE run_id=1 AND step>3");
+        s.step();
+        return s.columnInt(0);
+    };
+    {
+        Database db(m_db.toStdString(), Database::Mode::ReadWrite);
+        db.exec("UPDATE runs SET status='cancelled'; DELETE FROM artifacts WHERE step=6");
+    }
+    QFile damaged(m_db + "-runs/1/step-0000003.pt");
+    QVERIFY(damaged.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    damaged.write("not a checkpoint");
+    damaged.close();
+    const auto before = laterMetrics();
+    QVERIFY(before > 0);
+    const auto r = cli({"resume", "1", "--db", m_db});
+    QVERIFY2(r.exitCode != 0, qPrintable(r.out));
+    QVERIFY2(r.err.contains("checkpoint"), qPrintable(r.err));
+    // The resume never got under way, so nothing it would re-run was dropped.
+    QCOMPARE(laterMetrics(), before);
 }
 
 void TestCli::sigintCancelsWithCheckpointThenResumeFinishes()

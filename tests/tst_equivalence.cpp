@@ -3,6 +3,10 @@
 // continues exactly, LoRA trains only adapters.
 #include <QtTest>
 
+#include <csignal>
+
+#include <sys/resource.h>
+
 #include "TestPrinters.h"
 
 #include "memory/MemoryProbe.h"
@@ -81,6 +85,10 @@ private Q_SLOTS:
     void weightDecaySkipsBiasesNormsAndEmbeddings();
     void fp16OverflowSkipsTheStepAndHalvesTheScale();
     void fusedAttentionMatchesEagerOrIsRefused();
+    // Checkpoint durability (each failed on the code before it).
+    void unwritableCheckpointFolderIsRefusedBeforeStepOne();
+    void oldCheckpointsArePrunedAndStalePartialRemoved();
+    void fullDiskKeepsTheLastGoodCheckpoint();
 };
 
 void TestEquivalence::accumulationEqualsLargerBatch_data()
@@ -371,6 +379,80 @@ void TestEquivalence::fusedAttentionMatchesEagerOrIsRefused()
         logits[std::string(attention) == "sdpa"] = model->forward(batch.inputs);
     }
     QVERIFY(torch::allclose(logits[0], logits[1], 1e-5, 1e-5));
+}
+
+void TestEquivalence::unwritableCheckpointFolderIsRefusedBeforeStepOne()
+{
+    QTemporaryDir dir;
+    QFile file(dir.filePath("a-file"));
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.close();
+    auto c = smallTextConfig();
+    c.train.steps = 2;
+    TrainerOptions o;
+    o.checkpointDir = dir.filePath("a-file/runs/1").toStdString(); // under a file: never creatable, even by root
+    try {
+        Trainer trainer(c, o);
+        QFAIL("a run whose weights cannot be saved was allowed to start");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).startsWith("cannot write checkpoints to "), e.what());
+    }
+}
+
+void TestEquivalence::oldCheckpointsArePrunedAndStalePartialRemoved()
+{
+    QTemporaryDir dir;
+    QVERIFY(QDir(dir.path()).mkpath("run"));
+    const QString folder = dir.filePath("run");
+    QFile stale(folder + "/step-0000009.pt.partial"); // from a write killed midway
+    QVERIFY(stale.open(QIODevice::WriteOnly));
+    stale.close();
+    auto c = smallTextConfig();
+    c.train.steps = 6;
+    c.train.checkpointEvery = 1;
+    c.train.keepCheckpoints = 2;
+    TrainerOptions o;
+    o.checkpointDir = folder.toStdString();
+    Trainer trainer(c, o);
+    QVERIFY(!stale.exists());
+    QCOMPARE(trainer.run({}).status, TrainResult::Status::Finished);
+    QCOMPARE(QDir(folder).entryList(QDir::Files), (QStringList{"step-0000005.pt", "step-0000006.pt"}));
+}
+
+void TestEquivalence::fullDiskKeepsTheLastGoodCheckpoint()
+{
+    QTemporaryDir dir;
+    auto c = smallTextConfig();
+    c.train.steps = 4;
+    c.train.checkpointEvery = 2;
+    TrainerOptions o;
+    o.checkpointDir = dir.filePath("run").toStdString();
+    Trainer trainer(c, o);
+    // After the first checkpoint, files may grow to 4 KiB only: the next
+    // checkpoint's write fails as on a full disk (EFBIG instead of SIGXFSZ).
+    struct rlimit old {};
+    QVERIFY(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    const auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+    TrainerCallbacks callbacks;
+    callbacks.onCheckpoint = [&](int, const std::string&, std::int64_t) {
+        struct rlimit small = old;
+        small.rlim_cur = 4096;
+        ::setrlimit(RLIMIT_FSIZE, &small);
+    };
+    const auto result = trainer.run(callbacks);
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, oldHandler);
+    QCOMPARE(result.status, TrainResult::Status::Failed);
+    QVERIFY2(QString::fromStdString(result.message).contains("could not write the checkpoint for step 4"),
+             result.message.c_str());
+    QVERIFY2(QString::fromStdString(result.message).contains("the last good checkpoint is"), result.message.c_str());
+    // The good one is intact and loads; no partial file is left behind.
+    QCOMPARE(QDir(dir.filePath("run")).entryList(QDir::Files), QStringList{"step-0000002.pt"});
+    auto resumed = c;
+    TrainerOptions r = o;
+    r.resumeFrom = dir.filePath("run/step-0000002.pt").toStdString();
+    Trainer again(resumed, r);
+    QCOMPARE(again.run({}).status, TrainResult::Status::Finished);
 }
 
 QTEST_GUILESS_MAIN(TestEquivalence)

@@ -3,7 +3,10 @@
 
 #include <atomic>
 #include <fstream>
+#include <mutex>
 #include <thread>
+
+#include <unistd.h>
 
 #include "store/MetricWriter.h"
 #include "TestPrinters.h"
@@ -49,6 +52,15 @@ private Q_SLOTS:
     void newerSchemaIsRejected();
     void unwritableFolderIsOneClearError();
     void defaultPathFollowsEnvironment();
+    // Reliability fixes: each of these failed on the code before them.
+    void twoDatabasesInOneFolderKeepTheirOwnCheckpoints();
+    void legacyCheckpointFolderMigratesWithoutLosingAFile();
+    void secondClaimOfARunIsRefused();
+    void ownerInAnotherPidNamespaceIsJudgedByHeartbeat();
+    void concurrentFirstOpensCreateTheSchemaOnce();
+    void retriedMetricNeverDuplicatesARow();
+    void metricBatchOutlastsALockedDatabase();
+    void readOnlyOpenNeverWritesASchema();
 
 private:
     std::string dbPath(const char* name = "exp.db") const { return m_dir->filePath(name).toStdString(); }
@@ -265,6 +277,165 @@ void TestStore::defaultPathFollowsEnvironment()
     QCOMPARE(RunStore::defaultPath(), std::string("/tmp/xdg/trainbench/experiments.db"));
     qunsetenv("XDG_DATA_HOME");
     QVERIFY(QString::fromStdString(RunStore::defaultPath()).endsWith("/.local/share/trainbench/experiments.db"));
+}
+
+void TestStore::twoDatabasesInOneFolderKeepTheirOwnCheckpoints()
+{
+    RunStore a(dbPath("a.db")), b(dbPath("b.db"));
+    const auto idA = a.createRun(sampleRun()), idB = b.createRun(sampleRun());
+    QCOMPARE(idA, idB); // both are run 1
+    QVERIFY(a.runFolder(idA) != b.runFolder(idB));
+    QVERIFY(QString::fromStdString(a.runFolder(idA)).endsWith("/a.db-runs/1"));
+}
+
+void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
+{
+    std::int64_t id;
+    {
+        RunStore store(dbPath());
+        id = store.createRun(sampleRun());
+    }
+    // Turn it back into a schema-1 database with a checkpoint in the old
+    // shared <folder>/runs/<id>, and a duplicated metric row.
+    const std::string legacy = m_dir->filePath("runs/1/step-0000005.pt").toStdString();
+    QVERIFY(QDir(m_dir->path()).mkpath("runs/1"));
+    std::ofstream(legacy, std::ios::binary) << "weights of run 1";
+    {
+        Database db(dbPath(), Database::Mode::ReadWrite);
+        db.exec("DROP INDEX metrics_by_run_key_step; CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);"
+                "ALTER TABLE runs DROP COLUMN owner_pidns; PRAGMA user_version=1;");
+        db.exec("INSERT INTO metrics VALUES(1, 3, 'loss', 2.0, 1), (1, 3, 'loss', 1.5, 2)");
+        Statement s(db, "INSERT INTO artifacts(run_id, kind, step, path, bytes, created_at) VALUES(1, 'checkpoint', 5, ?, 16, 1)");
+        s.bind(1, legacy);
+        s.run();
+    }
+    RunStore store(dbPath());
+    const auto checkpoint = store.latestCheckpoint(id);
+    QVERIFY(checkpoint.has_value());
+    QCOMPARE(checkpoint->path, store.runFolder(id) + "/step-0000005.pt");
+    QCOMPARE(fileBytes(checkpoint->path), std::string("weights of run 1"));
+    QCOMPARE(fileBytes(legacy), std::string("weights of run 1")); // still there for any other database
+    const auto loss = store.metrics(id, "loss");
+    QCOMPARE(loss.size(), std::size_t(1));
+    QCOMPARE(loss[0].value, 1.5); // the last written of the duplicates
+}
+
+void TestStore::secondClaimOfARunIsRefused()
+{
+    RunStore first(dbPath()), second(dbPath());
+    const auto id = first.createRun(sampleRun());
+    first.markEnded(id, RunStatus::Cancelled, {3, 1.0, std::nullopt, std::nullopt, "cancelled"});
+    first.claimRun(id);
+    try {
+        second.claimRun(id);
+        QFAIL("the second claim succeeded");
+    } catch (const InputError& e) {
+        QCOMPARE(QString(e.what()), QString("run %1 is already running (pid %2)").arg(id).arg(::getpid()));
+    }
+    QCOMPARE(second.run(id)->status, RunStatus::Running);
+}
+
+void TestStore::ownerInAnotherPidNamespaceIsJudgedByHeartbeat()
+{
+    std::int64_t id;
+    {
+        RunStore store(dbPath());
+        id = store.createRun(sampleRun());
+        store.markRunning(id, 100, "cpu", "fp32");
+    }
+    // A pid that means nothing here, from another PID namespace, with a fresh
+    // heartbeat: a live run in a container, not a dead one.
+    const auto setOwner = [&](double heartbeatAge) {
+        Database db(dbPath(), Database::Mode::ReadWrite);
+        Statement s(db, "UPDATE runs SET owner_pid=999999999, owner_pidns='pid:[1]', heartbeat_at=? WHERE id=?");
+        s.bind(1, wallClockNow() - heartbeatAge).bind(2, id);
+        s.run();
+    };
+    setOwner(1.0);
+    QCOMPARE(RunStore(dbPath()).run(id)->status, RunStatus::Running);
+    setOwner(RunStore::kHeartbeatTimeoutSeconds + 10);
+    RunStore store(dbPath());
+    QCOMPARE(store.run(id)->status, RunStatus::Interrupted);
+    QCOMPARE(store.events(id).size(), std::size_t(1));
+}
+
+void TestStore::concurrentFirstOpensCreateTheSchemaOnce()
+{
+    for (int round = 0; round < 20; ++round) {
+        const auto path = dbPath(("race" + std::to_string(round) + ".db").c_str());
+        std::vector<std::thread> threads;
+        std::mutex mutex;
+        std::vector<std::string> errors;
+        for (int i = 0; i < 8; ++i) {
+            threads.emplace_back([&] {
+                try {
+                    RunStore store(path);
+                    store.createRun(sampleRun());
+                } catch (const std::exception& e) {
+                    std::lock_guard<std::mutex> lock(mutex);
+                    errors.push_back(e.what());
+                }
+            });
+        }
+        for (auto& t : threads) t.join();
+        QVERIFY2(errors.empty(), errors.empty() ? "" : errors.front().c_str());
+        QCOMPARE(RunStore(path).listRuns().size(), std::size_t(8));
+    }
+}
+
+void TestStore::retriedMetricNeverDuplicatesARow()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun());
+    store.appendMetrics({{id, 7, "loss", 2.0, 1}});
+    store.appendMetrics({{id, 7, "loss", 2.0, 2}}); // the same batch, retried
+    QCOMPARE(store.metrics(id).size(), std::size_t(1));
+}
+
+void TestStore::metricBatchOutlastsALockedDatabase()
+{
+    using namespace std::chrono_literals;
+    RunStore store(dbPath());
+    const auto kept = store.createRun(sampleRun("kept")), dropped = store.createRun(sampleRun("dropped"));
+    // Another process holds the write lock for longer than SQLite's busy
+    // timeout (5 s).
+    Database locker(dbPath(), Database::Mode::ReadWrite);
+    locker.exec("BEGIN IMMEDIATE");
+    std::thread release([&] {
+        std::this_thread::sleep_for(6500ms);
+        locker.exec("COMMIT");
+    });
+    {
+        MetricWriter patient(dbPath(), kept, 50ms);   // retries for up to a minute
+        MetricWriter hasty(dbPath(), dropped, 50ms, 1ms); // gives up at its first failure
+        for (int step = 1; step <= 3; ++step) {
+            patient.addMetric(step, "loss", 1.0 / step);
+            hasty.addMetric(step, "loss", 1.0 / step);
+        }
+        std::thread giveUp([&] { hasty.flush(); });
+        patient.flush();
+        giveUp.join();
+        QVERIFY2(patient.error().empty(), patient.error().c_str());
+        QCOMPARE(patient.lostValues(), std::int64_t(0));
+        // What could not be stored is counted and said, never silently dropped.
+        QVERIFY(hasty.lostValues() >= 3);
+        QVERIFY2(QString::fromStdString(hasty.error()).contains("could not be stored"), hasty.error().c_str());
+    }
+    release.join();
+    QCOMPARE(store.metrics(kept, "loss").size(), std::size_t(3));
+}
+
+void TestStore::readOnlyOpenNeverWritesASchema()
+{
+    const auto path = dbPath("empty.db");
+    std::ofstream(path).close();
+    try {
+        RunStore store(path, RunStore::Mode::ReadOnly);
+        QFAIL("an empty file opened as a database of runs");
+    } catch (const StoreError& e) {
+        QVERIFY2(QString(e.what()).contains("no Trainbench runs yet"), e.what());
+    }
+    QCOMPARE(fileBytes(path), std::string());
 }
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -122,12 +122,16 @@ int runWithProgress(RunSession& session, bool quiet)
         std::cout << line;
     }
     if (outcome.status == RunStatus::Failed) std::cerr << "error: " << outcome.message << "\n";
+    if (outcome.lostValues > 0 && outcome.status != RunStatus::Failed) {
+        std::cerr << "error: the run trained, but its record is incomplete: " << outcome.message << "\n";
+    }
     std::cout << "stored in " << outcome.dbPath << " (run " << outcome.runId << ")";
     if (!outcome.checkpoint.empty()) std::cout << "; last checkpoint " << outcome.checkpoint;
     std::cout << std::endl;
     if (outcome.status == RunStatus::Cancelled) {
         std::cout << "resume it with: trainbench-cli resume " << outcome.runId << " --db " << outcome.dbPath << "\n";
     }
+    if (outcome.lostValues > 0) return kExitFailed;
     switch (outcome.status) {
     case RunStatus::Finished: return kExitOk;
     case RunStatus::Cancelled: return kExitCancelled;

@@ -13,7 +13,36 @@ std::unique_ptr<RunStore> openExistingStore(const std::string& dbOption)
     if (!std::filesystem::exists(path, ec)) {
         throw InputError("no experiment database at " + path + " yet; train a run first or point --db at one");
     }
-    return std::make_unique<RunStore>(path);
+    return std::make_unique<RunStore>(path, RunStore::Mode::ReadOnly);
+}
+
+void refuseStoreOutput(RunStore& store, const std::string& outputPath)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto resolved = [](const fs::path& p) {
+        std::error_code e;
+        auto r = fs::weakly_canonical(fs::absolute(p, e), e);
+        return e ? fs::absolute(p, e).lexically_normal() : r;
+    };
+    const auto out = resolved(outputPath);
+    const auto refuse = [&](const std::string& what) {
+        throw InputError("--output " + outputPath + " would overwrite " + what + "; choose another file");
+    };
+    const auto db = resolved(store.path());
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+        if (out == resolved(db.string() + suffix)) refuse("the experiment database " + db.string() + suffix);
+    }
+    const auto inside = [&](const fs::path& folder) {
+        const auto rel = out.lexically_relative(folder);
+        return !rel.empty() && *rel.begin() != ".." && rel != ".";
+    };
+    if (inside(resolved(fs::path(store.runFolder(0)).parent_path()))) refuse("the database's checkpoint folder");
+    for (const auto& run : store.listRuns()) {
+        for (const auto& a : store.artifacts(run.id)) {
+            if (out == resolved(a.path)) refuse("checkpoint " + a.path + " of run " + std::to_string(run.id));
+        }
+    }
 }
 
 TrainedRun trainedRun(RunStore& store, std::int64_t runId, const std::string& checkpointOption)

@@ -8,9 +8,14 @@
 
 namespace tb::cli {
 
-// Opens the store named by --db (or the default) for reading commands; a
-// missing file is an error that says where it looked, not a new empty database.
+// Opens the store named by --db (or the default) read-only for reading
+// commands: a missing file is an error that says where it looked, not a new
+// empty database, and nothing in the file changes.
 std::unique_ptr<RunStore> openExistingStore(const std::string& dbOption);
+
+// Refuses (InputError) an output file that is the database, its -wal, -shm or
+// -journal, or anything in its checkpoint folders: no command writes over them.
+void refuseStoreOutput(RunStore& store, const std::string& outputPath);
 
 // A stored run's config and the checkpoint to use: `checkpointOption` when
 // given, else the run's latest. Throws InputError for an unknown run or one

@@ -1,6 +1,6 @@
 // trainbench-cli export: a run's metrics in long format (run, step, key, value, wall_time).
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +8,7 @@
 #include "Command.h"
 #include "StoreAccess.h"
 #include "common/Errors.h"
+#include "common/Files.h"
 
 namespace tb::cli {
 namespace {
@@ -24,14 +25,14 @@ int exportRun(const Args& args)
         throw InputError("run " + std::to_string(id) + " does not exist in " + store->path()
                          + "; 'trainbench-cli runs' lists the runs");
     }
-    const auto points = store->metrics(id);
-    std::ofstream file;
-    std::ostream* out = &std::cout;
-    if (auto path = args.value("--output")) {
-        file.open(*path, std::ios::binary | std::ios::trunc);
-        if (!file) throw InputError("cannot write " + *path + " (check the folder exists and is writable)");
-        out = &file;
+    const auto output = args.value("--output");
+    if (output) {
+        if (output->empty()) throw InputError("--output needs a file name");
+        refuseStoreOutput(*store, *output);
     }
+    const auto points = store->metrics(id);
+    std::ostringstream text;
+    std::ostream* out = output ? static_cast<std::ostream*>(&text) : &std::cout;
     if (format == "csv") {
         *out << "run,step,key,value,wall_time\n";
         char line[160];
@@ -47,6 +48,14 @@ int exportRun(const Args& args)
                             {"wall_time", p.wallTime}});
         }
         *out << list.dump(1) << "\n";
+    }
+    if (output) {
+        // Through a temporary file and a rename: an existing file is replaced
+        // whole or left as it was.
+        if (const auto error = writeFileAtomically(*output, text.str()); !error.empty()) {
+            throw InputError(error + " (check the folder exists and is writable)");
+        }
+        return kExitOk;
     }
     return out->good() ? kExitOk : kExitFailed;
 }

@@ -1,4 +1,5 @@
 // trainbench-cli export-model: a run's weights as model.safetensors (+ config.json for Llama).
+#include <filesystem>
 #include <iostream>
 
 #include "Command.h"
@@ -15,6 +16,9 @@ int exportModelCommand(const Args& args)
     const auto output = args.value("--output");
     if (!output || output->empty()) throw InputError("'export-model' needs --output DIR (a folder; it is created)");
     auto store = openExistingStore(args.value("--db").value_or(""));
+    for (const char* file : {"model.safetensors", "config.json"}) {
+        refuseStoreOutput(*store, (std::filesystem::path(*output) / file).string());
+    }
     const auto run = trainedRun(*store, id, args.value("--checkpoint").value_or(""));
     const bool merge = args.flag("--merge-lora");
     if (merge && run.config.lora.rank == 0) {

@@ -248,6 +248,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.integer("eval_batches", c.train.evalBatches);
         r.integer("log_every", c.train.logEvery);
         r.integer("checkpoint_every", c.train.checkpointEvery);
+        r.integer("keep_checkpoints", c.train.keepCheckpoints);
         r.integer("threads", c.train.threads);
         r.text("init_from", c.train.initFrom);
         r.read(v);
@@ -330,6 +331,7 @@ std::string configToJson(const RunConfig& c)
                   {"eval_batches", c.train.evalBatches},
                   {"log_every", c.train.logEvery},
                   {"checkpoint_every", c.train.checkpointEvery},
+                  {"keep_checkpoints", c.train.keepCheckpoints},
                   {"threads", c.train.threads}};
     if (!c.train.initFrom.empty()) j["train"]["init_from"] = c.train.initFrom;
     j["lora"] = {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets}};

@@ -161,6 +161,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     check.intRange("train.eval_batches", t.evalBatches, 1, 10000);
     check.intRange("train.log_every", t.logEvery, 1, 1000000000);
     check.intRange("train.checkpoint_every", t.checkpointEvery, 0, 1000000000, "an integer (0 = at the end only)");
+    check.intRange("train.keep_checkpoints", t.keepCheckpoints, 0, 1000000, "an integer (0 = keep all)");
     check.intRange("train.threads", t.threads, 0, 256, "an integer (0 = automatic)");
     if (t.steps >= 1) check.intRange("optim.warmup_steps", o.warmupSteps, 0, t.steps, "an integer (at most train.steps)");
     if (t.precision == "fp16" && c.device == "cpu") {

@@ -62,6 +62,7 @@ struct TrainConfig {
     int evalBatches = 8; // batches per validation pass
     int logEvery = 1;
     int checkpointEvery = 0; // 0: only at the end and on cancel
+    int keepCheckpoints = 3; // newest checkpoints kept per run; 0 = all
     int threads = 0;         // 0: the measured default (see Threads.cpp)
     // Start from trained weights: a run id of the same store ("run:12" or "12"),
     // a Trainbench checkpoint (.pt), a .safetensors file or a folder holding

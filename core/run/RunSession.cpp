@@ -1,9 +1,12 @@
 #include "run/RunSession.h"
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "common/Version.h"
 #include "store/MetricWriter.h"
+#include "store/Sqlite.h"
 
 namespace tb {
 namespace {
@@ -90,13 +93,14 @@ std::unique_ptr<RunSession> RunSession::resume(std::int64_t runId, SessionOption
     const std::string label = "run " + std::to_string(runId);
     if (!record) throw InputError(label + " does not exist in " + session->m_dbPath + "; 'trainbench-cli runs' lists the runs");
     if (record->status == RunStatus::Finished) throw InputError(label + " already finished; there is nothing to resume");
-    if (record->status == RunStatus::Running) throw InputError(label + " is still running in another process");
     const auto checkpoint = session->m_store->latestCheckpoint(runId);
     if (!checkpoint) {
         throw InputError(label + " has no checkpoint to resume from (it stopped before its first checkpoint; set "
                                  "train.checkpoint_every to checkpoint more often). Start it again instead");
     }
     session->m_config = parseConfig(record->configJson, label + "'s stored config");
+    // Last: of two processes resuming this run, exactly one gets past here.
+    session->m_store->claimRun(runId);
     session->m_runId = runId;
     session->m_resumeCheckpoint = checkpoint->path;
     session->m_resumeStep = checkpoint->step;
@@ -112,19 +116,55 @@ void RunSession::requestCancel()
     if (m_trainer) m_trainer->requestCancel();
 }
 
+namespace {
+
+// Store writes at the end of a run must not be lost to a lock held for a few
+// seconds by another process: retry busy errors for up to a minute.
+template <typename F>
+void retryWhileBusy(F&& write)
+{
+    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (auto wait = std::chrono::milliseconds(100);; wait = std::min(wait * 2, std::chrono::milliseconds(2000))) {
+        try {
+            write();
+            return;
+        } catch (const StoreBusyError&) {
+            if (std::chrono::steady_clock::now() >= giveUp) throw;
+            std::this_thread::sleep_for(wait);
+        }
+    }
+}
+
+} // namespace
+
 SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
 {
     SessionOutcome outcome;
     outcome.dbPath = m_dbPath;
     outcome.config = m_config;
     outcome.totalSteps = m_config.train.steps;
-    if (m_runId == 0) {
+    const bool resuming = m_runId != 0;
+    if (!resuming) {
         m_runId = m_store->createRun({m_config.name, configToJson(m_config), m_config.device, m_config.train.precision,
                                       kAppVersion, torchVersion(), m_config.train.steps});
-    } else {
-        m_store->truncateMetricsAfter(m_runId, m_resumeStep);
     }
     outcome.runId = m_runId;
+
+    const auto fail = [&](const std::string& kind, const std::string& message, int stepsDone) {
+        // The run exists now, so a failure is recorded, not just thrown.
+        outcome.status = RunStatus::Failed;
+        outcome.message = message;
+        try {
+            retryWhileBusy([&] {
+                m_store->addEvent({m_runId, wallClockNow(), "error", kind, message});
+                m_store->markEnded(m_runId, RunStatus::Failed, {stepsDone, std::nullopt, std::nullopt, std::nullopt, message});
+            });
+        } catch (const std::exception& e) {
+            outcome.message += " (and the run could not be marked failed: " + std::string(e.what()) + ")";
+        }
+        if (callbacks.onEvent) callbacks.onEvent({"error", kind, message});
+        return outcome;
+    };
 
     std::unique_ptr<Trainer> trainer;
     try {
@@ -137,81 +177,99 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         if (m_options.bare) config.train.logEvery = config.train.steps;
         trainer = std::make_unique<Trainer>(config, to);
     } catch (const std::exception& e) {
-        // The run exists now, so a failure to build it is recorded, not just thrown.
-        outcome.status = RunStatus::Failed;
-        outcome.message = e.what();
-        m_store->addEvent({m_runId, wallClockNow(), "error", "setup", outcome.message});
-        m_store->markEnded(m_runId, RunStatus::Failed, {0, std::nullopt, std::nullopt, std::nullopt, outcome.message});
-        if (callbacks.onEvent) callbacks.onEvent({"error", "setup", outcome.message});
-        return outcome;
+        return fail("setup", e.what(), resuming ? m_resumeStep : 0);
     }
-    {
-        std::lock_guard<std::mutex> lock(m_trainerMutex);
-        m_trainer = trainer.get();
-        if (m_cancel.load()) m_trainer->requestCancel();
-    }
-    m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
-    if (callbacks.onStarted) callbacks.onStarted(m_runId, trainer->datasetDescription());
+
+    // m_trainer is cleared on every way out of this function.
+    struct TrainerSlot {
+        RunSession& session;
+        TrainerSlot(RunSession& s, Trainer* t) : session(s)
+        {
+            std::lock_guard<std::mutex> lock(session.m_trainerMutex);
+            session.m_trainer = t;
+            if (session.m_cancel.load()) t->requestCancel();
+        }
+        ~TrainerSlot()
+        {
+            std::lock_guard<std::mutex> lock(session.m_trainerMutex);
+            session.m_trainer = nullptr;
+        }
+    } slot(*this, trainer.get());
 
     TrainResult result;
     std::string writerError;
-    if (!m_initFromLabel.empty()) {
-        const TrainerEvent e{"info", "init_from", "model weights initialised from " + m_initFromLabel};
-        m_store->addEvent({m_runId, wallClockNow(), e.severity, e.kind, e.message});
-        if (callbacks.onEvent) callbacks.onEvent(e);
-    }
-    if (m_options.bare) {
-        // The benchmark baseline: nothing but training, then the store at the end.
-        TrainerCallbacks tc;
-        tc.onCheckpoint = [&](int step, const std::string& path, std::int64_t bytes) {
-            m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
-        };
-        result = trainer->run(tc);
-    } else {
-        MetricWriter writer(m_dbPath, m_runId);
-        TrainerCallbacks tc;
-        tc.onStep = [&](const StepMetrics& s) {
-            if (m_options.recordMetrics) {
-                writer.addMetric(s.step, "loss", s.loss);
-                writer.addMetric(s.step, "lr", s.lr);
-                writer.addMetric(s.step, "grad_norm", s.gradNorm);
-                writer.addMetric(s.step, "tokens_per_s", s.tokensPerSecond);
-                writer.addMetric(s.step, "step_ms", s.stepMs);
-                if (m_options.measureMemory) {
-                    writer.addMetric(s.step, "mem_current_bytes", static_cast<double>(s.memCurrentBytes));
-                    writer.addMetric(s.step, "mem_peak_bytes", static_cast<double>(s.memPeakBytes));
+    std::int64_t lost = 0;
+    try {
+        // Only now that the resumed run is really under way are the metrics
+        // after its checkpoint dropped (that many steps will be re-run).
+        if (resuming) m_store->truncateMetricsAfter(m_runId, m_resumeStep);
+        m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
+        if (callbacks.onStarted) callbacks.onStarted(m_runId, trainer->datasetDescription());
+        if (!m_initFromLabel.empty()) {
+            const TrainerEvent e{"info", "init_from", "model weights initialised from " + m_initFromLabel};
+            m_store->addEvent({m_runId, wallClockNow(), e.severity, e.kind, e.message});
+            if (callbacks.onEvent) callbacks.onEvent(e);
+        }
+        if (m_options.bare) {
+            // The benchmark baseline: nothing but training, then the store at the end.
+            TrainerCallbacks tc;
+            tc.onCheckpoint = [&](int step, const std::string& path, std::int64_t bytes) {
+                retryWhileBusy([&] {
+                    m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
+                    m_store->dropMissingArtifacts(m_runId);
+                });
+            };
+            result = trainer->run(tc);
+        } else {
+            MetricWriter writer(m_dbPath, m_runId);
+            TrainerCallbacks tc;
+            tc.onStep = [&](const StepMetrics& s) {
+                if (m_options.recordMetrics) {
+                    writer.addMetric(s.step, "loss", s.loss);
+                    writer.addMetric(s.step, "lr", s.lr);
+                    writer.addMetric(s.step, "grad_norm", s.gradNorm);
+                    writer.addMetric(s.step, "tokens_per_s", s.tokensPerSecond);
+                    writer.addMetric(s.step, "step_ms", s.stepMs);
+                    if (m_options.measureMemory) {
+                        writer.addMetric(s.step, "mem_current_bytes", static_cast<double>(s.memCurrentBytes));
+                        writer.addMetric(s.step, "mem_peak_bytes", static_cast<double>(s.memPeakBytes));
+                    }
+                    if (s.lossScale > 0) writer.addMetric(s.step, "loss_scale", s.lossScale);
                 }
-                if (s.lossScale > 0) writer.addMetric(s.step, "loss_scale", s.lossScale);
-            }
-            writer.setStepsDone(s.step);
-            if (callbacks.onStep) callbacks.onStep(s);
-        };
-        tc.onEval = [&](const EvalMetrics& e) {
-            writer.addMetric(e.step, "val_loss", e.valLoss);
-            if (e.valAccuracy >= 0) writer.addMetric(e.step, "val_accuracy", e.valAccuracy);
-            if (callbacks.onEval) callbacks.onEval(e);
-        };
-        tc.onEvent = [&](const TrainerEvent& e) {
-            writer.addEvent(e.severity, e.kind, e.message);
-            if (callbacks.onEvent) callbacks.onEvent(e);
-        };
-        tc.onCheckpoint = [&](int step, const std::string& path, std::int64_t bytes) {
-            // Metrics up to this step must be stored before the checkpoint is
-            // announced, so a resume from it never lacks earlier metrics.
+                writer.setStepsDone(s.step);
+                if (callbacks.onStep) callbacks.onStep(s);
+            };
+            tc.onEval = [&](const EvalMetrics& e) {
+                writer.addMetric(e.step, "val_loss", e.valLoss);
+                if (e.valAccuracy >= 0) writer.addMetric(e.step, "val_accuracy", e.valAccuracy);
+                if (callbacks.onEval) callbacks.onEval(e);
+            };
+            tc.onEvent = [&](const TrainerEvent& e) {
+                writer.addEvent(e.severity, e.kind, e.message);
+                if (callbacks.onEvent) callbacks.onEvent(e);
+            };
+            tc.onCheckpoint = [&](int step, const std::string& path, std::int64_t bytes) {
+                // Metrics up to this step must be stored before the checkpoint is
+                // announced, so a resume from it never lacks earlier metrics.
+                writer.flush();
+                retryWhileBusy([&] {
+                    m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
+                    m_store->dropMissingArtifacts(m_runId);
+                });
+                const TrainerEvent e{"info", "checkpoint", "checkpoint saved at step " + std::to_string(step) + ": " + path};
+                writer.addEvent(e.severity, e.kind, e.message);
+                if (callbacks.onEvent) callbacks.onEvent(e);
+            };
+            result = trainer->run(tc);
+            writer.setStepsDone(result.stepsDone);
             writer.flush();
-            m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
-            const TrainerEvent e{"info", "checkpoint", "checkpoint saved at step " + std::to_string(step) + ": " + path};
-            writer.addEvent(e.severity, e.kind, e.message);
-            if (callbacks.onEvent) callbacks.onEvent(e);
-        };
-        result = trainer->run(tc);
-        writer.setStepsDone(result.stepsDone);
-        writer.flush();
-        writerError = writer.error();
-    }
-    {
-        std::lock_guard<std::mutex> lock(m_trainerMutex);
-        m_trainer = nullptr;
+            writerError = writer.error();
+            lost = writer.lostValues();
+        }
+    } catch (const std::exception& e) {
+        // The store failed under the run (not the trainer, which reports its
+        // own failures in its result): never leave the run "running".
+        return fail("store", e.what(), result.stepsDone);
     }
     outcome.status = statusOf(result.status);
     outcome.stepsDone = result.stepsDone;
@@ -221,12 +279,18 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
     outcome.message = result.message;
     outcome.checkpoint = result.lastCheckpoint;
     outcome.steadyTokensPerSecond = result.steadyTokensPerSecond;
-    if (!writerError.empty()) {
-        outcome.message += " (some metrics could not be stored: " + writerError + ")";
+    outcome.lostValues = lost;
+    if (!writerError.empty()) outcome.message += "; metrics incomplete: " + writerError;
+    try {
+        retryWhileBusy([&] {
+            m_store->markEnded(m_runId, outcome.status,
+                               {result.stepsDone, result.stepsDone > 0 ? std::optional<double>(result.finalLoss) : std::nullopt,
+                                known(result.finalValLoss), known(result.finalValAccuracy), outcome.message});
+        });
+    } catch (const std::exception& e) {
+        outcome.lostValues += 1;
+        outcome.message += "; the run's end could not be stored (" + std::string(e.what()) + ")";
     }
-    m_store->markEnded(m_runId, outcome.status,
-                       {result.stepsDone, result.stepsDone > 0 ? std::optional<double>(result.finalLoss) : std::nullopt,
-                        known(result.finalValLoss), known(result.finalValAccuracy), outcome.message});
     return outcome;
 }
 

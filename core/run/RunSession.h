@@ -45,6 +45,9 @@ struct SessionOutcome {
     std::string dbPath;
     double steadyTokensPerSecond = 0; // see TrainResult
     RunConfig config;                 // what was trained (for sampling from it)
+    // Metric values and events that could not be stored (the database stayed
+    // locked or the disk full): the front ends say so and exit non-zero.
+    std::int64_t lostValues = 0;
 };
 
 class RunSession final {

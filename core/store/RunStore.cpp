@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+
+#include <cerrno>
 
 #include <signal.h>
 #include <sqlite3.h>
@@ -72,6 +75,15 @@ CREATE TABLE artifacts(
   created_at REAL NOT NULL);
 CREATE INDEX artifacts_by_run ON artifacts(run_id, kind, step);
 )sql",
+    // 2: one row per (run, key, step), so a retried metric batch never
+    // duplicates one (older duplicates: the last written wins); the owner's
+    // PID namespace, so liveness is judged by pid only where pids compare.
+    R"sql(
+DELETE FROM metrics WHERE rowid NOT IN (SELECT max(rowid) FROM metrics GROUP BY run_id, key, step);
+DROP INDEX metrics_by_run_key_step;
+CREATE UNIQUE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);
+ALTER TABLE runs ADD COLUMN owner_pidns TEXT;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -127,6 +139,33 @@ std::string processStartTime(long pid)
     for (int i = 4; i <= 22 && (fields >> field); ++i) {
     }
     return field;
+}
+
+// The PID namespace of this process ("pid:[4026531836]"); empty when /proc
+// is not readable. Pids of two processes compare only within one namespace.
+std::string pidNamespace()
+{
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink("/proc/self/ns/pid", ec);
+    return ec ? std::string() : target.string();
+}
+
+enum class Liveness { Alive, Dead, Unknown };
+
+// Whether the process `pid` that started at `start` (clock ticks since boot)
+// still runs. Unknown when pids cannot be compared from here: /proc hidden
+// (hidepid) or unreadable, or the owner in another PID namespace.
+Liveness processLiveness(long pid, const std::string& start, const std::string& ownerNamespace)
+{
+    const std::string ours = pidNamespace();
+    if (pid <= 0 || ours.empty() || ownerNamespace != ours) return Liveness::Unknown;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return Liveness::Dead;
+    // The pid exists (or we may not signal it): compare its start time to
+    // tell it from a later process that reused the pid.
+    if (!std::ifstream("/proc/" + std::to_string(pid) + "/stat")) return Liveness::Unknown;
+    const auto now = processStartTime(pid);
+    if (now.empty()) return Liveness::Dead; // a zombie
+    return now == start ? Liveness::Alive : Liveness::Dead;
 }
 
 std::string hostName()
@@ -211,6 +250,20 @@ RunStore::RunStore(const std::string& path, Mode mode) : m_path(path), m_readOnl
         throw StoreError("experiment database " + path
                          + " is read-only; make it writable (chmod u+w) or choose another file with --db");
     }
+    if (m_readOnly) {
+        // A WAL database in a folder we cannot write (no -shm to create) can
+        // only be read as an immutable file.
+        try {
+            Statement probe(*m_db, "PRAGMA user_version");
+            probe.step();
+        } catch (const std::exception&) {
+            const int code = sqlite3_errcode(m_db->handle()) & 0xff;
+            if (code == SQLITE_CANTOPEN || code == SQLITE_READONLY) {
+                m_db.reset();
+                m_db = std::make_unique<Database>(path, Database::Mode::ReadOnlyImmutable);
+            }
+        }
+    }
     try {
         Statement version(*m_db, "PRAGMA user_version");
         version.step();
@@ -229,11 +282,38 @@ RunStore::RunStore(const std::string& path, Mode mode) : m_path(path), m_readOnl
         throw;
     }
     verifyOwnership();
-    if (!m_readOnly) {
-        m_db->exec("PRAGMA journal_mode=WAL");
-        m_db->exec("PRAGMA synchronous=NORMAL");
-        migrate();
-        reconcileInterrupted();
+    if (m_readOnly) {
+        // Reading commands never write, not even a schema into an empty file.
+        Statement tables(*m_db, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='runs'");
+        tables.step();
+        if (tables.columnInt(0) == 0) {
+            throw StoreError(path + " holds no Trainbench runs yet (an empty database); it was left untouched. "
+                                    "Train a run into it first, or choose another file with --db");
+        }
+    } else {
+        // Several processes opening a new database at once can meet SQLite's
+        // deadlock avoidance (busy without waiting) while one switches it to
+        // WAL or creates the schema: retry those for a while.
+        const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        for (int attempt = 0;; ++attempt) {
+            try {
+                Statement mode(*m_db, "PRAGMA journal_mode");
+                const bool wal = mode.step() && mode.columnText(0) == "wal";
+                mode.reset();
+                if (!wal) m_db->exec("PRAGMA journal_mode=WAL");
+                m_db->exec("PRAGMA synchronous=NORMAL");
+                migrate();
+                break;
+            } catch (const StoreBusyError&) {
+                if (std::chrono::steady_clock::now() >= giveUp) throw;
+                std::this_thread::sleep_for(std::chrono::milliseconds(10 + 10 * std::min(attempt, 20)));
+            }
+        }
+        try {
+            reconcileInterrupted();
+        } catch (const StoreBusyError&) {
+            // Best effort: another process holds the write lock; the next open reconciles.
+        }
     }
     m_db->exec("PRAGMA foreign_keys=ON");
 }
@@ -257,23 +337,67 @@ void RunStore::verifyOwnership()
 void RunStore::migrate()
 {
     Statement version(*m_db, "PRAGMA user_version");
-    version.step();
-    int current = static_cast<int>(version.columnInt(0));
-    version.reset();
-    for (; current < kSchemaVersion; ++current) {
-        Transaction tx(*m_db);
+    const auto read = [&] {
+        version.step();
+        const int v = static_cast<int>(version.columnInt(0));
+        version.reset();
+        return v;
+    };
+    // Up to date: no write lock needed (another process may hold it for long).
+    if (read() >= kSchemaVersion) return;
+    // Read again inside the write transaction: of several processes opening
+    // a new database at once, exactly one creates the schema.
+    Transaction tx(*m_db);
+    const int found = read();
+    if (found >= kSchemaVersion) return;
+    for (int current = found; current < kSchemaVersion; ++current) {
         m_db->exec(kMigrations[current]);
-        m_db->exec("PRAGMA user_version=" + std::to_string(current + 1));
-        tx.commit();
+        if (current + 1 == 2) relocateLegacyCheckpoints();
+    }
+    m_db->exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
+    tx.commit();
+}
+
+void RunStore::relocateLegacyCheckpoints()
+{
+    // Schema 1 kept checkpoints in <folder>/runs/<id>, shared by every
+    // database in the folder. Each database now has <file>-runs/<id>. The
+    // legacy file stays where it is (another database may point at it); this
+    // one gets a hard link (or a copy) under its own folder.
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto legacy = (fs::absolute(m_path, ec).parent_path() / "runs").lexically_normal();
+    std::vector<std::pair<std::int64_t, std::string>> moved; // artifact id, new path
+    {
+        Statement s(*m_db, "SELECT id, run_id, path FROM artifacts");
+        while (s.step()) {
+            const fs::path old = fs::path(s.columnText(2)).lexically_normal();
+            const auto rel = old.lexically_relative(legacy);
+            if (rel.empty() || *rel.begin() == ".." || !fs::exists(old, ec)) continue;
+            const fs::path target = fs::path(runFolder(s.columnInt(1))) / old.filename();
+            fs::create_directories(target.parent_path(), ec);
+            if (!fs::exists(target, ec)) {
+                fs::create_hard_link(old, target, ec);
+                if (ec) fs::copy_file(old, target, ec);
+            }
+            if (!ec) moved.emplace_back(s.columnInt(0), target.string());
+        }
+    }
+    Statement u(*m_db, "UPDATE artifacts SET path=? WHERE id=?");
+    for (const auto& [id, path] : moved) {
+        u.bind(1, path).bind(2, id);
+        u.run();
     }
 }
 
 std::string RunStore::runFolder(std::int64_t runId) const
 {
+    // Next to the database and named after it, like SQLite's own -wal and
+    // -shm: two databases in one folder never share a checkpoint folder.
     namespace fs = std::filesystem;
     std::error_code ec;
-    const auto dir = fs::absolute(m_path, ec).parent_path();
-    return (dir / "runs" / std::to_string(runId)).string();
+    const auto file = fs::absolute(m_path, ec);
+    return (file.parent_path() / (file.filename().string() + "-runs") / std::to_string(runId)).string();
 }
 
 std::int64_t RunStore::createRun(const NewRun& run)
@@ -286,15 +410,37 @@ std::int64_t RunStore::createRun(const NewRun& run)
     return m_db->lastInsertId();
 }
 
+void RunStore::claimRun(std::int64_t runId)
+{
+    // One conditional UPDATE: of two processes resuming one run, exactly one
+    // changes the row; the other is told who has it.
+    const long pid = static_cast<long>(getpid());
+    const double now = wallClockNow();
+    Statement s(*m_db, "UPDATE runs SET status='running', ended_at=NULL, owner_pid=?, owner_start=?, owner_host=?, "
+                       "owner_pidns=?, heartbeat_at=?, message='' WHERE id=? AND status NOT IN ('running', 'finished')");
+    s.bind(1, static_cast<std::int64_t>(pid)).bind(2, processStartTime(pid)).bind(3, hostName());
+    s.bind(4, pidNamespace()).bind(5, now).bind(6, runId);
+    s.run();
+    if (m_db->changes() == 1) return;
+    Statement q(*m_db, "SELECT status, owner_pid, owner_host FROM runs WHERE id=?");
+    q.bind(1, runId);
+    const std::string label = "run " + std::to_string(runId);
+    if (!q.step()) throw InputError(label + " does not exist in " + m_path + "; 'trainbench-cli runs' lists the runs");
+    if (q.columnText(0) == "finished") throw InputError(label + " already finished; there is nothing to resume");
+    std::string owner = q.columnIsNull(1) ? "another process" : "pid " + std::to_string(q.columnInt(1));
+    if (!q.columnIsNull(1) && q.columnText(2) != hostName()) owner += " on " + q.columnText(2);
+    throw InputError(label + " is already running (" + owner + ")");
+}
+
 void RunStore::markRunning(std::int64_t runId, int stepsTotal, const std::string& device, const std::string& precision)
 {
     const long pid = static_cast<long>(getpid());
     Statement s(*m_db, "UPDATE runs SET status='running', started_at=coalesce(started_at, ?), ended_at=NULL, "
                        "steps_total=?, device=?, precision=?, owner_pid=?, owner_start=?, owner_host=?, "
-                       "heartbeat_at=?, message='' WHERE id=?");
+                       "owner_pidns=?, heartbeat_at=?, message='' WHERE id=?");
     const double now = wallClockNow();
     s.bind(1, now).bind(2, stepsTotal).bind(3, device).bind(4, precision).bind(5, static_cast<std::int64_t>(pid));
-    s.bind(6, processStartTime(pid)).bind(7, hostName()).bind(8, now).bind(9, runId);
+    s.bind(6, processStartTime(pid)).bind(7, hostName()).bind(8, pidNamespace()).bind(9, now).bind(10, runId);
     s.run();
 }
 
@@ -315,11 +461,13 @@ void RunStore::heartbeat(std::int64_t runId, int stepsDone)
     s.run();
 }
 
-void RunStore::appendMetrics(const std::vector<MetricPoint>& points)
+void RunStore::insertMetrics(const std::vector<MetricPoint>& points)
 {
     if (points.empty()) return;
-    Transaction tx(*m_db);
-    Statement insert(*m_db, "INSERT INTO metrics(run_id, step, key, value, wall_time) VALUES(?, ?, ?, ?, ?)");
+    // Upsert: a batch retried after a failure never duplicates a row.
+    Statement insert(*m_db, "INSERT INTO metrics(run_id, step, key, value, wall_time) VALUES(?, ?, ?, ?, ?) "
+                            "ON CONFLICT(run_id, key, step) DO UPDATE SET value=excluded.value, "
+                            "wall_time=excluded.wall_time");
     std::map<std::pair<std::int64_t, std::string>, const MetricPoint*> latest;
     for (const auto& p : points) {
         insert.bind(1, p.runId).bind(2, p.step).bind(3, p.key).bind(4, p.value).bind(5, p.wallTime);
@@ -334,6 +482,24 @@ void RunStore::appendMetrics(const std::vector<MetricPoint>& points)
         upsert.bind(1, p->runId).bind(2, p->key).bind(3, p->step).bind(4, p->value).bind(5, p->wallTime);
         upsert.run();
     }
+}
+
+void RunStore::appendMetrics(const std::vector<MetricPoint>& points)
+{
+    if (points.empty()) return;
+    Transaction tx(*m_db);
+    insertMetrics(points);
+    tx.commit();
+}
+
+void RunStore::writeBatch(std::int64_t runId, const std::vector<MetricPoint>& points,
+                          const std::vector<EventRecord>& events, int stepsDone)
+{
+    // All or nothing, so the caller can keep the batch and retry it whole.
+    Transaction tx(*m_db);
+    insertMetrics(points);
+    for (const auto& e : events) addEvent(e);
+    heartbeat(runId, stepsDone);
     tx.commit();
 }
 
@@ -448,33 +614,73 @@ std::optional<ArtifactRecord> RunStore::latestCheckpoint(std::int64_t runId)
 int RunStore::reconcileInterrupted()
 {
     if (m_readOnly) return 0;
-    Statement s(*m_db, "SELECT id, owner_pid, owner_start, owner_host, heartbeat_at FROM runs WHERE status='running'");
-    std::vector<std::pair<std::int64_t, long>> dead;
-    const std::string host = hostName();
-    const double now = wallClockNow();
-    while (s.step()) {
-        const auto id = s.columnInt(0);
-        const long pid = static_cast<long>(s.columnInt(1));
-        bool alive;
-        if (s.columnText(3) == host) {
-            // Same machine: the owner is alive if a process with that pid and start time exists.
-            alive = !s.columnIsNull(1) && pid > 0 && processStartTime(pid) == s.columnText(2);
-        } else {
-            // Another machine sharing the file: trust a recent heartbeat.
-            alive = !s.columnIsNull(4) && now - s.columnDouble(4) < 120.0;
+    struct Owner {
+        std::int64_t id;
+        std::optional<std::int64_t> pid;
+        std::optional<std::string> start, host;
+        std::string pidns;
+    };
+    const auto text = [](const Statement& st, int i) {
+        return st.columnIsNull(i) ? std::nullopt : std::optional<std::string>(st.columnText(i));
+    };
+    // Judge without a lock, then update only a row that still has the owner
+    // we judged, in one write transaction: a run claimed meanwhile is left alone.
+    std::vector<Owner> dead;
+    {
+        Statement s(*m_db, "SELECT id, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at FROM runs "
+                           "WHERE status='running'");
+        const std::string host = hostName();
+        const double now = wallClockNow();
+        while (s.step()) {
+            Owner o{s.columnInt(0), std::nullopt, text(s, 2), text(s, 3), s.columnText(4)};
+            if (!s.columnIsNull(1)) o.pid = s.columnInt(1);
+            Liveness live = Liveness::Unknown;
+            if (o.pid && o.host == host) live = processLiveness(static_cast<long>(*o.pid), o.start.value_or(""), o.pidns);
+            // In doubt (another machine, another PID namespace, /proc hidden):
+            // the heartbeat's age decides.
+            if (live == Liveness::Unknown) {
+                live = !s.columnIsNull(5) && now - s.columnDouble(5) < kHeartbeatTimeoutSeconds ? Liveness::Alive
+                                                                                                 : Liveness::Dead;
+            }
+            if (live == Liveness::Dead) dead.push_back(std::move(o));
         }
-        if (!alive) dead.emplace_back(id, pid);
     }
-    for (const auto& [id, pid] : dead) {
-        Statement u(*m_db, "UPDATE runs SET status='interrupted', owner_pid=NULL, message=? WHERE id=? AND status='running'");
-        u.bind(1, "the process running it (pid " + std::to_string(pid) + ") stopped without finishing; resume it with "
-                  "'trainbench-cli resume " + std::to_string(id) + "'");
-        u.bind(2, id);
+    if (dead.empty()) return 0;
+    int changed = 0;
+    const double now = wallClockNow();
+    Transaction tx(*m_db);
+    for (const auto& o : dead) {
+        const std::string pidText = o.pid ? std::to_string(*o.pid) : std::string("unknown");
+        Statement u(*m_db, "UPDATE runs SET status='interrupted', owner_pid=NULL, message=? WHERE id=? AND "
+                           "status='running' AND owner_pid IS ? AND owner_start IS ? AND owner_host IS ?");
+        u.bind(1, "the process running it (pid " + pidText + ") stopped without finishing; resume it with "
+                  "'trainbench-cli resume " + std::to_string(o.id) + "'");
+        u.bind(2, o.id).bind(3, o.pid).bind(4, o.start).bind(5, o.host);
         u.run();
-        addEvent({id, now, "warning", "interrupted", "run found interrupted: its process (pid " + std::to_string(pid)
-                                                         + ") is gone"});
+        if (m_db->changes() != 1) continue;
+        ++changed;
+        addEvent({o.id, now, "warning", "interrupted", "run found interrupted: its process (pid " + pidText + ") is gone"});
     }
-    return static_cast<int>(dead.size());
+    tx.commit();
+    return changed;
+}
+
+void RunStore::dropMissingArtifacts(std::int64_t runId)
+{
+    std::vector<std::int64_t> missing;
+    {
+        Statement s(*m_db, "SELECT id, path FROM artifacts WHERE run_id=?");
+        s.bind(1, runId);
+        std::error_code ec;
+        while (s.step()) {
+            if (!std::filesystem::exists(s.columnText(1), ec)) missing.push_back(s.columnInt(0));
+        }
+    }
+    Statement d(*m_db, "DELETE FROM artifacts WHERE id=?");
+    for (auto id : missing) {
+        d.bind(1, id);
+        d.run();
+    }
 }
 
 } // namespace tb

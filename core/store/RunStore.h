@@ -93,17 +93,25 @@ public:
     static int schemaVersion();
     // $TRAINBENCH_DB, else $XDG_DATA_HOME/trainbench/experiments.db, else ~/.local/share/...
     static std::string defaultPath();
-    // Checkpoint folder of a run: <db folder>/runs/<id>.
+    // Checkpoint folder of a run: <db file>-runs/<id>, next to the database.
     std::string runFolder(std::int64_t runId) const;
     const std::string& path() const { return m_path; }
 
     std::int64_t createRun(const NewRun& run);
     // Records this process as the owner (pid, its start time, host) of a running run.
+    // Takes a stopped run for this process with one conditional UPDATE.
+    // Throws InputError "run N is already running (pid P)" when another
+    // process has it, or when it finished.
+    void claimRun(std::int64_t runId);
     void markRunning(std::int64_t runId, int stepsTotal, const std::string& device, const std::string& precision);
     void markEnded(std::int64_t runId, RunStatus status, const RunSummary& summary);
     void heartbeat(std::int64_t runId, int stepsDone);
 
     void appendMetrics(const std::vector<MetricPoint>& points);
+    // Metrics, events and a heartbeat in one transaction: all or nothing.
+    // Throws StoreBusyError while the database is locked or the disk full.
+    void writeBatch(std::int64_t runId, const std::vector<MetricPoint>& points, const std::vector<EventRecord>& events,
+                    int stepsDone);
     // Drops metrics recorded after `step` (a resume re-runs those steps).
     void truncateMetricsAfter(std::int64_t runId, int step);
     void addEvent(const EventRecord& event);
@@ -116,16 +124,23 @@ public:
     std::vector<EventRecord> events(std::int64_t runId);
     std::vector<ArtifactRecord> artifacts(std::int64_t runId);
     std::optional<ArtifactRecord> latestCheckpoint(std::int64_t runId);
+    // Forgets artifact rows whose files are gone (pruned checkpoints).
+    void dropMissingArtifacts(std::int64_t runId);
 
     // Runs left "running" by a process that no longer exists become
-    // "interrupted". Called on open; returns how many were changed.
+    // "interrupted". Called on open; returns how many were changed. Where the
+    // owner's pid cannot be checked from here (another host or PID namespace,
+    // /proc hidden), a heartbeat older than this many seconds decides.
     int reconcileInterrupted();
+    static constexpr double kHeartbeatTimeoutSeconds = 120.0;
 
     Database& database();
 
 private:
     void verifyOwnership();
     void migrate();
+    void relocateLegacyCheckpoints();
+    void insertMetrics(const std::vector<MetricPoint>& points);
     std::unique_ptr<Database> m_db;
     std::string m_path;
     bool m_readOnly;

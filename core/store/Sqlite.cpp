@@ -1,14 +1,31 @@
 #include "store/Sqlite.h"
 
+#include <cstdio>
+
 #include <sqlite3.h>
 
 namespace tb {
 
 Database::Database(const std::string& path, Mode mode) : m_path(path)
 {
-    const int flags = mode == Mode::ReadOnly ? SQLITE_OPEN_READONLY
-                                             : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-    const int rc = sqlite3_open_v2(path.c_str(), &m_db, flags | SQLITE_OPEN_FULLMUTEX, nullptr);
+    int flags = mode == Mode::ReadWrite ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY;
+    std::string name = path;
+    if (mode == Mode::ReadOnlyImmutable) {
+        // file: URI with the path percent-encoded where URI syntax needs it.
+        name = "file:";
+        for (const unsigned char c : path) {
+            if (c == '%' || c == '?' || c == '#' || c < 0x20) {
+                char hex[4];
+                std::snprintf(hex, sizeof hex, "%%%02X", c);
+                name += hex;
+            } else {
+                name += static_cast<char>(c);
+            }
+        }
+        name += "?immutable=1";
+        flags |= SQLITE_OPEN_URI;
+    }
+    const int rc = sqlite3_open_v2(name.c_str(), &m_db, flags | SQLITE_OPEN_FULLMUTEX, nullptr);
     if (rc != SQLITE_OK) {
         const std::string reason = m_db ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
         sqlite3_close(m_db);
@@ -26,6 +43,11 @@ Database::~Database()
 
 void Database::fail(const std::string& what) const
 {
+    const int code = sqlite3_errcode(m_db) & 0xff;
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED || code == SQLITE_FULL) {
+        throw StoreBusyError("experiment database " + m_path + ": " + what + " failed: " + sqlite3_errmsg(m_db)
+                             + (code == SQLITE_FULL ? "" : " (another process holds its write lock)"));
+    }
     throw StoreError("experiment database " + m_path + ": " + what + " failed: " + sqlite3_errmsg(m_db));
 }
 
@@ -35,11 +57,17 @@ void Database::exec(const std::string& sql)
     if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
         const std::string message = error ? error : "unknown error";
         sqlite3_free(error);
+        const int code = sqlite3_errcode(m_db) & 0xff;
+        if (code == SQLITE_BUSY || code == SQLITE_LOCKED || code == SQLITE_FULL) {
+            throw StoreBusyError("experiment database " + m_path + ": " + message
+                                 + (code == SQLITE_FULL ? "" : " (another process holds its write lock)"));
+        }
         throw StoreError("experiment database " + m_path + ": " + message);
     }
 }
 
 std::int64_t Database::lastInsertId() const { return sqlite3_last_insert_rowid(m_db); }
+int Database::changes() const { return sqlite3_changes(m_db); }
 
 Statement::Statement(Database& db, const char* sql) : m_db(db)
 {

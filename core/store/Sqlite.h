@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "common/Errors.h"
@@ -20,9 +21,19 @@ public:
     using InputError::InputError;
 };
 
+// The database is there and fine, but another connection holds its write
+// lock for longer than we waited (SQLITE_BUSY), or the disk is full: not bad
+// input, and worth retrying.
+class StoreBusyError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 class Database final {
 public:
-    enum class Mode { ReadWrite, ReadOnly };
+    // ReadOnlyImmutable: read a file that no one may change while we read it
+    // (no locks, no -shm): for WAL databases in folders we cannot write.
+    enum class Mode { ReadWrite, ReadOnly, ReadOnlyImmutable };
     // Throws StoreError (for a bad path) with a message naming the file.
     Database(const std::string& path, Mode mode);
     ~Database();
@@ -33,6 +44,8 @@ public:
     sqlite3* handle() const { return m_db; }
     const std::string& path() const { return m_path; }
     std::int64_t lastInsertId() const;
+    // Rows changed by the last INSERT, UPDATE or DELETE on this connection.
+    int changes() const;
     [[noreturn]] void fail(const std::string& what) const;
 
 private:

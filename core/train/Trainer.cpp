@@ -1,13 +1,18 @@
 #include "train/Trainer.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
 #include <dlfcn.h>
 
+#include "common/Files.h"
 #include "gpu/Discovery.h"
 #include "memory/MemoryProbe.h"
 #include "train/Datasets.h"
@@ -184,6 +189,48 @@ struct Trainer::Impl {
         return m;
     }
 
+    // Before step 1: the checkpoint folder exists and can be written (a run
+    // that would lose its weights at the end is refused now), and a stale
+    // .partial from a killed write is gone.
+    void prepareCheckpointDir() const
+    {
+        namespace fs = std::filesystem;
+        if (options.checkpointDir.empty()) return;
+        const auto& dir = options.checkpointDir;
+        const auto refuse = [&](const std::string& reason) {
+            throw InputError("cannot write checkpoints to " + dir + " (" + reason
+                             + "); make the folder writable or put the database (--db) somewhere writable");
+        };
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        if (ec) refuse(ec.message());
+        for (const auto& entry : fs::directory_iterator(dir, ec)) {
+            if (entry.path().extension() == ".partial") fs::remove(entry.path(), ec);
+        }
+        const auto probe = (fs::path(dir) / ".write-test").string();
+        {
+            std::ofstream out(probe, std::ios::binary | std::ios::trunc);
+            if (!out || !(out << "x") || !out.flush()) refuse(std::strerror(errno));
+        }
+        fs::remove(probe, ec);
+    }
+
+    // Keeps the newest train.keep_checkpoints step-*.pt files of this run.
+    void pruneCheckpoints() const
+    {
+        namespace fs = std::filesystem;
+        const int keep = config.train.keepCheckpoints;
+        if (keep <= 0) return;
+        std::vector<fs::path> found;
+        std::error_code ec;
+        for (const auto& entry : fs::directory_iterator(options.checkpointDir, ec)) {
+            const auto name = entry.path().filename().string();
+            if (name.rfind("step-", 0) == 0 && entry.path().extension() == ".pt") found.push_back(entry.path());
+        }
+        std::sort(found.begin(), found.end()); // zero-padded step numbers sort by step
+        for (std::size_t i = 0; i + keep < found.size(); ++i) fs::remove(found[i], ec);
+    }
+
     std::string saveCheckpoint(int step, const TrainerCallbacks& callbacks)
     {
         namespace fs = std::filesystem;
@@ -209,13 +256,51 @@ struct Trainer::Impl {
         }
         archive.write("scaler", torch::tensor({scaler.currentScale(), static_cast<double>(scaler.goodSteps())},
                                               torch::kDouble));
-        // Write then rename: a kill during the write never leaves a torn checkpoint.
+        // Write, fsync, then rename: a kill or power cut during the write never
+        // leaves a torn checkpoint, and a failed write (disk full) leaves the
+        // last good one as it was.
         const auto partial = path + ".partial";
-        archive.save_to(partial);
-        fs::rename(partial, path);
+        try {
+            // Not save_to(filename): LibTorch's file writer throws from its
+            // destructor when a write fails (disk full) and the process
+            // aborts. Through a function the errors stay ours.
+            const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + partial);
+            int error = 0;
+            archive.save_to([&](const void* data, std::size_t size) -> std::size_t {
+                const char* p = static_cast<const char*>(data);
+                for (std::size_t left = size; left > 0 && error == 0;) {
+                    const auto n = ::write(fd, p, left);
+                    if (n < 0 && errno == EINTR) continue;
+                    if (n <= 0) {
+                        error = n < 0 ? errno : ENOSPC;
+                        break;
+                    }
+                    p += n;
+                    left -= static_cast<std::size_t>(n);
+                }
+                return size; // the archive carries on; the error is reported below
+            });
+            if (error == 0 && ::fsync(fd) != 0) error = errno;
+            if (::close(fd) != 0 && error == 0) error = errno;
+            if (error != 0) throw std::system_error(error, std::generic_category(), "write failed");
+            fsyncPath(options.checkpointDir, true);
+            fs::rename(partial, path);
+            fsyncPath(options.checkpointDir, true);
+        } catch (const std::exception& e) {
+            std::error_code ignored;
+            fs::remove(partial, ignored);
+            std::string reason = firstLine(e.what());
+            if (const auto c10 = dynamic_cast<const c10::Error*>(&e)) reason = firstLine(c10->what_without_backtrace());
+            throw RunError("could not write the checkpoint for step " + std::to_string(step) + " to " + path + " ("
+                           + reason + ")"
+                           + (lastCheckpoint.empty() ? std::string() : "; the last good checkpoint is " + lastCheckpoint)
+                           + ". Free disk space or move the database, then resume the run");
+        }
         std::error_code ec;
         const auto bytes = static_cast<std::int64_t>(fs::file_size(path, ec));
         lastCheckpoint = path;
+        pruneCheckpoints();
         if (callbacks.onCheckpoint) callbacks.onCheckpoint(step, path, bytes);
         return path;
     }
@@ -298,6 +383,7 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
         // Model weights only; the optimizer, schedule and data order start afresh.
         loadModelWeights(*m->model, readModelWeights(initFrom), initFrom);
     }
+    m->prepareCheckpointDir();
     m->model->freezeBaseForLora();
     m->model->to(m->torchDevice);
     m->model->train();

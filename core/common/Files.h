@@ -1,0 +1,65 @@
+#pragma once
+// Durable file writes: fsync a file or a folder, and replace a whole file
+// through a temporary that is fsynced and renamed, so a crash or a full disk
+// leaves either the old file or the new one, never half of one.
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace tb {
+
+// Throws std::system_error naming the path.
+inline void fsyncPath(const std::string& path, bool directory)
+{
+    const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path);
+    const int rc = ::fsync(fd);
+    const int error = errno;
+    ::close(fd);
+    if (rc != 0) throw std::system_error(error, std::generic_category(), "cannot sync " + path);
+}
+
+// Writes `content` to `path` via `path.partial`. Returns an empty string, or
+// why it failed (the partial file is removed and `path` is untouched).
+inline std::string writeFileAtomically(const std::string& path, const std::string& content)
+{
+    const std::string partial = path + ".partial";
+    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return "cannot create " + partial + ": " + std::strerror(errno);
+    const char* p = content.data();
+    std::size_t left = content.size();
+    int error = 0;
+    while (left > 0) {
+        const auto n = ::write(fd, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            error = n < 0 ? errno : ENOSPC;
+            break;
+        }
+        p += n;
+        left -= static_cast<std::size_t>(n);
+    }
+    if (!error && ::fsync(fd) != 0) error = errno;
+    if (::close(fd) != 0 && !error) error = errno;
+    if (!error && std::rename(partial.c_str(), path.c_str()) != 0) error = errno;
+    if (error) {
+        std::remove(partial.c_str());
+        return "cannot write " + path + ": " + std::strerror(error);
+    }
+    const auto folder = std::filesystem::absolute(path).parent_path().string();
+    try {
+        fsyncPath(folder, true);
+    } catch (const std::exception&) {
+        // The file is complete and renamed; only the folder entry's durability is unknown.
+    }
+    return {};
+}
+
+} // namespace tb
