@@ -180,6 +180,15 @@ void TestCli::badInputExitsTwoWithOneMessage_data()
                                          << "would overwrite the experiment database";
     QTest::newRow("export-model into checkpoints")
         << QStringList{"export-model", "1", "--db", "@DB", "--output", "@DB-runs/1"} << "checkpoint folder";
+    // Arguments that used to be ignored or misread.
+    QTest::newRow("empty --db") << QStringList{"runs", "--db", ""} << "--db of 'runs' needs a non-empty value";
+    QTest::newRow("extra argument") << QStringList{"export", "1", "2", "--db", "@DB"} << "unexpected argument \"2\"";
+    QTest::newRow("argument to runs") << QStringList{"runs", "everything", "--db", "@DB"}
+                                      << "unexpected argument \"everything\"";
+    QTest::newRow("name not UTF-8") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DB", "--name", "@BADNAME"}
+                                    << "name: is not valid UTF-8";
+    QTest::newRow("nested 60000 deep") << QStringList{"train", "--config", "@DIR/deep.json", "--db", "@DB"}
+                                       << "nested deeper than 32 levels";
     // Reading commands never write a schema into an empty file.
     QTest::newRow("runs on an empty file") << QStringList{"runs", "--db", "@DIR/empty.db"} << "no Trainbench runs yet";
 }
@@ -193,12 +202,20 @@ void TestCli::badInputExitsTwoWithOneMessage()
     writeConfig("nodata.json", R"({"data": {"source": "text", "path": "corpus-that-is-gone.txt"}})");
     writeConfig("notes.db", "my notes, not a database\n");
     writeConfig("empty.db", "");
+    writeConfig("deep.json", "{\"optim\": {\"betas\": " + QByteArray(60000, '[') + QByteArray(60000, ']') + "}}");
     // A good database with one finished run, to prove bad input never damages it.
     QCOMPARE(cli({"train", "--config", m_dir->filePath("tiny.json"), "--db", m_db, "--quiet"}).exitCode, 0);
     const auto before = fileBytes(m_db), notesBefore = fileBytes(m_dir->filePath("notes.db"));
 
     for (auto& a : args) a.replace("@DB", m_db).replace("@DIR", m_dir->path());
-    const auto r = cli(args);
+    Result r;
+    if (args.last() == "@BADNAME") {
+        // Bytes that are not UTF-8 cannot travel in a QString: a shell appends them.
+        args.removeLast();
+        r = cli(QStringList{"-c", "exec \"$0\" \"$@\" \"$(printf 'bad\\377name')\"", TB_CLI_PATH} + args, 60000, "sh");
+    } else {
+        r = cli(args);
+    }
     QVERIFY2(r.exitCode == 2, qPrintable(QString("exit %1\n%2%3").arg(r.exitCode).arg(r.out, r.err)));
     QVERIFY2(r.err.startsWith("trainbench-cli: error: "), qPrintable(r.err));
     QCOMPARE(r.err.count("trainbench-cli: error: "), 1);

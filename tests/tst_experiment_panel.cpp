@@ -27,6 +27,7 @@ private Q_SLOTS:
     void invalidValueDisablesStartWithMessage();
     void malformedJsonBlocksFormAndStart();
     void unsavedChangesMarkTheTitle();
+    void nonUtf8ConfigIsRefusedUntouched();
 
 private:
     QLineEdit* line(const QString& path) { return qobject_cast<QLineEdit*>(m_window->experimentPanel()->fieldEditor(path)); }
@@ -113,6 +114,23 @@ void TestExperimentPanel::unsavedChangesMarkTheTitle()
     QVERIFY(m_window->document()->saveAs(m_dir->filePath("saved.json"), &error));
     QVERIFY(!m_window->isWindowModified());
     QVERIFY(m_window->windowTitle().startsWith("saved.json"));
+}
+
+void TestExperimentPanel::nonUtf8ConfigIsRefusedUntouched()
+{
+    const QString path = m_dir->filePath("latin1.json");
+    const QByteArray bytes = "{\"name\": \"caf\xe9\"}\n"; // Latin-1, not UTF-8
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write(bytes);
+    file.close();
+    const QString before = m_window->document()->text();
+    QString error;
+    QVERIFY(!m_window->document()->loadFile(path, &error));
+    QVERIFY2(error.contains("not UTF-8"), qPrintable(error));
+    QCOMPARE(m_window->document()->text(), before);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    QCOMPARE(file.readAll(), bytes);
 }
 
 QTEST_MAIN(TestExperimentPanel)

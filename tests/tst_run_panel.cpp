@@ -12,6 +12,7 @@
 #include "MainWindow.h"
 #include "RunPanel.h"
 #include "SampleBox.h"
+#include "TrainingWorker.h"
 #include "TestPrinters.h"
 #include "store/RunStore.h"
 
@@ -29,6 +30,8 @@ private Q_SLOTS:
     void stopMidRunCancelsWithCheckpoint();
     void vanishedDataFileFailsVisibly();
     void closingDuringARunStopsItCleanly();
+    void lateStopNeverCancelsTheNextRun();
+    void runNamesAreShownAsPlainText();
 
 private:
     void setSteps(int steps)
@@ -187,6 +190,53 @@ void TestRunPanel::closingDuringARunStopsItCleanly()
     RunStore store(dbPath().toStdString());
     QCOMPARE(store.run(runId)->status, RunStatus::Cancelled);
     QVERIFY(store.latestCheckpoint(runId).has_value());
+}
+
+void TestRunPanel::lateStopNeverCancelsTheNextRun()
+{
+    RunConfig c;
+    c.device = "cpu";
+    c.model.nLayer = 1;
+    c.model.dModel = 32;
+    c.model.nHead = 2;
+    c.data.seqLen = 16;
+    c.train.batchSize = 4;
+    c.train.steps = 3;
+    c.train.threads = 1;
+    c.data.source = "text";
+    TrainingWorker worker;
+    SessionOutcome outcome;
+    connect(&worker, &TrainingWorker::finished, this, [&](const SessionOutcome& o) { outcome = o; });
+    // A Stop with no run expected (one that arrived as the last run ended).
+    worker.requestStop();
+    worker.startNew(c, dbPath()); // runs here, on this thread
+    QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
+    QCOMPARE(outcome.stepsDone, 3);
+    // A Stop for a run that is queued but not started yet still applies.
+    worker.expectRun();
+    worker.requestStop();
+    worker.startNew(c, dbPath());
+    QCOMPARE(outcome.status, RunStatus::Cancelled);
+}
+
+void TestRunPanel::runNamesAreShownAsPlainText()
+{
+    QString json = m_window->document()->text();
+    json.replace(QRegularExpression("\"name\"\\s*:\\s*\"[^\"]*\""), "\"name\": \"<b>bold</b>\"");
+    m_window->document()->setText(json);
+    QVERIFY(m_window->runPanel()->startButton()->isEnabled());
+    RunPanel* panel = m_window->runPanel();
+    QSignalSpy finished(panel, &RunPanel::runFinished);
+    QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+    int shown = 0;
+    for (auto* label : m_window->findChildren<QLabel*>()) {
+        if (!label->text().contains("<b>bold</b>")) continue;
+        ++shown;
+        QVERIFY2(label->textFormat() == Qt::PlainText, qPrintable(label->text()));
+    }
+    QVERIFY2(shown > 0, qPrintable(panel->statusLabel()->text()));
+    panel->stop();
+    QVERIFY(waitForEnd(finished).status != RunStatus::Failed);
 }
 
 QTEST_MAIN(TestRunPanel)

@@ -1,6 +1,7 @@
 #include "ConfigDocument.h"
 
 #include <QFile>
+#include <QStringDecoder>
 #include <QFileInfo>
 #include <QJsonDocument>
 #include <QSaveFile>
@@ -16,10 +17,25 @@ bool ConfigDocument::loadFile(const QString& path, QString* error)
         if (error) *error = tr("Cannot open %1: %2").arg(path, file.errorString());
         return false;
     }
+    constexpr qint64 kMaxBytes = 16 << 20;
+    if (file.size() > kMaxBytes) {
+        if (error) *error = tr("%1 is %2 MiB, too large for a config (at most 16 MiB); it was not opened.")
+                                .arg(path).arg(file.size() >> 20);
+        return false;
+    }
     const QByteArray bytes = file.readAll();
+    // Saving re-encodes as UTF-8: a file in another encoding would change
+    // silently. Refuse it instead, and leave it as it is.
+    QStringDecoder utf8(QStringDecoder::Utf8, QStringDecoder::Flag::Stateless);
+    const QString text = utf8.decode(bytes);
+    if (utf8.hasError()) {
+        if (error) *error = tr("%1 is not UTF-8 text, so it was not opened (saving it would change its bytes). "
+                               "Convert it to UTF-8 first, for example with iconv.").arg(path);
+        return false;
+    }
     m_path = QFileInfo(path).absoluteFilePath();
     m_displayName = QFileInfo(path).fileName();
-    m_text = QString::fromUtf8(bytes);
+    m_text = text;
     revalidate();
     setModified(false);
     Q_EMIT fileChanged(m_path);

@@ -1,3 +1,4 @@
+#include "PlainText.h"
 #include "ExperimentPanel.h"
 
 #include <QCheckBox>
@@ -103,7 +104,7 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     m_json->setLineWrapMode(QPlainTextEdit::NoWrap);
     m_json->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
     m_json->setToolTip(tr("The whole config as JSON; edits here update the form"));
-    m_otherIssues = new QLabel(this);
+    m_otherIssues = plainLabel(this);
     m_otherIssues->setWordWrap(true);
     m_otherIssues->setStyleSheet("color: #c0392b");
     m_otherIssues->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -193,7 +194,7 @@ void ExperimentPanel::addField(QFormLayout* form, const QString& label, const QS
     }
     }
     if (kind != Kind::Path) rowLayout->addWidget(field.editor);
-    field.message = new QLabel(row);
+    field.message = plainLabel(row);
     field.message->setWordWrap(true);
     field.message->setStyleSheet("color: #c0392b");
     field.message->hide();

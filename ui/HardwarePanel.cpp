@@ -1,3 +1,4 @@
+#include "PlainText.h"
 #include "HardwarePanel.h"
 
 #include <QComboBox>
@@ -148,7 +149,7 @@ QWidget* HardwarePanel::deviceBox(const DeviceInfo& d)
     bar->setFormat(tr("memory: waiting for NVML…"));
     bar->setValue(0);
     v->addWidget(bar);
-    auto* sensors = new QLabel(box);
+    auto* sensors = plainLabel(box);
     v->addWidget(sensors);
     v->addWidget(capabilityGrid(d.cc));
     m_memoryBars.resize(std::max<std::size_t>(m_memoryBars.size(), d.index + 1), nullptr);
@@ -173,7 +174,7 @@ QWidget* HardwarePanel::capabilityGrid(ComputeCapability cc)
         QString reason = QString::fromStdString(a.reason);
         reason.replace(" — ", " (");
         if (reason.contains('(')) reason += ")";
-        auto* badge = new QLabel(reason, grid);
+        auto* badge = plainLabel(grid, reason);
         badge->setObjectName("capability");
         badge->setToolTip(QString::fromStdString(a.title + ": " + a.meaning));
         badge->setStyleSheet(a.supported ? "QLabel { background: #1e8449; color: white; border-radius: 4px; padding: 2px 6px; }"

@@ -1,3 +1,4 @@
+#include "PlainText.h"
 #include "MainWindow.h"
 
 #include <QAction>
@@ -42,9 +43,9 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     tabifyDockWidget(experimentDock, addPanel(m_hardware, tr("Hardware"), Qt::LeftDockWidgetArea));
     experimentDock->raise();
 
-    m_dbLabel = new QLabel(this);
-    m_runLabel = new QLabel(tr("idle"), this);
-    m_targetLabel = new QLabel(this);
+    m_dbLabel = plainLabel(this);
+    m_runLabel = plainLabel(this, tr("idle"));
+    m_targetLabel = plainLabel(this);
     m_targetLabel->setToolTip(tr("Target GPU for planning and preflight (Hardware panel)"));
     statusBar()->addWidget(m_runLabel, 1);
     statusBar()->addPermanentWidget(m_targetLabel);
@@ -143,7 +144,7 @@ bool MainWindow::openConfig(const QString& path)
 {
     QString error;
     if (!m_document->loadFile(path, &error)) {
-        QMessageBox::warning(this, tr("Open config"), error);
+        plainWarning(this, tr("Open config"), error);
         return false;
     }
     rememberRecent(m_document->filePath());
@@ -154,7 +155,7 @@ void MainWindow::openExample(const QString& resourcePath)
 {
     QFile file(resourcePath);
     if (!file.open(QIODevice::ReadOnly)) {
-        QMessageBox::warning(this, tr("Open example"), tr("The bundled example %1 is missing from this build.").arg(resourcePath));
+        plainWarning(this, tr("Open example"), tr("The bundled example %1 is missing from this build.").arg(resourcePath));
         return;
     }
     m_document->loadText(QString::fromUtf8(file.readAll()), QFileInfo(resourcePath).fileName());
@@ -178,7 +179,7 @@ bool MainWindow::save()
     if (m_document->filePath().isEmpty()) return saveAs();
     QString error;
     if (!m_document->save(&error)) {
-        QMessageBox::warning(this, tr("Save"), error);
+        plainWarning(this, tr("Save"), error);
         return false;
     }
     statusBar()->showMessage(tr("Saved %1").arg(m_document->filePath()), 3000);
@@ -192,7 +193,7 @@ bool MainWindow::saveAs()
     if (!path.endsWith(".json", Qt::CaseInsensitive)) path += ".json";
     QString error;
     if (!m_document->saveAs(path, &error)) {
-        QMessageBox::warning(this, tr("Save as"), error);
+        plainWarning(this, tr("Save as"), error);
         return false;
     }
     rememberRecent(path);
@@ -216,9 +217,11 @@ void MainWindow::openDatabase()
                                                       nullptr, QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty()) return;
     try {
-        RunStore probe(path.toStdString()); // refuses non-SQLite, foreign, read-only or newer files
+        // Refuses non-SQLite, foreign or newer files, read-only and without a
+        // write lock on the GUI thread. A new file is created by its first run.
+        if (QFileInfo::exists(path)) RunStore probe(path.toStdString(), RunStore::Mode::ReadOnly);
     } catch (const std::exception& e) {
-        QMessageBox::warning(this, tr("Open experiment database"), QString::fromStdString(e.what()));
+        plainWarning(this, tr("Open experiment database"), QString::fromStdString(e.what()));
         return;
     }
     m_run->setDatabasePath(path);
@@ -229,23 +232,26 @@ void MainWindow::resumeLatest()
 {
     std::optional<RunRecord> candidate;
     try {
-        RunStore store(m_run->databasePath().toStdString());
+        // Read-only on the GUI thread: no write lock to wait for, nothing changed.
+        RunStore store(m_run->databasePath().toStdString(), RunStore::Mode::ReadOnly);
         for (const auto& r : store.listRuns()) {
             if (r.status == RunStatus::Cancelled || r.status == RunStatus::Interrupted) candidate = r;
         }
     } catch (const std::exception& e) {
-        QMessageBox::warning(this, tr("Resume"), QString::fromStdString(e.what()));
+        plainWarning(this, tr("Resume"), QString::fromStdString(e.what()));
         return;
     }
     if (!candidate) {
-        QMessageBox::information(this, tr("Resume"), tr("No cancelled or interrupted run in %1.").arg(m_run->databasePath()));
+        plainMessage(this, QMessageBox::Information, tr("Resume"),
+                     tr("No cancelled or interrupted run in %1.").arg(m_run->databasePath()));
         return;
     }
-    const auto answer = QMessageBox::question(
-        this, tr("Resume"),
+    const auto answer = plainMessage(
+        this, QMessageBox::Question, tr("Resume"),
         tr("Resume run %1 \"%2\" (%3 at step %4 of %5) from its last checkpoint?")
             .arg(candidate->id).arg(QString::fromStdString(candidate->name), QString::fromStdString(runStatusName(candidate->status)))
-            .arg(candidate->stepsDone).arg(candidate->stepsTotal));
+            .arg(candidate->stepsDone).arg(candidate->stepsTotal),
+        QMessageBox::Yes | QMessageBox::No, QMessageBox::Yes);
     if (answer == QMessageBox::Yes) m_run->resume(candidate->id);
 }
 

@@ -1,3 +1,4 @@
+#include "PlainText.h"
 #include "MetricPlot.h"
 
 #include <QFileDialog>
@@ -104,7 +105,7 @@ void MetricPlot::exportTo(const QString& format)
     if (path.isEmpty()) return;
     if (!path.endsWith("." + format, Qt::CaseInsensitive)) path += "." + format;
     const bool ok = format == "png" ? savePng(path, 0, 0, 2.0) : savePdf(path);
-    if (!ok) QMessageBox::warning(this, tr("Export plot"), tr("Could not write %1.").arg(path));
+    if (!ok) plainWarning(this, tr("Export plot"), tr("Could not write %1.").arg(path));
 }
 
 } // namespace tb::ui

@@ -1,3 +1,4 @@
+#include "PlainText.h"
 #include "RunPanel.h"
 
 #include <QCheckBox>
@@ -38,7 +39,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_stop = new QPushButton(tr("Stop"), this);
     m_stop->setToolTip(tr("Stop after the current step and save a checkpoint (Ctrl+.)"));
     m_stop->setEnabled(false);
-    m_reason = new QLabel(this);
+    m_reason = plainLabel(this);
     m_reason->setWordWrap(true);
     m_reason->setStyleSheet("color: #c0392b");
     m_progress = new QProgressBar(this);
@@ -47,7 +48,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_loss = new QLabel(tr("loss –"), this);
     m_rate = new QLabel(tr("– tokens/s"), this);
     m_time = new QLabel(tr("elapsed – · ETA –"), this);
-    m_status = new QLabel(this);
+    m_status = plainLabel(this);
     m_status->setWordWrap(true);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
@@ -168,6 +169,7 @@ void RunPanel::beginRun(const QString& what)
     m_status->setText(what);
     m_elapsed.start();
     setRunning(true);
+    m_worker->expectRun();
 }
 
 void RunPanel::start()

@@ -23,21 +23,37 @@ PendingProgress TrainingWorker::takePending()
     return taken;
 }
 
+void TrainingWorker::expectRun()
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_expectingRun = true;
+}
+
 void TrainingWorker::requestStop()
 {
     std::lock_guard<std::mutex> lock(m_mutex);
+    if (!m_expectingRun) return;
     m_stopRequested = true;
     if (m_session) m_session->requestCancel();
 }
 
+void TrainingWorker::endExpectedRun()
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_expectingRun = false;
+    m_stopRequested = false;
+}
+
 void TrainingWorker::startNew(const RunConfig& config, const QString& dbPath)
 {
+    expectRun();
     SessionOptions options;
     options.dbPath = dbPath.toStdString();
     std::unique_ptr<RunSession> session;
     try {
         session = std::make_unique<RunSession>(config, options);
     } catch (const std::exception& e) {
+        endExpectedRun();
         Q_EMIT refused(QString::fromStdString(e.what()));
         return;
     }
@@ -46,12 +62,14 @@ void TrainingWorker::startNew(const RunConfig& config, const QString& dbPath)
 
 void TrainingWorker::resumeRun(qint64 runId, const QString& dbPath)
 {
+    expectRun();
     SessionOptions options;
     options.dbPath = dbPath.toStdString();
     std::unique_ptr<RunSession> session;
     try {
         session = RunSession::resume(runId, options);
     } catch (const std::exception& e) {
+        endExpectedRun();
         Q_EMIT refused(QString::fromStdString(e.what()));
         return;
     }
@@ -82,8 +100,11 @@ void TrainingWorker::runSession(RunSession& session)
         outcome.message = e.what();
     }
     {
+        // A Stop that arrives as the session ends must not cancel the next run.
         std::lock_guard<std::mutex> lock(m_mutex);
         m_session = nullptr;
+        m_stopRequested = false;
+        m_expectingRun = false;
     }
     Q_EMIT finished(outcome);
 }

@@ -27,7 +27,12 @@ public:
     TrainingWorker() = default;
     // Thread-safe: everything reported since the last call.
     PendingProgress takePending();
+    // Thread-safe: a run is about to be queued (startNew/resumeRun); a Stop
+    // from now until it ends applies to it.
+    void expectRun();
     // Thread-safe: the run stops after the step in progress and checkpoints.
+    // Ignored when no run is expected or running, so a late Stop never
+    // cancels the next run.
     void requestStop();
 
     // Run in the worker's thread (invoke through QMetaObject::invokeMethod).
@@ -43,13 +48,15 @@ Q_SIGNALS:
 
 private:
     void runSession(RunSession& session);
+    void endExpectedRun();
     template <typename T>
     void push(std::vector<T> PendingProgress::*list, const T& item);
 
     std::mutex m_mutex;
     PendingProgress m_pending;
     RunSession* m_session = nullptr; // guarded by m_mutex
-    bool m_stopRequested = false;
+    bool m_stopRequested = false;    // guarded by m_mutex
+    bool m_expectingRun = false;     // guarded by m_mutex
 };
 
 } // namespace tb::ui

@@ -57,6 +57,12 @@ int main(int argc, char** argv)
             std::cout << helpText(*command);
             return kExitOk;
         }
+        // A command takes the run id its usage names, and nothing else.
+        const std::size_t allowed = command->usage.rfind("RUN_ID", 0) == 0 ? 1 : 0;
+        if (parsed.positionals().size() > allowed && name != "train") {
+            throw tb::InputError("unexpected argument \"" + parsed.positionals()[allowed] + "\" for '" + name
+                                 + "' (usage: trainbench-cli " + name + " " + command->usage + ")");
+        }
         return command->run(parsed);
     } catch (const tb::InputError& e) {
         std::cerr << "trainbench-cli: error: " << e.what() << "\n";

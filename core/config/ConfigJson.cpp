@@ -17,15 +17,49 @@ namespace {
 
 using nlohmann::json;
 
+// A config nests three levels; anything this deep is not a config, and
+// parsing, walking or printing it could exhaust the stack.
+constexpr int kMaxNesting = 32;
+
+// The first place where `text` nests arrays or objects deeper than
+// kMaxNesting, as a byte offset; npos when it does not.
+std::size_t tooDeep(const std::string& text)
+{
+    int depth = 0;
+    bool inString = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (inString) {
+            if (c == '\\') ++i;
+            else if (c == '"') inString = false;
+        } else if (c == '"') {
+            inString = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > kMaxNesting) return i;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return std::string::npos;
+}
+
+// A value for a message: never more than about 60 characters.
+std::string brief(const json& v)
+{
+    std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    if (text.size() > 60) text = text.substr(0, 57) + "...";
+    return text;
+}
+
 std::string describe(const json& v)
 {
     switch (v.type()) {
-    case json::value_t::string: return "the string " + v.dump();
+    case json::value_t::string: return "the string " + brief(v);
     case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
     case json::value_t::null: return "null";
     case json::value_t::object: return "an object";
     case json::value_t::array: return "an array";
-    default: return v.dump();
+    default: return brief(v);
     }
 }
 
@@ -41,9 +75,9 @@ public:
         if (v.is_number_integer() || v.is_number_unsigned()) {
             const auto wide = v.get<long long>();
             if (v.is_number_unsigned() && v.get<unsigned long long>() > 0x7fffffffULL) {
-                fail(key, "must be an integer no larger than 2147483647, got " + v.dump());
+                fail(key, "must be an integer no larger than 2147483647, got " + brief(v));
             } else if (wide < -2147483647LL || wide > 2147483647LL) {
-                fail(key, "must be an integer within ±2147483647, got " + v.dump());
+                fail(key, "must be an integer within ±2147483647, got " + brief(v));
             } else {
                 out = static_cast<int>(wide);
             }
@@ -64,7 +98,7 @@ public:
 
     void number(const char* key, double& out) { m_fields[key] = [this, &out, key](const json& v) {
         if (v.is_number() && std::isfinite(v.get<double>())) out = v.get<double>();
-        else if (v.is_number()) fail(key, "must be a finite number, got " + v.dump());
+        else if (v.is_number()) fail(key, "must be a finite number, got " + brief(v));
         else fail(key, "must be a number, got " + describe(v));
     }; }
 
@@ -83,7 +117,7 @@ public:
             && std::isfinite(v[0].get<double>()) && std::isfinite(v[1].get<double>())) {
             out = {v[0].get<double>(), v[1].get<double>()};
         } else {
-            fail(key, "must be an array of two numbers such as [0.9, 0.99], got " + v.dump());
+            fail(key, "must be an array of two numbers such as [0.9, 0.99], got " + brief(v));
         }
     }; }
 
@@ -91,7 +125,7 @@ public:
         if (!v.is_array()) { fail(key, "must be an array of strings, got " + describe(v)); return; }
         std::vector<std::string> items;
         for (const auto& item : v) {
-            if (!item.is_string()) { fail(key, "must be an array of strings, got " + v.dump()); return; }
+            if (!item.is_string()) { fail(key, "must be an array of strings, got " + brief(v)); return; }
             items.push_back(item.get<std::string>());
         }
         out = std::move(items);
@@ -168,6 +202,12 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
                       const std::string& baseDir)
 {
     json root;
+    if (const auto at = tooDeep(jsonText); at != std::string::npos) {
+        const auto [line, column] = lineAndColumn(jsonText, at + 1);
+        throw ConfigError(sourceName, {{"", "nested deeper than " + std::to_string(kMaxNesting) + " levels at line "
+                                                + std::to_string(line) + ", column " + std::to_string(column)
+                                                + "; a config is an object of sections, each of plain values"}});
+    }
     try {
         root = json::parse(jsonText);
     } catch (const json::parse_error& e) {

@@ -9,6 +9,33 @@
 namespace tb {
 namespace {
 
+// Well-formed UTF-8 (RFC 3629): no overlong forms, surrogates or values past U+10FFFF.
+bool isValidUtf8(const std::string& text)
+{
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+    const auto* end = p + text.size();
+    while (p < end) {
+        const unsigned c = *p++;
+        if (c < 0x80) continue;
+        int more;
+        unsigned cp;
+        if ((c & 0xe0) == 0xc0) { more = 1; cp = c & 0x1f; }
+        else if ((c & 0xf0) == 0xe0) { more = 2; cp = c & 0x0f; }
+        else if ((c & 0xf8) == 0xf0) { more = 3; cp = c & 0x07; }
+        else return false;
+        if (end - p < more) return false;
+        for (int k = 0; k < more; ++k) {
+            if ((p[k] & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (p[k] & 0x3f);
+        }
+        p += more;
+        static constexpr unsigned kMin[] = {0, 0x80, 0x800, 0x10000};
+        if (cp < kMin[more] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    }
+    return true;
+}
+
+
 std::string number(double v)
 {
     std::ostringstream out;
@@ -80,6 +107,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     Checker check(issues);
 
     if (c.name.empty() || c.name.size() > 200) check.add("name", "must be 1 to 200 characters long");
+    else if (!isValidUtf8(c.name)) check.add("name", "is not valid UTF-8 text; use a name your terminal shows as letters");
     if (!validDevice(c.device)) {
         check.add("device", "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\" (N a device index), got \""
                                 + c.device + "\"");
