@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--count-ops", action="store_true", help="count the ATen operators of the whole run")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -80,6 +81,10 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.01)
     offsets = torch.arange(T + 1)
     start = None
+    profiler = None
+    if a.count_ops:
+        profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        profiler.__enter__()
     for step in range(1, a.steps + 1):
         for group in opt.param_groups:
             group["lr"] = 3e-3 * min(1.0, step / 20)
@@ -96,6 +101,12 @@ def main():
         if step == 10:
             start = time.perf_counter()
     seconds = time.perf_counter() - start
+    if profiler:
+        profiler.__exit__(None, None, None)
+        ops = {e.key: e.count for e in profiler.key_averages() if e.key.startswith("aten::")}
+        print(f"ops: {sum(ops.values())} ATen operators dispatched")
+        for name in sorted(ops):
+            print(f"op {name} {ops[name]}")
     steps = a.steps - 10
     print(f"throughput: {B * T * steps / seconds:.0f} tokens/s over steps 11-{a.steps} "
           f"({1000 * seconds / steps:.2f} ms a step), final loss {loss_value:.4f}")

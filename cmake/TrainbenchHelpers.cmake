@@ -36,8 +36,11 @@ function(tb_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  # Qt Test's own watchdog (5 minutes by default) must not fire before ctest's
+  # limit on a busy machine.
+  math(EXPR watchdog_ms "${ARG_TIMEOUT} * 1000")
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
-    ENVIRONMENT "QT_QPA_PLATFORM=offscreen")
+    ENVIRONMENT "QT_QPA_PLATFORM=offscreen;QTEST_FUNCTION_TIMEOUT=${watchdog_ms}")
 endfunction()
 
 # Compiles a resource file into the target as `std::string tb::FUNCTION()`.

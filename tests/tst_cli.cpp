@@ -42,6 +42,7 @@ private Q_SLOTS:
     void devicesJsonSchema();
     void sampleExportAndInitFromARun();
     void failedResumeKeepsTheMetrics();
+    void lockedDatabaseIsNotBadInput();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -452,6 +453,18 @@ void TestCli::sampleExportAndInitFromARun()
       "train": {"steps": 1, "init_from": "run:1"}})"), "--db", m_db, "--quiet"});
     QVERIFY(r.exitCode != 0);
     QVERIFY2((r.out + r.err).contains("model.embed_tokens.weight has shape [13, 32]"), qPrintable(r.out + r.err));
+}
+
+void TestCli::lockedDatabaseIsNotBadInput()
+{
+    const auto config = writeConfig("tiny.json", kTiny);
+    QCOMPARE(cli({"train", "--config", config, "--db", m_db, "--quiet"}).exitCode, 0);
+    Database holder(m_db.toStdString(), Database::Mode::ReadWrite);
+    holder.exec("BEGIN IMMEDIATE"); // another process's write lock, held throughout
+    const auto r = cli({"train", "--config", config, "--db", m_db});
+    holder.exec("ROLLBACK");
+    QVERIFY2(r.exitCode == 1, qPrintable(QString("exit %1: %2").arg(r.exitCode).arg(r.err)));
+    QVERIFY2(r.err.contains("holds its write lock"), qPrintable(r.err));
 }
 
 QTEST_GUILESS_MAIN(TestCli)

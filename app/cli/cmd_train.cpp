@@ -3,6 +3,10 @@
 #include "Progress.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
+#include "train/OpCounter.h"
+
+#include <cstdio>
+#include <memory>
 
 namespace tb::cli {
 namespace {
@@ -29,7 +33,15 @@ int train(const Args& args)
     options.measureMemory = !args.flag("--no-memory-probe");
     options.bare = args.flag("--bare");
     RunSession session(config, options);
-    return runWithProgress(session, args.flag("--quiet"));
+    // Training runs on this thread, so the counter sees every operator of the run.
+    auto counter = args.flag("--count-ops") ? std::make_unique<OpCounter>() : nullptr;
+    const int code = runWithProgress(session, args.flag("--quiet"));
+    if (counter) {
+        std::printf("ops: %lld ATen operators dispatched on the training thread\n",
+                    static_cast<long long>(counter->total()));
+        for (const auto& [name, n] : counter->counts()) std::printf("op %s %lld\n", name.c_str(), static_cast<long long>(n));
+    }
+    return code;
 }
 
 const CommandRegistration registration{Command{
@@ -46,7 +58,8 @@ const CommandRegistration registration{Command{
      {"--quiet", false, "print only the final summary"},
      {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
      {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"},
-     {"--bare", false, "benchmark baseline: no metrics writer, no per-step callback or loss read, no memory probe"}},
+     {"--bare", false, "benchmark baseline: no metrics writer, no per-step callback or loss read, no memory probe"},
+     {"--count-ops", false, "benchmark: count the ATen operators the run dispatches and print them at the end"}},
     &train}};
 
 } // namespace

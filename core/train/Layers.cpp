@@ -61,14 +61,19 @@ struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
 
 } // namespace
 
-LoraLinearImpl::LoraLinearImpl(int in, int out, int rank, double alpha, bool withBias)
+LoraLinearImpl::LoraLinearImpl(int in, int out, int rank, double alpha, bool withBias, LinearInit init)
     : m_rank(rank), m_scale(rank > 0 ? alpha / rank : 0.0)
 {
     weight = register_parameter("weight", torch::empty({out, in}));
     if (withBias) bias = register_parameter("bias", torch::empty({out}));
-    // GPT-2 / Hugging Face initialisation: N(0, 0.02), zero bias.
-    torch::nn::init::normal_(weight, 0.0, 0.02);
-    if (withBias) torch::nn::init::zeros_(bias);
+    if (init == LinearInit::Uniform) {
+        const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+        torch::nn::init::uniform_(weight, -bound, bound);
+        if (withBias) torch::nn::init::uniform_(bias, -bound, bound);
+    } else {
+        torch::nn::init::normal_(weight, 0.0, 0.02);
+        if (withBias) torch::nn::init::zeros_(bias);
+    }
     if (rank > 0) {
         // A small random, B = 0 (LoRA paper, section 4.1).
         loraA = register_parameter("lora_A", torch::randn({rank, in}) * (1.0 / std::sqrt(static_cast<double>(in))));

@@ -41,9 +41,14 @@ struct ModelOptions {
 // "weight" (and "bias"), so parameter names match the usual checkpoint names
 // ("...q_proj.weight"); adapters are "lora_A" [r, in] and "lora_B" [out, r].
 // B starts at zero, so an adapter leaves the output unchanged until trained.
+//
+// Base initialisation: Normal is Hugging Face's N(0, 0.02) with zero bias
+// (the Llama family); Uniform is PyTorch's nn.Linear default, U(±1/sqrt(in))
+// for weight and bias (the GPT; see GptImpl for the evidence).
+enum class LinearInit { Normal, Uniform };
 class LoraLinearImpl : public torch::nn::Module {
 public:
-    LoraLinearImpl(int in, int out, int rank, double alpha, bool bias);
+    LoraLinearImpl(int in, int out, int rank, double alpha, bool bias, LinearInit init = LinearInit::Normal);
     torch::Tensor forward(const torch::Tensor& x);
     bool hasAdapter() const { return m_rank > 0; }
     double adapterScale() const { return m_scale; }
