@@ -402,10 +402,17 @@ std::string RunStore::runFolder(std::int64_t runId) const
 
 std::int64_t RunStore::createRun(const NewRun& run)
 {
+    // The owner is recorded from the start: a process killed while it builds
+    // the trainer leaves a run that reconciliation can find, not one
+    // "created" forever.
+    const long pid = static_cast<long>(getpid());
+    const double now = wallClockNow();
     Statement s(*m_db, "INSERT INTO runs(name, status, created_at, config_json, device, precision, app_version, "
-                       "torch_version, steps_total) VALUES(?, 'created', ?, ?, ?, ?, ?, ?, ?)");
-    s.bind(1, run.name).bind(2, wallClockNow()).bind(3, run.configJson).bind(4, run.device).bind(5, run.precision);
-    s.bind(6, run.appVersion).bind(7, run.torchVersion).bind(8, run.stepsTotal);
+                       "torch_version, steps_total, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at) "
+                       "VALUES(?, 'created', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    s.bind(1, run.name).bind(2, now).bind(3, run.configJson).bind(4, run.device).bind(5, run.precision);
+    s.bind(6, run.appVersion).bind(7, run.torchVersion).bind(8, run.stepsTotal).bind(9, static_cast<std::int64_t>(pid));
+    s.bind(10, processStartTime(pid)).bind(11, hostName()).bind(12, pidNamespace()).bind(13, now);
     s.run();
     return m_db->lastInsertId();
 }
@@ -628,7 +635,7 @@ int RunStore::reconcileInterrupted()
     std::vector<Owner> dead;
     {
         Statement s(*m_db, "SELECT id, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at FROM runs "
-                           "WHERE status='running'");
+                           "WHERE status='running' OR (status='created' AND owner_pid IS NOT NULL)");
         const std::string host = hostName();
         const double now = wallClockNow();
         while (s.step()) {
@@ -652,7 +659,7 @@ int RunStore::reconcileInterrupted()
     for (const auto& o : dead) {
         const std::string pidText = o.pid ? std::to_string(*o.pid) : std::string("unknown");
         Statement u(*m_db, "UPDATE runs SET status='interrupted', owner_pid=NULL, message=? WHERE id=? AND "
-                           "status='running' AND owner_pid IS ? AND owner_start IS ? AND owner_host IS ?");
+                           "status IN ('running', 'created') AND owner_pid IS ? AND owner_start IS ? AND owner_host IS ?");
         u.bind(1, "the process running it (pid " + pidText + ") stopped without finishing; resume it with "
                   "'trainbench-cli resume " + std::to_string(o.id) + "'");
         u.bind(2, o.id).bind(3, o.pid).bind(4, o.start).bind(5, o.host);
