@@ -52,6 +52,9 @@ public:
             return;
         }
         auto init = symbol<CuInit>(m_cuda, "cuInit");
+        // Once cuInit has run, the driver cannot be de-initialised: the
+        // library stays loaded for the life of the process (never dlclose'd).
+        m_cudaInitialised = init != nullptr;
         const int rc = init ? init(0) : -1;
         if (rc != 0) {
             // CUDA_ERROR_NO_DEVICE (100): a driver without a GPU.
@@ -76,7 +79,7 @@ public:
             if (auto shutdown = symbol<NvmlShutdown>(m_nvml, "nvmlShutdown")) shutdown();
         }
         if (m_nvml) dlclose(m_nvml);
-        if (m_cuda) dlclose(m_cuda);
+        if (m_cuda && !m_cudaInitialised) dlclose(m_cuda);
     }
 
     bool loaded() const override { return m_loaded; }
@@ -153,6 +156,7 @@ private:
     void* m_cuda = nullptr;
     void* m_nvml = nullptr;
     bool m_loaded = false;
+    bool m_cudaInitialised = false;
     bool m_nvmlReady = false;
     int m_cudaVersion = 0;
     std::string m_driverVersion;
