@@ -8,6 +8,7 @@
 #include <QPushButton>
 
 #include "ConfigDocument.h"
+#include "LossPlot.h"
 #include "ExperimentPanel.h"
 #include "MainWindow.h"
 #include "RunPanel.h"
@@ -32,6 +33,7 @@ private Q_SLOTS:
     void closingDuringARunStopsItCleanly();
     void lateStopNeverCancelsTheNextRun();
     void runNamesAreShownAsPlainText();
+    void lossPlotStaysBoundedAndKeepsSpikes();
 
 private:
     void setSteps(int steps)
@@ -237,6 +239,33 @@ void TestRunPanel::runNamesAreShownAsPlainText()
     QVERIFY2(shown > 0, qPrintable(panel->statusLabel()->text()));
     panel->stop();
     QVERIFY(waitForEnd(finished).status != RunStatus::Failed);
+}
+
+void TestRunPanel::lossPlotStaysBoundedAndKeepsSpikes()
+{
+    LossPlot plot;
+    plot.resize(800, 400);
+    // 200,000 steps of a flat loss with one spike: what is drawn stays
+    // bounded, and the spike is still drawn at its full height.
+    for (int start = 0; start < 200000; start += 1000) {
+        QVector<double> steps(1000), losses(1000, 1.0);
+        for (int i = 0; i < 1000; ++i) {
+            steps[i] = start + i + 1;
+            if (start + i + 1 == 123457) losses[i] = 50.0;
+        }
+        plot.appendTraining(steps, losses);
+    }
+    QCOMPARE(plot.trainingPointCount(), std::int64_t(200000));
+    QVERIFY2(plot.drawnPointCount() <= 2 * 2 * BucketedCurve::kMaxBuckets,
+             qPrintable(QString::number(plot.drawnPointCount())));
+    double highest = 0;
+    for (auto it = plot.graph(0)->data()->constBegin(); it != plot.graph(0)->data()->constEnd(); ++it) {
+        highest = std::max(highest, it->value);
+    }
+    QCOMPARE(highest, 50.0);
+    plot.fitToData();
+    QVERIFY(plot.yAxis->range().upper >= 50.0);
+    QCOMPARE(plot.xAxis->range().upper, 200000.0);
 }
 
 QTEST_MAIN(TestRunPanel)

@@ -9,13 +9,15 @@ LossPlot::LossPlot(QWidget* parent) : MetricPlot(tr("loss"), parent)
     m_raw = addCurve(tr("training loss"), dark ? QColor(70, 110, 170) : QColor(120, 160, 220));
     m_ema = addCurve(tr("smoothed"), dark ? QColor(110, 175, 255) : QColor(25, 90, 200));
     m_val = addCurve(tr("validation"), QColor(220, 90, 30));
-    m_val->setLineStyle(QCPGraph::lsNone);
-    m_val->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7));
+    m_val->graph()->setLineStyle(QCPGraph::lsNone);
+    m_val->graph()->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7));
 }
 
 void LossPlot::clear()
 {
-    for (QCPGraph* g : {m_raw, m_ema, m_val}) g->data()->clear();
+    for (BucketedCurve* c : {m_raw, m_ema, m_val}) c->clear();
+    m_steps.clear();
+    m_losses.clear();
     m_haveEma = false;
     resetView();
     requestReplot();
@@ -23,35 +25,36 @@ void LossPlot::clear()
 
 void LossPlot::appendTraining(const QVector<double>& steps, const QVector<double>& losses)
 {
-    QVector<double> ema(losses.size());
     for (int i = 0; i < losses.size(); ++i) {
         m_lastEma = m_haveEma ? m_smoothing * m_lastEma + (1.0 - m_smoothing) * losses[i] : losses[i];
         m_haveEma = true;
-        ema[i] = m_lastEma;
+        m_raw->append(steps[i], losses[i]);
+        m_ema->append(steps[i], m_lastEma);
+        m_steps.push_back(static_cast<float>(steps[i]));
+        m_losses.push_back(static_cast<float>(losses[i]));
     }
-    m_raw->addData(steps, losses, true);
-    m_ema->addData(steps, ema, true);
+}
+
+int LossPlot::drawnPointCount() const
+{
+    return m_raw->graph()->dataCount() + m_ema->graph()->dataCount() + m_val->graph()->dataCount();
 }
 
 void LossPlot::appendValidation(const QVector<double>& steps, const QVector<double>& losses)
 {
-    m_val->addData(steps, losses, true);
+    for (int i = 0; i < losses.size(); ++i) m_val->append(steps[i], losses[i]);
 }
 
 void LossPlot::setSmoothing(double factor)
 {
     m_smoothing = std::clamp(factor, 0.0, 0.999);
-    QVector<double> keys, values;
-    keys.reserve(m_raw->dataCount());
-    values.reserve(m_raw->dataCount());
+    m_ema->clear();
     m_haveEma = false;
-    for (auto it = m_raw->data()->constBegin(); it != m_raw->data()->constEnd(); ++it) {
-        m_lastEma = m_haveEma ? m_smoothing * m_lastEma + (1.0 - m_smoothing) * it->value : it->value;
+    for (std::size_t i = 0; i < m_losses.size(); ++i) {
+        m_lastEma = m_haveEma ? m_smoothing * m_lastEma + (1.0 - m_smoothing) * m_losses[i] : m_losses[i];
         m_haveEma = true;
-        keys.push_back(it->key);
-        values.push_back(m_lastEma);
+        m_ema->append(m_steps[i], m_lastEma);
     }
-    m_ema->setData(keys, values, true);
     requestReplot();
 }
 
@@ -72,8 +75,8 @@ MemoryPlot::MemoryPlot(QWidget* parent) : MetricPlot(tr("tensor memory (MiB)"), 
 
 void MemoryPlot::clear()
 {
-    m_current->data()->clear();
-    m_peak->data()->clear();
+    m_current->clear();
+    m_peak->clear();
     resetView();
     requestReplot();
 }
@@ -81,8 +84,10 @@ void MemoryPlot::clear()
 void MemoryPlot::append(const QVector<double>& steps, const QVector<double>& currentMiB,
                         const QVector<double>& peakMiB)
 {
-    m_current->addData(steps, currentMiB, true);
-    m_peak->addData(steps, peakMiB, true);
+    for (int i = 0; i < steps.size(); ++i) {
+        m_current->append(steps[i], currentMiB[i]);
+        m_peak->append(steps[i], peakMiB[i]);
+    }
 }
 
 } // namespace tb::ui

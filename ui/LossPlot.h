@@ -1,5 +1,8 @@
 #pragma once
 
+#include <cstdint>
+#include <deque>
+
 #include "MetricPlot.h"
 
 namespace tb::ui {
@@ -17,12 +20,17 @@ public:
     void setSmoothing(double factor);
     double smoothing() const { return m_smoothing; }
     void setLogScale(bool log);
-    int trainingPointCount() const { return m_raw->dataCount(); }
+    // Points appended, and points drawn (bounded by the buckets).
+    std::int64_t trainingPointCount() const { return m_raw->pointCount(); }
+    int drawnPointCount() const;
 
 private:
-    QCPGraph* m_raw;
-    QCPGraph* m_ema;
-    QCPGraph* m_val;
+    BucketedCurve* m_raw;
+    BucketedCurve* m_ema;
+    BucketedCurve* m_val;
+    // Every training loss, for recomputing the smoothed curve (floats: 8 bytes
+    // a step). Deques: growing never copies the whole history in one frame.
+    std::deque<float> m_steps, m_losses;
     double m_smoothing = 0.9;
     double m_lastEma = 0;
     bool m_haveEma = false;
@@ -38,8 +46,8 @@ public:
     void append(const QVector<double>& steps, const QVector<double>& currentMiB, const QVector<double>& peakMiB);
 
 private:
-    QCPGraph* m_current;
-    QCPGraph* m_peak;
+    BucketedCurve* m_current;
+    BucketedCurve* m_peak;
 };
 
 } // namespace tb::ui

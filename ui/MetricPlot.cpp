@@ -1,11 +1,94 @@
-#include "PlainText.h"
 #include "MetricPlot.h"
+
+#include <algorithm>
+#include <cmath>
 
 #include <QFileDialog>
 #include <QMenu>
 #include <QMessageBox>
 
+#include "PlainText.h"
+
 namespace tb::ui {
+
+void BucketedCurve::clear()
+{
+    m_graph->data()->clear();
+    m_buckets.clear();
+    m_perBucket = 1;
+    m_points = 0;
+    m_minPositive = std::numeric_limits<double>::infinity();
+}
+
+void BucketedCurve::draw(const Bucket& b)
+{
+    // One point, or the minimum and the maximum in the order they came.
+    if (b.count == 1 || b.minKey == b.maxKey) {
+        m_graph->addData(b.minKey, b.minValue);
+    } else if (b.minKey < b.maxKey) {
+        m_graph->addData(b.minKey, b.minValue);
+        m_graph->addData(b.maxKey, b.maxValue);
+    } else {
+        m_graph->addData(b.maxKey, b.maxValue);
+        m_graph->addData(b.minKey, b.minValue);
+    }
+}
+
+void BucketedCurve::redrawLast()
+{
+    // Only the last bucket changed: drop its points and draw it again.
+    if (m_buckets.size() >= 2) m_graph->data()->removeAfter(m_buckets[m_buckets.size() - 2].lastKey);
+    else m_graph->data()->clear();
+    draw(m_buckets.back());
+}
+
+void BucketedCurve::mergePairs()
+{
+    std::vector<Bucket> merged;
+    merged.reserve(m_buckets.size() / 2 + 1);
+    for (std::size_t i = 0; i < m_buckets.size(); i += 2) {
+        Bucket b = m_buckets[i];
+        if (i + 1 < m_buckets.size()) {
+            const Bucket& n = m_buckets[i + 1];
+            b.lastKey = n.lastKey;
+            b.count += n.count;
+            if (n.minValue < b.minValue) b.minValue = n.minValue, b.minKey = n.minKey;
+            if (n.maxValue > b.maxValue) b.maxValue = n.maxValue, b.maxKey = n.maxKey;
+        }
+        merged.push_back(b);
+    }
+    m_buckets = std::move(merged);
+    m_perBucket *= 2;
+    m_graph->data()->clear();
+    for (const auto& b : m_buckets) draw(b);
+}
+
+void BucketedCurve::append(double key, double value)
+{
+    if (m_points == 0) {
+        m_minKey = m_maxKey = key;
+        m_minValue = m_maxValue = value;
+    } else {
+        m_minKey = std::min(m_minKey, key);
+        m_maxKey = std::max(m_maxKey, key);
+        m_minValue = std::min(m_minValue, value);
+        m_maxValue = std::max(m_maxValue, value);
+    }
+    if (value > 0) m_minPositive = std::min(m_minPositive, value);
+    ++m_points;
+    if (!m_buckets.empty() && m_buckets.back().count < m_perBucket) {
+        Bucket& b = m_buckets.back();
+        b.lastKey = key;
+        ++b.count;
+        if (value < b.minValue) b.minValue = value, b.minKey = key;
+        if (value > b.maxValue) b.maxValue = value, b.maxKey = key;
+        redrawLast();
+        return;
+    }
+    m_buckets.push_back({key, key, key, value, key, value, 1});
+    if (static_cast<int>(m_buckets.size()) > kMaxBuckets) mergePairs();
+    else draw(m_buckets.back());
+}
 
 MetricPlot::MetricPlot(const QString& yLabel, QWidget* parent) : QCustomPlot(parent)
 {
@@ -28,22 +111,40 @@ MetricPlot::MetricPlot(const QString& yLabel, QWidget* parent) : QCustomPlot(par
     applyPalette();
 }
 
-QCPGraph* MetricPlot::addCurve(const QString& name, const QColor& color)
+BucketedCurve* MetricPlot::addCurve(const QString& name, const QColor& color)
 {
     QCPGraph* graph = addGraph();
     graph->setName(name);
     graph->setPen(QPen(color, 1)); // width 1: wide pens are slow in the raster engine
     graph->setAdaptiveSampling(true);
-    return graph;
+    m_curves.push_back(std::make_unique<BucketedCurve>(graph));
+    return m_curves.back().get();
 }
 
 void MetricPlot::fitToData()
 {
-    rescaleAxes(true);
+    // From the curves' running bounds: O(curves), not a walk over every point.
+    bool any = false;
+    double x0 = 0, x1 = 0, y0 = 0, y1 = 0, positive = std::numeric_limits<double>::infinity();
+    for (const auto& c : m_curves) {
+        if (c->empty() || !c->graph()->visible()) continue;
+        x0 = any ? std::min(x0, c->minKey()) : c->minKey();
+        x1 = any ? std::max(x1, c->maxKey()) : c->maxKey();
+        y0 = any ? std::min(y0, c->minValue()) : c->minValue();
+        y1 = any ? std::max(y1, c->maxValue()) : c->maxValue();
+        positive = std::min(positive, c->minPositiveValue());
+        any = true;
+    }
+    if (!any) {
+        requestReplot();
+        return;
+    }
+    xAxis->setRange(x0, x1 > x0 ? x1 : x0 + 1);
     // A margin above and below, so curves at the extremes do not sit on the frame.
-    QCPRange y = yAxis->range();
+    QCPRange y(y0, y1 > y0 ? y1 : y0 + 1e-9);
     if (yAxis->scaleType() == QCPAxis::stLogarithmic) {
-        y = QCPRange(std::max(y.lower, 1e-6) / 1.1, y.upper * 1.1);
+        const double low = std::isfinite(positive) ? positive : 1e-6;
+        y = QCPRange(std::max(low, 1e-6) / 1.1, std::max(y.upper, low) * 1.1);
     } else {
         const double pad = std::max(y.size() * 0.05, 1e-9);
         y = QCPRange(m_zeroBased ? 0.0 : y.lower - pad, y.upper + pad);

@@ -3,9 +3,52 @@
 // zoom/pan, double-click to re-fit, right-click export to PNG/PDF, colours
 // from the system palette (dark themes too), and throttled replots.
 
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
 #include "QCustomPlotInclude.h"
 
 namespace tb::ui {
+
+// One curve whose on-screen size is bounded however long the run: points are
+// merged into buckets of 2^k consecutive points (at most kMaxBuckets), each
+// drawn as its minimum and maximum in step order, so spikes stay visible.
+// Appending a point and the bounds used to fit the axes cost O(1) amortised,
+// so the per-frame cost does not grow with the run.
+class BucketedCurve {
+public:
+    static constexpr int kMaxBuckets = 4096;
+    explicit BucketedCurve(QCPGraph* graph) : m_graph(graph) {}
+    void append(double key, double value);
+    void clear();
+    QCPGraph* graph() const { return m_graph; }
+    std::int64_t pointCount() const { return m_points; }
+    int pointsPerBucket() const { return m_perBucket; }
+    bool empty() const { return m_points == 0; }
+    // Bounds of everything appended (not only what is drawn).
+    double minKey() const { return m_minKey; }
+    double maxKey() const { return m_maxKey; }
+    double minValue() const { return m_minValue; }
+    double maxValue() const { return m_maxValue; }
+    double minPositiveValue() const { return m_minPositive; } // +inf when none
+
+private:
+    struct Bucket {
+        double firstKey, lastKey, minKey, minValue, maxKey, maxValue;
+        int count;
+    };
+    void draw(const Bucket& b);
+    void redrawLast();
+    void mergePairs();
+    QCPGraph* m_graph;
+    std::vector<Bucket> m_buckets;
+    int m_perBucket = 1;
+    std::int64_t m_points = 0;
+    double m_minKey = 0, m_maxKey = 0, m_minValue = 0, m_maxValue = 0;
+    double m_minPositive = std::numeric_limits<double>::infinity();
+};
 
 class MetricPlot : public QCustomPlot {
     Q_OBJECT
@@ -24,12 +67,13 @@ public:
 
 protected:
     void changeEvent(QEvent* event) override;
-    QCPGraph* addCurve(const QString& name, const QColor& color);
+    BucketedCurve* addCurve(const QString& name, const QColor& color);
 
 private:
     void applyPalette();
     void showContextMenu(const QPoint& pos);
     void exportTo(const QString& format);
+    std::vector<std::unique_ptr<BucketedCurve>> m_curves;
     bool m_userMovedView = false;
     bool m_zeroBased = false;
 };
