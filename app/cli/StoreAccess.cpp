@@ -19,7 +19,6 @@ std::unique_ptr<RunStore> openExistingStore(const std::string& dbOption)
 void refuseStoreOutput(RunStore& store, const std::string& outputPath)
 {
     namespace fs = std::filesystem;
-    std::error_code ec;
     const auto resolved = [](const fs::path& p) {
         std::error_code e;
         auto r = fs::weakly_canonical(fs::absolute(p, e), e);

@@ -99,7 +99,6 @@ bool MetricWriter::writePending(std::unique_lock<std::mutex>& lock)
     events.insert(events.end(), m_events.begin(), m_events.end());
     m_metrics = std::move(metrics);
     m_events = std::move(events);
-    m_lastFailure = failure;
     return false;
 }
 

@@ -57,7 +57,7 @@ private:
     std::uint64_t m_queuedGeneration = 0, m_writtenGeneration = 0;
     bool m_stop = false;
     bool m_flushRequested = false;
-    std::string m_error, m_lastFailure;
+    std::string m_error;
     std::int64_t m_lost = 0;
     std::thread m_thread;
 };
