@@ -26,6 +26,21 @@ inline void fsyncPath(const std::string& path, bool directory)
     if (rc != 0) throw std::system_error(error, std::generic_category(), "cannot sync " + path);
 }
 
+// Writes all `size` bytes to `fd`, retrying short writes and EINTR. Returns 0
+// or the errno of the failure (ENOSPC for a write that made no progress).
+inline int writeAll(int fd, const void* data, std::size_t size)
+{
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+        const auto n = ::write(fd, p, size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : ENOSPC;
+        p += n;
+        size -= static_cast<std::size_t>(n);
+    }
+    return 0;
+}
+
 // Writes `content` to `path` via `path.partial`. Returns an empty string, or
 // why it failed (the partial file is removed and `path` is untouched).
 inline std::string writeFileAtomically(const std::string& path, const std::string& content)
@@ -33,19 +48,7 @@ inline std::string writeFileAtomically(const std::string& path, const std::strin
     const std::string partial = path + ".partial";
     const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return "cannot create " + partial + ": " + std::strerror(errno);
-    const char* p = content.data();
-    std::size_t left = content.size();
-    int error = 0;
-    while (left > 0) {
-        const auto n = ::write(fd, p, left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            error = n < 0 ? errno : ENOSPC;
-            break;
-        }
-        p += n;
-        left -= static_cast<std::size_t>(n);
-    }
+    int error = writeAll(fd, content.data(), content.size());
     if (!error && ::fsync(fd) != 0) error = errno;
     if (::close(fd) != 0 && !error) error = errno;
     if (!error && std::rename(partial.c_str(), path.c_str()) != 0) error = errno;

@@ -396,7 +396,7 @@ std::string RunStore::runFolder(std::int64_t runId) const
     // -shm: two databases in one folder never share a checkpoint folder.
     namespace fs = std::filesystem;
     std::error_code ec;
-    const auto file = fs::absolute(m_path, ec);
+    const auto file = fs::absolute(m_path, ec).lexically_normal();
     return (file.parent_path() / (file.filename().string() + "-runs") / std::to_string(runId)).string();
 }
 

@@ -268,17 +268,7 @@ struct Trainer::Impl {
             if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + partial);
             int error = 0;
             archive.save_to([&](const void* data, std::size_t size) -> std::size_t {
-                const char* p = static_cast<const char*>(data);
-                for (std::size_t left = size; left > 0 && error == 0;) {
-                    const auto n = ::write(fd, p, left);
-                    if (n < 0 && errno == EINTR) continue;
-                    if (n <= 0) {
-                        error = n < 0 ? errno : ENOSPC;
-                        break;
-                    }
-                    p += n;
-                    left -= static_cast<std::size_t>(n);
-                }
+                if (error == 0) error = writeAll(fd, data, size);
                 return size; // the archive carries on; the error is reported below
             });
             if (error == 0 && ::fsync(fd) != 0) error = errno;
