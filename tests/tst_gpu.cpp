@@ -57,7 +57,7 @@ void TestGpu::catalogueHasWhatPeopleRent()
                              "L4", "L40S", "RTX 6000 Ada", "a100-40gb", "A100-80GB", "H100 PCIe", "H100 SXM", "H200"}) {
         QVERIFY2(!catalogue.resolve(name).gpu.name.empty(), name);
     }
-    // The T4 memory as a CUDA OOM message reports it (story 5).
+    // The T4 memory as CUDA reports it (docs/known-failures.md, out of memory).
     QCOMPARE(QString::number(catalogue.resolve("T4").gpu.memoryBytes / 1073741824.0, 'f', 2), QString("14.74"));
 }
 

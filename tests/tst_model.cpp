@@ -53,7 +53,8 @@ int float32OpsDuring(Fn fn)
     return g_float32Inputs;
 }
 
-// The bug of story 1 in FAILURES.md: a learned scale kept as a plain member.
+// Tensors left on the wrong device (docs/known-failures.md): a learned scale
+// kept as a plain member.
 struct LeakyModuleImpl : torch::nn::Module {
     LeakyModuleImpl() { linear = register_module("linear", torch::nn::Linear(4, 4)); }
     torch::Tensor forward(const torch::Tensor& x) { return linear(x) * scale; }

@@ -2,8 +2,8 @@
 // What a GPU can do, decided from its compute capability by one table of
 // rules. Every answer carries its reason, e.g.
 // "bf16: no — compute capability 7.5 < 8.0". Creating a bf16 tensor is not
-// support: PyTorch's is_bf16_supported() says true on a T4 through emulation,
-// the trap of story 4 in FAILURES.md.
+// support: PyTorch's is_bf16_supported() says true on a T4 through emulation
+// (docs/known-failures.md, "bf16 on a GPU without native bf16").
 
 #include <optional>
 #include <string>
