@@ -237,6 +237,8 @@ void TestRunPanel::runNamesAreShownAsPlainText()
         QVERIFY2(label->textFormat() == Qt::PlainText, qPrintable(label->text()));
     }
     QVERIFY2(shown > 0, qPrintable(panel->statusLabel()->text()));
+    // For a person to look at: the name must read literally, tags and all.
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/plain-text-name.png"));
     panel->stop();
     QVERIFY(waitForEnd(finished).status != RunStatus::Failed);
 }

@@ -25,7 +25,6 @@ public:
     void clear();
     QCPGraph* graph() const { return m_graph; }
     std::int64_t pointCount() const { return m_points; }
-    int pointsPerBucket() const { return m_perBucket; }
     bool empty() const { return m_points == 0; }
     // Bounds of everything appended (not only what is drawn).
     double minKey() const { return m_minKey; }

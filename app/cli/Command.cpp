@@ -77,8 +77,8 @@ Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, con
             inlineValue = argv[++i];
         }
         // An empty --db would silently mean the default database; an empty
-        // --config, --output... nothing. Only a prompt may be empty.
-        if (inlineValue->empty() && arg != "--prompt") {
+        // --config, --output... nothing.
+        if (inlineValue->empty() && !spec->allowEmpty) {
             throw InputError("option " + arg + " of '" + command + "' needs a non-empty value (" + spec->metavar + ")");
         }
         m_values[arg] = *inlineValue;

@@ -13,6 +13,7 @@ struct OptionSpec {
     bool takesValue = true;
     std::string help;
     std::string metavar = "VALUE";
+    bool allowEmpty = false; // an empty value is refused unless this is set
 };
 
 // Parsed arguments of one subcommand. Unknown options and missing values are

@@ -14,7 +14,7 @@ namespace tb::cli {
 std::unique_ptr<RunStore> openExistingStore(const std::string& dbOption);
 
 // Refuses (InputError) an output file that is the database, its -wal, -shm or
-// -journal, or anything in its checkpoint folders: no command writes over them.
+// -journal, or anything in its checkpoint folder: no command writes over them.
 void refuseStoreOutput(RunStore& store, const std::string& outputPath);
 
 // A stored run's config and the checkpoint to use: `checkpointOption` when

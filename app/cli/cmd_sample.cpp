@@ -55,7 +55,7 @@ const CommandRegistration registration{Command{
     "RUN_ID --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--checkpoint FILE] [--json]",
     {{"--db", true, "experiment database", "FILE"},
      {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round)",
-      "TEXT"},
+      "TEXT", true /* empty: the dataset says what a prompt needs */},
      {"--max-tokens", true, "tokens to generate at most (default 64; addition stops at its end marker)", "N"},
      {"--temperature", true, "0 = greedy, default 1", "T"},
      {"--top-k", true, "sample from the K most likely tokens only (0 = all)", "K"},

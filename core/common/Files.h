@@ -1,7 +1,7 @@
 #pragma once
-// Durable file writes: fsync a file or a folder, and replace a whole file
-// through a temporary that is fsynced and renamed, so a crash or a full disk
-// leaves either the old file or the new one, never half of one.
+// Durable file writes: replace a whole file through a temporary that is
+// fsynced and renamed, so a crash or a full disk leaves either the old file or
+// the new one, never half of one. Used for checkpoints, safetensors and exports.
 
 #include <cerrno>
 #include <cstdio>
@@ -41,14 +41,25 @@ inline int writeAll(int fd, const void* data, std::size_t size)
     return 0;
 }
 
-// Writes `content` to `path` via `path.partial`. Returns an empty string, or
-// why it failed (the partial file is removed and `path` is untouched).
-inline std::string writeFileAtomically(const std::string& path, const std::string& content)
+// Writes `path` through `path.partial`: `fill(fd)` writes the content and
+// returns 0 or an errno; then the file is fsynced, renamed over `path`, and
+// the folder fsynced. Returns an empty string, or why it failed: then the
+// partial file is gone and `path` is as it was. An exception from `fill`
+// removes the partial file and propagates.
+template <typename Fill>
+std::string writeFileAtomicallyWith(const std::string& path, Fill&& fill)
 {
     const std::string partial = path + ".partial";
     const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return "cannot create " + partial + ": " + std::strerror(errno);
-    int error = writeAll(fd, content.data(), content.size());
+    int error = 0;
+    try {
+        error = fill(fd);
+    } catch (...) {
+        ::close(fd);
+        std::remove(partial.c_str());
+        throw;
+    }
     if (!error && ::fsync(fd) != 0) error = errno;
     if (::close(fd) != 0 && !error) error = errno;
     if (!error && std::rename(partial.c_str(), path.c_str()) != 0) error = errno;
@@ -56,13 +67,17 @@ inline std::string writeFileAtomically(const std::string& path, const std::strin
         std::remove(partial.c_str());
         return "cannot write " + path + ": " + std::strerror(error);
     }
-    const auto folder = std::filesystem::absolute(path).parent_path().string();
     try {
-        fsyncPath(folder, true);
+        fsyncPath(std::filesystem::absolute(path).parent_path().string(), true);
     } catch (const std::exception&) {
         // The file is complete and renamed; only the folder entry's durability is unknown.
     }
     return {};
+}
+
+inline std::string writeFileAtomically(const std::string& path, const std::string& content)
+{
+    return writeFileAtomicallyWith(path, [&](int fd) { return writeAll(fd, content.data(), content.size()); });
 }
 
 } // namespace tb

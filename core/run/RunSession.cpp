@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <thread>
 
 #include "common/Version.h"
 #include "store/MetricWriter.h"
@@ -119,21 +118,8 @@ void RunSession::requestCancel()
 namespace {
 
 // Store writes at the end of a run must not be lost to a lock held for a few
-// seconds by another process: retry busy errors for up to a minute.
-template <typename F>
-void retryWhileBusy(F&& write)
-{
-    const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (auto wait = std::chrono::milliseconds(100);; wait = std::min(wait * 2, std::chrono::milliseconds(2000))) {
-        try {
-            write();
-            return;
-        } catch (const StoreBusyError&) {
-            if (std::chrono::steady_clock::now() >= giveUp) throw;
-            std::this_thread::sleep_for(wait);
-        }
-    }
-}
+// seconds by another process.
+constexpr std::chrono::seconds kStoreGiveUp{60};
 
 } // namespace
 
@@ -158,7 +144,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
             retryWhileBusy([&] {
                 m_store->addEvent({m_runId, wallClockNow(), "error", kind, message});
                 m_store->markEnded(m_runId, RunStatus::Failed, {stepsDone, std::nullopt, std::nullopt, std::nullopt, message});
-            });
+            }, kStoreGiveUp);
         } catch (const std::exception& e) {
             outcome.message += " (and the run could not be marked failed: " + std::string(e.what()) + ")";
         }
@@ -217,7 +203,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
                 retryWhileBusy([&] {
                     m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
                     m_store->dropMissingArtifacts(m_runId);
-                });
+                }, kStoreGiveUp);
             };
             result = trainer->run(tc);
         } else {
@@ -255,7 +241,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
                 retryWhileBusy([&] {
                     m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
                     m_store->dropMissingArtifacts(m_runId);
-                });
+                }, kStoreGiveUp);
                 const TrainerEvent e{"info", "checkpoint", "checkpoint saved at step " + std::to_string(step) + ": " + path};
                 writer.addEvent(e.severity, e.kind, e.message);
                 if (callbacks.onEvent) callbacks.onEvent(e);
@@ -286,7 +272,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
             m_store->markEnded(m_runId, outcome.status,
                                {result.stepsDone, result.stepsDone > 0 ? std::optional<double>(result.finalLoss) : std::nullopt,
                                 known(result.finalValLoss), known(result.finalValAccuracy), outcome.message});
-        });
+        }, kStoreGiveUp);
     } catch (const std::exception& e) {
         outcome.lostValues += 1;
         outcome.message += "; the run's end could not be stored (" + std::string(e.what()) + ")";

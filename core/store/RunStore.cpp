@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <cerrno>
 
@@ -294,21 +293,14 @@ RunStore::RunStore(const std::string& path, Mode mode) : m_path(path), m_readOnl
         // Several processes opening a new database at once can meet SQLite's
         // deadlock avoidance (busy without waiting) while one switches it to
         // WAL or creates the schema: retry those for a while.
-        const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        for (int attempt = 0;; ++attempt) {
-            try {
-                Statement mode(*m_db, "PRAGMA journal_mode");
-                const bool wal = mode.step() && mode.columnText(0) == "wal";
-                mode.reset();
-                if (!wal) m_db->exec("PRAGMA journal_mode=WAL");
-                m_db->exec("PRAGMA synchronous=NORMAL");
-                migrate();
-                break;
-            } catch (const StoreBusyError&) {
-                if (std::chrono::steady_clock::now() >= giveUp) throw;
-                std::this_thread::sleep_for(std::chrono::milliseconds(10 + 10 * std::min(attempt, 20)));
-            }
-        }
+        retryWhileBusy([&] {
+            Statement mode(*m_db, "PRAGMA journal_mode");
+            const bool wal = mode.step() && mode.columnText(0) == "wal";
+            mode.reset();
+            if (!wal) m_db->exec("PRAGMA journal_mode=WAL");
+            m_db->exec("PRAGMA synchronous=NORMAL");
+            migrate();
+        }, std::chrono::seconds(30), std::chrono::milliseconds(10));
         try {
             reconcileInterrupted();
         } catch (const StoreBusyError&) {

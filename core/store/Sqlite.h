@@ -2,10 +2,13 @@
 // Small RAII wrappers over the SQLite C API. Every value that reaches SQL
 // goes through bind(): no string-built statements with user data.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "common/Errors.h"
 
@@ -86,6 +89,24 @@ private:
     Database& m_db;
     sqlite3_stmt* m_stmt = nullptr;
 };
+
+// Runs `write` until it does not throw StoreBusyError, sleeping with doubling
+// waits (from `firstWait` up to 2 s) in between; rethrows after `giveUp`.
+template <typename Write>
+void retryWhileBusy(Write&& write, std::chrono::milliseconds giveUp,
+                    std::chrono::milliseconds firstWait = std::chrono::milliseconds(100))
+{
+    const auto deadline = std::chrono::steady_clock::now() + giveUp;
+    for (auto wait = firstWait;; wait = std::min(wait * 2, std::chrono::milliseconds(2000))) {
+        try {
+            write();
+            return;
+        } catch (const StoreBusyError&) {
+            if (std::chrono::steady_clock::now() >= deadline) throw;
+            std::this_thread::sleep_for(wait);
+        }
+    }
+}
 
 // BEGIN IMMEDIATE ... COMMIT, rolled back if not committed.
 class Transaction final {

@@ -1,5 +1,7 @@
 #include "train/OpCounter.h"
 
+#include <cstring>
+
 #include <ATen/record_function.h>
 
 namespace tb {
@@ -11,7 +13,7 @@ std::unique_ptr<at::ObserverContext> countOp(const at::RecordFunction& fn)
 {
     if (t_counts) {
         const char* name = fn.name();
-        if (std::char_traits<char>::compare(name, "aten::", 6) == 0) ++(*t_counts)[name];
+        if (std::strncmp(name, "aten::", 6) == 0) ++(*t_counts)[name];
     }
     return nullptr;
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/Errors.h"
+#include "common/Files.h"
 
 namespace tb {
 namespace {
@@ -72,32 +73,17 @@ void writeSafetensors(const std::string& path, const std::map<std::string, torch
     }
     std::string text = header.dump();
     while (text.size() % 8 != 0) text.push_back(' '); // keeps the data 8-byte aligned
-    const std::string partial = path + ".partial";
-    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) throw InputError("cannot write " + partial + ": " + std::strerror(errno));
-    bool ok = true;
-    const auto put = [&](const void* data, std::size_t size) {
-        const char* p = static_cast<const char*>(data);
-        while (ok && size > 0) {
-            const auto n = ::write(fd, p, size);
-            if (n <= 0) { ok = false; break; }
-            p += n;
-            size -= static_cast<std::size_t>(n);
-        }
-    };
     std::uint8_t length[8];
     for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>((static_cast<std::uint64_t>(text.size()) >> (8 * i)) & 0xff);
-    put(length, 8);
-    put(text.data(), text.size());
-    for (const auto& t : ordered) put(t.data_ptr(), t.numel() * t.element_size());
-    const int error = ok ? 0 : errno;
-    ok = ok && ::fsync(fd) == 0;
-    ::close(fd);
-    if (!ok) {
-        std::remove(partial.c_str());
-        throw InputError("cannot write " + path + ": " + std::strerror(error ? error : EIO) + " (is the disk full?)");
-    }
-    std::filesystem::rename(partial, path);
+    const auto error = writeFileAtomicallyWith(path, [&](int fd) {
+        int e = writeAll(fd, length, 8);
+        if (!e) e = writeAll(fd, text.data(), text.size());
+        for (const auto& t : ordered) {
+            if (!e) e = writeAll(fd, t.data_ptr(), t.numel() * t.element_size());
+        }
+        return e;
+    });
+    if (!error.empty()) throw InputError(error + " (is the disk full, or the folder read-only?)");
 }
 
 std::map<std::string, torch::Tensor> readSafetensors(const std::string& path)

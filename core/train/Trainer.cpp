@@ -108,7 +108,7 @@ std::string resolvePrecision(const std::string& requested, const std::string& de
         }
         cc = found;
     }
-    // Decided before any model is built (story 4: bf16 weights on a 7.5 GPU).
+    // Decided before any model is built (docs/known-failures.md: bf16 weights on a 7.5 GPU).
     const PrecisionDecision decision = decidePrecision(requested, cc);
     if (!decision.error.empty()) throw InputError(decision.error);
     return decision.precision;
@@ -259,31 +259,24 @@ struct Trainer::Impl {
         // Write, fsync, then rename: a kill or power cut during the write never
         // leaves a torn checkpoint, and a failed write (disk full) leaves the
         // last good one as it was.
-        const auto partial = path + ".partial";
+        std::string reason;
         try {
             // Not save_to(filename): LibTorch's file writer throws from its
             // destructor when a write fails (disk full) and the process
             // aborts. Through a function the errors stay ours.
-            const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot create " + partial);
-            int error = 0;
-            archive.save_to([&](const void* data, std::size_t size) -> std::size_t {
-                if (error == 0) error = writeAll(fd, data, size);
-                return size; // the archive carries on; the error is reported below
+            reason = writeFileAtomicallyWith(path, [&](int fd) {
+                int error = 0;
+                archive.save_to([&](const void* data, std::size_t size) -> std::size_t {
+                    if (error == 0) error = writeAll(fd, data, size);
+                    return size; // the archive carries on; the error is reported after
+                });
+                return error;
             });
-            if (error == 0 && ::fsync(fd) != 0) error = errno;
-            if (::close(fd) != 0 && error == 0) error = errno;
-            if (error != 0) throw std::system_error(error, std::generic_category(), "write failed");
-            fsyncPath(options.checkpointDir, true);
-            fs::rename(partial, path);
-            fsyncPath(options.checkpointDir, true);
-        } catch (const std::exception& e) {
-            std::error_code ignored;
-            fs::remove(partial, ignored);
-            std::string reason = firstLine(e.what());
-            if (const auto c10 = dynamic_cast<const c10::Error*>(&e)) reason = firstLine(c10->what_without_backtrace());
-            throw RunError("could not write the checkpoint for step " + std::to_string(step) + " to " + path + " ("
-                           + reason + ")"
+        } catch (const c10::Error& e) {
+            reason = firstLine(e.what_without_backtrace());
+        }
+        if (!reason.empty()) {
+            throw RunError("could not write the checkpoint for step " + std::to_string(step) + " (" + reason + ")"
                            + (lastCheckpoint.empty() ? std::string() : "; the last good checkpoint is " + lastCheckpoint)
                            + ". Free disk space or move the database, then resume the run");
         }
