@@ -16,6 +16,7 @@ namespace {
 
 std::atomic<std::int64_t> g_current{0};
 std::atomic<std::int64_t> g_peak{0};
+std::atomic<MemoryProbe::TraceFn> g_trace{nullptr};
 
 // 64 bytes keep the payload aligned as LibTorch expects (it aligns to 64).
 constexpr std::size_t kHeader = 64;
@@ -25,7 +26,8 @@ void countingDelete(void* ptr)
     if (!ptr) return;
     char* block = static_cast<char*>(ptr) - kHeader;
     const auto size = *reinterpret_cast<std::int64_t*>(block);
-    g_current.fetch_sub(size, std::memory_order_relaxed);
+    const auto now = g_current.fetch_sub(size, std::memory_order_relaxed) - size;
+    if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(-size, now);
     std::free(block);
 }
 
@@ -46,6 +48,7 @@ public:
         auto peak = g_peak.load(std::memory_order_relaxed);
         while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
         }
+        if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(static_cast<std::int64_t>(bytes), now);
         return {payload, payload, &countingDelete, c10::Device(c10::DeviceType::CPU)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &countingDelete; }
@@ -73,6 +76,8 @@ void MemoryProbe::installCpuCounter()
 }
 
 bool MemoryProbe::cpuCounterInstalled() { return g_installed; }
+
+void MemoryProbe::setCpuTrace(TraceFn fn) { g_trace.store(fn); }
 
 MemorySnapshot MemoryProbe::snapshot(const std::string& device)
 {

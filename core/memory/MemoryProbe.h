@@ -23,6 +23,12 @@ public:
     // device: "cpu", "cuda" or "cuda:N".
     static MemorySnapshot snapshot(const std::string& device);
     static void resetPeak(const std::string& device);
+
+    // Diagnostics (trainbench-cli measure --trace): called on every counted
+    // CPU allocation (+bytes) and release (-bytes) with the bytes then live.
+    // Not thread-safe to change while tensors are being allocated.
+    using TraceFn = void (*)(std::int64_t delta, std::int64_t live);
+    static void setCpuTrace(TraceFn fn);
 };
 
 } // namespace tb

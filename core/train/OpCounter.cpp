@@ -1,6 +1,7 @@
 #include "train/OpCounter.h"
 
 #include <cstring>
+#include <vector>
 
 #include <ATen/record_function.h>
 
@@ -18,7 +19,45 @@ std::unique_ptr<at::ObserverContext> countOp(const at::RecordFunction& fn)
     return nullptr;
 }
 
+thread_local std::vector<const char*>* t_stack = nullptr;
+
+std::unique_ptr<at::ObserverContext> enterOp(const at::RecordFunction& fn)
+{
+    if (t_stack) t_stack->push_back(fn.name());
+    return nullptr;
+}
+
+void leaveOp(const at::RecordFunction&, at::ObserverContext*)
+{
+    if (t_stack && !t_stack->empty()) t_stack->pop_back();
+}
+
 } // namespace
+
+OpTracker::OpTracker()
+{
+    static thread_local std::vector<const char*> stack;
+    stack.clear();
+    t_stack = &stack;
+    m_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&enterOp, &leaveOp));
+}
+
+OpTracker::~OpTracker()
+{
+    at::removeCallback(m_handle);
+    t_stack = nullptr;
+}
+
+std::string OpTracker::current()
+{
+    if (!t_stack || t_stack->empty()) return "-";
+    std::string out;
+    for (const char* name : *t_stack) {
+        if (!out.empty()) out += '>';
+        out += name;
+    }
+    return out;
+}
 
 OpCounter::OpCounter()
 {

@@ -24,4 +24,20 @@ private:
     std::uint64_t m_handle = 0;
 };
 
+// Tracks the operators running on the constructing thread (innermost last),
+// so an allocation can be attributed to the operator or autograd node that
+// made it (trainbench-cli measure --trace).
+class OpTracker final {
+public:
+    OpTracker();
+    ~OpTracker();
+    OpTracker(const OpTracker&) = delete;
+    OpTracker& operator=(const OpTracker&) = delete;
+    // "outermost>...>innermost" on this thread, or "-" outside any operator.
+    static std::string current();
+
+private:
+    std::uint64_t m_handle = 0;
+};
+
 } // namespace tb

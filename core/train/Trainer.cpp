@@ -1,6 +1,7 @@
 #include "train/Trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -470,6 +471,25 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             m->setLearningRate(lr);
             m->optimizer->zero_grad();
 
+            // Per-phase tensor bytes (trainbench-cli measure). A phase that runs
+            // once per micro-batch keeps its largest peak.
+            const bool phases = m->options.recordPhaseMemory && !memoryDevice.empty();
+            std::array<PhaseMemory, 3> phase;
+            const auto phaseBegin = [&](int i) {
+                if (!phases) return;
+                MemoryProbe::resetPeak(memoryDevice);
+                const auto now = MemoryProbe::snapshot(memoryDevice).currentBytes;
+                if (phase[i].phase.empty()) phase[i].startBytes = now;
+            };
+            const auto phaseEnd = [&](int i, const char* name) {
+                if (!phases) return;
+                const auto mem = MemoryProbe::snapshot(memoryDevice);
+                phase[i].step = step;
+                phase[i].phase = name;
+                phase[i].peakBytes = std::max(phase[i].peakBytes, mem.peakBytes);
+                phase[i].endBytes = mem.currentBytes;
+            };
+            phaseBegin(0);
             std::vector<Batch> micro;
             micro.reserve(t.gradAccum);
             for (int i = 0; i < t.gradAccum; ++i) micro.push_back(m->data->trainBatch(t.batchSize, m->dataGen));
@@ -482,9 +502,14 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                     compat::AutocastScope scope(m->torchDevice.type(), m->autocast(), m->autocastDtype());
                     loss = maskedLossSum(m->model->forward(batch.inputs), batch, normalizer);
                 }
+                phaseEnd(0, "forward");
+                phaseBegin(1);
                 (m->useScaler() ? m->scaler.scale(loss) : loss).backward();
                 lossAccumulator = lossAccumulator.defined() ? lossAccumulator + loss.detach() : loss.detach();
+                phaseEnd(1, "backward");
+                phaseBegin(0);
             }
+            phaseBegin(2);
             if (step == m->options.injectNonFiniteGradientAtStep && !m->trainable.empty()) {
                 m->trainable.front().grad().fill_(std::numeric_limits<float>::infinity());
             }
@@ -506,6 +531,8 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                      "step " + std::to_string(step) + ": fp16 gradients overflowed; step skipped, loss scale now "
                          + fixed(m->scaler.currentScale(), 0));
             }
+            phaseEnd(2, "optimizer");
+            if (phases) result.phaseMemory.insert(result.phaseMemory.end(), phase.begin(), phase.end());
             result.stepsDone = step;
 
             const bool log = step % t.logEvery == 0 || step == total;

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/RunConfig.h"
 #include "gpu/Discovery.h"
@@ -46,6 +47,17 @@ struct TrainerCallbacks {
     std::function<void(int step, const std::string& path, std::int64_t bytes)> onCheckpoint;
 };
 
+// Tensor bytes around one phase of one step: live at its start, the most live
+// during it, live at its end. Phases: "forward" (batch, forward and loss of
+// every micro-batch), "backward", "optimizer" (unscale, clip and step).
+struct PhaseMemory {
+    int step = 0;
+    std::string phase;
+    std::int64_t startBytes = 0;
+    std::int64_t peakBytes = 0;
+    std::int64_t endBytes = 0;
+};
+
 struct TrainerOptions {
     std::string checkpointDir; // empty: no checkpoints
     std::string resumeFrom;    // a checkpoint file to continue from
@@ -53,6 +65,7 @@ struct TrainerOptions {
     // empty: config.train.init_from when it names a file, else random init.
     std::string initFrom;
     bool measureMemory = true; // counting allocator on CPU, caching-allocator stats on CUDA
+    bool recordPhaseMemory = false; // TrainResult::phaseMemory, for trainbench-cli measure
     // For tests of the fp16 path on machines without a GPU: dynamic loss
     // scaling in any precision, and a non-finite gradient injected at a step.
     bool forceLossScaling = false;
@@ -71,6 +84,7 @@ struct TrainResult {
     // Tokens a second from the end of the 10th step of this session to the end
     // of the last one (0 when fewer than 12 steps ran): the figure benchmarks report.
     double steadyTokensPerSecond = 0;
+    std::vector<PhaseMemory> phaseMemory; // with TrainerOptions::recordPhaseMemory
 };
 
 // "auto" -> "cuda" where LibTorch sees a GPU, else "cpu". Throws InputError

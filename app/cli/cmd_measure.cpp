@@ -1,0 +1,105 @@
+// trainbench-cli measure: run a few real training steps and report the tensor
+// bytes each phase needed, the figure the memory estimate is checked against.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "Command.h"
+#include "common/Errors.h"
+#include "config/RunConfig.h"
+#include "memory/MemoryProbe.h"
+#include "train/OpCounter.h"
+#include "train/Trainer.h"
+
+namespace tb::cli {
+namespace {
+
+void printAllocation(std::int64_t delta, std::int64_t live)
+{
+    std::printf("alloc %+lld live %lld in %s\n", static_cast<long long>(delta), static_cast<long long>(live),
+                OpTracker::current().c_str());
+}
+
+double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+int measure(const Args& args)
+{
+    if (!args.positionals().empty()) {
+        throw InputError("'measure' takes no positional arguments, got \"" + args.positionals()[0] + "\"");
+    }
+    const auto path = args.value("--config");
+    if (!path) throw InputError("'measure' needs --config FILE");
+    RunConfig config = loadConfigFile(*path);
+    if (auto device = args.value("--device")) config.device = *device;
+    config.train.steps = static_cast<int>(args.integer("--steps", 1, 1000).value_or(3));
+    config.optim.warmupSteps = std::min(config.optim.warmupSteps, config.train.steps);
+    // Validation only at the end: it runs between steps and is not part of any phase.
+    config.train.evalEvery = config.train.steps;
+    config.train.checkpointEvery = 0;
+
+    TrainerOptions options;
+    options.measureMemory = true;
+    options.recordPhaseMemory = true;
+    Trainer trainer(config, options);
+    std::unique_ptr<OpTracker> tracker;
+    if (args.flag("--trace")) {
+        tracker = std::make_unique<OpTracker>();
+        MemoryProbe::setCpuTrace(&printAllocation);
+    }
+    const auto result = trainer.run({});
+    MemoryProbe::setCpuTrace(nullptr);
+    tracker.reset();
+    if (result.status == TrainResult::Status::Failed) {
+        std::cerr << "measure: the run failed: " << result.message << "\n";
+        return kExitFailed;
+    }
+    std::int64_t peak = 0;
+    for (const auto& p : result.phaseMemory) peak = std::max(peak, p.peakBytes);
+
+    if (args.flag("--json")) {
+        nlohmann::json steps = nlohmann::json::array();
+        nlohmann::json phasePeaks = nlohmann::json::object();
+        for (const auto& p : result.phaseMemory) {
+            if (steps.empty() || steps.back()["step"] != p.step) steps.push_back({{"step", p.step}, {"phases", nlohmann::json::object()}});
+            steps.back()["phases"][p.phase] = {{"start_bytes", p.startBytes}, {"peak_bytes", p.peakBytes}, {"end_bytes", p.endBytes}};
+            auto& best = phasePeaks[p.phase];
+            best = std::max(best.is_number() ? best.get<std::int64_t>() : std::int64_t{0}, p.peakBytes);
+        }
+        nlohmann::json out = {{"device", trainer.device()},
+                              {"precision", trainer.precision()},
+                              {"parameters", trainer.parameterCount()},
+                              {"trainable_parameters", trainer.trainableParameterCount()},
+                              {"peak_bytes", peak},
+                              {"phase_peak_bytes", phasePeaks},
+                              {"steps", steps}};
+        std::cout << out.dump(2) << "\n";
+        return kExitOk;
+    }
+    std::printf("%s, precision %s, %lld parameters (%lld trainable)\n", trainer.device().c_str(),
+                trainer.precision().c_str(), static_cast<long long>(trainer.parameterCount()),
+                static_cast<long long>(trainer.trainableParameterCount()));
+    std::printf("%5s  %-9s  %12s  %12s  %12s\n", "step", "phase", "start MiB", "peak MiB", "end MiB");
+    for (const auto& p : result.phaseMemory) {
+        std::printf("%5d  %-9s  %12.3f  %12.3f  %12.3f\n", p.step, p.phase.c_str(), mib(p.startBytes), mib(p.peakBytes),
+                    mib(p.endBytes));
+    }
+    std::printf("peak: %lld bytes (%.3f MiB) of tensors\n", static_cast<long long>(peak), mib(peak));
+    return kExitOk;
+}
+
+const CommandRegistration registration{Command{
+    "measure",
+    "Run a few training steps and report the tensor memory of each phase (no run is stored).",
+    "--config FILE [--steps N] [--device D] [--json]",
+    {{"--config", true, "the experiment config (JSON)", "FILE"},
+     {"--steps", true, "training steps to run (default 3: the first step and steady state)", "N"},
+     {"--device", true, "override the config's device: auto, cpu, cuda, cuda:N", "D"},
+     {"--trace", false, "print every CPU tensor allocation and release with the operator that made it"},
+     {"--json", false, "print JSON: peak_bytes, phase_peak_bytes and every step's phases"}},
+    &measure}};
+
+} // namespace
+} // namespace tb::cli

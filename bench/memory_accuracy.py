@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Memory planner accuracy: estimate vs measured peak tensor bytes on the CPU.
+
+For each configuration of the grid, runs `trainbench-cli estimate --json` and
+`trainbench-cli measure --json --steps 2` (the counting allocator) and prints
+the relative error, next to the per-parameter-multiplier method (16 bytes per
+parameter for fp32 AdamW, 8 for SGD with momentum, 4 + 4 for plain SGD; no
+activations). Usage: bench/memory_accuracy.py [CLI] (default build/app/trainbench-cli).
+"""
+import json, os, statistics, subprocess, sys, tempfile
+
+CLI = sys.argv[1] if len(sys.argv) > 1 else "build/app/trainbench-cli"
+
+def cfg(model, data, train, optim=None, lora=None):
+    c = {"name": "grid", "device": "cpu", "model": model, "data": data,
+         "train": dict({"steps": 2, "precision": "fp32", "eval_batches": 2, "threads": 1}, **train),
+         "optim": optim or {"optimizer": "adamw"}}
+    if lora:
+        c["lora"] = lora
+    return c
+
+GRID = [
+    ("gpt L1 d64 learned", cfg({"type": "gpt", "n_layer": 1, "d_model": 64, "n_head": 4}, {"source": "text", "seq_len": 32}, {"batch_size": 4})),
+    ("gpt L2 d128 learned b16 t64", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16})),
+    ("gpt L4 d256 sinusoidal b8 t128", cfg({"type": "gpt", "n_layer": 4, "d_model": 256, "n_head": 8, "positional_encoding": "sinusoidal"}, {"source": "text", "seq_len": 128}, {"batch_size": 8})),
+    ("gpt L3 d128 rope b8 t256", cfg({"type": "gpt", "n_layer": 3, "d_model": 128, "n_head": 4, "positional_encoding": "rope"}, {"source": "text", "seq_len": 256}, {"batch_size": 8})),
+    ("gpt L2 d64 addition b64", cfg({"type": "gpt", "n_layer": 2, "d_model": 64, "n_head": 2}, {"source": "addition", "digits": 3}, {"batch_size": 64})),
+    ("gpt L2 d128 sgd b16 t64", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16}, {"optimizer": "sgd"})),
+    ("gpt L2 d128 accum4 b8 t64", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 8, "grad_accum": 4})),
+    ("gpt L6 d64 b1 t512", cfg({"type": "gpt", "n_layer": 6, "d_model": 64, "n_head": 4}, {"source": "text", "seq_len": 512, "val_fraction": 0.1}, {"batch_size": 1})),
+    ("gpt L2 d512 b2 t32 untied", cfg({"type": "gpt", "n_layer": 2, "d_model": 512, "n_head": 8, "tie_embeddings": False}, {"source": "text", "seq_len": 32}, {"batch_size": 2})),
+    ("gpt L2 d128 dropout0.1", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4, "dropout": 0.1}, {"source": "text", "seq_len": 64}, {"batch_size": 16})),
+    ("gpt L3 d128 checkpointing b16 t128", cfg({"type": "gpt", "n_layer": 3, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 128}, {"batch_size": 16, "activation_checkpointing": True})),
+    ("llama L1 d64 gqa", cfg({"type": "llama", "n_layer": 1, "d_model": 64, "n_head": 4, "n_kv_head": 2}, {"source": "text", "seq_len": 32}, {"batch_size": 4})),
+    ("llama L2 d128 mha b16 t64", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16})),
+    ("llama L4 d256 gqa8/2 b8 t128", cfg({"type": "llama", "n_layer": 4, "d_model": 256, "n_head": 8, "n_kv_head": 2}, {"source": "text", "seq_len": 128}, {"batch_size": 8})),
+    ("llama L2 d128 sgd b32 t32", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 32}, {"batch_size": 32}, {"optimizer": "sgd"})),
+    ("llama L2 d128 checkpointing b8 t128", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 128}, {"batch_size": 8, "activation_checkpointing": True})),
+    ("llama L2 d64 addition b64", cfg({"type": "llama", "n_layer": 2, "d_model": 64, "n_head": 4, "n_kv_head": 1}, {"source": "addition", "digits": 3}, {"batch_size": 64})),
+    ("llama L2 d128 accum4 b4 t64", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4, "n_kv_head": 2}, {"source": "text", "seq_len": 64}, {"batch_size": 4, "grad_accum": 4})),
+    ("gpt L2 d128 lora r4 (all)", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16}, lora={"rank": 4})),
+    ("llama L2 d128 lora r8 (attn)", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16}, lora={"rank": 8, "targets": ["attn"]})),
+]
+
+def run(args):
+    out = subprocess.run([CLI] + args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(" ".join(args) + ": " + out.stderr.strip())
+    return json.loads(out.stdout)
+
+def multiplier(params, optimizer):
+    return params * (16 if optimizer == "adamw" else 8)
+
+rows = []
+with tempfile.TemporaryDirectory() as d:
+    for name, c in GRID:
+        path = os.path.join(d, "c.json")
+        with open(path, "w") as f:
+            json.dump(c, f)
+        est = run(["estimate", "--config", path, "--json"])
+        mea = run(["measure", "--config", path, "--json", "--steps", "2"])
+        e, m = est["peak_bytes"], mea["peak_bytes"]
+        steady = mea["steps"][-1]["phases"]["forward"]["start_bytes"]
+        if abs(est["end_of_step_bytes"] - steady) > 0.01 * steady:
+            print(f"  (self-check: the estimate ends the step at {est['end_of_step_bytes']} bytes, measured {steady})")
+        mult = multiplier(mea["parameters"], c["optim"]["optimizer"])
+        rows.append((name, m, e, (e - m) / m, (mult - m) / m, est["peak_phase"],
+                     max(mea["phase_peak_bytes"], key=mea["phase_peak_bytes"].get)))
+        print(f"{name:40s} measured {m:>11d}  estimate {e:>11d}  error {100*(e-m)/m:+7.2f}%  "
+              f"multiplier {100*(mult-m)/m:+7.1f}%  peak {est['peak_phase']}/{rows[-1][6]}", flush=True)
+errs = [abs(r[3]) for r in rows]
+mults = [abs(r[4]) for r in rows]
+print(f"{len(rows)} configurations: estimate |error| median {100*statistics.median(errs):.2f}%, "
+      f"max {100*max(errs):.2f}%; multiplier |error| median {100*statistics.median(mults):.1f}%, max {100*max(mults):.1f}%")

@@ -1,0 +1,675 @@
+#include "memory/Estimator.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+
+namespace tb {
+namespace {
+
+// Where live bytes belong, for the breakdown at the peak.
+enum Cat { Weights, Gradients, OptimizerState, Data, Activations, AttentionMaps, Logits, Workspace, kCats };
+constexpr std::array<const char*, kCats> kCatNames{"weights",     "gradients", "optimizer_state", "data",
+                                                   "activations", "attention_maps", "logits",      "workspace"};
+
+// Replays the allocations and releases of one training step in the order
+// LibTorch makes them, tracking the bytes live and the peak.
+class Replay {
+public:
+    void phase(const char* name)
+    {
+        m_phase = name;
+        m_phasePeak[name] = std::max(m_phasePeak[name], total());
+    }
+    void add(Cat c, std::int64_t bytes)
+    {
+        m_live[c] += bytes;
+        const auto now = total();
+        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], now);
+        if (now > m_peak) {
+            m_peak = now;
+            m_atPeak = m_live;
+            m_peakPhase = m_phase;
+        }
+    }
+    void sub(Cat c, std::int64_t bytes) { m_live[c] -= bytes; }
+    std::int64_t total() const
+    {
+        std::int64_t t = 0;
+        for (auto v : m_live) t += v;
+        return t;
+    }
+    std::int64_t live(Cat c) const { return m_live[c]; }
+    std::int64_t peak() const { return m_peak; }
+    const std::array<std::int64_t, kCats>& atPeak() const { return m_atPeak; }
+    const std::string& peakPhase() const { return m_peakPhase; }
+    const std::map<std::string, std::int64_t>& phasePeaks() const { return m_phasePeak; }
+
+private:
+    std::array<std::int64_t, kCats> m_live{};
+    std::array<std::int64_t, kCats> m_atPeak{};
+    std::int64_t m_peak = 0;
+    std::string m_phase = "forward", m_peakPhase;
+    std::map<std::string, std::int64_t> m_phasePeak;
+};
+
+struct Param {
+    std::int64_t numel;
+    bool trainable;
+    bool decay; // matrices other than embeddings
+};
+
+bool hasTarget(const TrainingSetup& s, const std::string& name)
+{
+    return s.loraRank > 0 && std::find(s.loraTargets.begin(), s.loraTargets.end(), name) != s.loraTargets.end();
+}
+
+// Parameters in registration order (the optimizer's order within a group).
+std::vector<Param> parameters(const ArchitectureSpec& a, int rank, const std::vector<std::string>& targets)
+{
+    TrainingSetup s;
+    s.loraRank = rank;
+    s.loraTargets = targets;
+    const bool lora = rank > 0;
+    std::vector<Param> out;
+    const auto push = [&](std::int64_t n, bool matrix, bool adapter = false) {
+        out.push_back({n, !lora || adapter, matrix && !adapter ? true : adapter && matrix});
+    };
+    const auto linear = [&](const std::string& name, std::int64_t in, std::int64_t o, bool bias) {
+        push(in * o, true);
+        if (bias) push(o, false);
+        if (hasTarget(s, name)) {
+            push(rank * in, true, true);
+            push(o * rank, true, true);
+        }
+    };
+    const std::int64_t d = a.hidden, hd = a.headDim(), q = a.heads * hd, kv = a.kvHeads * hd, f = a.intermediate;
+    if (a.family == "llama") {
+        push(a.vocabSize * d, false); // embed_tokens
+        for (std::int64_t l = 0; l < a.layers; ++l) {
+            linear("q_proj", d, q, false);
+            linear("k_proj", d, kv, false);
+            linear("v_proj", d, kv, false);
+            linear("o_proj", q, d, false);
+            linear("gate_proj", d, f, false);
+            linear("up_proj", d, f, false);
+            linear("down_proj", f, d, false);
+            push(d, false);
+            push(d, false);
+        }
+        push(d, false);
+        if (!a.tieEmbeddings) push(a.vocabSize * d, true);
+        return out;
+    }
+    push(a.vocabSize * d, false); // wte
+    if (a.positional == "learned") push(a.maxPositions * d, false);
+    for (std::int64_t l = 0; l < a.layers; ++l) {
+        push(d, false);
+        push(d, false); // ln1
+        linear("qkv", d, 3 * d, true);
+        linear("proj", d, d, true);
+        push(d, false);
+        push(d, false); // ln2
+        linear("fc", d, f, true);
+        linear("out", f, d, true);
+    }
+    push(d, false);
+    push(d, false); // lnf
+    if (!a.tieEmbeddings) push(a.vocabSize * d, true);
+    return out;
+}
+
+} // namespace
+
+std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank, const std::vector<std::string>& loraTargets)
+{
+    std::int64_t n = 0;
+    for (const auto& p : parameters(arch, loraRank, loraTargets)) n += p.numel;
+    return n;
+}
+
+MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
+{
+    MemoryEstimate est;
+    const std::int64_t e = 4; // fp32 bytes
+    const std::int64_t B = S.batch, T = S.seqLen, C = A.hidden, H = A.heads, F = A.intermediate, V = A.vocabSize;
+    const std::int64_t BT = B * T;
+    const std::int64_t a = BT * C * e, f = BT * F * e, s = B * H * T * T * e, m = BT * 4, lg = BT * V * e;
+    const std::int64_t akv = a * A.kvHeads / A.heads;
+    const std::int64_t idx = BT * 8; // an int64 copy of the token ids or targets
+    const bool llama = A.family == "llama";
+    const bool eager = S.attention != "fused";
+    const bool rope = llama || A.positional == "rope";
+    const bool gqa = llama && A.kvHeads < A.heads;
+    const double p = S.dropout;
+    const bool drop = p > 0.0;
+
+    const auto params = parameters(A, S.loraRank, S.loraTargets);
+    std::int64_t P = 0, Ptrain = 0, maxTrain = 0, maxDecay = 0;
+    for (const auto& q : params) {
+        P += q.numel;
+        if (!q.trainable) continue;
+        Ptrain += q.numel;
+        maxTrain = std::max(maxTrain, q.numel);
+        if (q.decay) maxDecay = std::max(maxDecay, q.numel);
+    }
+    est.parameters = P;
+    est.trainableParameters = Ptrain;
+    const bool lora = S.loraRank > 0;
+
+    Replay r;
+    // Between steps (from the second on): weights, gradients (LibTorch 1.13's
+    // zero_grad zeroes them in place), optimizer state, resident data.
+    r.add(Weights, P * e);
+    r.add(Gradients, Ptrain * e);
+    std::int64_t stateTensors = 0;
+    if (S.optimizer == "adamw") stateTensors = 2 * Ptrain * e;
+    else if (S.optimizer == "adamw8bit") stateTensors = 2 * Ptrain; // one byte per moment (planning option)
+    else if (S.optimizer == "sgd") stateTensors = Ptrain * e;     // momentum buffer
+    r.add(OptimizerState, stateTensors);
+    const bool addition = S.dataset == "addition";
+    const std::int64_t exampleBytes = (T + 1) * 8 + (addition ? T * 4 : 0);
+    r.add(Data, S.validationExamples * exampleBytes);
+    // All micro-batches of a step are drawn before the first forward pass.
+    r.add(Data, S.gradAccum * B * exampleBytes);
+
+    // ---- forward of one micro-batch ----
+    r.phase("forward");
+    const auto act = [&](std::int64_t bytes) { r.add(Activations, bytes); };
+    const auto tmp = [&](std::int64_t bytes) { r.add(Workspace, bytes); };
+    const auto untmp = [&](std::int64_t bytes) { r.sub(Workspace, bytes); };
+    // Embedding: the ids are copied to a contiguous int64 tensor first.
+    tmp(idx);
+    act(a);
+    untmp(idx);
+    if (!llama && A.positional == "learned") {
+        tmp(T * C * e);
+        act(a);
+        r.sub(Activations, a);
+        untmp(T * C * e);
+    } else if (!llama && A.positional == "sinusoidal") {
+        act(a);
+        r.sub(Activations, a);
+    }
+    if (drop && !llama) {
+        act(a); // noise, saved; the dropped copy replaces the sum as the saved block input
+        act(a);
+        r.sub(Activations, a);
+    }
+    if (eager) {
+        tmp(T * T);
+        act(T * T);
+        untmp(T * T);
+    }
+    const auto rmsForward = [&] {
+        act(a);   // x^2 (mean keeps its input in 1.13)
+        tmp(m);   // mean
+        tmp(m);   // + eps
+        act(m);   // rsqrt
+        act(a);   // normed
+        untmp(2 * m);
+        act(a);   // * weight
+    };
+    const auto attentionCore = [&](bool cloneQ, bool cloneK) {
+        if (cloneQ) act(a);
+        if (cloneK) act(a);
+        if (!eager) return;
+        tmp(s);      // q k^T
+        tmp(s);      // * scale
+        untmp(s);
+        tmp(s);      // masked_fill
+        untmp(s);
+        r.add(AttentionMaps, s); // softmax, saved
+        untmp(s);
+        if (drop) r.add(AttentionMaps, 2 * s);
+    };
+    // Forward of one block; returns the bytes it saved (for checkpointing).
+    const auto blockForward = [&] {
+        const auto before = r.live(Activations) + r.live(AttentionMaps);
+        if (llama) {
+            rmsForward();
+            tmp(a);
+            tmp(akv);
+            tmp(akv); // q, k, v projections
+            // RoPE: four products, a difference and a sum of half width, then cat.
+            tmp(3 * a);
+            act(a);
+            untmp(3 * a);
+            untmp(a); // q projection released (q reassigned)
+            tmp(3 * akv);
+            if (gqa) tmp(akv); else act(akv);
+            untmp(3 * akv);
+            untmp(akv); // k projection released
+            if (gqa) attentionCore(false, true), act(a); // keys and values expanded to every head
+            else attentionCore(false, false), act(a);   // values made contiguous
+            tmp(a);   // probabilities x values
+            act(a);   // heads merged
+            tmp(a);   // o_proj
+            untmp(a); // attention output released
+            untmp(gqa ? 2 * akv : akv); // locals k (gqa) and v released on return
+            act(a);   // residual h
+            untmp(a); // o_proj output
+            rmsForward();
+            act(4 * f); // gate, up, silu, product
+            tmp(a);     // down
+            act(a);     // residual out
+            untmp(a);
+        } else {
+            act(a + 2 * m); // ln1
+            tmp(3 * a);     // qkv
+            if (rope) {
+                for (int i = 0; i < 2; ++i) {
+                    tmp(3 * a); // four products, a difference and a sum of half width
+                    act(a);     // cat: the rotated q (then k)
+                    untmp(3 * a);
+                }
+                attentionCore(false, false);
+            } else {
+                attentionCore(true, true); // q and k made contiguous for the batched product
+            }
+            act(a);   // v made contiguous
+            tmp(a);   // probabilities x values
+            act(a);   // heads merged
+            tmp(a);   // proj
+            untmp(a); // attention output released
+            untmp(3 * a); // qkv released on return
+            if (drop) {
+                act(a);   // noise
+                tmp(a);   // dropped
+                untmp(a); // proj output
+            }
+            act(a);   // residual h
+            untmp(a); // proj (or dropped) output
+            act(a + 2 * m); // ln2
+            act(2 * f);     // fc, gelu
+            tmp(a);         // out
+            if (drop) {
+                act(a);
+                tmp(a);
+                untmp(a);
+            }
+            act(a);   // residual out
+            untmp(a);
+        }
+        return r.live(Activations) + r.live(AttentionMaps) - before;
+    };
+    std::int64_t blockSaved = 0;
+    for (std::int64_t l = 0; l < A.layers; ++l) {
+        if (S.checkpointing) {
+            // Forward without grad: the block's tensors are temporaries; only
+            // its output (the next block's saved input) stays.
+            const auto mapsBefore = r.live(AttentionMaps);
+            blockSaved = blockForward();
+            const auto maps = r.live(AttentionMaps) - mapsBefore;
+            r.sub(AttentionMaps, maps);
+            r.sub(Activations, blockSaved - maps - a);
+        } else {
+            blockSaved = blockForward();
+        }
+    }
+    // Final norm, head, loss.
+    if (llama) rmsForward();
+    else act(a + 2 * m);
+    r.add(Logits, lg); // logits
+    act(idx);          // targets made contiguous
+    r.add(Logits, lg); // log-softmax, saved
+    tmp(m);            // per-token loss
+    if (addition) tmp(m);
+    untmp(addition ? 2 * m : m);
+    r.sub(Logits, lg); // the logits themselves are not saved
+
+    // ---- backward ----
+    r.phase("backward");
+    const bool tied = A.tieEmbeddings;
+    const std::int64_t headW = V * C * e;
+    const bool headTrainable = !lora;
+    r.add(Logits, lg); // grad of log-softmax output
+    r.sub(Activations, idx);
+    r.add(Logits, lg); // grad of logits
+    r.sub(Logits, 2 * lg);
+    if (headTrainable) tmp(headW); // head weight gradient (tied: held until the embedding's)
+    tmp(a);                        // grad of final norm output
+    r.sub(Logits, lg);
+    if (headTrainable && !tied) untmp(headW);
+    // final norm backward
+    if (llama) {
+        tmp(2 * a);
+        untmp(2 * a);
+        r.sub(Activations, 4 * a + m); // its saved tensors and the last block's output
+    } else {
+        tmp(a);
+        untmp(a);
+        r.sub(Activations, 2 * a + 2 * m); // ln output (released by the head), its input and stats
+    }
+    // g (the running gradient, a) stays in Workspace from here on.
+    const auto weightGrad = [&](std::int64_t n) {
+        if (lora) return;
+        tmp(n * e);
+        untmp(n * e);
+    };
+    const bool wgrad = !lora;
+    for (std::int64_t l = A.layers - 1; l >= 0; --l) {
+        if (S.checkpointing) {
+            // Recompute the block with grad enabled, then back-propagate through it.
+            blockForward();
+        }
+        if (llama) {
+            // down_proj
+            if (wgrad) tmp(F * C * e);
+            tmp(f);
+            r.sub(Activations, f);
+            if (wgrad) untmp(F * C * e);
+            // silu(gate) * up
+            tmp(2 * f);
+            r.sub(Activations, 2 * f);
+            untmp(f);
+            // silu
+            tmp(f);
+            r.sub(Activations, f);
+            untmp(f);
+            // gate and up
+            if (wgrad) tmp(F * C * e);
+            tmp(a);
+            untmp(f);
+            if (wgrad) untmp(F * C * e);
+            if (wgrad) tmp(F * C * e);
+            tmp(a);
+            untmp(f);
+            r.sub(Activations, a); // norm output
+            tmp(a);
+            untmp(2 * a); // the two input gradients summed
+            if (wgrad) untmp(F * C * e);
+            // RMSNorm backward: about two full-size products at a time.
+            tmp(2 * a);
+            untmp(2 * a);
+            tmp(a);
+            untmp(a);
+            r.sub(Activations, 2 * a + m);
+            tmp(3 * a);
+            untmp(3 * a);
+            // residual sum
+            tmp(a);
+            untmp(2 * a);
+            r.sub(Activations, a); // h
+            // o_proj
+            if (wgrad) tmp(C * C * e);
+            tmp(a);
+            r.sub(Activations, a);
+            if (wgrad) untmp(C * C * e);
+            tmp(a);
+            untmp(a); // reshape (replaces the o_proj input gradient)
+            // probabilities x values
+            tmp(a);
+            r.add(Workspace, s);
+            r.sub(Activations, a);
+            untmp(a);
+            r.add(Workspace, s); // softmax backward
+            r.sub(Workspace, s);
+            r.sub(AttentionMaps, s);
+            if (drop) r.sub(AttentionMaps, 2 * s);
+            tmp(s);
+            untmp(s); // masked_fill
+            tmp(s);
+            untmp(s); // scale
+            tmp(2 * a);
+            untmp(s);
+            r.sub(Activations, 2 * a); // q and keys
+            // expanded heads summed back, RoPE backward
+            if (gqa) {
+                tmp(akv);
+                untmp(a);
+                tmp(akv);
+                untmp(a);
+            }
+            tmp(2 * akv);
+            untmp(2 * akv);
+            tmp(2 * a);
+            untmp(2 * a);
+            // q, k, v projections and the sum of their input gradients
+            tmp(a);
+            if (wgrad) tmp(C * C * e);
+            tmp(a);
+            untmp(a);
+            untmp(a);
+            if (wgrad) untmp(C * C * e);
+            tmp(a);
+            untmp(a);
+            untmp(2 * akv);
+            tmp(a);
+            untmp(a);
+            // input RMSNorm, then the residual sum
+            tmp(2 * a);
+            untmp(2 * a);
+            r.sub(Activations, 3 * a + m);
+            tmp(3 * a);
+            untmp(3 * a);
+            tmp(a);
+            untmp(2 * a);
+            r.sub(Activations, a); // the block input, saved by the norm
+            if (S.checkpointing) r.sub(Activations, a); // the recomputed output
+            continue;
+        }
+        // GPT block
+        if (drop) {
+            tmp(a); // gradient through the MLP dropout
+            r.sub(Activations, a);
+        }
+        tmp(f);
+        weightGrad(C * F + C);
+        r.sub(Activations, f); // gelu output
+        tmp(f);
+        r.sub(Activations, f); // fc output
+        untmp(f);
+        tmp(a);
+        weightGrad(C * F + F);
+        untmp(f);
+        r.sub(Activations, a); // ln2 output
+        tmp(a);
+        untmp(a);
+        r.sub(Activations, a + 2 * m); // h and ln2 stats
+        tmp(a);
+        untmp(2 * a); // gradient of h
+        if (drop) {
+            untmp(a);
+            tmp(a); // gradient through the attention output dropout
+            r.sub(Activations, a);
+        }
+        tmp(a);
+        weightGrad(C * C + C);
+        r.sub(Activations, a); // merged heads
+        tmp(a);
+        untmp(a);
+        // probabilities x values
+        tmp(a);
+        tmp(s);
+        r.sub(Activations, a); // v
+        untmp(a);
+        tmp(s);
+        untmp(s);
+        r.sub(AttentionMaps, s);
+        if (drop) r.sub(AttentionMaps, 2 * s);
+        tmp(s);
+        untmp(s);
+        tmp(s);
+        untmp(s);
+        tmp(2 * a);
+        untmp(s);
+        r.sub(Activations, 2 * a); // q and k
+        if (rope) {
+            tmp(2 * a);
+            untmp(2 * a);
+        }
+        tmp(3 * a);
+        untmp(3 * a); // stack of q, k, v gradients
+        tmp(3 * a);
+        untmp(3 * a);
+        tmp(a);
+        weightGrad(3 * C * C + 3 * C);
+        untmp(3 * a);
+        r.sub(Activations, a + 2 * m); // ln1 output and stats
+        tmp(a);
+        untmp(a);
+        r.sub(Activations, a); // block input
+        tmp(a);
+        untmp(2 * a);
+        if (drop) untmp(a);
+        if (S.checkpointing) r.sub(Activations, a); // the recomputed output
+    }
+    if (drop && !llama) r.sub(Activations, a); // embedding dropout noise
+    // Embeddings.
+    if (!llama && A.positional == "learned") {
+        tmp(T * C * e);
+        if (!lora) tmp(A.maxPositions * C * e);
+        untmp(T * C * e);
+        if (!lora) untmp(A.maxPositions * C * e);
+    }
+    if (!lora) {
+        tmp(headW); // dense embedding gradient
+        tmp(idx);
+        untmp(idx);
+    }
+    untmp(a); // running gradient
+    if (!lora && tied) {
+        tmp(headW); // sum with the head's gradient
+        untmp(3 * headW);
+    } else if (!lora) {
+        untmp(headW);
+    }
+    if (eager) r.sub(Activations, T * T);
+
+    // ---- optimizer ----
+    r.phase("optimizer");
+    if (S.optimizer == "adamw" || S.optimizer == "adamw8bit") {
+        // sqrt(v) and its division by sqrt(1 - beta2^t) for one parameter at a time.
+        tmp(2 * maxTrain * e);
+        untmp(2 * maxTrain * e);
+    } else if (S.weightDecay && maxDecay > 0) {
+        tmp(maxDecay * e); // grad + wd * param
+        untmp(maxDecay * e);
+    }
+
+    est.endOfStepBytes = r.total();
+    est.peakBytes = r.peak();
+    est.peakPhase = r.peakPhase();
+    for (int c = 0; c < kCats; ++c) {
+        const auto bytes = r.atPeak()[c];
+        if (bytes == 0) continue;
+        std::string formula;
+        switch (c) {
+        case Weights: formula = "parameters x 4 bytes"; break;
+        case Gradients: formula = "trainable parameters x 4 bytes (kept between steps)"; break;
+        case OptimizerState:
+            formula = S.optimizer == "sgd" ? "momentum: trainable parameters x 4 bytes"
+                                           : "AdamW moments: 2 x trainable parameters x 4 bytes";
+            break;
+        case Data: formula = "validation batches and this step's micro-batches (int64 ids, float mask)"; break;
+        case Activations:
+            formula = "tensors autograd saved for backward (per layer: norms, projections, MLP)";
+            break;
+        case AttentionMaps: formula = "softmax probabilities, batch x heads x seq^2 x 4 bytes per layer"; break;
+        case Logits: formula = "log-softmax of batch x seq x vocab (fp32) and its gradients"; break;
+        case Workspace: formula = "temporaries of the phase at its peak (gradients in flight, products)"; break;
+        }
+        est.terms.push_back({kCatNames[c], bytes, formula});
+    }
+    for (const auto& [phase, bytes] : r.phasePeaks()) est.phases.push_back({phase, bytes});
+    if (S.precision != "fp32") est.notes.push_back("precision " + S.precision + " is planned as fp32 (upper bound)");
+    if (lora) est.notes.push_back("LoRA: saved activations are modelled approximately");
+    return est;
+}
+
+ArchitectureSpec architectureFor(const RunConfig& c)
+{
+    ArchitectureSpec a;
+    a.name = c.name;
+    a.family = c.model.type;
+    a.vocabSize = c.data.source == "addition" ? 13 : 256;
+    a.layers = c.model.nLayer;
+    a.hidden = c.model.dModel;
+    a.heads = c.model.nHead;
+    a.kvHeads = c.model.nKvHead > 0 ? c.model.nKvHead : c.model.nHead;
+    a.intermediate = c.model.feedForwardWidth();
+    a.maxPositions = effectiveSeqLen(c);
+    a.tieEmbeddings = c.model.tieEmbeddings;
+    a.positional = c.model.type == "llama" ? "rope" : c.model.positionalEncoding;
+    return a;
+}
+
+TrainingSetup setupFor(const RunConfig& c)
+{
+    TrainingSetup s;
+    s.batch = c.train.batchSize;
+    s.seqLen = effectiveSeqLen(c);
+    s.gradAccum = c.train.gradAccum;
+    s.optimizer = c.optim.optimizer == "sgd" ? (c.optim.momentum > 0 ? "sgd" : "sgd-plain") : "adamw";
+    s.weightDecay = c.optim.weightDecay > 0;
+    s.precision = c.train.precision == "auto" ? "fp32" : c.train.precision;
+    s.checkpointing = c.train.activationCheckpointing;
+    s.attention = c.model.attention == "sdpa" ? "fused" : "eager";
+    s.loraRank = c.lora.rank;
+    const bool llama = c.model.type == "llama";
+    for (const auto& t : c.lora.targets) {
+        if (t == "attn") {
+            for (const char* n : llama ? std::vector<const char*>{"q_proj", "k_proj", "v_proj", "o_proj"}
+                                       : std::vector<const char*>{"qkv", "proj"})
+                s.loraTargets.push_back(n);
+        } else if (t == "mlp") {
+            for (const char* n : llama ? std::vector<const char*>{"gate_proj", "up_proj", "down_proj"}
+                                       : std::vector<const char*>{"fc", "out"})
+                s.loraTargets.push_back(n);
+        } else {
+            s.loraTargets.push_back(t);
+        }
+    }
+    s.dropout = c.model.dropout;
+    s.dataset = c.data.source;
+    const std::int64_t wanted = static_cast<std::int64_t>(c.train.batchSize) * c.train.evalBatches;
+    if (c.data.source == "addition") {
+        std::int64_t limit = 1;
+        for (int i = 0; i < c.data.digits; ++i) limit *= 10;
+        const auto total = limit * limit;
+        s.validationExamples = total < 1000000
+            ? std::min<std::int64_t>(wanted, static_cast<std::int64_t>(c.data.valFraction * total + 1))
+            : wanted;
+    } else {
+        s.validationExamples = wanted;
+    }
+    return s;
+}
+
+std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget, std::int64_t limit)
+{
+    const auto fits = [&](std::int64_t b) {
+        setup.batch = b;
+        return estimateMemory(arch, setup).peakBytes <= budget;
+    };
+    if (!fits(1)) return 0;
+    std::int64_t lo = 1, hi = 2;
+    while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
+    hi = std::min(hi, limit + 1);
+    while (hi - lo > 1) {
+        const auto mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget)
+{
+    const auto fits = [&](std::int64_t t) {
+        setup.seqLen = t;
+        return estimateMemory(arch, setup).peakBytes <= budget;
+    };
+    const std::int64_t limit = arch.positional == "learned" ? arch.maxPositions : (1 << 20);
+    if (!fits(1)) return 0;
+    std::int64_t lo = 1, hi = 2;
+    while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
+    hi = std::min(hi, limit + 1);
+    while (hi - lo > 1) {
+        const auto mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+} // namespace tb

@@ -1,0 +1,97 @@
+#pragma once
+// The memory planner's estimate: the tensor bytes one training step of a
+// decoder-only transformer needs, term by term, and the peak over the phases
+// of a step. No LibTorch here: the estimate is arithmetic on shapes, cheap
+// enough for a fit map of thousands of points.
+//
+// What it models (LibTorch 1.13 on the CPU, fp32, eager attention; the
+// accuracy table is in README): which tensors autograd saves in each layer, the
+// local tensors each forward keeps until it returns, the gradient buffers the
+// backward pass allocates and frees in order, when gradients and optimizer
+// state exist (LibTorch 1.13's zero_grad keeps gradients allocated, so from
+// the second step on they live through forward and backward), and the
+// optimizer's per-parameter temporaries.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/RunConfig.h"
+
+namespace tb {
+
+// A decoder-only transformer, described the way a Hugging Face config.json does.
+struct ArchitectureSpec {
+    std::string name;
+    std::string family = "gpt"; // gpt (LayerNorm, GELU MLP, biases) | llama (RMSNorm, SwiGLU, no biases)
+    std::int64_t vocabSize = 256;
+    std::int64_t layers = 2;
+    std::int64_t hidden = 128;
+    std::int64_t heads = 4;
+    std::int64_t kvHeads = 4;
+    std::int64_t intermediate = 512;
+    std::int64_t maxPositions = 64;
+    bool tieEmbeddings = true;
+    std::string positional = "learned"; // learned | sinusoidal | rope
+    std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
+
+    std::int64_t headDim() const { return hidden / heads; }
+};
+
+// How it is trained.
+struct TrainingSetup {
+    std::int64_t batch = 32;
+    std::int64_t seqLen = 64;
+    int gradAccum = 1;
+    std::string optimizer = "adamw"; // adamw | sgd (momentum > 0) | sgd-plain | adamw8bit
+    bool weightDecay = true;         // decoupled (AdamW) or L2 (SGD) weight decay on matrices
+    std::string precision = "fp32";  // fp32 (others are planned approximately: see terms)
+    bool checkpointing = false;
+    std::string attention = "eager"; // eager | fused
+    int loraRank = 0;
+    std::vector<std::string> loraTargets; // projection names (q_proj, qkv, fc, ...)
+    double dropout = 0.0;
+    // Data the run keeps resident: validation batches, and the task's mask.
+    std::string dataset = "text"; // text | addition
+    std::int64_t validationExamples = 0;
+};
+
+struct MemoryTerm {
+    std::string name;    // weights, gradients, optimizer_state, activations, attention_maps, logits, ...
+    std::int64_t bytes = 0;
+    std::string formula; // in words
+};
+
+struct PhasePeak {
+    std::string phase; // forward | backward | optimizer
+    std::int64_t bytes = 0;
+};
+
+struct MemoryEstimate {
+    std::int64_t parameters = 0;
+    std::int64_t trainableParameters = 0;
+    std::int64_t peakBytes = 0;
+    std::string peakPhase;
+    std::vector<MemoryTerm> terms; // what is live at the peak; sums to peakBytes
+    std::vector<PhasePeak> phases;
+    std::vector<std::string> notes; // what is approximate for this setup
+    std::int64_t endOfStepBytes = 0; // live after the optimizer step (equals the start: a self-check)
+};
+
+MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup& setup);
+
+// The built-in model a config trains, and its training setup.
+ArchitectureSpec architectureFor(const RunConfig& config);
+TrainingSetup setupFor(const RunConfig& config);
+
+// Exact parameter count of the built-in model (checked against LibTorch in tests).
+std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank = 0,
+                            const std::vector<std::string>& loraTargets = {});
+
+// The largest batch (for a fixed sequence length) or sequence length (for a
+// fixed batch) whose estimate fits `budgetBytes`; 0 when none does.
+std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
+                          std::int64_t limit = 1 << 20);
+std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes);
+
+} // namespace tb
