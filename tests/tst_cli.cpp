@@ -328,7 +328,19 @@ void TestCli::killDashNineLeavesAnInterruptedResumableRun()
     QProcess p;
     startSlowRun(p);
     if (QTest::currentTestFailed()) return;
-    QTest::qWait(2500);
+    // Past the first checkpoint (step 5), however loaded the machine is: a
+    // fixed wait failed when builds ran beside the test.
+    QByteArray output;
+    int lastStep = 0;
+    QTRY_VERIFY_WITH_TIMEOUT(([&] {
+                                 output += p.readAllStandardOutput();
+                                 const QRegularExpression re("step (\\d+)/80");
+                                 for (auto it = re.globalMatch(QString::fromUtf8(output)); it.hasNext();) {
+                                     lastStep = std::max(lastStep, it.next().captured(1).toInt());
+                                 }
+                                 return lastStep >= 7;
+                             }()),
+                             120000);
     const double killedAt = wallClockNow();
     ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
     QVERIFY(p.waitForFinished(10000));
