@@ -59,26 +59,18 @@ struct Param {
     bool decay; // matrices other than embeddings
 };
 
-bool hasTarget(const TrainingSetup& s, const std::string& name)
-{
-    return s.loraRank > 0 && std::find(s.loraTargets.begin(), s.loraTargets.end(), name) != s.loraTargets.end();
-}
-
 // Parameters in registration order (the optimizer's order within a group).
 std::vector<Param> parameters(const ArchitectureSpec& a, int rank, const std::vector<std::string>& targets)
 {
-    TrainingSetup s;
-    s.loraRank = rank;
-    s.loraTargets = targets;
     const bool lora = rank > 0;
     std::vector<Param> out;
     const auto push = [&](std::int64_t n, bool matrix, bool adapter = false) {
-        out.push_back({n, !lora || adapter, matrix && !adapter ? true : adapter && matrix});
+        out.push_back({n, !lora || adapter, matrix});
     };
     const auto linear = [&](const std::string& name, std::int64_t in, std::int64_t o, bool bias) {
         push(in * o, true);
         if (bias) push(o, false);
-        if (hasTarget(s, name)) {
+        if (lora && std::find(targets.begin(), targets.end(), name) != targets.end()) {
             push(rank * in, true, true);
             push(o * rank, true, true);
         }
@@ -637,12 +629,13 @@ TrainingSetup setupFor(const RunConfig& c)
     return s;
 }
 
-std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget, std::int64_t limit)
+namespace {
+
+// The largest n in [1, limit] with fits(n), for fits monotone (true, then
+// false): doubling, then bisection. 0 when even 1 does not fit.
+template <typename Fits>
+std::int64_t largestFitting(Fits&& fits, std::int64_t limit)
 {
-    const auto fits = [&](std::int64_t b) {
-        setup.batch = b;
-        return estimateMemory(arch, setup).peakBytes <= budget;
-    };
     if (!fits(1)) return 0;
     std::int64_t lo = 1, hi = 2;
     while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
@@ -654,22 +647,26 @@ std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std
     return lo;
 }
 
+} // namespace
+
+std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget, std::int64_t limit)
+{
+    return largestFitting(
+        [&](std::int64_t b) {
+            setup.batch = b;
+            return estimateMemory(arch, setup).peakBytes <= budget;
+        },
+        limit);
+}
+
 std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget)
 {
-    const auto fits = [&](std::int64_t t) {
-        setup.seqLen = t;
-        return estimateMemory(arch, setup).peakBytes <= budget;
-    };
-    const std::int64_t limit = arch.positional == "learned" ? arch.maxPositions : (1 << 20);
-    if (!fits(1)) return 0;
-    std::int64_t lo = 1, hi = 2;
-    while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
-    hi = std::min(hi, limit + 1);
-    while (hi - lo > 1) {
-        const auto mid = lo + (hi - lo) / 2;
-        (fits(mid) ? lo : hi) = mid;
-    }
-    return lo;
+    return largestFitting(
+        [&](std::int64_t t) {
+            setup.seqLen = t;
+            return estimateMemory(arch, setup).peakBytes <= budget;
+        },
+        arch.positional == "learned" ? arch.maxPositions : (1 << 20));
 }
 
 } // namespace tb
