@@ -40,6 +40,14 @@ GRID = [
     ("llama L2 d128 accum4 b4 t64", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4, "n_kv_head": 2}, {"source": "text", "seq_len": 64}, {"batch_size": 4, "grad_accum": 4})),
     ("gpt L2 d128 lora r4 (all)", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16}, lora={"rank": 4})),
     ("llama L2 d128 lora r8 (attn)", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16}, lora={"rank": 8, "targets": ["attn"]})),
+    ("llama L2 d128 lora r8 (all)", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16}, lora={"rank": 8})),
+    ("gpt L3 d128 lora attn dropout b8 t128", cfg({"type": "gpt", "n_layer": 3, "d_model": 128, "n_head": 4, "dropout": 0.1}, {"source": "text", "seq_len": 128}, {"batch_size": 8}, lora={"rank": 4, "targets": ["attn"]})),
+    ("gpt L3 d128 lora checkpointing b8 t128", cfg({"type": "gpt", "n_layer": 3, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 128}, {"batch_size": 8, "activation_checkpointing": True}, lora={"rank": 8})),
+    ("llama L3 d128 gqa lora ckpt b8 t128", cfg({"type": "llama", "n_layer": 3, "d_model": 128, "n_head": 4, "n_kv_head": 2}, {"source": "text", "seq_len": 128}, {"batch_size": 8, "activation_checkpointing": True}, lora={"rank": 8, "targets": ["attn"]})),
+    ("llama L2 d256 gqa8/2 lora r16 b4 t256", cfg({"type": "llama", "n_layer": 2, "d_model": 256, "n_head": 8, "n_kv_head": 2}, {"source": "text", "seq_len": 256}, {"batch_size": 4}, lora={"rank": 16})),
+    ("gpt L2 d128 rope lora mlp b8 t256", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4, "positional_encoding": "rope"}, {"source": "text", "seq_len": 256}, {"batch_size": 8}, lora={"rank": 8, "targets": ["mlp"]})),
+    ("gpt L2 d64 sinusoidal lora addition acc4", cfg({"type": "gpt", "n_layer": 2, "d_model": 64, "n_head": 4, "positional_encoding": "sinusoidal"}, {"source": "addition", "digits": 3}, {"batch_size": 64, "grad_accum": 4}, lora={"rank": 4})),
+    ("llama L4 d128 lora q,v dropout sgd t512", cfg({"type": "llama", "n_layer": 4, "d_model": 128, "n_head": 4, "dropout": 0.1}, {"source": "text", "seq_len": 512, "val_fraction": 0.1}, {"batch_size": 2}, {"optimizer": "sgd", "momentum": 0.9}, lora={"rank": 8, "targets": ["q_proj", "v_proj"]})),
 ]
 
 def run(args):

@@ -1,7 +1,7 @@
 // The memory planner against the counting allocator: the estimate of a step's
 // peak tensor bytes must match what two real training steps measure, across
 // model families, positional encodings, optimizers, accumulation,
-// checkpointing, dropout, datasets and head tying. Prints the table.
+// checkpointing, dropout, datasets, head tying and LoRA. Prints the table.
 #include <QtTest>
 
 #include <algorithm>
@@ -118,6 +118,25 @@ void TestMemoryPlan::estimateMatchesMeasuredPeak()
     c = small("llama", 2, 32, 2, 16, 0);
     c.data.source = "addition";
     grid.emplace_back("llama addition", c);
+    // LoRA: the frozen base keeps only what a gradient flows through.
+    c = small("llama", 2, 64, 4, 8, 64);
+    c.lora.rank = 4;
+    c.lora.targets = {"attn"};
+    grid.emplace_back("llama lora attn", c);
+    c = small("llama", 2, 64, 4, 2, 128);
+    c.model.dropout = 0.1;
+    c.lora.rank = 4;
+    c.lora.targets = {"q_proj", "v_proj"};
+    grid.emplace_back("llama lora q,v dropout", c);
+    c = small("gpt", 2, 64, 4, 8, 64);
+    c.model.positionalEncoding = "rope";
+    c.lora.rank = 4;
+    c.lora.targets = {"mlp"};
+    grid.emplace_back("gpt rope lora mlp", c);
+    c = small("gpt", 2, 64, 4, 8, 32);
+    c.train.activationCheckpointing = true;
+    c.lora.rank = 8;
+    grid.emplace_back("gpt lora checkpointing", c);
 
     std::vector<double> errors;
     std::printf("%-28s %12s %12s %8s\n", "configuration", "measured", "estimate", "error");

@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -17,10 +20,29 @@
 namespace tb::cli {
 namespace {
 
-void printAllocation(std::int64_t delta, std::int64_t live)
+// One line per allocation ("alloc #N +bytes live L in op") and per release
+// ("free #N -bytes live L (op that allocated it)"), so the tensors live at any
+// point can be told apart. Single-threaded: measure --trace runs one thread.
+void printAllocation(std::int64_t delta, std::int64_t live, const void* payload)
 {
-    std::printf("alloc %+lld live %lld in %s\n", static_cast<long long>(delta), static_cast<long long>(live),
-                OpTracker::current().c_str());
+    static std::unordered_map<const void*, std::pair<long long, std::string>> allocated;
+    static long long serial = 0;
+    if (delta >= 0) {
+        auto op = OpTracker::current();
+        std::printf("alloc #%lld %+lld live %lld in %s\n", ++serial, static_cast<long long>(delta),
+                    static_cast<long long>(live), op.c_str());
+        allocated[payload] = {serial, std::move(op)};
+        return;
+    }
+    const auto it = allocated.find(payload);
+    if (it == allocated.end()) {
+        std::printf("free #? %+lld live %lld (allocated before tracing)\n", static_cast<long long>(delta),
+                    static_cast<long long>(live));
+        return;
+    }
+    std::printf("free #%lld %+lld live %lld (%s)\n", it->second.first, static_cast<long long>(delta),
+                static_cast<long long>(live), it->second.second.c_str());
+    allocated.erase(it);
 }
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
@@ -40,12 +62,15 @@ int measure(const Args& args)
     config.train.evalEvery = config.train.steps;
     config.train.checkpointEvery = 0;
 
+    const bool trace = args.flag("--trace");
+    if (trace) config.train.threads = 1; // the trace's bookkeeping is single-threaded
+
     TrainerOptions options;
     options.measureMemory = true;
     options.recordPhaseMemory = true;
     Trainer trainer(config, options);
     std::unique_ptr<OpTracker> tracker;
-    if (args.flag("--trace")) {
+    if (trace) {
         tracker = std::make_unique<OpTracker>();
         MemoryProbe::setCpuTrace(&printAllocation);
     }

@@ -111,6 +111,332 @@ std::vector<Param> parameters(const ArchitectureSpec& a, int rank, const std::ve
     return out;
 }
 
+// The shapes of one micro-batch, in bytes (fp32 unless named otherwise).
+struct Shape {
+    std::int64_t a;    // batch x seq x hidden
+    std::int64_t akv;  // batch x seq x kv heads x head dim
+    std::int64_t f;    // batch x seq x intermediate
+    std::int64_t s;    // batch x heads x seq x seq (one attention map)
+    std::int64_t m;    // batch x seq (one float per token)
+    std::int64_t lg;   // batch x seq x vocab
+    std::int64_t idx;  // batch x seq int64
+    std::int64_t xa;   // batch x seq x LoRA rank
+    std::int64_t mask; // seq x seq booleans
+    std::int64_t pos;  // seq x hidden (a learned position slice)
+};
+
+// One step with LoRA: the base weights, norms and embeddings are frozen, so
+// autograd keeps a tensor only where something downstream requires grad. A
+// tensor is saved when an operation needs it for the gradient of an input that
+// requires grad: a frozen projection keeps nothing, an adapted one keeps its
+// input and its rank-r product, and a block whose input carries no gradient
+// (the first one, after a frozen embedding) saves nothing before its first
+// adapter. Measured with trainbench-cli measure --trace; the backward pass is
+// modelled per block (gradients in flight, then the block's saved tensors
+// released), slightly on the safe side.
+void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const Shape& d)
+{
+    const bool llama = A.family == "llama";
+    const bool eager = S.attention != "fused";
+    const bool rope = llama || A.positional == "rope";
+    const bool gqa = llama && A.kvHeads < A.heads;
+    const bool drop = S.dropout > 0.0;
+    const auto has = [&](const char* name) {
+        return std::find(S.loraTargets.begin(), S.loraTargets.end(), name) != S.loraTargets.end();
+    };
+    const auto act = [&](std::int64_t b) { r.add(Activations, b); };
+    const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
+    const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
+    const auto keep = [&](std::int64_t b) { // a temporary that autograd turns out to save
+        r.sub(Workspace, b);
+        r.add(Activations, b);
+    };
+    const auto keepOrFree = [&](bool saved, std::int64_t b) { saved ? keep(b) : untmp(b); };
+    // Scores, softmax (and, with dropout, its noise and dropped copy): the
+    // probabilities stay in the workspace until releaseMaps.
+    const auto attentionMaps = [&] {
+        if (!eager) return;
+        tmp(2 * d.s); // q k^T, scaled
+        untmp(d.s);
+        tmp(d.s); // masked
+        untmp(d.s);
+        tmp(d.s); // softmax
+        untmp(d.s);
+        if (drop) tmp(2 * d.s); // noise, dropped
+    };
+    // Saved when a gradient flows through the scores or the values.
+    const auto releaseMaps = [&](bool saved) {
+        if (!eager) return;
+        const auto maps = drop ? 3 * d.s : d.s;
+        untmp(maps);
+        if (saved) r.add(AttentionMaps, maps);
+    };
+    // A projection: the frozen product, plus x A^T (saved for B's gradient),
+    // its product with B, the scaling and the sum. Leaves the output in the
+    // workspace; returns whether it requires grad.
+    const auto linear = [&](const char* name, std::int64_t out, bool gIn) {
+        tmp(out);
+        if (!has(name)) return gIn;
+        act(d.xa);
+        tmp(3 * out);
+        untmp(3 * out);
+        return true;
+    };
+    // A norm's output in the workspace; its statistics kept when its input requires grad.
+    const auto norm = [&](bool gIn) {
+        if (llama) {
+            tmp(d.a + 3 * d.m); // x^2, mean, + eps, rsqrt
+            tmp(d.a);           // normalised
+            untmp(2 * d.m);
+            gIn ? keep(d.a + d.m) : untmp(d.a + d.m); // x^2 and rsqrt
+            tmp(d.a);           // * weight
+            untmp(d.a);         // the normalised tensor (the weight is frozen)
+        } else {
+            tmp(d.a + 2 * d.m); // output, mean, rstd
+            gIn ? keep(2 * d.m) : untmp(2 * d.m);
+        }
+    };
+
+    struct Saved {
+        std::int64_t attention = 0, maps = 0, mlp = 0; // the input, when it requires grad, counts as attention
+    };
+    // Forward of one block. The input x (a) is live: in Activations when it
+    // requires grad, else (the first block's, the embedding output) in the
+    // workspace, where the model's forward holds it until the final norm
+    // returns. Leaves the output in the workspace; returns whether it requires
+    // grad and what was saved.
+    const auto block = [&](bool gIn, Saved& saved) {
+        const auto before = r.live(Activations), mapsBefore = r.live(AttentionMaps);
+        const auto attentionDone = [&] {
+            saved.attention = r.live(Activations) - before + (gIn ? d.a : 0);
+            saved.maps = r.live(AttentionMaps) - mapsBefore;
+        };
+        const auto mlpDone = [&] { saved.mlp = r.live(Activations) - before - saved.attention + (gIn ? d.a : 0); };
+        bool gAttn = false;
+        if (llama) {
+            norm(gIn);
+            const bool gq = linear("q_proj", d.a, gIn), gk = linear("k_proj", d.akv, gIn),
+                       gv = linear("v_proj", d.akv, gIn);
+            // RoPE on q and k: products of half width, then cat; the projections are released.
+            tmp(3 * d.a);
+            tmp(d.a);
+            untmp(3 * d.a);
+            untmp(d.a);
+            tmp(3 * d.akv);
+            tmp(d.akv);
+            untmp(3 * d.akv);
+            untmp(d.akv);
+            const bool gScores = gq || gk;
+            gAttn = gScores || gv;
+            if (gqa) tmp(d.a); // keys expanded to every head (the rotated k stays until return)
+            attentionMaps();
+            tmp(d.a); // values expanded or made contiguous
+            tmp(d.a); // probabilities x values
+            keepOrFree(gk, d.a); // rotated q, saved by q k^T when k requires grad
+            keepOrFree(gq, d.a); // keys, saved when q requires grad
+            releaseMaps(gScores || gv);
+            keepOrFree(gScores, d.a); // values, saved when the probabilities require grad
+            tmp(d.a); // heads merged
+            const bool go = linear("o_proj", d.a, gAttn);
+            untmp(d.a); // probabilities x values
+            keepOrFree(has("o_proj"), d.a);
+            untmp(gqa ? 2 * d.akv : d.akv); // locals released on return: rotated k (gqa), v projection
+            gAttn = go;
+            // h = x + attn(norm(x)): the temporaries live until the sum exists.
+            tmp(d.a);
+            untmp(d.a); // o
+            keepOrFree(has("q_proj") || has("k_proj") || has("v_proj"), d.a); // the norm output
+            const bool gH = gIn || gAttn;
+            if (gH) keep(d.a);
+            attentionDone();
+            norm(gH);
+            const bool gg = linear("gate_proj", d.f, gH), gu = linear("up_proj", d.f, gH);
+            tmp(d.f); // silu(gate)
+            tmp(d.f); // silu x up
+            const bool gd = linear("down_proj", d.a, gg || gu);
+            // down(silu(gate(x)) * up(x)): the temporaries live until down returns.
+            keepOrFree(gg, d.f); // gate, saved by silu
+            keepOrFree(gu, d.f); // silu, saved by the product when up requires grad
+            keepOrFree(gg, d.f); // up, saved by the product when silu requires grad
+            keepOrFree(has("down_proj"), d.f); // the product
+            tmp(d.a); // out = h + down
+            untmp(d.a);
+            keepOrFree(has("gate_proj") || has("up_proj"), d.a); // the norm output
+            if (!gH) untmp(d.a); // h
+            const bool gOut = gH || gd;
+            mlpDone();
+            return gOut;
+        }
+        // GPT block
+        norm(gIn);
+        const bool gqkv = linear("qkv", 3 * d.a, gIn);
+        if (rope) {
+            for (int i = 0; i < 2; ++i) {
+                tmp(3 * d.a);
+                tmp(d.a); // rotated q (then k)
+                untmp(3 * d.a);
+            }
+        } else {
+            tmp(2 * d.a); // q and k made contiguous
+        }
+        attentionMaps();
+        tmp(d.a); // v made contiguous
+        tmp(d.a); // probabilities x values
+        keepOrFree(gqkv, 3 * d.a); // q, k and v, saved when they require grad
+        releaseMaps(gqkv);
+        tmp(d.a); // heads merged
+        const bool go = linear("proj", d.a, gqkv);
+        untmp(d.a);
+        keepOrFree(has("proj"), d.a);
+        untmp(3 * d.a); // qkv
+        if (drop) {
+            tmp(2 * d.a); // noise, dropped
+            keepOrFree(go, d.a);
+            untmp(d.a); // the projection output, replaced by the dropped copy
+        }
+        // h = x + attn(ln1(x)): the temporaries live until the sum exists.
+        tmp(d.a);
+        untmp(d.a); // o
+        keepOrFree(has("qkv"), d.a); // the norm output
+        const bool gH = gIn || go;
+        if (gH) keep(d.a);
+        attentionDone();
+        norm(gH);
+        const bool gfc = linear("fc", d.f, gH);
+        tmp(d.f); // gelu
+        const bool gout = linear("out", d.a, gfc);
+        if (drop) tmp(2 * d.a); // noise, dropped
+        // h + out(gelu(fc(ln2(h)))): every temporary lives until the sum exists.
+        tmp(d.a);
+        untmp(d.a); // out
+        if (drop) {
+            keepOrFree(gout, d.a); // noise
+            untmp(d.a);            // dropped
+        }
+        keepOrFree(gfc, d.f);        // fc output, saved by gelu
+        keepOrFree(has("out"), d.f); // gelu output
+        keepOrFree(has("fc"), d.a);  // the norm output
+        if (!gH) untmp(d.a);
+        mlpDone();
+        return gH || gout;
+    };
+
+    // ---- forward ----
+    r.phase("forward");
+    tmp(d.idx);
+    tmp(d.a); // token embedding (frozen: no grad)
+    untmp(d.idx);
+    if (!llama && A.positional == "learned") {
+        tmp(d.pos + d.a);
+        untmp(d.pos + d.a);
+    } else if (!llama && A.positional == "sinusoidal") {
+        tmp(d.a);
+        untmp(d.a);
+    }
+    if (drop && !llama) {
+        tmp(2 * d.a);
+        untmp(2 * d.a);
+    }
+    if (eager) act(d.mask);
+    std::vector<Saved> saved(static_cast<std::size_t>(A.layers));
+    // With checkpointing every block's input is made a grad-requiring leaf and
+    // the block runs without grad: only its output stays.
+    bool g = S.checkpointing;
+    if (g) keep(d.a); // the embedding output, made a leaf that requires grad
+    for (std::int64_t l = 0; l < A.layers; ++l) {
+        auto& sv = saved[static_cast<std::size_t>(l)];
+        const bool gOut = block(g, sv);
+        if (S.checkpointing) {
+            // Nothing but the input (the checkpoint) outlives a block run without grad.
+            r.sub(Activations, sv.attention - d.a + sv.mlp);
+            r.sub(AttentionMaps, sv.maps);
+            sv = {};
+            keep(d.a); // the output: the next block's checkpoint
+            g = true;
+        } else {
+            if (gOut) keep(d.a);
+            g = gOut;
+        }
+    }
+    // Final norm (its output is not saved: the head is frozen), head, loss.
+    norm(g);
+    if (!S.checkpointing) untmp(d.a); // the embedding output
+    const std::int64_t finalSaved = g ? (llama ? d.a + d.m : 2 * d.m) + d.a : 0; // stats and the last block's output
+    if (!g) untmp(d.a); // the last block's output
+    r.add(Logits, d.lg); // logits
+    untmp(d.a);          // the norm output
+    act(d.idx); // targets made contiguous
+    r.add(Logits, d.lg); // log-softmax, saved
+    tmp(d.m);
+    if (S.dataset == "addition") tmp(d.m);
+    untmp(S.dataset == "addition" ? 2 * d.m : d.m);
+    r.sub(Logits, d.lg);
+
+    // ---- backward ----
+    r.phase("backward");
+    r.add(Logits, d.lg); // grad of log-softmax output
+    r.sub(Activations, d.idx);
+    r.add(Logits, d.lg); // grad of logits
+    r.sub(Logits, 2 * d.lg);
+    tmp(d.a); // grad of the final norm output
+    r.sub(Logits, d.lg);
+    tmp(3 * d.a); // norm backward
+    untmp(3 * d.a);
+    r.sub(Activations, finalSaved);
+    for (std::int64_t l = A.layers - 1; l >= 0; --l) {
+        auto sv = saved[static_cast<std::size_t>(l)];
+        if (S.checkpointing) {
+            block(true, sv); // recomputed with grad from its checkpoint
+            keep(d.a);       // the recomputed output
+            sv.mlp += d.a;
+        }
+        // MLP: the gradient of the output projection's input (with an adapter:
+        // through the frozen weight, through the adapter, and their sum; the
+        // adapter's saved input goes first), then the gradients through the
+        // nonlinearity (SwiGLU: of silu and of up; GELU: of its input).
+        const bool adapted = has(llama ? "down_proj" : "out");
+        const auto projInput = adapted ? d.f : 0;
+        tmp(d.f);
+        if (adapted) {
+            r.sub(Activations, projInput);
+            tmp(2 * d.f);
+            untmp(2 * d.f);
+        }
+        tmp(llama ? 2 * d.f : d.f);
+        untmp(llama ? 3 * d.f : 2 * d.f);
+        r.sub(Activations, sv.mlp - projInput);
+        tmp(3 * d.a); // norm backward and the residual sum
+        untmp(3 * d.a);
+        // Attention: gradients of probabilities and scores, then of q, k, v and the norm.
+        if (eager && sv.maps > 0) {
+            // Each saved map goes as soon as its node has run: the dropped copy
+            // after probabilities x values, the noise after dropout, the
+            // probabilities after softmax.
+            tmp(d.s); // grad of the probabilities as used
+            if (drop) {
+                r.sub(AttentionMaps, d.s);
+                tmp(d.s);
+                untmp(d.s);
+                r.sub(AttentionMaps, d.s);
+            }
+            tmp(d.s); // softmax backward
+            untmp(d.s);
+            r.sub(AttentionMaps, d.s);
+            tmp(d.s); // masked_fill, then the scale
+            untmp(d.s);
+            tmp(d.s);
+            untmp(d.s);
+            untmp(d.s);
+        }
+        tmp(4 * d.a);
+        untmp(4 * d.a);
+        r.sub(Activations, sv.attention);
+        tmp(3 * d.a);
+        untmp(3 * d.a);
+    }
+    untmp(d.a); // the running gradient
+    if (eager) r.sub(Activations, d.mask);
+}
 } // namespace
 
 std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank, const std::vector<std::string>& loraTargets)
@@ -165,11 +491,15 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
     // All micro-batches of a step are drawn before the first forward pass.
     r.add(Data, S.gradAccum * B * exampleBytes);
 
-    // ---- forward of one micro-batch ----
-    r.phase("forward");
     const auto act = [&](std::int64_t bytes) { r.add(Activations, bytes); };
     const auto tmp = [&](std::int64_t bytes) { r.add(Workspace, bytes); };
     const auto untmp = [&](std::int64_t bytes) { r.sub(Workspace, bytes); };
+    if (lora) {
+        const Shape shape{a, akv, f, s, m, lg, idx, BT * S.loraRank * e, T * T, T * C * e};
+        replayLoraStep(r, A, S, shape);
+    } else {
+    // ---- forward of one micro-batch ----
+    r.phase("forward");
     // Embedding: the ids are copied to a contiguous int64 tensor first.
     tmp(idx);
     act(a);
@@ -528,6 +858,7 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
         untmp(headW);
     }
     if (eager) r.sub(Activations, T * T);
+    }
 
     // ---- optimizer ----
     r.phase("optimizer");
@@ -566,7 +897,6 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
     }
     for (const auto& [phase, bytes] : r.phasePeaks()) est.phases.push_back({phase, bytes});
     if (S.precision != "fp32") est.notes.push_back("precision " + S.precision + " is planned as fp32 (upper bound)");
-    if (lora) est.notes.push_back("LoRA: saved activations are modelled approximately");
     return est;
 }
 

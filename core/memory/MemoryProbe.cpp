@@ -27,7 +27,7 @@ void countingDelete(void* ptr)
     char* block = static_cast<char*>(ptr) - kHeader;
     const auto size = *reinterpret_cast<std::int64_t*>(block);
     const auto now = g_current.fetch_sub(size, std::memory_order_relaxed) - size;
-    if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(-size, now);
+    if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(-size, now, ptr);
     std::free(block);
 }
 
@@ -48,7 +48,7 @@ public:
         auto peak = g_peak.load(std::memory_order_relaxed);
         while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
         }
-        if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(static_cast<std::int64_t>(bytes), now);
+        if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(static_cast<std::int64_t>(bytes), now, payload);
         return {payload, payload, &countingDelete, c10::Device(c10::DeviceType::CPU)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &countingDelete; }

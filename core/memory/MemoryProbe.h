@@ -27,7 +27,7 @@ public:
     // Diagnostics (trainbench-cli measure --trace): called on every counted
     // CPU allocation (+bytes) and release (-bytes) with the bytes then live.
     // Not thread-safe to change while tensors are being allocated.
-    using TraceFn = void (*)(std::int64_t delta, std::int64_t live);
+    using TraceFn = void (*)(std::int64_t delta, std::int64_t live, const void* payload);
     static void setCpuTrace(TraceFn fn);
 };
 
