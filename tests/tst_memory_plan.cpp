@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "config/RunConfig.h"
+#include "common/Errors.h"
+#include "memory/Architectures.h"
 #include "memory/Estimator.h"
 #include "train/Trainer.h"
 
@@ -56,6 +58,9 @@ private Q_SLOTS:
     void parameterCountIsExact();
     void estimateMatchesMeasuredPeak();
     void fitSolverAgreesWithMeasurement();
+    void presetsMatchPublishedParameterCounts();
+    void hfConfigImportNamesWhatIsWrong();
+    void gpuTermsAndAttentionModules();
 };
 
 void TestMemoryPlan::parameterCountIsExact()
@@ -167,4 +172,79 @@ void TestMemoryPlan::fitSolverAgreesWithMeasurement()
 }
 
 QTEST_GUILESS_MAIN(TestMemoryPlan)
+
+
+void TestMemoryPlan::presetsMatchPublishedParameterCounts()
+{
+    const auto& presets = bundledArchitectures();
+    QVERIFY(presets.size() >= 12);
+    for (const auto& p : presets) {
+        QVERIFY2(p.arch.publishedParameters > 0, p.id.c_str());
+        QVERIFY2(parameterCount(p.arch) == p.arch.publishedParameters, p.id.c_str());
+    }
+    QCOMPARE(findArchitecture("TinyLlama-1.1B").arch.kvHeads, 4);
+    QVERIFY_THROWS_EXCEPTION(InputError, findArchitecture("gpt-5"));
+}
+
+void TestMemoryPlan::hfConfigImportNamesWhatIsWrong()
+{
+    const auto a = architectureFromHfConfig(
+        R"({"model_type": "qwen2", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "hidden_act": "silu"})",
+        "q.json");
+    QCOMPARE(a.family, std::string("llama"));
+    QVERIFY(a.qkvBias);
+    QVERIFY(!a.tieEmbeddings);
+    // embeddings + head + 2 x (q, k, v with biases, o, three MLP matrices, two norms) + final norm
+    QCOMPARE(parameterCount(a), 2 * 1000 * 64 + 2 * (64 * 64 + 64 + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64);
+    const auto expectError = [](const char* json, const char* needle) {
+        try {
+            architectureFromHfConfig(json, "bad.json");
+            QFAIL(json);
+        } catch (const InputError& e) {
+            const std::string what = e.what();
+            QVERIFY2(what.find("bad.json") != std::string::npos && what.find(needle) != std::string::npos, e.what());
+        }
+    };
+    expectError("{not json", "not valid JSON");
+    expectError("[1, 2]", "one JSON object");
+    expectError(R"({"model_type": "llama", "vocab_size": 10})", "hidden_size");
+    expectError(R"({"model_type": "gpt2", "vocab_size": 10, "n_embd": -4, "n_layer": 1, "n_head": 1, "n_positions": 8})", "n_embd");
+    expectError(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 64, "num_hidden_layers": 1,
+                    "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 8})", "key/value heads");
+    expectError(R"({"model_type": "x", "vocab_size": 10, "hidden_size": 64, "num_hidden_layers": 1,
+                    "num_attention_heads": 4, "intermediate_size": 8, "hidden_act": "relu2"})", "hidden_act");
+}
+
+void TestMemoryPlan::gpuTermsAndAttentionModules()
+{
+    const auto arch = findArchitecture("gpt2").arch;
+    TrainingSetup setup;
+    setup.batch = 2;
+    setup.seqLen = 128;
+    const auto cpu = estimateMemory(arch, setup);
+    QCOMPARE(cpu.peakBytes, cpu.tensorPeakBytes);
+
+    setup.gpu = true;
+    const auto gpu = estimateMemory(arch, setup);
+    std::int64_t sum = 0, context = 0;
+    for (const auto& t : gpu.terms) {
+        sum += t.bytes;
+        if (t.name == "cuda_context") context = t.bytes;
+    }
+    QCOMPARE(sum, gpu.peakBytes); // every byte of the peak is a named term
+    QCOMPARE(context, setup.cudaContextBytes);
+    QVERIFY(gpu.tensorPeakBytes >= cpu.tensorPeakBytes); // 512-byte rounding only adds
+
+    // Seventeen attention modules a layer: at the peak every layer still holds
+    // its seventeen maps.
+    setup.gpu = false;
+    auto many = arch;
+    many.attentionModules = 17;
+    const auto seventeen = estimateMemory(many, setup);
+    const std::int64_t map = setup.batch * arch.heads * setup.seqLen * setup.seqLen * 4;
+    std::int64_t maps = 0;
+    for (const auto& t : seventeen.terms) maps += t.name == "attention_maps" ? t.bytes : 0;
+    QCOMPARE(maps, 17 * map * arch.layers);
+}
 #include "tst_memory_plan.moc"

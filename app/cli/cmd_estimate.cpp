@@ -1,12 +1,18 @@
 // trainbench-cli estimate / fit: the memory planner on the command line.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "Command.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
+#include "gpu/Catalogue.h"
+#include "memory/Architectures.h"
 #include "memory/Estimator.h"
 
 namespace tb::cli {
@@ -17,7 +23,48 @@ double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1
 struct Plan {
     ArchitectureSpec arch;
     TrainingSetup setup;
+    std::optional<GpuTarget> gpu;
 };
+
+std::vector<std::string> splitList(const std::string& text)
+{
+    std::vector<std::string> out;
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+        if (!item.empty()) out.push_back(item);
+    }
+    return out;
+}
+
+// LoRA targets in the architecture's projection names ("attn" and "mlp" expand).
+std::vector<std::string> loraTargets(const ArchitectureSpec& arch, const std::vector<std::string>& wanted)
+{
+    const bool llama = arch.family == "llama";
+    std::vector<std::string> out;
+    for (const auto& t : wanted) {
+        if (t == "attn") {
+            for (const char* n : llama ? std::vector<const char*>{"q_proj", "k_proj", "v_proj", "o_proj"}
+                                       : std::vector<const char*>{"qkv", "proj"})
+                out.push_back(n);
+        } else if (t == "mlp") {
+            for (const char* n : llama ? std::vector<const char*>{"gate_proj", "up_proj", "down_proj"}
+                                       : std::vector<const char*>{"fc", "out"})
+                out.push_back(n);
+        } else {
+            const std::vector<std::string> known = llama
+                ? std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+                : std::vector<std::string>{"qkv", "proj", "fc", "out"};
+            if (std::find(known.begin(), known.end(), t) == known.end()) {
+                std::string names;
+                for (const auto& k : known) names += " " + k;
+                throw InputError("--lora-targets: \"" + t + "\" is not a projection of this model; use attn, mlp or"
+                                 + names);
+            }
+            out.push_back(t);
+        }
+    }
+    return out;
+}
 
 Plan planFromArgs(const Args& args, const char* command)
 {
@@ -26,18 +73,80 @@ Plan planFromArgs(const Args& args, const char* command)
                          + "\"");
     }
     const auto path = args.value("--config");
-    if (!path) throw InputError(std::string("'") + command + "' needs --config FILE");
-    RunConfig config = loadConfigFile(*path);
-    if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
-    if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
-    if (auto o = args.value("--optimizer")) {
-        if (*o != "adamw" && *o != "sgd") throw InputError("--optimizer must be adamw or sgd, got \"" + *o + "\"");
-        config.optim.optimizer = *o;
+    const auto preset = args.value("--preset");
+    const auto hf = args.value("--hf-config");
+    if ((path ? 1 : 0) + (preset ? 1 : 0) + (hf ? 1 : 0) != 1) {
+        throw InputError(std::string("'") + command
+                         + "' needs exactly one of --config FILE, --preset NAME (see --list-presets) or --hf-config FILE");
     }
-    if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
-    if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
-    if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError(*path, std::move(issues));
-    return {architectureFor(config), setupFor(config)};
+    Plan plan;
+    if (path) {
+        RunConfig config = loadConfigFile(*path);
+        if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
+        if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
+        if (auto o = args.value("--optimizer"); o && (*o == "adamw" || *o == "sgd")) config.optim.optimizer = *o;
+        if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
+        if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
+        if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError(*path, std::move(issues));
+        plan.arch = architectureFor(config);
+        plan.setup = setupFor(config);
+    } else {
+        plan.arch = preset ? findArchitecture(*preset).arch : loadHfConfigFile(*hf);
+        // A planning default for published models: batch 1, 512 tokens, AdamW.
+        plan.setup.batch = args.integer("--batch", 1, 1 << 20).value_or(1);
+        plan.setup.seqLen = args.integer("--seq", 1, 1 << 24).value_or(std::min<std::int64_t>(512, plan.arch.maxPositions));
+        plan.setup.checkpointing = args.flag("--checkpointing");
+        plan.setup.loraRank = static_cast<int>(args.integer("--lora-rank", 0, 4096).value_or(0));
+        if (plan.setup.loraRank > 0) {
+            plan.setup.loraTargets = loraTargets(plan.arch, splitList(args.value("--lora-targets").value_or("attn")));
+        }
+        if (plan.arch.positional == "learned" && plan.setup.seqLen > plan.arch.maxPositions) {
+            throw InputError("--seq " + std::to_string(plan.setup.seqLen) + " is longer than the model's "
+                             + std::to_string(plan.arch.maxPositions) + " learned positions");
+        }
+    }
+    auto& s = plan.setup;
+    if (auto o = args.value("--optimizer")) {
+        if (*o != "adamw" && *o != "sgd" && *o != "sgd-plain" && *o != "adamw8bit") {
+            throw InputError("--optimizer must be adamw, sgd (with momentum), sgd-plain or adamw8bit, got \"" + *o + "\"");
+        }
+        s.optimizer = *o;
+    }
+    if (auto p = args.value("--precision")) {
+        if (*p != "fp32" && *p != "fp16" && *p != "bf16" && *p != "bf16-pure") {
+            throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""
+                             + *p + "\"");
+        }
+        s.precision = *p;
+    }
+    // Published models are fine-tuned with the frozen base loaded in half precision.
+    s.halfBase = !path && s.loraRank > 0 && s.precision != "fp32";
+    if (auto a = args.value("--attention")) {
+        if (*a != "eager" && *a != "fused") throw InputError("--attention must be eager or fused, got \"" + *a + "\"");
+        s.attention = *a;
+    }
+    if (auto n = args.integer("--attention-modules", 1, 1024)) plan.arch.attentionModules = static_cast<int>(*n);
+    if (auto n = args.integer("--grad-accum", 1, 1 << 16)) s.gradAccum = static_cast<int>(*n);
+    if (auto gpu = args.value("--gpu")) {
+        plan.gpu = GpuCatalogue::bundled().resolve(*gpu);
+        s.gpu = true;
+        s.gpus = plan.gpu->count;
+    }
+    if (auto n = args.integer("--gpus", 1, 1024)) {
+        if (!plan.gpu) throw InputError("--gpus needs --gpu NAME (the card each replica runs on)");
+        s.gpus = static_cast<int>(*n);
+        plan.gpu->count = s.gpus;
+    }
+    if (auto c = args.integer("--cuda-context", 0, 1LL << 40)) s.cudaContextBytes = *c;
+    if (auto v = args.value("--allocator-slack")) {
+        char* end = nullptr;
+        const double f = std::strtod(v->c_str(), &end);
+        if (end == v->c_str() || *end != '\0' || !(f >= 0.0 && f <= 1.0)) {
+            throw InputError("--allocator-slack must be a fraction between 0 and 1, got \"" + *v + "\"");
+        }
+        s.allocatorSlack = f;
+    }
+    return plan;
 }
 
 nlohmann::json toJson(const MemoryEstimate& e)
@@ -49,7 +158,7 @@ nlohmann::json toJson(const MemoryEstimate& e)
         formulas[t.name] = t.formula;
     }
     for (const auto& p : e.phases) phases[p.phase] = p.bytes;
-    return {{"peak_bytes", e.peakBytes}, {"peak_phase", e.peakPhase}, {"components", components},
+    return {{"peak_bytes", e.peakBytes}, {"tensor_peak_bytes", e.tensorPeakBytes}, {"peak_phase", e.peakPhase}, {"components", components},
             {"formulas", formulas},      {"phase_peak_bytes", phases}, {"parameters", e.parameters},
             {"trainable_parameters", e.trainableParameters}, {"notes", e.notes}, {"end_of_step_bytes", e.endOfStepBytes}};
 }
@@ -69,20 +178,59 @@ void printEstimate(const MemoryEstimate& e)
     for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
 
+nlohmann::json gpuJson(const GpuTarget& gpu, const MemoryEstimate& e)
+{
+    const auto usable = gpu.gpu.memoryBytes;
+    return {{"name", gpu.label()},
+            {"memory_bytes", usable},
+            {"fits", e.peakBytes <= usable},
+            {"use_fraction", static_cast<double>(e.peakBytes) / static_cast<double>(usable)}};
+}
+
+void printVerdict(const GpuTarget& gpu, const MemoryEstimate& e)
+{
+    const double use = static_cast<double>(e.peakBytes) / static_cast<double>(gpu.gpu.memoryBytes);
+    std::printf("%s: %.2f GiB usable per card; the estimate uses %.0f%%: %s\n", gpu.label().c_str(),
+                gpu.gpu.memoryBytes / (1024.0 * 1024.0 * 1024.0), 100 * use,
+                use > 1.0   ? "does NOT fit"
+                : use > 0.9 ? "fits, with under 10% to spare (risky)"
+                            : "fits");
+    if (!gpu.note.empty()) std::printf("note: %s\n", gpu.note.c_str());
+}
+
+int listPresets()
+{
+    std::printf("%-16s %-22s %16s  %s\n", "preset", "model", "parameters", "source");
+    for (const auto& p : bundledArchitectures()) {
+        std::printf("%-16s %-22s %16lld  %s\n", p.id.c_str(), p.title.c_str(),
+                    static_cast<long long>(p.arch.publishedParameters), p.source.c_str());
+    }
+    return kExitOk;
+}
+
 int estimate(const Args& args)
 {
+    if (args.flag("--list-presets")) return listPresets();
     const auto plan = planFromArgs(args, "estimate");
     const auto e = estimateMemory(plan.arch, plan.setup);
-    if (args.flag("--json")) std::cout << toJson(e).dump(2) << "\n";
-    else printEstimate(e);
+    if (args.flag("--json")) {
+        auto out = toJson(e);
+        if (plan.gpu) out["gpu"] = gpuJson(*plan.gpu, e);
+        std::cout << out.dump(2) << "\n";
+    } else {
+        printEstimate(e);
+        if (plan.gpu) printVerdict(*plan.gpu, e);
+    }
     return kExitOk;
 }
 
 int fit(const Args& args)
 {
     auto plan = planFromArgs(args, "fit");
-    const auto budget = args.integer("--budget", 1, (1LL << 62));
-    if (!budget) throw InputError("'fit' needs --budget BYTES (a GPU target is not available yet)");
+    auto budget = args.integer("--budget", 1, (1LL << 62));
+    if (budget && plan.gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
+    if (plan.gpu) budget = plan.gpu->gpu.memoryBytes;
+    if (!budget) throw InputError("'fit' needs --gpu NAME (a card from the catalogue) or --budget BYTES");
     const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value();
     std::int64_t answer = 0;
     if (bySeq) answer = largestSequence(plan.arch, plan.setup, *budget);
@@ -106,12 +254,30 @@ int fit(const Args& args)
 
 const std::vector<OptionSpec> kPlanOptions{
     {"--config", true, "the experiment config (JSON)", "FILE"},
-    {"--batch", true, "override train.batch_size", "N"},
-    {"--seq", true, "override data.seq_len", "N"},
-    {"--optimizer", true, "override optim.optimizer: adamw or sgd", "NAME"},
+    {"--preset", true, "a bundled architecture (estimate --list-presets)", "NAME"},
+    {"--hf-config", true, "a Hugging Face config.json of a decoder-only model", "FILE"},
+    {"--gpu", true, "plan for a catalogue GPU (\"T4\", \"2xA10G\"): adds the CUDA context and allocator slack", "NAME"},
+    {"--gpus", true, "data-parallel GPUs (each holds a replica)", "N"},
+    {"--batch", true, "batch size (default: the config's; 1 for presets)", "N"},
+    {"--seq", true, "sequence length (default: the config's; 512 for presets)", "N"},
+    {"--precision", true, "fp32, fp16 or bf16 (mixed, fp32 master weights), bf16-pure", "P"},
+    {"--optimizer", true, "adamw, sgd (momentum), sgd-plain or adamw8bit", "NAME"},
     {"--checkpointing", false, "plan with activation checkpointing"},
-    {"--lora-rank", true, "override lora.rank", "R"},
+    {"--attention", true, "eager (keeps batch x heads x seq^2 maps) or fused (no maps)", "KIND"},
+    {"--attention-modules", true, "attention modules per layer (default 1)", "N"},
+    {"--grad-accum", true, "gradient accumulation steps", "N"},
+    {"--lora-rank", true, "LoRA rank (0: full fine-tuning)", "R"},
+    {"--lora-targets", true, "presets: projections to adapt (attn, mlp or names; default attn)", "LIST"},
+    {"--cuda-context", true, "GPU: the CUDA context in bytes (default 287047680)", "BYTES"},
+    {"--allocator-slack", true, "GPU: reserved-but-unallocated fraction of the tensors (default 0.05)", "F"},
     {"--json", false, "print JSON (peak_bytes, components, phase_peak_bytes)"}};
+
+std::vector<OptionSpec> estimateOptions()
+{
+    auto o = kPlanOptions;
+    o.push_back({"--list-presets", false, "list the bundled architecture presets"});
+    return o;
+}
 
 std::vector<OptionSpec> fitOptions()
 {
@@ -121,11 +287,13 @@ std::vector<OptionSpec> fitOptions()
 }
 
 const CommandRegistration estimateRegistration{Command{
-    "estimate", "Estimate the tensor memory of a config's training step, term by term.",
-    "--config FILE [--batch N] [--seq N] [--json]", kPlanOptions, &estimate}};
+    "estimate", "Estimate the memory of a training step, term by term, for a config or a published model.",
+    "(--config FILE | --preset NAME | --hf-config FILE) [--gpu NAME] [--batch N] [--seq N] [--json]",
+    estimateOptions(), &estimate}};
 const CommandRegistration fitRegistration{Command{
     "fit", "The largest batch (or, with --batch, sequence length) whose estimate fits a budget.",
-    "--config FILE --budget BYTES [--batch N | --seq N] [--json]", fitOptions(), &fit}};
+    "(--config FILE | --preset NAME | --hf-config FILE) (--gpu NAME | --budget BYTES) [--batch N | --seq N] [--json]",
+    fitOptions(), &fit}};
 
 } // namespace
 } // namespace tb::cli

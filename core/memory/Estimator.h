@@ -33,6 +33,9 @@ struct ArchitectureSpec {
     std::int64_t maxPositions = 64;
     bool tieEmbeddings = true;
     std::string positional = "learned"; // learned | sinusoidal | rope
+    bool qkvBias = false;          // llama family with biased q, k, v projections (Qwen2)
+    bool parallelResidual = false; // GPT-NeoX: attention and MLP both read the block input
+    int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
 
     std::int64_t headDim() const { return hidden / heads; }
@@ -45,7 +48,10 @@ struct TrainingSetup {
     int gradAccum = 1;
     std::string optimizer = "adamw"; // adamw | sgd (momentum > 0) | sgd-plain | adamw8bit
     bool weightDecay = true;         // decoupled (AdamW) or L2 (SGD) weight decay on matrices
-    std::string precision = "fp32";  // fp32 (others are planned approximately: see terms)
+    // fp32 | fp16 / bf16 (mixed: fp32 master weights, autocast) | bf16-pure
+    // (weights, gradients, optimizer state and activations in bf16).
+    std::string precision = "fp32";
+    bool halfBase = false; // LoRA: the frozen base stored in fp16/bf16 (as PEFT loads it)
     bool checkpointing = false;
     std::string attention = "eager"; // eager | fused
     int loraRank = 0;
@@ -54,6 +60,12 @@ struct TrainingSetup {
     // Data the run keeps resident: validation batches, and the task's mask.
     std::string dataset = "text"; // text | addition
     std::int64_t validationExamples = 0;
+    // Where it runs. A GPU adds the CUDA context, the caching allocator's
+    // rounding (512 bytes) and its reserved-but-unallocated slack.
+    bool gpu = false;
+    int gpus = 1;                          // data-parallel replicas (DDP adds gradient buckets)
+    std::int64_t cudaContextBytes = 287047680; // PyTorch PR #86509: lazy module loading, measured
+    double allocatorSlack = 0.05;          // fraction of the peak held reserved but unallocated (assumed)
 };
 
 struct MemoryTerm {
@@ -76,6 +88,7 @@ struct MemoryEstimate {
     std::vector<PhasePeak> phases;
     std::vector<std::string> notes; // what is approximate for this setup
     std::int64_t endOfStepBytes = 0; // live after the optimizer step (equals the start: a self-check)
+    std::int64_t tensorPeakBytes = 0; // the tensors alone (a GPU's peak allocated); peakBytes adds GPU overheads
 };
 
 MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup& setup);

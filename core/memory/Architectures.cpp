@@ -1,0 +1,175 @@
+#include "memory/Architectures.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/Errors.h"
+
+namespace tb {
+
+std::string bundledArchitecturesJson();
+
+namespace {
+
+using nlohmann::json;
+
+std::string lower(std::string s)
+{
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s;
+}
+
+// A positive integer field: required when `fallback` is 0.
+std::int64_t positive(const json& j, const char* key, const std::string& source, std::int64_t fallback = 0)
+{
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        if (fallback > 0) return fallback;
+        throw InputError(source + ": \"" + key + "\" is missing; a config.json of a decoder-only model has it");
+    }
+    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
+        throw InputError(source + ": \"" + key + "\" must be a positive integer, got " + it->dump());
+    }
+    return it->get<std::int64_t>();
+}
+
+bool flag(const json& j, const char* key, bool fallback, const std::string& source)
+{
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) throw InputError(source + ": \"" + key + "\" must be true or false, got " + it->dump());
+    return it->get<bool>();
+}
+
+std::string text(const json& j, const char* key)
+{
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+} // namespace
+
+ArchitectureSpec architectureFromHfConfig(const std::string& content, const std::string& source)
+{
+    json j;
+    try {
+        j = json::parse(content);
+    } catch (const json::parse_error& e) {
+        throw InputError(source + ": not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!j.is_object()) throw InputError(source + ": a config.json holds one JSON object");
+
+    ArchitectureSpec a;
+    const auto type = text(j, "model_type");
+    a.name = type.empty() ? "decoder" : type;
+    if (type == "gpt2") {
+        a.family = "gpt";
+        a.positional = "learned";
+        a.vocabSize = positive(j, "vocab_size", source);
+        a.hidden = positive(j, "n_embd", source);
+        a.layers = positive(j, "n_layer", source);
+        a.heads = positive(j, "n_head", source);
+        a.kvHeads = a.heads;
+        a.intermediate = positive(j, "n_inner", source, 4 * a.hidden);
+        a.maxPositions = positive(j, "n_positions", source);
+        a.tieEmbeddings = flag(j, "tie_word_embeddings", true, source);
+    } else if (type == "gpt_neox") {
+        a.family = "gpt";
+        a.positional = "rope";
+        a.vocabSize = positive(j, "vocab_size", source);
+        a.hidden = positive(j, "hidden_size", source);
+        a.layers = positive(j, "num_hidden_layers", source);
+        a.heads = positive(j, "num_attention_heads", source);
+        a.kvHeads = a.heads;
+        a.intermediate = positive(j, "intermediate_size", source);
+        a.maxPositions = positive(j, "max_position_embeddings", source);
+        a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
+        a.parallelResidual = flag(j, "use_parallel_residual", true, source);
+    } else {
+        // Llama and its look-alikes (Mistral, Qwen2, ...): the field names Hugging
+        // Face's LlamaConfig uses. The activation decides the block's flavour.
+        const auto act = lower(text(j, "hidden_act"));
+        if (!act.empty() && act != "silu" && act.rfind("gelu", 0) != 0) {
+            throw InputError(source + ": hidden_act \"" + act
+                             + "\" is not planned yet; silu (SwiGLU, RMSNorm) and gelu (LayerNorm) are");
+        }
+        a.family = act.rfind("gelu", 0) == 0 ? "gpt" : "llama";
+        a.positional = "rope";
+        a.vocabSize = positive(j, "vocab_size", source);
+        a.hidden = positive(j, "hidden_size", source);
+        a.layers = positive(j, "num_hidden_layers", source);
+        a.heads = positive(j, "num_attention_heads", source);
+        a.kvHeads = positive(j, "num_key_value_heads", source, a.heads);
+        a.intermediate = positive(j, "intermediate_size", source);
+        a.maxPositions = positive(j, "max_position_embeddings", source, 2048);
+        a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
+        a.qkvBias = type == "qwen2" || flag(j, "attention_bias", false, source);
+        if (a.family == "gpt" && a.kvHeads != a.heads) {
+            throw InputError(source + ": grouped-query attention with a GELU MLP is not planned yet");
+        }
+    }
+    if (a.hidden % a.heads != 0) {
+        throw InputError(source + ": the hidden size " + std::to_string(a.hidden) + " is not a multiple of the "
+                         + std::to_string(a.heads) + " attention heads");
+    }
+    if (a.heads % a.kvHeads != 0) {
+        throw InputError(source + ": " + std::to_string(a.kvHeads) + " key/value heads do not divide "
+                         + std::to_string(a.heads) + " attention heads");
+    }
+    if (const auto it = j.find("head_dim"); it != j.end() && it->is_number_integer()
+        && it->get<std::int64_t>() != a.hidden / a.heads) {
+        throw InputError(source + ": head_dim " + it->dump() + " differs from hidden_size / num_attention_heads ("
+                         + std::to_string(a.hidden / a.heads) + "); such models are not planned yet");
+    }
+    return a;
+}
+
+ArchitectureSpec loadHfConfigFile(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(path + ": cannot read the file (does it exist?)");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    auto a = architectureFromHfConfig(buffer.str(), path);
+    return a;
+}
+
+const std::vector<ArchitecturePreset>& bundledArchitectures()
+{
+    static const std::vector<ArchitecturePreset> presets = [] {
+        std::vector<ArchitecturePreset> out;
+        const auto all = json::parse(bundledArchitecturesJson());
+        for (const auto& entry : all) {
+            const auto& meta = entry.at("_trainbench");
+            ArchitecturePreset p;
+            p.id = meta.at("id").get<std::string>();
+            p.title = meta.at("title").get<std::string>();
+            p.source = meta.at("source").get<std::string>();
+            p.arch = architectureFromHfConfig(entry.dump(), "resources/architectures/" + p.id + ".json");
+            p.arch.name = p.title;
+            p.arch.publishedParameters = meta.at("published_parameters").get<std::int64_t>();
+            out.push_back(std::move(p));
+        }
+        std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+        return out;
+    }();
+    return presets;
+}
+
+const ArchitecturePreset& findArchitecture(const std::string& name)
+{
+    const auto wanted = lower(name);
+    std::string names;
+    for (const auto& p : bundledArchitectures()) {
+        if (lower(p.id) == wanted || lower(p.title) == wanted) return p;
+        names += (names.empty() ? "" : ", ") + p.id;
+    }
+    throw InputError("unknown preset \"" + name + "\"; the presets are: " + names
+                     + " (or describe the model with --hf-config FILE)");
+}
+
+} // namespace tb

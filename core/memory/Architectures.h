@@ -1,0 +1,32 @@
+#pragma once
+// Architectures the planner can plan for besides the built-in models: any
+// decoder-only transformer described by a Hugging Face config.json (GPT-2,
+// GPT-NeoX/Pythia, Llama, Mistral, Qwen2 and look-alikes), and the bundled
+// presets in resources/architectures/ (published config.json values plus the
+// published parameter count).
+
+#include <string>
+#include <vector>
+
+#include "memory/Estimator.h"
+
+namespace tb {
+
+struct ArchitecturePreset {
+    std::string id;    // "pythia-2.8b"
+    std::string title; // "Pythia 2.8B"
+    std::string source;
+    ArchitectureSpec arch;
+};
+
+// Reads a config.json. Throws InputError naming the file and the missing or
+// wrong field.
+ArchitectureSpec architectureFromHfConfig(const std::string& json, const std::string& source);
+ArchitectureSpec loadHfConfigFile(const std::string& path);
+
+// The bundled presets, sorted by id.
+const std::vector<ArchitecturePreset>& bundledArchitectures();
+// By id or title, case-insensitively. Throws InputError listing the presets.
+const ArchitecturePreset& findArchitecture(const std::string& name);
+
+} // namespace tb
