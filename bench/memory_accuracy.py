@@ -59,9 +59,27 @@ def run(args):
 def multiplier(params, optimizer):
     return params * (16 if optimizer == "adamw" else 8)
 
+def with_init_from(d):
+    """Two fine-tuning rows: weights exported from a short run, then trained
+    further (GPT, all weights) or adapted (Llama, LoRA)."""
+    rows = []
+    for typ, lora in (("gpt", None), ("llama", {"rank": 4, "targets": ["attn"]})):
+        model = {"type": typ, "n_layer": 2, "d_model": 128, "n_head": 4}
+        base = cfg(model, {"source": "text", "seq_len": 64}, {"batch_size": 8})
+        db = os.path.join(d, typ + ".db")
+        path = os.path.join(d, typ + "-base.json")
+        with open(path, "w") as f:
+            json.dump(base, f)
+        subprocess.run([CLI, "train", "--config", path, "--db", db, "--quiet"], check=True, capture_output=True)
+        out = os.path.join(d, typ + "-model")
+        subprocess.run([CLI, "export-model", "1", "--db", db, "--output", out], check=True, capture_output=True)
+        tuned = cfg(model, {"source": "text", "seq_len": 64}, {"batch_size": 16, "init_from": out}, lora=lora)
+        rows.append((f"{typ} L2 d128 init_from" + (" + lora attn" if lora else ""), tuned))
+    return rows
+
 rows = []
 with tempfile.TemporaryDirectory() as d:
-    for name, c in GRID:
+    for name, c in GRID + with_init_from(d):
         path = os.path.join(d, "c.json")
         with open(path, "w") as f:
             json.dump(c, f)
