@@ -10,7 +10,10 @@
 // backward pass allocates and frees in order, when gradients and optimizer
 // state exist (LibTorch 1.13's zero_grad keeps gradients allocated, so from
 // the second step on they live through forward and backward), and the
-// optimizer's per-parameter temporaries.
+// optimizer's per-parameter temporaries. With LoRA it follows which tensors
+// require grad (a frozen projection keeps nothing for backward). GPU targets
+// add the CUDA context, 512-byte rounding and allocator slack; mixed
+// precision is replayed in fp32, an upper bound.
 
 #include <cstdint>
 #include <string>
