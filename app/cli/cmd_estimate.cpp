@@ -39,31 +39,16 @@ std::vector<std::string> splitList(const std::string& text)
 // LoRA targets in the architecture's projection names ("attn" and "mlp" expand).
 std::vector<std::string> loraTargets(const ArchitectureSpec& arch, const std::vector<std::string>& wanted)
 {
-    const bool llama = arch.family == "llama";
-    std::vector<std::string> out;
-    for (const auto& t : wanted) {
-        if (t == "attn") {
-            for (const char* n : llama ? std::vector<const char*>{"q_proj", "k_proj", "v_proj", "o_proj"}
-                                       : std::vector<const char*>{"qkv", "proj"})
-                out.push_back(n);
-        } else if (t == "mlp") {
-            for (const char* n : llama ? std::vector<const char*>{"gate_proj", "up_proj", "down_proj"}
-                                       : std::vector<const char*>{"fc", "out"})
-                out.push_back(n);
-        } else {
-            const std::vector<std::string> known = llama
-                ? std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
-                : std::vector<std::string>{"qkv", "proj", "fc", "out"};
-            if (std::find(known.begin(), known.end(), t) == known.end()) {
-                std::string names;
-                for (const auto& k : known) names += " " + k;
-                throw InputError("--lora-targets: \"" + t + "\" is not a projection of this model; use attn, mlp or"
-                                 + names);
-            }
-            out.push_back(t);
+    const auto projections = loraProjections(arch.family, wanted);
+    const auto known = loraProjections(arch.family, {"attn", "mlp"});
+    for (const auto& p : projections) {
+        if (std::find(known.begin(), known.end(), p) == known.end()) {
+            std::string names;
+            for (const auto& k : known) names += " " + k;
+            throw InputError("--lora-targets: \"" + p + "\" is not a projection of this model; use attn, mlp or" + names);
         }
     }
-    return out;
+    return projections;
 }
 
 Plan planFromArgs(const Args& args, const char* command)
@@ -84,7 +69,6 @@ Plan planFromArgs(const Args& args, const char* command)
         RunConfig config = loadConfigFile(*path);
         if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
         if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
-        if (auto o = args.value("--optimizer"); o && (*o == "adamw" || *o == "sgd")) config.optim.optimizer = *o;
         if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
         if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
         if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError(*path, std::move(issues));

@@ -60,4 +60,21 @@ int effectiveSeqLen(const RunConfig& config)
     return 64;
 }
 
+std::vector<std::string> loraProjections(const std::string& modelType, const std::vector<std::string>& targets)
+{
+    const bool llama = modelType == "llama";
+    std::vector<std::string> out;
+    const auto add = [&](std::initializer_list<const char*> names) {
+        for (const char* n : names) {
+            if (std::find(out.begin(), out.end(), n) == out.end()) out.emplace_back(n);
+        }
+    };
+    for (const auto& t : targets) {
+        if (t == "attn") llama ? add({"q_proj", "k_proj", "v_proj", "o_proj"}) : add({"qkv", "proj"});
+        else if (t == "mlp") llama ? add({"gate_proj", "up_proj", "down_proj"}) : add({"fc", "out"});
+        else add({t.c_str()});
+    }
+    return out;
+}
+
 } // namespace tb

@@ -126,6 +126,10 @@ std::string configToJson(const RunConfig& config);
 inline int additionSequenceLength(int digits) { return 3 * digits + 3; }
 // The sequence length the model is built for (data.seq_len or the dataset's default).
 int effectiveSeqLen(const RunConfig& config);
+// The projections LoRA adapts: "attn" and "mlp" expand to the model family's
+// projection names (llama: q_proj ... down_proj; gpt: qkv, proj, fc, out);
+// other names pass through. Order kept, duplicates dropped.
+std::vector<std::string> loraProjections(const std::string& modelType, const std::vector<std::string>& targets);
 
 // Levenshtein distance, for did-you-mean suggestions.
 int editDistance(const std::string& a, const std::string& b);

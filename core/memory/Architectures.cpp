@@ -134,8 +134,7 @@ ArchitectureSpec loadHfConfigFile(const std::string& path)
     if (!in) throw InputError(path + ": cannot read the file (does it exist?)");
     std::stringstream buffer;
     buffer << in.rdbuf();
-    auto a = architectureFromHfConfig(buffer.str(), path);
-    return a;
+    return architectureFromHfConfig(buffer.str(), path);
 }
 
 const std::vector<ArchitecturePreset>& bundledArchitectures()

@@ -57,19 +57,8 @@ ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
     o.loraRank = config.lora.rank;
     o.loraAlpha = config.lora.alpha;
     // "attn" and "mlp" name groups of projections; a llama config may also name one.
-    o.loraTargets.clear();
-    const bool llama = m.type == "llama";
-    for (const auto& t : config.lora.targets) {
-        if (t == "attn") {
-            if (llama) o.loraTargets.insert({"q_proj", "k_proj", "v_proj", "o_proj"});
-            else o.loraTargets.insert({"qkv", "proj"});
-        } else if (t == "mlp") {
-            if (llama) o.loraTargets.insert({"gate_proj", "up_proj", "down_proj"});
-            else o.loraTargets.insert({"fc", "out"});
-        } else {
-            o.loraTargets.insert(t);
-        }
-    }
+    const auto projections = loraProjections(m.type, config.lora.targets);
+    o.loraTargets = {projections.begin(), projections.end()};
     return o;
 }
 
