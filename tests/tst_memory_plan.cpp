@@ -61,6 +61,7 @@ private Q_SLOTS:
     void presetsMatchPublishedParameterCounts();
     void hfConfigImportNamesWhatIsWrong();
     void gpuTermsAndAttentionModules();
+    void fitMapMatchesTheEstimate();
 };
 
 void TestMemoryPlan::parameterCountIsExact()
@@ -90,7 +91,9 @@ void TestMemoryPlan::parameterCountIsExact()
     }
 }
 
-void TestMemoryPlan::estimateMatchesMeasuredPeak()
+namespace {
+
+std::vector<std::pair<std::string, RunConfig>> planGrid()
 {
     std::vector<std::pair<std::string, RunConfig>> grid;
     grid.emplace_back("gpt L2 d64 learned b8 t32", small("gpt", 2, 64, 4, 8, 32));
@@ -142,7 +145,14 @@ void TestMemoryPlan::estimateMatchesMeasuredPeak()
     c.train.activationCheckpointing = true;
     c.lora.rank = 8;
     grid.emplace_back("gpt lora checkpointing", c);
+    return grid;
+}
 
+} // namespace
+
+void TestMemoryPlan::estimateMatchesMeasuredPeak()
+{
+    const auto grid = planGrid();
     std::vector<double> errors;
     std::printf("%-28s %12s %12s %8s\n", "configuration", "measured", "estimate", "error");
     for (const auto& [name, config] : grid) {
@@ -248,3 +258,47 @@ void TestMemoryPlan::gpuTermsAndAttentionModules()
     QCOMPARE(maps, 17 * map * arch.layers);
 }
 #include "tst_memory_plan.moc"
+
+// The heat map evaluates compiled polynomials instead of replaying each cell:
+// on the CPU it must give the replay's bytes exactly, on a GPU the same
+// fit verdict in every cell and bytes within 0.1%.
+void TestMemoryPlan::fitMapMatchesTheEstimate()
+{
+    auto grid = planGrid();
+    auto c = small("gpt", 2, 32, 2, 4, 0);
+    c.data.source = "addition";
+    c.data.digits = 1; // 100 sums: the validation split caps what the batch asks for
+    c.train.evalBatches = 8;
+    grid.emplace_back("gpt addition, capped validation", c);
+    const auto batches = fitMapAxis(1, 40, 9), seqs = fitMapAxis(1, 30, 7);
+    for (const auto& [name, config] : grid) {
+        const auto arch = architectureFor(config);
+        auto setup = setupFor(config);
+        for (bool gpu : {false, true}) {
+            setup.gpu = gpu;
+            setup.gpus = gpu ? 2 : 1;
+            setup.batch = 20;
+            setup.seqLen = 15;
+            const auto budget = estimateMemory(arch, setup).peakBytes; // the verdict changes inside the map
+            const auto map = fitMap(arch, setup, budget, batches, seqs);
+            QCOMPARE(map.peakBytes.size(), batches.size() * seqs.size());
+            QVERIFY2(map.compiled, qPrintable(QString::fromStdString(name)));
+            for (std::size_t row = 0; row < seqs.size(); ++row) {
+                for (std::size_t col = 0; col < batches.size(); ++col) {
+                    setup.batch = batches[col];
+                    setup.seqLen = seqs[row];
+                    const auto exact = estimateMemory(arch, setup).peakBytes;
+                    const auto where = QString("%1 %2 batch %3 seq %4").arg(QString::fromStdString(name), gpu ? "gpu" : "cpu")
+                                           .arg(batches[col]).arg(seqs[row]);
+                    if (!gpu) QVERIFY2(map.at(row, col) == exact, qPrintable(where));
+                    QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));
+                    QVERIFY2(std::abs(static_cast<double>(map.at(row, col) - exact)) <= 1e-3 * static_cast<double>(exact),
+                             qPrintable(where));
+                }
+            }
+        }
+    }
+    QCOMPARE(fitMapAxis(1, 4, 128), (std::vector<std::int64_t>{1, 2, 3, 4}));
+    QCOMPARE(fitMapAxis(8, 64, 3), (std::vector<std::int64_t>{8, 36, 64}));
+    QVERIFY(fitMapAxis(5, 4, 3).empty());
+}

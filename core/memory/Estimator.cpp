@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
+#include <optional>
+#include <string_view>
 
 namespace tb {
 namespace {
@@ -16,37 +17,52 @@ constexpr std::array<const char*, kCats> kCatNames{"weights",     "gradients", "
 // LibTorch makes them, tracking the bytes live and the peak.
 class Replay {
 public:
+    static constexpr std::array<const char*, 3> kPhases{"forward", "backward", "optimizer"};
     // On a GPU every block the caching allocator hands out is a multiple of 512 bytes.
-    explicit Replay(std::int64_t granularity = 1) : m_granularity(granularity) {}
+    explicit Replay(std::int64_t granularity = 1, std::vector<std::int64_t>* trace = nullptr)
+        : m_granularity(granularity), m_trace(trace) {}
     void phase(const char* name)
     {
-        m_phase = name;
-        m_phasePeak[name] = std::max(m_phasePeak[name], total());
+        m_phase = 0;
+        while (m_phase + 1 < kPhases.size() && std::string_view(kPhases[m_phase]) != name) ++m_phase;
+        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
     }
     void add(Cat c, std::int64_t bytes)
     {
         bytes = round(bytes);
         m_live[c] += bytes;
-        const auto now = total();
-        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], now);
-        if (now > m_peak) {
-            m_peak = now;
+        m_total += bytes;
+        ++m_calls;
+        if (m_trace) m_trace->push_back(m_total);
+        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
+        if (m_total > m_peak) {
+            m_peak = m_total;
             m_atPeak = m_live;
             m_peakPhase = m_phase;
         }
     }
-    void sub(Cat c, std::int64_t bytes) { m_live[c] -= round(bytes); }
-    std::int64_t total() const
+    void sub(Cat c, std::int64_t bytes)
     {
-        std::int64_t t = 0;
-        for (auto v : m_live) t += v;
-        return t;
+        bytes = round(bytes);
+        m_live[c] -= bytes;
+        m_total -= bytes;
+        ++m_calls;
     }
+    std::int64_t total() const { return m_total; }
     std::int64_t live(Cat c) const { return m_live[c]; }
     std::int64_t peak() const { return m_peak; }
+    std::int64_t calls() const { return m_calls; }
     const std::array<std::int64_t, kCats>& atPeak() const { return m_atPeak; }
-    const std::string& peakPhase() const { return m_peakPhase; }
-    const std::map<std::string, std::int64_t>& phasePeaks() const { return m_phasePeak; }
+    std::string peakPhase() const { return kPhases[m_peakPhase]; }
+    // In the order of a step; phases never entered are left out.
+    std::vector<PhasePeak> phasePeaks() const
+    {
+        std::vector<PhasePeak> out;
+        for (std::size_t i = 0; i < kPhases.size(); ++i) {
+            if (i == 0 || m_phasePeak[i] > 0) out.push_back({kPhases[i], m_phasePeak[i]});
+        }
+        return out;
+    }
 
 private:
     std::int64_t round(std::int64_t bytes) const
@@ -54,11 +70,12 @@ private:
         return bytes > 0 ? (bytes + m_granularity - 1) / m_granularity * m_granularity : bytes;
     }
     std::int64_t m_granularity;
+    std::vector<std::int64_t>* m_trace; // the live total after each allocation, when set
     std::array<std::int64_t, kCats> m_live{};
     std::array<std::int64_t, kCats> m_atPeak{};
-    std::int64_t m_peak = 0;
-    std::string m_phase = "forward", m_peakPhase;
-    std::map<std::string, std::int64_t> m_phasePeak;
+    std::array<std::int64_t, kPhases.size()> m_phasePeak{};
+    std::int64_t m_total = 0, m_peak = 0, m_calls = 0;
+    std::size_t m_phase = 0, m_peakPhase = 0;
 };
 
 struct Param {
@@ -455,7 +472,43 @@ std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank, const st
     return n;
 }
 
-MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
+namespace {
+
+// Validation examples kept resident for the whole run.
+std::int64_t validationExamples(const TrainingSetup& S)
+{
+    const auto wanted = S.evalBatches * S.batch;
+    return S.validationCap > 0 ? std::min(wanted, S.validationCap) : wanted;
+}
+
+std::int64_t exampleBytes(const TrainingSetup& S)
+{
+    return (S.seqLen + 1) * 8 + (S.dataset == "addition" ? S.seqLen * 4 : 0);
+}
+
+// What a GPU adds to the tensors' peak: DDP's gradient buckets, the caching
+// allocator's reserved-but-unallocated blocks and the CUDA context.
+struct GpuOverheads {
+    std::int64_t buckets = 0, slack = 0, context = 0;
+    std::int64_t total() const { return buckets + slack + context; }
+};
+
+GpuOverheads gpuOverheads(const TrainingSetup& S, std::int64_t trainableBytes, std::int64_t tensorPeak)
+{
+    if (!S.gpu) return {};
+    const std::int64_t buckets = S.gpus > 1 ? trainableBytes : 0;
+    return {buckets, static_cast<std::int64_t>(S.allocatorSlack * static_cast<double>(tensorPeak + buckets)),
+            S.cudaContextBytes};
+}
+
+// A replay whose allocations are recorded (the fit map's compiler).
+struct Recording {
+    std::vector<std::int64_t> trace; // live bytes after each allocation
+    std::int64_t calls = 0;          // allocations and releases replayed
+    std::int64_t trainableBytes = 0;
+};
+
+MemoryEstimate estimateImpl(const ArchitectureSpec& A, const TrainingSetup& S, Recording* recording)
 {
     MemoryEstimate est;
     // Element bytes: fp32, or bf16 throughout for pure bf16. Mixed precision is
@@ -492,7 +545,7 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
     est.trainableParameters = Ptrain;
     const bool lora = S.loraRank > 0;
 
-    Replay r(S.gpu ? 512 : 1);
+    Replay r(S.gpu ? 512 : 1, recording ? &recording->trace : nullptr);
     // Between steps (from the second on): weights, gradients (LibTorch 1.13's
     // zero_grad zeroes them in place), optimizer state, resident data.
     const bool halfBase = lora && S.halfBase && (mixed || pure);
@@ -504,10 +557,11 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
     else if (S.optimizer == "sgd") stateTensors = Ptrain * e;     // momentum buffer
     r.add(OptimizerState, stateTensors);
     const bool addition = S.dataset == "addition";
-    const std::int64_t exampleBytes = (T + 1) * 8 + (addition ? T * 4 : 0);
-    r.add(Data, S.validationExamples * exampleBytes);
+    // Resident for the whole run; the fit map adds it cell by cell (a cap
+    // makes it piecewise in the batch).
+    if (!recording) r.add(Data, validationExamples(S) * exampleBytes(S));
     // All micro-batches of a step are drawn before the first forward pass.
-    r.add(Data, S.gradAccum * B * exampleBytes);
+    r.add(Data, S.gradAccum * B * exampleBytes(S));
 
     const auto act = [&](std::int64_t bytes) { r.add(Activations, bytes); };
     const auto tmp = [&](std::int64_t bytes) { r.add(Workspace, bytes); };
@@ -892,6 +946,11 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
 
     est.endOfStepBytes = r.total();
     est.peakBytes = r.peak();
+    if (recording) {
+        recording->calls = r.calls();
+        recording->trainableBytes = Ptrain * e;
+        return est;
+    }
     est.peakPhase = r.peakPhase();
     for (int c = 0; c < kCats; ++c) {
         const auto bytes = r.atPeak()[c];
@@ -924,7 +983,7 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
         }
         est.terms.push_back({kCatNames[c], bytes, formula});
     }
-    for (const auto& [phase, bytes] : r.phasePeaks()) est.phases.push_back({phase, bytes});
+    est.phases = r.phasePeaks();
     est.tensorPeakBytes = est.peakBytes;
     if (S.gpu) {
         // What a GPU adds to the tensors: the CUDA context (PyTorch PR #86509
@@ -932,15 +991,14 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
         // without), DDP's gradient buckets, and the caching allocator's
         // reserved-but-unallocated blocks (an assumed fraction; the GPU
         // validation measures it).
-        const std::int64_t buckets = S.gpus > 1 ? Ptrain * e : 0;
-        const auto slack = static_cast<std::int64_t>(S.allocatorSlack * static_cast<double>(est.peakBytes + buckets));
-        if (buckets > 0) {
-            est.terms.push_back({"ddp_buckets", buckets, "data parallel: a gradient bucket per trainable parameter"});
+        const auto extra = gpuOverheads(S, Ptrain * e, est.peakBytes);
+        if (extra.buckets > 0) {
+            est.terms.push_back({"ddp_buckets", extra.buckets, "data parallel: a gradient bucket per trainable parameter"});
         }
-        est.terms.push_back({"allocator_slack", slack,
+        est.terms.push_back({"allocator_slack", extra.slack,
                              "caching allocator: reserved but unallocated, " + std::to_string(static_cast<int>(S.allocatorSlack * 100 + 0.5)) + "% of the tensors (assumed)"});
-        est.terms.push_back({"cuda_context", S.cudaContextBytes, "CUDA context with lazy module loading (measured in PyTorch PR #86509)"});
-        est.peakBytes += buckets + slack + S.cudaContextBytes;
+        est.terms.push_back({"cuda_context", extra.context, "CUDA context with lazy module loading (measured in PyTorch PR #86509)"});
+        est.peakBytes += extra.total();
     }
     if (mixed) {
         est.notes.push_back(S.precision + " mixed precision: activations are planned at fp32, an upper bound "
@@ -953,6 +1011,8 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S)
     if (A.parallelResidual) est.notes.push_back("parallel residual (GPT-NeoX) planned as a sequential block");
     return est;
 }
+
+} // namespace
 
 ArchitectureSpec architectureFor(const RunConfig& c)
 {
@@ -986,16 +1046,12 @@ TrainingSetup setupFor(const RunConfig& c)
     s.loraTargets = loraProjections(c.model.type, c.lora.targets);
     s.dropout = c.model.dropout;
     s.dataset = c.data.source;
-    const std::int64_t wanted = static_cast<std::int64_t>(c.train.batchSize) * c.train.evalBatches;
+    s.evalBatches = c.train.evalBatches;
     if (c.data.source == "addition") {
         std::int64_t limit = 1;
         for (int i = 0; i < c.data.digits; ++i) limit *= 10;
         const auto total = limit * limit;
-        s.validationExamples = total < 1000000
-            ? std::min<std::int64_t>(wanted, static_cast<std::int64_t>(c.data.valFraction * total + 1))
-            : wanted;
-    } else {
-        s.validationExamples = wanted;
+        if (total < 1000000) s.validationCap = static_cast<std::int64_t>(c.data.valFraction * total + 1);
     }
     return s;
 }
@@ -1020,6 +1076,8 @@ std::int64_t largestFitting(Fits&& fits, std::int64_t limit)
 
 } // namespace
 
+MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S) { return estimateImpl(A, S, nullptr); }
+
 std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget, std::int64_t limit)
 {
     return largestFitting(
@@ -1038,6 +1096,148 @@ std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, 
             return estimateMemory(arch, setup).peakBytes <= budget;
         },
         arch.positional == "learned" ? arch.maxPositions : (1 << 20));
+}
+
+namespace {
+
+// The fit map's compiled step. Every size the replay allocates is a product
+// of the batch B and the sequence length T with constants, of the form
+// c0 + c1 T + c2 T^2 + c3 B + c4 BT + c5 BT^2, and the order of allocations
+// does not depend on B or T. So the live bytes after each allocation are such
+// a polynomial, recovered exactly from replays at B in {1, 2} x T in {1, 2, 3}
+// and checked at a seventh point. The peak at any (B, T) is the largest of the
+// polynomials that no other one dominates: tens of dot products instead of a
+// replay of thousands of allocations.
+constexpr int kMonomials = 6;
+using Poly = std::array<std::int64_t, kMonomials>;
+
+std::int64_t evaluate(const Poly& p, std::int64_t B, std::int64_t T)
+{
+    return p[0] + T * (p[1] + T * p[2]) + B * (p[3] + T * (p[4] + T * p[5]));
+}
+
+struct CompiledStep {
+    std::vector<Poly> peaks;
+    std::int64_t margin = 0; // on a GPU the 512-byte rounding moves the tensor peak by at most this
+    std::int64_t trainableBytes = 0;
+};
+
+std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSetup setup)
+{
+    const bool gpu = setup.gpu;
+    setup.gpu = false; // no rounding: exact polynomials
+    std::array<std::array<std::vector<std::int64_t>, 3>, 2> traces;
+    CompiledStep out;
+    std::int64_t calls = 0;
+    for (int b = 1; b <= 2; ++b) {
+        for (int t = 1; t <= 3; ++t) {
+            setup.batch = b;
+            setup.seqLen = t;
+            Recording rec;
+            (void)estimateImpl(arch, setup, &rec);
+            traces[b - 1][t - 1] = std::move(rec.trace);
+            calls = rec.calls;
+            out.trainableBytes = rec.trainableBytes;
+        }
+    }
+    const auto n = traces[0][0].size();
+    for (const auto& row : traces) {
+        for (const auto& tr : row) {
+            if (tr.size() != n) return std::nullopt;
+        }
+    }
+    std::vector<Poly> polys(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        // In T (quadratic, from T = 1, 2, 3) for B = 1 and B = 2, then linear in B.
+        std::array<std::array<std::int64_t, 3>, 2> inT{};
+        for (int b = 0; b < 2; ++b) {
+            const auto v1 = traces[b][0][k], v2 = traces[b][1][k], v3 = traces[b][2][k];
+            const auto d2 = v3 - 2 * v2 + v1;
+            if (d2 % 2 != 0) return std::nullopt;
+            const auto c2 = d2 / 2, c1 = v2 - v1 - 3 * c2;
+            inT[b] = {v1 - c1 - c2, c1, c2};
+        }
+        for (int j = 0; j < 3; ++j) {
+            polys[k][j] = 2 * inT[0][j] - inT[1][j];   // B^0
+            polys[k][3 + j] = inT[1][j] - inT[0][j];   // B^1
+        }
+    }
+    // Check at a point the samples did not use.
+    setup.batch = 5;
+    setup.seqLen = 7;
+    Recording check;
+    (void)estimateImpl(arch, setup, &check);
+    if (check.trace.size() != n) return std::nullopt;
+    for (std::size_t k = 0; k < n; ++k) {
+        if (evaluate(polys[k], 5, 7) != check.trace[k]) return std::nullopt;
+    }
+    // Keep the polynomials no other one dominates coefficient by coefficient
+    // (B, T >= 1, so every monomial is positive), largest first.
+    std::vector<std::size_t> order(n);
+    for (std::size_t k = 0; k < n; ++k) order[k] = k;
+    std::sort(order.begin(), order.end(),
+              [&](auto x, auto y) { return evaluate(polys[x], 64, 1024) > evaluate(polys[y], 64, 1024); });
+    for (auto k : order) {
+        const bool dominated = std::any_of(out.peaks.begin(), out.peaks.end(), [&](const Poly& q) {
+            for (int i = 0; i < kMonomials; ++i) {
+                if (q[i] < polys[k][i]) return false;
+            }
+            return true;
+        });
+        if (!dominated) out.peaks.push_back(polys[k]);
+    }
+    // Each rounding adds under 512 bytes to an allocation or a release; a
+    // release of bytes summed from rounded sizes at most doubles that.
+    if (gpu) out.margin = 1024 * calls;
+    return out;
+}
+
+} // namespace
+
+FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
+              const std::vector<std::int64_t>& batches, const std::vector<std::int64_t>& seqLens)
+{
+    FitMap map{batches, seqLens, {}, budgetBytes};
+    map.peakBytes.reserve(batches.size() * seqLens.size());
+    const auto compiled = compileStep(arch, setup);
+    map.compiled = compiled.has_value();
+    const std::int64_t granularity = setup.gpu ? 512 : 1;
+    for (auto t : seqLens) {
+        setup.seqLen = t;
+        for (auto b : batches) {
+            setup.batch = b;
+            if (!compiled) { // a replay that is not polynomial in B and T: replay every cell
+                map.peakBytes.push_back(estimateMemory(arch, setup).peakBytes);
+                continue;
+            }
+            std::int64_t tensors = 0;
+            for (const auto& p : compiled->peaks) tensors = std::max(tensors, evaluate(p, b, t));
+            const auto resident = validationExamples(setup) * exampleBytes(setup);
+            tensors += (resident + granularity - 1) / granularity * granularity;
+            const auto peakAt = [&](std::int64_t x) { return x + gpuOverheads(setup, compiled->trainableBytes, x).total(); };
+            std::int64_t peak = peakAt(tensors);
+            // Near the budget on a GPU the rounding could decide: replay the cell.
+            if (compiled->margin > 0 && peakAt(tensors - compiled->margin) <= budgetBytes
+                && peakAt(tensors + compiled->margin) > budgetBytes) {
+                peak = estimateMemory(arch, setup).peakBytes;
+            }
+            map.peakBytes.push_back(peak);
+        }
+    }
+    return map;
+}
+
+std::vector<std::int64_t> fitMapAxis(std::int64_t first, std::int64_t last, int count)
+{
+    std::vector<std::int64_t> axis;
+    if (count < 1 || last < first) return axis;
+    if (count == 1) return {first};
+    for (int i = 0; i < count; ++i) {
+        const auto v = first + static_cast<std::int64_t>(
+                                   static_cast<double>(last - first) * i / (count - 1) + 0.5);
+        if (axis.empty() || v > axis.back()) axis.push_back(v);
+    }
+    return axis;
 }
 
 } // namespace tb

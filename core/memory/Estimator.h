@@ -62,7 +62,8 @@ struct TrainingSetup {
     double dropout = 0.0;
     // Data the run keeps resident: validation batches, and the task's mask.
     std::string dataset = "text"; // text | addition
-    std::int64_t validationExamples = 0;
+    std::int64_t evalBatches = 0;   // validation batches kept resident: evalBatches x batch examples
+    std::int64_t validationCap = 0; // at most this many (a small task's whole validation split); 0: no cap
     // Where it runs. A GPU adds the CUDA context, the caching allocator's
     // rounding (512 bytes) and its reserved-but-unallocated slack.
     bool gpu = false;
@@ -109,5 +110,22 @@ std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank = 0,
 std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
                           std::int64_t limit = 1 << 20);
 std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes);
+
+// The estimate over a batch x sequence grid (the planner's heat map).
+struct FitMap {
+    std::vector<std::int64_t> batches;   // columns
+    std::vector<std::int64_t> seqLens;   // rows
+    std::vector<std::int64_t> peakBytes; // row-major: peakBytes[row * batches.size() + column]
+    std::int64_t budgetBytes = 0;
+    // From the compiled step (polynomials in batch and sequence), not a replay
+    // of each cell. On a GPU, cells within rounding reach of the budget are
+    // replayed, so the fit verdict is always the estimate's.
+    bool compiled = false;
+    std::int64_t at(std::size_t row, std::size_t column) const { return peakBytes[row * batches.size() + column]; }
+};
+FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
+              const std::vector<std::int64_t>& batches, const std::vector<std::int64_t>& seqLens);
+// Up to `count` distinct integers from `first` to `last`, evenly spaced.
+std::vector<std::int64_t> fitMapAxis(std::int64_t first, std::int64_t last, int count);
 
 } // namespace tb

@@ -1,0 +1,70 @@
+// bench_fit_map: how long a 128 x 128 batch x sequence fit map takes (the
+// planner panel's heat map), and one slider step (one estimate plus the two
+// fit answers). Target: the map in <= 10 ms on the development machine.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "memory/Architectures.h"
+#include "memory/Estimator.h"
+
+namespace {
+
+double millis(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+template <typename F>
+double medianMs(int rounds, F&& f)
+{
+    std::vector<double> times;
+    for (int i = 0; i < rounds; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        times.push_back(millis(std::chrono::steady_clock::now() - t0));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+}
+
+void run(const char* label, const tb::ArchitectureSpec& arch, tb::TrainingSetup setup, std::int64_t budget)
+{
+    const std::int64_t maxSeq = arch.positional == "learned" ? arch.maxPositions : 4096;
+    const auto batches = tb::fitMapAxis(1, 256, 128);
+    const auto seqs = tb::fitMapAxis(1, maxSeq, 128);
+    tb::FitMap map;
+    const double mapMs = medianMs(7, [&] { map = tb::fitMap(arch, setup, budget, batches, seqs); });
+    std::int64_t fitting = 0;
+    for (auto b : map.peakBytes) fitting += b <= budget;
+    const double stepMs = medianMs(21, [&] {
+        (void)tb::estimateMemory(arch, setup);
+        (void)tb::largestBatch(arch, setup, budget, 1 << 16);
+        (void)tb::largestSequence(arch, setup, budget);
+    });
+    if (!map.compiled) std::printf("(replayed every cell: the step did not compile)\n");
+    std::printf("%-34s map %zux%zu %8.2f ms (%5.2f us/point, %lld cells fit)   slider step %6.3f ms\n", label,
+                batches.size(), seqs.size(), mapMs, 1000.0 * mapMs / static_cast<double>(map.peakBytes.size()),
+                static_cast<long long>(fitting), stepMs);
+}
+
+} // namespace
+
+int main()
+{
+    const std::int64_t t4 = 15655829504; // a T4 as PyTorch reports it
+    tb::TrainingSetup gpu;
+    gpu.gpu = true;
+    tb::ArchitectureSpec builtin; // the default experiment's GPT
+    tb::TrainingSetup cpu;
+    run("built-in GPT (CPU, fp32, AdamW)", builtin, cpu, 1LL << 30);
+    run("GPT-2 124M on a T4 (fp32)", tb::findArchitecture("gpt2").arch, gpu, t4);
+    auto lora = gpu;
+    lora.precision = "fp16";
+    lora.loraRank = 16;
+    lora.halfBase = true;
+    lora.loraTargets = tb::loraProjections("llama", {"attn"});
+    lora.checkpointing = true;
+    run("Llama 2 7B LoRA fp16 ckpt on a T4", tb::findArchitecture("llama-2-7b").arch, lora, t4);
+    auto heavy = tb::findArchitecture("pythia-2.8b").arch;
+    run("Pythia 2.8B full fp16 on a T4", heavy, [&] { auto s = gpu; s.precision = "fp16"; return s; }(), t4);
+    return 0;
+}
