@@ -62,6 +62,7 @@ private Q_SLOTS:
     void hfConfigImportNamesWhatIsWrong();
     void gpuTermsAndAttentionModules();
     void fitMapMatchesTheEstimate();
+    void largestSequenceGrowsThePositionTable();
 };
 
 void TestMemoryPlan::parameterCountIsExact()
@@ -181,6 +182,23 @@ void TestMemoryPlan::fitSolverAgreesWithMeasurement()
     QVERIFY2(over > budget * 0.97, "one more than the answer should not fit by much");
 }
 
+// The built-in model's learned positions are sized to the sequence it trains
+// on, so the largest sequence is not capped at the config's own length (it
+// was: "largest sequence length: 64" with a quarter of the budget used).
+void TestMemoryPlan::largestSequenceGrowsThePositionTable()
+{
+    auto c = small("gpt", 2, 64, 4, 8, 64);
+    const auto arch = architectureFor(c);
+    const auto setup = setupFor(c);
+    const std::int64_t budget = 64 << 20;
+    const auto longest = largestSequence(arch, setup, budget);
+    QVERIFY2(longest > 64, qPrintable(QString::number(longest)));
+    c.data.seqLen = static_cast<int>(longest);
+    QVERIFY(estimateMemory(architectureFor(c), setupFor(c)).peakBytes <= budget);
+    c.data.seqLen = static_cast<int>(longest + 1);
+    QVERIFY(estimateMemory(architectureFor(c), setupFor(c)).peakBytes > budget);
+}
+
 QTEST_GUILESS_MAIN(TestMemoryPlan)
 
 
@@ -296,6 +314,22 @@ void TestMemoryPlan::fitMapMatchesTheEstimate()
                              qPrintable(where));
                 }
             }
+        }
+    }
+    // A learned position table sized to the sequence: beyond 256 tokens it is
+    // the largest parameter, and the optimizer's temporaries follow it, so the
+    // map is compiled in pieces.
+    auto text = small("gpt", 1, 32, 2, 4, 64);
+    const auto arch = architectureFor(text);
+    auto setup = setupFor(text);
+    const auto longSeqs = fitMapAxis(1, 1024, 33), fewBatches = fitMapAxis(1, 64, 5);
+    const auto map = fitMap(arch, setup, 1LL << 30, fewBatches, longSeqs);
+    QVERIFY(map.compiled);
+    for (std::size_t row = 0; row < longSeqs.size(); ++row) {
+        for (std::size_t col = 0; col < fewBatches.size(); ++col) {
+            setup.batch = fewBatches[col];
+            setup.seqLen = longSeqs[row];
+            QCOMPARE(map.at(row, col), estimateMemory(arch, setup).peakBytes);
         }
     }
     QCOMPARE(fitMapAxis(1, 4, 128), (std::vector<std::int64_t>{1, 2, 3, 4}));

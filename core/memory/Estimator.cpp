@@ -508,8 +508,15 @@ struct Recording {
     std::int64_t trainableBytes = 0;
 };
 
-MemoryEstimate estimateImpl(const ArchitectureSpec& A, const TrainingSetup& S, Recording* recording)
+MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S, Recording* recording)
 {
+    // The built-in model is built for the sequence length it trains on.
+    ArchitectureSpec sized;
+    if (S.positionsFollowSeq && arch.maxPositions != S.seqLen) {
+        sized = arch;
+        sized.maxPositions = S.seqLen;
+    }
+    const ArchitectureSpec& A = S.positionsFollowSeq && arch.maxPositions != S.seqLen ? sized : arch;
     MemoryEstimate est;
     // Element bytes: fp32, or bf16 throughout for pure bf16. Mixed precision is
     // replayed in fp32 (an upper bound: it exceeded the measured peak of CPU
@@ -1047,6 +1054,7 @@ TrainingSetup setupFor(const RunConfig& c)
     s.dropout = c.model.dropout;
     s.dataset = c.data.source;
     s.evalBatches = c.train.evalBatches;
+    s.positionsFollowSeq = true;
     if (c.data.source == "addition") {
         std::int64_t limit = 1;
         for (int i = 0; i < c.data.digits; ++i) limit *= 10;
@@ -1095,7 +1103,7 @@ std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, 
             setup.seqLen = t;
             return estimateMemory(arch, setup).peakBytes <= budget;
         },
-        arch.positional == "learned" ? arch.maxPositions : (1 << 20));
+        arch.positional == "learned" && !setup.positionsFollowSeq ? arch.maxPositions : (1 << 20));
 }
 
 namespace {
@@ -1104,41 +1112,51 @@ namespace {
 // of the batch B and the sequence length T with constants, of the form
 // c0 + c1 T + c2 T^2 + c3 B + c4 BT + c5 BT^2, and the order of allocations
 // does not depend on B or T. So the live bytes after each allocation are such
-// a polynomial, recovered exactly from replays at B in {1, 2} x T in {1, 2, 3}
-// and checked at a seventh point. The peak at any (B, T) is the largest of the
-// polynomials that no other one dominates: tens of dot products instead of a
-// replay of thousands of allocations.
+// a polynomial, recovered exactly from replays at B in {1, 2} x three
+// consecutive T, and checked at the corners and the middle of the map. The
+// peak at any (B, T) is the largest of the polynomials that no other one
+// dominates: tens of dot products instead of a replay of thousands of
+// allocations. Where a size is not polynomial over the whole range (the
+// optimizer's largest parameter switches to a learned position table that
+// grows with T), the range is split and each part compiled on its own.
 constexpr int kMonomials = 6;
 using Poly = std::array<std::int64_t, kMonomials>;
 
-std::int64_t evaluate(const Poly& p, std::int64_t B, std::int64_t T)
+// u = T - t0 + 1, the sequence length counted from the segment's first sample.
+std::int64_t evaluate(const Poly& p, std::int64_t B, std::int64_t u)
 {
-    return p[0] + T * (p[1] + T * p[2]) + B * (p[3] + T * (p[4] + T * p[5]));
+    return p[0] + u * (p[1] + u * p[2]) + B * (p[3] + u * (p[4] + u * p[5]));
 }
 
-struct CompiledStep {
+struct CompiledSegment {
+    std::int64_t t0 = 1, tLast = 1; // the sequence lengths it covers
     std::vector<Poly> peaks;
+};
+
+struct CompiledStep {
+    std::vector<CompiledSegment> segments; // ascending in T
     std::int64_t margin = 0; // on a GPU the 512-byte rounding moves the tensor peak by at most this
     std::int64_t trainableBytes = 0;
 };
 
-std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSetup setup)
+std::vector<std::int64_t> recordedTrace(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t B,
+                                        std::int64_t T, Recording* rec = nullptr)
 {
-    const bool gpu = setup.gpu;
-    setup.gpu = false; // no rounding: exact polynomials
+    Recording local;
+    if (!rec) rec = &local;
+    setup.batch = B;
+    setup.seqLen = T;
+    (void)estimateImpl(arch, setup, rec);
+    return std::move(rec->trace);
+}
+
+// setup without rounding (gpu off).
+std::optional<CompiledSegment> compileSegment(const ArchitectureSpec& arch, const TrainingSetup& setup,
+                                              std::int64_t t0, std::int64_t tLast, std::int64_t bMax)
+{
     std::array<std::array<std::vector<std::int64_t>, 3>, 2> traces;
-    CompiledStep out;
-    std::int64_t calls = 0;
-    for (int b = 1; b <= 2; ++b) {
-        for (int t = 1; t <= 3; ++t) {
-            setup.batch = b;
-            setup.seqLen = t;
-            Recording rec;
-            (void)estimateImpl(arch, setup, &rec);
-            traces[b - 1][t - 1] = std::move(rec.trace);
-            calls = rec.calls;
-            out.trainableBytes = rec.trainableBytes;
-        }
+    for (int b = 0; b < 2; ++b) {
+        for (int u = 0; u < 3; ++u) traces[b][u] = recordedTrace(arch, setup, b + 1, t0 + u);
     }
     const auto n = traces[0][0].size();
     for (const auto& row : traces) {
@@ -1148,35 +1166,39 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
     }
     std::vector<Poly> polys(n);
     for (std::size_t k = 0; k < n; ++k) {
-        // In T (quadratic, from T = 1, 2, 3) for B = 1 and B = 2, then linear in B.
-        std::array<std::array<std::int64_t, 3>, 2> inT{};
+        // Quadratic in u from u = 1, 2, 3 for B = 1 and B = 2, then linear in B.
+        std::array<std::array<std::int64_t, 3>, 2> inU{};
         for (int b = 0; b < 2; ++b) {
             const auto v1 = traces[b][0][k], v2 = traces[b][1][k], v3 = traces[b][2][k];
             const auto d2 = v3 - 2 * v2 + v1;
             if (d2 % 2 != 0) return std::nullopt;
             const auto c2 = d2 / 2, c1 = v2 - v1 - 3 * c2;
-            inT[b] = {v1 - c1 - c2, c1, c2};
+            inU[b] = {v1 - c1 - c2, c1, c2};
         }
         for (int j = 0; j < 3; ++j) {
-            polys[k][j] = 2 * inT[0][j] - inT[1][j];   // B^0
-            polys[k][3 + j] = inT[1][j] - inT[0][j];   // B^1
+            polys[k][j] = 2 * inU[0][j] - inU[1][j]; // B^0
+            polys[k][3 + j] = inU[1][j] - inU[0][j]; // B^1
         }
     }
-    // Check at a point the samples did not use.
-    setup.batch = 5;
-    setup.seqLen = 7;
-    Recording check;
-    (void)estimateImpl(arch, setup, &check);
-    if (check.trace.size() != n) return std::nullopt;
-    for (std::size_t k = 0; k < n; ++k) {
-        if (evaluate(polys[k], 5, 7) != check.trace[k]) return std::nullopt;
+    // Check where the samples were not taken: a point near them, the corners
+    // and the middle of the segment.
+    const std::array<std::pair<std::int64_t, std::int64_t>, 5> checks{
+        {{5, t0 + 6}, {bMax, t0}, {bMax, tLast}, {1, tLast}, {(1 + bMax) / 2, (t0 + tLast) / 2}}};
+    for (const auto& [B, T] : checks) {
+        const auto trace = recordedTrace(arch, setup, B, T);
+        if (trace.size() != n) return std::nullopt;
+        for (std::size_t k = 0; k < n; ++k) {
+            if (evaluate(polys[k], B, T - t0 + 1) != trace[k]) return std::nullopt;
+        }
     }
     // Keep the polynomials no other one dominates coefficient by coefficient
-    // (B, T >= 1, so every monomial is positive), largest first.
+    // (B, u >= 1, so every monomial is positive), largest first.
     std::vector<std::size_t> order(n);
     for (std::size_t k = 0; k < n; ++k) order[k] = k;
+    const auto uMax = tLast - t0 + 1;
     std::sort(order.begin(), order.end(),
-              [&](auto x, auto y) { return evaluate(polys[x], 64, 1024) > evaluate(polys[y], 64, 1024); });
+              [&](auto x, auto y) { return evaluate(polys[x], bMax, uMax) > evaluate(polys[y], bMax, uMax); });
+    CompiledSegment out{t0, tLast, {}};
     for (auto k : order) {
         const bool dominated = std::any_of(out.peaks.begin(), out.peaks.end(), [&](const Poly& q) {
             for (int i = 0; i < kMonomials; ++i) {
@@ -1186,9 +1208,35 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
         });
         if (!dominated) out.peaks.push_back(polys[k]);
     }
+    return out;
+}
+
+bool compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std::int64_t t0, std::int64_t tLast,
+                  std::int64_t bMax, int depth, std::vector<CompiledSegment>& out)
+{
+    if (auto segment = compileSegment(arch, setup, t0, tLast, bMax)) {
+        out.push_back(std::move(*segment));
+        return true;
+    }
+    if (depth == 0 || tLast - t0 < 8) return false;
+    const auto mid = t0 + (tLast - t0) / 2;
+    return compileRange(arch, setup, t0, mid, bMax, depth - 1, out)
+        && compileRange(arch, setup, mid + 1, tLast, bMax, depth - 1, out);
+}
+
+std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bMax,
+                                        std::int64_t tFirst, std::int64_t tLast)
+{
+    const bool gpu = setup.gpu;
+    setup.gpu = false; // no rounding: exact polynomials
+    CompiledStep out;
+    Recording rec;
+    (void)recordedTrace(arch, setup, 1, tFirst, &rec);
+    out.trainableBytes = rec.trainableBytes;
+    if (!compileRange(arch, setup, tFirst, tLast, bMax, 8, out.segments)) return std::nullopt;
     // Each rounding adds under 512 bytes to an allocation or a release; a
     // release of bytes summed from rounded sizes at most doubles that.
-    if (gpu) out.margin = 1024 * calls;
+    if (gpu) out.margin = 1024 * rec.calls;
     return out;
 }
 
@@ -1198,20 +1246,29 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
               const std::vector<std::int64_t>& batches, const std::vector<std::int64_t>& seqLens)
 {
     FitMap map{batches, seqLens, {}, budgetBytes};
+    if (batches.empty() || seqLens.empty()) return map;
     map.peakBytes.reserve(batches.size() * seqLens.size());
-    const auto compiled = compileStep(arch, setup);
+    const auto compiled = compileStep(arch, setup, *std::max_element(batches.begin(), batches.end()),
+                                      *std::min_element(seqLens.begin(), seqLens.end()),
+                                      *std::max_element(seqLens.begin(), seqLens.end()));
     map.compiled = compiled.has_value();
     const std::int64_t granularity = setup.gpu ? 512 : 1;
     for (auto t : seqLens) {
         setup.seqLen = t;
+        const CompiledSegment* segment = nullptr;
+        if (compiled) {
+            for (const auto& s : compiled->segments) {
+                if (t >= s.t0 && t <= s.tLast) segment = &s;
+            }
+        }
         for (auto b : batches) {
             setup.batch = b;
-            if (!compiled) { // a replay that is not polynomial in B and T: replay every cell
+            if (!segment) { // a replay that is not polynomial in B and T: replay every cell
                 map.peakBytes.push_back(estimateMemory(arch, setup).peakBytes);
                 continue;
             }
             std::int64_t tensors = 0;
-            for (const auto& p : compiled->peaks) tensors = std::max(tensors, evaluate(p, b, t));
+            for (const auto& p : segment->peaks) tensors = std::max(tensors, evaluate(p, b, t - segment->t0 + 1));
             const auto resident = validationExamples(setup) * exampleBytes(setup);
             tensors += (resident + granularity - 1) / granularity * granularity;
             const auto peakAt = [&](std::int64_t x) { return x + gpuOverheads(setup, compiled->trainableBytes, x).total(); };

@@ -62,6 +62,7 @@ struct TrainingSetup {
     double dropout = 0.0;
     // Data the run keeps resident: validation batches, and the task's mask.
     std::string dataset = "text"; // text | addition
+    bool positionsFollowSeq = false; // the built-in models: learned positions sized to seqLen
     std::int64_t evalBatches = 0;   // validation batches kept resident: evalBatches x batch examples
     std::int64_t validationCap = 0; // at most this many (a small task's whole validation split); 0: no cap
     // Where it runs. A GPU adds the CUDA context, the caching allocator's
