@@ -20,6 +20,7 @@
 #include <QVBoxLayout>
 
 #include "ConfigDocument.h"
+#include "memory/Estimator.h"
 
 namespace tb::ui {
 namespace {
@@ -116,8 +117,26 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     jsonLayout->addWidget(m_json, 1);
     jsonLayout->addWidget(m_otherIssues);
 
+    // The config's memory estimate, updated as it is edited.
+    m_estimate = plainLabel(this);
+    m_estimate->setObjectName("experimentEstimate");
+    m_estimate->setWordWrap(true);
+    m_estimate->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* plan = new QToolButton(this);
+    plan->setText(tr("Plan…"));
+    plan->setToolTip(tr("Open the memory planner (Ctrl+2)"));
+    connect(plan, &QToolButton::clicked, this, &ExperimentPanel::planRequested);
+    auto* formSide = new QWidget(this);
+    auto* formLayout = new QVBoxLayout(formSide);
+    formLayout->setContentsMargins(0, 0, 0, 0);
+    formLayout->addWidget(scroll, 1);
+    auto* estimateRow = new QHBoxLayout;
+    estimateRow->addWidget(m_estimate, 1);
+    estimateRow->addWidget(plan, 0, Qt::AlignTop);
+    formLayout->addLayout(estimateRow);
+
     auto* splitter = new QSplitter(Qt::Vertical, this);
-    splitter->addWidget(scroll);
+    splitter->addWidget(formSide);
     splitter->addWidget(jsonHost);
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 2);
@@ -303,7 +322,44 @@ void ExperimentPanel::refreshFromDocument()
     }
     m_otherIssues->setText(unplaced.join('\n'));
     m_otherIssues->setVisible(!unplaced.isEmpty());
+    updateEstimate();
     m_updating = false;
+}
+
+void ExperimentPanel::setTarget(const GpuTarget& target)
+{
+    m_target = target;
+    m_haveTarget = true;
+    updateEstimate();
+}
+
+QString ExperimentPanel::estimateText() const { return m_estimate->text(); }
+
+void ExperimentPanel::updateEstimate()
+{
+    const auto config = m_document->config();
+    if (!config) {
+        m_estimate->setText(tr("Memory estimate: once the config is valid."));
+        return;
+    }
+    const auto gib = [](std::int64_t b) { return QString::number(static_cast<double>(b) / 1073741824.0, 'f', 2) + " GiB"; };
+    const auto arch = architectureFor(*config);
+    auto setup = setupFor(*config);
+    const auto cpu = estimateMemory(arch, setup);
+    QString text = tr("Memory estimate: %1 MiB of tensors at the peak (during %2)")
+                       .arg(static_cast<double>(cpu.peakBytes) / 1048576.0, 0, 'f', 1)
+                       .arg(QString::fromStdString(cpu.peakPhase));
+    if (m_haveTarget && config->device != "cpu") {
+        setup.gpu = true;
+        setup.gpus = m_target.count;
+        const auto gpu = estimateMemory(arch, setup);
+        const double use = static_cast<double>(gpu.peakBytes) / static_cast<double>(m_target.gpu.memoryBytes);
+        text += tr("; on %1 %2 of %3 (%4%), %5")
+                    .arg(QString::fromStdString(m_target.label()), gib(gpu.peakBytes), gib(m_target.gpu.memoryBytes))
+                    .arg(100.0 * use, 0, 'f', 0)
+                    .arg(use > 1.0 ? tr("does not fit") : use > 0.9 ? tr("fits with under 10% to spare") : tr("fits"));
+    }
+    m_estimate->setText(text + ".");
 }
 
 } // namespace tb::ui

@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include "gpu/Catalogue.h"
+
 class QComboBox;
 class QFormLayout;
 class QLabel;
@@ -27,6 +29,14 @@ public:
     QWidget* fieldEditor(const QString& path) const;
     QString fieldMessage(const QString& path) const;
     QPlainTextEdit* jsonView() const { return m_json; }
+    // The GPU the estimate line plans for (the Hardware panel's target).
+    void setTarget(const GpuTarget& target);
+    // The current config's memory estimate, as shown under the form.
+    QString estimateText() const;
+
+Q_SIGNALS:
+    // "Plan…" next to the estimate: open the memory planner.
+    void planRequested();
 
 private:
     enum class Kind { Text, Integer, Number, Choice, Flag, Path };
@@ -41,11 +51,15 @@ private:
     void refreshFromDocument();
     void fieldEdited(const Field& field);
     void browseDataFile();
+    void updateEstimate();
 
     ConfigDocument* m_document;
     std::vector<Field> m_fields;
     QPlainTextEdit* m_json;
     QLabel* m_otherIssues;
+    QLabel* m_estimate;
+    GpuTarget m_target;
+    bool m_haveTarget = false;
     QTimer m_jsonDebounce;
     bool m_updating = false;
 };

@@ -13,10 +13,12 @@
 #include <QMessageBox>
 #include <QSettings>
 #include <QStatusBar>
+#include <QTabWidget>
 
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
 #include "HardwarePanel.h"
+#include "MemoryPlannerPanel.h"
 #include "RunPanel.h"
 #include "common/Version.h"
 #include "store/RunStore.h"
@@ -35,13 +37,21 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_document = new ConfigDocument(this);
     m_run = new RunPanel(this);
     m_run->setDatabasePath(dbPath.isEmpty() ? QString::fromStdString(RunStore::defaultPath()) : dbPath);
-    setCentralWidget(m_run);
+    m_tabs = new QTabWidget(this);
+    m_tabs->setDocumentMode(true);
+    setCentralWidget(m_tabs);
     // Panels: one line each.
+    m_tabs->addTab(m_run, tr("Run"));
     m_experiment = new ExperimentPanel(m_document, this);
     QDockWidget* experimentDock = addPanel(m_experiment, tr("Experiment"), Qt::LeftDockWidgetArea);
     m_hardware = new HardwarePanel(std::shared_ptr<GpuDriver>(makeNvidiaDriver()), torchCudaInfo(), this);
     tabifyDockWidget(experimentDock, addPanel(m_hardware, tr("Hardware"), Qt::LeftDockWidgetArea));
     experimentDock->raise();
+    m_planner = new MemoryPlannerPanel(m_document, this);
+    m_tabs->addTab(m_planner, tr("Memory planner"));
+    m_planner->setTarget(m_hardware->target());
+    m_experiment->setTarget(m_hardware->target());
+    connect(m_experiment, &ExperimentPanel::planRequested, this, [this] { m_tabs->setCurrentWidget(m_planner); });
 
     m_dbLabel = plainLabel(this);
     m_runLabel = plainLabel(this, tr("idle"));
@@ -52,7 +62,11 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     statusBar()->addPermanentWidget(m_dbLabel);
     m_targetLabel->setText(tr("target: %1").arg(QString::fromStdString(m_hardware->target().label())));
     connect(m_hardware, &HardwarePanel::targetChanged, this,
-            [this](const QString& label) { m_targetLabel->setText(tr("target: %1").arg(label)); });
+            [this](const QString& label) {
+                m_targetLabel->setText(tr("target: %1").arg(label));
+                m_planner->setTarget(m_hardware->target());
+                m_experiment->setTarget(m_hardware->target());
+            });
     m_dbLabel->setText(tr("store: %1").arg(m_run->databasePath()));
 
     buildMenus();
@@ -116,6 +130,11 @@ void MainWindow::buildMenus()
     m_stopAction = run->addAction(tr("S&top"), QKeySequence(Qt::CTRL | Qt::Key_Period), m_run, &RunPanel::stop);
     m_stopAction->setEnabled(false);
     m_resumeAction = run->addAction(tr("&Resume last stopped run"), this, &MainWindow::resumeLatest);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->addAction(tr("&Run"), QKeySequence(Qt::CTRL | Qt::Key_1), this, [this] { m_tabs->setCurrentWidget(m_run); });
+    view->addAction(tr("&Memory planner"), QKeySequence(Qt::CTRL | Qt::Key_2), this,
+                    [this] { m_tabs->setCurrentWidget(m_planner); });
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About Trainbench"), this, &MainWindow::about);

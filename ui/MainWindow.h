@@ -8,12 +8,14 @@
 
 class QLabel;
 class QMenu;
+class QTabWidget;
 
 namespace tb::ui {
 
 class ConfigDocument;
 class ExperimentPanel;
 class HardwarePanel;
+class MemoryPlannerPanel;
 class RunPanel;
 
 class MainWindow final : public QMainWindow {
@@ -30,6 +32,9 @@ public:
     ExperimentPanel* experimentPanel() const { return m_experiment; }
     HardwarePanel* hardwarePanel() const { return m_hardware; }
     RunPanel* runPanel() const { return m_run; }
+    MemoryPlannerPanel* plannerPanel() const { return m_planner; }
+    // The central tabs: Run, Memory planner.
+    QTabWidget* tabs() const { return m_tabs; }
     // Skips the save/stop questions on close (tests, scripted use).
     void setAskBeforeClosing(bool ask) { m_askBeforeClosing = ask; }
 
@@ -56,6 +61,8 @@ private:
     ExperimentPanel* m_experiment;
     HardwarePanel* m_hardware;
     RunPanel* m_run;
+    MemoryPlannerPanel* m_planner;
+    QTabWidget* m_tabs;
     QMenu* m_recentMenu = nullptr;
     QLabel* m_dbLabel;
     QLabel* m_runLabel;

@@ -1131,6 +1131,7 @@ std::int64_t evaluate(const Poly& p, std::int64_t B, std::int64_t u)
 struct CompiledSegment {
     std::int64_t t0 = 1, tLast = 1; // the sequence lengths it covers
     std::vector<Poly> peaks;
+    bool compiled = true; // false: its rows are replayed cell by cell
 };
 
 struct CompiledStep {
@@ -1198,7 +1199,7 @@ std::optional<CompiledSegment> compileSegment(const ArchitectureSpec& arch, cons
     const auto uMax = tLast - t0 + 1;
     std::sort(order.begin(), order.end(),
               [&](auto x, auto y) { return evaluate(polys[x], bMax, uMax) > evaluate(polys[y], bMax, uMax); });
-    CompiledSegment out{t0, tLast, {}};
+    CompiledSegment out{t0, tLast, {}, true};
     for (auto k : order) {
         const bool dominated = std::any_of(out.peaks.begin(), out.peaks.end(), [&](const Poly& q) {
             for (int i = 0; i < kMonomials; ++i) {
@@ -1211,17 +1212,23 @@ std::optional<CompiledSegment> compileSegment(const ArchitectureSpec& arch, cons
     return out;
 }
 
-bool compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std::int64_t t0, std::int64_t tLast,
-                  std::int64_t bMax, int depth, std::vector<CompiledSegment>& out)
+// Compiles [t0, tLast], splitting it where a size is not one polynomial over
+// it. A piece too narrow to split (a switch point inside a few sequence
+// lengths) is left uncompiled: the map replays its rows.
+void compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std::int64_t t0, std::int64_t tLast,
+                  std::int64_t bMax, std::vector<CompiledSegment>& out)
 {
     if (auto segment = compileSegment(arch, setup, t0, tLast, bMax)) {
         out.push_back(std::move(*segment));
-        return true;
+        return;
     }
-    if (depth == 0 || tLast - t0 < 8) return false;
+    if (tLast - t0 < 8) {
+        out.push_back({t0, tLast, {}, false});
+        return;
+    }
     const auto mid = t0 + (tLast - t0) / 2;
-    return compileRange(arch, setup, t0, mid, bMax, depth - 1, out)
-        && compileRange(arch, setup, mid + 1, tLast, bMax, depth - 1, out);
+    compileRange(arch, setup, t0, mid, bMax, out);
+    compileRange(arch, setup, mid + 1, tLast, bMax, out);
 }
 
 std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bMax,
@@ -1233,7 +1240,11 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
     Recording rec;
     (void)recordedTrace(arch, setup, 1, tFirst, &rec);
     out.trainableBytes = rec.trainableBytes;
-    if (!compileRange(arch, setup, tFirst, tLast, bMax, 8, out.segments)) return std::nullopt;
+    compileRange(arch, setup, tFirst, tLast, bMax, out.segments);
+    // A step whose allocations do not follow polynomials anywhere is not compiled.
+    if (std::none_of(out.segments.begin(), out.segments.end(), [](const auto& s) { return s.compiled; })) {
+        return std::nullopt;
+    }
     // Each rounding adds under 512 bytes to an allocation or a release; a
     // release of bytes summed from rounded sizes at most doubles that.
     if (gpu) out.margin = 1024 * rec.calls;
@@ -1258,12 +1269,12 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
         const CompiledSegment* segment = nullptr;
         if (compiled) {
             for (const auto& s : compiled->segments) {
-                if (t >= s.t0 && t <= s.tLast) segment = &s;
+                if (t >= s.t0 && t <= s.tLast && s.compiled) segment = &s;
             }
         }
         for (auto b : batches) {
             setup.batch = b;
-            if (!segment) { // a replay that is not polynomial in B and T: replay every cell
+            if (!segment) { // not polynomial in B and T here: replay the cell
                 map.peakBytes.push_back(estimateMemory(arch, setup).peakBytes);
                 continue;
             }

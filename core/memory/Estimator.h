@@ -119,8 +119,10 @@ struct FitMap {
     std::vector<std::int64_t> peakBytes; // row-major: peakBytes[row * batches.size() + column]
     std::int64_t budgetBytes = 0;
     // From the compiled step (polynomials in batch and sequence), not a replay
-    // of each cell. On a GPU, cells within rounding reach of the budget are
-    // replayed, so the fit verdict is always the estimate's.
+    // of each cell; rows at a sequence length where a size switches from one
+    // polynomial to another are replayed. On a GPU the compiled bytes leave
+    // out the 512-byte rounding (well under 0.1%), and cells within its reach
+    // of the budget are replayed, so the fit verdict is always the estimate's.
     bool compiled = false;
     std::int64_t at(std::size_t row, std::size_t column) const { return peakBytes[row * batches.size() + column]; }
 };

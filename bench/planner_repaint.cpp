@@ -1,0 +1,77 @@
+// bench_planner_repaint: the memory planner panel's slider-to-repaint time.
+// For each model below it drags the batch and the sequence slider over 60
+// positions each (estimate, both fit answers, bar, marker, repaint of the
+// window) and changes the precision 10 times (which also recomputes the
+// 128 x 128 heat map), and prints the median and worst times.
+// Target: slider to repaint <= 30 ms. Run under Xvfb or QT_QPA_PLATFORM=offscreen.
+#include <QApplication>
+#include <QComboBox>
+#include <QElapsedTimer>
+#include <QSlider>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "ConfigDocument.h"
+#include "MemoryPlannerPanel.h"
+
+namespace {
+
+struct Stats {
+    double median = 0, worst = 0;
+};
+
+Stats stats(std::vector<double> t)
+{
+    std::sort(t.begin(), t.end());
+    return {t[t.size() / 2], t.back()};
+}
+
+template <typename F>
+double timed(tb::ui::MemoryPlannerPanel& panel, F&& change)
+{
+    QElapsedTimer timer;
+    timer.start();
+    change();
+    panel.window()->repaint(); // paint now, not at the next event loop turn
+    QApplication::processEvents();
+    return static_cast<double>(timer.nsecsElapsed()) / 1e6;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    QApplication app(argc, argv);
+    tb::ui::ConfigDocument document;
+    document.loadText(R"({"name": "bench", "model": {"n_layer": 4, "d_model": 256, "n_head": 8},
+                          "data": {"source": "text", "seq_len": 256}, "train": {"batch_size": 16}})",
+                      "bench.json");
+    tb::ui::MemoryPlannerPanel panel(&document);
+    panel.resize(1100, 760);
+    panel.show();
+    QApplication::processEvents();
+    std::printf("%-22s %22s %22s %26s\n", "model", "batch slider (ms)", "sequence slider (ms)", "precision + map (ms)");
+    for (const char* source : {"experiment", "gpt2", "pythia-2.8b", "llama-2-7b"}) {
+        panel.selectSource(source);
+        QApplication::processEvents();
+        std::vector<double> batch, seq, inputs;
+        for (int i = 0; i < 60; ++i) {
+            auto* s = panel.batchSlider();
+            batch.push_back(timed(panel, [&] { s->setValue(1 + (i * 7919) % s->maximum()); }));
+        }
+        for (int i = 0; i < 60; ++i) {
+            auto* s = panel.seqSlider();
+            seq.push_back(timed(panel, [&] { s->setValue(1 + (i * 7919) % s->maximum()); }));
+        }
+        for (int i = 0; i < 10; ++i) {
+            auto* p = panel.precisionBox();
+            inputs.push_back(timed(panel, [&] { p->setCurrentIndex((p->currentIndex() + 1) % 3); }));
+        }
+        const auto b = stats(batch), q = stats(seq), m = stats(inputs);
+        std::printf("%-22s %10.2f (max %6.2f) %10.2f (max %6.2f) %12.2f (max %6.2f)\n", source, b.median, b.worst,
+                    q.median, q.worst, m.median, m.worst);
+    }
+    return 0;
+}

@@ -1,0 +1,264 @@
+// The memory planner panel: the estimate term by term against the target
+// GPU, a fit heat map with the current point, the largest batch and sequence,
+// sliders that update everything, and "Apply to experiment". Every number
+// shown must be core's estimate for the same inputs.
+#include <QtTest>
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QPushButton>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTabWidget>
+
+#include "ConfigDocument.h"
+#include "ExperimentPanel.h"
+#include "HardwarePanel.h"
+#include "MainWindow.h"
+#include "MemoryPlannerPanel.h"
+#include "QCustomPlotInclude.h"
+#include "memory/Architectures.h"
+#include "memory/Estimator.h"
+
+using namespace tb;
+using namespace tb::ui;
+
+class TestPlannerPanel : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+    void init();
+    void cleanup() { m_window.reset(); }
+    void presetOnT4MatchesTheEstimate();
+    void sliderUpdatesEverythingButTheMap();
+    void heatMapAndFrontierComeFromTheEstimate();
+    void applyCopiesIntoTheExperiment();
+    void invalidExperimentSaysWhy();
+    void importedConfigJsonAndBadFile();
+    void experimentPanelShowsTheEstimateForTheTarget();
+
+private:
+    MemoryPlannerPanel* planner() const { return m_window->plannerPanel(); }
+    void screenshot(const QString& name)
+    {
+        QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/" + name));
+    }
+    std::unique_ptr<QTemporaryDir> m_dir;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestPlannerPanel::init()
+{
+    m_dir = std::make_unique<QTemporaryDir>();
+    m_window = std::make_unique<MainWindow>(m_dir->filePath("exp.db"));
+    m_window->setAskBeforeClosing(false);
+    m_window->openExample(":/examples/default.json");
+    QVERIFY(m_window->hardwarePanel()->selectTarget("T4"));
+    m_window->tabs()->setCurrentWidget(planner());
+    m_window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
+}
+
+// The README's Pythia example, set up in the panel: the same bytes and verdict
+// as core's estimate, and the answers of the fit solver.
+void TestPlannerPanel::presetOnT4MatchesTheEstimate()
+{
+    auto* p = planner();
+    QVERIFY(p->selectSource("pythia-2.8b"));
+    p->precisionBox()->setCurrentIndex(p->precisionBox()->findData("fp16"));
+    p->loraRankBox()->setValue(16);
+    p->checkpointingBox()->setChecked(true);
+    p->setBatch(2);
+    p->setSeqLen(2048);
+
+    const auto arch = findArchitecture("pythia-2.8b").arch;
+    TrainingSetup s;
+    s.batch = 2;
+    s.seqLen = 2048;
+    s.precision = "fp16";
+    s.loraRank = 16;
+    s.loraTargets = loraProjections(arch.family, {"attn"});
+    s.halfBase = true;
+    s.checkpointing = true;
+    s.gpu = true;
+    const auto expected = estimateMemory(arch, s);
+    QVERIFY(p->estimate().has_value());
+    QCOMPARE(p->estimate()->peakBytes, expected.peakBytes);
+    QCOMPARE(p->budgetBytes(), GpuCatalogue::bundled().resolve("T4").gpu.memoryBytes);
+    QVERIFY2(p->verdictText().startsWith("Fits (72%): 10.57 GiB of 14.74 GiB on Tesla T4"), qPrintable(p->verdictText()));
+    QVERIFY2(p->verdictText().contains("Tesla T4"), qPrintable(p->verdictText()));
+    QCOMPARE(p->largestBatchHere(), largestBatch(arch, s, p->budgetBytes(), 65536));
+    const auto longest = std::min<std::int64_t>(largestSequence(arch, s, p->budgetBytes()), arch.maxPositions);
+    QCOMPARE(p->largestSeqHere(), longest);
+    QVERIFY(p->answersText().contains(QString("Largest batch at sequence 2048: %1").arg(p->largestBatchHere())));
+
+    // The bar's terms are the estimate's; hovering the first shows its formula.
+    QCOMPARE(p->termPlot()->plottableCount(), static_cast<int>(expected.terms.size()));
+    auto* plot = p->termPlot();
+    const QPoint inWeights(static_cast<int>(plot->xAxis->coordToPixel(0.5 * expected.terms[0].bytes / 1073741824.0)),
+                           static_cast<int>(plot->yAxis->coordToPixel(1.0)));
+    QVERIFY2(p->termTipAt(inWeights).startsWith("weights: "), qPrintable(p->termTipAt(inWeights)));
+    QVERIFY(p->termTipAt(inWeights).contains(QString::fromStdString(expected.terms[0].formula)));
+    screenshot("planner-pythia-t4.png");
+}
+
+void TestPlannerPanel::sliderUpdatesEverythingButTheMap()
+{
+    auto* p = planner();
+    QVERIFY(p->selectSource("gpt2"));
+    p->setSeqLen(1024);
+    const auto mapBefore = p->fitMap().peakBytes;
+    QVERIFY(!mapBefore.empty());
+    QSignalSpy spy(p, &MemoryPlannerPanel::updated);
+    const auto before = p->estimate()->peakBytes;
+    // The batch axis runs to twice the largest batch that fits.
+    const int end = p->batchSlider()->maximum();
+    QVERIFY(end >= 2 * p->largestBatchHere());
+    p->batchSlider()->setValue(end); // as a drag does
+    QCOMPARE(spy.count(), 1);
+    QCOMPARE(p->batch(), end);
+    QCOMPARE(p->batchBox()->value(), end);
+    QVERIFY(p->estimate()->peakBytes > before);
+    QVERIFY2(p->verdictText().startsWith("Does not fit"), qPrintable(p->verdictText()));
+    QCOMPARE(p->fitMap().peakBytes, mapBefore); // only the marker moved
+    auto* marker = p->mapPlot()->graph(1);
+    QCOMPARE(marker->dataCount(), 1);
+    QCOMPARE(marker->data()->at(0)->key, static_cast<double>(end));
+    QCOMPARE(marker->data()->at(0)->value, 1024.0);
+    // A batch past the slider widens the map.
+    p->batchBox()->setValue(1000);
+    QCOMPARE(p->batchSlider()->maximum(), 1024);
+    QCOMPARE(p->fitMap().batches.back(), 1024);
+    QCOMPARE(p->batch(), 1000);
+    screenshot("planner-gpt2-over.png");
+}
+
+void TestPlannerPanel::heatMapAndFrontierComeFromTheEstimate()
+{
+    auto* p = planner();
+    QVERIFY(p->selectSource("llama-2-7b"));
+    p->precisionBox()->setCurrentIndex(p->precisionBox()->findData("fp16"));
+    p->loraRankBox()->setValue(8);
+    p->checkpointingBox()->setChecked(true);
+    const auto& map = p->fitMap();
+    QCOMPARE(p->batch(), 1); // a published model starts at batch 1, 512 tokens
+    QCOMPARE(p->seqLen(), 512);
+    QCOMPARE(map.batches.front(), std::int64_t{1});
+    QCOMPARE(map.batches.back(), std::int64_t{p->batchSlider()->maximum()});
+    QCOMPARE(static_cast<int>(map.seqLens.size()), 128);
+    QCOMPARE(map.seqLens.back(), std::int64_t{4096}); // the model's context
+    QVERIFY(map.compiled);
+    // Spot checks against core at three cells: the same verdict, and bytes
+    // within the 512-byte rounding the compiled map leaves out away from the budget.
+    const auto arch = findArchitecture("llama-2-7b").arch;
+    TrainingSetup s;
+    s.precision = "fp16";
+    s.loraRank = 8;
+    s.loraTargets = loraProjections("llama", {"attn"});
+    s.halfBase = true;
+    s.checkpointing = true;
+    s.gpu = true;
+    const auto last = map.batches.size() - 1;
+    for (auto [row, col] : {std::pair<std::size_t, std::size_t>{0, 0}, {64, last / 2}, {127, last}}) {
+        s.batch = map.batches[col];
+        s.seqLen = map.seqLens[row];
+        const auto exact = estimateMemory(arch, s).peakBytes;
+        QCOMPARE(map.at(row, col) <= p->budgetBytes(), exact <= p->budgetBytes());
+        QVERIFY(std::abs(static_cast<double>(map.at(row, col) - exact)) <= 1e-4 * static_cast<double>(exact));
+    }
+    // The frontier: for each batch where anything fits, the longest fitting sequence.
+    auto* frontier = p->mapPlot()->graph(0);
+    QVERIFY(frontier->dataCount() > 0);
+    const auto first = frontier->data()->at(0);
+    s.batch = static_cast<std::int64_t>(first->key);
+    s.seqLen = static_cast<std::int64_t>(first->value);
+    QVERIFY(estimateMemory(arch, s).peakBytes <= p->budgetBytes());
+    screenshot("planner-llama7b-lora-t4.png");
+}
+
+void TestPlannerPanel::applyCopiesIntoTheExperiment()
+{
+    auto* p = planner();
+    QCOMPARE(p->source(), QString("experiment"));
+    QCOMPARE(p->batch(), 32); // the example's
+    QCOMPARE(p->seqLen(), 64);
+    QVERIFY(p->applyButton()->isEnabled());
+    p->setBatch(12);
+    p->setSeqLen(200);
+    p->checkpointingBox()->setChecked(true);
+    p->precisionBox()->setCurrentIndex(p->precisionBox()->findData("fp32"));
+    const auto planned = p->estimate()->peakBytes;
+    p->applyToExperiment();
+    auto* doc = m_window->document();
+    QCOMPARE(doc->value("train.batch_size").toInt(), 12);
+    QCOMPARE(doc->value("data.seq_len").toInt(), 200);
+    QCOMPARE(doc->value("train.activation_checkpointing").toBool(), true);
+    QCOMPARE(doc->value("train.precision").toString(), QString("fp32")); // auto would be fp16 on a T4
+    QVERIFY(doc->isValid());
+    // The planner reloads from the experiment and plans the same thing.
+    QCOMPARE(p->batch(), 12);
+    QCOMPARE(p->estimate()->peakBytes, planned);
+    // Presets cannot be applied to the experiment.
+    QVERIFY(p->selectSource("gpt2"));
+    QVERIFY(!p->applyButton()->isEnabled());
+}
+
+void TestPlannerPanel::invalidExperimentSaysWhy()
+{
+    auto* p = planner();
+    m_window->document()->setValue("train.batch_size", -3);
+    QVERIFY(!p->estimate().has_value());
+    auto* verdict = p->findChild<QLabel*>("plannerVerdict");
+    QVERIFY2(verdict->text().contains("not valid") && verdict->text().contains("train.batch_size"),
+             qPrintable(verdict->text()));
+    QVERIFY(!p->applyButton()->isEnabled());
+    QCOMPARE(p->termPlot()->plottableCount(), 0);
+    m_window->document()->setValue("train.batch_size", 4);
+    QVERIFY(p->estimate().has_value());
+    QCOMPARE(p->batch(), 4);
+}
+
+void TestPlannerPanel::importedConfigJsonAndBadFile()
+{
+    auto* p = planner();
+    const QString good = m_dir->filePath("config.json");
+    QFile f(good);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+               "num_key_value_heads": 2, "intermediate_size": 1408, "vocab_size": 32000,
+               "max_position_embeddings": 2048, "tie_word_embeddings": false})");
+    f.close();
+    QString error;
+    QVERIFY2(p->importHfConfig(good, &error), qPrintable(error));
+    QCOMPARE(p->source(), QString("imported"));
+    QVERIFY(p->estimate().has_value());
+    QCOMPARE(p->fitMap().seqLens.back(), std::int64_t{2048});
+
+    const QString bad = m_dir->filePath("broken.json");
+    QFile b(bad);
+    QVERIFY(b.open(QIODevice::WriteOnly));
+    b.write(R"({"model_type": "llama", "hidden_size": 512})");
+    b.close();
+    QVERIFY(!p->importHfConfig(bad, &error));
+    QVERIFY2(error.contains("broken.json"), qPrintable(error));
+    QCOMPARE(p->source(), QString("imported")); // the earlier import stays
+}
+
+void TestPlannerPanel::experimentPanelShowsTheEstimateForTheTarget()
+{
+    auto* e = m_window->experimentPanel();
+    QVERIFY2(e->estimateText().contains("on Tesla T4"), qPrintable(e->estimateText()));
+    const QString before = e->estimateText();
+    m_window->document()->setValue("train.batch_size", 256);
+    QVERIFY(e->estimateText() != before);
+    QVERIFY(m_window->hardwarePanel()->selectTarget("A100 80GB"));
+    QVERIFY2(e->estimateText().contains("A100"), qPrintable(e->estimateText()));
+    QVERIFY(planner()->verdictText().contains("A100"));
+    m_window->document()->setValue("device", "cpu");
+    QVERIFY(!e->estimateText().contains("A100"));
+}
+
+QTEST_MAIN(TestPlannerPanel)
+#include "tst_planner_panel.moc"

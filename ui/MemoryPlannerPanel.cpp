@@ -1,0 +1,764 @@
+#include "PlainText.h"
+#include "MemoryPlannerPanel.h"
+#include "QCustomPlotInclude.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QElapsedTimer>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QKeySequence>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QShortcut>
+#include <QSlider>
+#include <QSpinBox>
+#include <QToolTip>
+#include <QVBoxLayout>
+
+#include <algorithm>
+
+#include "ConfigDocument.h"
+#include "common/Errors.h"
+#include "config/RunConfig.h"
+#include "gpu/Capability.h"
+#include "memory/Architectures.h"
+
+namespace tb::ui {
+namespace {
+
+constexpr int kMapCells = 128;       // the heat map is kMapCells x kMapCells
+constexpr int kBatchLimit = 65536;   // the spin box's limit
+constexpr double kGiB = 1073741824.0;
+
+QString bytesText(std::int64_t bytes)
+{
+    const double b = static_cast<double>(bytes);
+    if (b >= kGiB) return QString::number(b / kGiB, 'f', 2) + " GiB";
+    if (b >= 1048576.0) return QString::number(b / 1048576.0, 'f', 1) + " MiB";
+    return QString::number(b / 1024.0, 'f', 1) + " KiB";
+}
+
+// Distinct, readable on light and dark backgrounds; one per term, in order.
+QColor termColor(const std::string& name)
+{
+    static const std::vector<std::pair<std::string, QColor>> colors{
+        {"weights", QColor(0x1f, 0x77, 0xb4)},        {"gradients", QColor(0xff, 0x7f, 0x0e)},
+        {"optimizer_state", QColor(0x2c, 0xa0, 0x2c)}, {"data", QColor(0x8c, 0x56, 0x4b)},
+        {"activations", QColor(0x94, 0x67, 0xbd)},     {"attention_maps", QColor(0xd6, 0x27, 0x28)},
+        {"logits", QColor(0xe3, 0x77, 0xc2)},          {"workspace", QColor(0x7f, 0x7f, 0x7f)},
+        {"ddp_buckets", QColor(0xbc, 0xbd, 0x22)},     {"allocator_slack", QColor(0x17, 0xbe, 0xcf)},
+        {"cuda_context", QColor(0x39, 0x3b, 0x79)}};
+    for (const auto& [n, c] : colors) {
+        if (n == name) return c;
+    }
+    return QColor(0x55, 0x55, 0x55);
+}
+
+void applyPalette(QCustomPlot* plot)
+{
+    const QPalette p = plot->palette();
+    plot->setBackground(p.color(QPalette::Base));
+    const QColor text = p.color(QPalette::Text);
+    QColor grid = text;
+    grid.setAlpha(40);
+    for (QCPAxis* axis : plot->axisRect()->axes()) {
+        axis->setBasePen(QPen(text));
+        axis->setTickPen(QPen(text));
+        axis->setSubTickPen(QPen(text));
+        axis->setTickLabelColor(text);
+        axis->setLabelColor(text);
+        axis->grid()->setPen(QPen(grid));
+    }
+    plot->legend->setBrush(p.color(QPalette::Base));
+    plot->legend->setTextColor(text);
+    plot->legend->setBorderPen(Qt::NoPen);
+}
+
+QSpinBox* spinBox(QWidget* parent, int lo, int hi, int value)
+{
+    auto* box = new QSpinBox(parent);
+    box->setRange(lo, hi);
+    box->setValue(value);
+    box->setAccelerated(true);
+    return box;
+}
+
+} // namespace
+
+MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent)
+    : QWidget(parent), m_document(document)
+{
+    m_target = GpuCatalogue::bundled().resolve("T4"); // until the Hardware panel names one
+
+    // ---- inputs ----
+    auto* inputs = new QWidget(this);
+    auto* form = new QFormLayout(inputs);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    m_source = new QComboBox(inputs);
+    m_source->setObjectName("plannerSource");
+    m_source->addItem(tr("Current experiment"), "experiment");
+    m_source->insertSeparator(1);
+    for (const auto& p : bundledArchitectures()) {
+        m_source->addItem(tr("%1 (%2 M parameters)")
+                              .arg(QString::fromStdString(p.title))
+                              .arg(static_cast<double>(p.arch.publishedParameters) / 1e6, 0, 'f', 0),
+                          QString::fromStdString(p.id));
+    }
+    m_source->setToolTip(tr("The model to plan for: the experiment being edited, a published model, or an imported config.json"));
+    m_import = new QPushButton(tr("Import config.json…"), inputs);
+    m_import->setToolTip(tr("Plan for any decoder-only model described by a Hugging Face config.json"));
+    auto* sourceRow = new QWidget(inputs);
+    auto* sourceLayout = new QVBoxLayout(sourceRow);
+    sourceLayout->setContentsMargins(0, 0, 0, 0);
+    sourceLayout->addWidget(m_source);
+    sourceLayout->addWidget(m_import);
+    form->addRow(tr("Model"), sourceRow);
+    m_targetLabel = plainLabel(inputs);
+    m_targetLabel->setWordWrap(true);
+    m_targetLabel->setToolTip(tr("Choose the target GPU in the Hardware panel"));
+    form->addRow(tr("Target"), m_targetLabel);
+
+    const auto sliderRow = [&](QSlider*& slider, QSpinBox*& box, int hi, int value, const QString& name) {
+        auto* row = new QWidget(inputs);
+        auto* h = new QHBoxLayout(row);
+        h->setContentsMargins(0, 0, 0, 0);
+        slider = new QSlider(Qt::Horizontal, row);
+        slider->setRange(1, hi);
+        slider->setValue(value);
+        slider->setObjectName(name + "Slider");
+        box = spinBox(row, 1, kBatchLimit, value);
+        box->setObjectName(name + "Box");
+        h->addWidget(slider, 1);
+        h->addWidget(box);
+        return row;
+    };
+    form->addRow(tr("&Batch"), sliderRow(m_batchSlider, m_batchBox, 256, 8, "batch"));
+    form->addRow(tr("&Sequence"), sliderRow(m_seqSlider, m_seqBox, 2048, 512, "seq"));
+    m_seqBox->setRange(1, 1 << 20);
+
+    m_precision = new QComboBox(inputs);
+    m_precision->addItem(tr("fp32"), "fp32");
+    m_precision->addItem(tr("fp16 mixed"), "fp16");
+    m_precision->addItem(tr("bf16 mixed"), "bf16");
+    m_precision->addItem(tr("bf16 pure"), "bf16-pure");
+    m_precision->setToolTip(tr("Mixed: fp16/bf16 compute with fp32 master weights. Pure bf16 (weights, gradients and "
+                               "optimizer state in bf16) is a planning option; the trainer does not run it."));
+    form->addRow(tr("Precision"), m_precision);
+    m_optimizer = new QComboBox(inputs);
+    m_optimizer->addItem(tr("AdamW"), "adamw");
+    m_optimizer->addItem(tr("SGD with momentum"), "sgd");
+    m_optimizer->addItem(tr("SGD"), "sgd-plain");
+    m_optimizer->addItem(tr("8-bit AdamW"), "adamw8bit");
+    m_optimizer->setToolTip(tr("8-bit AdamW (one byte per moment) is a planning option; the trainer does not run it."));
+    form->addRow(tr("Optimizer"), m_optimizer);
+    m_checkpointing = new QCheckBox(tr("recompute blocks"), inputs);
+    m_checkpointing->setToolTip(tr("Activation checkpointing: keep only each block's input and recompute the block in "
+                                   "backward; less memory, about a third more compute"));
+    form->addRow(tr("Checkpointing"), m_checkpointing);
+    m_attention = new QComboBox(inputs);
+    m_attention->addItem(tr("eager (seq² maps)"), "eager");
+    m_attention->addItem(tr("fused / flash"), "fused");
+    m_attention->setToolTip(tr("eager keeps batch x heads x seq² score and probability maps per attention module; "
+                               "fused (SDPA, FlashAttention) keeps none"));
+    form->addRow(tr("Attention"), m_attention);
+    m_loraRank = spinBox(inputs, 0, 4096, 0);
+    m_loraRank->setSpecialValueText(tr("off"));
+    form->addRow(tr("LoRA rank"), m_loraRank);
+    m_loraTargets = new QComboBox(inputs);
+    m_loraTargets->addItem(tr("attention projections"), "attn");
+    m_loraTargets->addItem(tr("MLP projections"), "mlp");
+    m_loraTargets->addItem(tr("attention + MLP"), "attn,mlp");
+    form->addRow(tr("LoRA targets"), m_loraTargets);
+    m_gradAccum = spinBox(inputs, 1, 1 << 16, 1);
+    form->addRow(tr("Grad accumulation"), m_gradAccum);
+    m_apply = new QPushButton(tr("&Apply to experiment"), inputs);
+    m_apply->setToolTip(tr("Copy batch, sequence, precision and checkpointing into the experiment's config (Ctrl+Shift+A)"));
+    form->addRow(QString(), m_apply);
+    auto* applyShortcut = new QShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A), this);
+    applyShortcut->setContext(Qt::WidgetWithChildrenShortcut);
+    connect(applyShortcut, &QShortcut::activated, this, [this] {
+        if (m_apply->isEnabled()) applyToExperiment();
+    });
+
+    auto* scroll = new QScrollArea(this);
+    scroll->setWidget(inputs);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    // Long names (presets, imported paths) are elided, not allowed to widen the column.
+    for (QComboBox* box : inputs->findChildren<QComboBox*>()) {
+        box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+        box->setMinimumContentsLength(14);
+        box->setMinimumWidth(120); // the separator makes the source box ask for more
+
+    }
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setFixedWidth(330);
+
+    // ---- results ----
+    m_verdict = plainLabel(this);
+    m_verdict->setObjectName("plannerVerdict");
+    m_verdict->setWordWrap(true);
+    QFont big = m_verdict->font();
+    big.setBold(true);
+    big.setPointSizeF(big.pointSizeF() * 1.15);
+    m_verdict->setFont(big);
+    m_answers = plainLabel(this);
+    m_answers->setObjectName("plannerAnswers");
+    m_answers->setWordWrap(true);
+    m_answers->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_notes = plainLabel(this);
+    m_notes->setWordWrap(true);
+    m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    QFont small = m_notes->font();
+    small.setPointSizeF(small.pointSizeF() * 0.9);
+    m_notes->setFont(small);
+
+    m_termPlot = new QCustomPlot(this);
+    m_termPlot->setObjectName("plannerTerms");
+    m_termPlot->setMinimumHeight(170);
+    m_termPlot->setMaximumHeight(210);
+    m_termPlot->setMouseTracking(true);
+    m_termPlot->yAxis->setVisible(false);
+    m_termPlot->xAxis->setLabel(tr("GiB at the peak (line: usable memory per card)"));
+    m_termPlot->legend->setVisible(true);
+    m_termPlot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    m_termPlot->legend->setWrap(3);
+    m_termPlot->plotLayout()->addElement(1, 0, m_termPlot->legend);
+    m_termPlot->plotLayout()->setRowStretchFactor(1, 0.001);
+    m_budgetLine = new QCPItemStraightLine(m_termPlot);
+    m_budgetLine->setPen(QPen(QColor(0xc0, 0x39, 0x2b), 2, Qt::DashLine));
+    applyPalette(m_termPlot);
+    connect(m_termPlot, &QCustomPlot::mouseMove, this, &MemoryPlannerPanel::termPlotHover);
+
+    m_mapPlot = new QCustomPlot(this);
+    m_mapPlot->setObjectName("plannerMap");
+    m_mapPlot->setMinimumHeight(260);
+    m_mapPlot->xAxis->setLabel(tr("batch size"));
+    m_mapPlot->yAxis->setLabel(tr("sequence length"));
+    m_mapPlot->setToolTip(tr("Peak memory as a share of the target's usable memory. Click a cell to plan at that batch and sequence."));
+    m_colorMap = new QCPColorMap(m_mapPlot->xAxis, m_mapPlot->yAxis);
+    m_colorMap->setInterpolate(false);
+    QCPColorGradient gradient;
+    gradient.setColorStopAt(0.0, QColor(0x1b, 0x5e, 0x20));
+    gradient.setColorStopAt(0.45, QColor(0x7c, 0xb3, 0x42));
+    gradient.setColorStopAt(0.72, QColor(0xfb, 0xc0, 0x2d)); // 90% of the budget
+    gradient.setColorStopAt(0.799, QColor(0xef, 0x6c, 0x00));
+    gradient.setColorStopAt(0.801, QColor(0x8e, 0x1b, 0x1b)); // over the budget
+    gradient.setColorStopAt(1.0, QColor(0x4a, 0x0c, 0x0c));
+    m_colorMap->setGradient(gradient);
+    m_colorMap->setDataRange(QCPRange(0.0, 1.25));
+    auto* scale = new QCPColorScale(m_mapPlot);
+    scale->setType(QCPAxis::atRight);
+    scale->setDataRange(QCPRange(0.0, 1.25));
+    scale->setGradient(gradient);
+    scale->axis()->setLabel(tr("peak / usable memory"));
+    m_mapPlot->plotLayout()->addElement(0, 1, scale);
+    m_colorMap->setColorScale(scale);
+    m_frontier = m_mapPlot->addGraph();
+    m_frontier->setName(tr("largest sequence that fits"));
+    m_frontier->setPen(QPen(Qt::white, 2));
+    m_frontier->setLineStyle(QCPGraph::lsStepLeft);
+    m_marker = m_mapPlot->addGraph();
+    m_marker->setLineStyle(QCPGraph::lsNone);
+    m_marker->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCrossCircle, QPen(Qt::white, 2), Qt::NoBrush, 14));
+    applyPalette(m_mapPlot);
+    scale->axis()->setTickLabelColor(palette().color(QPalette::Text));
+    scale->axis()->setLabelColor(palette().color(QPalette::Text));
+    connect(m_mapPlot, &QCustomPlot::mousePress, this, &MemoryPlannerPanel::mapClicked);
+
+    auto* results = new QWidget(this);
+    auto* r = new QVBoxLayout(results);
+    r->setContentsMargins(0, 0, 0, 0);
+    r->addWidget(m_verdict);
+    r->addWidget(m_answers);
+    r->addWidget(m_termPlot);
+    r->addWidget(m_mapPlot, 1);
+    r->addWidget(m_notes);
+
+    auto* layout = new QHBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    layout->addWidget(scroll);
+    layout->addWidget(results, 1);
+
+    // ---- wiring ----
+    connect(m_batchSlider, &QSlider::valueChanged, this, [this](int v) {
+        if (!m_updating && v != m_batchBox->value()) m_batchBox->setValue(v);
+    });
+    connect(m_seqSlider, &QSlider::valueChanged, this, [this](int v) {
+        if (!m_updating && v != m_seqBox->value()) m_seqBox->setValue(v);
+    });
+    connect(m_batchBox, &QSpinBox::valueChanged, this, [this](int v) {
+        if (m_updating) return;
+        if (v > m_batchSlider->maximum()) { // past the map: widen it
+            int hi = m_batchSlider->maximum();
+            while (hi < v) hi *= 2;
+            m_updating = true;
+            m_batchSlider->setMaximum(std::min(hi, kBatchLimit));
+            m_updating = false;
+            m_batchSlider->setValue(v);
+            inputsChanged();
+            return;
+        }
+        m_updating = true;
+        m_batchSlider->setValue(v);
+        m_updating = false;
+        pointChanged();
+    });
+    connect(m_seqBox, &QSpinBox::valueChanged, this, [this](int v) {
+        if (m_updating) return;
+        m_updating = true;
+        m_seqSlider->setValue(v);
+        m_updating = false;
+        pointChanged();
+    });
+    for (QComboBox* box : {m_precision, m_optimizer, m_attention, m_loraTargets}) {
+        connect(box, &QComboBox::currentIndexChanged, this, [this] {
+            if (!m_updating) inputsChanged();
+        });
+    }
+    connect(m_checkpointing, &QCheckBox::toggled, this, [this] {
+        if (!m_updating) inputsChanged();
+    });
+    for (QSpinBox* box : {m_loraRank, m_gradAccum}) {
+        connect(box, &QSpinBox::valueChanged, this, [this] {
+            if (!m_updating) inputsChanged();
+        });
+    }
+    connect(m_source, &QComboBox::currentIndexChanged, this, [this] {
+        if (m_updating) return;
+        if (source() == "experiment") loadFromExperiment();
+        else if (m_lastSource == "experiment") {
+            // From the experiment to a published model: plan its usual fine-tuning
+            // point (batch 1, 512 tokens) rather than the small model's values.
+            m_updating = true;
+            m_loraTargets->setCurrentIndex(m_loraTargets->findData("attn"));
+            m_batchBox->setValue(1);
+            m_seqBox->setMaximum(1 << 20);
+            m_seqBox->setValue(512);
+            m_updating = false;
+        }
+        m_lastSource = source();
+        inputsChanged();
+    });
+    connect(m_import, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Import a model's config.json"), QString(),
+                                                          tr("Model configs (*.json);;All files (*)"));
+        if (path.isEmpty()) return;
+        QString error;
+        if (!importHfConfig(path, &error)) plainWarning(this, tr("Import config.json"), error);
+    });
+    connect(m_apply, &QPushButton::clicked, this, &MemoryPlannerPanel::applyToExperiment);
+    connect(m_document, &ConfigDocument::changed, this, [this] {
+        if (source() != "experiment") return;
+        loadFromExperiment();
+        inputsChanged();
+    });
+
+    loadFromExperiment();
+    setTarget(m_target);
+}
+
+QString MemoryPlannerPanel::source() const { return m_source->currentData().toString(); }
+
+bool MemoryPlannerPanel::selectSource(const QString& source)
+{
+    const int index = m_source->findData(source);
+    if (index < 0) return false;
+    m_source->setCurrentIndex(index);
+    return true;
+}
+
+bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
+{
+    try {
+        m_imported = loadHfConfigFile(path.toStdString());
+    } catch (const std::exception& e) {
+        if (error) *error = QString::fromStdString(e.what());
+        return false;
+    }
+    m_importedName = QFileInfo(path).fileName();
+    const QString label = tr("Imported: %1 (%2)")
+                              .arg(QFileInfo(path).dir().dirName() + "/" + m_importedName,
+                                   tr("%1 M parameters").arg(static_cast<double>(parameterCount(*m_imported)) / 1e6, 0, 'f', 0));
+    int index = m_source->findData("imported");
+    if (index < 0) {
+        m_source->addItem(label, "imported");
+        index = m_source->count() - 1;
+    } else {
+        m_source->setItemText(index, label);
+    }
+    if (m_source->currentIndex() == index) inputsChanged();
+    else m_source->setCurrentIndex(index);
+    return true;
+}
+
+void MemoryPlannerPanel::setTarget(const GpuTarget& target)
+{
+    m_target = target;
+    m_targetLabel->setText(tr("%1: %2 usable per card%3")
+                               .arg(QString::fromStdString(target.label()), bytesText(target.gpu.memoryBytes),
+                                    target.count > 1 ? tr(", data parallel over %1 cards").arg(target.count) : QString()));
+    inputsChanged();
+}
+
+void MemoryPlannerPanel::setBatch(int batch) { m_batchBox->setValue(batch); }
+void MemoryPlannerPanel::setSeqLen(int seqLen) { m_seqBox->setValue(seqLen); }
+int MemoryPlannerPanel::batch() const { return m_batchBox->value(); }
+int MemoryPlannerPanel::seqLen() const { return m_seqBox->value(); }
+
+// The experiment's values become the planner's inputs.
+void MemoryPlannerPanel::loadFromExperiment()
+{
+    const auto config = m_document->config();
+    m_apply->setEnabled(config.has_value() && source() == "experiment");
+    if (!config || source() != "experiment") return;
+    m_updating = true;
+    m_batchBox->setValue(config->train.batchSize);
+    if (config->train.batchSize > m_batchSlider->maximum()) {
+        int hi = m_batchSlider->maximum();
+        while (hi < config->train.batchSize) hi *= 2;
+        m_batchSlider->setMaximum(std::min(hi, kBatchLimit));
+    }
+    m_batchSlider->setValue(config->train.batchSize);
+    m_seqBox->setValue(effectiveSeqLen(*config));
+    std::string precision = config->train.precision;
+    if (precision == "auto") { // what the trainer will choose on the target
+        precision = config->device == "cpu" ? "fp32"
+                    : capability(m_target.gpu.cc, "bf16").supported ? "bf16" : "fp16";
+    }
+    m_precision->setCurrentIndex(std::max(0, m_precision->findData(QString::fromStdString(precision))));
+    const auto setup = setupFor(*config);
+    m_optimizer->setCurrentIndex(std::max(0, m_optimizer->findData(QString::fromStdString(setup.optimizer))));
+    m_checkpointing->setChecked(config->train.activationCheckpointing);
+    m_attention->setCurrentIndex(config->model.attention == "sdpa" ? 1 : 0);
+    m_loraRank->setValue(config->lora.rank);
+    QStringList targets;
+    for (const auto& t : config->lora.targets) targets << QString::fromStdString(t);
+    const QString joined = targets.join(',');
+    int index = m_loraTargets->findData(joined);
+    if (index < 0) {
+        index = m_loraTargets->findData("custom");
+        if (index < 0) {
+            m_loraTargets->addItem(QString(), "custom");
+            index = m_loraTargets->count() - 1;
+        }
+        m_loraTargets->setItemText(index, tr("as configured: %1").arg(targets.join(", ")));
+        m_loraTargets->setItemData(index, joined, Qt::UserRole + 1);
+    }
+    m_loraTargets->setCurrentIndex(index);
+    m_gradAccum->setValue(config->train.gradAccum);
+    m_updating = false;
+}
+
+std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString* why) const
+{
+    Plan plan;
+    const QString src = source();
+    std::vector<std::string> targets;
+    QString targetText = m_loraTargets->currentData().toString();
+    if (targetText == "custom") targetText = m_loraTargets->currentData(Qt::UserRole + 1).toString();
+    for (const QString& t : targetText.split(',', Qt::SkipEmptyParts)) targets.push_back(t.toStdString());
+    if (src == "experiment") {
+        auto config = m_document->config();
+        if (!config) {
+            const auto& issues = m_document->issues();
+            *why = m_document->jsonIsObject() && !issues.empty()
+                ? tr("The experiment's config is not valid yet: %1").arg(QString::fromStdString(issues.front().text()))
+                : tr("The experiment's config is not valid JSON yet.");
+            return std::nullopt;
+        }
+        if (config->data.source == "text") config->data.seqLen = seqLen();
+        plan.arch = architectureFor(*config);
+        plan.setup = setupFor(*config);
+        plan.setup.loraTargets = loraProjections(config->model.type, targets);
+    } else {
+        if (src == "imported") {
+            if (!m_imported) return std::nullopt;
+            plan.arch = *m_imported;
+        } else {
+            plan.arch = findArchitecture(src.toStdString()).arch;
+        }
+        plan.setup.loraTargets = loraProjections(plan.arch.family, targets);
+    }
+    auto& s = plan.setup;
+    s.batch = batch();
+    s.seqLen = seqLen();
+    s.precision = m_precision->currentData().toString().toStdString();
+    s.optimizer = m_optimizer->currentData().toString().toStdString();
+    s.checkpointing = m_checkpointing->isChecked();
+    s.attention = m_attention->currentData().toString().toStdString();
+    s.loraRank = m_loraRank->value();
+    if (s.loraRank == 0) s.loraTargets.clear();
+    s.gradAccum = m_gradAccum->value();
+    // Published models are fine-tuned with the frozen base loaded in half precision.
+    s.halfBase = src != "experiment" && s.loraRank > 0 && s.precision != "fp32";
+    s.gpu = true;
+    s.gpus = m_target.count;
+    return plan;
+}
+
+void MemoryPlannerPanel::syncSliderRanges(const Plan& plan)
+{
+    // The sequence axis: the model's context for published models, and for
+    // the built-in model (built for the sequence it trains on) up to 4x the
+    // current length. The addition task's sequence is fixed by its digits.
+    const bool fixedSeq = source() == "experiment" && plan.setup.dataset == "addition";
+    // The batch axis: twice the largest batch that fits at this sequence
+    // length (a power of two, at least 16), so the frontier sits inside the map.
+    const auto fitting = largestBatch(plan.arch, plan.setup, budgetBytes(), 1024);
+    int batchMax = 16;
+    while (batchMax < std::max<std::int64_t>(2 * fitting, batch()) && batchMax < kBatchLimit) batchMax *= 2;
+    std::int64_t seqMax = plan.arch.maxPositions;
+    if (source() == "experiment") seqMax = std::max<std::int64_t>(1024, 4 * plan.setup.seqLen);
+    seqMax = std::min<std::int64_t>(seqMax, 1 << 20);
+    m_updating = true;
+    m_batchSlider->setMaximum(batchMax);
+    m_batchSlider->setValue(m_batchBox->value());
+    m_seqSlider->setMaximum(static_cast<int>(seqMax));
+    m_seqBox->setMaximum(static_cast<int>(seqMax));
+    m_seqSlider->setValue(m_seqBox->value());
+    m_seqSlider->setEnabled(!fixedSeq);
+    m_seqBox->setEnabled(!fixedSeq);
+    const QString fixedTip = tr("The addition task's sequence length is fixed by its digits");
+    m_seqSlider->setToolTip(fixedSeq ? fixedTip : QString());
+    m_seqBox->setToolTip(fixedSeq ? fixedTip : QString());
+    m_loraTargets->setEnabled(m_loraRank->value() > 0);
+    m_updating = false;
+}
+
+void MemoryPlannerPanel::inputsChanged()
+{
+    if (m_updating) return;
+    QElapsedTimer timer;
+    timer.start();
+    m_apply->setEnabled(source() == "experiment" && m_document->config().has_value());
+    QString why;
+    const auto plan = currentPlan(&why);
+    if (!plan) {
+        m_estimate.reset();
+        m_map = {};
+        m_colorMap->data()->clear();
+        m_frontier->data()->clear();
+        m_marker->data()->clear();
+        m_verdict->setText(why);
+        m_answers->clear();
+        m_notes->clear();
+        m_termPlot->clearPlottables();
+        m_termPlot->replot();
+        m_mapPlot->replot();
+        return;
+    }
+    syncSliderRanges(*plan);
+    rebuildMap(*plan);
+    pointChanged();
+}
+
+void MemoryPlannerPanel::rebuildMap(const Plan& plan)
+{
+    const auto batches = fitMapAxis(1, m_batchSlider->maximum(), kMapCells);
+    const bool fixedSeq = !m_seqSlider->isEnabled();
+    const auto seqs = fixedSeq ? std::vector<std::int64_t>{plan.setup.seqLen}
+                               : fitMapAxis(1, m_seqSlider->maximum(), kMapCells);
+    m_map = tb::fitMap(plan.arch, plan.setup, budgetBytes(), batches, seqs);
+    const int nx = static_cast<int>(batches.size()), ny = static_cast<int>(seqs.size());
+    auto* data = m_colorMap->data();
+    const double y0 = static_cast<double>(seqs.front()), y1 = static_cast<double>(fixedSeq ? seqs.front() + 1 : seqs.back());
+    data->setSize(nx, ny);
+    data->setRange(QCPRange(static_cast<double>(batches.front()), static_cast<double>(batches.back())), QCPRange(y0, y1));
+    const double budget = static_cast<double>(std::max<std::int64_t>(budgetBytes(), 1));
+    QVector<double> fx, fy;
+    for (int col = 0; col < nx; ++col) {
+        std::int64_t longest = 0;
+        for (int row = 0; row < ny; ++row) {
+            const auto peak = m_map.at(static_cast<std::size_t>(row), static_cast<std::size_t>(col));
+            // Over the budget shows in the dark red band, whatever by how much.
+            double share = static_cast<double>(peak) / budget;
+            if (share > 1.0) share = std::max(share, 1.0 + 1e-3);
+            data->setCell(col, row, std::min(share, 1.25));
+            if (peak <= budgetBytes()) longest = seqs[static_cast<std::size_t>(row)];
+        }
+        if (longest > 0 && !fixedSeq) {
+            fx << static_cast<double>(batches[static_cast<std::size_t>(col)]);
+            fy << static_cast<double>(longest);
+        }
+    }
+    m_frontier->setData(fx, fy, true);
+    m_mapPlot->xAxis->setRange(static_cast<double>(batches.front()) - 0.5, static_cast<double>(batches.back()) + 0.5);
+    m_mapPlot->yAxis->setRange(y0 - 0.5, y1 + 0.5);
+    m_mapPlot->yAxis->setTicks(!fixedSeq);
+    m_mapPlot->yAxis->setLabel(fixedSeq ? tr("sequence length %1 (fixed)").arg(y0) : tr("sequence length"));
+}
+
+void MemoryPlannerPanel::pointChanged()
+{
+    if (m_updating) return;
+    QElapsedTimer timer;
+    timer.start();
+    QString why;
+    const auto plan = currentPlan(&why);
+    if (!plan) {
+        inputsChanged();
+        return;
+    }
+    m_estimate = estimateMemory(plan->arch, plan->setup);
+    const auto budget = budgetBytes();
+    m_largestBatch = largestBatch(plan->arch, plan->setup, budget, kBatchLimit);
+    if (m_seqSlider->isEnabled()) {
+        auto limited = plan->setup;
+        m_largestSeq = largestSequence(plan->arch, limited, budget);
+        if (source() != "experiment") m_largestSeq = std::min<std::int64_t>(m_largestSeq, plan->arch.maxPositions);
+    } else {
+        m_largestSeq = 0;
+    }
+    m_verdict->setText(verdictText());
+    const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
+    m_verdict->setStyleSheet(use > 1.0 ? "color: #c0392b" : use > 0.9 ? "color: #b9770e" : "color: #1e8449");
+    m_answers->setText(answersText());
+    QStringList notes;
+    for (const auto& n : m_estimate->notes) notes << QString::fromStdString(n);
+    if (!m_target.note.empty()) notes << QString::fromStdString(m_target.note);
+    notes << tr("%1 parameters, %2 trainable; peak during %3.")
+                 .arg(QLocale().toString(static_cast<qlonglong>(m_estimate->parameters)),
+                      QLocale().toString(static_cast<qlonglong>(m_estimate->trainableParameters)),
+                      QString::fromStdString(m_estimate->peakPhase));
+    m_notes->setText(notes.join("\n"));
+    showTerms();
+    showMarker();
+    Q_EMIT updated(static_cast<double>(timer.nsecsElapsed()) / 1e6);
+}
+
+QString MemoryPlannerPanel::verdictText() const
+{
+    if (!m_estimate) return m_verdict->text();
+    const auto budget = budgetBytes();
+    const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
+    const QString amount = tr("%1 of %2 on %3")
+                               .arg(bytesText(m_estimate->peakBytes), bytesText(budget),
+                                    QString::fromStdString(m_target.label()));
+    const QString percent = QString::number(100.0 * use, 'f', 0) + "%";
+    if (use > 1.0) return tr("Does not fit (%1): %2").arg(percent, amount);
+    if (use > 0.9) return tr("Fits, under 10% to spare (%1): %2").arg(percent, amount);
+    return tr("Fits (%1): %2").arg(percent, amount);
+}
+
+QString MemoryPlannerPanel::answersText() const
+{
+    QStringList lines;
+    lines << (m_largestBatch > 0 ? tr("Largest batch at sequence %1: %2").arg(seqLen()).arg(m_largestBatch)
+                                 : tr("At sequence %1 not even batch 1 fits.").arg(seqLen()));
+    if (m_seqSlider->isEnabled()) {
+        const bool capped = source() != "experiment" && m_largestSeq == m_seqSlider->maximum();
+        lines << (m_largestSeq > 0 ? tr("Largest sequence at batch %1: %2%3")
+                                         .arg(batch())
+                                         .arg(m_largestSeq)
+                                         .arg(capped ? tr(" (the model's context length)") : QString())
+                                   : tr("At batch %1 not even sequence 1 fits.").arg(batch()));
+    }
+    return lines.join("\n");
+}
+
+void MemoryPlannerPanel::showTerms()
+{
+    m_termPlot->clearPlottables();
+    if (!m_estimate) return;
+    QCPBars* below = nullptr;
+    for (const auto& t : m_estimate->terms) {
+        auto* bars = new QCPBars(m_termPlot->yAxis, m_termPlot->xAxis);
+        bars->setName(QString::fromStdString(t.name).replace('_', ' '));
+        const QColor c = termColor(t.name);
+        bars->setPen(QPen(c.darker(130)));
+        bars->setBrush(c);
+        bars->setWidth(0.6);
+        bars->addData(1.0, static_cast<double>(t.bytes) / kGiB);
+        if (below) bars->moveAbove(below);
+        below = bars;
+    }
+    const double budget = static_cast<double>(budgetBytes()) / kGiB;
+    const double peak = static_cast<double>(m_estimate->peakBytes) / kGiB;
+    m_termPlot->xAxis->setRange(0, std::max(peak, budget) * 1.05);
+    m_termPlot->yAxis->setRange(0.5, 1.5);
+    m_budgetLine->point1->setCoords(budget, 0);
+    m_budgetLine->point2->setCoords(budget, 1);
+    m_termPlot->replot();
+}
+
+void MemoryPlannerPanel::showMarker()
+{
+    m_marker->setData({static_cast<double>(batch())},
+                      {static_cast<double>(m_seqSlider->isEnabled() ? seqLen() : seqLen() + 0.5)});
+    m_mapPlot->replot();
+}
+
+QString MemoryPlannerPanel::termTipAt(const QPoint& pos) const
+{
+    if (!m_estimate) return {};
+    const double x = m_termPlot->xAxis->pixelToCoord(pos.x()) * kGiB;
+    const double y = m_termPlot->yAxis->pixelToCoord(pos.y());
+    if (y < 0.7 || y > 1.3) return {};
+    double start = 0;
+    for (const auto& t : m_estimate->terms) {
+        const double end = start + static_cast<double>(t.bytes);
+        if (x >= start && x < end) {
+            return tr("%1: %2\n%3")
+                .arg(QString::fromStdString(t.name).replace('_', ' '), bytesText(t.bytes), QString::fromStdString(t.formula));
+        }
+        start = end;
+    }
+    return {};
+}
+
+void MemoryPlannerPanel::termPlotHover(QMouseEvent* event)
+{
+    const QString tip = termTipAt(event->pos());
+    if (tip.isEmpty()) QToolTip::hideText();
+    else QToolTip::showText(event->globalPosition().toPoint(), tip, m_termPlot);
+}
+
+void MemoryPlannerPanel::mapClicked(QMouseEvent* event)
+{
+    if (m_map.batches.empty()) return;
+    const double bx = m_mapPlot->xAxis->pixelToCoord(event->pos().x());
+    const double sy = m_mapPlot->yAxis->pixelToCoord(event->pos().y());
+    const int b = static_cast<int>(std::lround(std::clamp(bx, 1.0, static_cast<double>(m_batchSlider->maximum()))));
+    if (m_seqSlider->isEnabled()) {
+        const int s = static_cast<int>(std::lround(std::clamp(sy, 1.0, static_cast<double>(m_seqSlider->maximum()))));
+        m_updating = true;
+        m_seqBox->setValue(s);
+        m_seqSlider->setValue(s);
+        m_updating = false;
+    }
+    m_batchBox->setValue(b);
+    pointChanged();
+}
+
+void MemoryPlannerPanel::applyToExperiment()
+{
+    auto config = m_document->config();
+    if (source() != "experiment" || !config) return;
+    const QString precision = m_precision->currentData().toString();
+    if (precision == "bf16-pure") {
+        plainWarning(this, tr("Apply to experiment"),
+                     tr("Pure bf16 is a planning option: the trainer keeps fp32 master weights. Choose fp16 or bf16 "
+                        "mixed precision to apply it."));
+        return;
+    }
+    // Read everything first: each change to the document reloads the planner from it.
+    const int batchValue = batch(), seqValue = seqLen();
+    const bool checkpointing = m_checkpointing->isChecked();
+    // "auto" stays when it already resolves to the planned precision.
+    std::string resolved = config->train.precision;
+    if (resolved == "auto") {
+        resolved = config->device == "cpu" ? "fp32" : capability(m_target.gpu.cc, "bf16").supported ? "bf16" : "fp16";
+    }
+    m_document->setValue("train.batch_size", batchValue);
+    if (config->data.source == "text") m_document->setValue("data.seq_len", seqValue);
+    if (resolved != precision.toStdString()) m_document->setValue("train.precision", precision);
+    if (checkpointing || !m_document->value("train.activation_checkpointing").isUndefined()) {
+        m_document->setValue("train.activation_checkpointing", checkpointing);
+    }
+}
+
+} // namespace tb::ui

@@ -1,0 +1,134 @@
+#pragma once
+// The memory planner: pick a model (the current experiment, a published
+// preset or an imported config.json) and a training setup, and see the peak
+// term by term against the target GPU's memory, a fit heat map over batch x
+// sequence with the current point marked, and the largest batch and
+// sequence that fit. Every number comes from core/memory's estimate; the
+// heat map is its compiled form (about a millisecond for 128 x 128), so
+// dragging a slider updates everything at once.
+
+#include <QWidget>
+
+#include <optional>
+
+#include "gpu/Catalogue.h"
+#include "memory/Estimator.h"
+
+class QCheckBox;
+class QComboBox;
+class QCPBars;
+class QCPColorMap;
+class QCPGraph;
+class QCPItemStraightLine;
+class QCustomPlot;
+class QLabel;
+class QMouseEvent;
+class QPushButton;
+class QSlider;
+class QSpinBox;
+
+namespace tb::ui {
+
+class ConfigDocument;
+
+class MemoryPlannerPanel final : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit MemoryPlannerPanel(ConfigDocument* document, QWidget* parent = nullptr);
+
+    // The GPU planned for (the Hardware panel's target).
+    void setTarget(const GpuTarget& target);
+    // "experiment", a preset id ("llama-2-7b"), or "imported" once a file was imported.
+    bool selectSource(const QString& source);
+    QString source() const;
+    // Reads a Hugging Face config.json and plans for it.
+    bool importHfConfig(const QString& path, QString* error);
+
+    void setBatch(int batch);
+    void setSeqLen(int seqLen);
+    int batch() const;
+    int seqLen() const;
+    QSpinBox* batchBox() const { return m_batchBox; }
+    QSlider* batchSlider() const { return m_batchSlider; }
+    QSlider* seqSlider() const { return m_seqSlider; }
+    QComboBox* precisionBox() const { return m_precision; }
+    QCheckBox* checkpointingBox() const { return m_checkpointing; }
+    QSpinBox* loraRankBox() const { return m_loraRank; }
+
+    // What is shown, for tests: nullopt while there is nothing to plan (an invalid experiment).
+    const std::optional<MemoryEstimate>& estimate() const { return m_estimate; }
+    const FitMap& fitMap() const { return m_map; }
+    std::int64_t largestBatchHere() const { return m_largestBatch; }
+    std::int64_t largestSeqHere() const { return m_largestSeq; }
+    std::int64_t budgetBytes() const { return m_target.gpu.memoryBytes; }
+    QString verdictText() const;
+    QString answersText() const;
+    // The term under a point of the bar plot ("" between bars): its tooltip.
+    QString termTipAt(const QPoint& plotPos) const;
+    QCustomPlot* termPlot() const { return m_termPlot; }
+    QCustomPlot* mapPlot() const { return m_mapPlot; }
+    QPushButton* applyButton() const { return m_apply; }
+
+public Q_SLOTS:
+    // Copies batch, sequence, precision and checkpointing into the experiment.
+    void applyToExperiment();
+
+Q_SIGNALS:
+    // After every update (estimate, answers, plots); carries the time it took.
+    void updated(double milliseconds);
+
+private:
+    struct Plan {
+        ArchitectureSpec arch;
+        TrainingSetup setup;
+    };
+    std::optional<Plan> currentPlan(QString* why) const;
+    void loadFromExperiment();
+    void inputsChanged();   // anything but batch and sequence: the map too
+    void pointChanged();    // batch or sequence: estimate, answers, marker
+    void rebuildMap(const Plan& plan);
+    void showTerms();
+    void showMarker();
+    void syncSliderRanges(const Plan& plan);
+    void mapClicked(QMouseEvent* event);
+    void termPlotHover(QMouseEvent* event);
+
+    ConfigDocument* m_document;
+    GpuTarget m_target;
+    std::optional<ArchitectureSpec> m_imported;
+    QString m_importedName;
+    QString m_lastSource = "experiment";
+
+    QComboBox* m_source;
+    QPushButton* m_import;
+    QLabel* m_targetLabel;
+    QSlider* m_batchSlider;
+    QSpinBox* m_batchBox;
+    QSlider* m_seqSlider;
+    QSpinBox* m_seqBox;
+    QComboBox* m_precision;
+    QComboBox* m_optimizer;
+    QCheckBox* m_checkpointing;
+    QComboBox* m_attention;
+    QSpinBox* m_loraRank;
+    QComboBox* m_loraTargets;
+    QSpinBox* m_gradAccum;
+    QLabel* m_verdict;
+    QLabel* m_answers;
+    QLabel* m_notes;
+    QCustomPlot* m_termPlot;
+    QCPItemStraightLine* m_budgetLine = nullptr;
+    QCustomPlot* m_mapPlot;
+    QCPColorMap* m_colorMap = nullptr;
+    QCPGraph* m_frontier = nullptr;
+    QCPGraph* m_marker = nullptr;
+    QPushButton* m_apply;
+
+    std::optional<MemoryEstimate> m_estimate;
+    FitMap m_map;
+    std::int64_t m_largestBatch = 0, m_largestSeq = 0;
+    bool m_updating = false;
+};
+
+} // namespace tb::ui
