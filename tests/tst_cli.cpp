@@ -2,6 +2,8 @@
 // signals, kill -9, resume, and that bad input never damages a database.
 #include <QtTest>
 
+#include <cmath>
+
 #include <csignal>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -132,6 +134,10 @@ void TestCli::tinyRunFinishesListsAndExports()
     QCOMPARE(runs[0]["status"].toString(), QString("finished"));
     QCOMPARE(runs[0]["steps_done"].toInt(), 5);
     QVERIFY(runs[0]["final_loss"].isDouble());
+    // The planner's estimate at launch beside the measured peak.
+    QVERIFY(runs[0]["estimated_peak_bytes"].toDouble() > 0);
+    QVERIFY(runs[0]["measured_peak_bytes"].toDouble() > 0);
+    QVERIFY2(std::abs(runs[0]["estimate_error"].toDouble()) < 0.02, qPrintable(QString::number(runs[0]["estimate_error"].toDouble())));
 
     r = cli({"export", "1", "--db", m_db});
     QCOMPARE(r.exitCode, 0);

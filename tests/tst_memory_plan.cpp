@@ -11,6 +11,7 @@
 #include "common/Errors.h"
 #include "memory/Architectures.h"
 #include "memory/Estimator.h"
+#include "run/RunSession.h"
 #include "train/Trainer.h"
 
 using namespace tb;
@@ -63,6 +64,7 @@ private Q_SLOTS:
     void gpuTermsAndAttentionModules();
     void fitMapMatchesTheEstimate();
     void largestSequenceGrowsThePositionTable();
+    void runsRecordTheirEstimate();
 };
 
 void TestMemoryPlan::parameterCountIsExact()
@@ -197,6 +199,39 @@ void TestMemoryPlan::largestSequenceGrowsThePositionTable()
     QVERIFY(estimateMemory(architectureFor(c), setupFor(c)).peakBytes <= budget);
     c.data.seqLen = static_cast<int>(longest + 1);
     QVERIFY(estimateMemory(architectureFor(c), setupFor(c)).peakBytes > budget);
+}
+
+// Every run is its own check: the estimate is stored at launch beside the
+// measured peak, and a peak more than 10% over it is reported with its phase.
+void TestMemoryPlan::runsRecordTheirEstimate()
+{
+    QTemporaryDir dir;
+    auto c = small("llama", 2, 64, 4, 8, 32);
+    c.train.steps = 3;
+    c.train.evalEvery = 3;
+    SessionOptions options;
+    options.dbPath = dir.filePath("runs.db").toStdString();
+    RunSession session(c, options);
+    const auto outcome = session.run({});
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    const auto expected = estimateMemory(architectureFor(c), setupFor(c)).tensorPeakBytes;
+    QCOMPARE(outcome.estimatedPeakBytes, expected);
+    QCOMPARE(outcome.measuredPeakPhase, std::string("backward"));
+    RunStore store(options.dbPath, RunStore::Mode::ReadOnly);
+    const auto run = store.run(outcome.runId);
+    QCOMPARE(run->estimatedPeakBytes, std::optional<std::int64_t>(expected));
+    QCOMPARE(run->measuredPeakBytes, std::optional<std::int64_t>(outcome.measuredPeakBytes));
+    const double error = static_cast<double>(expected - outcome.measuredPeakBytes) / static_cast<double>(outcome.measuredPeakBytes);
+    QVERIFY2(std::abs(error) < 0.01, qPrintable(QString::number(error)));
+    QVERIFY(run->estimateJson.find("\"components\"") != std::string::npos);
+    for (const auto& e : store.events(outcome.runId)) QVERIFY(e.kind != "memory_estimate");
+
+    QCOMPARE(memoryEstimateWarning(1000, 1100, "backward", 3), std::string());
+    const auto warning = memoryEstimateWarning(100 << 20, 120 << 20, "backward", 7);
+    QVERIFY2(warning.find("step 7") != std::string::npos && warning.find("during backward") != std::string::npos
+                 && warning.find("by 20%") != std::string::npos,
+             warning.c_str());
+    QCOMPARE(memoryEstimateWarning(0, 5000, "forward", 1), std::string());
 }
 
 QTEST_GUILESS_MAIN(TestMemoryPlan)

@@ -106,8 +106,14 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     QVERIFY2(worstGapMs <= 100, qPrintable(QString("GUI froze for %1 ms").arg(worstGapMs)));
     QVERIFY(panel->startButton()->isEnabled());
 
+    // The planner's estimate beside the measured memory, and the error at the end.
+    QVERIFY(panel->memoryPlot()->estimateCurve()->pointCount() > 0);
+    QVERIFY2(panel->statusLabel()->text().contains("Memory: peak"), qPrintable(panel->statusLabel()->text()));
+    QVERIFY(outcome.estimatedPeakBytes > 0);
+
     RunStore store(dbPath().toStdString()); // the same store the CLI uses
     QCOMPARE(store.run(outcome.runId)->status, RunStatus::Finished);
+    QCOMPARE(store.run(outcome.runId)->estimatedPeakBytes, std::optional<std::int64_t>(outcome.estimatedPeakBytes));
     QCOMPARE(store.metrics(outcome.runId, "loss").size(), std::size_t(60));
 
     // The Sample box generates from the finished run, off the GUI thread.

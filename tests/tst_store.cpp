@@ -303,8 +303,11 @@ void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
     {
         Database db(dbPath(), Database::Mode::ReadWrite);
         db.exec("DROP INDEX metrics_by_run_key_step; CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);"
-                "ALTER TABLE runs DROP COLUMN owner_pidns; PRAGMA user_version=1;");
-        db.exec("INSERT INTO metrics VALUES(1, 3, 'loss', 2.0, 1), (1, 3, 'loss', 1.5, 2)");
+                "ALTER TABLE runs DROP COLUMN owner_pidns; ALTER TABLE runs DROP COLUMN estimated_peak_bytes; "
+                "ALTER TABLE runs DROP COLUMN estimate_json; ALTER TABLE runs DROP COLUMN measured_peak_bytes; "
+                "PRAGMA user_version=1;");
+        db.exec("INSERT INTO metrics VALUES(1, 3, 'loss', 2.0, 1), (1, 3, 'loss', 1.5, 2), "
+                "(1, 2, 'mem_peak_bytes', 1500, 1), (1, 4, 'mem_peak_bytes', 1200, 1)");
         Statement s(db, "INSERT INTO artifacts(run_id, kind, step, path, bytes, created_at) VALUES(1, 'checkpoint', 5, ?, 16, 1)");
         s.bind(1, legacy);
         s.run();
@@ -318,6 +321,16 @@ void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
     const auto loss = store.metrics(id, "loss");
     QCOMPARE(loss.size(), std::size_t(1));
     QCOMPARE(loss[0].value, 1.5); // the last written of the duplicates
+    // Schema 3 takes the measured peak from the stored metric; later batches keep the largest.
+    QCOMPARE(store.run(id)->measuredPeakBytes, std::optional<std::int64_t>(1500));
+    QVERIFY(!store.run(id)->estimatedPeakBytes.has_value());
+    store.appendMetrics({{id, 6, "mem_peak_bytes", 900, 3}, {id, 7, "loss", 1.2, 3}});
+    QCOMPARE(store.run(id)->measuredPeakBytes, std::optional<std::int64_t>(1500));
+    store.appendMetrics({{id, 8, "mem_peak_bytes", 2048, 4}});
+    QCOMPARE(store.run(id)->measuredPeakBytes, std::optional<std::int64_t>(2048));
+    store.setEstimate(id, 2000, R"({"peak_bytes": 2000})");
+    QCOMPARE(store.run(id)->estimatedPeakBytes, std::optional<std::int64_t>(2000));
+    QCOMPARE(store.run(id)->estimateJson, std::string(R"({"peak_bytes": 2000})"));
 }
 
 void TestStore::secondClaimOfARunIsRefused()

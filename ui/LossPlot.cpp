@@ -70,13 +70,19 @@ MemoryPlot::MemoryPlot(QWidget* parent) : MetricPlot(tr("tensor memory (MiB)"), 
 {
     m_current = addCurve(tr("current"), QColor(40, 150, 80));
     m_peak = addCurve(tr("peak in step"), QColor(170, 60, 160));
+    m_estimate = addCurve(tr("estimated peak (planner)"), QColor(200, 120, 20));
+    m_estimate->graph()->setPen(QPen(QColor(200, 120, 20), 1, Qt::DashLine));
     setZeroBased(true);
 }
+
+void MemoryPlot::setEstimate(double mib) { m_estimateMiB = mib; }
 
 void MemoryPlot::clear()
 {
     m_current->clear();
     m_peak->clear();
+    m_estimate->clear();
+    m_estimateMiB = 0;
     resetView();
     requestReplot();
 }
@@ -87,6 +93,7 @@ void MemoryPlot::append(const QVector<double>& steps, const QVector<double>& cur
     for (int i = 0; i < steps.size(); ++i) {
         m_current->append(steps[i], currentMiB[i]);
         m_peak->append(steps[i], peakMiB[i]);
+        if (m_estimateMiB > 0) m_estimate->append(steps[i], m_estimateMiB);
     }
 }
 

@@ -44,10 +44,16 @@ public:
     explicit MemoryPlot(QWidget* parent = nullptr);
     void clear();
     void append(const QVector<double>& steps, const QVector<double>& currentMiB, const QVector<double>& peakMiB);
+    // The memory planner's estimate of the peak, drawn beside the measured
+    // curve from the next point on (0: none).
+    void setEstimate(double mib);
+    const BucketedCurve* estimateCurve() const { return m_estimate; }
 
 private:
     BucketedCurve* m_current;
     BucketedCurve* m_peak;
+    BucketedCurve* m_estimate;
+    double m_estimateMiB = 0;
 };
 
 } // namespace tb::ui

@@ -208,9 +208,10 @@ void RunPanel::stopAndWait()
     loop.exec();
 }
 
-void RunPanel::onStarted(qint64 runId, const QString& description)
+void RunPanel::onStarted(qint64 runId, const QString& description, qint64 estimatedPeakBytes)
 {
     m_runId = runId;
+    m_memoryPlot->setEstimate(static_cast<double>(estimatedPeakBytes) / 1048576.0);
     m_status->setText(tr("Run %1: %2").arg(runId).arg(description));
     Q_EMIT runStarted(runId);
 }
@@ -260,6 +261,16 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
     QString text = tr("Run %1 %2 after %3 of %4 steps").arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps);
     if (outcome.stepsDone > 0) text += tr(", loss %1").arg(outcome.finalLoss, 0, 'f', 4);
     if (outcome.finalValLoss >= 0) text += tr(", validation loss %1").arg(outcome.finalValLoss, 0, 'f', 4);
+    if (outcome.measuredPeakBytes > 0 && outcome.estimatedPeakBytes > 0) {
+        const double error = static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
+            / static_cast<double>(outcome.measuredPeakBytes);
+        text += tr(".\nMemory: peak %1 MiB measured (during %2), estimate %3 MiB (%4%5%)")
+                    .arg(static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, 0, 'f', 1)
+                    .arg(QString::fromStdString(outcome.measuredPeakPhase))
+                    .arg(static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0, 0, 'f', 1)
+                    .arg(error >= 0 ? "+" : "")
+                    .arg(100.0 * error, 0, 'f', 1);
+    }
     if (outcome.status == RunStatus::Failed) text += tr(".\nError: %1").arg(QString::fromStdString(outcome.message));
     else if (outcome.status == RunStatus::Cancelled) text += tr(". Checkpoint saved; Run ▸ Resume continues it.");
     m_status->setText(text);

@@ -62,7 +62,7 @@ Q_SIGNALS:
 private:
     void beginRun(const QString& what);
     void drainProgress();
-    void onStarted(qint64 runId, const QString& description);
+    void onStarted(qint64 runId, const QString& description, qint64 estimatedPeakBytes);
     void onFinished(const tb::SessionOutcome& outcome);
     void onRefused(const QString& message);
     void appendLog(const QString& severity, const QString& message);

@@ -85,8 +85,9 @@ void TrainingWorker::runSession(RunSession& session)
         m_stopRequested = false;
     }
     SessionCallbacks callbacks;
-    callbacks.onStarted = [this](std::int64_t runId, const std::string& description) {
-        Q_EMIT started(runId, QString::fromStdString(description));
+    callbacks.onStarted = [this, &session](std::int64_t runId, const std::string& description) {
+        const auto& estimate = session.estimate();
+        Q_EMIT started(runId, QString::fromStdString(description), estimate ? estimate->tensorPeakBytes : 0);
     };
     callbacks.onStep = [this](const StepMetrics& s) { push(&PendingProgress::steps, s); };
     callbacks.onEval = [this](const EvalMetrics& e) { push(&PendingProgress::evals, e); };

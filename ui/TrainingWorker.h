@@ -40,7 +40,8 @@ public:
     void resumeRun(qint64 runId, const QString& dbPath);
 
 Q_SIGNALS:
-    void started(qint64 runId, const QString& description);
+    // estimatedPeakBytes: the memory planner's peak tensor bytes for the run (0: none).
+    void started(qint64 runId, const QString& description, qint64 estimatedPeakBytes);
     void progressAvailable();
     void finished(const tb::SessionOutcome& outcome);
     // Input problems found before a run record exists (bad database, device...).

@@ -121,6 +121,15 @@ int runWithProgress(RunSession& session, bool quiet)
                       outcome.steadyTokensPerSecond);
         std::cout << line;
     }
+    if (outcome.measuredPeakBytes > 0 && outcome.estimatedPeakBytes > 0) {
+        char line[200];
+        std::snprintf(line, sizeof line, "memory: peak %.1f MiB of tensors measured (during %s), estimate %.1f MiB (%+.1f%%)\n",
+                      static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, outcome.measuredPeakPhase.c_str(),
+                      static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0,
+                      100.0 * static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
+                          / static_cast<double>(outcome.measuredPeakBytes));
+        std::cout << line;
+    }
     if (outcome.status == RunStatus::Failed) std::cerr << "error: " << outcome.message << "\n";
     if (outcome.lostValues > 0 && outcome.status != RunStatus::Failed) {
         std::cerr << "error: the run trained, but its record is incomplete: " << outcome.message << "\n";

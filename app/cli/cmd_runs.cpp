@@ -1,6 +1,7 @@
 // trainbench-cli runs: list the stored runs.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,13 @@ std::string formatTime(double epochSeconds)
     char text[32];
     std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", std::localtime(&t));
     return text;
+}
+
+// (estimate - measured) / measured, when both are known.
+std::optional<double> estimateError(const RunRecord& r)
+{
+    if (!r.estimatedPeakBytes || !r.measuredPeakBytes || *r.measuredPeakBytes <= 0) return std::nullopt;
+    return static_cast<double>(*r.estimatedPeakBytes - *r.measuredPeakBytes) / static_cast<double>(*r.measuredPeakBytes);
 }
 
 int runs(const Args& args)
@@ -37,6 +45,10 @@ int runs(const Args& args)
             j["final_loss"] = r.finalLoss ? nlohmann::json(*r.finalLoss) : nlohmann::json();
             j["final_val_loss"] = r.finalValLoss ? nlohmann::json(*r.finalValLoss) : nlohmann::json();
             j["final_val_accuracy"] = r.finalValAccuracy ? nlohmann::json(*r.finalValAccuracy) : nlohmann::json();
+            // The memory planner's estimate at launch beside the measured peak (tensor bytes).
+            j["estimated_peak_bytes"] = r.estimatedPeakBytes ? nlohmann::json(*r.estimatedPeakBytes) : nlohmann::json();
+            j["measured_peak_bytes"] = r.measuredPeakBytes ? nlohmann::json(*r.measuredPeakBytes) : nlohmann::json();
+            j["estimate_error"] = estimateError(r) ? nlohmann::json(*estimateError(r)) : nlohmann::json();
             list.push_back(j);
         }
         std::cout << list.dump(2) << "\n";
@@ -46,23 +58,31 @@ int runs(const Args& args)
         std::cout << "no runs yet in " << store->path() << "\n";
         return kExitOk;
     }
-    std::printf("%-5s %-24s %-11s %-13s %-10s %-10s %-7s %s\n", "ID", "NAME", "STATUS", "STEPS", "LOSS", "VAL_LOSS",
-                "DEVICE", "CREATED");
+    std::printf("%-5s %-24s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", "ID", "NAME", "STATUS", "STEPS", "LOSS",
+                "VAL_LOSS", "DEVICE", "PEAK MiB (EST/MEAS/ERR)", "CREATED");
     for (const auto& r : all) {
         const std::string steps = std::to_string(r.stepsDone) + "/" + std::to_string(r.stepsTotal);
         char loss[16] = "-", val[16] = "-";
         if (r.finalLoss) std::snprintf(loss, sizeof loss, "%.4f", *r.finalLoss);
         if (r.finalValLoss) std::snprintf(val, sizeof val, "%.4f", *r.finalValLoss);
-        std::printf("%-5lld %-24s %-11s %-13s %-10s %-10s %-7s %s\n", static_cast<long long>(r.id),
+        char memory[48] = "-";
+        const auto mib = [](std::optional<std::int64_t> b) { return b ? static_cast<double>(*b) / 1048576.0 : -1.0; };
+        if (const auto error = estimateError(r)) {
+            std::snprintf(memory, sizeof memory, "%.1f/%.1f/%+.1f%%", mib(r.estimatedPeakBytes), mib(r.measuredPeakBytes),
+                          100.0 * *error);
+        } else if (r.estimatedPeakBytes) {
+            std::snprintf(memory, sizeof memory, "%.1f/-", mib(r.estimatedPeakBytes));
+        }
+        std::printf("%-5lld %-24s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", static_cast<long long>(r.id),
                     r.name.substr(0, 24).c_str(), runStatusName(r.status).c_str(), steps.c_str(), loss, val,
-                    r.device.c_str(), formatTime(r.createdAt).c_str());
+                    r.device.c_str(), memory, formatTime(r.createdAt).c_str());
     }
     return kExitOk;
 }
 
 const CommandRegistration registration{Command{
     "runs",
-    "List stored runs: id, name, status, steps done, final loss.",
+    "List stored runs: id, name, status, steps done, final loss, estimated vs measured peak memory.",
     "[--db FILE] [--json]",
     {{"--db", true, "experiment database", "FILE"}, {"--json", false, "print a JSON array instead of a table"}},
     &runs}};

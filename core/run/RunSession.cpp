@@ -3,7 +3,12 @@
 #include <chrono>
 #include <filesystem>
 
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
 #include "common/Version.h"
+#include "memory/Estimator.h"
 #include "store/MetricWriter.h"
 #include "store/Sqlite.h"
 
@@ -34,7 +39,49 @@ std::optional<double> known(double v)
     return v;
 }
 
+// The planner's estimate for what this run trains, on the device and in the
+// precision it really uses: the peak tensor bytes (what the memory probe
+// measures) and the terms.
+MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device, const std::string& precision)
+{
+    auto setup = setupFor(config);
+    setup.gpu = device.rfind("cuda", 0) == 0;
+    setup.precision = precision;
+    return estimateMemory(architectureFor(config), setup);
+}
+
+std::string estimateJson(const MemoryEstimate& e)
+{
+    nlohmann::json components = nlohmann::json::object();
+    for (const auto& t : e.terms) components[t.name] = t.bytes;
+    return nlohmann::json{{"peak_bytes", e.peakBytes},
+                          {"tensor_peak_bytes", e.tensorPeakBytes},
+                          {"peak_phase", e.peakPhase},
+                          {"components", components},
+                          {"notes", e.notes}}
+        .dump();
+}
+
+std::string mib(std::int64_t bytes)
+{
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+    return text;
+}
+
 } // namespace
+
+std::string memoryEstimateWarning(std::int64_t estimatedBytes, std::int64_t measuredBytes, const std::string& phase,
+                                  int step)
+{
+    if (estimatedBytes <= 0 || static_cast<double>(measuredBytes) <= 1.1 * static_cast<double>(estimatedBytes)) return {};
+    char percent[32];
+    std::snprintf(percent, sizeof percent, "%.0f%%",
+                  100.0 * (static_cast<double>(measuredBytes) / static_cast<double>(estimatedBytes) - 1.0));
+    return "step " + std::to_string(step) + ": the measured peak " + mib(measuredBytes) + " during "
+        + (phase.empty() ? std::string("the step") : phase) + " exceeds the memory planner's estimate "
+        + mib(estimatedBytes) + " by " + percent + "; plan this setup with that much more headroom";
+}
 
 RunSession::RunSession(RunConfig config, SessionOptions options)
     : m_config(std::move(config)), m_options(std::move(options))
@@ -190,6 +237,11 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         // after its checkpoint dropped (that many steps will be re-run).
         if (resuming) m_store->truncateMetricsAfter(m_runId, m_resumeStep);
         m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
+        if (!m_options.bare) {
+            m_estimate = launchEstimate(m_config, trainer->device(), trainer->precision());
+            m_store->setEstimate(m_runId, m_estimate->tensorPeakBytes, estimateJson(*m_estimate));
+            outcome.estimatedPeakBytes = m_estimate->tensorPeakBytes;
+        }
         if (callbacks.onStarted) callbacks.onStarted(m_runId, trainer->datasetDescription());
         if (!m_initFromLabel.empty()) {
             const TrainerEvent e{"info", "init_from", "model weights initialised from " + m_initFromLabel};
@@ -208,6 +260,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
             result = trainer->run(tc);
         } else {
             MetricWriter writer(m_dbPath, m_runId);
+            bool estimateWarned = false;
             TrainerCallbacks tc;
             tc.onStep = [&](const StepMetrics& s) {
                 if (m_options.recordMetrics) {
@@ -223,6 +276,21 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
                     if (s.lossScale > 0) writer.addMetric(s.step, "loss_scale", s.lossScale);
                 }
                 writer.setStepsDone(s.step);
+                if (s.memPeakBytes > outcome.measuredPeakBytes) {
+                    outcome.measuredPeakBytes = s.memPeakBytes;
+                    outcome.measuredPeakPhase = s.memPeakPhase;
+                }
+                // Every run checks the planner: a measured peak more than 10%
+                // over the estimate is reported once, with the phase.
+                if (m_estimate && !estimateWarned) {
+                    const auto warning = memoryEstimateWarning(m_estimate->tensorPeakBytes, s.memPeakBytes, s.memPeakPhase, s.step);
+                    if (!warning.empty()) {
+                        estimateWarned = true;
+                        const TrainerEvent e{"warning", "memory_estimate", warning};
+                        writer.addEvent(e.severity, e.kind, e.message);
+                        if (callbacks.onEvent) callbacks.onEvent(e);
+                    }
+                }
                 if (callbacks.onStep) callbacks.onStep(s);
             };
             tc.onEval = [&](const EvalMetrics& e) {

@@ -8,9 +8,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "config/RunConfig.h"
+#include "memory/Estimator.h"
 #include "store/RunStore.h"
 #include "train/Trainer.h"
 
@@ -48,7 +50,18 @@ struct SessionOutcome {
     // Metric values and events that could not be stored (the database stayed
     // locked or the disk full): the front ends say so and exit non-zero.
     std::int64_t lostValues = 0;
+    // Peak tensor bytes: the planner's estimate at launch and the largest
+    // measured in this session (0 when not measured), with its phase.
+    std::int64_t estimatedPeakBytes = 0;
+    std::int64_t measuredPeakBytes = 0;
+    std::string measuredPeakPhase;
 };
+
+// Every run checks the memory planner: the warning event's text when the
+// measured peak tensor bytes exceed the launch estimate by more than 10%,
+// naming the step and the phase; empty otherwise.
+std::string memoryEstimateWarning(std::int64_t estimatedBytes, std::int64_t measuredBytes, const std::string& phase,
+                                  int step);
 
 class RunSession final {
 public:
@@ -67,6 +80,8 @@ public:
     const RunConfig& config() const { return m_config; }
     std::int64_t runId() const { return m_runId; }
     const std::string& dbPath() const { return m_dbPath; }
+    // The memory planner's estimate for this run, made at launch (empty before).
+    const std::optional<MemoryEstimate>& estimate() const { return m_estimate; }
 
 private:
     RunSession() = default;
@@ -80,6 +95,7 @@ private:
     std::string m_initFromPath; // resolved train.init_from
     std::string m_initFromLabel;
     int m_resumeStep = 0;
+    std::optional<MemoryEstimate> m_estimate;
     std::atomic<bool> m_cancel{false};
     std::mutex m_trainerMutex;
     Trainer* m_trainer = nullptr;

@@ -83,12 +83,23 @@ DROP INDEX metrics_by_run_key_step;
 CREATE UNIQUE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);
 ALTER TABLE runs ADD COLUMN owner_pidns TEXT;
 )sql",
+    // 3: every run is its own check of the memory planner: the estimate made
+    // at launch (peak tensor bytes and its terms as JSON) beside the largest
+    // measured peak (kept up to date from the mem_peak_bytes metric).
+    R"sql(
+ALTER TABLE runs ADD COLUMN estimated_peak_bytes INTEGER;
+ALTER TABLE runs ADD COLUMN estimate_json TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN measured_peak_bytes INTEGER;
+UPDATE runs SET measured_peak_bytes =
+  (SELECT max(value) FROM metrics WHERE metrics.run_id = runs.id AND metrics.key = 'mem_peak_bytes');
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
 const char* const kRunColumns =
     "id, name, status, created_at, started_at, ended_at, config_json, device, precision, app_version, "
-    "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, heartbeat_at";
+    "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, heartbeat_at, "
+    "estimated_peak_bytes, estimate_json, measured_peak_bytes";
 
 std::optional<double> optionalDouble(const Statement& s, int i)
 {
@@ -117,6 +128,9 @@ RunRecord readRun(const Statement& s)
     r.finalValAccuracy = optionalDouble(s, 15);
     r.message = s.columnText(16);
     r.heartbeatAt = optionalDouble(s, 17);
+    if (!s.columnIsNull(18)) r.estimatedPeakBytes = s.columnInt(18);
+    r.estimateJson = s.columnText(19);
+    if (!s.columnIsNull(20)) r.measuredPeakBytes = s.columnInt(20);
     return r;
 }
 
@@ -453,6 +467,13 @@ void RunStore::markEnded(std::int64_t runId, RunStatus status, const RunSummary&
     s.run();
 }
 
+void RunStore::setEstimate(std::int64_t runId, std::int64_t peakBytes, const std::string& estimateJson)
+{
+    Statement s(*m_db, "UPDATE runs SET estimated_peak_bytes=?, estimate_json=? WHERE id=?");
+    s.bind(1, peakBytes).bind(2, estimateJson).bind(3, runId);
+    s.run();
+}
+
 void RunStore::heartbeat(std::int64_t runId, int stepsDone)
 {
     Statement s(*m_db, "UPDATE runs SET heartbeat_at=?, steps_done=max(steps_done, ?) WHERE id=?");
@@ -468,11 +489,21 @@ void RunStore::insertMetrics(const std::vector<MetricPoint>& points)
                             "ON CONFLICT(run_id, key, step) DO UPDATE SET value=excluded.value, "
                             "wall_time=excluded.wall_time");
     std::map<std::pair<std::int64_t, std::string>, const MetricPoint*> latest;
+    std::map<std::int64_t, double> peaks; // the largest mem_peak_bytes of each run in the batch
     for (const auto& p : points) {
         insert.bind(1, p.runId).bind(2, p.step).bind(3, p.key).bind(4, p.value).bind(5, p.wallTime);
         insert.run();
         auto& slot = latest[{p.runId, p.key}];
         if (!slot || slot->step <= p.step) slot = &p;
+        if (p.key == "mem_peak_bytes") {
+            auto [it, fresh] = peaks.emplace(p.runId, p.value);
+            if (!fresh) it->second = std::max(it->second, p.value);
+        }
+    }
+    Statement peak(*m_db, "UPDATE runs SET measured_peak_bytes = max(coalesce(measured_peak_bytes, 0), ?) WHERE id=?");
+    for (const auto& [run, bytes] : peaks) {
+        peak.bind(1, static_cast<std::int64_t>(bytes)).bind(2, run);
+        peak.run();
     }
     Statement upsert(*m_db, "INSERT INTO latest_metrics(run_id, key, step, value, wall_time) VALUES(?, ?, ?, ?, ?) "
                             "ON CONFLICT(run_id, key) DO UPDATE SET step=excluded.step, value=excluded.value, "

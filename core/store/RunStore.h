@@ -33,6 +33,11 @@ struct RunRecord {
     std::optional<double> finalLoss, finalValLoss, finalValAccuracy;
     std::string message;
     std::optional<double> heartbeatAt;
+    // The memory planner's estimate of the peak tensor bytes, made at launch
+    // (with its terms as JSON), and the largest peak measured so far.
+    std::optional<std::int64_t> estimatedPeakBytes;
+    std::string estimateJson;
+    std::optional<std::int64_t> measuredPeakBytes;
 };
 
 struct NewRun {
@@ -106,6 +111,8 @@ public:
     void markRunning(std::int64_t runId, int stepsTotal, const std::string& device, const std::string& precision);
     void markEnded(std::int64_t runId, RunStatus status, const RunSummary& summary);
     void heartbeat(std::int64_t runId, int stepsDone);
+    // The estimate made at launch: peak tensor bytes and the terms as JSON.
+    void setEstimate(std::int64_t runId, std::int64_t peakBytes, const std::string& estimateJson);
 
     void appendMetrics(const std::vector<MetricPoint>& points);
     // Metrics, events and a heartbeat in one transaction: all or nothing.

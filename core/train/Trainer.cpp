@@ -471,9 +471,10 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             m->setLearningRate(lr);
             m->optimizer->zero_grad();
 
-            // Per-phase tensor bytes (trainbench-cli measure). A phase that runs
-            // once per micro-batch keeps its largest peak.
-            const bool phases = m->options.recordPhaseMemory && !memoryDevice.empty();
+            // Per-phase tensor bytes: the step's peak and the phase it came in
+            // (all of them for trainbench-cli measure). A phase that runs once
+            // per micro-batch keeps its largest peak.
+            const bool phases = !memoryDevice.empty();
             std::array<PhaseMemory, 3> phase;
             const auto phaseBegin = [&](int i) {
                 if (!phases) return;
@@ -532,7 +533,9 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                          + fixed(m->scaler.currentScale(), 0));
             }
             phaseEnd(2, "optimizer");
-            if (phases) result.phaseMemory.insert(result.phaseMemory.end(), phase.begin(), phase.end());
+            if (phases && m->options.recordPhaseMemory) {
+                result.phaseMemory.insert(result.phaseMemory.end(), phase.begin(), phase.end());
+            }
             result.stepsDone = step;
 
             const bool log = step % t.logEvery == 0 || step == total;
@@ -558,10 +561,14 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                     s.gradNorm = gradNorm.defined() ? gradNorm.item<double>() : 0.0;
                     s.stepMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
                     s.tokensPerSecond = tokensPerStep / std::max(s.stepMs / 1000.0, 1e-9);
-                    if (!memoryDevice.empty()) {
-                        const auto mem = MemoryProbe::snapshot(memoryDevice);
-                        s.memCurrentBytes = mem.currentBytes;
-                        s.memPeakBytes = mem.peakBytes;
+                    if (phases) {
+                        s.memCurrentBytes = MemoryProbe::snapshot(memoryDevice).currentBytes;
+                        for (const auto& p : phase) {
+                            if (p.peakBytes > s.memPeakBytes) {
+                                s.memPeakBytes = p.peakBytes;
+                                s.memPeakPhase = p.phase == "forward" ? "forward" : p.phase == "backward" ? "backward" : "optimizer";
+                            }
+                        }
                     }
                     s.lossScale = m->useScaler() ? m->scaler.currentScale() : 0.0;
                     s.skipped = skipped;

@@ -24,6 +24,7 @@ struct StepMetrics {
     double stepMs = 0;
     std::int64_t memCurrentBytes = 0;
     std::int64_t memPeakBytes = 0; // peak within this step
+    const char* memPeakPhase = "";  // the phase it came in: forward | backward | optimizer
     double lossScale = 0;          // fp16 only
     bool skipped = false;          // fp16: gradients overflowed, step skipped
 };
