@@ -45,6 +45,7 @@ private Q_SLOTS:
     void sampleExportAndInitFromARun();
     void failedResumeKeepsTheMetrics();
     void lockedDatabaseIsNotBadInput();
+    void historyCommandsTagNoteFilterCompareDelete();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -483,6 +484,58 @@ void TestCli::lockedDatabaseIsNotBadInput()
     holder.exec("ROLLBACK");
     QVERIFY2(r.exitCode == 1, qPrintable(QString("exit %1: %2").arg(r.exitCode).arg(r.err)));
     QVERIFY2(r.err.contains("holds its write lock"), qPrintable(r.err));
+}
+
+void TestCli::historyCommandsTagNoteFilterCompareDelete()
+{
+    std::int64_t a, b;
+    {
+        RunStore store(m_db.toStdString());
+        a = store.createRun({"small", R"({"name":"small","train":{"batch_size":8},"optim":{"lr":0.001}})", "cpu", "fp32", "0", "1.13", 10});
+        b = store.createRun({"large", R"({"name":"large","train":{"batch_size":64},"optim":{"lr":0.001}})", "cpu", "fp32", "0", "1.13", 10});
+        store.markEnded(a, RunStatus::Finished, {10, 2.5, std::nullopt, std::nullopt, ""});
+        store.markEnded(b, RunStatus::Failed, {3, 4.0, std::nullopt, std::nullopt, "diverged"});
+    }
+    const QString ida = QString::number(a), idb = QString::number(b);
+    auto r = cli({"tag", ida, "baseline", "--db", m_db});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(r.out.contains("baseline"));
+    QCOMPARE(cli({"note", idb, "lr too high; try 3e-4", "--db", m_db}).exitCode, 0);
+    QCOMPARE(cli({"tag", ida, "two words", "--db", m_db}).exitCode, 2);
+    QCOMPARE(cli({"tag", "99", "x", "--db", m_db}).exitCode, 2);
+
+    r = cli({"runs", "--db", m_db, "--json", "--filter", "tag:baseline"});
+    QCOMPARE(r.exitCode, 0);
+    auto list = QJsonDocument::fromJson(r.out.toUtf8()).array();
+    QCOMPARE(list.size(), 1);
+    QCOMPARE(list[0].toObject()["name"].toString(), QString("small"));
+    QCOMPARE(list[0].toObject()["tags"].toArray().first().toString(), QString("baseline"));
+    r = cli({"runs", "--db", m_db, "--json", "--filter", "train.batch_size>=16 status=failed"});
+    list = QJsonDocument::fromJson(r.out.toUtf8()).array();
+    QCOMPARE(list.size(), 1);
+    QCOMPARE(list[0].toObject()["note"].toString(), QString("lr too high; try 3e-4"));
+    r = cli({"runs", "--db", m_db, "--filter", "colour=red"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("unknown field \"colour\""), qPrintable(r.err));
+
+    r = cli({"compare", ida, idb, "--db", m_db, "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const auto diff = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    const auto fields = diff["differing_fields"].toArray();
+    QCOMPARE(fields.size(), 1); // only the batch size differs (names are not config)
+    QCOMPARE(fields[0].toObject()["path"].toString(), QString("train.batch_size"));
+    QCOMPARE(fields[0].toObject()["values"].toArray()[1].toInt(), 64);
+    QCOMPARE(diff["runs"].toArray()[1].toObject()["status"].toString(), QString("failed"));
+    QCOMPARE(cli({"compare", ida, "--db", m_db}).exitCode, 2);
+
+    // Delete asks; without a terminal it needs --yes, and nothing goes before.
+    r = cli({"delete", idb, "--db", m_db});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("--yes"), qPrintable(r.err));
+    QCOMPARE(cli({"runs", "--db", m_db, "--json"}).out.count("\"id\""), 2);
+    QCOMPARE(cli({"delete", idb, "--db", m_db, "--yes"}).exitCode, 0);
+    r = cli({"runs", "--db", m_db, "--json"});
+    QCOMPARE(QJsonDocument::fromJson(r.out.toUtf8()).array().size(), 1);
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -213,11 +213,12 @@ void TestFuzz::randomCommandLines()
                             "-1", "99999999999999999999", "--db", db, "--json", "--format", "csv", "json", "xml",
                             "--output", "--prompt", "", "--max-tokens", "--temperature", "nan", "--top-k",
                             "--seed", "--checkpoint", "/", "--catalog", "--gpu", "--config", "--help", "-h", "--",
-                            "--db=", "=", "\xc3\x28", "--merge-lora"};
+                            "--db=", "=", "\xc3\x28", "--merge-lora", "--filter", "tag:x", "status=",
+                            "train.batch_size>=", "\"", "x'; DROP TABLE runs;--"};
     std::mt19937 random(3);
     for (int i = 0; i < 100; ++i) {
         // Only read-only commands: train and resume would legitimately write.
-        QStringList args{QStringList{"runs", "export", "export-model", "sample", "validate", "devices"}[random() % 6]};
+        QStringList args{QStringList{"runs", "export", "export-model", "sample", "validate", "devices", "compare"}[random() % 7]};
         const int n = static_cast<int>(random() % 6);
         for (int k = 0; k < n; ++k) args << words[random() % words.size()];
         if (args.contains("resume")) continue;

@@ -61,6 +61,11 @@ private Q_SLOTS:
     void retriedMetricNeverDuplicatesARow();
     void metricBatchOutlastsALockedDatabase();
     void readOnlyOpenNeverWritesASchema();
+    // History.
+    void filterByStatusTagConfigFieldAndText();
+    void filterRefusesWhatItCannotRead();
+    void injectionStringsAreOnlyData();
+    void tagsNotesRenameAndDelete();
 
 private:
     std::string dbPath(const char* name = "exp.db") const { return m_dir->filePath(name).toStdString(); }
@@ -305,6 +310,7 @@ void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
         db.exec("DROP INDEX metrics_by_run_key_step; CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);"
                 "ALTER TABLE runs DROP COLUMN owner_pidns; ALTER TABLE runs DROP COLUMN estimated_peak_bytes; "
                 "ALTER TABLE runs DROP COLUMN estimate_json; ALTER TABLE runs DROP COLUMN measured_peak_bytes; "
+                "ALTER TABLE runs DROP COLUMN note; DROP TABLE run_tags; DROP TABLE deleted_runs; "
                 "PRAGMA user_version=1;");
         db.exec("INSERT INTO metrics VALUES(1, 3, 'loss', 2.0, 1), (1, 3, 'loss', 1.5, 2), "
                 "(1, 2, 'mem_peak_bytes', 1500, 1), (1, 4, 'mem_peak_bytes', 1200, 1)");
@@ -449,6 +455,132 @@ void TestStore::readOnlyOpenNeverWritesASchema()
         QVERIFY2(QString(e.what()).contains("no Trainbench runs yet"), e.what());
     }
     QCOMPARE(fileBytes(path), std::string());
+}
+
+namespace {
+
+NewRun configRun(const std::string& name, int batch, const std::string& type)
+{
+    return {name,
+            R"({"name":")" + name + R"(","model":{"type":")" + type + R"("},"train":{"batch_size":)" + std::to_string(batch) + "}}",
+            "cpu", "fp32", "0.1.0", "1.13", 100};
+}
+
+std::vector<std::int64_t> ids(const std::vector<RunRecord>& runs)
+{
+    std::vector<std::int64_t> out;
+    for (const auto& r : runs) out.push_back(r.id);
+    return out;
+}
+
+} // namespace
+
+void TestStore::filterByStatusTagConfigFieldAndText()
+{
+    RunStore store(dbPath());
+    const auto a = store.createRun(configRun("baseline small", 8, "gpt"));
+    const auto b = store.createRun(configRun("wide llama", 32, "llama"));
+    const auto c = store.createRun(configRun("wide gpt", 16, "gpt"));
+    store.markEnded(a, RunStatus::Finished, {100, 2.0, std::nullopt, std::nullopt, ""});
+    store.markEnded(b, RunStatus::Failed, {10, 4.0, std::nullopt, std::nullopt, "diverged"});
+    store.markEnded(c, RunStatus::Finished, {100, 3.0, std::nullopt, std::nullopt, ""});
+    store.addTag(a, "baseline");
+    store.addTag(c, "baseline");
+    store.setNote(b, "lr too high");
+    using V = std::vector<std::int64_t>;
+    QCOMPARE(ids(store.listRuns()), (V{a, b, c}));
+    QCOMPARE(ids(store.listRuns("status=failed")), (V{b}));
+    QCOMPARE(ids(store.listRuns("tag:baseline")), (V{a, c}));
+    QCOMPARE(ids(store.listRuns("train.batch_size>=16")), (V{b, c}));
+    QCOMPARE(ids(store.listRuns("train.batch_size>=16 tag:baseline")), (V{c}));
+    QCOMPARE(ids(store.listRuns("model.type=gpt")), (V{a, c}));
+    QCOMPARE(ids(store.listRuns("model.type!=gpt")), (V{b}));
+    QCOMPARE(ids(store.listRuns("loss<2.5")), (V{a}));
+    QCOMPARE(ids(store.listRuns("wide")), (V{b, c}));
+    QCOMPARE(ids(store.listRuns("\"lr too\"")), (V{b})); // the note, quoted words
+    QCOMPARE(ids(store.listRuns("100%")), V{});       // % is a character, not a wildcard
+    QCOMPARE(store.run(a)->tags, (std::vector<std::string>{"baseline"}));
+}
+
+void TestStore::filterRefusesWhatItCannotRead()
+{
+    RunStore store(dbPath());
+    for (const char* bad : {"colour=red", "=3", "tag:", "\"open", "train..batch_size=1", "x.y'); DROP TABLE runs;--=1"}) {
+        try {
+            store.listRuns(bad);
+            QFAIL(qPrintable(QString("accepted: %1").arg(bad)));
+        } catch (const InputError& e) {
+            QVERIFY2(QString(e.what()).startsWith("filter: "), e.what());
+        }
+    }
+}
+
+// Every user-supplied text (filter, tag, note, name) is a bound value: these
+// strings are stored and matched as themselves, and the schema is untouched.
+void TestStore::injectionStringsAreOnlyData()
+{
+    RunStore store(dbPath());
+    const std::vector<std::string> attacks{"x'; DROP TABLE runs; --", "\" OR 1=1 --", "') OR ('1'='1",
+                                           "%' OR name LIKE '%", "Robert'); DELETE FROM metrics;--"};
+    const auto id = store.createRun(sampleRun());
+    for (const auto& text : attacks) {
+        store.rename(id, text);
+        QCOMPARE(store.run(id)->name, text);
+        store.setNote(id, text);
+        QCOMPARE(store.run(id)->note, text);
+        // As a filter: a result, or one clear refusal of a term it cannot read.
+        for (const auto& filter : {text, "name=" + text, "\"" + text + "\""}) {
+            try {
+                QVERIFY(store.listRuns(filter).size() <= 1);
+            } catch (const InputError& e) {
+                QVERIFY2(QString(e.what()).startsWith("filter: "), e.what());
+            }
+        }
+    }
+    store.addTag(id, "a';DROP-TABLE--");
+    QCOMPARE(ids(store.listRuns("tag:a';DROP-TABLE--")), std::vector<std::int64_t>{id});
+    QCOMPARE(ids(store.listRuns("\"tag:x' OR '1'='1\"")).size(), std::size_t(0));
+    store.rename(id, "x'; DROP TABLE runs; --");
+    QCOMPARE(ids(store.listRuns("\"name=x'; DROP TABLE runs; --\"")), std::vector<std::int64_t>{id});
+    QCOMPARE(store.listRuns().size(), std::size_t(1)); // the table is still there
+    Statement check(store.database(), "PRAGMA integrity_check");
+    QVERIFY(check.step());
+    QCOMPARE(check.columnText(0), std::string("ok"));
+}
+
+void TestStore::tagsNotesRenameAndDelete()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun("first"));
+    const auto other = store.createRun(sampleRun("second"));
+    store.appendMetrics({{id, 1, "loss", 2.0, 1}, {other, 1, "loss", 3.0, 1}});
+    store.addEvent({id, 1, "info", "x", "y"});
+    store.addTag(id, "b");
+    store.addTag(id, "a");
+    store.addTag(id, "a"); // once
+    QCOMPARE(store.run(id)->tags, (std::vector<std::string>{"a", "b"}));
+    store.removeTag(id, "b");
+    QCOMPARE(store.run(id)->tags, (std::vector<std::string>{"a"}));
+    QVERIFY_THROWS_EXCEPTION(InputError, store.addTag(id, ""));
+    QVERIFY_THROWS_EXCEPTION(InputError, store.addTag(id, "two words"));
+    QVERIFY_THROWS_EXCEPTION(InputError, store.addTag(999, "x"));
+    QVERIFY_THROWS_EXCEPTION(InputError, store.rename(id, "tab\there"));
+    store.rename(id, "renamed");
+    QCOMPARE(store.run(id)->name, std::string("renamed"));
+
+    store.markRunning(other, 100, "cpu", "fp32");
+    QVERIFY_THROWS_EXCEPTION(InputError, store.deleteRun(other)); // running
+    store.deleteRun(id);
+    QVERIFY(!store.run(id).has_value());
+    QVERIFY(store.metrics(id).empty());
+    QVERIFY(store.events(id).empty());
+    QCOMPARE(store.metrics(other).size(), std::size_t(1)); // the other run keeps everything
+    QVERIFY_THROWS_EXCEPTION(InputError, store.deleteRun(id));
+    // The last run's id is not given again once it is deleted.
+    const auto third = store.createRun(sampleRun("third"));
+    store.markEnded(third, RunStatus::Finished, {1, 1.0, std::nullopt, std::nullopt, ""});
+    store.deleteRun(third);
+    QCOMPARE(store.createRun(sampleRun("fourth")), third + 1);
 }
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -44,6 +44,9 @@ struct Command {
     std::string usage; // after "trainbench-cli NAME "
     std::vector<OptionSpec> options;
     int (*run)(const Args& args) = nullptr;
+    // Positional arguments it accepts; -1: one when the usage starts with
+    // RUN_ID, else none. The command checks the exact count itself.
+    int positionals = -1;
 };
 
 // Each cmd_*.cpp holds one `static const CommandRegistration r{Command{...}};`.

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,13 @@ namespace tb::cli {
 // commands: a missing file is an error that says where it looked, not a new
 // empty database, and nothing in the file changes.
 std::unique_ptr<RunStore> openExistingStore(const std::string& dbOption);
+
+// Opens the store named by --db (or the default) for a command that edits
+// it; a missing file is an error, not a new database.
+std::unique_ptr<RunStore> openExistingStoreForWriting(const std::string& dbOption);
+
+// "3" -> 3; InputError naming the argument otherwise.
+std::int64_t parseRunId(const std::string& text);
 
 // Refuses (InputError) an output file that is the database, its -wal, -shm or
 // -journal, or anything in its checkpoint folder: no command writes over them.

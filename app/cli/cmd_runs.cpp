@@ -29,7 +29,7 @@ std::optional<double> estimateError(const RunRecord& r)
 int runs(const Args& args)
 {
     auto store = openExistingStore(args.value("--db").value_or(""));
-    const auto all = store->listRuns();
+    const auto all = store->listRuns(args.value("--filter").value_or(""));
     if (args.flag("--json")) {
         auto list = nlohmann::json::array();
         for (const auto& r : all) {
@@ -41,7 +41,9 @@ int runs(const Args& args)
                                 {"device", r.device},
                                 {"precision", r.precision},
                                 {"created_at", r.createdAt},
-                                {"message", r.message}};
+                                {"message", r.message},
+                                {"note", r.note},
+                                {"tags", r.tags}};
             j["final_loss"] = r.finalLoss ? nlohmann::json(*r.finalLoss) : nlohmann::json();
             j["final_val_loss"] = r.finalValLoss ? nlohmann::json(*r.finalValLoss) : nlohmann::json();
             j["final_val_accuracy"] = r.finalValAccuracy ? nlohmann::json(*r.finalValAccuracy) : nlohmann::json();
@@ -55,7 +57,8 @@ int runs(const Args& args)
         return kExitOk;
     }
     if (all.empty()) {
-        std::cout << "no runs yet in " << store->path() << "\n";
+        if (args.value("--filter")) std::cout << "no run in " << store->path() << " matches the filter\n";
+        else std::cout << "no runs yet in " << store->path() << "\n";
         return kExitOk;
     }
     std::printf("%-5s %-24s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", "ID", "NAME", "STATUS", "STEPS", "LOSS",
@@ -83,8 +86,13 @@ int runs(const Args& args)
 const CommandRegistration registration{Command{
     "runs",
     "List stored runs: id, name, status, steps done, final loss, estimated vs measured peak memory.",
-    "[--db FILE] [--json]",
-    {{"--db", true, "experiment database", "FILE"}, {"--json", false, "print a JSON array instead of a table"}},
+    "[--filter EXPR] [--db FILE] [--json]",
+    {{"--db", true, "experiment database", "FILE"},
+     {"--filter", true,
+      "only runs matching all of: status=failed, tag:NAME, a config path with = != < <= > >= "
+      "(train.batch_size>=16), loss<2.5, or words in the name or note",
+      "EXPR"},
+     {"--json", false, "print a JSON array instead of a table"}},
     &runs}};
 
 } // namespace

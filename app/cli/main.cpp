@@ -58,7 +58,8 @@ int main(int argc, char** argv)
             return kExitOk;
         }
         // A command takes the run id its usage names, and nothing else.
-        const std::size_t allowed = command->usage.rfind("RUN_ID", 0) == 0 ? 1 : 0;
+        const std::size_t allowed = command->positionals >= 0 ? static_cast<std::size_t>(command->positionals)
+                                    : command->usage.rfind("RUN_ID", 0) == 0 ? 1 : 0;
         if (parsed.positionals().size() > allowed && name != "train") {
             throw tb::InputError("unexpected argument \"" + parsed.positionals()[allowed] + "\" for '" + name
                                  + "' (usage: trainbench-cli " + name + " " + command->usage + ")");

@@ -1,7 +1,10 @@
 #include "store/RunStore.h"
 
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -93,13 +96,26 @@ ALTER TABLE runs ADD COLUMN measured_peak_bytes INTEGER;
 UPDATE runs SET measured_peak_bytes =
   (SELECT max(value) FROM metrics WHERE metrics.run_id = runs.id AND metrics.key = 'mem_peak_bytes');
 )sql",
+    // 4: history: a note and tags per run.
+    R"sql(
+ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';
+CREATE TABLE run_tags(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  tag TEXT NOT NULL,
+  PRIMARY KEY(run_id, tag)) WITHOUT ROWID;
+CREATE INDEX run_tags_by_tag ON run_tags(tag, run_id);
+-- Ids of deleted runs are never given again (a config's "init_from": "run:7"
+-- must not come to mean another run).
+CREATE TABLE deleted_runs(id INTEGER PRIMARY KEY, deleted_at REAL NOT NULL);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
 const char* const kRunColumns =
     "id, name, status, created_at, started_at, ended_at, config_json, device, precision, app_version, "
     "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, heartbeat_at, "
-    "estimated_peak_bytes, estimate_json, measured_peak_bytes";
+    "estimated_peak_bytes, estimate_json, measured_peak_bytes, note, "
+    "(SELECT group_concat(tag, char(31)) FROM (SELECT tag FROM run_tags WHERE run_id = runs.id ORDER BY tag))";
 
 std::optional<double> optionalDouble(const Statement& s, int i)
 {
@@ -131,6 +147,15 @@ RunRecord readRun(const Statement& s)
     if (!s.columnIsNull(18)) r.estimatedPeakBytes = s.columnInt(18);
     r.estimateJson = s.columnText(19);
     if (!s.columnIsNull(20)) r.measuredPeakBytes = s.columnInt(20);
+    r.note = s.columnText(21);
+    if (!s.columnIsNull(22)) {
+        std::string tags = s.columnText(22);
+        for (std::size_t start = 0; start <= tags.size();) {
+            const auto end = std::min(tags.find('\x1f', start), tags.size());
+            r.tags.push_back(tags.substr(start, end - start));
+            start = end + 1;
+        }
+    }
     return r;
 }
 
@@ -413,9 +438,12 @@ std::int64_t RunStore::createRun(const NewRun& run)
     // "created" forever.
     const long pid = static_cast<long>(getpid());
     const double now = wallClockNow();
+    // A fresh id: past every run there is and every one deleted (one
+    // statement, so two processes creating runs never get the same id).
     Statement s(*m_db, "INSERT INTO runs(name, status, created_at, config_json, device, precision, app_version, "
-                       "torch_version, steps_total, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at) "
-                       "VALUES(?, 'created', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                       "torch_version, steps_total, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at, id) "
+                       "VALUES(?, 'created', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                       "1 + max(coalesce((SELECT max(id) FROM runs), 0), coalesce((SELECT max(id) FROM deleted_runs), 0)))");
     s.bind(1, run.name).bind(2, now).bind(3, run.configJson).bind(4, run.device).bind(5, run.precision);
     s.bind(6, run.appVersion).bind(7, run.torchVersion).bind(8, run.stepsTotal).bind(9, static_cast<std::int64_t>(pid));
     s.bind(10, processStartTime(pid)).bind(11, hostName()).bind(12, pidNamespace()).bind(13, now);
@@ -566,12 +594,213 @@ void RunStore::addArtifact(const ArtifactRecord& a)
     s.run();
 }
 
-std::vector<RunRecord> RunStore::listRuns()
+namespace {
+
+// One condition of a run filter as SQL with its bound values. User text
+// only ever reaches SQLite as a bound value, never as SQL.
+struct FilterTerm {
+    std::string sql;
+    std::vector<std::string> texts; // bound in order; numbers are bound as numbers
+    std::vector<bool> numeric;
+};
+
+bool readNumber(const std::string& text, double& out)
 {
-    Statement s(*m_db, (std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY id").c_str());
+    if (text.empty()) return false;
+    char* end = nullptr;
+    out = std::strtod(text.c_str(), &end);
+    return end == text.c_str() + text.size() && std::isfinite(out);
+}
+
+std::string shown(const std::string& text) { return text.size() > 60 ? text.substr(0, 57) + "..." : text; }
+
+// Splits at spaces outside double quotes; quotes group, and are removed.
+std::vector<std::string> filterWords(const std::string& filter)
+{
+    std::vector<std::string> words;
+    std::string word;
+    bool quoted = false, any = false;
+    for (char c : filter) {
+        if (c == '"') {
+            quoted = !quoted;
+            any = true;
+        } else if (!quoted && std::isspace(static_cast<unsigned char>(c))) {
+            if (any) words.push_back(word);
+            word.clear();
+            any = false;
+        } else {
+            word += c;
+            any = true;
+        }
+    }
+    if (quoted) throw InputError("filter: a double quote is not closed");
+    if (any) words.push_back(word);
+    return words;
+}
+
+FilterTerm filterTerm(const std::string& word)
+{
+    static const std::vector<std::pair<std::string, std::string>> kColumns{
+        {"id", "id"},         {"name", "name"},           {"status", "status"},
+        {"device", "device"}, {"precision", "precision"}, {"steps", "steps_done"},
+        {"loss", "final_loss"}, {"val_loss", "final_val_loss"}, {"note", "note"}};
+    if (word.rfind("tag:", 0) == 0) {
+        if (word.size() == 4) throw InputError("filter: \"tag:\" needs a tag name, e.g. tag:baseline");
+        return {"EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = runs.id AND t.tag = ?)", {word.substr(4)}, {false}};
+    }
+    // FIELD OP VALUE, the operator being the first of these found.
+    static const char* const kOps[] = {">=", "<=", "!=", "=", "<", ">"};
+    std::size_t at = std::string::npos, length = 0;
+    std::string op;
+    for (const char* candidate : kOps) {
+        const auto pos = word.find(candidate);
+        if (pos != std::string::npos && (pos < at || (pos == at && std::strlen(candidate) > length))) {
+            at = pos;
+            length = std::strlen(candidate);
+            op = candidate;
+        }
+    }
+    if (at == std::string::npos) {
+        // Free text: in the name or the note.
+        std::string like = "%";
+        for (char c : word) {
+            if (c == '%' || c == '_' || c == '\\') like += '\\';
+            like += c;
+        }
+        like += '%';
+        return {"(name LIKE ? ESCAPE '\\' OR note LIKE ? ESCAPE '\\')", {like, like}, {false, false}};
+    }
+    const std::string field = word.substr(0, at), value = word.substr(at + length);
+    if (field.empty()) throw InputError("filter: \"" + shown(word) + "\" has no field before " + op);
+    double number = 0;
+    const bool isNumber = readNumber(value, number);
+    const std::string sqlOp = op == "!=" ? "IS NOT" : op == "=" ? "IS" : op;
+    for (const auto& [name, column] : kColumns) {
+        if (field == name) return {column + " " + sqlOp + " ?", {value}, {isNumber && name != "name" && name != "note"}};
+    }
+    // A config field by its dotted path, as in the config file.
+    const bool pathOk = field.find('.') != std::string::npos
+        && field.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") == std::string::npos
+        && field.front() != '.' && field.back() != '.' && field.find("..") == std::string::npos;
+    if (!pathOk) {
+        throw InputError("filter: unknown field \"" + shown(field)
+                         + "\"; use id, name, status, device, precision, steps, loss, val_loss, note, tag:NAME or a "
+                           "config path such as train.batch_size");
+    }
+    return {"json_extract(config_json, ?) " + sqlOp + " ?", {"$." + field, value}, {false, isNumber}};
+}
+
+} // namespace
+
+std::vector<RunRecord> RunStore::listRuns(const std::string& filter)
+{
+    std::vector<FilterTerm> terms;
+    for (const auto& word : filterWords(filter)) terms.push_back(filterTerm(word));
+    std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs";
+    for (std::size_t i = 0; i < terms.size(); ++i) sql += (i == 0 ? " WHERE " : " AND ") + terms[i].sql;
+    sql += " ORDER BY id";
+    Statement s(*m_db, sql.c_str());
+    int index = 1;
+    for (const auto& t : terms) {
+        for (std::size_t i = 0; i < t.texts.size(); ++i) {
+            double number = 0;
+            if (t.numeric[i] && readNumber(t.texts[i], number)) s.bind(index++, number);
+            else s.bind(index++, t.texts[i]);
+        }
+    }
     std::vector<RunRecord> runs;
     while (s.step()) runs.push_back(readRun(s));
     return runs;
+}
+
+namespace {
+
+std::string checkedLabel(const std::string& text, const char* what, std::size_t limit)
+{
+    if (text.empty()) throw InputError(std::string(what) + " must not be empty");
+    if (text.size() > limit) {
+        throw InputError(std::string(what) + " is " + std::to_string(text.size()) + " bytes long; at most "
+                         + std::to_string(limit));
+    }
+    for (unsigned char c : text) {
+        if (c < 0x20 || c == 0x7f) throw InputError(std::string(what) + " must not contain control characters");
+    }
+    return text;
+}
+
+} // namespace
+
+void RunStore::requireRun(std::int64_t runId)
+{
+    if (!run(runId)) {
+        throw InputError("run " + std::to_string(runId) + " does not exist in " + m_path
+                         + "; 'trainbench-cli runs' lists the runs");
+    }
+}
+
+void RunStore::addTag(std::int64_t runId, const std::string& tag)
+{
+    checkedLabel(tag, "a tag", 64);
+    if (tag.find_first_of(" \"") != std::string::npos) throw InputError("a tag must not contain spaces or quotes");
+    requireRun(runId);
+    Statement s(*m_db, "INSERT OR IGNORE INTO run_tags(run_id, tag) VALUES(?, ?)");
+    s.bind(1, runId).bind(2, tag);
+    s.run();
+}
+
+void RunStore::removeTag(std::int64_t runId, const std::string& tag)
+{
+    requireRun(runId);
+    Statement s(*m_db, "DELETE FROM run_tags WHERE run_id=? AND tag=?");
+    s.bind(1, runId).bind(2, tag);
+    s.run();
+}
+
+void RunStore::setNote(std::int64_t runId, const std::string& note)
+{
+    if (note.size() > 65536) throw InputError("a note is at most 65,536 bytes");
+    requireRun(runId);
+    Statement s(*m_db, "UPDATE runs SET note=? WHERE id=?");
+    s.bind(1, note).bind(2, runId);
+    s.run();
+}
+
+void RunStore::rename(std::int64_t runId, const std::string& name)
+{
+    checkedLabel(name, "a run name", 200);
+    requireRun(runId);
+    Statement s(*m_db, "UPDATE runs SET name=? WHERE id=?");
+    s.bind(1, name).bind(2, runId);
+    s.run();
+}
+
+void RunStore::deleteRun(std::int64_t runId)
+{
+    Transaction tx(*m_db);
+    Statement q(*m_db, "SELECT status, owner_pid FROM runs WHERE id=?");
+    q.bind(1, runId);
+    if (!q.step()) {
+        throw InputError("run " + std::to_string(runId) + " does not exist in " + m_path
+                         + "; 'trainbench-cli runs' lists the runs");
+    }
+    if (q.columnText(0) == "running") {
+        throw InputError("run " + std::to_string(runId) + " is running"
+                         + (q.columnIsNull(1) ? std::string() : " (pid " + std::to_string(q.columnInt(1)) + ")")
+                         + "; stop it before deleting it");
+    }
+    q.reset();
+    // Rows of the run's metrics, events, artifacts and tags go with it (foreign keys cascade).
+    for (const char* sql : {"DELETE FROM metrics WHERE run_id=?", "DELETE FROM latest_metrics WHERE run_id=?",
+                            "DELETE FROM events WHERE run_id=?", "DELETE FROM artifacts WHERE run_id=?",
+                            "DELETE FROM run_tags WHERE run_id=?", "DELETE FROM runs WHERE id=?"}) {
+        Statement d(*m_db, sql);
+        d.bind(1, runId);
+        d.run();
+    }
+    Statement tomb(*m_db, "INSERT OR REPLACE INTO deleted_runs(id, deleted_at) VALUES(?, ?)");
+    tomb.bind(1, runId).bind(2, wallClockNow());
+    tomb.run();
+    tx.commit();
 }
 
 std::optional<RunRecord> RunStore::run(std::int64_t runId)

@@ -38,6 +38,8 @@ struct RunRecord {
     std::optional<std::int64_t> estimatedPeakBytes;
     std::string estimateJson;
     std::optional<std::int64_t> measuredPeakBytes;
+    std::string note;
+    std::vector<std::string> tags; // sorted
 };
 
 struct NewRun {
@@ -124,7 +126,20 @@ public:
     void addEvent(const EventRecord& event);
     void addArtifact(const ArtifactRecord& artifact);
 
-    std::vector<RunRecord> listRuns();
+    // All runs, or those matching a filter: space-separated conditions that
+    // must all hold. "status=failed", "tag:baseline", "train.batch_size>=16"
+    // (any config field by its dotted path), "loss<2.5"; other words match the
+    // name or the note. Operators: = != < <= > >=; "double quotes" group
+    // words. Throws InputError naming a term it cannot read.
+    std::vector<RunRecord> listRuns(const std::string& filter = {});
+    // History edits. Throw InputError for an unknown run or a bad value.
+    void addTag(std::int64_t runId, const std::string& tag);
+    void removeTag(std::int64_t runId, const std::string& tag);
+    void setNote(std::int64_t runId, const std::string& note);
+    void rename(std::int64_t runId, const std::string& name);
+    // Removes the run and its metrics, events, artifact rows and tags (not the
+    // checkpoint files: runFolder() says where they are). Refuses a running run.
+    void deleteRun(std::int64_t runId);
     std::optional<RunRecord> run(std::int64_t runId);
     std::vector<MetricPoint> metrics(std::int64_t runId, const std::string& key = {});
     std::map<std::string, MetricPoint> latestMetrics(std::int64_t runId);
@@ -144,6 +159,7 @@ public:
     Database& database();
 
 private:
+    void requireRun(std::int64_t runId);
     void verifyOwnership();
     void migrate();
     void relocateLegacyCheckpoints();
