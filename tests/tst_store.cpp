@@ -66,6 +66,7 @@ private Q_SLOTS:
     void filterRefusesWhatItCannotRead();
     void injectionStringsAreOnlyData();
     void tagsNotesRenameAndDelete();
+    void longSeriesKeepsFirstLastAndSpikes();
 
 private:
     std::string dbPath(const char* name = "exp.db") const { return m_dir->filePath(name).toStdString(); }
@@ -307,10 +308,12 @@ void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
     std::ofstream(legacy, std::ios::binary) << "weights of run 1";
     {
         Database db(dbPath(), Database::Mode::ReadWrite);
-        db.exec("DROP INDEX metrics_by_run_key_step; CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);"
+        db.exec("DROP TABLE metrics; CREATE TABLE metrics(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "
+                "step INTEGER NOT NULL, key TEXT NOT NULL, value REAL, wall_time REAL NOT NULL);"
+                "CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);"
                 "ALTER TABLE runs DROP COLUMN owner_pidns; ALTER TABLE runs DROP COLUMN estimated_peak_bytes; "
                 "ALTER TABLE runs DROP COLUMN estimate_json; ALTER TABLE runs DROP COLUMN measured_peak_bytes; "
-                "ALTER TABLE runs DROP COLUMN note; DROP TABLE run_tags; DROP TABLE deleted_runs; "
+                "ALTER TABLE runs DROP COLUMN note; DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; "
                 "PRAGMA user_version=1;");
         db.exec("INSERT INTO metrics VALUES(1, 3, 'loss', 2.0, 1), (1, 3, 'loss', 1.5, 2), "
                 "(1, 2, 'mem_peak_bytes', 1500, 1), (1, 4, 'mem_peak_bytes', 1200, 1)");
@@ -581,6 +584,57 @@ void TestStore::tagsNotesRenameAndDelete()
     store.markEnded(third, RunStatus::Finished, {1, 1.0, std::nullopt, std::nullopt, ""});
     store.deleteRun(third);
     QCOMPARE(store.createRun(sampleRun("fourth")), third + 1);
+}
+
+// A series for display keeps the first and last point and every bucket's
+// lowest and highest, from the points or from the 128-step blocks, and the
+// blocks stay exact through replaced values, truncation and deletion.
+void TestStore::longSeriesKeepsFirstLastAndSpikes()
+{
+    RunStore store(dbPath());
+    const auto id = store.createRun(sampleRun());
+    std::vector<MetricPoint> points;
+    const int n = 200000;
+    for (int step = 1; step <= n; ++step) {
+        double v = 1.0 + 0.001 * (step % 97);
+        if (step == 77777) v = 100.0; // a spike
+        if (step == 123457) v = -50.0; // a dip
+        points.push_back({id, step, "loss", v, static_cast<double>(step) / 10});
+    }
+    store.appendMetrics(points);
+    for (int buckets : {100, 5000}) { // from the blocks, then from the points
+        const auto series = store.metricSeries(id, "loss", buckets);
+        QVERIFY(series.size() <= 2 * static_cast<std::size_t>(buckets) + 2);
+        QVERIFY(series.size() >= static_cast<std::size_t>(buckets));
+        QCOMPARE(series.front().step, 1);
+        QCOMPARE(series.back().step, n);
+        QCOMPARE(series.back().wallTime, n / 10.0);
+        QVERIFY(std::is_sorted(series.begin(), series.end(), [](auto& a, auto& b) { return a.step < b.step; }));
+        const auto has = [&](int step, double value) {
+            return std::any_of(series.begin(), series.end(), [&](auto& p) { return p.step == step && p.value == value; });
+        };
+        QVERIFY(has(77777, 100.0));
+        QVERIFY(has(123457, -50.0));
+    }
+    // A resume drops what came after its checkpoint, spike included.
+    store.truncateMetricsAfter(id, 100000);
+    auto series = store.metricSeries(id, "loss", 100);
+    QCOMPARE(series.back().step, 100000);
+    QVERIFY(std::none_of(series.begin(), series.end(), [](auto& p) { return p.value < 0; }));
+    QVERIFY(std::any_of(series.begin(), series.end(), [](auto& p) { return p.value == 100.0; }));
+    // A value written again (a retried batch) replaces the old one in the blocks too.
+    store.appendMetrics({{id, 77777, "loss", 1.0, 7777.7}});
+    series = store.metricSeries(id, "loss", 100);
+    QVERIFY(std::none_of(series.begin(), series.end(), [](auto& p) { return p.value == 100.0; }));
+    // Short series come back whole.
+    store.appendMetrics({{id, 1, "lr", 0.1, 1}, {id, 2, "lr", 0.2, 2}});
+    QCOMPARE(store.metricSeries(id, "lr", 100).size(), std::size_t(2));
+    QVERIFY(store.metricSeries(id, "missing", 100).empty());
+    store.markEnded(id, RunStatus::Finished, {100000, 1.0, std::nullopt, std::nullopt, ""});
+    store.deleteRun(id);
+    Statement left(store.database(), "SELECT count(*) FROM metric_blocks");
+    QVERIFY(left.step());
+    QCOMPARE(left.columnInt(0), std::int64_t{0});
 }
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -18,6 +18,7 @@
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
 #include "HardwarePanel.h"
+#include "HistoryPanel.h"
 #include "MemoryPlannerPanel.h"
 #include "RunPanel.h"
 #include "common/Version.h"
@@ -52,6 +53,16 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_planner->setTarget(m_hardware->target());
     m_experiment->setTarget(m_hardware->target());
     connect(m_experiment, &ExperimentPanel::planRequested, this, [this] { m_tabs->setCurrentWidget(m_planner); });
+    m_history = new HistoryPanel(this);
+    m_tabs->addTab(m_history, tr("History"));
+    m_history->setDatabasePath(m_run->databasePath());
+    connect(m_run, &RunPanel::runFinished, m_history, [this] { m_history->refresh(); });
+    connect(m_run, &RunPanel::runStarted, m_history, [this] { m_history->refresh(); });
+    connect(m_history, &HistoryPanel::openConfigRequested, this, [this](const QString& json, const QString& name) {
+        if (!maybeSave()) return;
+        m_document->loadText(json, name + ".json");
+        m_tabs->setCurrentWidget(m_run);
+    });
 
     m_dbLabel = plainLabel(this);
     m_runLabel = plainLabel(this, tr("idle"));
@@ -135,6 +146,7 @@ void MainWindow::buildMenus()
     view->addAction(tr("&Run"), QKeySequence(Qt::CTRL | Qt::Key_1), this, [this] { m_tabs->setCurrentWidget(m_run); });
     view->addAction(tr("&Memory planner"), QKeySequence(Qt::CTRL | Qt::Key_2), this,
                     [this] { m_tabs->setCurrentWidget(m_planner); });
+    view->addAction(tr("&History"), QKeySequence(Qt::CTRL | Qt::Key_3), this, [this] { m_tabs->setCurrentWidget(m_history); });
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About Trainbench"), this, &MainWindow::about);
@@ -244,6 +256,7 @@ void MainWindow::openDatabase()
         return;
     }
     m_run->setDatabasePath(path);
+    m_history->setDatabasePath(path);
     m_dbLabel->setText(tr("store: %1").arg(path));
 }
 

@@ -15,6 +15,7 @@ namespace tb::ui {
 class ConfigDocument;
 class ExperimentPanel;
 class HardwarePanel;
+class HistoryPanel;
 class MemoryPlannerPanel;
 class RunPanel;
 
@@ -33,7 +34,8 @@ public:
     HardwarePanel* hardwarePanel() const { return m_hardware; }
     RunPanel* runPanel() const { return m_run; }
     MemoryPlannerPanel* plannerPanel() const { return m_planner; }
-    // The central tabs: Run, Memory planner.
+    HistoryPanel* historyPanel() const { return m_history; }
+    // The central tabs: Run, Memory planner, History.
     QTabWidget* tabs() const { return m_tabs; }
     // Skips the save/stop questions on close (tests, scripted use).
     void setAskBeforeClosing(bool ask) { m_askBeforeClosing = ask; }
@@ -62,6 +64,7 @@ private:
     HardwarePanel* m_hardware;
     RunPanel* m_run;
     MemoryPlannerPanel* m_planner;
+    HistoryPanel* m_history;
     QTabWidget* m_tabs;
     QMenu* m_recentMenu = nullptr;
     QLabel* m_dbLabel;

@@ -121,6 +121,33 @@ BucketedCurve* MetricPlot::addCurve(const QString& name, const QColor& color)
     return m_curves.back().get();
 }
 
+void MetricPlot::clearCurves()
+{
+    m_curves.clear();
+    clearGraphs();
+}
+
+void OverlayPlot::setSeries(const std::vector<Series>& series, const QString& xLabel)
+{
+    clearCurves();
+    for (const auto& s : series) {
+        BucketedCurve* curve = addCurve(s.name, s.color);
+        for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) curve->append(s.x[i], s.y[i]);
+    }
+    xAxis->setLabel(xLabel);
+    legend->setVisible(!series.empty());
+    resetView();
+    fitToData();
+}
+
+void OverlayPlot::setLogScale(bool log)
+{
+    yAxis->setScaleType(log ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (log) yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    else yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    fitToData();
+}
+
 void MetricPlot::fitToData()
 {
     // From the curves' running bounds: O(curves), not a walk over every point.

@@ -67,6 +67,8 @@ public:
 protected:
     void changeEvent(QEvent* event) override;
     BucketedCurve* addCurve(const QString& name, const QColor& color);
+    // Removes every curve (and its graph).
+    void clearCurves();
 
 private:
     void applyPalette();
@@ -75,6 +77,23 @@ private:
     std::vector<std::unique_ptr<BucketedCurve>> m_curves;
     bool m_userMovedView = false;
     bool m_zeroBased = false;
+};
+
+// Several runs' series on one plot (the History panel's overlays): each a
+// bucketed curve, so a long series costs no more to draw than a short one.
+class OverlayPlot final : public MetricPlot {
+    Q_OBJECT
+
+public:
+    struct Series {
+        QString name;
+        QColor color;
+        std::vector<double> x, y;
+    };
+    explicit OverlayPlot(const QString& yLabel, QWidget* parent = nullptr) : MetricPlot(yLabel, parent) {}
+    void setSeries(const std::vector<Series>& series, const QString& xLabel);
+    int seriesCount() const { return graphCount(); }
+    void setLogScale(bool log);
 };
 
 } // namespace tb::ui

@@ -142,6 +142,11 @@ public:
     void deleteRun(std::int64_t runId);
     std::optional<RunRecord> run(std::int64_t runId);
     std::vector<MetricPoint> metrics(std::int64_t runId, const std::string& key = {});
+    // A series ready for display: at most about 2 x buckets points, keeping
+    // the first and the last point and, for each of `buckets` equal step
+    // ranges, its lowest and highest value (in step order), so spikes
+    // survive. All points when there are fewer. metrics() gives the full series.
+    std::vector<MetricPoint> metricSeries(std::int64_t runId, const std::string& key, int buckets);
     std::map<std::string, MetricPoint> latestMetrics(std::int64_t runId);
     std::vector<EventRecord> events(std::int64_t runId);
     std::vector<ArtifactRecord> artifacts(std::int64_t runId);
@@ -164,6 +169,7 @@ private:
     void migrate();
     void relocateLegacyCheckpoints();
     void insertMetrics(const std::vector<MetricPoint>& points);
+    void rebuildBlock(std::int64_t runId, const std::string& key, std::int64_t block);
     std::unique_ptr<Database> m_db;
     std::string m_path;
     bool m_readOnly;

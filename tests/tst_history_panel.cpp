@@ -1,0 +1,200 @@
+// The History panel: the run table over the store (filter, sort, lazy rows),
+// overlays of the selected runs, the config diff, name/tags/note edits,
+// delete and CSV export, and "Open in editor".
+#include <QtTest>
+
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTableWidget>
+
+#include "ConfigDocument.h"
+#include "HistoryPanel.h"
+#include "MainWindow.h"
+#include "MetricPlot.h"
+#include "store/RunStore.h"
+#include "store/Sqlite.h"
+
+using namespace tb;
+using namespace tb::ui;
+
+class TestHistoryPanel : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+    void init();
+    void cleanup() { m_window.reset(); }
+    void tableFiltersSortsAndFetchesLazily();
+    void overlayDiffAndStableColours();
+    void editsDeleteAndExport();
+    void interruptedRunShowsItsMetricsAndOpensInTheEditor();
+
+private:
+    QString db() const { return m_dir->filePath("exp.db"); }
+    HistoryPanel* history() const { return m_window->historyPanel(); }
+    std::unique_ptr<QTemporaryDir> m_dir;
+    std::unique_ptr<MainWindow> m_window;
+    std::vector<std::int64_t> m_ids;
+};
+
+void TestHistoryPanel::init()
+{
+    m_dir = std::make_unique<QTemporaryDir>();
+    m_ids.clear();
+    {
+        RunStore store(db().toStdString());
+        for (int i = 0; i < 3; ++i) {
+            const std::string name = i == 2 ? "<b>wide</b> run" : "run " + std::to_string(i);
+            const auto id = store.createRun({name,
+                                             R"({"name":"x","model":{"type":"gpt","n_layer":2,"d_model":64,"n_head":4},)"
+                                             R"("train":{"batch_size":)" + std::to_string(8 << i) + R"(,"steps":50}})",
+                                             "cpu", "fp32", "0", "1.13", 50});
+            std::vector<MetricPoint> points;
+            for (int step = 1; step <= 50; ++step) {
+                points.push_back({id, step, "loss", 3.0 - step * 0.01 * (i + 1), 100.0 + step});
+                points.push_back({id, step, "mem_peak_bytes", 1048576.0 * (10 + i), 100.0 + step});
+            }
+            store.appendMetrics(points);
+            store.setEstimate(id, 1048576 * (10 + i), "{}");
+            store.markEnded(id, i == 1 ? RunStatus::Failed : RunStatus::Finished, {50, 2.5 - i * 0.1, std::nullopt, std::nullopt, ""});
+            m_ids.push_back(id);
+        }
+        store.addTag(m_ids[0], "baseline");
+    }
+    m_window = std::make_unique<MainWindow>(db());
+    m_window->setAskBeforeClosing(false);
+    m_window->tabs()->setCurrentWidget(history());
+    m_window->resize(1400, 900);
+    m_window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
+}
+
+void TestHistoryPanel::tableFiltersSortsAndFetchesLazily()
+{
+    auto* model = history()->model();
+    QCOMPARE(model->totalRuns(), 3);
+    QVERIFY(history()->setFilter("status=failed"));
+    QCOMPARE(model->totalRuns(), 1);
+    QCOMPARE(model->run(0).id, m_ids[1]);
+    QVERIFY(history()->setFilter("train.batch_size>=16 tag:baseline"));
+    QCOMPARE(model->totalRuns(), 0);
+    QVERIFY(history()->setFilter("tag:baseline"));
+    QCOMPARE(model->totalRuns(), 1);
+    QVERIFY(!history()->setFilter("colour=red"));
+    QVERIFY(history()->messageLabel()->text().contains("unknown field"));
+    QVERIFY(history()->setFilter(""));
+    QCOMPARE(model->totalRuns(), 3);
+    // A run name is text, not markup.
+    const auto name = model->data(model->index(2, RunTableModel::Name), Qt::DisplayRole).toString();
+    QCOMPARE(name, QString("<b>wide</b> run"));
+    // Sorting by loss puts the lowest first; the estimate error column is computed.
+    auto* table = history()->table();
+    table->sortByColumn(RunTableModel::Loss, Qt::AscendingOrder);
+    const auto first = table->model()->index(0, RunTableModel::Id).data().toLongLong();
+    QCOMPARE(first, m_ids[2]);
+    QCOMPARE(model->data(model->index(0, RunTableModel::Error), Qt::DisplayRole).toString(), QString("+0.0%"));
+
+    // 1,200 runs: rows arrive 500 at a time as the table scrolls.
+    std::vector<RunRecord> many(1200);
+    for (int i = 0; i < 1200; ++i) many[static_cast<std::size_t>(i)].id = i + 1;
+    model->setRuns(many);
+    QCOMPARE(model->rowCount(), RunTableModel::kFetchBatch);
+    QVERIFY(model->canFetchMore({}));
+    model->fetchMore({});
+    QCOMPARE(model->rowCount(), 2 * RunTableModel::kFetchBatch);
+}
+
+void TestHistoryPanel::overlayDiffAndStableColours()
+{
+    history()->selectRuns({m_ids[0], m_ids[2]});
+    QCOMPARE(history()->selectedRunIds(), (std::vector<std::int64_t>{m_ids[0], m_ids[2]}));
+    QCOMPARE(history()->lossPlot()->seriesCount(), 2);
+    QCOMPARE(history()->memoryPlot()->seriesCount(), 2);
+    const QColor colour = history()->lossPlot()->graph(1)->pen().color();
+    // Only the batch size differs between the two configs.
+    auto* diff = history()->diffTable();
+    QCOMPARE(diff->rowCount(), 1);
+    QCOMPARE(diff->item(0, 0)->text(), QString("train.batch_size"));
+    QCOMPARE(diff->item(0, 2)->text(), QString("32"));
+    // The same run keeps its colour when the selection changes.
+    history()->selectRuns({m_ids[1], m_ids[2]});
+    QCOMPARE(history()->lossPlot()->graph(1)->pen().color(), colour);
+    history()->tabs()->setCurrentIndex(0);
+    QCoreApplication::processEvents(); // the plots replot on the next turn of the event loop
+    QVERIFY(history()->lossPlot()->xAxis->range().upper >= 50); // fitted to the 50 steps
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/history-overlay.png"));
+    history()->tabs()->setCurrentIndex(1);
+    QCoreApplication::processEvents();
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/history-diff.png"));
+}
+
+void TestHistoryPanel::editsDeleteAndExport()
+{
+    history()->selectRuns({m_ids[1]});
+    QSignalSpy edited(history(), &HistoryPanel::edited);
+    history()->saveDetails("lr sweep 3", "sweep, lr", "diverged at step 3; try 3e-4");
+    QVERIFY(edited.wait(10000));
+    QCOMPARE(edited.first().first().toString(), QString());
+    {
+        RunStore store(db().toStdString(), RunStore::Mode::ReadOnly);
+        const auto run = store.run(m_ids[1]);
+        QCOMPARE(run->name, std::string("lr sweep 3"));
+        QCOMPARE(run->tags, (std::vector<std::string>{"lr", "sweep"}));
+        QCOMPARE(run->note, std::string("diverged at step 3; try 3e-4"));
+    }
+    // A bad tag changes nothing and says why.
+    edited.clear();
+    history()->saveDetails("other name", "has space, \"q\"", "");
+    QVERIFY(edited.wait(10000));
+    QVERIFY(edited.first().first().toString().contains("tag"));
+    {
+        RunStore store(db().toStdString(), RunStore::Mode::ReadOnly);
+        QCOMPARE(store.run(m_ids[1])->name, std::string("lr sweep 3"));
+    }
+
+    history()->selectRuns({m_ids[0], m_ids[1]});
+    const QString csv = m_dir->filePath("runs.csv");
+    QString error;
+    QVERIFY2(history()->exportCsv(csv, &error), qPrintable(error));
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const auto lines = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.front(), QString("run,step,key,value,wall_time"));
+    QCOMPARE(lines.size(), 1 + 2 * 100); // two runs, 50 steps, two keys
+
+    edited.clear();
+    history()->deleteSelected(true);
+    QVERIFY(edited.wait(10000));
+    QCOMPARE(history()->model()->totalRuns(), 1);
+    QCOMPARE(history()->model()->run(0).id, m_ids[2]);
+}
+
+void TestHistoryPanel::interruptedRunShowsItsMetricsAndOpensInTheEditor()
+{
+    {
+        RunStore store(db().toStdString());
+        Statement s(store.database(), "UPDATE runs SET status='interrupted' WHERE id=?");
+        s.bind(1, m_ids[2]);
+        s.run();
+    }
+    QVERIFY(history()->refresh());
+    QVERIFY(history()->setFilter("status=interrupted"));
+    QCOMPARE(history()->model()->totalRuns(), 1);
+    history()->selectRuns({m_ids[2]});
+    QCOMPARE(history()->lossPlot()->seriesCount(), 1);
+    QCOMPARE(history()->lossPlot()->graph(0)->dataCount() > 0, true);
+    QSignalSpy open(history(), &HistoryPanel::openConfigRequested);
+    // Open in editor loads the stored config as a new, unsaved document.
+    for (auto* button : history()->findChildren<QPushButton*>()) {
+        if (button->text().contains("Open in editor")) button->click();
+    }
+    QVERIFY(open.count() >= 1);
+    QCOMPARE(m_window->document()->value("train.batch_size").toInt(), 32);
+}
+
+QTEST_MAIN(TestHistoryPanel)
+#include "tst_history_panel.moc"

@@ -1,0 +1,653 @@
+#include "PlainText.h"
+#include "HistoryPanel.h"
+#include "MetricPlot.h"
+
+#include <QCheckBox>
+#include <QDateTime>
+#include <QFile>
+#include <QFileInfo>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QFutureWatcher>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPainter>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTableWidget>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrent>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "common/Errors.h"
+#include "config/RunConfig.h"
+#include "memory/Estimator.h"
+#include "store/Sqlite.h"
+
+namespace tb::ui {
+namespace {
+
+// A stable colour per run id (golden-ratio hues): the same run keeps its
+// colour whatever else is selected.
+QColor runColor(std::int64_t id)
+{
+    const double hue = std::fmod(static_cast<double>(id) * 0.618033988749895, 1.0);
+    return QColor::fromHsvF(static_cast<float>(hue), 0.75f, 0.80f);
+}
+
+QIcon statusIcon(RunStatus status)
+{
+    static std::map<RunStatus, QIcon> cache;
+    auto it = cache.find(status);
+    if (it != cache.end()) return it->second;
+    QColor c;
+    switch (status) {
+    case RunStatus::Finished: c = QColor(0x2e, 0x7d, 0x32); break;
+    case RunStatus::Running: c = QColor(0x15, 0x65, 0xc0); break;
+    case RunStatus::Failed: c = QColor(0xc6, 0x28, 0x28); break;
+    case RunStatus::Cancelled: c = QColor(0xef, 0x8f, 0x00); break;
+    case RunStatus::Interrupted: c = QColor(0x8e, 0x24, 0xaa); break;
+    default: c = QColor(0x75, 0x75, 0x75);
+    }
+    QPixmap pixmap(12, 12);
+    pixmap.fill(Qt::transparent);
+    QPainter painter(&pixmap);
+    painter.setRenderHint(QPainter::Antialiasing);
+    painter.setBrush(c);
+    painter.setPen(Qt::NoPen);
+    painter.drawEllipse(1, 1, 10, 10);
+    return cache[status] = QIcon(pixmap);
+}
+
+QString mib(std::optional<std::int64_t> bytes)
+{
+    return bytes ? QString::number(static_cast<double>(*bytes) / 1048576.0, 'f', 1) : QString();
+}
+
+// Dotted path -> compact JSON text of every leaf.
+void flatten(const QJsonValue& v, const QString& prefix, std::map<QString, QString>& out)
+{
+    if (v.isObject() && !v.toObject().isEmpty()) {
+        const auto o = v.toObject();
+        for (auto it = o.begin(); it != o.end(); ++it) flatten(it.value(), prefix.isEmpty() ? it.key() : prefix + "." + it.key(), out);
+        return;
+    }
+    if (v.isString()) out[prefix] = v.toString();
+    else if (v.isBool()) out[prefix] = v.toBool() ? "true" : "false";
+    else if (v.isDouble()) out[prefix] = QString::number(v.toDouble(), 'g', 10);
+    else if (v.isNull()) out[prefix] = "null";
+    else out[prefix] = QString::fromUtf8(QJsonDocument(v.toArray()).toJson(QJsonDocument::Compact));
+}
+
+} // namespace
+
+// ---- RunTableModel ----
+
+void RunTableModel::setRuns(std::vector<RunRecord> runs)
+{
+    beginResetModel();
+    m_runs = std::move(runs);
+    m_derived.assign(m_runs.size(), std::nullopt);
+    m_shown = std::min<int>(kFetchBatch, static_cast<int>(m_runs.size()));
+    endResetModel();
+}
+
+bool RunTableModel::canFetchMore(const QModelIndex& parent) const
+{
+    return !parent.isValid() && m_shown < static_cast<int>(m_runs.size());
+}
+
+void RunTableModel::fetchMore(const QModelIndex& parent)
+{
+    if (parent.isValid()) return;
+    const int more = std::min<int>(kFetchBatch, static_cast<int>(m_runs.size()) - m_shown);
+    if (more <= 0) return;
+    beginInsertRows({}, m_shown, m_shown + more - 1);
+    m_shown += more;
+    endInsertRows();
+}
+
+const RunTableModel::Derived& RunTableModel::derived(int row) const
+{
+    auto& slot = m_derived[static_cast<std::size_t>(row)];
+    if (!slot) {
+        Derived d;
+        try {
+            const auto config = parseConfig(m_runs[static_cast<std::size_t>(row)].configJson, "stored config");
+            d.model = QString("%1 %2x%3").arg(QString::fromStdString(config.model.type)).arg(config.model.nLayer).arg(config.model.dModel);
+            d.parameters = parameterCount(architectureFor(config), config.lora.rank,
+                                          loraProjections(config.model.type, config.lora.targets));
+        } catch (const std::exception&) {
+            d.model = tr("(unreadable config)");
+        }
+        slot = d;
+    }
+    return *slot;
+}
+
+QVariant RunTableModel::data(const QModelIndex& index, int role) const
+{
+    if (!index.isValid() || index.row() >= m_shown) return {};
+    const RunRecord& r = m_runs[static_cast<std::size_t>(index.row())];
+    const auto column = static_cast<Column>(index.column());
+    const double duration = r.startedAt ? (r.endedAt.value_or(r.heartbeatAt.value_or(*r.startedAt)) - *r.startedAt) : 0.0;
+    std::optional<double> error;
+    if (r.estimatedPeakBytes && r.measuredPeakBytes && *r.measuredPeakBytes > 0) {
+        error = static_cast<double>(*r.estimatedPeakBytes - *r.measuredPeakBytes) / static_cast<double>(*r.measuredPeakBytes);
+    }
+    if (role == Qt::DecorationRole && column == Status) return statusIcon(r.status);
+    if (role == Qt::ForegroundRole && column == Error && error && *error < -0.10) return QColor(0xc6, 0x28, 0x28);
+    if (role == Qt::TextAlignmentRole) {
+        return column == Name || column == Status || column == Model || column == Device || column == Precision || column == Tags
+            ? QVariant(Qt::AlignLeft | Qt::AlignVCenter) : QVariant(Qt::AlignRight | Qt::AlignVCenter);
+    }
+    if (role == Qt::ToolTipRole && column == Name && !r.note.empty()) return QString::fromStdString(r.note);
+    if (role == Qt::ToolTipRole && column == Model) return tr("%1 parameters").arg(QLocale().toString(derived(index.row()).parameters));
+    if (role != Qt::DisplayRole && role != kSortRole) return {};
+    const bool sort = role == kSortRole;
+    const auto number = [&](std::optional<double> v, int digits) -> QVariant {
+        if (!v) return sort ? QVariant(std::numeric_limits<double>::infinity()) : QVariant(QString());
+        return sort ? QVariant(*v) : QVariant(QString::number(*v, 'f', digits));
+    };
+    switch (column) {
+    case Id: return sort ? QVariant(static_cast<qlonglong>(r.id)) : QVariant(QString::number(r.id));
+    case Name: return QString::fromStdString(r.name);
+    case Status: return QString::fromStdString(runStatusName(r.status));
+    case Started:
+        if (sort) return r.startedAt.value_or(r.createdAt);
+        return QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.startedAt.value_or(r.createdAt))).toString("yyyy-MM-dd HH:mm");
+    case Duration: {
+        if (sort) return duration;
+        const auto s = static_cast<qint64>(duration);
+        return s >= 3600 ? QString("%1:%2:%3").arg(s / 3600).arg(s / 60 % 60, 2, 10, QChar('0')).arg(s % 60, 2, 10, QChar('0'))
+                         : QString("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QChar('0'));
+    }
+    case Steps: return sort ? QVariant(r.stepsDone) : QVariant(QString("%1/%2").arg(r.stepsDone).arg(r.stepsTotal));
+    case Model: return sort ? QVariant(static_cast<qlonglong>(derived(index.row()).parameters)) : QVariant(derived(index.row()).model);
+    case Loss: return number(r.finalLoss, 4);
+    case ValLoss: return number(r.finalValLoss, 4);
+    case Measured:
+        if (sort) return r.measuredPeakBytes ? static_cast<double>(*r.measuredPeakBytes) : -1.0;
+        return mib(r.measuredPeakBytes);
+    case Estimated:
+        if (sort) return r.estimatedPeakBytes ? static_cast<double>(*r.estimatedPeakBytes) : -1.0;
+        return mib(r.estimatedPeakBytes);
+    case Error:
+        if (sort) return error ? std::abs(*error) : -1.0;
+        return error ? QString("%1%2%").arg(*error >= 0 ? "+" : "").arg(100.0 * *error, 0, 'f', 1) : QString();
+    case Device: return QString::fromStdString(r.device);
+    case Precision: return QString::fromStdString(r.precision);
+    case Tags: {
+        QStringList tags;
+        for (const auto& t : r.tags) tags << QString::fromStdString(t);
+        return tags.join(", ");
+    }
+    case kColumns: break;
+    }
+    return {};
+}
+
+QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return QAbstractTableModel::headerData(section, orientation, role);
+    static const char* const names[kColumns] = {"ID",         "Name",       "Status",     "Started",  "Duration",
+                                                "Steps",      "Model",      "Loss",       "Val loss", "Peak MiB",
+                                                "Estimate MiB", "Est. error", "Device",   "Precision", "Tags"};
+    return tr(names[section]);
+}
+
+// ---- HistoryPanel ----
+
+HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
+{
+    m_model = new RunTableModel(this);
+    m_proxy = new QSortFilterProxyModel(this);
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(RunTableModel::kSortRole);
+
+    m_filter = new QLineEdit(this);
+    m_filter->setObjectName("historyFilter");
+    m_filter->setClearButtonEnabled(true);
+    m_filter->setPlaceholderText(tr("Filter: words, status=failed, tag:baseline, train.batch_size>=16, loss<2.5 … (Enter)"));
+    m_filter->setToolTip(tr("Conditions separated by spaces must all hold. Fields: id, name, status, device, precision, "
+                            "steps, loss, val_loss, note, tag:NAME, or any config path such as model.type or "
+                            "train.batch_size; operators = != < <= > >=; \"quotes\" group words."));
+    auto* refreshButton = new QPushButton(tr("Refresh"), this);
+    refreshButton->setShortcut(QKeySequence::Refresh);
+    m_count = plainLabel(this);
+    m_message = plainLabel(this);
+    m_message->setStyleSheet("color: #c0392b");
+    m_message->setWordWrap(true);
+    m_message->hide();
+    auto* top = new QHBoxLayout;
+    top->addWidget(m_filter, 1);
+    top->addWidget(refreshButton);
+    top->addWidget(m_count);
+
+    m_table = new QTableView(this);
+    m_table->setObjectName("historyTable");
+    m_table->setModel(m_proxy);
+    m_table->setSortingEnabled(true);
+    m_table->sortByColumn(RunTableModel::Id, Qt::DescendingOrder);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
+    m_table->verticalHeader()->hide();
+    m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setAlternatingRowColors(true);
+    m_table->setWordWrap(false);
+
+    // Overlays.
+    m_lossPlot = new OverlayPlot(tr("loss"), this);
+    m_memoryPlot = new OverlayPlot(tr("peak tensor memory (MiB)"), this);
+    m_memoryPlot->setZeroBased(true);
+    m_byTime = new QCheckBox(tr("by elapsed time"), this);
+    m_logY = new QCheckBox(tr("log scale"), this);
+    auto* plots = new QWidget(this);
+    auto* plotLayout = new QVBoxLayout(plots);
+    plotLayout->setContentsMargins(0, 0, 0, 0);
+    auto* plotOptions = new QHBoxLayout;
+    plotOptions->addWidget(new QLabel(tr("Selected runs:"), this));
+    plotOptions->addWidget(m_byTime);
+    plotOptions->addWidget(m_logY);
+    plotOptions->addStretch(1);
+    plotLayout->addLayout(plotOptions);
+    auto* plotSplit = new QSplitter(Qt::Horizontal, plots);
+    plotSplit->addWidget(m_lossPlot);
+    plotSplit->addWidget(m_memoryPlot);
+    plotLayout->addWidget(plotSplit, 1);
+
+    // Config diff.
+    m_diff = new QTableWidget(this);
+    m_diff->setObjectName("historyDiff");
+    m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_diff->horizontalHeader()->setStretchLastSection(true);
+    m_diff->verticalHeader()->hide();
+
+    // Details of the current run.
+    auto* details = new QWidget(this);
+    auto* form = new QFormLayout(details);
+    m_name = new QLineEdit(details);
+    m_tags = new QLineEdit(details);
+    m_tags->setPlaceholderText(tr("comma-separated, e.g. baseline, lr-sweep"));
+    m_note = new QPlainTextEdit(details);
+    m_note->setPlaceholderText(tr("What this run was for, what you learned"));
+    m_save = new QPushButton(tr("&Save name, tags and note"), details);
+    form->addRow(tr("Name"), m_name);
+    form->addRow(tr("Tags"), m_tags);
+    form->addRow(tr("Note"), m_note);
+    auto* actions = new QHBoxLayout;
+    m_open = new QPushButton(tr("&Open in editor"), details);
+    m_open->setToolTip(tr("Load this run's config into the Experiment panel as a new config"));
+    m_export = new QPushButton(tr("E&xport CSV…"), details);
+    m_export->setToolTip(tr("The selected runs' metrics, one row per (run, step, key)"));
+    m_delete = new QPushButton(tr("&Delete…"), details);
+    actions->addWidget(m_save);
+    actions->addWidget(m_open);
+    actions->addWidget(m_export);
+    actions->addStretch(1);
+    actions->addWidget(m_delete);
+    form->addRow(actions);
+
+    m_tabs = new QTabWidget(this);
+    m_tabs->addTab(plots, tr("Curves"));
+    m_tabs->addTab(m_diff, tr("Config diff"));
+    m_tabs->addTab(details, tr("Details"));
+
+    auto* split = new QSplitter(Qt::Vertical, this);
+    split->addWidget(m_table);
+    split->addWidget(m_tabs);
+    split->setStretchFactor(0, 2);
+    split->setStretchFactor(1, 3);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    layout->addLayout(top);
+    layout->addWidget(m_message);
+    layout->addWidget(split, 1);
+
+    connect(m_filter, &QLineEdit::returnPressed, this, [this] { refresh(); });
+    connect(refreshButton, &QPushButton::clicked, this, [this] { refresh(); });
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &HistoryPanel::selectionChanged);
+    connect(m_byTime, &QCheckBox::toggled, this, &HistoryPanel::showOverlay);
+    connect(m_logY, &QCheckBox::toggled, this, [this](bool log) { m_lossPlot->setLogScale(log); });
+    connect(m_save, &QPushButton::clicked, this, [this] { saveDetails(m_name->text(), m_tags->text(), m_note->toPlainText()); });
+    connect(m_delete, &QPushButton::clicked, this, &HistoryPanel::askDelete);
+    connect(m_export, &QPushButton::clicked, this, &HistoryPanel::askExport);
+    connect(m_open, &QPushButton::clicked, this, [this] {
+        const auto ids = selectedRunIds();
+        for (int row = 0; row < m_model->totalRuns(); ++row) {
+            if (!ids.empty() && m_model->run(row).id == ids.front()) {
+                const auto& r = m_model->run(row);
+                Q_EMIT openConfigRequested(QString::fromStdString(r.configJson), QString::fromStdString(r.name));
+            }
+        }
+    });
+    selectionChanged();
+}
+
+void HistoryPanel::setDatabasePath(const QString& path)
+{
+    m_dbPath = path;
+    refresh();
+}
+
+bool HistoryPanel::setFilter(const QString& filter)
+{
+    m_filter->setText(filter);
+    return refresh();
+}
+
+bool HistoryPanel::refresh()
+{
+    const auto keep = selectedRunIds();
+    std::vector<RunRecord> runs;
+    try {
+        if (!m_dbPath.isEmpty() && std::filesystem::exists(m_dbPath.toStdString())) {
+            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            runs = store.listRuns(m_filter->text().toStdString());
+        }
+    } catch (const std::exception& e) {
+        m_message->setText(QString::fromStdString(e.what()));
+        m_message->show();
+        return false;
+    }
+    m_message->hide();
+    const int total = static_cast<int>(runs.size());
+    m_model->setRuns(std::move(runs));
+    m_table->resizeColumnsToContents(); // the rows shown so far (at most one fetch batch)
+    m_count->setText(m_filter->text().trimmed().isEmpty() ? tr("%n run(s)", nullptr, total) : tr("%n match(es)", nullptr, total));
+    selectRuns(keep);
+    return true;
+}
+
+void HistoryPanel::selectRuns(const std::vector<std::int64_t>& ids)
+{
+    const std::set<std::int64_t> wanted(ids.begin(), ids.end());
+    QItemSelection selection;
+    for (int row = 0; row < m_model->totalRuns() && !wanted.empty(); ++row) {
+        if (!wanted.count(m_model->run(row).id)) continue;
+        while (row >= m_model->rowCount()) m_model->fetchMore({}); // bring it into the table
+        const auto index = m_proxy->mapFromSource(m_model->index(row, 0));
+        selection.select(index, index.siblingAtColumn(RunTableModel::kColumns - 1));
+    }
+    m_table->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect);
+    if (!selection.isEmpty()) m_table->scrollTo(selection.indexes().front());
+    selectionChanged();
+}
+
+std::vector<std::int64_t> HistoryPanel::selectedRunIds() const
+{
+    std::vector<std::int64_t> ids;
+    for (const auto& index : m_table->selectionModel()->selectedRows()) {
+        ids.push_back(m_model->run(m_proxy->mapToSource(index).row()).id);
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+void HistoryPanel::selectionChanged()
+{
+    const auto ids = selectedRunIds();
+    m_save->setEnabled(ids.size() == 1);
+    m_open->setEnabled(ids.size() == 1);
+    m_delete->setEnabled(!ids.empty());
+    m_export->setEnabled(!ids.empty());
+    showOverlay();
+    showDiff();
+    showDetails();
+}
+
+void HistoryPanel::showOverlay()
+{
+    std::vector<OverlayPlot::Series> losses, memory;
+    const auto ids = selectedRunIds();
+    if (!ids.empty() && ids.size() <= 64) {
+        try {
+            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            const bool byTime = m_byTime->isChecked();
+            for (const auto id : ids) {
+                const auto run = store.run(id);
+                if (!run) continue;
+                const QString label = QString("%1 %2").arg(id).arg(QString::fromStdString(run->name).left(24));
+                for (auto [key, out] : {std::pair{"loss", &losses}, std::pair{"mem_peak_bytes", &memory}}) {
+                    const auto points = store.metricSeries(id, key, 2000);
+                    if (points.empty()) continue;
+                    OverlayPlot::Series s{label, runColor(id), {}, {}};
+                    const double t0 = points.front().wallTime;
+                    for (const auto& p : points) {
+                        s.x.push_back(byTime ? p.wallTime - t0 : p.step);
+                        s.y.push_back(std::string(key) == "loss" ? p.value : p.value / 1048576.0);
+                    }
+                    out->push_back(std::move(s));
+                }
+            }
+        } catch (const std::exception& e) {
+            m_message->setText(QString::fromStdString(e.what()));
+            m_message->show();
+        }
+    }
+    const QString x = m_byTime->isChecked() ? tr("seconds since the run's first step") : tr("step");
+    m_lossPlot->setSeries(losses, x);
+    m_memoryPlot->setSeries(memory, x);
+}
+
+void HistoryPanel::showDiff()
+{
+    const auto ids = selectedRunIds();
+    m_diff->clear();
+    m_diff->setRowCount(0);
+    m_diff->setColumnCount(0);
+    if (ids.size() < 2) {
+        m_diff->setColumnCount(1);
+        m_diff->setHorizontalHeaderLabels({tr("Select two or more runs to see how their configs differ")});
+        return;
+    }
+    std::vector<std::map<QString, QString>> configs;
+    std::set<QString> paths;
+    QStringList headers{tr("field")};
+    for (const auto id : ids) {
+        for (int row = 0; row < m_model->totalRuns(); ++row) {
+            const auto& r = m_model->run(row);
+            if (r.id != id) continue;
+            std::map<QString, QString> flat;
+            flatten(QJsonDocument::fromJson(QByteArray::fromStdString(r.configJson)).object(), {}, flat);
+            for (const auto& [path, value] : flat) paths.insert(path);
+            configs.push_back(std::move(flat));
+            headers << QString("%1 %2").arg(id).arg(QString::fromStdString(r.name).left(20));
+        }
+    }
+    QStringList differing;
+    for (const auto& path : paths) {
+        if (path == "name") continue;
+        const QString first = configs[0].count(path) ? configs[0].at(path) : QString("—");
+        for (const auto& c : configs) {
+            if ((c.count(path) ? c.at(path) : QString("—")) != first) {
+                differing << path;
+                break;
+            }
+        }
+    }
+    m_diff->setColumnCount(static_cast<int>(headers.size()));
+    m_diff->setHorizontalHeaderLabels(headers);
+    m_diff->setRowCount(differing.isEmpty() ? 1 : static_cast<int>(differing.size()));
+    if (differing.isEmpty()) {
+        m_diff->setItem(0, 0, new QTableWidgetItem(tr("(the configs are identical)")));
+        return;
+    }
+    const QBrush highlight(QColor(255, 213, 79, 90));
+    for (int row = 0; row < differing.size(); ++row) {
+        m_diff->setItem(row, 0, new QTableWidgetItem(differing[row]));
+        const QString first = configs[0].count(differing[row]) ? configs[0].at(differing[row]) : QString("—");
+        for (std::size_t c = 0; c < configs.size(); ++c) {
+            const QString value = configs[c].count(differing[row]) ? configs[c].at(differing[row]) : QString("—");
+            auto* item = new QTableWidgetItem(value);
+            if (value != first) item->setBackground(highlight);
+            m_diff->setItem(row, static_cast<int>(c) + 1, item);
+        }
+    }
+    m_diff->resizeColumnsToContents();
+}
+
+void HistoryPanel::showDetails()
+{
+    const auto ids = selectedRunIds();
+    const RunRecord* current = nullptr;
+    if (ids.size() == 1) {
+        for (int row = 0; row < m_model->totalRuns(); ++row) {
+            if (m_model->run(row).id == ids.front()) current = &m_model->run(row);
+        }
+    }
+    m_name->setEnabled(current);
+    m_tags->setEnabled(current);
+    m_note->setEnabled(current);
+    m_name->setText(current ? QString::fromStdString(current->name) : QString());
+    QStringList tags;
+    if (current) {
+        for (const auto& t : current->tags) tags << QString::fromStdString(t);
+    }
+    m_tags->setText(tags.join(", "));
+    m_note->setPlainText(current ? QString::fromStdString(current->note) : QString());
+}
+
+void HistoryPanel::runEdit(std::function<void(RunStore&)> edit)
+{
+    // A run in progress may hold the write lock for a moment: never wait for
+    // it on the GUI thread.
+    const std::string path = m_dbPath.toStdString();
+    auto* watcher = new QFutureWatcher<QString>(this);
+    connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher] {
+        const QString message = watcher->result();
+        watcher->deleteLater();
+        refresh();
+        if (!message.isEmpty()) {
+            m_message->setText(message);
+            m_message->show();
+        }
+        Q_EMIT edited(message);
+    });
+    watcher->setFuture(QtConcurrent::run([path, edit]() -> QString {
+        try {
+            RunStore store(path);
+            edit(store);
+            return {};
+        } catch (const std::exception& e) {
+            return QString::fromStdString(e.what());
+        }
+    }));
+}
+
+void HistoryPanel::saveDetails(const QString& name, const QString& tags, const QString& note)
+{
+    const auto ids = selectedRunIds();
+    if (ids.size() != 1) return;
+    const auto id = ids.front();
+    std::vector<std::string> wanted;
+    for (const QString& t : tags.split(',', Qt::SkipEmptyParts)) {
+        if (!t.trimmed().isEmpty()) wanted.push_back(t.trimmed().toStdString());
+    }
+    runEdit([id, name = name.trimmed().toStdString(), wanted, note = note.toStdString()](RunStore& store) {
+        const auto run = store.run(id);
+        if (!run) throw InputError("run " + std::to_string(id) + " no longer exists");
+        // Check every value before the first write: all or nothing.
+        for (const auto& t : wanted) {
+            if (t.size() > 64 || t.find_first_of(" \"") != std::string::npos) {
+                throw InputError("tag \"" + t.substr(0, 64) + "\": at most 64 characters, no spaces or quotes");
+            }
+        }
+        Transaction tx(store.database());
+        if (name != run->name) store.rename(id, name);
+        for (const auto& t : run->tags) {
+            if (std::find(wanted.begin(), wanted.end(), t) == wanted.end()) store.removeTag(id, t);
+        }
+        for (const auto& t : wanted) store.addTag(id, t);
+        if (note != run->note) store.setNote(id, note);
+        tx.commit();
+    });
+}
+
+void HistoryPanel::deleteSelected(bool checkpoints)
+{
+    const auto ids = selectedRunIds();
+    runEdit([ids, checkpoints](RunStore& store) {
+        for (const auto id : ids) {
+            store.deleteRun(id);
+            if (checkpoints) {
+                std::error_code ec;
+                std::filesystem::remove_all(store.runFolder(id), ec);
+            }
+        }
+    });
+}
+
+void HistoryPanel::askDelete()
+{
+    const auto ids = selectedRunIds();
+    if (ids.empty()) return;
+    QMessageBox box(QMessageBox::Warning, tr("Delete runs"),
+                    tr("Delete %n run(s) with their metrics and events? This cannot be undone.", nullptr,
+                       static_cast<int>(ids.size())),
+                    QMessageBox::Cancel, this);
+    box.setTextFormat(Qt::PlainText);
+    auto* withCheckpoints = box.addButton(tr("Delete with checkpoints"), QMessageBox::DestructiveRole);
+    auto* keepCheckpoints = box.addButton(tr("Delete, keep checkpoints"), QMessageBox::DestructiveRole);
+    box.setDefaultButton(QMessageBox::Cancel);
+    box.exec();
+    if (box.clickedButton() == withCheckpoints) deleteSelected(true);
+    else if (box.clickedButton() == keepCheckpoints) deleteSelected(false);
+}
+
+bool HistoryPanel::exportCsv(const QString& path, QString* error) const
+{
+    QSaveFile file(path); // written to a temporary file, then renamed
+    if (!file.open(QIODevice::WriteOnly | QIODevice::Text)) {
+        if (error) *error = tr("Cannot write %1: %2").arg(path, file.errorString());
+        return false;
+    }
+    try {
+        RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+        file.write("run,step,key,value,wall_time\n");
+        for (const auto id : selectedRunIds()) {
+            for (const auto& p : store.metrics(id)) {
+                file.write(QString("%1,%2,%3,%4,%5\n").arg(p.runId).arg(p.step).arg(QString::fromStdString(p.key))
+                               .arg(p.value, 0, 'g', 17).arg(p.wallTime, 0, 'f', 3).toUtf8());
+            }
+        }
+    } catch (const std::exception& e) {
+        file.cancelWriting();
+        if (error) *error = QString::fromStdString(e.what());
+        return false;
+    }
+    if (!file.commit()) {
+        if (error) *error = tr("Cannot write %1: %2").arg(path, file.errorString());
+        return false;
+    }
+    return true;
+}
+
+void HistoryPanel::askExport()
+{
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"), "runs.csv", tr("CSV (*.csv)"));
+    if (path.isEmpty()) return;
+    const QString db = QFileInfo(m_dbPath).absoluteFilePath();
+    if (QFileInfo(path).absoluteFilePath() == db || QFileInfo(path).absoluteFilePath().startsWith(db + "-")) {
+        plainWarning(this, tr("Export metrics"), tr("%1 is the experiment database or one of its files; choose another file.").arg(path));
+        return;
+    }
+    QString error;
+    if (!exportCsv(path, &error)) plainWarning(this, tr("Export metrics"), error);
+}
+
+} // namespace tb::ui

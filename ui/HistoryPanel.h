@@ -1,0 +1,129 @@
+#pragma once
+// Past experiments: a run table over the store (filter, sort, multi-select,
+// rows fetched as they scroll into view), the selected runs' loss and memory
+// curves overlaid with a stable colour per run, a diff of their configs
+// showing only what differs, and per-run name, tags and note. Delete asks
+// first; CSV export writes the selected runs' metrics in long format.
+// Reads use a read-only connection; edits run off the GUI thread.
+
+#include <QAbstractTableModel>
+#include <QWidget>
+
+#include <optional>
+#include <vector>
+
+#include "store/RunStore.h"
+
+class QCheckBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QPushButton;
+class QSortFilterProxyModel;
+class QTableView;
+class QTableWidget;
+class QTabWidget;
+
+namespace tb::ui {
+
+class MetricPlot;
+class OverlayPlot;
+
+class RunTableModel final : public QAbstractTableModel {
+    Q_OBJECT
+
+public:
+    enum Column { Id, Name, Status, Started, Duration, Steps, Model, Loss, ValLoss, Measured, Estimated, Error,
+                  Device, Precision, Tags, kColumns };
+    static constexpr int kSortRole = Qt::UserRole + 1;
+    static constexpr int kFetchBatch = 500;
+
+    explicit RunTableModel(QObject* parent = nullptr) : QAbstractTableModel(parent) {}
+    void setRuns(std::vector<RunRecord> runs);
+    const RunRecord& run(int row) const { return m_runs[static_cast<std::size_t>(row)]; }
+    int totalRuns() const { return static_cast<int>(m_runs.size()); }
+
+    int rowCount(const QModelIndex& parent = {}) const override { return parent.isValid() ? 0 : m_shown; }
+    int columnCount(const QModelIndex& parent = {}) const override { return parent.isValid() ? 0 : kColumns; }
+    QVariant data(const QModelIndex& index, int role) const override;
+    QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
+    bool canFetchMore(const QModelIndex& parent) const override;
+    void fetchMore(const QModelIndex& parent) override;
+
+private:
+    struct Derived {
+        QString model; // "gpt 2x128"
+        qint64 parameters = 0;
+    };
+    const Derived& derived(int row) const;
+    std::vector<RunRecord> m_runs;
+    mutable std::vector<std::optional<Derived>> m_derived;
+    int m_shown = 0;
+};
+
+class HistoryPanel final : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit HistoryPanel(QWidget* parent = nullptr);
+
+    void setDatabasePath(const QString& path);
+    // Re-reads the store with the current filter; false (and the message
+    // shown) when the filter or the database cannot be read.
+    bool refresh();
+    bool setFilter(const QString& filter);
+    void selectRuns(const std::vector<std::int64_t>& ids);
+    std::vector<std::int64_t> selectedRunIds() const;
+
+    RunTableModel* model() const { return m_model; }
+    QTableView* table() const { return m_table; }
+    OverlayPlot* lossPlot() const { return m_lossPlot; }
+    OverlayPlot* memoryPlot() const { return m_memoryPlot; }
+    QTableWidget* diffTable() const { return m_diff; }
+    QLabel* messageLabel() const { return m_message; }
+    QTabWidget* tabs() const { return m_tabs; }
+    // The selected runs' metrics as CSV (run,step,key,value,wall_time).
+    bool exportCsv(const QString& path, QString* error) const;
+    // Edits of the current run, off the GUI thread; the panel refreshes when done.
+    void saveDetails(const QString& name, const QString& tags, const QString& note);
+    // Deletes the selected runs (after the caller asked); their checkpoint folders too if asked.
+    void deleteSelected(bool checkpoints);
+
+Q_SIGNALS:
+    // "Open in editor": a stored run's config as JSON text.
+    void openConfigRequested(const QString& json, const QString& name);
+    // After an edit has been written (or failed: message non-empty).
+    void edited(const QString& message);
+
+private:
+    void selectionChanged();
+    void showOverlay();
+    void showDiff();
+    void showDetails();
+    void askDelete();
+    void askExport();
+    void runEdit(std::function<void(RunStore&)> edit);
+
+    QString m_dbPath;
+    RunTableModel* m_model;
+    QSortFilterProxyModel* m_proxy;
+    QTableView* m_table;
+    QLineEdit* m_filter;
+    QLabel* m_message;
+    QLabel* m_count;
+    QTabWidget* m_tabs;
+    OverlayPlot* m_lossPlot;
+    OverlayPlot* m_memoryPlot;
+    QCheckBox* m_byTime;
+    QCheckBox* m_logY;
+    QTableWidget* m_diff;
+    QLineEdit* m_name;
+    QLineEdit* m_tags;
+    QPlainTextEdit* m_note;
+    QPushButton* m_save;
+    QPushButton* m_delete;
+    QPushButton* m_export;
+    QPushButton* m_open;
+};
+
+} // namespace tb::ui
