@@ -3,6 +3,9 @@
 // delete and CSV export, and "Open in editor".
 #include <QtTest>
 
+#include <QElapsedTimer>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
@@ -32,6 +35,8 @@ private Q_SLOTS:
     void overlayDiffAndStableColours();
     void editsDeleteAndExport();
     void interruptedRunShowsItsMetricsAndOpensInTheEditor();
+    void lineageResumeSmoothingAndLegend();
+    void tenThousandRuns();
 
 private:
     QString db() const { return m_dir->filePath("exp.db"); }
@@ -194,6 +199,98 @@ void TestHistoryPanel::interruptedRunShowsItsMetricsAndOpensInTheEditor()
     }
     QVERIFY(open.count() >= 1);
     QCOMPARE(m_window->document()->value("train.batch_size").toInt(), 32);
+}
+
+void TestHistoryPanel::lineageResumeSmoothingAndLegend()
+{
+    std::int64_t child, stopped;
+    const QString checkpoint = m_dir->filePath("step-0000010.pt");
+    {
+        RunStore store(db().toStdString());
+        child = store.createRun({"fine-tune", R"({"name":"ft","train":{"init_from":"run:)" + std::to_string(m_ids[0]) + R"(","batch_size":8}})",
+                                 "cpu", "fp32", "0", "1.13", 50});
+        store.appendMetrics({{child, 1, "loss", 1.9, 1}, {child, 2, "loss", 1.8, 2}});
+        store.markEnded(child, RunStatus::Finished, {2, 1.8, std::nullopt, std::nullopt, ""});
+        stopped = store.createRun({"stopped", R"({"name":"s"})", "cpu", "fp32", "0", "1.13", 50});
+        store.markEnded(stopped, RunStatus::Cancelled, {10, 2.0, std::nullopt, std::nullopt, "cancelled"});
+        QFile f(checkpoint);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("weights");
+        f.close();
+        store.addArtifact({stopped, "checkpoint", 10, checkpoint.toStdString(), 7, 1});
+    }
+    // A panel of its own: Resume here only emits, nothing trains.
+    HistoryPanel panel;
+    panel.setDatabasePath(db());
+    auto* model = panel.model();
+    for (int row = 0; row < model->totalRuns(); ++row) {
+        if (model->run(row).id == child) {
+            QCOMPARE(model->data(model->index(row, RunTableModel::Parent), Qt::DisplayRole).toString(),
+                     QString("run %1").arg(m_ids[0]));
+        }
+    }
+    panel.selectRuns({child});
+    QCOMPARE(panel.lossPlot()->seriesCount(), 1);
+    panel.setFollowLineage(true);
+    QCOMPARE(panel.lossPlot()->seriesCount(), 2); // the parent it started from
+    QVERIFY(!panel.resumeButton()->isEnabled()); // finished
+
+    panel.selectRuns({m_ids[0]});
+    const double raw = panel.lossPlot()->graph(0)->data()->at(10)->value;
+    panel.setSmoothing(0.9);
+    const double smooth = panel.lossPlot()->graph(0)->data()->at(10)->value;
+    QVERIFY(smooth > raw); // a falling curve, smoothed, lags above it
+    // A legend click hides a curve; another shows it again.
+    auto* plot = panel.lossPlot();
+    Q_EMIT plot->legendClick(plot->legend, plot->legend->itemWithPlottable(plot->graph(0)), nullptr);
+    QVERIFY(!plot->graph(0)->visible());
+    Q_EMIT plot->legendClick(plot->legend, plot->legend->itemWithPlottable(plot->graph(0)), nullptr);
+    QVERIFY(plot->graph(0)->visible());
+
+    panel.selectRuns({stopped});
+    QVERIFY(panel.resumeButton()->isEnabled());
+    QSignalSpy resume(&panel, &HistoryPanel::resumeRequested);
+    panel.resumeButton()->click();
+    QCOMPARE(resume.count(), 1);
+    QCOMPARE(resume.first().first().toLongLong(), stopped);
+    const QString exported = m_dir->filePath("config.json");
+    QString error;
+    QVERIFY2(panel.exportConfig(exported, &error), qPrintable(error));
+    QFile f(exported);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(QJsonDocument::fromJson(f.readAll()).object()["name"].toString(), QString("s"));
+}
+
+// 10,000 runs: listed at once, the table fills as it scrolls.
+void TestHistoryPanel::tenThousandRuns()
+{
+    {
+        RunStore store(db().toStdString());
+        Transaction tx(store.database());
+        for (int i = 0; i < 10000; ++i) {
+            const auto id = store.createRun({"bulk " + std::to_string(i), R"({"name":"b","train":{"batch_size":16}})", "cpu",
+                                             "fp32", "0", "1.13", 10});
+            store.markEnded(id, RunStatus::Finished, {10, 2.0 + (i % 13) * 0.01, std::nullopt, std::nullopt, ""});
+        }
+        tx.commit();
+    }
+    QElapsedTimer timer;
+    timer.start();
+    QVERIFY(history()->refresh());
+    const auto refreshMs = timer.elapsed();
+    QCOMPARE(history()->model()->totalRuns(), 10003);
+    QCOMPARE(history()->model()->rowCount(), RunTableModel::kFetchBatch);
+    timer.restart();
+    for (int i = 0; i < 5; ++i) {
+        history()->table()->scrollToBottom();
+        QCoreApplication::processEvents();
+    }
+    const auto scrollMs = timer.elapsed();
+    QVERIFY(history()->model()->rowCount() > RunTableModel::kFetchBatch);
+    timer.restart();
+    QVERIFY(history()->setFilter("loss<2.05"));
+    const auto filterMs = timer.elapsed();
+    qInfo("10,003 runs: refresh %lld ms, five scrolls to the bottom %lld ms, filter %lld ms", refreshMs, scrollMs, filterMs);
 }
 
 QTEST_MAIN(TestHistoryPanel)

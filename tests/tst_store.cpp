@@ -503,6 +503,20 @@ void TestStore::filterByStatusTagConfigFieldAndText()
     QCOMPARE(ids(store.listRuns("\"lr too\"")), (V{b})); // the note, quoted words
     QCOMPARE(ids(store.listRuns("100%")), V{});       // % is a character, not a wildcard
     QCOMPARE(store.run(a)->tags, (std::vector<std::string>{"baseline"}));
+    // Review columns: best validation loss, latest tokens/s, the parent run.
+    store.appendMetrics({{a, 10, "val_loss", 2.5, 1}, {a, 20, "val_loss", 2.1, 2}, {a, 30, "val_loss", 2.3, 3},
+                         {a, 30, "tokens_per_s", 1234.0, 3}});
+    QCOMPARE(store.run(a)->bestValLoss, std::optional<double>(2.1));
+    QCOMPARE(store.run(a)->tokensPerSecond, std::optional<double>(1234.0));
+    const auto child = store.createRun({"child", R"({"train":{"init_from":"run:)" + std::to_string(a) + R"("}})", "cpu",
+                                        "fp32", "0", "1.13", 10});
+    QCOMPARE(store.run(child)->parentRunId, std::optional<std::int64_t>(a));
+    QVERIFY(!store.run(b)->parentRunId.has_value());
+    // A stored config that is not JSON breaks neither the listing nor a filter.
+    const auto broken = store.createRun({"broken", "{not json", "cpu", "fp32", "0", "1.13", 10});
+    QCOMPARE(store.listRuns().size(), std::size_t(5));
+    QCOMPARE(ids(store.listRuns("train.batch_size>=16")), (V{b, c}));
+    QVERIFY(!store.run(broken)->parentRunId.has_value());
 }
 
 void TestStore::filterRefusesWhatItCannotRead()

@@ -19,6 +19,7 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSaveFile>
+#include <QSlider>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTabWidget>
@@ -152,6 +153,7 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     if (role == Qt::ForegroundRole && column == Error && error && *error < -0.10) return QColor(0xc6, 0x28, 0x28);
     if (role == Qt::TextAlignmentRole) {
         return column == Name || column == Status || column == Model || column == Device || column == Precision || column == Tags
+                || column == Parent
             ? QVariant(Qt::AlignLeft | Qt::AlignVCenter) : QVariant(Qt::AlignRight | Qt::AlignVCenter);
     }
     if (role == Qt::ToolTipRole && column == Name && !r.note.empty()) return QString::fromStdString(r.note);
@@ -179,6 +181,11 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     case Model: return sort ? QVariant(static_cast<qlonglong>(derived(index.row()).parameters)) : QVariant(derived(index.row()).model);
     case Loss: return number(r.finalLoss, 4);
     case ValLoss: return number(r.finalValLoss, 4);
+    case BestValLoss: return number(r.bestValLoss, 4);
+    case TokensPerSec: return number(r.tokensPerSecond, 0);
+    case Parent:
+        if (!r.parentRunId) return sort ? QVariant(qlonglong(0)) : QVariant(QString());
+        return sort ? QVariant(static_cast<qlonglong>(*r.parentRunId)) : QVariant(QString("run %1").arg(*r.parentRunId));
     case Measured:
         if (sort) return r.measuredPeakBytes ? static_cast<double>(*r.measuredPeakBytes) : -1.0;
         return mib(r.measuredPeakBytes);
@@ -203,9 +210,10 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
 QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return QAbstractTableModel::headerData(section, orientation, role);
-    static const char* const names[kColumns] = {"ID",         "Name",       "Status",     "Started",  "Duration",
-                                                "Steps",      "Model",      "Loss",       "Val loss", "Peak MiB",
-                                                "Estimate MiB", "Est. error", "Device",   "Precision", "Tags"};
+    static const char* const names[kColumns] = {"ID",       "Name",      "Status",        "Started",    "Duration",
+                                                "Steps",    "Model",     "Loss",          "Val loss",   "Best val",
+                                                "Tokens/s", "Peak MiB",  "Estimate MiB",  "Est. error", "Device",
+                                                "Precision", "Tags",     "Started from"};
     return tr(names[section]);
 }
 
@@ -256,6 +264,13 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     m_memoryPlot->setZeroBased(true);
     m_byTime = new QCheckBox(tr("by elapsed time"), this);
     m_logY = new QCheckBox(tr("log scale"), this);
+    m_lineage = new QCheckBox(tr("follow lineage"), this);
+    m_lineage->setToolTip(tr("Also draw the runs each selected run started from (train.init_from), back to the first"));
+    m_smoothing = new QSlider(Qt::Horizontal, this);
+    m_smoothing->setRange(0, 99);
+    m_smoothing->setValue(0);
+    m_smoothing->setMaximumWidth(140);
+    m_smoothing->setToolTip(tr("Smoothing of the loss curves (exponential moving average)"));
     auto* plots = new QWidget(this);
     auto* plotLayout = new QVBoxLayout(plots);
     plotLayout->setContentsMargins(0, 0, 0, 0);
@@ -263,7 +278,11 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     plotOptions->addWidget(new QLabel(tr("Selected runs:"), this));
     plotOptions->addWidget(m_byTime);
     plotOptions->addWidget(m_logY);
+    plotOptions->addWidget(m_lineage);
+    plotOptions->addWidget(new QLabel(tr("smoothing"), this));
+    plotOptions->addWidget(m_smoothing);
     plotOptions->addStretch(1);
+    plotOptions->addWidget(new QLabel(tr("click a legend entry to hide its curve"), this));
     plotLayout->addLayout(plotOptions);
     auto* plotSplit = new QSplitter(Qt::Horizontal, plots);
     plotSplit->addWidget(m_lossPlot);
@@ -295,9 +314,14 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     m_export = new QPushButton(tr("E&xport CSV…"), details);
     m_export->setToolTip(tr("The selected runs' metrics, one row per (run, step, key)"));
     m_delete = new QPushButton(tr("&Delete…"), details);
+    m_resume = new QPushButton(tr("&Resume"), details);
+    m_resume->setToolTip(tr("Continue a cancelled or interrupted run from its last checkpoint"));
+    m_exportConfig = new QPushButton(tr("Export &config…"), details);
     actions->addWidget(m_save);
     actions->addWidget(m_open);
+    actions->addWidget(m_resume);
     actions->addWidget(m_export);
+    actions->addWidget(m_exportConfig);
     actions->addStretch(1);
     actions->addWidget(m_delete);
     form->addRow(actions);
@@ -323,16 +347,26 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &HistoryPanel::selectionChanged);
     connect(m_byTime, &QCheckBox::toggled, this, &HistoryPanel::showOverlay);
     connect(m_logY, &QCheckBox::toggled, this, [this](bool log) { m_lossPlot->setLogScale(log); });
+    connect(m_lineage, &QCheckBox::toggled, this, &HistoryPanel::showOverlay);
+    connect(m_smoothing, &QSlider::valueChanged, this, &HistoryPanel::showOverlay);
+    connect(m_resume, &QPushButton::clicked, this, [this] {
+        if (const auto* r = currentRun()) Q_EMIT resumeRequested(r->id);
+    });
+    connect(m_exportConfig, &QPushButton::clicked, this, [this] {
+        const auto* r = currentRun();
+        if (!r) return;
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export config"),
+                                                          QString::fromStdString(r->name) + ".json", tr("Configs (*.json)"));
+        if (path.isEmpty()) return;
+        QString error;
+        if (!exportConfig(path, &error)) plainWarning(this, tr("Export config"), error);
+    });
     connect(m_save, &QPushButton::clicked, this, [this] { saveDetails(m_name->text(), m_tags->text(), m_note->toPlainText()); });
     connect(m_delete, &QPushButton::clicked, this, &HistoryPanel::askDelete);
     connect(m_export, &QPushButton::clicked, this, &HistoryPanel::askExport);
     connect(m_open, &QPushButton::clicked, this, [this] {
-        const auto ids = selectedRunIds();
-        for (int row = 0; row < m_model->totalRuns(); ++row) {
-            if (!ids.empty() && m_model->run(row).id == ids.front()) {
-                const auto& r = m_model->run(row);
-                Q_EMIT openConfigRequested(QString::fromStdString(r.configJson), QString::fromStdString(r.name));
-            }
+        if (const auto* r = currentRun()) {
+            Q_EMIT openConfigRequested(QString::fromStdString(r->configJson), QString::fromStdString(r->name));
         }
     });
     selectionChanged();
@@ -405,6 +439,17 @@ void HistoryPanel::selectionChanged()
     m_open->setEnabled(ids.size() == 1);
     m_delete->setEnabled(!ids.empty());
     m_export->setEnabled(!ids.empty());
+    m_exportConfig->setEnabled(ids.size() == 1);
+    // Resume: a cancelled or interrupted run that has a checkpoint.
+    bool resumable = false;
+    if (const auto* r = currentRun(); r && (r->status == RunStatus::Cancelled || r->status == RunStatus::Interrupted)) {
+        try {
+            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            resumable = store.latestCheckpoint(r->id).has_value();
+        } catch (const std::exception&) {
+        }
+    }
+    m_resume->setEnabled(resumable);
     showOverlay();
     showDiff();
     showDetails();
@@ -413,11 +458,28 @@ void HistoryPanel::selectionChanged()
 void HistoryPanel::showOverlay()
 {
     std::vector<OverlayPlot::Series> losses, memory;
-    const auto ids = selectedRunIds();
+    auto ids = selectedRunIds();
     if (!ids.empty() && ids.size() <= 64) {
         try {
             RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            if (m_lineage->isChecked()) {
+                // Each run's ancestors through init_from, oldest first, once each.
+                std::set<std::int64_t> seen(ids.begin(), ids.end());
+                std::vector<std::int64_t> withAncestors;
+                for (const auto id : ids) {
+                    std::vector<std::int64_t> chain{id};
+                    for (auto run = store.run(id); run && run->parentRunId && !seen.count(*run->parentRunId)
+                                                   && chain.size() < 64;
+                         run = store.run(*run->parentRunId)) {
+                        seen.insert(*run->parentRunId);
+                        chain.push_back(*run->parentRunId);
+                    }
+                    withAncestors.insert(withAncestors.end(), chain.rbegin(), chain.rend());
+                }
+                ids = withAncestors;
+            }
             const bool byTime = m_byTime->isChecked();
+            const double smoothing = m_smoothing->value() / 100.0;
             for (const auto id : ids) {
                 const auto run = store.run(id);
                 if (!run) continue;
@@ -425,11 +487,14 @@ void HistoryPanel::showOverlay()
                 for (auto [key, out] : {std::pair{"loss", &losses}, std::pair{"mem_peak_bytes", &memory}}) {
                     const auto points = store.metricSeries(id, key, 2000);
                     if (points.empty()) continue;
+                    const bool loss = std::string(key) == "loss";
                     OverlayPlot::Series s{label, runColor(id), {}, {}};
                     const double t0 = points.front().wallTime;
+                    double ema = points.front().value;
                     for (const auto& p : points) {
+                        ema = smoothing * ema + (1.0 - smoothing) * p.value;
                         s.x.push_back(byTime ? p.wallTime - t0 : p.step);
-                        s.y.push_back(std::string(key) == "loss" ? p.value : p.value / 1048576.0);
+                        s.y.push_back(loss ? (smoothing > 0 ? ema : p.value) : p.value / 1048576.0);
                     }
                     out->push_back(std::move(s));
                 }
@@ -442,6 +507,42 @@ void HistoryPanel::showOverlay()
     const QString x = m_byTime->isChecked() ? tr("seconds since the run's first step") : tr("step");
     m_lossPlot->setSeries(losses, x);
     m_memoryPlot->setSeries(memory, x);
+}
+
+void HistoryPanel::setFollowLineage(bool follow) { m_lineage->setChecked(follow); }
+
+void HistoryPanel::setSmoothing(double factor) { m_smoothing->setValue(static_cast<int>(std::lround(factor * 100))); }
+
+const RunRecord* HistoryPanel::currentRun() const
+{
+    const auto ids = selectedRunIds();
+    if (ids.size() != 1) return nullptr;
+    for (int row = 0; row < m_model->totalRuns(); ++row) {
+        if (m_model->run(row).id == ids.front()) return &m_model->run(row);
+    }
+    return nullptr;
+}
+
+bool HistoryPanel::exportConfig(const QString& path, QString* error) const
+{
+    const auto* r = currentRun();
+    if (!r) {
+        if (error) *error = tr("Select one run.");
+        return false;
+    }
+    const auto json = QJsonDocument::fromJson(QByteArray::fromStdString(r->configJson));
+    QSaveFile file(path);
+    if (json.isNull() || !file.open(QIODevice::WriteOnly)) {
+        if (error) *error = json.isNull() ? tr("Run %1's stored config is not valid JSON.").arg(r->id)
+                                          : tr("Cannot write %1: %2").arg(path, file.errorString());
+        return false;
+    }
+    file.write(json.toJson(QJsonDocument::Indented));
+    if (!file.commit()) {
+        if (error) *error = tr("Cannot write %1: %2").arg(path, file.errorString());
+        return false;
+    }
+    return true;
 }
 
 void HistoryPanel::showDiff()
@@ -503,13 +604,7 @@ void HistoryPanel::showDiff()
 
 void HistoryPanel::showDetails()
 {
-    const auto ids = selectedRunIds();
-    const RunRecord* current = nullptr;
-    if (ids.size() == 1) {
-        for (int row = 0; row < m_model->totalRuns(); ++row) {
-            if (m_model->run(row).id == ids.front()) current = &m_model->run(row);
-        }
-    }
+    const RunRecord* current = currentRun();
     m_name->setEnabled(current);
     m_tags->setEnabled(current);
     m_note->setEnabled(current);

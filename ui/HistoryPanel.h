@@ -9,6 +9,7 @@
 #include <QAbstractTableModel>
 #include <QWidget>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -19,6 +20,7 @@ class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
+class QSlider;
 class QSortFilterProxyModel;
 class QTableView;
 class QTableWidget;
@@ -33,8 +35,8 @@ class RunTableModel final : public QAbstractTableModel {
     Q_OBJECT
 
 public:
-    enum Column { Id, Name, Status, Started, Duration, Steps, Model, Loss, ValLoss, Measured, Estimated, Error,
-                  Device, Precision, Tags, kColumns };
+    enum Column { Id, Name, Status, Started, Duration, Steps, Model, Loss, ValLoss, BestValLoss, TokensPerSec,
+                  Measured, Estimated, Error, Device, Precision, Tags, Parent, kColumns };
     static constexpr int kSortRole = Qt::UserRole + 1;
     static constexpr int kFetchBatch = 500;
 
@@ -88,12 +90,21 @@ public:
     void saveDetails(const QString& name, const QString& tags, const QString& note);
     // Deletes the selected runs (after the caller asked); their checkpoint folders too if asked.
     void deleteSelected(bool checkpoints);
+    // The overlay also draws each selected run's ancestors (init_from parents).
+    void setFollowLineage(bool follow);
+    // 0: raw; towards 1: smoother (EMA) loss curves.
+    void setSmoothing(double factor);
+    // The current run's config, pretty JSON, to a file (temporary file, then rename).
+    bool exportConfig(const QString& path, QString* error) const;
+    QPushButton* resumeButton() const { return m_resume; }
 
 Q_SIGNALS:
     // "Open in editor": a stored run's config as JSON text.
     void openConfigRequested(const QString& json, const QString& name);
     // After an edit has been written (or failed: message non-empty).
     void edited(const QString& message);
+    // "Resume": continue a cancelled or interrupted run from its checkpoint.
+    void resumeRequested(qint64 runId);
 
 private:
     void selectionChanged();
@@ -103,6 +114,7 @@ private:
     void askDelete();
     void askExport();
     void runEdit(std::function<void(RunStore&)> edit);
+    const RunRecord* currentRun() const;
 
     QString m_dbPath;
     RunTableModel* m_model;
@@ -116,6 +128,8 @@ private:
     OverlayPlot* m_memoryPlot;
     QCheckBox* m_byTime;
     QCheckBox* m_logY;
+    QCheckBox* m_lineage;
+    QSlider* m_smoothing;
     QTableWidget* m_diff;
     QLineEdit* m_name;
     QLineEdit* m_tags;
@@ -124,6 +138,8 @@ private:
     QPushButton* m_delete;
     QPushButton* m_export;
     QPushButton* m_open;
+    QPushButton* m_resume;
+    QPushButton* m_exportConfig;
 };
 
 } // namespace tb::ui

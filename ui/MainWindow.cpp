@@ -58,6 +58,14 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_history->setDatabasePath(m_run->databasePath());
     connect(m_run, &RunPanel::runFinished, m_history, [this] { m_history->refresh(); });
     connect(m_run, &RunPanel::runStarted, m_history, [this] { m_history->refresh(); });
+    connect(m_history, &HistoryPanel::resumeRequested, this, [this](qint64 id) {
+        if (m_run->isRunning()) {
+            plainWarning(this, tr("Resume"), tr("A run is in progress; stop it first."));
+            return;
+        }
+        m_tabs->setCurrentWidget(m_run);
+        m_run->resume(id);
+    });
     connect(m_history, &HistoryPanel::openConfigRequested, this, [this](const QString& json, const QString& name) {
         if (!maybeSave()) return;
         m_document->loadText(json, name + ".json");

@@ -127,6 +127,20 @@ void MetricPlot::clearCurves()
     clearGraphs();
 }
 
+OverlayPlot::OverlayPlot(const QString& yLabel, QWidget* parent) : MetricPlot(yLabel, parent)
+{
+    connect(this, &QCustomPlot::legendClick, this, [this](QCPLegend*, QCPAbstractLegendItem* item, QMouseEvent*) {
+        auto* entry = qobject_cast<QCPPlottableLegendItem*>(item);
+        if (!entry) return;
+        QCPAbstractPlottable* curve = entry->plottable();
+        curve->setVisible(!curve->visible());
+        QColor text = legend->textColor();
+        if (!curve->visible()) text.setAlpha(90);
+        entry->setTextColor(text);
+        fitToData();
+    });
+}
+
 void OverlayPlot::setSeries(const std::vector<Series>& series, const QString& xLabel)
 {
     clearCurves();

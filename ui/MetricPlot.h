@@ -90,7 +90,8 @@ public:
         QColor color;
         std::vector<double> x, y;
     };
-    explicit OverlayPlot(const QString& yLabel, QWidget* parent = nullptr) : MetricPlot(yLabel, parent) {}
+    // Clicking a legend entry hides or shows its curve.
+    explicit OverlayPlot(const QString& yLabel, QWidget* parent = nullptr);
     void setSeries(const std::vector<Series>& series, const QString& xLabel);
     int seriesCount() const { return graphCount(); }
     void setLogScale(bool log);

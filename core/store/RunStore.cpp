@@ -143,7 +143,10 @@ const char* const kRunColumns =
     "id, name, status, created_at, started_at, ended_at, config_json, device, precision, app_version, "
     "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, heartbeat_at, "
     "estimated_peak_bytes, estimate_json, measured_peak_bytes, note, "
-    "(SELECT group_concat(tag, char(31)) FROM (SELECT tag FROM run_tags WHERE run_id = runs.id ORDER BY tag))";
+    "(SELECT group_concat(tag, char(31)) FROM (SELECT tag FROM run_tags WHERE run_id = runs.id ORDER BY tag)), "
+    "(SELECT min(min_value) FROM metric_blocks b WHERE b.run_id = runs.id AND b.key = 'val_loss'), "
+    "(SELECT value FROM latest_metrics l WHERE l.run_id = runs.id AND l.key = 'tokens_per_s'), "
+    "CASE WHEN json_valid(config_json) THEN json_extract(config_json, '$.train.init_from') END";
 
 std::optional<double> optionalDouble(const Statement& s, int i)
 {
@@ -176,6 +179,16 @@ RunRecord readRun(const Statement& s)
     r.estimateJson = s.columnText(19);
     if (!s.columnIsNull(20)) r.measuredPeakBytes = s.columnInt(20);
     r.note = s.columnText(21);
+    r.bestValLoss = optionalDouble(s, 23);
+    r.tokensPerSecond = optionalDouble(s, 24);
+    if (!s.columnIsNull(25)) {
+        // "run:12" or "12" names a run of this store; a path does not.
+        std::string from = s.columnText(25);
+        if (from.rfind("run:", 0) == 0) from = from.substr(4);
+        if (!from.empty() && from.size() <= 18 && from.find_first_not_of("0123456789") == std::string::npos) {
+            r.parentRunId = std::stoll(from);
+        }
+    }
     if (!s.columnIsNull(22)) {
         std::string tags = s.columnText(22);
         for (std::size_t start = 0; start <= tags.size();) {
@@ -771,7 +784,9 @@ FilterTerm filterTerm(const std::string& word)
                          + "\"; use id, name, status, device, precision, steps, loss, val_loss, note, tag:NAME or a "
                            "config path such as train.batch_size");
     }
-    return {"json_extract(config_json, ?) " + sqlOp + " ?", {"$." + field, value}, {false, isNumber}};
+    // (A row whose stored config is not JSON matches nothing, and breaks nothing.)
+    return {"(CASE WHEN json_valid(config_json) THEN json_extract(config_json, ?) END) " + sqlOp + " ?",
+            {"$." + field, value}, {false, isNumber}};
 }
 
 } // namespace

@@ -40,6 +40,11 @@ struct RunRecord {
     std::optional<std::int64_t> measuredPeakBytes;
     std::string note;
     std::vector<std::string> tags; // sorted
+    // For review: the lowest validation loss, the latest tokens/s, and the run
+    // whose weights this one started from (train.init_from "run:N").
+    std::optional<double> bestValLoss;
+    std::optional<double> tokensPerSecond;
+    std::optional<std::int64_t> parentRunId;
 };
 
 struct NewRun {
