@@ -8,6 +8,7 @@
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProcess>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QTabWidget>
@@ -180,13 +181,21 @@ void TestHistoryPanel::editsDeleteAndExport()
 
 void TestHistoryPanel::interruptedRunShowsItsMetricsAndOpensInTheEditor()
 {
+    // The run's process is killed mid-run: it was "running", owned by a pid that is gone.
+    QProcess gone;
+    gone.start("true");
+    QVERIFY(gone.waitForFinished());
+    const auto deadPid = gone.processId();
     {
         RunStore store(db().toStdString());
-        Statement s(store.database(), "UPDATE runs SET status='interrupted' WHERE id=?");
-        s.bind(1, m_ids[2]);
+        store.markRunning(m_ids[2], 50, "cpu", "fp32");
+        Statement s(store.database(), "UPDATE runs SET owner_pid=?, ended_at=NULL WHERE id=?");
+        s.bind(1, static_cast<std::int64_t>(deadPid > 0 ? deadPid : 999999)).bind(2, m_ids[2]);
         s.run();
     }
-    QVERIFY(history()->refresh());
+    QSignalSpy reconciled(history(), &HistoryPanel::edited);
+    QVERIFY(history()->refresh()); // sees it "running", has it reconciled off the GUI thread
+    QVERIFY(reconciled.wait(10000));
     QVERIFY(history()->setFilter("status=interrupted"));
     QCOMPARE(history()->model()->totalRuns(), 1);
     history()->selectRuns({m_ids[2]});

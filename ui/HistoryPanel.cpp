@@ -4,6 +4,7 @@
 
 #include <QCheckBox>
 #include <QDateTime>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QFileDialog>
@@ -128,9 +129,14 @@ const RunTableModel::Derived& RunTableModel::derived(int row) const
         Derived d;
         try {
             const auto config = parseConfig(m_runs[static_cast<std::size_t>(row)].configJson, "stored config");
-            d.model = QString("%1 %2x%3").arg(QString::fromStdString(config.model.type)).arg(config.model.nLayer).arg(config.model.dModel);
             d.parameters = parameterCount(architectureFor(config), config.lora.rank,
                                           loraProjections(config.model.type, config.lora.targets));
+            d.model = QString("%1 %2x%3 · %4")
+                          .arg(QString::fromStdString(config.model.type))
+                          .arg(config.model.nLayer)
+                          .arg(config.model.dModel)
+                          .arg(d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
+                                                       : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
         } catch (const std::exception&) {
             d.model = tr("(unreadable config)");
         }
@@ -399,6 +405,14 @@ bool HistoryPanel::refresh()
         return false;
     }
     m_message->hide();
+    // A run left "running" by a process that was killed is marked
+    // interrupted by a read-write open (off the GUI thread; at most every
+    // 10 s, since a run that is really running stays "running").
+    const bool anyRunning = std::any_of(runs.begin(), runs.end(), [](const RunRecord& r) { return r.status == RunStatus::Running; });
+    if (anyRunning && (!m_lastReconcile.isValid() || m_lastReconcile.elapsed() > 10000)) {
+        m_lastReconcile.start();
+        runEdit([](RunStore&) {}); // opening it read-write reconciles, then the panel refreshes
+    }
     const int total = static_cast<int>(runs.size());
     m_model->setRuns(std::move(runs));
     m_table->resizeColumnsToContents(); // the rows shown so far (at most one fetch batch)

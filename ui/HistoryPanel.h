@@ -7,6 +7,7 @@
 // Reads use a read-only connection; edits run off the GUI thread.
 
 #include <QAbstractTableModel>
+#include <QElapsedTimer>
 #include <QWidget>
 
 #include <functional>
@@ -140,6 +141,7 @@ private:
     QPushButton* m_open;
     QPushButton* m_resume;
     QPushButton* m_exportConfig;
+    QElapsedTimer m_lastReconcile;
 };
 
 } // namespace tb::ui
