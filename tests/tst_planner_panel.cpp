@@ -87,8 +87,7 @@ void TestPlannerPanel::presetOnT4MatchesTheEstimate()
     QVERIFY(p->estimate().has_value());
     QCOMPARE(p->estimate()->peakBytes, expected.peakBytes);
     QCOMPARE(p->budgetBytes(), GpuCatalogue::bundled().resolve("T4").gpu.memoryBytes);
-    QVERIFY2(p->verdictText().startsWith("Fits (72%): 10.57 GiB of 14.74 GiB on Tesla T4"), qPrintable(p->verdictText()));
-    QVERIFY2(p->verdictText().contains("Tesla T4"), qPrintable(p->verdictText()));
+    QVERIFY2(p->verdictText() == "Fits (72%): 10.57 GiB of 14.74 GiB", qPrintable(p->verdictText()));
     QCOMPARE(p->largestBatchHere(), largestBatch(arch, s, p->budgetBytes(), 65536));
     const auto longest = std::min<std::int64_t>(largestSequence(arch, s, p->budgetBytes()), arch.maxPositions);
     QCOMPARE(p->largestSeqHere(), longest);
@@ -255,7 +254,7 @@ void TestPlannerPanel::experimentPanelShowsTheEstimateForTheTarget()
     QVERIFY(e->estimateText() != before);
     QVERIFY(m_window->hardwarePanel()->selectTarget("A100 80GB"));
     QVERIFY2(e->estimateText().contains("A100"), qPrintable(e->estimateText()));
-    QVERIFY(planner()->verdictText().contains("A100"));
+    QCOMPARE(planner()->budgetBytes(), GpuCatalogue::bundled().resolve("A100 80GB").gpu.memoryBytes);
     m_window->document()->setValue("device", "cpu");
     QVERIFY(!e->estimateText().contains("A100"));
 }

@@ -205,6 +205,7 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     big.setBold(true);
     big.setPointSizeF(big.pointSizeF() * 1.15);
     m_verdict->setFont(big);
+    m_verdict->setMinimumHeight(2 * QFontMetrics(big).lineSpacing() + 2); // room for a wrapped line
     m_answers = plainLabel(this);
     m_answers->setObjectName("plannerAnswers");
     m_answers->setWordWrap(true);
@@ -614,6 +615,7 @@ void MemoryPlannerPanel::pointChanged()
         m_largestSeq = 0;
     }
     m_verdict->setText(verdictText());
+    m_verdict->setToolTip(tr("Peak of the plan against the usable memory of one %1").arg(QString::fromStdString(m_target.gpu.name)));
     const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
     m_verdict->setStyleSheet(use > 1.0 ? "color: #c0392b" : use > 0.9 ? "color: #b9770e" : "color: #1e8449");
     m_answers->setText(answersText());
@@ -635,9 +637,8 @@ QString MemoryPlannerPanel::verdictText() const
     if (!m_estimate) return m_verdict->text();
     const auto budget = budgetBytes();
     const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
-    const QString amount = tr("%1 of %2 on %3")
-                               .arg(bytesText(m_estimate->peakBytes), bytesText(budget),
-                                    QString::fromStdString(m_target.label()));
+    // Short enough for one line; the target is named in the Target row and the tooltip.
+    const QString amount = tr("%1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget));
     const QString percent = QString::number(100.0 * use, 'f', 0) + "%";
     if (use > 1.0) return tr("Does not fit (%1): %2").arg(percent, amount);
     if (use > 0.9) return tr("Fits, under 10% to spare (%1): %2").arg(percent, amount);
