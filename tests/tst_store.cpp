@@ -67,6 +67,7 @@ private Q_SLOTS:
     void injectionStringsAreOnlyData();
     void tagsNotesRenameAndDelete();
     void longSeriesKeepsFirstLastAndSpikes();
+    void olderSchemaIsReadWithoutMigrating();
 
 private:
     std::string dbPath(const char* name = "exp.db") const { return m_dir->filePath(name).toStdString(); }
@@ -649,6 +650,48 @@ void TestStore::longSeriesKeepsFirstLastAndSpikes()
     Statement left(store.database(), "SELECT count(*) FROM metric_blocks");
     QVERIFY(left.step());
     QCOMPARE(left.columnInt(0), std::int64_t{0});
+}
+
+// A database from an earlier Trainbench (schema 2) opened read-only, as
+// `runs` and the History tab do: it is read as it is (nothing is migrated,
+// not a byte changes), with what later schemas added read as empty. It
+// failed with "no such column: estimated_peak_bytes".
+void TestStore::olderSchemaIsReadWithoutMigrating()
+{
+    std::int64_t id;
+    {
+        RunStore store(dbPath());
+        id = store.createRun(sampleRun("old"));
+        std::vector<MetricPoint> points;
+        for (int step = 1; step <= 5000; ++step) points.push_back({id, step, "loss", step == 4321 ? 9.0 : 1.0, 1});
+        points.push_back({id, 5, "mem_peak_bytes", 4096, 1});
+        points.push_back({id, 5, "val_loss", 1.5, 1});
+        store.appendMetrics(points);
+        store.markEnded(id, RunStatus::Finished, {5000, 1.0, std::nullopt, std::nullopt, ""});
+    }
+    {
+        Database db(dbPath(), Database::Mode::ReadWrite);
+        db.exec("ALTER TABLE runs DROP COLUMN estimated_peak_bytes; ALTER TABLE runs DROP COLUMN estimate_json; "
+                "ALTER TABLE runs DROP COLUMN measured_peak_bytes; ALTER TABLE runs DROP COLUMN note; "
+                "DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; PRAGMA user_version=2; "
+                "PRAGMA wal_checkpoint(TRUNCATE);");
+    }
+    const auto before = fileBytes(dbPath());
+    {
+        RunStore store(dbPath(), RunStore::Mode::ReadOnly);
+        const auto runs = store.listRuns();
+        QCOMPARE(runs.size(), std::size_t(1));
+        QCOMPARE(runs[0].measuredPeakBytes, std::optional<std::int64_t>(4096)); // from the metrics
+        QCOMPARE(runs[0].bestValLoss, std::optional<double>(1.5));
+        QVERIFY(runs[0].note.empty() && runs[0].tags.empty());
+        QCOMPARE(store.listRuns("tag:x").size(), std::size_t(0));
+        QCOMPARE(store.listRuns("old").size(), std::size_t(1));
+        QCOMPARE(store.listRuns("note=x").size(), std::size_t(0));
+        const auto series = store.metricSeries(id, "loss", 10); // without blocks: from the points
+        QVERIFY(std::any_of(series.begin(), series.end(), [](auto& p) { return p.step == 4321 && p.value == 9.0; }));
+        QVERIFY(store.run(id).has_value());
+    }
+    QCOMPARE(fileBytes(dbPath()), before);
 }
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -139,14 +139,25 @@ CREATE TABLE metric_blocks(
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 constexpr std::int64_t kBlockSteps = 128; // steps summarised by one metric_blocks row
 
-const char* const kRunColumns =
-    "id, name, status, created_at, started_at, ended_at, config_json, device, precision, app_version, "
-    "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, heartbeat_at, "
-    "estimated_peak_bytes, estimate_json, measured_peak_bytes, note, "
-    "(SELECT group_concat(tag, char(31)) FROM (SELECT tag FROM run_tags WHERE run_id = runs.id ORDER BY tag)), "
-    "(SELECT min(min_value) FROM metric_blocks b WHERE b.run_id = runs.id AND b.key = 'val_loss'), "
-    "(SELECT value FROM latest_metrics l WHERE l.run_id = runs.id AND l.key = 'tokens_per_s'), "
-    "CASE WHEN json_valid(config_json) THEN json_extract(config_json, '$.train.init_from') END";
+// The columns readRun() expects. A database opened read-only keeps the
+// schema it has (reading never migrates), so what a newer schema added is
+// read as NULL or empty there.
+std::string runColumns(int schema)
+{
+    std::string c = "id, name, status, created_at, started_at, ended_at, config_json, device, precision, app_version, "
+                    "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, "
+                    "heartbeat_at, ";
+    c += schema >= 3 ? "estimated_peak_bytes, estimate_json, measured_peak_bytes, "
+                     : "NULL, '', (SELECT max(value) FROM metrics m WHERE m.run_id = runs.id AND m.key = 'mem_peak_bytes'), ";
+    c += schema >= 4 ? "note, (SELECT group_concat(tag, char(31)) FROM (SELECT tag FROM run_tags WHERE run_id = runs.id "
+                       "ORDER BY tag)), "
+                     : "'', NULL, ";
+    c += schema >= 5 ? "(SELECT min(min_value) FROM metric_blocks b WHERE b.run_id = runs.id AND b.key = 'val_loss'), "
+                     : "(SELECT min(value) FROM metrics m WHERE m.run_id = runs.id AND m.key = 'val_loss'), ";
+    c += "(SELECT value FROM latest_metrics l WHERE l.run_id = runs.id AND l.key = 'tokens_per_s'), "
+         "CASE WHEN json_valid(config_json) THEN json_extract(config_json, '$.train.init_from') END";
+    return c;
+}
 
 std::optional<double> optionalDouble(const Statement& s, int i)
 {
@@ -347,6 +358,7 @@ RunStore::RunStore(const std::string& path, Mode mode) : m_path(path), m_readOnl
         Statement version(*m_db, "PRAGMA user_version");
         version.step();
         const int found = static_cast<int>(version.columnInt(0));
+        m_schema = found;
         if (found > kSchemaVersion) {
             throw StoreError("experiment database " + path + " was written by a newer Trainbench (schema "
                              + std::to_string(found) + ", this one reads up to " + std::to_string(kSchemaVersion)
@@ -381,6 +393,7 @@ RunStore::RunStore(const std::string& path, Mode mode) : m_path(path), m_readOnl
             m_db->exec("PRAGMA synchronous=NORMAL");
             migrate();
         }, std::chrono::seconds(30), std::chrono::milliseconds(10));
+        m_schema = kSchemaVersion;
         try {
             reconcileInterrupted();
         } catch (const StoreBusyError&) {
@@ -735,7 +748,7 @@ std::vector<std::string> filterWords(const std::string& filter)
     return words;
 }
 
-FilterTerm filterTerm(const std::string& word)
+FilterTerm filterTerm(const std::string& word, int schema)
 {
     static const std::vector<std::pair<std::string, std::string>> kColumns{
         {"id", "id"},         {"name", "name"},           {"status", "status"},
@@ -743,6 +756,7 @@ FilterTerm filterTerm(const std::string& word)
         {"loss", "final_loss"}, {"val_loss", "final_val_loss"}, {"note", "note"}};
     if (word.rfind("tag:", 0) == 0) {
         if (word.size() == 4) throw InputError("filter: \"tag:\" needs a tag name, e.g. tag:baseline");
+        if (schema < 4) return {"(? IS NULL)", {word.substr(4)}, {false}}; // no tags before schema 4
         return {"EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = runs.id AND t.tag = ?)", {word.substr(4)}, {false}};
     }
     // FIELD OP VALUE, the operator being the first of these found.
@@ -765,6 +779,7 @@ FilterTerm filterTerm(const std::string& word)
             like += c;
         }
         like += '%';
+        if (schema < 4) return {"(name LIKE ? ESCAPE '\\' OR '' LIKE ?)", {like, like}, {false, false}};
         return {"(name LIKE ? ESCAPE '\\' OR note LIKE ? ESCAPE '\\')", {like, like}, {false, false}};
     }
     const std::string field = word.substr(0, at), value = word.substr(at + length);
@@ -773,7 +788,9 @@ FilterTerm filterTerm(const std::string& word)
     const bool isNumber = readNumber(value, number);
     const std::string sqlOp = op == "!=" ? "IS NOT" : op == "=" ? "IS" : op;
     for (const auto& [name, column] : kColumns) {
-        if (field == name) return {column + " " + sqlOp + " ?", {value}, {isNumber && name != "name" && name != "note"}};
+        if (field != name) continue;
+        const std::string sqlColumn = name == "note" && schema < 4 ? std::string("''") : column;
+        return {sqlColumn + " " + sqlOp + " ?", {value}, {isNumber && name != "name" && name != "note"}};
     }
     // A config field by its dotted path, as in the config file.
     const bool pathOk = field.find('.') != std::string::npos
@@ -794,8 +811,8 @@ FilterTerm filterTerm(const std::string& word)
 std::vector<RunRecord> RunStore::listRuns(const std::string& filter)
 {
     std::vector<FilterTerm> terms;
-    for (const auto& word : filterWords(filter)) terms.push_back(filterTerm(word));
-    std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs";
+    for (const auto& word : filterWords(filter)) terms.push_back(filterTerm(word, m_schema));
+    std::string sql = "SELECT " + runColumns(m_schema) + " FROM runs";
     for (std::size_t i = 0; i < terms.size(); ++i) sql += (i == 0 ? " WHERE " : " AND ") + terms[i].sql;
     sql += " ORDER BY id";
     Statement s(*m_db, sql.c_str());
@@ -905,7 +922,7 @@ void RunStore::deleteRun(std::int64_t runId)
 
 std::optional<RunRecord> RunStore::run(std::int64_t runId)
 {
-    Statement s(*m_db, (std::string("SELECT ") + kRunColumns + " FROM runs WHERE id=?").c_str());
+    Statement s(*m_db, ("SELECT " + runColumns(m_schema) + " FROM runs WHERE id=?").c_str());
     s.bind(1, runId);
     if (!s.step()) return std::nullopt;
     return readRun(s);
@@ -964,7 +981,7 @@ std::vector<MetricPoint> RunStore::metricSeries(std::int64_t runId, const std::s
         return slots[std::min(static_cast<std::size_t>(static_cast<double>(step - first) * perStep), slots.size() - 1)];
     };
     Point head, tail;
-    if (span <= 64 * static_cast<std::int64_t>(buckets)) {
+    if (span <= 64 * static_cast<std::int64_t>(buckets) || m_schema < 5) {
         // Up to 64 points a bucket: one pass over the points.
         Statement s(*m_db, "SELECT step, value, wall_time FROM metrics WHERE run_id=? AND key=? ORDER BY step");
         s.bind(1, runId).bind(2, key);

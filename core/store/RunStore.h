@@ -178,6 +178,7 @@ private:
     std::unique_ptr<Database> m_db;
     std::string m_path;
     bool m_readOnly;
+    int m_schema = 0; // the file's schema version (read-only opens do not migrate)
 };
 
 } // namespace tb
