@@ -58,14 +58,6 @@ void LossPlot::setSmoothing(double factor)
     requestReplot();
 }
 
-void LossPlot::setLogScale(bool log)
-{
-    yAxis->setScaleType(log ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-    if (log) yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
-    else yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
-    fitToData();
-}
-
 MemoryPlot::MemoryPlot(QWidget* parent) : MetricPlot(tr("tensor memory (MiB)"), parent)
 {
     m_current = addCurve(tr("current"), QColor(40, 150, 80));

@@ -19,7 +19,6 @@ public:
     // 0 = no smoothing, towards 1 = smoother. Recomputes the whole EMA curve.
     void setSmoothing(double factor);
     double smoothing() const { return m_smoothing; }
-    void setLogScale(bool log);
     // Points appended, and points drawn (bounded by the buckets).
     std::int64_t trainingPointCount() const { return m_raw->pointCount(); }
     int drawnPointCount() const;

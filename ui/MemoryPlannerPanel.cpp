@@ -1,6 +1,6 @@
 #include "PlainText.h"
 #include "MemoryPlannerPanel.h"
-#include "QCustomPlotInclude.h"
+#include "MetricPlot.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -55,26 +55,6 @@ QColor termColor(const std::string& name)
         if (n == name) return c;
     }
     return QColor(0x55, 0x55, 0x55);
-}
-
-void applyPalette(QCustomPlot* plot)
-{
-    const QPalette p = plot->palette();
-    plot->setBackground(p.color(QPalette::Base));
-    const QColor text = p.color(QPalette::Text);
-    QColor grid = text;
-    grid.setAlpha(40);
-    for (QCPAxis* axis : plot->axisRect()->axes()) {
-        axis->setBasePen(QPen(text));
-        axis->setTickPen(QPen(text));
-        axis->setSubTickPen(QPen(text));
-        axis->setTickLabelColor(text);
-        axis->setLabelColor(text);
-        axis->grid()->setPen(QPen(grid));
-    }
-    plot->legend->setBrush(p.color(QPalette::Base));
-    plot->legend->setTextColor(text);
-    plot->legend->setBorderPen(Qt::NoPen);
 }
 
 QSpinBox* spinBox(QWidget* parent, int lo, int hi, int value)
@@ -231,7 +211,8 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_termPlot->plotLayout()->setRowStretchFactor(1, 0.001);
     m_budgetLine = new QCPItemStraightLine(m_termPlot);
     m_budgetLine->setPen(QPen(QColor(0xc0, 0x39, 0x2b), 2, Qt::DashLine));
-    applyPalette(m_termPlot);
+    applyPlotPalette(m_termPlot);
+    m_termPlot->legend->setBorderPen(Qt::NoPen);
     connect(m_termPlot, &QCustomPlot::mouseMove, this, &MemoryPlannerPanel::termPlotHover);
 
     m_mapPlot = new QCustomPlot(this);
@@ -265,7 +246,7 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_marker = m_mapPlot->addGraph();
     m_marker->setLineStyle(QCPGraph::lsNone);
     m_marker->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCrossCircle, QPen(Qt::white, 2), Qt::NoBrush, 14));
-    applyPalette(m_mapPlot);
+    applyPlotPalette(m_mapPlot);
     scale->axis()->setTickLabelColor(palette().color(QPalette::Text));
     scale->axis()->setLabelColor(palette().color(QPalette::Text));
     connect(m_mapPlot, &QCustomPlot::mousePress, this, &MemoryPlannerPanel::mapClicked);

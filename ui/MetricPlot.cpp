@@ -154,7 +154,7 @@ void OverlayPlot::setSeries(const std::vector<Series>& series, const QString& xL
     fitToData();
 }
 
-void OverlayPlot::setLogScale(bool log)
+void MetricPlot::setLogScale(bool log)
 {
     yAxis->setScaleType(log ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (log) yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
@@ -206,14 +206,14 @@ void MetricPlot::changeEvent(QEvent* event)
     QCustomPlot::changeEvent(event);
 }
 
-void MetricPlot::applyPalette()
+void applyPlotPalette(QCustomPlot* plot)
 {
-    const QPalette p = palette();
-    setBackground(p.color(QPalette::Base));
+    const QPalette p = plot->palette();
+    plot->setBackground(p.color(QPalette::Base));
     const QColor text = p.color(QPalette::Text);
     QColor grid = text;
     grid.setAlpha(40);
-    for (QCPAxis* axis : {xAxis, yAxis}) {
+    for (QCPAxis* axis : plot->axisRect()->axes()) {
         axis->setBasePen(QPen(text));
         axis->setTickPen(QPen(text));
         axis->setSubTickPen(QPen(text));
@@ -221,9 +221,14 @@ void MetricPlot::applyPalette()
         axis->setLabelColor(text);
         axis->grid()->setPen(QPen(grid));
     }
-    legend->setBrush(p.color(QPalette::Base));
-    legend->setTextColor(text);
-    legend->setBorderPen(QPen(grid));
+    plot->legend->setBrush(p.color(QPalette::Base));
+    plot->legend->setTextColor(text);
+    plot->legend->setBorderPen(QPen(grid));
+}
+
+void MetricPlot::applyPalette()
+{
+    applyPlotPalette(this);
     requestReplot();
 }
 

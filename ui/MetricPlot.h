@@ -49,6 +49,9 @@ private:
     double m_minPositive = std::numeric_limits<double>::infinity();
 };
 
+// Axes, grid and legend in the colours of the widget's palette (dark themes too).
+void applyPlotPalette(QCustomPlot* plot);
+
 class MetricPlot : public QCustomPlot {
     Q_OBJECT
 
@@ -63,6 +66,8 @@ public:
     void resetView() { m_userMovedView = false; }
     // The y axis starts at zero (quantities such as memory).
     void setZeroBased(bool zeroBased) { m_zeroBased = zeroBased; }
+    // A logarithmic y axis (losses), then re-fit.
+    void setLogScale(bool log);
 
 protected:
     void changeEvent(QEvent* event) override;
@@ -94,7 +99,6 @@ public:
     explicit OverlayPlot(const QString& yLabel, QWidget* parent = nullptr);
     void setSeries(const std::vector<Series>& series, const QString& xLabel);
     int seriesCount() const { return graphCount(); }
-    void setLogScale(bool log);
 };
 
 } // namespace tb::ui

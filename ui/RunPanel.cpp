@@ -112,7 +112,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     connect(m_start, &QPushButton::clicked, this, &RunPanel::start);
     connect(m_stop, &QPushButton::clicked, this, &RunPanel::stop);
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) { m_lossPlot->setSmoothing(v / 100.0); });
-    connect(m_logScale, &QCheckBox::toggled, m_lossPlot, &LossPlot::setLogScale);
+    connect(m_logScale, &QCheckBox::toggled, m_lossPlot, &MetricPlot::setLogScale);
 
     // Worker-object pattern: no parent, moved to its own thread, deleted with it.
     m_thread = new QThread(this);

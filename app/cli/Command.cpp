@@ -115,7 +115,11 @@ long long Args::runId() const
     if (m_positionals.size() != 1) {
         throw InputError("'" + m_command + "' needs exactly one RUN_ID (see 'trainbench-cli runs' for the ids)");
     }
-    const auto& text = m_positionals[0];
+    return parseRunId(m_positionals[0]);
+}
+
+long long parseRunId(const std::string& text)
+{
     std::size_t used = 0;
     long long id = 0;
     try {
@@ -123,7 +127,9 @@ long long Args::runId() const
     } catch (const std::exception&) {
         used = 0;
     }
-    if (used != text.size() || id <= 0) throw InputError("RUN_ID must be a positive integer, got \"" + text + "\"");
+    if (used != text.size() || id <= 0) {
+        throw InputError("RUN_ID must be a positive integer, got \"" + text.substr(0, 60) + "\"");
+    }
     return id;
 }
 

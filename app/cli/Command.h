@@ -38,6 +38,9 @@ private:
     bool m_help = false;
 };
 
+// "3" -> 3; InputError naming the argument otherwise.
+long long parseRunId(const std::string& text);
+
 struct Command {
     std::string name;
     std::string summary;

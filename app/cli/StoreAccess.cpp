@@ -26,21 +26,6 @@ std::unique_ptr<RunStore> openExistingStoreForWriting(const std::string& dbOptio
     return std::make_unique<RunStore>(path);
 }
 
-std::int64_t parseRunId(const std::string& text)
-{
-    std::size_t used = 0;
-    long long id = 0;
-    try {
-        id = std::stoll(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != text.size() || id <= 0) {
-        throw InputError("RUN_ID must be a positive integer, got \"" + text.substr(0, 60) + "\"");
-    }
-    return id;
-}
-
 void refuseStoreOutput(RunStore& store, const std::string& outputPath)
 {
     namespace fs = std::filesystem;

@@ -18,9 +18,6 @@ std::unique_ptr<RunStore> openExistingStore(const std::string& dbOption);
 // it; a missing file is an error, not a new database.
 std::unique_ptr<RunStore> openExistingStoreForWriting(const std::string& dbOption);
 
-// "3" -> 3; InputError naming the argument otherwise.
-std::int64_t parseRunId(const std::string& text);
-
 // Refuses (InputError) an output file that is the database, its -wal, -shm or
 // -journal, or anything in its checkpoint folder: no command writes over them.
 void refuseStoreOutput(RunStore& store, const std::string& outputPath);
