@@ -141,6 +141,9 @@ void TestHistoryPanel::overlayDiffAndStableColours()
 void TestHistoryPanel::editsDeleteAndExport()
 {
     history()->selectRuns({m_ids[1]});
+    history()->tabs()->setCurrentIndex(2);
+    QCoreApplication::processEvents();
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/history-details.png"));
     QSignalSpy edited(history(), &HistoryPanel::edited);
     history()->saveDetails("lr sweep 3", "sweep, lr", "diverged at step 3; try 3e-4");
     QVERIFY(edited.wait(10000));

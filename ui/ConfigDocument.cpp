@@ -92,24 +92,29 @@ void ConfigDocument::setText(const QString& text)
     Q_EMIT changed();
 }
 
-void ConfigDocument::setValue(const QString& path, const QJsonValue& value)
+void ConfigDocument::setValue(const QString& path, const QJsonValue& value) { setValues({{path, value}}); }
+
+void ConfigDocument::setValues(const std::vector<std::pair<QString, QJsonValue>>& values)
 {
     if (!m_jsonOk) return; // the form is read-only while the JSON text does not parse
-    const QStringList keys = path.split('.');
-    // Rebuild the nested objects along the path (QJsonObject is a value type).
-    std::function<QJsonObject(QJsonObject, int)> assign = [&](QJsonObject object, int depth) {
-        const QString& key = keys[depth];
-        if (depth + 1 == keys.size()) {
-            if (value.isUndefined()) object.remove(key);
-            else object[key] = value;
-        } else {
-            QJsonObject child = assign(object.value(key).toObject(), depth + 1);
-            if (child.isEmpty()) object.remove(key);
-            else object[key] = child;
-        }
-        return object;
-    };
-    const QJsonObject updated = assign(m_object, 0);
+    QJsonObject updated = m_object;
+    for (const auto& [path, value] : values) {
+        const QStringList keys = path.split('.');
+        // Rebuild the nested objects along the path (QJsonObject is a value type).
+        std::function<QJsonObject(QJsonObject, int)> assign = [&](QJsonObject object, int depth) {
+            const QString& key = keys[depth];
+            if (depth + 1 == keys.size()) {
+                if (value.isUndefined()) object.remove(key);
+                else object[key] = value;
+            } else {
+                QJsonObject child = assign(object.value(key).toObject(), depth + 1);
+                if (child.isEmpty()) object.remove(key);
+                else object[key] = child;
+            }
+            return object;
+        };
+        updated = assign(updated, 0);
+    }
     if (updated == m_object) return;
     m_text = QString::fromUtf8(QJsonDocument(updated).toJson(QJsonDocument::Indented));
     revalidate();

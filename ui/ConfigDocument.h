@@ -8,6 +8,7 @@
 #include <QString>
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "config/RunConfig.h"
@@ -32,6 +33,8 @@ public:
     // From the form: a value at a dotted path ("train.batch_size"); an
     // undefined value removes the key (the default applies).
     void setValue(const QString& path, const QJsonValue& value);
+    // Several values as one change (one validation, one changed()).
+    void setValues(const std::vector<std::pair<QString, QJsonValue>>& values);
     QJsonValue value(const QString& path) const;
 
     bool jsonIsObject() const { return m_jsonOk; }

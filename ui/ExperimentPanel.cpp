@@ -20,6 +20,7 @@
 #include <QVBoxLayout>
 
 #include "ConfigDocument.h"
+#include "Units.h"
 #include "memory/Estimator.h"
 
 namespace tb::ui {
@@ -342,7 +343,6 @@ void ExperimentPanel::updateEstimate()
         m_estimate->setText(tr("Memory estimate: once the config is valid."));
         return;
     }
-    const auto gib = [](std::int64_t b) { return QString::number(static_cast<double>(b) / 1073741824.0, 'f', 2) + " GiB"; };
     const auto arch = architectureFor(*config);
     auto setup = setupFor(*config);
     const auto cpu = estimateMemory(arch, setup);
@@ -355,7 +355,7 @@ void ExperimentPanel::updateEstimate()
         const auto gpu = estimateMemory(arch, setup);
         const double use = static_cast<double>(gpu.peakBytes) / static_cast<double>(m_target.gpu.memoryBytes);
         text += tr("; on %1 %2 of %3 (%4%), %5")
-                    .arg(QString::fromStdString(m_target.label()), gib(gpu.peakBytes), gib(m_target.gpu.memoryBytes))
+                    .arg(QString::fromStdString(m_target.label()), gibText(gpu.peakBytes), gibText(m_target.gpu.memoryBytes))
                     .arg(100.0 * use, 0, 'f', 0)
                     .arg(use > 1.0 ? tr("does not fit") : use > 0.9 ? tr("fits with under 10% to spare") : tr("fits"));
     }

@@ -1,5 +1,6 @@
 #include "PlainText.h"
 #include "HardwarePanel.h"
+#include "Units.h"
 
 #include <QComboBox>
 #include <QFormLayout>
@@ -51,7 +52,6 @@ private:
     std::vector<int> m_indices;
 };
 
-QString gib(qint64 bytes) { return QString::number(bytes / 1073741824.0, 'f', 2) + " GiB"; }
 
 } // namespace
 
@@ -143,7 +143,7 @@ QWidget* HardwarePanel::deviceBox(const DeviceInfo& d)
 {
     auto* box = new QGroupBox(QString("cuda:%1  %2").arg(d.index).arg(QString::fromStdString(d.name)), this);
     auto* v = new QVBoxLayout(box);
-    v->addWidget(new QLabel(tr("Compute capability %1 · %2 SMs · %3 total").arg(QString::fromStdString(d.cc.text())).arg(d.smCount).arg(gib(d.totalBytes)), box));
+    v->addWidget(new QLabel(tr("Compute capability %1 · %2 SMs · %3 total").arg(QString::fromStdString(d.cc.text())).arg(d.smCount).arg(gibText(d.totalBytes)), box));
     auto* bar = new QProgressBar(box);
     bar->setRange(0, 1000);
     bar->setFormat(tr("memory: waiting for NVML…"));
@@ -191,7 +191,7 @@ void HardwarePanel::showUsage(int index, qint64 freeBytes, qint64 usedBytes, int
     if (index < 0 || index >= static_cast<int>(m_memoryBars.size()) || !m_memoryBars[index]) return;
     const qint64 total = freeBytes + usedBytes;
     m_memoryBars[index]->setValue(total > 0 ? static_cast<int>(1000 * usedBytes / total) : 0);
-    m_memoryBars[index]->setFormat(tr("memory: %1 used of %2 (%3 free)").arg(gib(usedBytes), gib(total), gib(freeBytes)));
+    m_memoryBars[index]->setFormat(tr("memory: %1 used of %2 (%3 free)").arg(gibText(usedBytes), gibText(total), gibText(freeBytes)));
     QStringList parts;
     if (temperature >= 0) parts << tr("%1 °C").arg(temperature);
     if (utilization >= 0) parts << tr("%1% busy").arg(utilization);

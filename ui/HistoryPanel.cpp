@@ -79,21 +79,6 @@ QString mib(std::optional<std::int64_t> bytes)
     return bytes ? QString::number(static_cast<double>(*bytes) / 1048576.0, 'f', 1) : QString();
 }
 
-// Dotted path -> compact JSON text of every leaf.
-void flatten(const QJsonValue& v, const QString& prefix, std::map<QString, QString>& out)
-{
-    if (v.isObject() && !v.toObject().isEmpty()) {
-        const auto o = v.toObject();
-        for (auto it = o.begin(); it != o.end(); ++it) flatten(it.value(), prefix.isEmpty() ? it.key() : prefix + "." + it.key(), out);
-        return;
-    }
-    if (v.isString()) out[prefix] = v.toString();
-    else if (v.isBool()) out[prefix] = v.toBool() ? "true" : "false";
-    else if (v.isDouble()) out[prefix] = QString::number(v.toDouble(), 'g', 10);
-    else if (v.isNull()) out[prefix] = "null";
-    else out[prefix] = QString::fromUtf8(QJsonDocument(v.toArray()).toJson(QJsonDocument::Compact));
-}
-
 } // namespace
 
 // ---- RunTableModel ----
@@ -103,8 +88,22 @@ void RunTableModel::setRuns(std::vector<RunRecord> runs)
     beginResetModel();
     m_runs = std::move(runs);
     m_derived.assign(m_runs.size(), std::nullopt);
+    m_rowOf.clear();
+    for (std::size_t i = 0; i < m_runs.size(); ++i) m_rowOf[m_runs[i].id] = i;
     m_shown = std::min<int>(kFetchBatch, static_cast<int>(m_runs.size()));
     endResetModel();
+}
+
+int RunTableModel::rowOf(std::int64_t id) const
+{
+    const auto it = m_rowOf.find(id);
+    return it == m_rowOf.end() ? -1 : static_cast<int>(it->second);
+}
+
+const RunRecord* RunTableModel::find(std::int64_t id) const
+{
+    const int row = rowOf(id);
+    return row < 0 ? nullptr : &m_runs[static_cast<std::size_t>(row)];
 }
 
 bool RunTableModel::canFetchMore(const QModelIndex& parent) const
@@ -151,10 +150,7 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     const RunRecord& r = m_runs[static_cast<std::size_t>(index.row())];
     const auto column = static_cast<Column>(index.column());
     const double duration = r.startedAt ? (r.endedAt.value_or(r.heartbeatAt.value_or(*r.startedAt)) - *r.startedAt) : 0.0;
-    std::optional<double> error;
-    if (r.estimatedPeakBytes && r.measuredPeakBytes && *r.measuredPeakBytes > 0) {
-        error = static_cast<double>(*r.estimatedPeakBytes - *r.measuredPeakBytes) / static_cast<double>(*r.measuredPeakBytes);
-    }
+    const std::optional<double> error = r.estimateError();
     if (role == Qt::DecorationRole && column == Status) return statusIcon(r.status);
     if (role == Qt::ForegroundRole && column == Error && error && *error < -0.10) return QColor(0xc6, 0x28, 0x28);
     if (role == Qt::TextAlignmentRole) {
@@ -423,15 +419,18 @@ bool HistoryPanel::refresh()
 
 void HistoryPanel::selectRuns(const std::vector<std::int64_t>& ids)
 {
-    const std::set<std::int64_t> wanted(ids.begin(), ids.end());
     QItemSelection selection;
-    for (int row = 0; row < m_model->totalRuns() && !wanted.empty(); ++row) {
-        if (!wanted.count(m_model->run(row).id)) continue;
+    for (const auto id : ids) {
+        const int row = m_model->rowOf(id);
+        if (row < 0) continue;
         while (row >= m_model->rowCount()) m_model->fetchMore({}); // bring it into the table
         const auto index = m_proxy->mapFromSource(m_model->index(row, 0));
         selection.select(index, index.siblingAtColumn(RunTableModel::kColumns - 1));
     }
+    // One update below, not one from the selection signal and one from here.
+    m_selecting = true;
     m_table->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect);
+    m_selecting = false;
     if (!selection.isEmpty()) m_table->scrollTo(selection.indexes().front());
     selectionChanged();
 }
@@ -448,6 +447,7 @@ std::vector<std::int64_t> HistoryPanel::selectedRunIds() const
 
 void HistoryPanel::selectionChanged()
 {
+    if (m_selecting) return;
     const auto ids = selectedRunIds();
     m_save->setEnabled(ids.size() == 1);
     m_open->setEnabled(ids.size() == 1);
@@ -482,8 +482,8 @@ void HistoryPanel::showOverlay()
                 std::vector<std::int64_t> withAncestors;
                 for (const auto id : ids) {
                     std::vector<std::int64_t> chain{id};
-                    for (auto run = store.run(id); run && run->parentRunId && !seen.count(*run->parentRunId)
-                                                   && chain.size() < 64;
+                    for (auto run = std::optional<RunRecord>(*m_model->find(id));
+                         run && run->parentRunId && !seen.count(*run->parentRunId) && chain.size() < 64;
                          run = store.run(*run->parentRunId)) {
                         seen.insert(*run->parentRunId);
                         chain.push_back(*run->parentRunId);
@@ -495,7 +495,10 @@ void HistoryPanel::showOverlay()
             const bool byTime = m_byTime->isChecked();
             const double smoothing = m_smoothing->value() / 100.0;
             for (const auto id : ids) {
-                const auto run = store.run(id);
+                // Listed runs come from the model; ancestors outside the filter from the store.
+                const RunRecord* listed = m_model->find(id);
+                const auto stored = listed ? std::nullopt : store.run(id);
+                const RunRecord* run = listed ? listed : stored ? &*stored : nullptr;
                 if (!run) continue;
                 const QString label = QString("%1 %2").arg(id).arg(QString::fromStdString(run->name).left(24));
                 for (auto [key, out] : {std::pair{"loss", &losses}, std::pair{"mem_peak_bytes", &memory}}) {
@@ -530,11 +533,7 @@ void HistoryPanel::setSmoothing(double factor) { m_smoothing->setValue(static_ca
 const RunRecord* HistoryPanel::currentRun() const
 {
     const auto ids = selectedRunIds();
-    if (ids.size() != 1) return nullptr;
-    for (int row = 0; row < m_model->totalRuns(); ++row) {
-        if (m_model->run(row).id == ids.front()) return &m_model->run(row);
-    }
-    return nullptr;
+    return ids.size() == 1 ? m_model->find(ids.front()) : nullptr;
 }
 
 bool HistoryPanel::exportConfig(const QString& path, QString* error) const
@@ -570,46 +569,35 @@ void HistoryPanel::showDiff()
         m_diff->setHorizontalHeaderLabels({tr("Select two or more runs to see how their configs differ")});
         return;
     }
-    std::vector<std::map<QString, QString>> configs;
-    std::set<QString> paths;
+    std::vector<std::string> configs;
     QStringList headers{tr("field")};
     for (const auto id : ids) {
-        for (int row = 0; row < m_model->totalRuns(); ++row) {
-            const auto& r = m_model->run(row);
-            if (r.id != id) continue;
-            std::map<QString, QString> flat;
-            flatten(QJsonDocument::fromJson(QByteArray::fromStdString(r.configJson)).object(), {}, flat);
-            for (const auto& [path, value] : flat) paths.insert(path);
-            configs.push_back(std::move(flat));
-            headers << QString("%1 %2").arg(id).arg(QString::fromStdString(r.name).left(20));
+        if (const auto* r = m_model->find(id)) {
+            configs.push_back(r->configJson);
+            headers << QString("%1 %2").arg(id).arg(QString::fromStdString(r->name).left(20));
         }
     }
-    QStringList differing;
-    for (const auto& path : paths) {
-        if (path == "name") continue;
-        const QString first = configs[0].count(path) ? configs[0].at(path) : QString("—");
-        for (const auto& c : configs) {
-            if ((c.count(path) ? c.at(path) : QString("—")) != first) {
-                differing << path;
-                break;
-            }
-        }
+    std::vector<ConfigDifference> differing;
+    try {
+        differing = configDifferences(configs);
+    } catch (const std::exception& e) {
+        m_message->setText(QString::fromStdString(e.what()));
+        m_message->show();
     }
     m_diff->setColumnCount(static_cast<int>(headers.size()));
     m_diff->setHorizontalHeaderLabels(headers);
-    m_diff->setRowCount(differing.isEmpty() ? 1 : static_cast<int>(differing.size()));
-    if (differing.isEmpty()) {
+    m_diff->setRowCount(differing.empty() ? 1 : static_cast<int>(differing.size()));
+    if (differing.empty()) {
         m_diff->setItem(0, 0, new QTableWidgetItem(tr("(the configs are identical)")));
         return;
     }
     const QBrush highlight(QColor(255, 213, 79, 90));
-    for (int row = 0; row < differing.size(); ++row) {
-        m_diff->setItem(row, 0, new QTableWidgetItem(differing[row]));
-        const QString first = configs[0].count(differing[row]) ? configs[0].at(differing[row]) : QString("—");
-        for (std::size_t c = 0; c < configs.size(); ++c) {
-            const QString value = configs[c].count(differing[row]) ? configs[c].at(differing[row]) : QString("—");
-            auto* item = new QTableWidgetItem(value);
-            if (value != first) item->setBackground(highlight);
+    for (int row = 0; row < static_cast<int>(differing.size()); ++row) {
+        const auto& d = differing[static_cast<std::size_t>(row)];
+        m_diff->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(d.path)));
+        for (std::size_t c = 0; c < d.values.size(); ++c) {
+            auto* item = new QTableWidgetItem(d.values[c].empty() ? QString("—") : QString::fromStdString(d.values[c]));
+            if (d.values[c] != d.values.front()) item->setBackground(highlight);
             m_diff->setItem(row, static_cast<int>(c) + 1, item);
         }
     }

@@ -11,6 +11,7 @@
 #include <QWidget>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -44,6 +45,9 @@ public:
     explicit RunTableModel(QObject* parent = nullptr) : QAbstractTableModel(parent) {}
     void setRuns(std::vector<RunRecord> runs);
     const RunRecord& run(int row) const { return m_runs[static_cast<std::size_t>(row)]; }
+    // The listed run with this id, or nullptr.
+    const RunRecord* find(std::int64_t id) const;
+    int rowOf(std::int64_t id) const; // -1 when not listed
     int totalRuns() const { return static_cast<int>(m_runs.size()); }
 
     int rowCount(const QModelIndex& parent = {}) const override { return parent.isValid() ? 0 : m_shown; }
@@ -59,6 +63,7 @@ private:
         qint64 parameters = 0;
     };
     const Derived& derived(int row) const;
+    std::map<std::int64_t, std::size_t> m_rowOf; // id -> index into m_runs
     std::vector<RunRecord> m_runs;
     mutable std::vector<std::optional<Derived>> m_derived;
     int m_shown = 0;
@@ -142,6 +147,7 @@ private:
     QPushButton* m_resume;
     QPushButton* m_exportConfig;
     QElapsedTimer m_lastReconcile;
+    bool m_selecting = false; // selectRuns() updates the views once itself
 };
 
 } // namespace tb::ui

@@ -1,6 +1,7 @@
 #include "PlainText.h"
 #include "MemoryPlannerPanel.h"
 #include "MetricPlot.h"
+#include "Units.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -32,14 +33,6 @@ namespace {
 constexpr int kMapCells = 128;       // the heat map is kMapCells x kMapCells
 constexpr int kBatchLimit = 65536;   // the spin box's limit
 constexpr double kGiB = 1073741824.0;
-
-QString bytesText(std::int64_t bytes)
-{
-    const double b = static_cast<double>(bytes);
-    if (b >= kGiB) return QString::number(b / kGiB, 'f', 2) + " GiB";
-    if (b >= 1048576.0) return QString::number(b / 1048576.0, 'f', 1) + " MiB";
-    return QString::number(b / 1024.0, 'f', 1) + " KiB";
-}
 
 // Distinct, readable on light and dark backgrounds; one per term, in order.
 QColor termColor(const std::string& name)
@@ -361,9 +354,8 @@ bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
         if (error) *error = QString::fromStdString(e.what());
         return false;
     }
-    m_importedName = QFileInfo(path).fileName();
     const QString label = tr("Imported: %1 (%2)")
-                              .arg(QFileInfo(path).dir().dirName() + "/" + m_importedName,
+                              .arg(QFileInfo(path).dir().dirName() + "/" + QFileInfo(path).fileName(),
                                    tr("%1 M parameters").arg(static_cast<double>(parameterCount(*m_imported)) / 1e6, 0, 'f', 0));
     int index = m_source->findData("imported");
     if (index < 0) {
@@ -589,8 +581,7 @@ void MemoryPlannerPanel::pointChanged()
     const auto budget = budgetBytes();
     m_largestBatch = largestBatch(plan->arch, plan->setup, budget, kBatchLimit);
     if (m_seqSlider->isEnabled()) {
-        auto limited = plan->setup;
-        m_largestSeq = largestSequence(plan->arch, limited, budget);
+        m_largestSeq = largestSequence(plan->arch, plan->setup, budget);
         if (source() != "experiment") m_largestSeq = std::min<std::int64_t>(m_largestSeq, plan->arch.maxPositions);
     } else {
         m_largestSeq = 0;
@@ -727,20 +718,18 @@ void MemoryPlannerPanel::applyToExperiment()
                         "mixed precision to apply it."));
         return;
     }
-    // Read everything first: each change to the document reloads the planner from it.
-    const int batchValue = batch(), seqValue = seqLen();
-    const bool checkpointing = m_checkpointing->isChecked();
     // "auto" stays when it already resolves to the planned precision.
     std::string resolved = config->train.precision;
     if (resolved == "auto") {
         resolved = config->device == "cpu" ? "fp32" : capability(m_target.gpu.cc, "bf16").supported ? "bf16" : "fp16";
     }
-    m_document->setValue("train.batch_size", batchValue);
-    if (config->data.source == "text") m_document->setValue("data.seq_len", seqValue);
-    if (resolved != precision.toStdString()) m_document->setValue("train.precision", precision);
-    if (checkpointing || !m_document->value("train.activation_checkpointing").isUndefined()) {
-        m_document->setValue("train.activation_checkpointing", checkpointing);
+    std::vector<std::pair<QString, QJsonValue>> values{{"train.batch_size", batch()}};
+    if (config->data.source == "text") values.emplace_back("data.seq_len", seqLen());
+    if (resolved != precision.toStdString()) values.emplace_back("train.precision", precision);
+    if (m_checkpointing->isChecked() || !m_document->value("train.activation_checkpointing").isUndefined()) {
+        values.emplace_back("train.activation_checkpointing", m_checkpointing->isChecked());
     }
+    m_document->setValues(values); // one change: the planner reloads from it once
 }
 
 } // namespace tb::ui

@@ -97,7 +97,6 @@ private:
     ConfigDocument* m_document;
     GpuTarget m_target;
     std::optional<ArchitectureSpec> m_imported;
-    QString m_importedName;
     QString m_lastSource = "experiment";
 
     QComboBox* m_source;

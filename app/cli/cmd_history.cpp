@@ -3,8 +3,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <map>
-#include <set>
 
 #include <unistd.h>
 
@@ -99,16 +97,6 @@ int remove(const Args& args)
     return kExitOk;
 }
 
-// Dotted path -> value (as compact JSON text) of every leaf of a config.
-void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out)
-{
-    if (j.is_object() && !j.empty()) {
-        for (const auto& [key, value] : j.items()) flatten(value, prefix.empty() ? key : prefix + "." + key, out);
-    } else {
-        out[prefix] = j.dump();
-    }
-}
-
 int compare(const Args& args)
 {
     if (args.positionals().size() < 2) {
@@ -116,32 +104,15 @@ int compare(const Args& args)
     }
     auto store = openExistingStore(args.value("--db").value_or(""));
     std::vector<RunRecord> runs;
-    std::vector<std::map<std::string, std::string>> fields;
-    std::set<std::string> paths;
+    std::vector<std::string> configs;
     for (const auto& text : args.positionals()) {
-        const auto id = parseRunId(text);
-        auto run = store->run(id);
+        auto run = store->run(parseRunId(text));
         if (!run) throw InputError("run " + text + " does not exist in " + store->path() + "; 'trainbench-cli runs' lists the runs");
-        std::map<std::string, std::string> flat;
-        const auto config = nlohmann::json::parse(run->configJson, nullptr, false);
-        if (config.is_discarded()) throw InputError("run " + text + "'s stored config is not valid JSON");
-        flatten(config, "", flat);
-        for (const auto& [path, value] : flat) paths.insert(path);
-        fields.push_back(std::move(flat));
+        configs.push_back(run->configJson);
         runs.push_back(std::move(*run));
     }
     // Only what differs between the runs (a field missing from one differs too).
-    std::vector<std::string> differing;
-    for (const auto& path : paths) {
-        if (path == "name") continue;
-        const auto first = fields[0].count(path) ? fields[0].at(path) : "";
-        for (const auto& f : fields) {
-            if ((f.count(path) ? f.at(path) : "") != first) {
-                differing.push_back(path);
-                break;
-            }
-        }
-    }
+    const auto differing = configDifferences(configs);
     const auto optional = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
     if (args.flag("--json")) {
         nlohmann::json out = {{"runs", nlohmann::json::array()}, {"differing_fields", nlohmann::json::array()}};
@@ -160,12 +131,10 @@ int compare(const Args& args)
                                    {"measured_peak_bytes", optional(r.measuredPeakBytes)},
                                    {"tags", r.tags}});
         }
-        for (const auto& path : differing) {
+        for (const auto& d : differing) {
             nlohmann::json values = nlohmann::json::array();
-            for (const auto& f : fields) {
-                values.push_back(f.count(path) ? nlohmann::json::parse(f.at(path)) : nlohmann::json());
-            }
-            out["differing_fields"].push_back({{"path", path}, {"values", values}});
+            for (const auto& v : d.values) values.push_back(v.empty() ? nlohmann::json() : nlohmann::json::parse(v));
+            out["differing_fields"].push_back({{"path", d.path}, {"values", values}});
         }
         std::cout << out.dump(2) << "\n";
         return kExitOk;
@@ -176,9 +145,9 @@ int compare(const Args& args)
     for (const auto& r : runs) std::printf(" %-18s", r.name.substr(0, 18).c_str());
     std::printf("\n");
     if (differing.empty()) std::printf("(the configs are identical)\n");
-    for (const auto& path : differing) {
-        std::printf("%-34s", path.substr(0, 34).c_str());
-        for (const auto& f : fields) std::printf(" %-18s", f.count(path) ? f.at(path).substr(0, 18).c_str() : "-");
+    for (const auto& d : differing) {
+        std::printf("%-34s", d.path.substr(0, 34).c_str());
+        for (const auto& v : d.values) std::printf(" %-18s", v.empty() ? "-" : v.substr(0, 18).c_str());
         std::printf("\n");
     }
     const auto number = [](std::optional<double> v, const char* format) {

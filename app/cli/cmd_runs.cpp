@@ -19,13 +19,6 @@ std::string formatTime(double epochSeconds)
     return text;
 }
 
-// (estimate - measured) / measured, when both are known.
-std::optional<double> estimateError(const RunRecord& r)
-{
-    if (!r.estimatedPeakBytes || !r.measuredPeakBytes || *r.measuredPeakBytes <= 0) return std::nullopt;
-    return static_cast<double>(*r.estimatedPeakBytes - *r.measuredPeakBytes) / static_cast<double>(*r.measuredPeakBytes);
-}
-
 int runs(const Args& args)
 {
     auto store = openExistingStore(args.value("--db").value_or(""));
@@ -50,7 +43,7 @@ int runs(const Args& args)
             // The memory planner's estimate at launch beside the measured peak (tensor bytes).
             j["estimated_peak_bytes"] = r.estimatedPeakBytes ? nlohmann::json(*r.estimatedPeakBytes) : nlohmann::json();
             j["measured_peak_bytes"] = r.measuredPeakBytes ? nlohmann::json(*r.measuredPeakBytes) : nlohmann::json();
-            j["estimate_error"] = estimateError(r) ? nlohmann::json(*estimateError(r)) : nlohmann::json();
+            j["estimate_error"] = r.estimateError() ? nlohmann::json(*r.estimateError()) : nlohmann::json();
             list.push_back(j);
         }
         std::cout << list.dump(2) << "\n";
@@ -70,7 +63,7 @@ int runs(const Args& args)
         if (r.finalValLoss) std::snprintf(val, sizeof val, "%.4f", *r.finalValLoss);
         char memory[48] = "-";
         const auto mib = [](std::optional<std::int64_t> b) { return b ? static_cast<double>(*b) / 1048576.0 : -1.0; };
-        if (const auto error = estimateError(r)) {
+        if (const auto error = r.estimateError()) {
             std::snprintf(memory, sizeof memory, "%.1f/%.1f/%+.1f%%", mib(r.estimatedPeakBytes), mib(r.measuredPeakBytes),
                           100.0 * *error);
         } else if (r.estimatedPeakBytes) {

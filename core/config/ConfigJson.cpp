@@ -2,6 +2,7 @@
 // combinations are checked by validateConfig() so that the GUI's form shares them.
 #include "config/RunConfig.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -328,6 +329,44 @@ RunConfig loadConfigFile(const std::string& path)
     std::stringstream buffer;
     buffer << in.rdbuf();
     return parseConfig(buffer.str(), path, fs::absolute(fs::path(path), ec).parent_path().string());
+}
+
+namespace {
+
+void flattenJson(const nlohmann::json& j, const std::string& prefix, std::map<std::string, std::string>& out)
+{
+    if (j.is_object() && !j.empty()) {
+        for (const auto& [key, value] : j.items()) flattenJson(value, prefix.empty() ? key : prefix + "." + key, out);
+    } else {
+        out[prefix] = j.dump();
+    }
+}
+
+} // namespace
+
+std::vector<ConfigDifference> configDifferences(const std::vector<std::string>& configJsons)
+{
+    std::vector<std::map<std::string, std::string>> flat(configJsons.size());
+    std::set<std::string> paths;
+    for (std::size_t i = 0; i < configJsons.size(); ++i) {
+        const auto j = nlohmann::json::parse(configJsons[i], nullptr, false);
+        if (j.is_discarded()) throw InputError("config " + std::to_string(i + 1) + " of the comparison is not valid JSON");
+        flattenJson(j, "", flat[i]);
+        for (const auto& [path, value] : flat[i]) paths.insert(path);
+    }
+    std::vector<ConfigDifference> out;
+    for (const auto& path : paths) {
+        if (path == "name") continue;
+        ConfigDifference d{path, {}};
+        for (const auto& f : flat) {
+            const auto it = f.find(path);
+            d.values.push_back(it == f.end() ? std::string() : it->second);
+        }
+        if (std::any_of(d.values.begin(), d.values.end(), [&](const auto& v) { return v != d.values.front(); })) {
+            out.push_back(std::move(d));
+        }
+    }
+    return out;
 }
 
 std::string configToJson(const RunConfig& c)

@@ -131,6 +131,15 @@ int effectiveSeqLen(const RunConfig& config);
 // other names pass through. Order kept, duplicates dropped.
 std::vector<std::string> loraProjections(const std::string& modelType, const std::vector<std::string>& targets);
 
+// The fields (dotted paths, "name" left out) whose values differ between
+// configs given as JSON text, with each config's value as compact JSON ("" where
+// it lacks the field). Throws InputError naming the config that is not JSON.
+struct ConfigDifference {
+    std::string path;
+    std::vector<std::string> values;
+};
+std::vector<ConfigDifference> configDifferences(const std::vector<std::string>& configJsons);
+
 // Levenshtein distance, for did-you-mean suggestions.
 int editDistance(const std::string& a, const std::string& b);
 // The closest of candidates within a small distance, or "".

@@ -66,27 +66,31 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
     ArchitectureSpec a;
     const auto type = text(j, "model_type");
     a.name = type.empty() ? "decoder" : type;
+    // The size fields, under each family's names.
+    struct Names {
+        const char *vocab, *hidden, *layers, *heads, *intermediate, *positions;
+    };
+    // innerFactor: an absent intermediate size is that many times the hidden size (0: required).
+    const auto sizes = [&](const Names& n, std::int64_t defaultPositions, std::int64_t innerFactor) {
+        a.vocabSize = positive(j, n.vocab, source);
+        a.hidden = positive(j, n.hidden, source);
+        a.layers = positive(j, n.layers, source);
+        a.heads = positive(j, n.heads, source);
+        a.kvHeads = a.heads;
+        a.intermediate = positive(j, n.intermediate, source, innerFactor * a.hidden);
+        a.maxPositions = positive(j, n.positions, source, defaultPositions);
+    };
+    const Names hf{"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                   "max_position_embeddings"};
     if (type == "gpt2") {
         a.family = "gpt";
         a.positional = "learned";
-        a.vocabSize = positive(j, "vocab_size", source);
-        a.hidden = positive(j, "n_embd", source);
-        a.layers = positive(j, "n_layer", source);
-        a.heads = positive(j, "n_head", source);
-        a.kvHeads = a.heads;
-        a.intermediate = positive(j, "n_inner", source, 4 * a.hidden);
-        a.maxPositions = positive(j, "n_positions", source);
+        sizes({"vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "n_positions"}, 0, 4);
         a.tieEmbeddings = flag(j, "tie_word_embeddings", true, source);
     } else if (type == "gpt_neox") {
         a.family = "gpt";
         a.positional = "rope";
-        a.vocabSize = positive(j, "vocab_size", source);
-        a.hidden = positive(j, "hidden_size", source);
-        a.layers = positive(j, "num_hidden_layers", source);
-        a.heads = positive(j, "num_attention_heads", source);
-        a.kvHeads = a.heads;
-        a.intermediate = positive(j, "intermediate_size", source);
-        a.maxPositions = positive(j, "max_position_embeddings", source);
+        sizes(hf, 0, 0);
         a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
         a.parallelResidual = flag(j, "use_parallel_residual", true, source);
     } else {
@@ -99,13 +103,8 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         }
         a.family = act.rfind("gelu", 0) == 0 ? "gpt" : "llama";
         a.positional = "rope";
-        a.vocabSize = positive(j, "vocab_size", source);
-        a.hidden = positive(j, "hidden_size", source);
-        a.layers = positive(j, "num_hidden_layers", source);
-        a.heads = positive(j, "num_attention_heads", source);
+        sizes(hf, 2048, 0);
         a.kvHeads = positive(j, "num_key_value_heads", source, a.heads);
-        a.intermediate = positive(j, "intermediate_size", source);
-        a.maxPositions = positive(j, "max_position_embeddings", source, 2048);
         a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
         a.qkvBias = type == "qwen2" || flag(j, "attention_bias", false, source);
         if (a.family == "gpt" && a.kvHeads != a.heads) {

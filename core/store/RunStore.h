@@ -45,6 +45,12 @@ struct RunRecord {
     std::optional<double> bestValLoss;
     std::optional<double> tokensPerSecond;
     std::optional<std::int64_t> parentRunId;
+    // (estimated - measured) / measured peak, when both are known.
+    std::optional<double> estimateError() const
+    {
+        if (!estimatedPeakBytes || !measuredPeakBytes || *measuredPeakBytes <= 0) return std::nullopt;
+        return static_cast<double>(*estimatedPeakBytes - *measuredPeakBytes) / static_cast<double>(*measuredPeakBytes);
+    }
 };
 
 struct NewRun {
