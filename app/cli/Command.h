@@ -64,6 +64,8 @@ std::string helpText(const Command& command);
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
+// preflight (and a train it blocks): a finding is an error.
+inline constexpr int kExitFindings = 3;
 inline constexpr int kExitCancelled = 130;
 
 } // namespace tb::cli

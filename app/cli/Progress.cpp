@@ -130,7 +130,13 @@ int runWithProgress(RunSession& session, bool quiet)
                           / static_cast<double>(outcome.measuredPeakBytes));
         std::cout << line;
     }
-    if (outcome.status == RunStatus::Failed) std::cerr << "error: " << outcome.message << "\n";
+    if (outcome.status == RunStatus::Failed) {
+        std::cerr << "error: " << outcome.message << "\n";
+        // The explanation, as 'trainbench-cli explain' gives it (kept with the run).
+        if (!outcome.failureFindings.empty() && outcome.failureFindings.front().kind != "unknown") {
+            std::cerr << findingText(outcome.failureFindings.front());
+        }
+    }
     if (outcome.lostValues > 0 && outcome.status != RunStatus::Failed) {
         std::cerr << "error: the run trained, but its record is incomplete: " << outcome.message << "\n";
     }

@@ -32,10 +32,26 @@ int train(const Args& args)
     options.recordMetrics = !args.flag("--no-metrics");
     options.measureMemory = !args.flag("--no-memory-probe");
     options.bare = args.flag("--bare");
-    RunSession session(config, options);
+    options.force = args.flag("--force");
+    std::unique_ptr<RunSession> session;
+    try {
+        session = std::make_unique<RunSession>(config, options);
+    } catch (const PreflightError& e) {
+        std::fprintf(stderr, "trainbench-cli: preflight found errors; the run was not started:\n");
+        for (const auto& f : e.findings()) {
+            if (f.severity == Severity::Error) std::fprintf(stderr, "%s", findingText(f).c_str());
+        }
+        std::fprintf(stderr, "Fix the config, or launch anyway with --force (the override is stored with the run).\n");
+        return kExitFindings;
+    }
+    for (const auto& f : session->preflight()) {
+        if (f.severity != Severity::Info && !args.flag("--quiet")) {
+            std::fprintf(stderr, "preflight: %s: %s (%s)\n", severityName(f.severity), f.title.c_str(), f.kind.c_str());
+        }
+    }
     // Training runs on this thread, so the counter sees every operator of the run.
     auto counter = args.flag("--count-ops") ? std::make_unique<OpCounter>() : nullptr;
-    const int code = runWithProgress(session, args.flag("--quiet"));
+    const int code = runWithProgress(*session, args.flag("--quiet"));
     if (counter) {
         std::printf("ops: %lld ATen operators dispatched on the training thread\n",
                     static_cast<long long>(counter->total()));
@@ -47,7 +63,7 @@ int train(const Args& args)
 const CommandRegistration registration{Command{
     "train",
     "Train a model from a JSON config and store the run.",
-    "--config FILE [--db FILE] [--device D] [--steps N] [--name S]",
+    "--config FILE [--db FILE] [--device D] [--steps N] [--name S] [--force]",
     {{"--config", true, "the experiment config (JSON)", "FILE"},
      {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)",
       "FILE"},
@@ -56,6 +72,7 @@ const CommandRegistration registration{Command{
      {"--name", true, "override the run name", "S"},
      {"--threads", true, "override train.threads (0 = automatic)", "N"},
      {"--quiet", false, "print only the final summary"},
+     {"--force", false, "launch even if preflight finds errors (recorded with the run)"},
      {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
      {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"},
      {"--bare", false, "benchmark baseline: no metrics writer, no per-step callback or loss read, no memory probe"},

@@ -292,6 +292,8 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.integer("keep_checkpoints", c.train.keepCheckpoints);
         r.integer("threads", c.train.threads);
         r.text("init_from", c.train.initFrom);
+        r.text("weights_dtype", c.train.weightsDtype);
+        r.text("offload", c.train.offload);
         r.read(v);
     });
     top.section("lora", [&](const json& v, const std::string& p) {
@@ -413,6 +415,9 @@ std::string configToJson(const RunConfig& c)
                   {"keep_checkpoints", c.train.keepCheckpoints},
                   {"threads", c.train.threads}};
     if (!c.train.initFrom.empty()) j["train"]["init_from"] = c.train.initFrom;
+    // Planning-only fields appear when set, so stored configs stay as they were.
+    if (c.train.weightsDtype != "fp32") j["train"]["weights_dtype"] = c.train.weightsDtype;
+    if (c.train.offload != "none") j["train"]["offload"] = c.train.offload;
     j["lora"] = {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets}};
     return j.dump(2);
 }

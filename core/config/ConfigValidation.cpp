@@ -211,6 +211,8 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     for (std::size_t i = 0; i < l.targets.size(); ++i) {
         check.oneOf("lora.targets[" + std::to_string(i) + "]", l.targets[i], targets);
     }
+    check.oneOf("train.weights_dtype", t.weightsDtype, {"fp32", "fp16", "bf16"});
+    check.oneOf("train.offload", t.offload, {"none", "cpu"});
     if (t.initFrom.size() > 4096) check.add("train.init_from", "must be at most 4096 characters");
     return issues;
 }

@@ -68,6 +68,11 @@ struct TrainConfig {
     // a Trainbench checkpoint (.pt), a .safetensors file or a folder holding
     // model.safetensors. Empty: random initialisation.
     std::string initFrom;
+    // Describe a setup for planning and preflight (a Hugging Face script's
+    // choices); Trainbench itself trains fp32 weights on one device, so a run
+    // refuses anything but the defaults.
+    std::string weightsDtype = "fp32"; // fp32 | fp16 | bf16: the dtype the weights are loaded in
+    std::string offload = "none";      // none | cpu: layers offloaded to the CPU (device_map)
 };
 
 struct LoraConfig {

@@ -1048,6 +1048,12 @@ TrainingSetup setupFor(const RunConfig& c)
     s.weightDecay = c.optim.weightDecay > 0;
     s.precision = c.train.precision == "auto" ? "fp32" : c.train.precision;
     s.checkpointing = c.train.activationCheckpointing;
+    // Weights loaded in half precision: a LoRA base stays frozen in it; full
+    // training of bf16 weights is pure bf16.
+    if (c.train.weightsDtype != "fp32") {
+        if (c.lora.rank > 0) s.halfBase = true;
+        else if (c.train.weightsDtype == "bf16" && c.train.precision == "bf16") s.precision = "bf16-pure";
+    }
     s.attention = c.model.attention == "sdpa" ? "fused" : "eager";
     s.loraRank = c.lora.rank;
     s.loraTargets = loraProjections(c.model.type, c.lora.targets);

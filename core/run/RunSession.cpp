@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/Version.h"
+#include "diagnose/ErrorExplainer.h"
+#include "gpu/Discovery.h"
 #include "memory/Estimator.h"
 #include "store/MetricWriter.h"
 #include "store/Sqlite.h"
@@ -83,6 +85,55 @@ std::string memoryEstimateWarning(std::int64_t estimatedBytes, std::int64_t meas
         + mib(estimatedBytes) + " by " + percent + "; plan this setup with that much more headroom";
 }
 
+PreflightError::PreflightError(std::vector<Finding> findings)
+    : InputError([&] {
+          std::string text = "preflight found errors; the run was not started:";
+          for (const auto& f : findings) {
+              if (f.severity == Severity::Error) text += "\n  " + f.title + " [" + f.kind + "]: " + f.cause + " Fix: " + f.fix;
+          }
+          return text + "\n(launch anyway with --force, or fix the config)";
+      }()),
+      m_findings(std::move(findings))
+{
+}
+
+LocalMachine localMachine()
+{
+    LocalMachine m;
+    const TorchCudaInfo info = torchCudaInfo();
+    m.torchBuiltWithCuda = info.builtWithCuda;
+    m.torchCudaDevices = info.deviceCount;
+    if (info.deviceCount > 0) m.devices = makeNvidiaDriver()->devices();
+    m.hostMemoryBytes = hostMemoryBytes();
+    return m;
+}
+
+std::vector<Finding> launchPreflight(const RunConfig& config)
+{
+    PreflightTarget target;
+    target.local = localMachine();
+    return runPreflight(config, target);
+}
+
+std::vector<Finding> explainFailure(const std::string& message, const RunConfig* config, const std::string& device)
+{
+    const auto& explainer = ErrorExplainer::bundled();
+    auto findings = explainer.explain(message);
+    if (config && !findings.empty() && findings.front().kind == "cuda_oom") {
+        // The planner's answer for the GPU it ran on, within the memory the message reports.
+        ExplainContext context;
+        context.configuredBatch = config->train.batchSize;
+        auto setup = setupFor(*config);
+        setup.gpu = device.rfind("cuda", 0) == 0;
+        const auto total = findings.front().numbers.find("total_bytes");
+        if (setup.gpu && total != findings.front().numbers.end()) {
+            context.largestFittingBatch = largestBatch(architectureFor(*config), setup, static_cast<std::int64_t>(total->second));
+            findings = explainer.explain(message, context);
+        }
+    }
+    return findings;
+}
+
 RunSession::RunSession(RunConfig config, SessionOptions options)
     : m_config(std::move(config)), m_options(std::move(options))
 {
@@ -97,6 +148,14 @@ RunSession::RunSession(RunConfig config, SessionOptions options)
         std::filesystem::path p(m_config.train.initFrom);
         if (p.is_relative() && !m_config.baseDir.empty()) p = std::filesystem::path(m_config.baseDir) / p;
         m_config.train.initFrom = p.lexically_normal().string();
+    }
+    // Known failures are stopped before launch unless the user overrides.
+    m_preflight = launchPreflight(m_config);
+    if (hasErrors(m_preflight) && !m_options.force) throw PreflightError(m_preflight);
+    if (m_config.train.offload != "none" || m_config.train.weightsDtype != "fp32") {
+        throw InputError("train.offload and train.weights_dtype describe a setup to plan (trainbench-cli preflight, the "
+                         "Memory planner); Trainbench trains fp32 weights on one device: set train.offload to \"none\" "
+                         "and train.weights_dtype to \"fp32\" to train here");
     }
     m_config.baseDir.clear();
     // Fail on a device that does not exist before a run record is created.
@@ -182,6 +241,31 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
                                       kAppVersion, torchVersion(), m_config.train.steps});
     }
     outcome.runId = m_runId;
+    if (!resuming && !m_preflight.empty()) {
+        const bool overridden = hasErrors(m_preflight);
+        try {
+            retryWhileBusy([&] {
+                m_store->addFindings({m_runId, "preflight", wallClockNow(), overridden, findingsToJson(m_preflight, false)});
+                if (overridden) {
+                    m_store->addEvent({m_runId, wallClockNow(), "warning", "preflight_override",
+                                       "launched past preflight errors (forced)"});
+                }
+            }, kStoreGiveUp);
+        } catch (const std::exception&) {
+            outcome.lostValues += 1;
+        }
+    }
+    // Every failure is explained the same way and kept with the run.
+    const auto explain = [&](const std::string& message, const std::string& device) {
+        outcome.failureFindings = explainFailure(message, &m_config, device);
+        try {
+            retryWhileBusy([&] {
+                m_store->addFindings({m_runId, "failure", wallClockNow(), false, findingsToJson(outcome.failureFindings, false)});
+            }, kStoreGiveUp);
+        } catch (const std::exception&) {
+            outcome.lostValues += 1;
+        }
+    };
 
     const auto fail = [&](const std::string& kind, const std::string& message, int stepsDone) {
         // The run exists now, so a failure is recorded, not just thrown.
@@ -195,6 +279,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         } catch (const std::exception& e) {
             outcome.message += " (and the run could not be marked failed: " + std::string(e.what()) + ")";
         }
+        explain(message, m_config.device);
         if (callbacks.onEvent) callbacks.onEvent({"error", kind, message});
         return outcome;
     };
@@ -335,6 +420,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
     outcome.steadyTokensPerSecond = result.steadyTokensPerSecond;
     outcome.lostValues = lost;
     if (!writerError.empty()) outcome.message += "; metrics incomplete: " + writerError;
+    if (outcome.status == RunStatus::Failed) explain(result.message, trainer->device());
     try {
         retryWhileBusy([&] {
             m_store->markEnded(m_runId, outcome.status,

@@ -12,6 +12,8 @@
 #include <string>
 
 #include "config/RunConfig.h"
+#include "diagnose/Finding.h"
+#include "diagnose/Preflight.h"
 #include "memory/Estimator.h"
 #include "store/RunStore.h"
 #include "train/Trainer.h"
@@ -25,7 +27,28 @@ struct SessionOptions {
     // Benchmark baseline: no metric writer thread, no per-step callback, no
     // per-step loss read (only the last step is logged), no memory probe.
     bool bare = false;
+    // Launch even though preflight found errors (GUI: after a confirmation;
+    // CLI: --force). The findings and the override are stored with the run.
+    bool force = false;
 };
+
+// Preflight at launch found errors and the launch was not forced.
+class PreflightError : public InputError {
+public:
+    explicit PreflightError(std::vector<Finding> findings);
+    const std::vector<Finding>& findings() const { return m_findings; }
+
+private:
+    std::vector<Finding> m_findings;
+};
+
+// This machine as a launch sees it: LibTorch's CUDA, the driver's devices, host memory.
+LocalMachine localMachine();
+// Preflight of a config about to be launched here.
+std::vector<Finding> launchPreflight(const RunConfig& config);
+// A failure's text explained; with the config known, an out-of-memory finding
+// gains the batch the memory planner says fits on the device it ran on.
+std::vector<Finding> explainFailure(const std::string& message, const RunConfig* config, const std::string& device);
 
 struct SessionCallbacks {
     std::function<void(std::int64_t runId, const std::string& description)> onStarted;
@@ -55,6 +78,8 @@ struct SessionOutcome {
     std::int64_t estimatedPeakBytes = 0;
     std::int64_t measuredPeakBytes = 0;
     std::string measuredPeakPhase;
+    // A failed run's explanation, the primary finding first (empty otherwise).
+    std::vector<Finding> failureFindings;
 };
 
 // Every run checks the memory planner: the warning event's text when the
@@ -82,6 +107,8 @@ public:
     const std::string& dbPath() const { return m_dbPath; }
     // The memory planner's estimate for this run, made at launch (empty before).
     const std::optional<MemoryEstimate>& estimate() const { return m_estimate; }
+    // The findings of the preflight made at construction (a resume makes none).
+    const std::vector<Finding>& preflight() const { return m_preflight; }
 
 private:
     RunSession() = default;
@@ -96,6 +123,7 @@ private:
     std::string m_initFromLabel;
     int m_resumeStep = 0;
     std::optional<MemoryEstimate> m_estimate;
+    std::vector<Finding> m_preflight;
     std::atomic<bool> m_cancel{false};
     std::mutex m_trainerMutex;
     Trainer* m_trainer = nullptr;

@@ -135,6 +135,18 @@ CREATE TABLE metric_blocks(
   max_step INTEGER NOT NULL, max_value REAL, max_wall REAL NOT NULL,
   PRIMARY KEY(run_id, key, block)) WITHOUT ROWID;
 )sql",
+    // 6: diagnostics kept with the run: the preflight findings at launch
+    // (overridden = launched anyway) and the explanation of a failure.
+    R"sql(
+CREATE TABLE run_findings(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  source TEXT NOT NULL,
+  time REAL NOT NULL,
+  overridden INTEGER NOT NULL DEFAULT 0,
+  findings_json TEXT NOT NULL);
+CREATE INDEX run_findings_by_run ON run_findings(run_id, id);
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 constexpr std::int64_t kBlockSteps = 128; // steps summarised by one metric_blocks row
@@ -909,7 +921,8 @@ void RunStore::deleteRun(std::int64_t runId)
     for (const char* sql : {"DELETE FROM metrics WHERE run_id=?", "DELETE FROM metric_blocks WHERE run_id=?",
                             "DELETE FROM latest_metrics WHERE run_id=?",
                             "DELETE FROM events WHERE run_id=?", "DELETE FROM artifacts WHERE run_id=?",
-                            "DELETE FROM run_tags WHERE run_id=?", "DELETE FROM runs WHERE id=?"}) {
+                            "DELETE FROM run_tags WHERE run_id=?", "DELETE FROM run_findings WHERE run_id=?",
+                            "DELETE FROM runs WHERE id=?"}) {
         Statement d(*m_db, sql);
         d.bind(1, runId);
         d.run();
@@ -1046,6 +1059,24 @@ std::vector<EventRecord> RunStore::events(std::int64_t runId)
     s.bind(1, runId);
     std::vector<EventRecord> out;
     while (s.step()) out.push_back({s.columnInt(0), s.columnDouble(1), s.columnText(2), s.columnText(3), s.columnText(4)});
+    return out;
+}
+
+void RunStore::addFindings(const FindingSetRecord& f)
+{
+    Statement s(*m_db, "INSERT INTO run_findings(run_id, source, time, overridden, findings_json) VALUES(?, ?, ?, ?, ?)");
+    s.bind(1, f.runId).bind(2, f.source).bind(3, f.time > 0 ? f.time : wallClockNow());
+    s.bind(4, static_cast<std::int64_t>(f.overridden ? 1 : 0)).bind(5, f.findingsJson);
+    s.run();
+}
+
+std::vector<FindingSetRecord> RunStore::findings(std::int64_t runId)
+{
+    if (m_schema < 6) return {}; // an older store opened read-only has none
+    Statement s(*m_db, "SELECT run_id, source, time, overridden, findings_json FROM run_findings WHERE run_id=? ORDER BY id");
+    s.bind(1, runId);
+    std::vector<FindingSetRecord> out;
+    while (s.step()) out.push_back({s.columnInt(0), s.columnText(1), s.columnDouble(2), s.columnInt(3) != 0, s.columnText(4)});
     return out;
 }
 

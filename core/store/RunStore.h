@@ -71,6 +71,16 @@ struct MetricPoint {
     double wallTime = 0;
 };
 
+// Diagnostics kept with a run: a set of findings as JSON (the diagnose
+// module's format; the store keeps it as text).
+struct FindingSetRecord {
+    std::int64_t runId = 0;
+    std::string source; // preflight | failure
+    double time = 0;
+    bool overridden = false; // preflight errors the user launched past
+    std::string findingsJson;
+};
+
 struct EventRecord {
     std::int64_t runId = 0;
     double time = 0;
@@ -136,6 +146,7 @@ public:
     void truncateMetricsAfter(std::int64_t runId, int step);
     void addEvent(const EventRecord& event);
     void addArtifact(const ArtifactRecord& artifact);
+    void addFindings(const FindingSetRecord& findings);
 
     // All runs, or those matching a filter: space-separated conditions that
     // must all hold. "status=failed", "tag:baseline", "train.batch_size>=16"
@@ -160,6 +171,7 @@ public:
     std::vector<MetricPoint> metricSeries(std::int64_t runId, const std::string& key, int buckets);
     std::map<std::string, MetricPoint> latestMetrics(std::int64_t runId);
     std::vector<EventRecord> events(std::int64_t runId);
+    std::vector<FindingSetRecord> findings(std::int64_t runId);
     std::vector<ArtifactRecord> artifacts(std::int64_t runId);
     std::optional<ArtifactRecord> latestCheckpoint(std::int64_t runId);
     // Forgets artifact rows whose files are gone (pruned checkpoints).

@@ -1,0 +1,117 @@
+// trainbench-cli preflight / explain: the diagnostics on the command line.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "Command.h"
+#include "common/Errors.h"
+#include "config/RunConfig.h"
+#include "diagnose/ErrorExplainer.h"
+#include "diagnose/Preflight.h"
+#include "gpu/Catalogue.h"
+#include "run/RunSession.h"
+
+namespace tb::cli {
+namespace {
+
+constexpr std::size_t kMaxRead = 4u << 20; // the explainer reads the last 4 MiB
+
+void print(const std::vector<Finding>& findings, bool json)
+{
+    if (json) {
+        std::cout << findingsToJson(findings) << "\n";
+        return;
+    }
+    for (const auto& f : findings) std::cout << findingText(f);
+}
+
+int preflight(const Args& args)
+{
+    const auto path = args.value("--config");
+    if (!path) throw InputError("'preflight' needs --config FILE");
+    PreflightTarget target;
+    if (auto gpu = args.value("--gpu")) target.gpu = GpuCatalogue::bundled().resolve(*gpu);
+    else target.local = localMachine();
+    std::vector<Finding> findings;
+    try {
+        findings = runPreflight(loadConfigFile(*path), target);
+    } catch (const ConfigError& e) {
+        // An invalid config is the first finding, not a crash of the check.
+        findings = configIssueFindings(e.issues());
+    }
+    const bool json = args.flag("--json");
+    if (!json) {
+        std::cout << *path << " on " << (target.gpu ? target.gpu->label() : std::string("this machine")) << ": ";
+        int errors = 0, warnings = 0;
+        for (const auto& f : findings) {
+            errors += f.severity == Severity::Error;
+            warnings += f.severity == Severity::Warning;
+        }
+        std::cout << errors << " error(s), " << warnings << " warning(s)\n";
+    }
+    print(findings, json);
+    return hasErrors(findings) ? kExitFindings : kExitOk;
+}
+
+std::string readInput(const std::string& name)
+{
+    std::string text;
+    if (name == "-") {
+        // Keep the tail: a training log piped in may be long.
+        char buffer[65536];
+        std::size_t n;
+        while ((n = std::fread(buffer, 1, sizeof buffer, stdin)) > 0) {
+            text.append(buffer, n);
+            if (text.size() > 2 * kMaxRead) text.erase(0, text.size() - kMaxRead);
+        }
+        return text;
+    }
+    std::ifstream in(name, std::ios::binary);
+    if (!in) throw InputError("cannot read " + name + " (does it exist, and may this user read it?)");
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg()));
+    const std::size_t from = size > kMaxRead ? size - kMaxRead : 0;
+    in.seekg(static_cast<std::streamoff>(from));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return text;
+}
+
+int explain(const Args& args)
+{
+    if (args.positionals().size() != 1) {
+        throw InputError("'explain' needs one FILE (a log, a traceback) or - for standard input");
+    }
+    const std::string text = readInput(args.positionals()[0]);
+    std::vector<Finding> findings;
+    if (auto configPath = args.value("--config")) {
+        // With the config, an out-of-memory finding gains the batch that fits.
+        const RunConfig config = loadConfigFile(*configPath);
+        findings = explainFailure(text, &config, "cuda");
+    } else {
+        findings = ErrorExplainer::bundled().explain(text);
+    }
+    print(findings, args.flag("--json"));
+    return kExitOk;
+}
+
+const CommandRegistration preflightCommand{Command{
+    "preflight",
+    "Check a config before launch: precision, attention, memory, data, device.",
+    "--config FILE [--gpu NAME] [--json]",
+    {{"--config", true, "the experiment config (JSON)", "FILE"},
+     {"--gpu", true, "plan for this GPU from the catalogue (e.g. T4, 2xA100); default: this machine", "NAME"},
+     {"--json", false, "print {\"findings\": [...]}"}},
+    &preflight}};
+
+const CommandRegistration explainCommand{Command{
+    "explain",
+    "Explain a failure: a traceback, an error message or a whole training log.",
+    "FILE|- [--config FILE] [--json]",
+    {{"--config", true, "the run's config, so an out-of-memory finding names the batch that fits", "FILE"},
+     {"--json", false, "print {\"findings\": [...]}"}},
+    &explain,
+    1}};
+
+} // namespace
+} // namespace tb::cli

@@ -1,0 +1,425 @@
+#include "diagnose/Preflight.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "memory/Estimator.h"
+
+namespace tb {
+
+namespace {
+
+std::string gib(std::int64_t bytes)
+{
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+    return text;
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+Finding make(std::string kind, Severity severity, std::string title, std::string cause, std::string fix)
+{
+    Finding f;
+    f.kind = std::move(kind);
+    f.severity = severity;
+    f.title = std::move(title);
+    f.cause = std::move(cause);
+    f.fix = std::move(fix);
+    return f;
+}
+
+// Where the run is planned to run.
+struct Target {
+    bool gpu = false;
+    bool known = false; // false: no GPU named and the local machine not checked
+    std::string label;  // "Tesla T4", "this machine's CPU"
+    std::optional<ComputeCapability> cc;
+    std::int64_t memoryBytes = 0; // usable by the run; 0 unknown
+    int count = 1;
+};
+
+Target resolveTarget(const RunConfig& c, const PreflightTarget& t, std::vector<Finding>& out)
+{
+    Target target;
+    if (t.gpu) {
+        target.gpu = target.known = true;
+        target.label = t.gpu->label();
+        target.cc = t.gpu->gpu.cc;
+        target.memoryBytes = t.gpu->gpu.memoryBytes;
+        target.count = t.gpu->count;
+        return target;
+    }
+    if (!t.local) return target;
+    const auto& local = *t.local;
+    const auto cpu = [&] {
+        target.known = true;
+        target.label = "this machine's CPU";
+        target.memoryBytes = local.hostMemoryBytes;
+    };
+    if (c.device == "cpu") {
+        cpu();
+        return target;
+    }
+    if (c.device == "auto") {
+        if (local.torchCudaDevices <= 0) {
+            cpu();
+            return target;
+        }
+    } else {
+        const int index = c.device == "cuda" ? 0 : std::atoi(c.device.c_str() + 5);
+        if (!local.torchBuiltWithCuda || local.torchCudaDevices <= 0) {
+            auto f = make("cuda_unavailable", Severity::Error, "No usable CUDA here",
+                          std::string("device ") + quoted(c.device) + " asks for a GPU, but "
+                              + (local.torchBuiltWithCuda ? "LibTorch sees no CUDA device on this machine (no NVIDIA "
+                                                            "driver, no GPU, or CUDA_VISIBLE_DEVICES hides it)."
+                                                          : "this LibTorch is built without CUDA (Debian's LibTorch 1.13 "
+                                                            "is CPU-only)."),
+                          "Train on the CPU (device \"cpu\" or \"auto\"), or run Trainbench built against a CUDA "
+                          "LibTorch on a machine with a GPU; 'trainbench-cli devices' says what is missing.");
+            f.autoFix = {{"device", "\"auto\""}};
+            f.autoFixLabel = "Use device \"auto\" (the CPU here)";
+            out.push_back(std::move(f));
+            cpu();
+            return target;
+        }
+        if (index >= local.torchCudaDevices) {
+            auto f = make("invalid_device_ordinal", Severity::Error, "The requested GPU does not exist",
+                          "device " + quoted(c.device) + " names GPU " + std::to_string(index) + ", but LibTorch sees "
+                              + std::to_string(local.torchCudaDevices) + " CUDA device(s), cuda:0 to cuda:"
+                              + std::to_string(local.torchCudaDevices - 1) + ".",
+                          "Use a device that exists; 'trainbench-cli devices' lists them.");
+            f.autoFix = {{"device", "\"cuda:0\""}};
+            f.autoFixLabel = "Use cuda:0";
+            out.push_back(std::move(f));
+            return target;
+        }
+    }
+    const int index = c.device == "auto" || c.device == "cuda" ? 0 : std::atoi(c.device.c_str() + 5);
+    target.gpu = target.known = true;
+    target.label = "cuda:" + std::to_string(index);
+    for (const auto& d : local.devices) {
+        if (d.index != index) continue;
+        target.label += " (" + d.name + ")";
+        if (d.cc.known()) target.cc = d.cc;
+        target.memoryBytes = d.totalBytes;
+    }
+    return target;
+}
+
+void precisionRules(const RunConfig& c, const Target& target, std::vector<Finding>& out, std::string& precision)
+{
+    precision = c.train.precision == "auto" ? "fp32" : c.train.precision;
+    if (!target.known) return;
+    const std::optional<ComputeCapability> cc = target.gpu ? target.cc : std::nullopt;
+    if (target.gpu && !cc) return; // capability unknown: nothing to decide on
+    const bool noBf16 = cc && !cc->atLeast(8, 0);
+    const bool bf16Weights = c.train.weightsDtype == "bf16";
+    if (noBf16 && (c.train.precision == "bf16" || bf16Weights)) {
+        const std::string what = c.train.precision == "bf16" ? "train.precision is \"bf16\"" : "the weights are loaded in bf16";
+        auto f = make("bf16_unsupported", Severity::Error, "bf16 on a GPU without native bf16",
+                      what + ", but " + target.label + " has compute capability " + cc->text()
+                          + "; native bf16 starts at 8.0 (Ampere). Kernels such as the gradient scaler's unscale are "
+                            "missing for bf16 there, and the rest is emulated.",
+                      "Use fp16 with dynamic loss scaling and fp32 master weights, decided before anything is loaded "
+                      "(train.precision \"fp16\" or \"auto\").");
+        if (c.train.precision == "bf16") f.autoFix.push_back({"train.precision", "\"fp16\""});
+        if (bf16Weights) f.autoFix.push_back({"train.weights_dtype", c.lora.rank > 0 ? "\"fp16\"" : "\"fp32\""});
+        f.autoFixLabel = "Use fp16 with loss scaling";
+        f.text["compute_capability"] = cc->text();
+        out.push_back(std::move(f));
+    }
+    const PrecisionDecision decision = decidePrecision(c.train.precision, cc);
+    if (!decision.error.empty() && !(noBf16 && c.train.precision == "bf16")) {
+        auto f = make("precision_unsupported", Severity::Error, "This precision cannot run on the target",
+                      decision.error, "Use train.precision \"auto\": it picks what the target supports.");
+        f.autoFix = {{"train.precision", "\"auto\""}};
+        f.autoFixLabel = "Use precision \"auto\"";
+        out.push_back(std::move(f));
+        return;
+    }
+    if (decision.error.empty()) precision = decision.precision;
+    if (c.train.precision == "auto" && decision.error.empty()) {
+        out.push_back(make("precision_choice", Severity::Info, "Precision: " + decision.precision + " on " + target.label,
+                           decision.reason, "Nothing to do; set train.precision to choose yourself."));
+    }
+    // fp16 mixed precision scales the loss; the scaler unscales fp32 master gradients only.
+    const bool lossScaling = precision == "fp16";
+    if (lossScaling && c.train.weightsDtype != "fp32" && c.lora.rank == 0) {
+        auto f = make("amp_scaler_dtype", Severity::Error, "Loss scaling with half-precision trainable weights",
+                      "fp16 mixed precision scales the loss, and its gradient scaler unscales fp32 gradients only; "
+                      "with the trainable weights loaded in " + c.train.weightsDtype + " the gradients are "
+                          + c.train.weightsDtype + " too, and the first optimizer step fails.",
+                      "Keep the trainable weights in fp32 and let autocast compute in fp16, or train LoRA adapters "
+                      "(in fp32) over a frozen half-precision base.");
+        f.autoFix = {{"train.weights_dtype", "\"fp32\""}};
+        f.autoFixLabel = "Keep fp32 master weights";
+        out.push_back(std::move(f));
+    }
+}
+
+void attentionRule(const RunConfig& c, const Target& target, std::vector<Finding>& out)
+{
+    if (c.model.attention != "sdpa" || !target.gpu || !target.cc || target.cc->atLeast(8, 0)) return;
+    auto f = make("flash_attention_unsupported", Severity::Warning, "Fused attention falls back on this GPU",
+                  target.label + " has compute capability " + target.cc->text()
+                      + "; the FlashAttention kernel needs 8.0 or newer, so scaled_dot_product_attention falls back "
+                        "to the memory-efficient or the math kernel: slower, and the math kernel keeps the full "
+                        "attention map.",
+                  "Nothing breaks. Use eager attention to plan memory exactly, or a GPU of compute capability 8.0 or newer.");
+    f.autoFix = {{"model.attention", "\"eager\""}};
+    f.autoFixLabel = "Use eager attention";
+    out.push_back(std::move(f));
+}
+
+void setupRules(const RunConfig& c, std::vector<Finding>& out)
+{
+    if (c.train.offload != "none" && c.train.activationCheckpointing) {
+        auto f = make("offload_with_checkpointing", Severity::Error, "CPU offload together with activation checkpointing",
+                      "Offloaded layers stay on the meta device until their hooks load them; activation checkpointing "
+                      "recomputes them in backward outside those hooks, and backward fails with \"expected device meta "
+                      "but got cuda:0\".",
+                      "Do not offload a model you train with checkpointing: load it in fp16 or bf16 straight onto the "
+                      "GPU, train LoRA adapters, and fit the memory with checkpointing, a small batch and gradient "
+                      "accumulation (the memory planner finds the batch).");
+        f.autoFix = {{"train.offload", "\"none\""}};
+        f.autoFixLabel = "Turn offload off";
+        out.push_back(std::move(f));
+    }
+    if (c.train.offload != "none" || c.train.weightsDtype != "fp32") {
+        out.push_back(make("planning_only", Severity::Info, "Planning fields in use",
+                           "train.offload and train.weights_dtype describe a setup to plan; Trainbench itself trains "
+                           "fp32 weights (with train.precision for autocast) on one device and refuses to launch "
+                           "with them set.",
+                           "Set train.offload to \"none\" and train.weights_dtype to \"fp32\" to train this config here."));
+    }
+    if (c.optim.warmupSteps >= c.train.steps && c.train.steps > 0) {
+        auto f = make("warmup_steps", Severity::Warning, "Warmup never ends",
+                      "optim.warmup_steps (" + std::to_string(c.optim.warmupSteps) + ") is not below train.steps ("
+                          + std::to_string(c.train.steps) + "): the learning rate is still rising when the run ends.",
+                      "Use a warmup of a few percent of the steps.");
+        f.autoFix = {{"optim.warmup_steps", std::to_string(std::max(0, c.train.steps / 20))}};
+        f.autoFixLabel = "Warm up for 5% of the steps";
+        out.push_back(std::move(f));
+    }
+}
+
+// Positions of a model the run starts from (a Hugging Face folder's config.json); 0 unknown.
+std::int64_t initFromPositions(const RunConfig& c)
+{
+    namespace fs = std::filesystem;
+    if (c.train.initFrom.empty()) return 0;
+    std::error_code ec;
+    fs::path folder(c.train.initFrom);
+    if (folder.is_relative() && !c.baseDir.empty()) folder = fs::path(c.baseDir) / folder;
+    if (!fs::is_directory(folder, ec)) folder = folder.parent_path();
+    const auto file = folder / "config.json";
+    if (!fs::is_regular_file(file, ec) || fs::file_size(file, ec) > (1u << 20)) return 0;
+    std::ifstream in(file);
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_object()) return 0;
+    for (const char* key : {"max_position_embeddings", "n_positions", "n_ctx"}) {
+        if (j.contains(key) && j[key].is_number_integer()) return j[key].get<std::int64_t>();
+    }
+    return 0;
+}
+
+void dataRules(const RunConfig& c, std::vector<Finding>& out)
+{
+    const int seq = effectiveSeqLen(c);
+    if (const auto positions = initFromPositions(c); positions > 0 && seq > positions) {
+        auto f = make("sequence_too_long", Severity::Error, "Sequence longer than the model's positions",
+                      "data.seq_len is " + std::to_string(seq) + ", but the model in train.init_from has "
+                          + std::to_string(positions) + " positions; position ids past the table index out of range "
+                          "(on a GPU: \"device-side assert triggered\").",
+                      "Use data.seq_len of at most " + std::to_string(positions) + ".");
+        f.autoFix = {{"data.seq_len", std::to_string(positions)}};
+        f.autoFixLabel = "Use the model's " + std::to_string(positions) + " positions";
+        out.push_back(std::move(f));
+    }
+    if (c.data.source != "text" || c.data.path.empty()) return;
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string path = resolvedDataPath(c);
+    const auto size = static_cast<std::int64_t>(fs::file_size(path, ec));
+    if (ec) return; // a missing file is a config issue (dataset_missing)
+    if (size == 0) {
+        out.push_back(make("dataset_empty", Severity::Error, "The dataset is empty",
+                           path + " has no bytes, so there is nothing to train on.",
+                           "Point data.path at a text file with content, or leave it out for the bundled sample."));
+        return;
+    }
+    // Byte-level text: a byte is a token. Each split needs one window of seq + 2.
+    const auto valTokens = static_cast<std::int64_t>(static_cast<double>(size) * c.data.valFraction);
+    const auto trainTokens = size - valTokens;
+    if (trainTokens < seq + 2 || valTokens < seq + 2) {
+        auto f = make("dataset_too_small", Severity::Error, "Fewer tokens than one sequence",
+                      path + " has " + std::to_string(size) + " tokens (bytes); with data.seq_len " + std::to_string(seq)
+                          + " and val_fraction " + std::to_string(c.data.valFraction)
+                          + ", each split needs at least " + std::to_string(seq + 2) + ".",
+                      "Use a longer file, a shorter data.seq_len or a larger data.val_fraction.");
+        f.numbers["tokens"] = static_cast<double>(size);
+        out.push_back(std::move(f));
+        return;
+    }
+    const std::int64_t batchTokens = static_cast<std::int64_t>(c.train.batchSize) * (seq + 1);
+    if (trainTokens < batchTokens) {
+        auto f = make("dataset_too_small", Severity::Warning, "Fewer tokens than one batch",
+                      "The training split has " + std::to_string(trainTokens) + " tokens, fewer than one batch of "
+                          + std::to_string(c.train.batchSize) + " x " + std::to_string(seq + 1) + " = "
+                          + std::to_string(batchTokens) + ": every batch repeats the same text and the model memorises it.",
+                      "Use more text, or a smaller batch or sequence.");
+        f.numbers["tokens"] = static_cast<double>(trainTokens);
+        f.numbers["batch_tokens"] = static_cast<double>(batchTokens);
+        out.push_back(std::move(f));
+    }
+}
+
+void memoryRules(const RunConfig& c, const Target& target, const std::string& precision, std::vector<Finding>& out)
+{
+    if (!target.known || target.memoryBytes <= 0) return;
+    const auto arch = architectureFor(c);
+    auto setup = setupFor(c);
+    if (setup.precision != "bf16-pure") setup.precision = precision;
+    setup.gpu = target.gpu;
+    setup.gpus = target.count;
+    const auto e = estimateMemory(arch, setup);
+    const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
+    if (use <= 0.9) return;
+    auto terms = e.terms;
+    std::sort(terms.begin(), terms.end(), [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
+    std::string dominant;
+    for (std::size_t i = 0; i < terms.size() && i < 3; ++i) {
+        dominant += (i ? ", " : "") + terms[i].name + " " + gib(terms[i].bytes);
+    }
+    char percent[16];
+    std::snprintf(percent, sizeof percent, "%.0f%%", 100.0 * use);
+    const bool over = use > 1.0;
+    Finding f = make(over ? "memory_over_budget" : "memory_near_budget", over ? Severity::Error : Severity::Warning,
+                     over ? "The memory estimate does not fit " + target.label
+                          : "The memory estimate leaves little room on " + target.label,
+                     "The planner's estimate peaks at " + gib(e.peakBytes) + " during " + e.peakPhase + ", " + percent
+                         + " of the " + gib(target.memoryBytes) + " usable; the largest terms: " + dominant + ".",
+                     "");
+    f.numbers["estimated_peak_bytes"] = static_cast<double>(e.peakBytes);
+    f.numbers["usable_bytes"] = static_cast<double>(target.memoryBytes);
+    f.text["dominant_terms"] = dominant;
+    const auto budget = target.memoryBytes;
+    const std::int64_t batch = largestBatch(arch, setup, budget);
+    std::int64_t seqFit = 0;
+    {
+        auto s = setup;
+        seqFit = largestSequence(arch, s, budget);
+    }
+    f.numbers["largest_batch"] = static_cast<double>(batch);
+    f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
+    const int effective = c.train.batchSize * c.train.gradAccum;
+    if (batch > 0 && batch < c.train.batchSize) {
+        const auto accum = static_cast<int>((effective + batch - 1) / batch);
+        f.fix = "Batch " + std::to_string(batch) + " fits (at sequence " + std::to_string(setup.seqLen)
+            + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation "
+            + std::to_string(accum) + ". Or: sequence " + std::to_string(seqFit) + " at batch "
+            + std::to_string(c.train.batchSize) + ", activation checkpointing, LoRA, or a larger GPU.";
+        f.autoFix = {{"train.batch_size", std::to_string(batch)}, {"train.grad_accum", std::to_string(accum)}};
+        f.autoFixLabel = "Use batch " + std::to_string(batch) + " x accumulation " + std::to_string(accum);
+    } else if (batch == 0) {
+        auto s = setup;
+        s.checkpointing = true;
+        const auto withCheckpointing = c.train.activationCheckpointing ? 0 : largestBatch(arch, s, budget);
+        if (withCheckpointing > 0) {
+            const auto b = std::min<std::int64_t>(withCheckpointing, c.train.batchSize);
+            const auto accum = static_cast<int>((effective + b - 1) / b);
+            f.fix = "Not even batch 1 fits as configured. With activation checkpointing batch " + std::to_string(b)
+                + " fits; keep the effective batch with gradient accumulation " + std::to_string(accum) + ".";
+            f.autoFix = {{"train.activation_checkpointing", "true"},
+                         {"train.batch_size", std::to_string(b)},
+                         {"train.grad_accum", std::to_string(accum)}};
+            f.autoFixLabel = "Checkpointing, batch " + std::to_string(b) + " x accumulation " + std::to_string(accum);
+        } else {
+            f.fix = "Not even batch 1 fits at sequence " + std::to_string(setup.seqLen) + ". Shorten the sequence"
+                + (seqFit > 0 ? " (" + std::to_string(seqFit) + " fits at this batch)" : std::string())
+                + ", train LoRA adapters, use a smaller model or a GPU with more memory.";
+        }
+    } else {
+        f.fix = "It fits, barely: allocator fragmentation or another process can push it over. Batch "
+            + std::to_string(batch) + " is the largest that fits; leave some room, or turn on activation checkpointing.";
+    }
+    out.push_back(std::move(f));
+}
+
+} // namespace
+
+std::vector<Finding> configIssueFindings(const std::vector<ConfigIssue>& issues)
+{
+    std::vector<Finding> out;
+    for (const auto& issue : issues) {
+        std::string kind = "config_invalid";
+        if (issue.path == "optim.lr") kind = "learning_rate";
+        else if (issue.path == "optim.warmup_steps") kind = "warmup_steps";
+        else if (issue.path == "data.path") kind = "dataset_missing";
+        auto f = make(kind, Severity::Error,
+                      kind == "learning_rate"     ? "The learning rate is not positive"
+                      : kind == "dataset_missing" ? "The dataset file is missing"
+                                                  : "The config is not valid",
+                      issue.text(), "Correct " + (issue.path.empty() ? std::string("the config") : issue.path) + " and check again.");
+        f.text["field"] = issue.path;
+        out.push_back(std::move(f));
+    }
+    return out;
+}
+
+std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget& target)
+{
+    if (auto issues = validateConfig(config, true); !issues.empty()) return configIssueFindings(issues);
+    std::vector<Finding> out;
+    const Target resolved = resolveTarget(config, target, out);
+    if (!resolved.known) {
+        out.push_back(make("no_target", Severity::Info, "No target GPU",
+                           "No GPU was named and this machine was not checked, so capability and memory rules did not run.",
+                           "Name the GPU the run is for (--gpu T4, or the Hardware panel's target)."));
+    }
+    std::string precision;
+    precisionRules(config, resolved, out, precision);
+    attentionRule(config, resolved, out);
+    setupRules(config, out);
+    dataRules(config, out);
+    memoryRules(config, resolved, precision, out);
+    std::stable_sort(out.begin(), out.end(),
+                     [](const Finding& a, const Finding& b) { return static_cast<int>(a.severity) > static_cast<int>(b.severity); });
+    return out;
+}
+
+RunConfig applyAutoFix(const RunConfig& config, const std::vector<ConfigChange>& changes)
+{
+    auto j = nlohmann::json::parse(configToJson(config));
+    for (const auto& change : changes) {
+        nlohmann::json* node = &j;
+        std::size_t start = 0;
+        while (true) {
+            const auto dot = change.path.find('.', start);
+            const std::string key = change.path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+            if (dot == std::string::npos) {
+                (*node)[key] = nlohmann::json::parse(change.valueJson);
+                break;
+            }
+            node = &(*node)[key];
+            start = dot + 1;
+        }
+    }
+    return parseConfig(j.dump(), config.name, config.baseDir);
+}
+
+std::int64_t hostMemoryBytes()
+{
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long pageSize = ::sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || pageSize <= 0) return 0;
+    return static_cast<std::int64_t>(pages) * pageSize;
+}
+
+} // namespace tb

@@ -1,0 +1,47 @@
+#pragma once
+// Preflight: the rules a config must pass before a run is launched, checked
+// against the GPU it is planned for (a catalogue entry: the machine running
+// the check may have no GPU) or this machine's device, and against the memory
+// planner's estimate. Each problem is a Finding with cause, fix and, where one
+// exists, an automatic fix.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/RunConfig.h"
+#include "diagnose/Finding.h"
+#include "gpu/Catalogue.h"
+#include "gpu/Discovery.h"
+
+namespace tb {
+
+// This machine, as the launcher sees it (filled by the caller, which may use LibTorch).
+struct LocalMachine {
+    bool torchBuiltWithCuda = false;
+    int torchCudaDevices = 0;         // what LibTorch sees
+    std::vector<DeviceInfo> devices;  // what the driver reports (capability, memory)
+    std::int64_t hostMemoryBytes = 0; // 0: unknown
+};
+
+struct PreflightTarget {
+    std::optional<GpuTarget> gpu;      // plan for this GPU (overrides the local device)
+    std::optional<LocalMachine> local; // check the local machine (at launch, or without a GPU named)
+};
+
+// Every finding for this config on this target, errors first. Config problems
+// (validateConfig) are findings too, so an invalid config is reported, not thrown.
+std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget& target);
+
+// Findings for a config's validation problems: optim.lr -> learning_rate, data.path -> dataset_missing, ...
+std::vector<Finding> configIssueFindings(const std::vector<ConfigIssue>& issues);
+
+// The config with a finding's automatic fix applied. Throws ConfigError when
+// the result is not a valid config (a fix never should be).
+RunConfig applyAutoFix(const RunConfig& config, const std::vector<ConfigChange>& changes);
+
+// Physical memory of this machine in bytes (0 when unknown).
+std::int64_t hostMemoryBytes();
+
+} // namespace tb
