@@ -46,6 +46,7 @@ private Q_SLOTS:
     void failedResumeKeepsTheMetrics();
     void lockedDatabaseIsNotBadInput();
     void historyCommandsTagNoteFilterCompareDelete();
+    void preflightExplainAndForcedTrain();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -536,6 +537,56 @@ void TestCli::historyCommandsTagNoteFilterCompareDelete()
     QCOMPARE(cli({"delete", idb, "--db", m_db, "--yes"}).exitCode, 0);
     r = cli({"runs", "--db", m_db, "--json"});
     QCOMPARE(QJsonDocument::fromJson(r.out.toUtf8()).array().size(), 1);
+}
+
+
+void TestCli::preflightExplainAndForcedTrain()
+{
+    // preflight: exit 3 on an error for the named GPU, 0 when clean; JSON as documented.
+    const QString bf16 = writeConfig("bf16.json", QByteArray(kTiny).replace("\"threads\": 1", "\"threads\": 1, \"precision\": \"bf16\""));
+    auto r = cli({"preflight", "--config", bf16, "--gpu", "T4"});
+    QCOMPARE(r.exitCode, 3);
+    QVERIFY2(r.out.contains("bf16_unsupported") && r.out.contains("train.precision = \"fp16\""), qPrintable(r.out));
+    r = cli({"preflight", "--config", bf16, "--gpu", "A100", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const auto json = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QVERIFY2(json["findings"].isArray(), qPrintable(r.out));
+    r = cli({"preflight", "--config", m_dir->filePath("nope.json")});
+    QCOMPARE(r.exitCode, 2);
+    r = cli({"preflight", "--config", bf16, "--gpu", "Voodoo5"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY(r.err.contains("Voodoo5"));
+
+    // explain: a file, a missing file, standard input; the primary finding first.
+    const QString log = writeConfig("fail.log", "step 3 loss 2.2\r\n\x1b[31mRuntimeError: CUDA error: device-side assert triggered\x1b[0m\n");
+    r = cli({"explain", log, "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const auto explained = QJsonDocument::fromJson(r.out.toUtf8()).object()["findings"].toArray();
+    QCOMPARE(explained.first().toObject()["kind"].toString(), QString("device_side_assert"));
+    QCOMPARE(cli({"explain", m_dir->filePath("absent.log")}).exitCode, 2);
+    QCOMPARE(cli({"explain"}).exitCode, 2);
+
+    // train: blocked by a preflight error (exit 3, nothing stored), then forced
+    // (stored with the override; its failure explained and kept).
+    QTemporaryDir model;
+    {
+        QFile f(model.filePath("config.json"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"n_positions": 8})");
+    }
+    const QString tooLong = writeConfig("long.json", QByteArray(kTiny).replace("\"threads\": 1", "\"threads\": 1, \"init_from\": \"" + model.path().toUtf8() + "\""));
+    r = cli({"train", "--config", tooLong, "--db", m_db});
+    QCOMPARE(r.exitCode, 3);
+    QVERIFY2(r.err.contains("sequence_too_long") && r.err.contains("--force"), qPrintable(r.err));
+    r = cli({"train", "--config", tooLong, "--db", m_db, "--force"});
+    QCOMPARE(r.exitCode, 1);
+    RunStore store(m_db.toStdString());
+    const auto runs = store.listRuns();
+    QCOMPARE(runs.size(), std::size_t(1));
+    const auto sets = store.findings(runs.front().id);
+    QCOMPARE(sets.size(), std::size_t(2));
+    QVERIFY(sets[0].overridden);
+    QCOMPARE(sets[1].source, std::string("failure"));
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -18,6 +18,7 @@
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
 #include "HardwarePanel.h"
+#include "DiagnosticsPanel.h"
 #include "HistoryPanel.h"
 #include "MemoryPlannerPanel.h"
 #include "RunPanel.h"
@@ -56,6 +57,16 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_history = new HistoryPanel(this);
     m_tabs->addTab(m_history, tr("History"));
     m_history->setDatabasePath(m_run->databasePath());
+    m_diagnostics = new DiagnosticsPanel(m_document, this);
+    m_tabs->addTab(m_diagnostics, tr("Diagnostics"));
+    m_diagnostics->setTarget(m_hardware->target());
+    connect(m_diagnostics, &DiagnosticsPanel::launchVerdictChanged, m_run, &RunPanel::setPreflightVerdict);
+    // A failed run opens its explanation.
+    connect(m_run, &RunPanel::runFinished, this, [this](const tb::SessionOutcome& outcome) {
+        if (outcome.status != RunStatus::Failed || outcome.runId == 0 || outcome.failureFindings.empty()) return;
+        m_diagnostics->showFailure(outcome.runId, outcome.failureFindings);
+        m_tabs->setCurrentWidget(m_diagnostics);
+    });
     connect(m_run, &RunPanel::runFinished, m_history, [this] { m_history->refresh(); });
     connect(m_run, &RunPanel::runStarted, m_history, [this] { m_history->refresh(); });
     connect(m_history, &HistoryPanel::resumeRequested, this, [this](qint64 id) {
@@ -85,6 +96,7 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
                 m_targetLabel->setText(tr("target: %1").arg(label));
                 m_planner->setTarget(m_hardware->target());
                 m_experiment->setTarget(m_hardware->target());
+                m_diagnostics->setTarget(m_hardware->target());
             });
     m_dbLabel->setText(tr("store: %1").arg(m_run->databasePath()));
 
@@ -155,6 +167,8 @@ void MainWindow::buildMenus()
     view->addAction(tr("&Memory planner"), QKeySequence(Qt::CTRL | Qt::Key_2), this,
                     [this] { m_tabs->setCurrentWidget(m_planner); });
     view->addAction(tr("&History"), QKeySequence(Qt::CTRL | Qt::Key_3), this, [this] { m_tabs->setCurrentWidget(m_history); });
+    view->addAction(tr("&Diagnostics"), QKeySequence(Qt::CTRL | Qt::Key_4), this,
+                    [this] { m_tabs->setCurrentWidget(m_diagnostics); });
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About Trainbench"), this, &MainWindow::about);

@@ -13,6 +13,7 @@ class QTabWidget;
 namespace tb::ui {
 
 class ConfigDocument;
+class DiagnosticsPanel;
 class ExperimentPanel;
 class HardwarePanel;
 class HistoryPanel;
@@ -35,7 +36,8 @@ public:
     RunPanel* runPanel() const { return m_run; }
     MemoryPlannerPanel* plannerPanel() const { return m_planner; }
     HistoryPanel* historyPanel() const { return m_history; }
-    // The central tabs: Run, Memory planner, History.
+    DiagnosticsPanel* diagnosticsPanel() const { return m_diagnostics; }
+    // The central tabs: Run, Memory planner, History, Diagnostics.
     QTabWidget* tabs() const { return m_tabs; }
     // Skips the save/stop questions on close (tests, scripted use).
     void setAskBeforeClosing(bool ask) { m_askBeforeClosing = ask; }
@@ -65,6 +67,7 @@ private:
     RunPanel* m_run;
     MemoryPlannerPanel* m_planner;
     HistoryPanel* m_history;
+    DiagnosticsPanel* m_diagnostics;
     QTabWidget* m_tabs;
     QMenu* m_recentMenu = nullptr;
     QLabel* m_dbLabel;

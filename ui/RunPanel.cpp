@@ -1,6 +1,8 @@
 #include "PlainText.h"
 #include "RunPanel.h"
 
+#include <QMessageBox>
+
 #include <QCheckBox>
 #include <QDateTime>
 #include <QEventLoop>
@@ -42,6 +44,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_reason = plainLabel(this);
     m_reason->setWordWrap(true);
     m_reason->setStyleSheet("color: #c0392b");
+    m_preflight = plainLabel(this, tr("Preflight: checking…"));
+    m_preflight->setToolTip(tr("Preflight for a launch on this machine; the Diagnostics tab (Ctrl+4) lists the findings"));
     m_progress = new QProgressBar(this);
     m_progress->setFormat(tr("no run"));
     m_progress->setValue(0);
@@ -55,6 +59,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_start);
     buttons->addWidget(m_stop);
+    buttons->addWidget(m_preflight);
     buttons->addWidget(m_progress, 1);
     auto* stats = new QHBoxLayout;
     for (QLabel* l : {m_loss, m_rate, m_time}) {
@@ -123,6 +128,14 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     connect(m_worker, &TrainingWorker::started, this, &RunPanel::onStarted);
     connect(m_worker, &TrainingWorker::finished, this, &RunPanel::onFinished);
     connect(m_worker, &TrainingWorker::refused, this, &RunPanel::onRefused);
+    connect(m_worker, &TrainingWorker::refusedByPreflight, this, &RunPanel::onRefusedByPreflight);
+    m_askOverride = [this](const QString& findings) {
+        return QMessageBox::warning(this, tr("Preflight found errors"),
+                                    tr("Preflight expects this run to fail:\n\n%1\n\nLaunch anyway? The override is "
+                                       "recorded with the run.").arg(findings),
+                                    QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel)
+            == QMessageBox::Yes;
+    };
     // Repaint at most ~30 times a second, whatever the step rate.
     m_drainTimer.setSingleShot(true);
     m_drainTimer.setInterval(33);
@@ -179,6 +192,33 @@ void RunPanel::start()
     const RunConfig config = *m_config;
     const QString db = m_dbPath;
     QMetaObject::invokeMethod(m_worker, [worker = m_worker, config, db] { worker->startNew(config, db); });
+}
+
+void RunPanel::startForced()
+{
+    if (m_running || !m_config) return;
+    beginRun(tr("Starting %1 past preflight errors…").arg(QString::fromStdString(m_config->name)));
+    const RunConfig config = *m_config;
+    const QString db = m_dbPath;
+    QMetaObject::invokeMethod(m_worker, [worker = m_worker, config, db] { worker->startNew(config, db, true); });
+}
+
+void RunPanel::setPreflightVerdict(const QString& text, int level)
+{
+    m_preflight->setText(text);
+    m_preflight->setStyleSheet(level >= 2 ? "color: #c0392b" : level == 1 ? "color: #b9770e" : "color: #1e8449");
+}
+
+void RunPanel::onRefusedByPreflight(const QString& findings)
+{
+    setRunning(false);
+    m_progress->setFormat(tr("not started"));
+    appendLog("warning", tr("Preflight found errors:\n%1").arg(findings));
+    if (m_askOverride && m_askOverride(findings)) {
+        startForced();
+        return;
+    }
+    m_status->setText(tr("Not started: preflight found errors (see the Diagnostics tab)."));
 }
 
 void RunPanel::resume(qint64 runId)
@@ -271,7 +311,14 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
                     .arg(error >= 0 ? "+" : "")
                     .arg(100.0 * error, 0, 'f', 1);
     }
-    if (outcome.status == RunStatus::Failed) text += tr(".\nError: %1").arg(QString::fromStdString(outcome.message));
+    if (outcome.status == RunStatus::Failed) {
+        text += tr(".\nError: %1").arg(QString::fromStdString(outcome.message));
+        // The explanation, primary finding first (also in the Diagnostics tab).
+        if (!outcome.failureFindings.empty() && outcome.failureFindings.front().kind != "unknown") {
+            const auto& f = outcome.failureFindings.front();
+            text += tr("\nCause: %1\nFix: %2").arg(QString::fromStdString(f.cause), QString::fromStdString(f.fix));
+        }
+    }
     else if (outcome.status == RunStatus::Cancelled) text += tr(". Checkpoint saved; Run ▸ Resume continues it.");
     m_status->setText(text);
     m_progress->setFormat(status);

@@ -7,6 +7,7 @@
 #include <QTimer>
 #include <QWidget>
 
+#include <functional>
 #include <optional>
 
 #include "TrainingWorker.h"
@@ -39,6 +40,13 @@ public:
 
     bool isRunning() const { return m_running; }
     void start();
+    // Starts past preflight errors (after the user confirmed).
+    void startForced();
+    // Preflight's verdict for a launch here, shown beside Start (level 0 ok, 1 warnings, 2 errors).
+    void setPreflightVerdict(const QString& text, int level);
+    QLabel* preflightLabel() const { return m_preflight; }
+    // Asks whether to launch past preflight errors; a message box unless replaced (tests).
+    void setOverrideQuestion(std::function<bool(const QString&)> ask) { m_askOverride = std::move(ask); }
     void stop();
     void resume(qint64 runId);
     // Blocks (processing events) until the run in progress has ended.
@@ -65,6 +73,7 @@ private:
     void onStarted(qint64 runId, const QString& description, qint64 estimatedPeakBytes);
     void onFinished(const tb::SessionOutcome& outcome);
     void onRefused(const QString& message);
+    void onRefusedByPreflight(const QString& findings);
     void appendLog(const QString& severity, const QString& message);
     void setRunning(bool running);
     void updateStartButton();
@@ -83,6 +92,8 @@ private:
     QPushButton* m_start;
     QPushButton* m_stop;
     QLabel* m_reason;
+    QLabel* m_preflight;
+    std::function<bool(const QString&)> m_askOverride;
     QProgressBar* m_progress;
     QLabel* m_loss;
     QLabel* m_rate;

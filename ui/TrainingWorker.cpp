@@ -44,14 +44,25 @@ void TrainingWorker::endExpectedRun()
     m_stopRequested = false;
 }
 
-void TrainingWorker::startNew(const RunConfig& config, const QString& dbPath)
+void TrainingWorker::startNew(const RunConfig& config, const QString& dbPath, bool force)
 {
     expectRun();
     SessionOptions options;
     options.dbPath = dbPath.toStdString();
+    options.force = force;
     std::unique_ptr<RunSession> session;
     try {
         session = std::make_unique<RunSession>(config, options);
+    } catch (const PreflightError& e) {
+        endExpectedRun();
+        QString text;
+        for (const auto& f : e.findings()) {
+            if (f.severity == Severity::Error) {
+                text += QString::fromStdString("• " + f.title + ": " + f.cause + "\n  Fix: " + f.fix + "\n");
+            }
+        }
+        Q_EMIT refusedByPreflight(text.trimmed());
+        return;
     } catch (const std::exception& e) {
         endExpectedRun();
         Q_EMIT refused(QString::fromStdString(e.what()));

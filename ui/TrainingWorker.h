@@ -36,7 +36,8 @@ public:
     void requestStop();
 
     // Run in the worker's thread (invoke through QMetaObject::invokeMethod).
-    void startNew(const RunConfig& config, const QString& dbPath);
+    // force: launch past preflight errors (the user confirmed; recorded with the run).
+    void startNew(const RunConfig& config, const QString& dbPath, bool force = false);
     void resumeRun(qint64 runId, const QString& dbPath);
 
 Q_SIGNALS:
@@ -46,6 +47,8 @@ Q_SIGNALS:
     void finished(const tb::SessionOutcome& outcome);
     // Input problems found before a run record exists (bad database, device...).
     void refused(const QString& message);
+    // Preflight found errors; the text lists them. Nothing was stored.
+    void refusedByPreflight(const QString& findings);
 
 private:
     void runSession(RunSession& session);

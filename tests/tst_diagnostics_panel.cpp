@@ -1,0 +1,173 @@
+// The Diagnostics panel: preflight as the config is edited, Apply fix, the
+// paste box and log files, the verdict beside Start, and launching past
+// preflight errors from the Run panel.
+#include <QtTest>
+
+#include <QFile>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QTextBrowser>
+#include <QTreeWidget>
+
+#include "ConfigDocument.h"
+#include "DiagnosticsPanel.h"
+#include "RunPanel.h"
+#include "diagnose/ErrorExplainer.h"
+#include "store/RunStore.h"
+
+using namespace tb;
+using namespace tb::ui;
+
+namespace {
+
+QString exampleText()
+{
+    QFile f(TB_SOURCE_DIR "/resources/examples/default.json");
+    f.open(QIODevice::ReadOnly);
+    return QString::fromUtf8(f.readAll());
+}
+
+bool has(const std::vector<Finding>& findings, const std::string& kind)
+{
+    for (const auto& f : findings) {
+        if (f.kind == kind) return true;
+    }
+    return false;
+}
+
+} // namespace
+
+class TestDiagnosticsPanel final : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+    void preflightFollowsEditsAndAppliesFixes();
+    void pasteAndFilesAreExplained();
+    void verdictBesideStartAndForcedLaunch();
+};
+
+void TestDiagnosticsPanel::preflightFollowsEditsAndAppliesFixes()
+{
+    ConfigDocument doc;
+    doc.loadText(exampleText(), "default.json");
+    DiagnosticsPanel panel(&doc);
+    panel.resize(1100, 700);
+    panel.setTarget(GpuCatalogue::bundled().resolve("T4"));
+    panel.waitForPreflight();
+    QVERIFY(!has(panel.plannedFindings(), "bf16_unsupported"));
+
+    doc.setValues({{"train.precision", QJsonValue("bf16")}});
+    panel.waitForPreflight();
+    QVERIFY(has(panel.plannedFindings(), "bf16_unsupported"));
+    QVERIFY(panel.selectKind("bf16_unsupported"));
+    const QString details = panel.detailsView()->toPlainText();
+    QVERIFY2(details.contains("7.5") && details.contains("What bf16_unsupported means"), qPrintable(details));
+    QVERIFY(panel.applyFixButton()->isEnabled());
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    panel.grab().save(QDir::currentPath() + "/diagnostics-preflight.png");
+    QTest::mouseClick(panel.applyFixButton(), Qt::LeftButton);
+    QCOMPARE(doc.config()->train.precision, std::string("fp16"));
+    panel.waitForPreflight();
+    QVERIFY(!has(panel.plannedFindings(), "bf16_unsupported"));
+
+    // An invalid config is reported as findings, not as silence.
+    doc.setValues({{"optim.lr", QJsonValue(0)}});
+    panel.waitForPreflight();
+    QVERIFY(has(panel.launchFindings(), "learning_rate"));
+}
+
+void TestDiagnosticsPanel::pasteAndFilesAreExplained()
+{
+    ConfigDocument doc;
+    doc.loadText(exampleText(), "default.json");
+    DiagnosticsPanel panel(&doc);
+    panel.resize(1100, 700);
+    panel.pasteBox()->setPlainText("Traceback (most recent call last):\n  File \"qa.py\", line 77, in forward\n"
+                                   "RuntimeError: Expected all tensors to be on the same device, but got index is on "
+                                   "cuda:0, different from other tensors on cpu (when checking argument for argument "
+                                   "index in method wrapper_CUDA__index_select)");
+    QTest::mouseClick(panel.explainButton(), Qt::LeftButton);
+    QCOMPARE(panel.explainedFindings().front().kind, std::string("device_mismatch"));
+    const QString details = panel.detailsView()->toPlainText();
+    QVERIFY2(details.contains("cuda:0 and cpu meet at argument index of index_select"), qPrintable(details));
+    QVERIFY(details.contains("register_buffer"));
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    panel.grab().save(QDir::currentPath() + "/diagnostics-explained.png");
+
+    QTemporaryDir dir;
+    const QString log = dir.filePath("train.log");
+    {
+        QFile f(log);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 20000; ++i) f.write(QByteArray("step ") + QByteArray::number(i) + " loss 2.1\r\n");
+        f.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                "of 23.65 GiB of which 1.10 GiB is free.\n");
+    }
+    QVERIFY(panel.explainFile(log));
+    QCOMPARE(panel.explainedFindings().front().kind, std::string("cuda_oom"));
+    QString error;
+    QVERIFY(!panel.explainFile(dir.filePath("missing.log"), &error));
+    QVERIFY(error.contains("missing.log"));
+}
+
+void TestDiagnosticsPanel::verdictBesideStartAndForcedLaunch()
+{
+    QTemporaryDir dir;
+    // A model folder whose config has fewer positions than the run's sequence.
+    {
+        QFile f(dir.filePath("config.json"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"n_positions": 16})");
+    }
+    ConfigDocument doc;
+    doc.loadText(exampleText(), "default.json");
+    doc.setValues({{"train.init_from", QJsonValue(dir.path())}, {"train.steps", QJsonValue(2)},
+                   {"optim.warmup_steps", QJsonValue(0)}, {"device", QJsonValue("cpu")}});
+    DiagnosticsPanel panel(&doc);
+    RunPanel run;
+    run.setDatabasePath(dir.filePath("runs.db"));
+    connect(&panel, &DiagnosticsPanel::launchVerdictChanged, &run, &RunPanel::setPreflightVerdict);
+    run.setConfig(doc.config(), {});
+    panel.waitForPreflight();
+    QVERIFY2(run.preflightLabel()->text().contains("error"), qPrintable(run.preflightLabel()->text()));
+    QVERIFY(run.preflightLabel()->text().contains("Sequence longer than the model"));
+
+    // Declined: nothing starts, nothing is stored.
+    QStringList asked;
+    run.setOverrideQuestion([&](const QString& findings) {
+        asked << findings;
+        return false;
+    });
+    QSignalSpy finished(&run, &RunPanel::runningChanged);
+    run.start();
+    QTRY_VERIFY_WITH_TIMEOUT(!run.isRunning() && asked.size() == 1, 60000);
+    QVERIFY(asked.front().contains("Sequence longer"));
+    {
+        RunStore store(dir.filePath("runs.db").toStdString());
+        QVERIFY(store.listRuns().empty());
+    }
+    // Confirmed: the run starts, the override is stored with it, and its failure is explained.
+    run.setOverrideQuestion([](const QString&) { return true; });
+    QSignalSpy outcomes(&run, &RunPanel::runFinished);
+    run.start();
+    QVERIFY(outcomes.wait(120000));
+    const auto outcome = outcomes.takeFirst().at(0).value<tb::SessionOutcome>();
+    QCOMPARE(outcome.status, RunStatus::Failed);
+    QVERIFY(!outcome.failureFindings.empty());
+    RunStore store(dir.filePath("runs.db").toStdString());
+    const auto sets = store.findings(outcome.runId);
+    QCOMPARE(sets.size(), std::size_t(2));
+    QCOMPARE(sets[0].source, std::string("preflight"));
+    QVERIFY(sets[0].overridden);
+    QVERIFY(sets[0].findingsJson.find("sequence_too_long") != std::string::npos);
+    QCOMPARE(sets[1].source, std::string("failure"));
+    bool overrideEvent = false;
+    for (const auto& e : store.events(outcome.runId)) overrideEvent |= e.kind == "preflight_override";
+    QVERIFY(overrideEvent);
+}
+
+QTEST_MAIN(TestDiagnosticsPanel)
+#include "tst_diagnostics_panel.moc"

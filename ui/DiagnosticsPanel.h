@@ -1,0 +1,99 @@
+#pragma once
+// The Diagnostics panel: preflight findings for the current config (against
+// the target GPU, and for a launch here), the explanation of the last failed
+// run, and a paste box / drop target that explains any log or traceback.
+// Each finding shows its cause, its fix and what its kind means; an
+// automatic fix edits the config. Preflight runs off the GUI thread, a
+// moment after the last edit.
+
+#include <QFutureWatcher>
+#include <QTimer>
+#include <QWidget>
+
+#include <vector>
+
+#include "diagnose/Finding.h"
+#include "gpu/Catalogue.h"
+
+class QLabel;
+class QPlainTextEdit;
+class QPushButton;
+class QTextBrowser;
+class QTreeWidget;
+
+namespace tb::ui {
+
+class ConfigDocument;
+
+class DiagnosticsPanel final : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit DiagnosticsPanel(ConfigDocument* document, QWidget* parent = nullptr);
+    ~DiagnosticsPanel() override;
+
+    void setTarget(const GpuTarget& target);
+    // A failed run's explanation (SessionOutcome::failureFindings).
+    void showFailure(qint64 runId, const std::vector<Finding>& findings);
+    // Explains text (pasted, dropped or read from a file) into its own group.
+    void explainText(const QString& text, const QString& source);
+    bool explainFile(const QString& path, QString* error = nullptr);
+    // Blocks (processing events) until the preflight in progress has finished.
+    void waitForPreflight();
+
+    const std::vector<Finding>& plannedFindings() const { return m_planned; }
+    const std::vector<Finding>& launchFindings() const { return m_launch; }
+    const std::vector<Finding>& explainedFindings() const { return m_explained; }
+    QTreeWidget* findingsView() const { return m_tree; }
+    QTextBrowser* detailsView() const { return m_details; }
+    QPushButton* applyFixButton() const { return m_apply; }
+    QPlainTextEdit* pasteBox() const { return m_paste; }
+    QPushButton* explainButton() const { return m_explain; }
+    // Selects the first finding of this kind; false when there is none.
+    bool selectKind(const QString& kind);
+
+Q_SIGNALS:
+    // The verdict of preflight for a launch on this machine: 0 clean, 1 warnings, 2 errors.
+    void launchVerdictChanged(const QString& text, int level);
+
+protected:
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+
+private:
+    struct Result {
+        std::vector<Finding> planned;
+        std::vector<Finding> launch;
+    };
+    void schedulePreflight();
+    void startPreflight();
+    void onPreflightDone();
+    void rebuild();
+    void showSelected();
+    void applySelectedFix();
+    const Finding* selectedFinding() const;
+
+    ConfigDocument* m_document;
+    GpuTarget m_target;
+    bool m_hasTarget = false;
+    QTimer m_debounce;
+    QFutureWatcher<Result> m_watcher;
+    bool m_checking = false; // until onPreflightDone has taken the result
+    bool m_pending = false;
+    std::vector<Finding> m_planned;
+    std::vector<Finding> m_launch;
+    std::vector<Finding> m_failure;
+    std::vector<Finding> m_explained;
+    qint64 m_failureRun = 0;
+    QString m_explainedSource;
+
+    QLabel* m_summary;
+    QTreeWidget* m_tree;
+    QTextBrowser* m_details;
+    QPushButton* m_apply;
+    QPlainTextEdit* m_paste;
+    QPushButton* m_explain;
+    QPushButton* m_openLog;
+};
+
+} // namespace tb::ui
