@@ -170,8 +170,6 @@ void TestCli::badInputExitsTwoWithOneMessage_data()
                                 << "is not a Trainbench experiment database";
     QTest::newRow("unwritable location") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "/proc/tb/exp.db"}
                                          << "choose another location with --db";
-    QTest::newRow("no such cuda device") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DB", "--device", "cuda:7"}
-                                         << "device \"cuda:7\"";
     QTest::newRow("not a device") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DB", "--device", "tpu"}
                                   << "device: must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"";
     QTest::newRow("bad steps") << QStringList{"train", "--config", "@DIR/tiny.json", "--db", "@DB", "--steps", "ten"}
@@ -565,6 +563,13 @@ void TestCli::preflightExplainAndForcedTrain()
     QCOMPARE(explained.first().toObject()["kind"].toString(), QString("device_side_assert"));
     QCOMPARE(cli({"explain", m_dir->filePath("absent.log")}).exitCode, 2);
     QCOMPARE(cli({"explain"}).exitCode, 2);
+
+    // A device this machine lacks is a preflight error: exit 3 with the finding, nothing stored.
+    writeConfig("tiny.json", kTiny);
+    r = cli({"train", "--config", m_dir->filePath("tiny.json"), "--db", m_db, "--device", "cuda:7"});
+    QCOMPARE(r.exitCode, 3);
+    QVERIFY2(r.err.contains("cuda_unavailable") && r.err.contains("\"cuda:7\""), qPrintable(r.err));
+    QVERIFY(!QFile::exists(m_db));
 
     // train: blocked by a preflight error (exit 3, nothing stored), then forced
     // (stored with the override; its failure explained and kept).

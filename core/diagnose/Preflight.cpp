@@ -373,9 +373,9 @@ std::vector<Finding> configIssueFindings(const std::vector<ConfigIssue>& issues)
     return out;
 }
 
-std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget& target)
+std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget& target, bool checkFiles)
 {
-    if (auto issues = validateConfig(config, true); !issues.empty()) return configIssueFindings(issues);
+    if (auto issues = validateConfig(config, checkFiles); !issues.empty()) return configIssueFindings(issues);
     std::vector<Finding> out;
     const Target resolved = resolveTarget(config, target, out);
     if (!resolved.known) {

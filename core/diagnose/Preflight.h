@@ -32,7 +32,9 @@ struct PreflightTarget {
 
 // Every finding for this config on this target, errors first. Config problems
 // (validateConfig) are findings too, so an invalid config is reported, not thrown.
-std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget& target);
+// Without checkFiles a missing data file is left to the run, which fails on it
+// and is stored as failed (a file may vanish between the check and the launch).
+std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget& target, bool checkFiles = true);
 
 // Findings for a config's validation problems: optim.lr -> learning_rate, data.path -> dataset_missing, ...
 std::vector<Finding> configIssueFindings(const std::vector<ConfigIssue>& issues);

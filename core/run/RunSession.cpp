@@ -112,7 +112,8 @@ std::vector<Finding> launchPreflight(const RunConfig& config)
 {
     PreflightTarget target;
     target.local = localMachine();
-    return runPreflight(config, target);
+    // A data file that vanished since the config was checked fails the run itself.
+    return runPreflight(config, target, false);
 }
 
 std::vector<Finding> explainFailure(const std::string& message, const RunConfig* config, const std::string& device)

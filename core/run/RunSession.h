@@ -44,7 +44,8 @@ private:
 
 // This machine as a launch sees it: LibTorch's CUDA, the driver's devices, host memory.
 LocalMachine localMachine();
-// Preflight of a config about to be launched here.
+// Preflight of a config about to be launched here (a missing data file is left
+// to the run, which fails on it and is stored as failed).
 std::vector<Finding> launchPreflight(const RunConfig& config);
 // A failure's text explained; with the config known, an out-of-memory finding
 // gains the batch the memory planner says fits on the device it ran on.
