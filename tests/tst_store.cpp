@@ -314,7 +314,7 @@ void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
                 "CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);"
                 "ALTER TABLE runs DROP COLUMN owner_pidns; ALTER TABLE runs DROP COLUMN estimated_peak_bytes; "
                 "ALTER TABLE runs DROP COLUMN estimate_json; ALTER TABLE runs DROP COLUMN measured_peak_bytes; "
-                "ALTER TABLE runs DROP COLUMN note; DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; "
+                "ALTER TABLE runs DROP COLUMN note; DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; DROP TABLE run_findings; "
                 "PRAGMA user_version=1;");
         db.exec("INSERT INTO metrics VALUES(1, 3, 'loss', 2.0, 1), (1, 3, 'loss', 1.5, 2), "
                 "(1, 2, 'mem_peak_bytes', 1500, 1), (1, 4, 'mem_peak_bytes', 1200, 1)");
@@ -673,7 +673,7 @@ void TestStore::olderSchemaIsReadWithoutMigrating()
         Database db(dbPath(), Database::Mode::ReadWrite);
         db.exec("ALTER TABLE runs DROP COLUMN estimated_peak_bytes; ALTER TABLE runs DROP COLUMN estimate_json; "
                 "ALTER TABLE runs DROP COLUMN measured_peak_bytes; ALTER TABLE runs DROP COLUMN note; "
-                "DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; PRAGMA user_version=2; "
+                "DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; DROP TABLE run_findings; PRAGMA user_version=2; "
                 "PRAGMA wal_checkpoint(TRUNCATE);");
     }
     const auto before = fileBytes(dbPath());

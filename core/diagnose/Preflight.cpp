@@ -232,7 +232,10 @@ std::int64_t initFromPositions(const RunConfig& c)
 void dataRules(const RunConfig& c, std::vector<Finding>& out)
 {
     const int seq = effectiveSeqLen(c);
-    if (const auto positions = initFromPositions(c); positions > 0 && seq > positions) {
+    // Only a learned position table has a hard end; rotary and sinusoidal
+    // positions extend past max_position_embeddings (quality aside).
+    const bool learned = c.model.type == "gpt" && c.model.positionalEncoding == "learned";
+    if (const auto positions = learned ? initFromPositions(c) : 0; positions > 0 && seq > positions) {
         auto f = make("sequence_too_long", Severity::Error, "Sequence longer than the model's positions",
                       "data.seq_len is " + std::to_string(seq) + ", but the model in train.init_from has "
                           + std::to_string(positions) + " positions; position ids past the table index out of range "
