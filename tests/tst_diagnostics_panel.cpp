@@ -89,6 +89,7 @@ void TestDiagnosticsPanel::pasteAndFilesAreExplained()
                                    "cuda:0, different from other tensors on cpu (when checking argument for argument "
                                    "index in method wrapper_CUDA__index_select)");
     QTest::mouseClick(panel.explainButton(), Qt::LeftButton);
+    panel.waitForExplanation();
     QCOMPARE(panel.explainedFindings().front().kind, std::string("device_mismatch"));
     const QString details = panel.detailsView()->toPlainText();
     QVERIFY2(details.contains("cuda:0 and cpu meet at argument index of index_select"), qPrintable(details));
@@ -107,6 +108,7 @@ void TestDiagnosticsPanel::pasteAndFilesAreExplained()
                 "of 23.65 GiB of which 1.10 GiB is free.\n");
     }
     QVERIFY(panel.explainFile(log));
+    panel.waitForExplanation();
     QCOMPARE(panel.explainedFindings().front().kind, std::string("cuda_oom"));
     QString error;
     QVERIFY(!panel.explainFile(dir.filePath("missing.log"), &error));
@@ -134,6 +136,10 @@ void TestDiagnosticsPanel::verdictBesideStartAndForcedLaunch()
     panel.waitForPreflight();
     QVERIFY2(run.preflightLabel()->text().contains("error"), qPrintable(run.preflightLabel()->text()));
     QVERIFY(run.preflightLabel()->text().contains("Sequence longer than the model"));
+    run.resize(900, 600);
+    run.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&run));
+    run.grab().save(QDir::currentPath() + "/run-preflight-verdict.png");
 
     // Declined: nothing starts, nothing is stored.
     QStringList asked;

@@ -33,7 +33,6 @@ namespace {
 enum Group { Planned, Launch, Failure, Explained };
 constexpr int kGroupRole = Qt::UserRole;
 constexpr int kIndexRole = Qt::UserRole + 1;
-constexpr qint64 kMaxLogBytes = 4 << 20; // the explainer reads the last 4 MiB
 
 QIcon severityIcon(const QWidget* w, Severity s)
 {
@@ -140,6 +139,7 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     m_debounce.setInterval(250);
     connect(&m_debounce, &QTimer::timeout, this, &DiagnosticsPanel::startPreflight);
     connect(&m_watcher, &QFutureWatcher<Result>::finished, this, &DiagnosticsPanel::onPreflightDone);
+    connect(&m_explainWatcher, &QFutureWatcher<std::vector<Finding>>::finished, this, &DiagnosticsPanel::onExplained);
     connect(m_document, &ConfigDocument::changed, this, &DiagnosticsPanel::schedulePreflight);
     connect(m_tree, &QTreeWidget::currentItemChanged, this, &DiagnosticsPanel::showSelected);
     connect(m_apply, &QPushButton::clicked, this, &DiagnosticsPanel::applySelectedFix);
@@ -153,7 +153,11 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     schedulePreflight();
 }
 
-DiagnosticsPanel::~DiagnosticsPanel() { m_watcher.waitForFinished(); }
+DiagnosticsPanel::~DiagnosticsPanel()
+{
+    m_watcher.waitForFinished();
+    m_explainWatcher.waitForFinished();
+}
 
 void DiagnosticsPanel::setTarget(const GpuTarget& target)
 {
@@ -174,8 +178,10 @@ void DiagnosticsPanel::startPreflight()
     const std::optional<RunConfig> config = m_document->config();
     const std::vector<ConfigIssue> issues = m_document->issues();
     const std::optional<GpuTarget> target = m_hasTarget ? std::optional<GpuTarget>(m_target) : std::nullopt;
-    m_watcher.setFuture(QtConcurrent::run([config, issues, target] {
+    m_watcher.setFuture(QtConcurrent::run([config, issues, target, local = m_local] {
         Result r;
+        // The driver and LibTorch are asked once, not on every edit.
+        r.local = local ? *local : localMachine();
         if (!config) {
             r.planned = issues.empty() ? std::vector<Finding>{} : configIssueFindings(issues);
             r.launch = r.planned;
@@ -186,7 +192,7 @@ void DiagnosticsPanel::startPreflight()
             t.gpu = target;
             r.planned = runPreflight(*config, t);
         }
-        r.launch = launchPreflight(*config);
+        r.launch = launchPreflight(*config, r.local);
         return r;
     }));
 }
@@ -195,6 +201,7 @@ void DiagnosticsPanel::onPreflightDone()
 {
     m_checking = false;
     Result r = m_watcher.result();
+    m_local = r.local;
     m_planned = std::move(r.planned);
     m_launch = std::move(r.launch);
     rebuild();
@@ -222,6 +229,15 @@ void DiagnosticsPanel::waitForPreflight()
     }
 }
 
+void DiagnosticsPanel::waitForExplanation()
+{
+    while (m_explaining) {
+        QEventLoop loop;
+        QTimer::singleShot(10, &loop, &QEventLoop::quit);
+        loop.exec();
+    }
+}
+
 void DiagnosticsPanel::showFailure(qint64 runId, const std::vector<Finding>& findings)
 {
     m_failureRun = runId;
@@ -232,8 +248,21 @@ void DiagnosticsPanel::showFailure(qint64 runId, const std::vector<Finding>& fin
 
 void DiagnosticsPanel::explainText(const QString& text, const QString& source)
 {
-    m_explained = ErrorExplainer::bundled().explain(text.toStdString());
+    m_explainWatcher.waitForFinished(); // one explanation at a time; the newest wins
     m_explainedSource = source;
+    m_explaining = true;
+    m_explain->setEnabled(false);
+    m_explain->setText(tr("Explaining…"));
+    m_explainWatcher.setFuture(
+        QtConcurrent::run([text = text.toStdString()] { return ErrorExplainer::bundled().explain(text); }));
+}
+
+void DiagnosticsPanel::onExplained()
+{
+    m_explaining = false;
+    m_explained = m_explainWatcher.result();
+    m_explain->setEnabled(true);
+    m_explain->setText(tr("&Explain"));
     rebuild();
     // Select the primary finding of the explained group.
     for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
@@ -246,15 +275,14 @@ void DiagnosticsPanel::explainText(const QString& text, const QString& source)
 
 bool DiagnosticsPanel::explainFile(const QString& path, QString* error)
 {
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly)) {
-        if (error) *error = tr("Cannot read %1: %2").arg(path, file.errorString());
+    QString text;
+    try {
+        // A long log: its end holds the failure.
+        text = QString::fromStdString(readTextTail(QFile::encodeName(path).toStdString()));
+    } catch (const std::exception& e) {
+        if (error) *error = QString::fromStdString(e.what());
         return false;
     }
-    // A long log: its end holds the failure.
-    if (file.size() > kMaxLogBytes) file.seek(file.size() - kMaxLogBytes);
-    const QByteArray bytes = file.read(kMaxLogBytes);
-    const QString text = QString::fromUtf8(bytes);
     m_paste->setPlainText(text.size() > 200000 ? text.right(200000) : text);
     explainText(text, QFileInfo(path).fileName());
     return true;

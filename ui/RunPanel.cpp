@@ -205,7 +205,9 @@ void RunPanel::startForced()
 
 void RunPanel::setPreflightVerdict(const QString& text, int level)
 {
-    m_preflight->setText(text);
+    // Elided to leave the progress bar its room; the whole verdict is in the tooltip.
+    m_preflight->setText(m_preflight->fontMetrics().elidedText(text, Qt::ElideRight, 420));
+    m_preflight->setToolTip(text + tr("\nThe Diagnostics tab (Ctrl+4) lists every finding."));
     m_preflight->setStyleSheet(level >= 2 ? "color: #c0392b" : level == 1 ? "color: #b9770e" : "color: #1e8449");
 }
 

@@ -55,13 +55,11 @@ void TrainingWorker::startNew(const RunConfig& config, const QString& dbPath, bo
         session = std::make_unique<RunSession>(config, options);
     } catch (const PreflightError& e) {
         endExpectedRun();
-        QString text;
+        std::string text;
         for (const auto& f : e.findings()) {
-            if (f.severity == Severity::Error) {
-                text += QString::fromStdString("• " + f.title + ": " + f.cause + "\n  Fix: " + f.fix + "\n");
-            }
+            if (f.severity == Severity::Error) text += findingText(f);
         }
-        Q_EMIT refusedByPreflight(text.trimmed());
+        Q_EMIT refusedByPreflight(QString::fromStdString(text).trimmed());
         return;
     } catch (const std::exception& e) {
         endExpectedRun();

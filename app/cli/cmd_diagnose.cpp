@@ -1,8 +1,6 @@
 // trainbench-cli preflight / explain: the diagnostics on the command line.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "Command.h"
 #include "common/Errors.h"
@@ -14,8 +12,6 @@
 
 namespace tb::cli {
 namespace {
-
-constexpr std::size_t kMaxRead = 4u << 20; // the explainer reads the last 4 MiB
 
 void print(const std::vector<Finding>& findings, bool json)
 {
@@ -63,18 +59,11 @@ std::string readInput(const std::string& name)
         std::size_t n;
         while ((n = std::fread(buffer, 1, sizeof buffer, stdin)) > 0) {
             text.append(buffer, n);
-            if (text.size() > 2 * kMaxRead) text.erase(0, text.size() - kMaxRead);
+            if (text.size() > 2 * kExplainMaxBytes) text.erase(0, text.size() - kExplainMaxBytes);
         }
         return text;
     }
-    std::ifstream in(name, std::ios::binary);
-    if (!in) throw InputError("cannot read " + name + " (does it exist, and may this user read it?)");
-    in.seekg(0, std::ios::end);
-    const auto size = static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg()));
-    const std::size_t from = size > kMaxRead ? size - kMaxRead : 0;
-    in.seekg(static_cast<std::streamoff>(from));
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    return text;
+    return readTextTail(name);
 }
 
 int explain(const Args& args)

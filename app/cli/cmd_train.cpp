@@ -37,11 +37,7 @@ int train(const Args& args)
     try {
         session = std::make_unique<RunSession>(config, options);
     } catch (const PreflightError& e) {
-        std::fprintf(stderr, "trainbench-cli: preflight found errors; the run was not started:\n");
-        for (const auto& f : e.findings()) {
-            if (f.severity == Severity::Error) std::fprintf(stderr, "%s", findingText(f).c_str());
-        }
-        std::fprintf(stderr, "Fix the config, or launch anyway with --force (the override is stored with the run).\n");
+        std::fprintf(stderr, "trainbench-cli: %s\n", e.what());
         return kExitFindings;
     }
     for (const auto& f : session->preflight()) {

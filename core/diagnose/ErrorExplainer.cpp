@@ -3,17 +3,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <regex>
 
 #include <nlohmann/json.hpp>
 
+#include "common/ByteSize.h"
 #include "common/Errors.h"
 
 namespace tb {
 
 namespace {
 
-constexpr std::size_t kMaxText = 4u << 20; // read at most the last 4 MiB
 constexpr std::size_t kMaxLine = 2000;     // and at most this much of a line
 constexpr int kWindowLines = 4;            // a message may wrap over this many lines
 
@@ -35,7 +37,7 @@ std::string lower(std::string s)
 // control characters removed, each at most kMaxLine long.
 std::vector<std::string> cleanLines(const std::string& raw)
 {
-    const std::size_t start = raw.size() > kMaxText ? raw.size() - kMaxText : 0;
+    const std::size_t start = raw.size() > kExplainMaxBytes ? raw.size() - kExplainMaxBytes : 0;
     std::vector<std::string> lines(1);
     auto push = [&](char c) {
         if (lines.back().size() < kMaxLine) lines.back().push_back(c);
@@ -95,17 +97,6 @@ std::string operatorName(std::string op)
         while (op.size() > n && lower(op.substr(0, n)) == prefix) op.erase(0, n);
     }
     return op;
-}
-
-std::string bytesText(std::int64_t bytes)
-{
-    char text[48];
-    const double b = static_cast<double>(bytes);
-    if (b >= 1024.0 * 1024 * 1024) std::snprintf(text, sizeof text, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-    else if (b >= 1024.0 * 1024) std::snprintf(text, sizeof text, "%.2f MiB", b / (1024.0 * 1024));
-    else if (b >= 1024.0) std::snprintf(text, sizeof text, "%.2f KiB", b / 1024.0);
-    else std::snprintf(text, sizeof text, "%lld bytes", static_cast<long long>(bytes));
-    return text;
 }
 
 // Bounded repetitions keep the search linear on long runs of digits.
@@ -170,7 +161,7 @@ void deviceFacts(const std::string& w, Finding& f)
     }
 }
 
-void oomFacts(const std::string& w, Finding& f, const ExplainContext& context)
+void oomFacts(const std::string& w, Finding& f)
 {
     const OomFacts o = parseOomMessage(w);
     const auto put = [&](const char* key, std::int64_t v) {
@@ -187,22 +178,13 @@ void oomFacts(const std::string& w, Finding& f, const ExplainContext& context)
     if (!o.gpu.empty()) f.text["gpu"] = o.gpu;
     f.text["verdict"] = o.verdict;
     std::string facts;
-    if (o.requestedBytes >= 0) facts += "It tried to allocate " + bytesText(o.requestedBytes);
-    if (o.freeBytes >= 0) facts += std::string(facts.empty() ? "It had " : " with ") + bytesText(o.freeBytes) + " free";
-    if (o.totalBytes >= 0) facts += " of " + bytesText(o.totalBytes);
-    if (o.allocatedBytes >= 0) facts += "; PyTorch's tensors held " + bytesText(o.allocatedBytes);
-    if (o.reservedUnallocatedBytes > 0) facts += ", and " + bytesText(o.reservedUnallocatedBytes) + " more was reserved but unused";
-    if (o.otherProcessBytes > 0) facts += "; other processes held " + bytesText(o.otherProcessBytes);
+    if (o.requestedBytes >= 0) facts += "It tried to allocate " + byteSizeText(o.requestedBytes);
+    if (o.freeBytes >= 0) facts += std::string(facts.empty() ? "It had " : " with ") + byteSizeText(o.freeBytes) + " free";
+    if (o.totalBytes >= 0) facts += " of " + byteSizeText(o.totalBytes);
+    if (o.allocatedBytes >= 0) facts += "; PyTorch's tensors held " + byteSizeText(o.allocatedBytes);
+    if (o.reservedUnallocatedBytes > 0) facts += ", and " + byteSizeText(o.reservedUnallocatedBytes) + " more was reserved but unused";
+    if (o.otherProcessBytes > 0) facts += "; other processes held " + byteSizeText(o.otherProcessBytes);
     if (!facts.empty()) f.cause = facts + ". " + f.cause;
-    if (context.largestFittingBatch == 0) {
-        f.fix += " The memory planner says no batch fits this configuration on this GPU: shorten the sequence or "
-                 "use checkpointing or LoRA.";
-    } else if (context.largestFittingBatch > 0) {
-        f.numbers["fitting_batch"] = static_cast<double>(context.largestFittingBatch);
-        f.fix += " The memory planner says batch " + std::to_string(context.largestFittingBatch) + " fits";
-        if (context.configuredBatch > 0) f.fix += " (the run used " + std::to_string(context.configuredBatch) + ")";
-        f.fix += ".";
-    }
 }
 
 // The kernel's assertion is printed before the error that reports it.
@@ -221,6 +203,20 @@ void assertFacts(const std::vector<std::string>& lines, const std::vector<std::s
 int severityRank(Severity s) { return static_cast<int>(s); }
 
 } // namespace
+
+void addPlannerAnswer(Finding& f, const ExplainContext& context)
+{
+    if (f.kind != "cuda_oom") return;
+    if (context.largestFittingBatch == 0) {
+        f.fix += " The memory planner says no batch fits this configuration on this GPU: shorten the sequence or "
+                 "use checkpointing or LoRA.";
+    } else if (context.largestFittingBatch > 0) {
+        f.numbers["fitting_batch"] = static_cast<double>(context.largestFittingBatch);
+        f.fix += " The memory planner says batch " + std::to_string(context.largestFittingBatch) + " fits";
+        if (context.configuredBatch > 0) f.fix += " (the run used " + std::to_string(context.configuredBatch) + ")";
+        f.fix += ".";
+    }
+}
 
 struct ErrorExplainer::Entry {
     FindingKind kind;
@@ -329,6 +325,16 @@ OomFacts parseOomMessage(const std::string& raw)
     return o;
 }
 
+std::string readTextTail(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("cannot read " + path + " (does it exist, and may this user read it?)");
+    in.seekg(0, std::ios::end);
+    const auto size = static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg()));
+    in.seekg(static_cast<std::streamoff>(size > kExplainMaxBytes ? size - kExplainMaxBytes : 0));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 ErrorExplainer ErrorExplainer::fromJson(const std::string& json, const std::string& source)
 {
     ErrorExplainer e;
@@ -434,12 +440,13 @@ std::vector<Finding> ErrorExplainer::explain(const std::string& text, const Expl
         const std::string w = window(lines, h.lastLine);
         if (k.kind == "device_mismatch" || k.kind == "meta_tensor") deviceFacts(w, f);
         if (k.kind == "cuda_oom") {
-            oomFacts(w, f, context);
+            oomFacts(w, f);
             if (auto v = h.entry->verdictFixes.find(f.text["verdict"]); v != h.entry->verdictFixes.end()) {
                 f.fix = v->second + " " + f.fix;
             }
         }
         if (k.kind == "device_side_assert") assertFacts(lines, lowered, f);
+        addPlannerAnswer(f, context);
         findings.push_back(std::move(f));
     }
     if (findings.empty()) {

@@ -52,6 +52,14 @@ struct ExplainContext {
     std::int64_t configuredBatch = -1;
 };
 
+// An out-of-memory finding gains the memory planner's answer (no change to others).
+void addPlannerAnswer(Finding& finding, const ExplainContext& context);
+
+// The explainer reads at most this much of a text: its end, where a failure is.
+inline constexpr std::size_t kExplainMaxBytes = 4u << 20;
+// The last kExplainMaxBytes of a file. Throws InputError naming the file when it cannot be read.
+std::string readTextTail(const std::string& path);
+
 class ErrorExplainer final {
 public:
     // The bundled catalogue. Throws InputError when it is malformed (a build problem).
@@ -59,7 +67,7 @@ public:
     static ErrorExplainer fromJson(const std::string& json, const std::string& source);
 
     // Findings for a text, the primary first; one "unknown" finding when
-    // nothing matches. Bounded: reads at most the last 4 MiB of the text and
+    // nothing matches. Bounded: reads at most the last kExplainMaxBytes of the text and
     // at most 2,000 characters of each line; any bytes are accepted.
     std::vector<Finding> explain(const std::string& text, const ExplainContext& context = {}) const;
     const std::vector<FindingKind>& kinds() const { return m_kinds; }

@@ -8,18 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/ByteSize.h"
 #include "memory/Estimator.h"
 
 namespace tb {
 
 namespace {
-
-std::string gib(std::int64_t bytes)
-{
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-    return text;
-}
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
@@ -62,17 +56,13 @@ Target resolveTarget(const RunConfig& c, const PreflightTarget& t, std::vector<F
         target.label = "this machine's CPU";
         target.memoryBytes = local.hostMemoryBytes;
     };
-    if (c.device == "cpu") {
+    if (c.device == "cpu" || (c.device == "auto" && local.torchCudaDevices <= 0)) {
         cpu();
         return target;
     }
-    if (c.device == "auto") {
-        if (local.torchCudaDevices <= 0) {
-            cpu();
-            return target;
-        }
-    } else {
-        const int index = c.device == "cuda" ? 0 : std::atoi(c.device.c_str() + 5);
+    // "auto" with a GPU and "cuda" mean cuda:0.
+    const int index = c.device.rfind("cuda:", 0) == 0 ? std::atoi(c.device.c_str() + 5) : 0;
+    if (c.device != "auto") {
         if (!local.torchBuiltWithCuda || local.torchCudaDevices <= 0) {
             auto f = make("cuda_unavailable", Severity::Error, "No usable CUDA here",
                           std::string("device ") + quoted(c.device) + " asks for a GPU, but "
@@ -100,7 +90,6 @@ Target resolveTarget(const RunConfig& c, const PreflightTarget& t, std::vector<F
             return target;
         }
     }
-    const int index = c.device == "auto" || c.device == "cuda" ? 0 : std::atoi(c.device.c_str() + 5);
     target.gpu = target.known = true;
     target.label = "cuda:" + std::to_string(index);
     for (const auto& d : local.devices) {
@@ -298,7 +287,7 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
     std::sort(terms.begin(), terms.end(), [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
     std::string dominant;
     for (std::size_t i = 0; i < terms.size() && i < 3; ++i) {
-        dominant += (i ? ", " : "") + terms[i].name + " " + gib(terms[i].bytes);
+        dominant += (i ? ", " : "") + terms[i].name + " " + byteSizeText(terms[i].bytes);
     }
     char percent[16];
     std::snprintf(percent, sizeof percent, "%.0f%%", 100.0 * use);
@@ -306,19 +295,15 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
     Finding f = make(over ? "memory_over_budget" : "memory_near_budget", over ? Severity::Error : Severity::Warning,
                      over ? "The memory estimate does not fit " + target.label
                           : "The memory estimate leaves little room on " + target.label,
-                     "The planner's estimate peaks at " + gib(e.peakBytes) + " during " + e.peakPhase + ", " + percent
-                         + " of the " + gib(target.memoryBytes) + " usable; the largest terms: " + dominant + ".",
+                     "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + " during " + e.peakPhase + ", " + percent
+                         + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + ".",
                      "");
     f.numbers["estimated_peak_bytes"] = static_cast<double>(e.peakBytes);
     f.numbers["usable_bytes"] = static_cast<double>(target.memoryBytes);
     f.text["dominant_terms"] = dominant;
     const auto budget = target.memoryBytes;
     const std::int64_t batch = largestBatch(arch, setup, budget);
-    std::int64_t seqFit = 0;
-    {
-        auto s = setup;
-        seqFit = largestSequence(arch, s, budget);
-    }
+    const std::int64_t seqFit = largestSequence(arch, setup, budget);
     f.numbers["largest_batch"] = static_cast<double>(batch);
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
     const int effective = c.train.batchSize * c.train.gradAccum;

@@ -87,11 +87,11 @@ std::string memoryEstimateWarning(std::int64_t estimatedBytes, std::int64_t meas
 
 PreflightError::PreflightError(std::vector<Finding> findings)
     : InputError([&] {
-          std::string text = "preflight found errors; the run was not started:";
+          std::string text = "preflight found errors; the run was not started:\n";
           for (const auto& f : findings) {
-              if (f.severity == Severity::Error) text += "\n  " + f.title + " [" + f.kind + "]: " + f.cause + " Fix: " + f.fix;
+              if (f.severity == Severity::Error) text += findingText(f);
           }
-          return text + "\n(launch anyway with --force, or fix the config)";
+          return text + "Fix the config, or launch anyway with --force (the override is stored with the run).";
       }()),
       m_findings(std::move(findings))
 {
@@ -108,29 +108,29 @@ LocalMachine localMachine()
     return m;
 }
 
-std::vector<Finding> launchPreflight(const RunConfig& config)
+std::vector<Finding> launchPreflight(const RunConfig& config) { return launchPreflight(config, localMachine()); }
+
+std::vector<Finding> launchPreflight(const RunConfig& config, const LocalMachine& local)
 {
     PreflightTarget target;
-    target.local = localMachine();
+    target.local = local;
     // A data file that vanished since the config was checked fails the run itself.
     return runPreflight(config, target, false);
 }
 
 std::vector<Finding> explainFailure(const std::string& message, const RunConfig* config, const std::string& device)
 {
-    const auto& explainer = ErrorExplainer::bundled();
-    auto findings = explainer.explain(message);
-    if (config && !findings.empty() && findings.front().kind == "cuda_oom") {
+    auto findings = ErrorExplainer::bundled().explain(message);
+    auto& primary = findings.front();
+    const auto total = primary.numbers.find("total_bytes");
+    if (config && primary.kind == "cuda_oom" && device.rfind("cuda", 0) == 0 && total != primary.numbers.end()) {
         // The planner's answer for the GPU it ran on, within the memory the message reports.
+        auto setup = setupFor(*config);
+        setup.gpu = true;
         ExplainContext context;
         context.configuredBatch = config->train.batchSize;
-        auto setup = setupFor(*config);
-        setup.gpu = device.rfind("cuda", 0) == 0;
-        const auto total = findings.front().numbers.find("total_bytes");
-        if (setup.gpu && total != findings.front().numbers.end()) {
-            context.largestFittingBatch = largestBatch(architectureFor(*config), setup, static_cast<std::int64_t>(total->second));
-            findings = explainer.explain(message, context);
-        }
+        context.largestFittingBatch = largestBatch(architectureFor(*config), setup, static_cast<std::int64_t>(total->second));
+        addPlannerAnswer(primary, context);
     }
     return findings;
 }
