@@ -343,6 +343,11 @@ void ExperimentPanel::updateEstimate()
         m_estimate->setText(tr("Memory estimate: once the config is valid."));
         return;
     }
+    if (!plannableModel(*config)) {
+        m_estimate->setText(tr("Memory estimate: the planner models the built-in architectures; a TorchScript "
+                               "model's memory is measured as it trains."));
+        return;
+    }
     const auto arch = architectureFor(*config);
     auto setup = setupFor(*config);
     const auto cpu = estimateMemory(arch, setup);

@@ -128,6 +128,9 @@ const RunTableModel::Derived& RunTableModel::derived(int row) const
         Derived d;
         try {
             const auto config = parseConfig(m_runs[static_cast<std::size_t>(row)].configJson, "stored config");
+            if (!plannableModel(config)) {
+                d.model = QString("torchscript · %1").arg(QFileInfo(QString::fromStdString(config.model.path)).fileName());
+            } else {
             d.parameters = parameterCount(architectureFor(config), config.lora.rank,
                                           loraProjections(config.model.type, config.lora.targets));
             d.model = QString("%1 %2x%3 · %4")
@@ -136,6 +139,7 @@ const RunTableModel::Derived& RunTableModel::derived(int row) const
                           .arg(config.model.dModel)
                           .arg(d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
                                                        : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
+            }
         } catch (const std::exception&) {
             d.model = tr("(unreadable config)");
         }

@@ -444,6 +444,11 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                 : tr("The experiment's config is not valid JSON yet.");
             return std::nullopt;
         }
+        if (!plannableModel(*config)) {
+            *why = tr("The experiment is a TorchScript model: the planner models the built-in and published "
+                      "architectures. Its memory is measured as it trains.");
+            return std::nullopt;
+        }
         if (config->data.source == "text") config->data.seqLen = seqLen();
         plan.arch = architectureFor(*config);
         plan.setup = setupFor(*config);

@@ -1,5 +1,6 @@
-// trainbench-cli preflight / explain: the diagnostics on the command line.
+// trainbench-cli preflight / explain / audit: the diagnostics on the command line.
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 
 #include "Command.h"
@@ -9,6 +10,7 @@
 #include "diagnose/Preflight.h"
 #include "gpu/Catalogue.h"
 #include "run/RunSession.h"
+#include "train/DeviceAudit.h"
 
 namespace tb::cli {
 namespace {
@@ -31,7 +33,9 @@ int preflight(const Args& args)
     else target.local = localMachine();
     std::vector<Finding> findings;
     try {
-        findings = runPreflight(loadConfigFile(*path), target);
+        const auto config = loadConfigFile(*path);
+        target.model = inspectModelFile(config); // a TorchScript model's vocabulary
+        findings = runPreflight(config, target);
     } catch (const ConfigError& e) {
         // An invalid config is the first finding, not a crash of the check.
         findings = configIssueFindings(e.issues());
@@ -83,6 +87,50 @@ int explain(const Args& args)
     print(findings, args.flag("--json"));
     return kExitOk;
 }
+
+int audit(const Args& args)
+{
+    const auto path = args.value("--config");
+    if (!path) throw InputError("'audit' needs --config FILE");
+    const auto config = loadConfigFile(*path);
+    const auto report = auditDevices(config, args.value("--device").value_or(""));
+    if (args.flag("--json")) {
+        std::cout << report.toJson() << "\n";
+        return report.flagged() > 0 ? kExitFindings : kExitOk;
+    }
+    std::cout << *path << ": " << report.model << ", " << report.tensors.size() << " tensors audited for "
+              << report.target
+              << (report.moved ? " (the model was moved there)"
+                               : " (judged: " + report.target + " is not on this machine; parameters and buffers "
+                                 "follow the move, nothing else does)")
+              << "\n";
+    const bool all = args.flag("--all");
+    std::size_t width = 0;
+    for (const auto& e : report.tensors) {
+        if (all || !e.ok) width = std::max(width, e.path.size());
+    }
+    for (const auto& e : report.tensors) {
+        if (!all && e.ok) continue;
+        std::cout << (e.ok ? "  ok    " : "  WRONG ") << std::left << std::setw(static_cast<int>(width)) << e.path << "  "
+                  << std::setw(15) << e.kind << " " << std::setw(8) << e.dtype << " " << e.device
+                  << (e.ok ? "" : " (expected " + e.expectedDevice + ")") << "\n";
+        if (!e.ok) std::cout << "        " << e.cause << "\n";
+    }
+    if (report.flagged() == 0) std::cout << "Every tensor is on " << report.target << ".\n";
+    else std::cout << report.flagged() << " tensor(s) are not on " << report.target << ".\n";
+    return report.flagged() > 0 ? kExitFindings : kExitOk;
+}
+
+const CommandRegistration auditCommand{Command{
+    "audit",
+    "Check that every tensor a training step touches will be on the run's device.",
+    "--config FILE [--device D] [--json] [--all]",
+    {{"--config", true, "the experiment config (JSON); a torchscript model is loaded from model.path", "FILE"},
+     {"--device", true, "the device to audit for (cpu, cuda, cuda:N, auto); default: the config's. A GPU this "
+                        "machine lacks is judged, not moved to", "D"},
+     {"--json", false, "print {\"tensors\": [...], \"flagged\": N}"},
+     {"--all", false, "list every tensor, not only the misplaced ones"}},
+    &audit}};
 
 const CommandRegistration preflightCommand{Command{
     "preflight",

@@ -13,8 +13,13 @@ int validate(const Args& args)
     const auto path = args.value("--config");
     if (!path) throw InputError("'validate' needs --config FILE");
     const RunConfig c = loadConfigFile(*path);
-    std::cout << *path << ": valid. \"" << c.name << "\": " << c.model.type << " " << c.model.nLayer << " layers, d_model "
-              << c.model.dModel << ", " << c.model.positionalEncoding << " positions; data " << c.data.source
+    std::cout << *path << ": valid. \"" << c.name << "\": ";
+    if (c.model.type == "torchscript") std::cout << "torchscript model " << c.model.path;
+    else {
+        std::cout << c.model.type << " " << c.model.nLayer << " layers, d_model " << c.model.dModel << ", "
+                  << c.model.positionalEncoding << " positions";
+    }
+    std::cout << "; data " << c.data.source
               << ", " << effectiveSeqLen(c) << " tokens; batch " << c.train.batchSize << " x accum "
               << c.train.gradAccum << ", " << c.train.steps << " steps, " << c.optim.optimizer << " lr "
               << c.optim.lr << ", precision " << c.train.precision << ", device " << c.device << "\n";

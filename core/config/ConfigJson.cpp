@@ -235,6 +235,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
     top.section("model", [&](const json& v, const std::string& p) {
         SectionReader r(p, issues, bad);
         r.text("type", c.model.type);
+        r.text("path", c.model.path);
         r.integer("n_layer", c.model.nLayer);
         r.integer("d_model", c.model.dModel);
         r.integer("n_head", c.model.nHead);
@@ -390,6 +391,7 @@ std::string configToJson(const RunConfig& c)
                   {"tie_embeddings", c.model.tieEmbeddings}};
     json data = {{"source", c.data.source}, {"val_fraction", c.data.valFraction}};
     if (c.data.source == "addition") data["digits"] = c.data.digits;
+    if (!c.model.path.empty()) j["model"]["path"] = c.model.path;
     if (!c.data.path.empty()) data["path"] = c.data.path;
     if (c.data.seqLen > 0) data["seq_len"] = c.data.seqLen;
     j["data"] = data;

@@ -114,7 +114,27 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     }
 
     const auto& m = c.model;
-    check.oneOf("model.type", m.type, {"gpt", "llama"});
+    check.oneOf("model.type", m.type, {"gpt", "llama", "torchscript"});
+    if (m.type == "torchscript") {
+        if (m.path.empty()) {
+            check.add("model.path", "a torchscript model needs the file of the saved module (torch.jit.save), e.g. "
+                                    "\"model.pt\"");
+        } else if (checkFiles) {
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            const std::string path = resolvedModelPath(c);
+            if (!fs::exists(path, ec)) check.add("model.path", "file not found: " + path);
+            else if (!fs::is_regular_file(path, ec)) check.add("model.path", "is not a regular file: " + path);
+        }
+        if (c.lora.rank > 0) check.add("lora.rank", "LoRA adapters are for the built-in models; use 0 with a torchscript model");
+        if (c.train.activationCheckpointing) {
+            check.add("train.activation_checkpointing", "is for the built-in models; a torchscript model runs its own forward");
+        }
+        if (!c.train.initFrom.empty()) check.add("train.init_from", "is for the built-in models; a torchscript model brings its weights");
+    } else if (!m.path.empty()) {
+        check.add("model.path", "is only used with model.type \"torchscript\"; remove it or set the type");
+    }
+    if (m.path.size() > 4096) check.add("model.path", "must be at most 4096 characters");
     check.intRange("model.n_layer", m.nLayer, 1, 256);
     check.intRange("model.d_model", m.dModel, 8, 16384);
     check.intRange("model.n_head", m.nHead, 1, 256);

@@ -53,6 +53,15 @@ std::string resolvedDataPath(const RunConfig& config)
     return p.lexically_normal().string();
 }
 
+std::string resolvedModelPath(const RunConfig& config)
+{
+    namespace fs = std::filesystem;
+    if (config.model.path.empty()) return {};
+    fs::path p(config.model.path);
+    if (p.is_relative() && !config.baseDir.empty()) p = fs::path(config.baseDir) / p;
+    return p.lexically_normal().string();
+}
+
 int effectiveSeqLen(const RunConfig& config)
 {
     if (config.data.seqLen > 0) return config.data.seqLen;

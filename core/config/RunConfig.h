@@ -10,7 +10,11 @@
 namespace tb {
 
 struct ModelConfig {
-    std::string type = "gpt"; // gpt | llama
+    // gpt | llama (built in) | torchscript (a user's scripted causal LM in `path`:
+    // forward(int64 token ids [batch, seq]) -> logits [batch, seq, vocab]; the
+    // size fields below do not apply to it)
+    std::string type = "gpt";
+    std::string path; // torchscript: the saved module (torch.jit.save); relative to the config's folder
     int nLayer = 2;
     int dModel = 128;
     int nHead = 4;
@@ -120,6 +124,11 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
 RunConfig loadConfigFile(const std::string& path);
 // data.path made absolute against baseDir; empty for the bundled sample text.
 std::string resolvedDataPath(const RunConfig& config);
+// model.path made absolute against baseDir; empty unless set.
+std::string resolvedModelPath(const RunConfig& config);
+// Whether the memory planner models this config's architecture (the built-in
+// families; a TorchScript model is only measured).
+inline bool plannableModel(const RunConfig& config) { return config.model.type != "torchscript"; }
 // Every problem of an already-built config (ranges, combinations). Empty = valid.
 // With checkFiles, data.path must name an existing file.
 std::vector<ConfigIssue> validateConfig(const RunConfig& config, bool checkFiles = true);

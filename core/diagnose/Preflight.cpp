@@ -272,8 +272,45 @@ void dataRules(const RunConfig& c, std::vector<Finding>& out)
     }
 }
 
+void modelFileRules(const RunConfig& c, const std::optional<ModelFileFacts>& facts, std::vector<Finding>& out)
+{
+    if (!facts) return;
+    if (!facts->loadError.empty()) {
+        out.push_back(make("model_unusable", Severity::Error, "The TorchScript model cannot be used", facts->loadError,
+                           "Save the model with torch.jit.save(torch.jit.script(model), path) and point model.path at "
+                           "it; its forward takes int64 token ids [batch, seq] and returns logits [batch, seq, vocab]."));
+        return;
+    }
+    const bool logitsShort = facts->vocabSize > 0 && facts->maxTokenId >= facts->vocabSize;
+    if (!facts->lookupOutOfRange && !logitsShort) return;
+    const std::string data = c.data.source == "text" ? "byte-level text" : "the " + c.data.source + " task";
+    auto f = make("token_id_out_of_vocab", Severity::Error, "Token ids beyond the model's vocabulary",
+                  "The data (" + data + ") feeds token ids up to " + std::to_string(facts->maxTokenId) + ", but "
+                      + (facts->lookupOutOfRange
+                             ? "the model's embedding has fewer rows: a forward of that id fails with \""
+                                   + facts->lookupError + "\""
+                             : "the model's logits have only " + std::to_string(facts->vocabSize)
+                                   + " classes, so the loss indexes past them")
+                      + ". On a GPU the same lookup stops the run with \"device-side assert triggered\".",
+                  "Give the model a vocabulary of at least " + std::to_string(facts->maxTokenId + 1)
+                      + " (resize the embedding and the output layer), or train it on data whose ids fit.");
+    f.numbers["max_token_id"] = static_cast<double>(facts->maxTokenId);
+    if (facts->vocabSize > 0) f.numbers["vocab_size"] = static_cast<double>(facts->vocabSize);
+    out.push_back(std::move(f));
+}
+
 void memoryRules(const RunConfig& c, const Target& target, const std::string& precision, std::vector<Finding>& out)
 {
+    if (!plannableModel(c)) {
+        if (target.known) {
+            out.push_back(make("memory_not_planned", Severity::Info, "Memory is not planned for a TorchScript model",
+                               "The planner models the built-in and published architectures; a TorchScript model "
+                               "is a program it cannot read.",
+                               "Measure it: trainbench-cli measure runs a few steps and reports the peak, and the Run "
+                               "panel shows memory live."));
+        }
+        return;
+    }
     if (!target.known || target.memoryBytes <= 0) return;
     const auto arch = architectureFor(c);
     auto setup = setupFor(c);
@@ -376,6 +413,7 @@ std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget
     attentionRule(config, resolved, out);
     setupRules(config, out);
     dataRules(config, out);
+    modelFileRules(config, target.model, out);
     memoryRules(config, resolved, precision, out);
     std::stable_sort(out.begin(), out.end(),
                      [](const Finding& a, const Finding& b) { return static_cast<int>(a.severity) > static_cast<int>(b.severity); });

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "config/ModelFileFacts.h"
 #include "config/RunConfig.h"
 #include "diagnose/Finding.h"
 #include "gpu/Catalogue.h"
@@ -28,6 +29,9 @@ struct LocalMachine {
 struct PreflightTarget {
     std::optional<GpuTarget> gpu;      // plan for this GPU (overrides the local device)
     std::optional<LocalMachine> local; // check the local machine (at launch, or without a GPU named)
+    // A TorchScript model's facts (inspectModelFile, which loads it); without
+    // them its vocabulary is not checked.
+    std::optional<ModelFileFacts> model;
 };
 
 // Every finding for this config on this target, errors first. Config problems

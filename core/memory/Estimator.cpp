@@ -1023,6 +1023,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
 
 ArchitectureSpec architectureFor(const RunConfig& c)
 {
+    if (!plannableModel(c)) {
+        throw InputError("the memory planner models the built-in architectures (gpt, llama) and published ones; a "
+                         "torchscript model's memory is measured while it trains (trainbench-cli measure)");
+    }
     ArchitectureSpec a;
     a.name = c.name;
     a.family = c.model.type;

@@ -114,6 +114,7 @@ std::vector<Finding> launchPreflight(const RunConfig& config, const LocalMachine
 {
     PreflightTarget target;
     target.local = local;
+    target.model = inspectModelFile(config);
     // A data file that vanished since the config was checked fails the run itself.
     return runPreflight(config, target, false);
 }
@@ -123,7 +124,7 @@ std::vector<Finding> explainFailure(const std::string& message, const RunConfig*
     auto findings = ErrorExplainer::bundled().explain(message);
     auto& primary = findings.front();
     const auto total = primary.numbers.find("total_bytes");
-    if (config && primary.kind == "cuda_oom" && device.rfind("cuda", 0) == 0 && total != primary.numbers.end()) {
+    if (config && plannableModel(*config) && primary.kind == "cuda_oom" && device.rfind("cuda", 0) == 0 && total != primary.numbers.end()) {
         // The planner's answer for the GPU it ran on, within the memory the message reports.
         auto setup = setupFor(*config);
         setup.gpu = true;
@@ -257,8 +258,18 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         }
     }
     // Every failure is explained the same way and kept with the run.
-    const auto explain = [&](const std::string& message, const std::string& device) {
+    const auto explain = [&](const std::string& message, const std::string& device,
+                             const std::optional<DeviceMeeting>& meeting) {
         outcome.failureFindings = explainFailure(message, &m_config, device);
+        auto& primary = outcome.failureFindings.front();
+        if (meeting && (primary.kind == "device_mismatch" || primary.kind == "meta_tensor")) {
+            // The run-time locator's answer: the first module where two devices meet.
+            primary.cause += " " + meeting->text();
+            primary.text["module"] = meeting->module;
+            primary.text["tensor"] = meeting->tensor;
+            primary.text["tensor_device"] = meeting->tensorDevice;
+            primary.text["activations_device"] = meeting->inputDevice;
+        }
         try {
             retryWhileBusy([&] {
                 m_store->addFindings({m_runId, "failure", wallClockNow(), false, findingsToJson(outcome.failureFindings, false)});
@@ -280,7 +291,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         } catch (const std::exception& e) {
             outcome.message += " (and the run could not be marked failed: " + std::string(e.what()) + ")";
         }
-        explain(message, m_config.device);
+        explain(message, m_config.device, std::nullopt);
         if (callbacks.onEvent) callbacks.onEvent({"error", kind, message});
         return outcome;
     };
@@ -323,7 +334,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         // after its checkpoint dropped (that many steps will be re-run).
         if (resuming) m_store->truncateMetricsAfter(m_runId, m_resumeStep);
         m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
-        if (!m_options.bare) {
+        if (!m_options.bare && plannableModel(m_config)) {
             m_estimate = launchEstimate(m_config, trainer->device(), trainer->precision());
             m_store->setEstimate(m_runId, m_estimate->tensorPeakBytes, estimateJson(*m_estimate));
             outcome.estimatedPeakBytes = m_estimate->tensorPeakBytes;
@@ -421,7 +432,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
     outcome.steadyTokensPerSecond = result.steadyTokensPerSecond;
     outcome.lostValues = lost;
     if (!writerError.empty()) outcome.message += "; metrics incomplete: " + writerError;
-    if (outcome.status == RunStatus::Failed) explain(result.message, trainer->device());
+    if (outcome.status == RunStatus::Failed) explain(result.message, trainer->device(), result.deviceMeeting);
     try {
         retryWhileBusy([&] {
             m_store->markEnded(m_runId, outcome.status,

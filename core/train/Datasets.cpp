@@ -262,6 +262,8 @@ std::string TextDataset::describe() const
         + std::to_string(m_trainEnd) + " for training), vocab 256, " + std::to_string(m_seqLen) + " tokens per example";
 }
 
+int datasetVocabSize(const RunConfig& config) { return config.data.source == "addition" ? 13 : 256; }
+
 std::unique_ptr<Dataset> makeDataset(const RunConfig& config)
 {
     const auto& d = config.data;

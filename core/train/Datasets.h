@@ -47,6 +47,8 @@ public:
 
 // Throws InputError (e.g. unreadable or too short text file).
 std::unique_ptr<Dataset> makeDataset(const RunConfig& config);
+// The vocabulary of the dataset a config names, without reading its data.
+int datasetVocabSize(const RunConfig& config);
 
 // Addition: "a+b=" followed by the digits of a+b, least significant first,
 // then an end marker. Reversing the answer lets a causal model produce each

@@ -11,7 +11,8 @@
 namespace tb {
 
 struct ModelOptions {
-    std::string type = "gpt"; // gpt | llama
+    std::string type = "gpt"; // gpt | llama | torchscript
+    std::string scriptPath;   // torchscript: the saved module
     int vocabSize = 256;
     int maxLen = 64;
     int nLayer = 2;

@@ -4,6 +4,7 @@
 
 #include "train/Gpt.h"
 #include "train/Llama.h"
+#include "train/ScriptedModel.h"
 
 namespace tb {
 
@@ -37,11 +38,17 @@ double learningRateAt(int step, int totalSteps, int warmupSteps, double peak, bo
 
 ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
 {
+    return modelOptionsFor(config, data.vocabSize(), data.seqLen());
+}
+
+ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
+{
     ModelOptions o;
     const auto& m = config.model;
     o.type = m.type;
-    o.vocabSize = data.vocabSize();
-    o.maxLen = data.seqLen();
+    o.scriptPath = resolvedModelPath(config);
+    o.vocabSize = vocabSize;
+    o.maxLen = seqLen;
     o.nLayer = m.nLayer;
     o.dModel = m.dModel;
     o.nHead = m.nHead;
@@ -65,6 +72,7 @@ ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
 std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options)
 {
     if (options.type == "llama") return std::make_shared<LlamaImpl>(options);
+    if (options.type == "torchscript") return std::make_shared<ScriptedLmImpl>(options);
     return std::make_shared<GptImpl>(options);
 }
 

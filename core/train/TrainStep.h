@@ -22,9 +22,11 @@ double maskedTokenCount(const std::vector<Batch>& microBatches);
 // Linear warmup, then cosine decay to 10% of the peak (or constant).
 double learningRateAt(int step, int totalSteps, int warmupSteps, double peak, bool cosine);
 
-// Model options for a config and a dataset.
+// Model options for a config and a dataset (its vocabulary and sequence length).
 ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data);
-// The model a config describes (GPT or Llama family), freshly initialised.
+ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen);
+// The model a config describes (GPT or Llama family), freshly initialised, or
+// the TorchScript model in options.scriptPath (loaded; throws InputError).
 std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options);
 
 // Clips the global L2 norm of the gradients to maxNorm (no clipping when

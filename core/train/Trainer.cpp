@@ -19,6 +19,7 @@
 #include "train/Datasets.h"
 #include "train/LossScaler.h"
 #include "train/ModelIo.h"
+#include "train/ScriptedModel.h"
 #include "train/Threads.h"
 #include "train/TorchCompat.h"
 #include "train/TrainStep.h"
@@ -144,6 +145,8 @@ struct Trainer::Impl {
     DynamicLossScaler scaler;
     int startStep = 0;
     std::string lastCheckpoint;
+    std::vector<AuditEntry> flagged; // the device audit before step 1
+    torch::Tensor lastInputs;        // of the latest forward, for the device-mismatch locator
 
     bool autocast() const { return precision == "bf16" || precision == "fp16"; }
     at::ScalarType autocastDtype() const { return precision == "bf16" ? torch::kBFloat16 : torch::kHalf; }
@@ -167,6 +170,7 @@ struct Trainer::Impl {
         double lossSum = 0, tokens = 0, exact = 0, examples = 0;
         for (const auto& cpuBatch : validation) {
             const auto batch = cpuBatch.to(torchDevice);
+            lastInputs = batch.inputs;
             torch::Tensor logits;
             {
                 compat::AutocastScope scope(torchDevice.type(), autocast(), autocastDtype());
@@ -369,8 +373,17 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     }
     m->prepareCheckpointDir();
     m->model->freezeBaseForLora();
-    m->model->to(m->torchDevice);
+    if (config.model.type == "torchscript") {
+        // Tensor by tensor: a meta tensor stays where it is, and the audit below names it.
+        moveModel(*m->model, m->torchDevice);
+    } else {
+        m->model->to(m->torchDevice);
+    }
     m->model->train();
+    const std::string optimizerState = config.optim.optimizer == "sgd" ? (config.optim.momentum > 0 ? "sgd" : "none") : "adamw";
+    for (auto& e : auditModel(*m->model, m->device, true, optimizerState)) {
+        if (!e.ok && e.kind != "optimizer_state") m->flagged.push_back(std::move(e));
+    }
     // AdamW decays weight matrices only: not biases or norm gains, and not
     // embedding tables unless optim.decay_embeddings says so.
     std::vector<torch::Tensor> decay, noDecay;
@@ -407,6 +420,7 @@ const std::string& Trainer::device() const { return m->device; }
 const std::string& Trainer::precision() const { return m->precision; }
 int Trainer::startStep() const { return m->startStep; }
 std::string Trainer::datasetDescription() const { return m->data->describe(); }
+const std::vector<AuditEntry>& Trainer::auditFindings() const { return m->flagged; }
 
 std::int64_t Trainer::parameterCount() const
 {
@@ -448,6 +462,16 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
              + ", precision " + m->precision + ", " + std::to_string(parameterCount()) + " parameters ("
              + std::to_string(trainableParameterCount()) + " trainable), " + m->data->describe());
     if (m->validation.empty()) emit("warning", "validation", "the validation split is empty; no validation loss will be reported");
+    if (!m->flagged.empty()) {
+        std::string list;
+        for (std::size_t i = 0; i < m->flagged.size() && i < 4; ++i) {
+            list += (i ? "; " : "") + m->flagged[i].path + " (" + m->flagged[i].kind + ", " + m->flagged[i].device + ")";
+        }
+        if (m->flagged.size() > 4) list += "; and " + std::to_string(m->flagged.size() - 4) + " more";
+        emit("warning", "device_audit",
+             std::to_string(m->flagged.size()) + " tensor(s) will not follow the model to a device: " + list
+                 + ". Register them as parameters or buffers (trainbench-cli audit lists each with its cause)");
+    }
 
     const std::string memoryDevice = m->options.measureMemory ? m->device : std::string();
     const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen();
@@ -498,6 +522,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             lossAccumulator = torch::Tensor();
             for (const auto& cpuBatch : micro) {
                 const auto batch = cpuBatch.to(m->torchDevice);
+                m->lastInputs = batch.inputs;
                 torch::Tensor loss;
                 {
                     compat::AutocastScope scope(m->torchDevice.type(), m->autocast(), m->autocastDtype());
@@ -605,12 +630,19 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     } catch (const c10::Error& e) {
         result.status = TrainResult::Status::Failed;
         result.message = firstLine(e.what_without_backtrace());
-        emit("error", "exception", result.message);
     } catch (const std::exception& e) {
         result.status = TrainResult::Status::Failed;
-        result.message = e.what();
-        emit("error", "exception", result.message);
+        // A TorchScript model's errors come as the interpreter's traceback; its last line is the error.
+        result.message = errorSummary(e.what());
     }
+    if (result.status == TrainResult::Status::Failed && isDeviceMismatchText(result.message) && m->lastInputs.defined()) {
+        try {
+            result.deviceMeeting = locateDeviceMeeting(*m->model, m->lastInputs);
+        } catch (const std::exception&) {
+            // The locator is a help; the failure stands without it.
+        }
+    }
+    if (result.status == TrainResult::Status::Failed) emit("error", "exception", result.message);
     return result;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/RunConfig.h"
+#include "train/DeviceAudit.h"
 #include "gpu/Discovery.h"
 
 namespace tb {
@@ -86,6 +87,8 @@ struct TrainResult {
     // of the last one (0 when fewer than 12 steps ran): the figure benchmarks report.
     double steadyTokensPerSecond = 0;
     std::vector<PhaseMemory> phaseMemory; // with TrainerOptions::recordPhaseMemory
+    // A failure by a device mismatch: where the devices met (re-run with per-module checks).
+    std::optional<DeviceMeeting> deviceMeeting;
 };
 
 // "auto" -> "cuda" where LibTorch sees a GPU, else "cpu". Throws InputError
@@ -119,6 +122,9 @@ public:
     std::int64_t trainableParameterCount() const;
     int startStep() const; // > 0 after a resume
     std::string datasetDescription() const;
+    // The device audit of the model as it sits on its device before step 1:
+    // the entries that are not where they should be.
+    const std::vector<AuditEntry>& auditFindings() const;
     // Named parameters' values after training, for tests (CPU copies).
     std::vector<std::pair<std::string, std::vector<float>>> parameterValues() const;
 
