@@ -3,7 +3,12 @@
 // preflight errors from the Run panel.
 #include <QtTest>
 
+#include <QCheckBox>
+#include <QComboBox>
 #include <QFile>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QTemporaryDir>
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -11,6 +16,7 @@
 #include <QTreeWidget>
 
 #include "ConfigDocument.h"
+#include "ScriptFixtures.h"
 #include "DiagnosticsPanel.h"
 #include "RunPanel.h"
 #include "diagnose/ErrorExplainer.h"
@@ -36,6 +42,8 @@ bool has(const std::vector<Finding>& findings, const std::string& kind)
     return false;
 }
 
+bool cudaUsableHere() { return torch::cuda::is_available(); }
+
 } // namespace
 
 class TestDiagnosticsPanel final : public QObject {
@@ -45,7 +53,48 @@ private Q_SLOTS:
     void preflightFollowsEditsAndAppliesFixes();
     void pasteAndFilesAreExplained();
     void verdictBesideStartAndForcedLaunch();
+    void auditTableListsMisplacedTensors();
 };
+
+// Story 1 on a laptop: the audit for the GPU the run will rent lists the
+// plain tensor attributes that will stay behind, and only them by default.
+void TestDiagnosticsPanel::auditTableListsMisplacedTensors()
+{
+    QTemporaryDir dir;
+    const QString model = dir.filePath("story1.pt");
+    fixtures::scriptedLm(fixtures::ScriptVariant::PlainTensor).save(model.toStdString());
+    ConfigDocument doc;
+    doc.loadText(QString(R"({"name": "own model", "device": "cpu", "model": {"type": "torchscript", "path": "%1"},
+                             "data": {"source": "text", "seq_len": 32}})").arg(model),
+                 "own.json");
+    DiagnosticsPanel panel(&doc);
+    panel.resize(1100, 700);
+    panel.waitForPreflight();
+    QVERIFY(has(panel.launchFindings(), "memory_not_planned"));
+    for (const auto& f : panel.launchFindings()) QVERIFY2(f.severity != Severity::Error, f.kind.c_str());
+    panel.runAudit(cudaUsableHere() ? "cpu" : "cuda:0");
+    panel.waitForAudit();
+    QVERIFY(panel.auditReport());
+    QCOMPARE(panel.auditReport()->flagged(), 4);
+    QCOMPARE(panel.auditTable()->rowCount(), 4);
+    QCOMPARE(panel.auditTable()->item(0, 0)->text(), QString("blocks.0.pe.position_scaling"));
+    QCOMPARE(panel.auditTable()->item(0, 1)->text(), QString("attribute"));
+    QVERIFY(panel.auditTable()->item(0, 5)->text().contains("neither parameter nor buffer"));
+    panel.tools()->setCurrentIndex(1);
+    QCOMPARE(panel.auditDeviceBox()->currentText(), QString(cudaUsableHere() ? "cpu" : "cuda:0"));
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    panel.auditTable()->setCurrentCell(1, 0);
+    QVERIFY(panel.detailsView()->toPlainText().contains("Register it as a parameter"));
+    panel.grab().save(QDir::currentPath() + "/diagnostics-audit.png");
+    panel.onlyMisplacedBox()->setChecked(false);
+    QCOMPARE(panel.auditTable()->rowCount(), static_cast<int>(panel.auditReport()->tensors.size()));
+    // A device name that is not one: one sentence, no table.
+    panel.runAudit("tpu:0");
+    panel.waitForAudit();
+    QVERIFY(!panel.auditReport());
+    QCOMPARE(panel.auditTable()->rowCount(), 0);
+}
 
 void TestDiagnosticsPanel::preflightFollowsEditsAndAppliesFixes()
 {

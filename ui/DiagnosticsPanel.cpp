@@ -1,5 +1,7 @@
 #include "DiagnosticsPanel.h"
 
+#include <QCheckBox>
+#include <QComboBox>
 #include <QDragEnterEvent>
 #include <QEventLoop>
 #include <QFile>
@@ -15,6 +17,8 @@
 #include <QPushButton>
 #include <QSplitter>
 #include <QStyle>
+#include <QTabWidget>
+#include <QTableWidget>
 #include <QTextBrowser>
 #include <QTreeWidget>
 #include <QVBoxLayout>
@@ -112,7 +116,6 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     auto* pasteBox = new QWidget(this);
     auto* pasteLayout = new QVBoxLayout(pasteBox);
     pasteLayout->setContentsMargins(0, 0, 0, 0);
-    pasteLayout->addWidget(plainLabel(this, tr("Explain a failure")));
     pasteLayout->addWidget(m_paste, 1);
     auto* pasteRow = new QHBoxLayout;
     pasteRow->addWidget(m_openLog);
@@ -120,9 +123,52 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     pasteRow->addWidget(m_explain);
     pasteLayout->addLayout(pasteRow);
 
+    // The device audit: every tensor a step touches, against the run's device.
+    m_auditDevice = new QComboBox(this);
+    m_auditDevice->setEditable(true);
+    m_auditDevice->addItem(tr("the config's device"), QString());
+    m_auditDevice->addItem(QStringLiteral("cuda:0"), QStringLiteral("cuda:0"));
+    m_auditDevice->addItem(QStringLiteral("cpu"), QStringLiteral("cpu"));
+    m_auditDevice->setToolTip(tr("The device the run will train on. A GPU this machine lacks is judged: parameters "
+                                 "and buffers follow the model there, anything else stays where it is."));
+    m_auditButton = new QPushButton(tr("A&udit"), this);
+    m_auditButton->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
+    m_auditButton->setToolTip(tr("Build the model the config describes and check every tensor (Ctrl+Shift+A)"));
+    m_onlyMisplaced = new QCheckBox(tr("Only &misplaced"), this);
+    m_onlyMisplaced->setChecked(true);
+    m_auditSummary = plainLabel(this, tr("Audit the model for the device it will train on: parameters, buffers, a "
+                                         "TorchScript model's tensor attributes and the optimizer state."));
+    m_auditSummary->setWordWrap(true);
+    m_auditTable = new QTableWidget(0, 6, this);
+    m_auditTable->setHorizontalHeaderLabels({tr("Tensor"), tr("Kind"), tr("Dtype"), tr("Device"), tr("Expected"),
+                                             tr("Likely cause")});
+    m_auditTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_auditTable->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_auditTable->verticalHeader()->setVisible(false);
+    m_auditTable->horizontalHeader()->setStretchLastSection(true);
+    m_auditTable->setWordWrap(false);
+    m_auditTable->setTextElideMode(Qt::ElideRight);
+    m_auditTable->setAccessibleName(tr("Device audit"));
+    auto* auditBox = new QWidget(this);
+    auto* auditLayout = new QVBoxLayout(auditBox);
+    auditLayout->setContentsMargins(0, 0, 0, 0);
+    auto* auditRow = new QHBoxLayout;
+    auditRow->addWidget(plainLabel(this, tr("Device:")));
+    auditRow->addWidget(m_auditDevice);
+    auditRow->addWidget(m_auditButton);
+    auditRow->addStretch(1);
+    auditRow->addWidget(m_onlyMisplaced);
+    auditLayout->addLayout(auditRow);
+    auditLayout->addWidget(m_auditSummary);
+    auditLayout->addWidget(m_auditTable, 1);
+
+    m_tools = new QTabWidget(this);
+    m_tools->addTab(pasteBox, tr("Explain a failure"));
+    m_tools->addTab(auditBox, tr("Device audit"));
+
     auto* right = new QSplitter(Qt::Vertical, this);
     right->addWidget(detailsBox);
-    right->addWidget(pasteBox);
+    right->addWidget(m_tools);
     right->setStretchFactor(0, 3);
     right->setStretchFactor(1, 2);
     auto* split = new QSplitter(Qt::Horizontal, this);
@@ -149,14 +195,121 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
         QString error;
         if (!path.isEmpty() && !explainFile(path, &error)) plainWarning(this, tr("Explain a log file"), error);
     });
+    connect(&m_auditWatcher, &QFutureWatcher<AuditResult>::finished, this, &DiagnosticsPanel::onAudited);
+    connect(m_auditButton, &QPushButton::clicked, this, [this] {
+        const QVariant data = m_auditDevice->currentData();
+        // A typed device has no data (or text that differs from the item's).
+        const bool typed = m_auditDevice->currentIndex() < 0 || m_auditDevice->currentText() != m_auditDevice->itemText(m_auditDevice->currentIndex());
+        runAudit(typed ? m_auditDevice->currentText().trimmed() : data.toString());
+    });
+    connect(m_onlyMisplaced, &QCheckBox::toggled, this, &DiagnosticsPanel::fillAuditTable);
+    connect(m_auditTable, &QTableWidget::currentCellChanged, this, [this](int row) {
+        // The selected tensor's whole cause in the details pane.
+        if (row < 0 || !m_auditTable->item(row, 0)) return;
+        const auto cell = [&](int c) { return m_auditTable->item(row, c)->text().toHtmlEscaped(); };
+        m_apply->setEnabled(false);
+        m_details->setHtml(QStringLiteral("<h3>%1</h3><p>%2, %3: on <b>%4</b>, expected on <b>%5</b>.</p><p>%6</p>")
+                               .arg(cell(0), cell(1), cell(2), cell(3), cell(4), cell(5)));
+    });
+    connect(m_document, &ConfigDocument::changed, this, [this] {
+        if (m_audit) m_auditSummary->setText(tr("The config changed since this audit; audit again."));
+    });
     rebuild();
     schedulePreflight();
+}
+
+void DiagnosticsPanel::runAudit(const QString& device)
+{
+    if (m_auditing) return;
+    const std::optional<RunConfig> config = m_document->config();
+    if (!config) {
+        m_auditSummary->setText(tr("The config is not valid yet; the Findings list says what to correct."));
+        return;
+    }
+    // The box shows the device audited, whoever asked.
+    const int known = device.isEmpty() ? 0 : m_auditDevice->findData(device);
+    if (known >= 0) m_auditDevice->setCurrentIndex(known);
+    else m_auditDevice->setEditText(device);
+    m_auditing = true;
+    m_auditButton->setEnabled(false);
+    m_auditSummary->setText(tr("Building the model and auditing…"));
+    m_auditWatcher.setFuture(QtConcurrent::run([config, device = device.toStdString()] {
+        AuditResult r;
+        try {
+            r.report = auditDevices(*config, device);
+        } catch (const std::exception& e) {
+            r.error = QString::fromStdString(e.what());
+        }
+        return r;
+    }));
+}
+
+void DiagnosticsPanel::onAudited()
+{
+    m_auditing = false;
+    m_auditButton->setEnabled(true);
+    const AuditResult r = m_auditWatcher.result();
+    if (!r.report) {
+        m_audit.reset();
+        m_auditTable->setRowCount(0);
+        m_auditSummary->setText(tr("The audit could not run: %1").arg(r.error));
+        return;
+    }
+    m_audit = r.report;
+    const auto& a = *m_audit;
+    const QString target = QString::fromStdString(a.target);
+    QString text = a.flagged() == 0
+        ? tr("%1: all %n tensor(s) on %2.", nullptr, static_cast<int>(a.tensors.size())).arg(QString::fromStdString(a.model), target)
+        : tr("%1: %2 of %3 tensors will not be on %4.")
+              .arg(QString::fromStdString(a.model))
+              .arg(a.flagged())
+              .arg(a.tensors.size())
+              .arg(target);
+    text += ' ';
+    text += a.moved ? tr("The model was moved to %1 and checked there.").arg(target)
+                    : tr("%1 is not on this machine: judged as the trainer will move the model.").arg(target);
+    m_auditSummary->setText(text);
+    fillAuditTable();
+}
+
+void DiagnosticsPanel::fillAuditTable()
+{
+    m_auditTable->setRowCount(0);
+    if (!m_audit) return;
+    const bool only = m_onlyMisplaced->isChecked();
+    const QIcon wrong = style()->standardIcon(QStyle::SP_MessageBoxWarning);
+    for (const auto& e : m_audit->tensors) {
+        if (only && e.ok) continue;
+        const int row = m_auditTable->rowCount();
+        m_auditTable->insertRow(row);
+        const QStringList cells{QString::fromStdString(e.path), QString::fromStdString(e.kind), QString::fromStdString(e.dtype),
+                                QString::fromStdString(e.device), QString::fromStdString(e.expectedDevice),
+                                e.ok ? tr("ok") : QString::fromStdString(e.cause)};
+        for (int c = 0; c < cells.size(); ++c) {
+            auto* item = new QTableWidgetItem(cells[c]);
+            if (c == 5 && !e.ok) item->setToolTip(cells[c]);
+            if (c == 0 && !e.ok) item->setIcon(wrong);
+            m_auditTable->setItem(row, c, item);
+        }
+    }
+    // The cause takes what is left, elided; its tooltip has it whole.
+    for (int c = 0; c < 5; ++c) m_auditTable->resizeColumnToContents(c);
+}
+
+void DiagnosticsPanel::waitForAudit()
+{
+    while (m_auditing) {
+        QEventLoop loop;
+        QTimer::singleShot(10, &loop, &QEventLoop::quit);
+        loop.exec();
+    }
 }
 
 DiagnosticsPanel::~DiagnosticsPanel()
 {
     m_watcher.waitForFinished();
     m_explainWatcher.waitForFinished();
+    m_auditWatcher.waitForFinished();
 }
 
 void DiagnosticsPanel::setTarget(const GpuTarget& target)
@@ -190,6 +343,7 @@ void DiagnosticsPanel::startPreflight()
         if (target) {
             PreflightTarget t;
             t.gpu = target;
+            t.model = inspectModelFile(*config); // cached while the model file is unchanged
             r.planned = runPreflight(*config, t);
         }
         r.launch = launchPreflight(*config, r.local);

@@ -4,7 +4,8 @@
 // run, and a paste box / drop target that explains any log or traceback.
 // Each finding shows its cause, its fix and what its kind means; an
 // automatic fix edits the config. Preflight runs off the GUI thread, a
-// moment after the last edit.
+// moment after the last edit. The device audit tab lists every tensor a
+// step touches against the run's device (or the GPU it will rent).
 
 #include <QFutureWatcher>
 #include <QTimer>
@@ -17,9 +18,14 @@
 #include "diagnose/Finding.h"
 #include "diagnose/Preflight.h"
 #include "gpu/Catalogue.h"
+#include "train/DeviceAudit.h"
 
+class QCheckBox;
+class QComboBox;
 class QLabel;
 class QPlainTextEdit;
+class QTabWidget;
+class QTableWidget;
 class QPushButton;
 class QTextBrowser;
 class QTreeWidget;
@@ -57,6 +63,16 @@ public:
     // Selects the first finding of this kind; false when there is none.
     bool selectKind(const QString& kind);
 
+    // The device audit of the current config for `device` ("" = the config's
+    // device; a GPU this machine lacks is judged), off the GUI thread.
+    void runAudit(const QString& device = QString());
+    void waitForAudit();
+    const std::optional<DeviceAuditReport>& auditReport() const { return m_audit; }
+    QTableWidget* auditTable() const { return m_auditTable; }
+    QCheckBox* onlyMisplacedBox() const { return m_onlyMisplaced; }
+    QComboBox* auditDeviceBox() const { return m_auditDevice; }
+    QTabWidget* tools() const { return m_tools; }
+
 Q_SIGNALS:
     // The verdict of preflight for a launch on this machine: 0 clean, 1 warnings, 2 errors.
     void launchVerdictChanged(const QString& text, int level);
@@ -79,6 +95,8 @@ private:
     void showSelected();
     void applySelectedFix();
     const Finding* selectedFinding() const;
+    void onAudited();
+    void fillAuditTable();
 
     ConfigDocument* m_document;
     GpuTarget m_target;
@@ -86,6 +104,13 @@ private:
     QTimer m_debounce;
     QFutureWatcher<Result> m_watcher;
     QFutureWatcher<std::vector<Finding>> m_explainWatcher;
+    struct AuditResult {
+        std::optional<DeviceAuditReport> report;
+        QString error;
+    };
+    QFutureWatcher<AuditResult> m_auditWatcher;
+    bool m_auditing = false;
+    std::optional<DeviceAuditReport> m_audit;
     std::optional<LocalMachine> m_local;
     bool m_checking = false; // until onPreflightDone has taken the result
     bool m_pending = false;
@@ -104,6 +129,12 @@ private:
     QPlainTextEdit* m_paste;
     QPushButton* m_explain;
     QPushButton* m_openLog;
+    QTabWidget* m_tools;
+    QComboBox* m_auditDevice;
+    QPushButton* m_auditButton;
+    QCheckBox* m_onlyMisplaced;
+    QLabel* m_auditSummary;
+    QTableWidget* m_auditTable;
 };
 
 } // namespace tb::ui
