@@ -472,6 +472,22 @@ void TestDiagnose::localDeviceChecks()
     QVERIFY(find(runPreflight(c, oneGpu), "bf16_unsupported"));
     // A target GPU named for planning is checked without any local GPU.
     QVERIFY(!find(runPreflight(c, gpu("A100")), "cuda_unavailable"));
+
+    // A launch here gets the memory that is free now, not the card's total.
+    c = defaultConfig();
+    c.device = "cuda:0";
+    const auto peak = estimateMemory(architectureFor(c), [&] {
+        auto s = setupFor(c);
+        s.gpu = true;
+        return s;
+    }()).peakBytes;
+    QVERIFY(!find(runPreflight(c, oneGpu), "memory_over_budget"));
+    oneGpu.local->devices[0].usage = DeviceUsage{peak / 2, t4.totalBytes - peak / 2};
+    findings = runPreflight(c, oneGpu);
+    const auto* f = find(findings, "memory_over_budget");
+    QVERIFY2(f, kinds(findings).c_str());
+    QVERIFY2(f->title.find("already in use") != std::string::npos, f->title.c_str());
+    QCOMPARE(f->numbers.at("usable_bytes"), static_cast<double>(peak / 2));
 }
 
 void TestDiagnose::sequenceLongerThanThePositions()

@@ -97,6 +97,13 @@ Target resolveTarget(const RunConfig& c, const PreflightTarget& t, std::vector<F
         target.label += " (" + d.name + ")";
         if (d.cc.known()) target.cc = d.cc;
         target.memoryBytes = d.totalBytes;
+        // A launch here gets what is free now: memory other processes hold
+        // (NVML's figure) is not the run's to use.
+        if (d.usage && d.usage->freeBytes > 0 && d.usage->freeBytes < d.totalBytes) {
+            const auto held = d.totalBytes - d.usage->freeBytes;
+            target.memoryBytes = d.usage->freeBytes;
+            if (held > d.totalBytes / 20) target.label += ", " + byteSizeText(held) + " of it already in use";
+        }
     }
     return target;
 }
