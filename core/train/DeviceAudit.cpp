@@ -107,8 +107,7 @@ DeviceAuditReport auditDevices(const RunConfig& config, const std::string& devic
         moveModel(*model, torch::Device(target));
         report.moved = true;
     }
-    const std::string optimizer = config.optim.optimizer == "sgd" ? (config.optim.momentum > 0 ? "sgd" : "none") : "adamw";
-    report.tensors = auditModel(*model, target, report.moved, optimizer);
+    report.tensors = auditModel(*model, target, report.moved, optimizerStateOf(config));
     return report;
 }
 

@@ -258,6 +258,12 @@ std::vector<AuditEntry> auditModel(CausalLmImpl& model, const std::string& targe
     return out;
 }
 
+std::string optimizerStateOf(const RunConfig& config)
+{
+    if (config.optim.optimizer != "sgd") return "adamw";
+    return config.optim.momentum > 0 ? "sgd" : "none";
+}
+
 bool isDeviceMismatchText(const std::string& message)
 {
     for (const char* marker : {"Expected all tensors to be on the same device", "found at least two devices",

@@ -46,8 +46,11 @@ private:
 // be after the move (parameters and buffers follow it, nothing else does).
 // Optimizer state is listed per trainable parameter as the trainer creates it:
 // beside its parameter.
+// `optimizer` names the state it keeps: optimizerStateOf(config), or "none".
 std::vector<AuditEntry> auditModel(CausalLmImpl& model, const std::string& target, bool moved,
                                    const std::string& optimizer);
+// "adamw" (exp_avg, exp_avg_sq), "sgd" (momentum_buffer) or "none" (SGD without momentum).
+std::string optimizerStateOf(const RunConfig& config);
 
 // Moves every parameter and buffer to `device` one by one (a meta tensor, which
 // has no data to copy, stays where it is). Returns the paths that could not move

@@ -146,7 +146,9 @@ struct Trainer::Impl {
     int startStep = 0;
     std::string lastCheckpoint;
     std::vector<AuditEntry> flagged; // the device audit before step 1
-    torch::Tensor lastInputs;        // of the latest forward, for the device-mismatch locator
+    // The latest forward's token ids as the data gave them (on the CPU, so
+    // holding them costs no device memory), for the device-mismatch locator.
+    torch::Tensor lastInputs;
 
     bool autocast() const { return precision == "bf16" || precision == "fp16"; }
     at::ScalarType autocastDtype() const { return precision == "bf16" ? torch::kBFloat16 : torch::kHalf; }
@@ -169,8 +171,8 @@ struct Trainer::Impl {
         model->eval();
         double lossSum = 0, tokens = 0, exact = 0, examples = 0;
         for (const auto& cpuBatch : validation) {
+            lastInputs = cpuBatch.inputs;
             const auto batch = cpuBatch.to(torchDevice);
-            lastInputs = batch.inputs;
             torch::Tensor logits;
             {
                 compat::AutocastScope scope(torchDevice.type(), autocast(), autocastDtype());
@@ -187,6 +189,7 @@ struct Trainer::Impl {
             }
         }
         model->train();
+        lastInputs = torch::Tensor();
         EvalMetrics m;
         m.step = step;
         m.valLoss = tokens > 0 ? lossSum / tokens : 0.0;
@@ -380,9 +383,8 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
         m->model->to(m->torchDevice);
     }
     m->model->train();
-    const std::string optimizerState = config.optim.optimizer == "sgd" ? (config.optim.momentum > 0 ? "sgd" : "none") : "adamw";
-    for (auto& e : auditModel(*m->model, m->device, true, optimizerState)) {
-        if (!e.ok && e.kind != "optimizer_state") m->flagged.push_back(std::move(e));
+    for (auto& e : auditModel(*m->model, m->device, true, "none")) {
+        if (!e.ok) m->flagged.push_back(std::move(e));
     }
     // AdamW decays weight matrices only: not biases or norm gains, and not
     // embedding tables unless optim.decay_embeddings says so.
@@ -521,8 +523,8 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             const double normalizer = maskedTokenCount(micro);
             lossAccumulator = torch::Tensor();
             for (const auto& cpuBatch : micro) {
+                m->lastInputs = cpuBatch.inputs;
                 const auto batch = cpuBatch.to(m->torchDevice);
-                m->lastInputs = batch.inputs;
                 torch::Tensor loss;
                 {
                     compat::AutocastScope scope(m->torchDevice.type(), m->autocast(), m->autocastDtype());
@@ -558,6 +560,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                          + fixed(m->scaler.currentScale(), 0));
             }
             phaseEnd(2, "optimizer");
+            m->lastInputs = torch::Tensor(); // kept only while a step may fail, not as memory between steps
             if (phases && m->options.recordPhaseMemory) {
                 result.phaseMemory.insert(result.phaseMemory.end(), phase.begin(), phase.end());
             }
@@ -637,7 +640,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     }
     if (result.status == TrainResult::Status::Failed && isDeviceMismatchText(result.message) && m->lastInputs.defined()) {
         try {
-            result.deviceMeeting = locateDeviceMeeting(*m->model, m->lastInputs);
+            result.deviceMeeting = locateDeviceMeeting(*m->model, m->lastInputs.to(m->torchDevice));
         } catch (const std::exception&) {
             // The locator is a help; the failure stands without it.
         }
