@@ -7,6 +7,7 @@
 #include <QtTest>
 
 #include <fstream>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -265,6 +266,40 @@ private Q_SLOTS:
         QCOMPARE(refused.front().kind, std::string("model_unusable"));
         QVERIFY(refused.front().cause.find("torch.jit.save") != std::string::npos);
         QVERIFY_THROWS_EXCEPTION(InputError, Trainer(bad, {}));
+    }
+
+    // Damaged model files (truncated, bytes flipped, random bytes): one clear
+    // error or a working model, never anything else.
+    void damagedModelFiles()
+    {
+        const auto good = save(ScriptVariant::Clean, "good.pt");
+        std::string bytes;
+        {
+            std::ifstream in(good, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(in), {});
+        }
+        std::mt19937 random(11);
+        int refused = 0;
+        for (int i = 0; i < 24; ++i) {
+            std::string damaged = bytes;
+            if (i % 3 == 0) damaged.resize(random() % bytes.size());
+            else if (i % 3 == 1) {
+                for (int k = 0; k < 16; ++k) damaged[random() % damaged.size()] = static_cast<char>(random());
+            } else {
+                damaged.resize(random() % 4096);
+                for (auto& c : damaged) c = static_cast<char>(random());
+            }
+            const auto path = m_dir.filePath(QString("damaged%1.pt").arg(i)).toStdString();
+            { std::ofstream(path, std::ios::binary) << damaged; }
+            try {
+                auditDevices(scripted(path), "cpu");
+            } catch (const InputError& e) {
+                ++refused;
+                QVERIFY2(std::string(e.what()).find("model.path: " + path) == 0, e.what());
+                QVERIFY2(std::string(e.what()).find("()") == std::string::npos, e.what());
+            }
+        }
+        QVERIFY(refused >= 12);
     }
 
     // The command line: exit 3 and the JSON the issue names when anything is flagged.

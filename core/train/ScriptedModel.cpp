@@ -114,7 +114,18 @@ void mirror(torch::nn::Module& into, const torch::jit::Module& from)
     }
 }
 
-std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+// The first line that says something (the interpreter's errors start with a blank one).
+std::string firstLine(const std::string& text)
+{
+    std::size_t start = 0;
+    while (start < text.size()) {
+        const auto end = std::min(text.find('\n', start), text.size());
+        const auto line = text.substr(start, end - start);
+        if (line.find_first_not_of(" \t\r") != std::string::npos) return line;
+        start = end + 1;
+    }
+    return "no reason given";
+}
 
 } // namespace
 
