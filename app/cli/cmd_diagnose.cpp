@@ -1,6 +1,5 @@
 // trainbench-cli preflight / explain / audit: the diagnostics on the command line.
 #include <cstdio>
-#include <iomanip>
 #include <iostream>
 
 #include "Command.h"
@@ -105,16 +104,12 @@ int audit(const Args& args)
                                  "follow the move, nothing else does)")
               << "\n";
     const bool all = args.flag("--all");
-    std::size_t width = 0;
-    for (const auto& e : report.tensors) {
-        if (all || !e.ok) width = std::max(width, e.path.size());
-    }
     for (const auto& e : report.tensors) {
         if (!all && e.ok) continue;
-        std::cout << (e.ok ? "  ok    " : "  WRONG ") << std::left << std::setw(static_cast<int>(width)) << e.path << "  "
-                  << std::setw(15) << e.kind << " " << std::setw(8) << e.dtype << " " << e.device
-                  << (e.ok ? "" : " (expected " + e.expectedDevice + ")") << "\n";
-        if (!e.ok) std::cout << "        " << e.cause << "\n";
+        // "blocks.3.pe.position_scaling: cpu, expected cuda:0 (attribute, float32)", then the cause.
+        std::cout << "  " << e.path << ": " << e.device << (e.ok ? "" : ", expected " + e.expectedDevice) << " ("
+                  << e.kind << ", " << e.dtype << ")\n";
+        if (!e.ok) std::cout << "      " << e.cause << "\n";
     }
     if (report.flagged() == 0) std::cout << "Every tensor is on " << report.target << ".\n";
     else std::cout << report.flagged() << " tensor(s) are not on " << report.target << ".\n";
