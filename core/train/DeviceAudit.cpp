@@ -145,11 +145,20 @@ std::optional<ModelFileFacts> inspectModelFile(const RunConfig& config)
         } catch (const InputError&) {
             throw;
         } catch (const std::exception& e) {
-            // Other failures (a device mismatch, say) are the audit's and the run's to report.
+            // A forward that cannot take token ids is unusable; other failures
+            // (a device mismatch, a forward that needs a GPU) are the audit's
+            // and the run's to report.
             const std::string text = e.what();
             if (text.find("index out of range") != std::string::npos || text.find("out of bounds") != std::string::npos) {
                 facts.lookupOutOfRange = true;
                 facts.lookupError = errorSummary(text);
+            }
+            for (const char* signature : {"is missing value for argument", "Expected a value of type", "expected at most"}) {
+                if (text.find(signature) != std::string::npos) {
+                    facts.loadError = "model.path: the TorchScript model's forward does not take one tensor of token "
+                                      "ids: " + errorSummary(text);
+                    break;
+                }
             }
         }
     } catch (const InputError& e) {
