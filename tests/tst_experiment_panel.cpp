@@ -28,6 +28,7 @@ private Q_SLOTS:
     void malformedJsonBlocksFormAndStart();
     void unsavedChangesMarkTheTitle();
     void nonUtf8ConfigIsRefusedUntouched();
+    void ownTorchScriptModel();
 
 private:
     QLineEdit* line(const QString& path) { return qobject_cast<QLineEdit*>(m_window->experimentPanel()->fieldEditor(path)); }
@@ -131,6 +132,29 @@ void TestExperimentPanel::nonUtf8ConfigIsRefusedUntouched()
     QCOMPARE(m_window->document()->text(), before);
     QVERIFY(file.open(QIODevice::ReadOnly));
     QCOMPARE(file.readAll(), bytes);
+}
+
+// Choosing torchscript asks for the model file; with it the config is valid
+// and the estimate line says the planner does not plan it.
+void TestExperimentPanel::ownTorchScriptModel()
+{
+    auto* type = qobject_cast<QComboBox*>(m_window->experimentPanel()->fieldEditor("model.type"));
+    QVERIFY(type);
+    type->setCurrentText("torchscript");
+    QCOMPARE(m_window->document()->value("model.type").toString(), QString("torchscript"));
+    QVERIFY(m_window->experimentPanel()->fieldMessage("model.path").contains("needs the file of the saved module"));
+    QVERIFY(!m_window->runPanel()->startButton()->isEnabled());
+    const QString model = m_dir->filePath("model.pt");
+    QFile f(model);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.close();
+    typeInto(line("model.path"), model);
+    QVERIFY(m_window->document()->isValid());
+    QVERIFY(m_window->experimentPanel()->fieldMessage("model.path").isEmpty());
+    QVERIFY(m_window->experimentPanel()->estimateText().contains("TorchScript"));
+    QVERIFY(!line("model.n_layer")->isEnabled()); // the built-in model's size does not apply
+    QVERIFY(line("lora.rank")->isEnabled());
+    m_window->grab().save(QDir::currentPath() + "/experiment-torchscript.png");
 }
 
 QTEST_MAIN(TestExperimentPanel)

@@ -62,6 +62,12 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     addField(form, tr("Name"), "name", Kind::Text);
     addField(form, tr("Device"), "device", Kind::Choice, {"auto", "cpu", "cuda", "cuda:0", "cuda:1"},
              tr("auto uses a CUDA GPU when LibTorch sees one, else the CPU"));
+    addField(form, tr("Model"), "model.type", Kind::Choice, {"gpt", "llama", "torchscript"},
+             tr("gpt or llama: built in, sized by the fields below; torchscript: your own scripted causal LM "
+                "from the model file"));
+    addField(form, tr("Model file (TorchScript)"), "model.path", Kind::Path, {},
+             tr("torchscript only: a module saved with torch.jit.save(torch.jit.script(model), path); forward "
+                "takes token ids [batch, seq] and returns logits [batch, seq, vocab]"));
     addField(form, tr("Layers"), "model.n_layer", Kind::Integer);
     addField(form, tr("Model width (d_model)"), "model.d_model", Kind::Integer);
     addField(form, tr("Attention heads"), "model.n_head", Kind::Integer);
@@ -91,6 +97,7 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     placeholder("model.n_head", QString::number(d.model.nHead));
     placeholder("data.digits", QString::number(d.data.digits));
     placeholder("data.path", tr("bundled sample text"));
+    placeholder("model.path", tr("only for model torchscript"));
     placeholder("data.seq_len", tr("64 for text; fixed for addition"));
     placeholder("train.batch_size", QString::number(d.train.batchSize));
     placeholder("train.steps", QString::number(d.train.steps));
@@ -197,11 +204,11 @@ void ExperimentPanel::addField(QFormLayout* form, const QString& label, const QS
         auto* edit = new QLineEdit(host);
         auto* browse = new QToolButton(host);
         browse->setText(tr("…"));
-        browse->setToolTip(tr("Choose a text file"));
+        browse->setToolTip(path == "model.path" ? tr("Choose a TorchScript model") : tr("Choose a text file"));
         h->addWidget(edit, 1);
         h->addWidget(browse);
         connect(edit, &QLineEdit::textEdited, this, edited);
-        connect(browse, &QToolButton::clicked, this, &ExperimentPanel::browseDataFile);
+        connect(browse, &QToolButton::clicked, this, [this, path] { browseFile(path); });
         field.editor = edit;
         rowLayout->addWidget(host);
         break;
@@ -260,14 +267,19 @@ void ExperimentPanel::fieldEdited(const Field& field)
     refreshFromDocument();
 }
 
-void ExperimentPanel::browseDataFile()
+void ExperimentPanel::browseFile(const QString& field)
 {
     const QString start = m_document->filePath().isEmpty() ? QString() : QFileInfo(m_document->filePath()).absolutePath();
-    const QString path = QFileDialog::getOpenFileName(this, tr("Choose a text file"), start,
-                                                      tr("Text files (*.txt *.md *.csv);;All files (*)"));
+    const bool model = field == "model.path";
+    const QString path = QFileDialog::getOpenFileName(this, model ? tr("Choose a TorchScript model") : tr("Choose a text file"),
+                                                      start,
+                                                      model ? tr("TorchScript modules (*.pt *.pth *.ts);;All files (*)")
+                                                            : tr("Text files (*.txt *.md *.csv);;All files (*)"));
     if (path.isEmpty()) return;
-    m_document->setValue("data.source", QString("text"));
-    m_document->setValue("data.path", path);
+    // Choosing the file chooses what it is for.
+    if (model) m_document->setValue("model.type", QString("torchscript"));
+    else m_document->setValue("data.source", QString("text"));
+    m_document->setValue(field, path);
 }
 
 void ExperimentPanel::refreshFromDocument()
@@ -283,12 +295,17 @@ void ExperimentPanel::refreshFromDocument()
     }
     const bool formUsable = m_document->jsonIsObject();
     QStringList unplaced;
-    // Fields that the chosen dataset ignores are shown but disabled.
+    // Fields that the chosen dataset or model ignores are shown but disabled.
     const bool addition = m_document->value("data.source").toString("addition") == "addition";
+    const bool scripted = m_document->value("model.type").toString() == "torchscript";
+    // (LoRA and checkpointing stay editable: set with a torchscript model they are errors to correct.)
+    static const QStringList builtInOnly{"model.n_layer", "model.d_model", "model.n_head", "model.positional_encoding"};
     for (auto& f : m_fields) {
-        const bool relevant = f.path == "data.digits" ? addition
-                                                      : (f.path == "data.path" || f.path == "data.seq_len") ? !addition
-                                                                                                            : true;
+        bool relevant = f.path == "data.digits" ? addition
+                                                : (f.path == "data.path" || f.path == "data.seq_len") ? !addition
+                                                                                                      : true;
+        if (f.path == "model.path") relevant = scripted;
+        else if (builtInOnly.contains(f.path)) relevant = !scripted;
         f.editor->setEnabled(formUsable && relevant);
         const QJsonValue v = m_document->value(f.path);
         switch (f.kind) {
@@ -344,8 +361,7 @@ void ExperimentPanel::updateEstimate()
         return;
     }
     if (!plannableModel(*config)) {
-        m_estimate->setText(tr("Memory estimate: the planner models the built-in architectures; a TorchScript "
-                               "model's memory is measured as it trains."));
+        m_estimate->setText(tr("Memory estimate: not planned for a TorchScript model; its memory is measured as it trains."));
         return;
     }
     const auto arch = architectureFor(*config);

@@ -50,7 +50,8 @@ private:
                   const QStringList& choices = {}, const QString& tip = {});
     void refreshFromDocument();
     void fieldEdited(const Field& field);
-    void browseDataFile();
+    // A file for a path field (data.path, model.path), which also sets what it is for.
+    void browseFile(const QString& field);
     void updateEstimate();
 
     ConfigDocument* m_document;
