@@ -131,14 +131,14 @@ const RunTableModel::Derived& RunTableModel::derived(int row) const
             if (!plannableModel(config)) {
                 d.model = QString("torchscript · %1").arg(QFileInfo(QString::fromStdString(config.model.path)).fileName());
             } else {
-            d.parameters = parameterCount(architectureFor(config), config.lora.rank,
-                                          loraProjections(config.model.type, config.lora.targets));
-            d.model = QString("%1 %2x%3 · %4")
-                          .arg(QString::fromStdString(config.model.type))
-                          .arg(config.model.nLayer)
-                          .arg(config.model.dModel)
-                          .arg(d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
-                                                       : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
+                d.parameters = parameterCount(architectureFor(config), config.lora.rank,
+                                              loraProjections(config.model.type, config.lora.targets));
+                d.model = QString("%1 %2x%3 · %4")
+                              .arg(QString::fromStdString(config.model.type))
+                              .arg(config.model.nLayer)
+                              .arg(config.model.dModel)
+                              .arg(d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
+                                                           : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
             }
         } catch (const std::exception&) {
             d.model = tr("(unreadable config)");
