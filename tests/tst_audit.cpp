@@ -269,18 +269,18 @@ private Q_SLOTS:
 
         // A forward that wants more than the token ids, and one that returns a
         // [batch, vocab] tensor: unusable, each with the reason.
-        torch::jit::Module twoArgs("TwoArgs");
-        twoArgs.register_parameter("w", torch::ones({256}), false);
-        twoArgs.define("def forward(self, tokens, mask):\n    return self.w.expand(tokens.size(0), tokens.size(1), 256)\n");
-        const auto twoPath = m_dir.filePath("two-args.pt").toStdString();
-        twoArgs.save(twoPath);
+        const auto saveForward = [&](const char* name, const std::string& forward) {
+            torch::jit::Module module(name);
+            module.register_parameter("w", torch::ones({256}), false);
+            module.define(forward);
+            const auto path = m_dir.filePath(QString(name) + ".pt").toStdString();
+            module.save(path);
+            return path;
+        };
+        const auto twoPath = saveForward("TwoArgs", "def forward(self, tokens, mask):\n    return self.w.expand(tokens.size(0), tokens.size(1), 256)\n");
         target.model = inspectModelFile(scripted(twoPath));
         QVERIFY2(target.model->loadError.find("does not take one tensor") != std::string::npos, target.model->loadError.c_str());
-        torch::jit::Module flat("Flat");
-        flat.register_parameter("w", torch::ones({256}), false);
-        flat.define("def forward(self, tokens):\n    return self.w.expand(tokens.size(0), 256)\n");
-        const auto flatPath = m_dir.filePath("flat.pt").toStdString();
-        flat.save(flatPath);
+        const auto flatPath = saveForward("Flat", "def forward(self, tokens):\n    return self.w.expand(tokens.size(0), 256)\n");
         target.model = inspectModelFile(scripted(flatPath));
         QVERIFY2(target.model->loadError.find("logits [batch, seq, vocab]") != std::string::npos, target.model->loadError.c_str());
         QCOMPARE(runPreflight(scripted(flatPath), target).front().kind, std::string("model_unusable"));
