@@ -1,4 +1,5 @@
 #include "memory/Estimator.h"
+#include "memory/Replay.h"
 
 #include <algorithm>
 #include <array>
@@ -6,77 +7,8 @@
 #include <string_view>
 
 namespace tb {
+using namespace memory_detail;
 namespace {
-
-// Where live bytes belong, for the breakdown at the peak.
-enum Cat { Weights, Gradients, OptimizerState, Data, Activations, AttentionMaps, Logits, Workspace, kCats };
-constexpr std::array<const char*, kCats> kCatNames{"weights",     "gradients", "optimizer_state", "data",
-                                                   "activations", "attention_maps", "logits",      "workspace"};
-
-// Replays the allocations and releases of one training step in the order
-// LibTorch makes them, tracking the bytes live and the peak.
-class Replay {
-public:
-    static constexpr std::array<const char*, 3> kPhases{"forward", "backward", "optimizer"};
-    // On a GPU every block the caching allocator hands out is a multiple of 512 bytes.
-    explicit Replay(std::int64_t granularity = 1, std::vector<std::int64_t>* trace = nullptr)
-        : m_granularity(granularity), m_trace(trace) {}
-    void phase(const char* name)
-    {
-        m_phase = 0;
-        while (m_phase + 1 < kPhases.size() && std::string_view(kPhases[m_phase]) != name) ++m_phase;
-        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
-    }
-    void add(Cat c, std::int64_t bytes)
-    {
-        bytes = round(bytes);
-        m_live[c] += bytes;
-        m_total += bytes;
-        ++m_calls;
-        if (m_trace) m_trace->push_back(m_total);
-        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
-        if (m_total > m_peak) {
-            m_peak = m_total;
-            m_atPeak = m_live;
-            m_peakPhase = m_phase;
-        }
-    }
-    void sub(Cat c, std::int64_t bytes)
-    {
-        bytes = round(bytes);
-        m_live[c] -= bytes;
-        m_total -= bytes;
-        ++m_calls;
-    }
-    std::int64_t total() const { return m_total; }
-    std::int64_t live(Cat c) const { return m_live[c]; }
-    std::int64_t peak() const { return m_peak; }
-    std::int64_t calls() const { return m_calls; }
-    const std::array<std::int64_t, kCats>& atPeak() const { return m_atPeak; }
-    std::string peakPhase() const { return kPhases[m_peakPhase]; }
-    // In the order of a step; phases never entered are left out.
-    std::vector<PhasePeak> phasePeaks() const
-    {
-        std::vector<PhasePeak> out;
-        for (std::size_t i = 0; i < kPhases.size(); ++i) {
-            if (i == 0 || m_phasePeak[i] > 0) out.push_back({kPhases[i], m_phasePeak[i]});
-        }
-        return out;
-    }
-
-private:
-    std::int64_t round(std::int64_t bytes) const
-    {
-        return bytes > 0 ? (bytes + m_granularity - 1) / m_granularity * m_granularity : bytes;
-    }
-    std::int64_t m_granularity;
-    std::vector<std::int64_t>* m_trace; // the live total after each allocation, when set
-    std::array<std::int64_t, kCats> m_live{};
-    std::array<std::int64_t, kCats> m_atPeak{};
-    std::array<std::int64_t, kPhases.size()> m_phasePeak{};
-    std::int64_t m_total = 0, m_peak = 0, m_calls = 0;
-    std::size_t m_phase = 0, m_peakPhase = 0;
-};
 
 struct Param {
     std::int64_t numel;
@@ -552,7 +484,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     est.trainableParameters = Ptrain;
     const bool lora = S.loraRank > 0;
 
-    Replay r(S.gpu ? 512 : 1, recording ? &recording->trace : nullptr);
+    // A recording (the fit map's compiler) is exact: no rounding.
+    Replay r(S.gpu && !recording ? 512 : 1, recording ? &recording->trace : nullptr);
     // Between steps (from the second on): weights, gradients (LibTorch 1.13's
     // zero_grad zeroes them in place), optimizer state, resident data.
     const bool halfBase = lora && S.halfBase && (mixed || pure);
@@ -576,6 +509,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (lora) {
         const Shape shape{a, akv, f, s, m, lg, idx, BT * S.loraRank * e, T * T, T * C * e, extraMaps};
         replayLoraStep(r, A, S, shape);
+    } else if (mixed) {
+        constexpr std::int64_t lo = 2;
+        const MixedShape shape{a,        BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo,
+                               B * H * T * T * 4, B * H * T * T * lo, m, lg, BT * V * lo, idx, T * T, T * C * 4,
+                               T * (A.headDim() / 2) * lo};
+        replayMixedStep(r, A, S, shape);
     } else {
     // ---- forward of one micro-batch ----
     r.phase("forward");
@@ -1244,8 +1183,7 @@ void compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std:
 std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bMax,
                                         std::int64_t tFirst, std::int64_t tLast)
 {
-    const bool gpu = setup.gpu;
-    setup.gpu = false; // no rounding: exact polynomials
+    const bool gpu = setup.gpu; // a recording is not rounded: exact polynomials
     CompiledStep out;
     Recording rec;
     (void)recordedTrace(arch, setup, 1, tFirst, &rec);

@@ -1,0 +1,503 @@
+// One training step under autocast (fp16/bf16 mixed precision with fp32
+// master weights) of the built-in GPT or Llama-family model, without LoRA.
+//
+// What autocast changes, read from `trainbench-cli measure --trace` on
+// LibTorch 1.13 (CPU, bf16):
+// - Each linear layer casts its weight (and bias) to the autocast dtype. The
+//   weight copies are cached for the whole forward pass and saved for
+//   backward, where each is released by its layer's backward; bias copies
+//   go when the forward's autocast scope ends.
+// - Each linear layer saves its own cast of an fp32 input (a norm's output),
+//   so the three projections that read one norm output keep three copies; the
+//   fp32 norm output itself is a temporary until the residual sum.
+// - Projections, the attention products, GELU/SiLU and their saved inputs are
+//   in the autocast dtype; norms, the residual stream, embeddings and the
+//   loss stay fp32. A residual sum casts its low-precision operand to fp32.
+// - Softmax runs in the autocast dtype on the CPU, but in fp32 where the model
+//   asks for it (Llama) or the device's autocast does (CUDA), and then the
+//   probabilities are cast down for the product with the values.
+// - Backward makes each weight's gradient in the autocast dtype, converts it
+//   to fp32 and accumulates it; a cast input's gradient is converted back too.
+
+#include "memory/Replay.h"
+
+namespace tb::memory_detail {
+
+void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const MixedShape& d)
+{
+    const bool llama = A.family == "llama";
+    const bool eager = S.attention != "fused";
+    const bool rope = llama || A.positional == "rope";
+    const bool gqa = llama && A.kvHeads < A.heads;
+    const bool drop = S.dropout > 0.0;
+    const bool softmax32 = llama || S.gpu;
+    const bool addition = S.dataset == "addition";
+    constexpr std::int64_t kLow = 2; // bytes per element in fp16 and bf16
+    const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
+
+    const auto act = [&](std::int64_t b) { r.add(Activations, b); };
+    const auto unact = [&](std::int64_t b) { r.sub(Activations, b); };
+    const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
+    const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
+    std::int64_t biasCopies = 0; // live until the autocast scope ends
+    const auto copy = [&](std::int64_t numel) { r.add(WeightCopies, numel * kLow); };
+    const auto copyBias = [&](std::int64_t numel) {
+        r.add(WeightCopies, numel * kLow);
+        biasCopies += numel * kLow;
+    };
+    const auto endScope = [&] {
+        r.sub(WeightCopies, biasCopies);
+        biasCopies = 0;
+    };
+    // A weight's gradient: made in the autocast dtype, converted to fp32 and
+    // accumulated into the parameter's gradient.
+    const auto weightGradient = [&](std::int64_t numel) {
+        tmp(numel * 4);
+        untmp(numel * kLow);
+        untmp(numel * 4);
+    };
+    // What one attention module keeps for backward besides q, k and v.
+    const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? d.s : 0) : (drop ? 3 : 1) * d.sh;
+    const std::int64_t extraMaps = (A.attentionModules - 1) * mapsPerModule;
+    const std::int64_t blockWeights = llama ? 2 * C * C + 2 * C * KV + 3 * C * F : 4 * C * C + 2 * C * F;
+
+    // ---- forward ----
+    const auto rmsForward = [&] {
+        act(d.a);  // x^2
+        tmp(d.m);  // mean
+        tmp(d.m);  // + eps
+        act(d.m);  // rsqrt
+        act(d.a);  // normed
+        untmp(2 * d.m);
+        tmp(d.a);  // * weight: a temporary, each projection saves its own cast
+    };
+    const auto attentionCore = [&] {
+        if (!eager) return;
+        tmp(d.sh); // q k^T
+        tmp(d.sh); // * scale
+        untmp(d.sh);
+        tmp(d.sh); // masked_fill
+        untmp(d.sh);
+        if (softmax32) {
+            tmp(d.s);                    // cast up
+            r.add(AttentionMaps, d.s);   // softmax, saved
+            untmp(d.s + d.sh);
+            if (drop) {
+                r.add(AttentionMaps, d.s); // noise
+                tmp(d.s);                  // dropped
+            }
+            r.add(AttentionMaps, d.sh); // cast down, saved by the product with the values
+            if (drop) untmp(d.s);
+        } else {
+            r.add(AttentionMaps, d.sh); // softmax, saved
+            untmp(d.sh);
+            if (drop) r.add(AttentionMaps, 2 * d.sh); // noise, dropped
+        }
+        r.add(AttentionMaps, extraMaps);
+    };
+    // RoPE on q or k (width w): the cos and sin tables cast (saved), four
+    // products, a difference and a sum of half width, then cat.
+    const auto ropeForward = [&](std::int64_t w, bool saved) {
+        act(2 * d.rope);
+        tmp(3 * w);
+        saved ? act(w) : tmp(w);
+        untmp(3 * w);
+    };
+    const auto blockForward = [&] {
+        if (llama) {
+            rmsForward();
+            copy(C * C);
+            act(d.ah);
+            tmp(d.ah); // q
+            copy(C * KV);
+            act(d.ah);
+            tmp(d.akvh); // k
+            copy(C * KV);
+            act(d.ah);
+            tmp(d.akvh); // v
+            ropeForward(d.ah, true);
+            untmp(d.ah); // q projection released (q reassigned)
+            ropeForward(d.akvh, !gqa);
+            untmp(d.akvh); // k projection released
+            if (gqa) act(d.ah); // keys expanded to every head
+            attentionCore();
+            act(d.ah);  // values made contiguous (or expanded)
+            tmp(d.ah);  // probabilities x values
+            act(d.ah);  // heads merged
+            copy(C * C);
+            tmp(d.ah);  // o_proj
+            untmp(d.ah); // attention output released
+            untmp(gqa ? 2 * d.akvh : d.akvh); // locals k (gqa) and v released on return
+            tmp(d.a);   // o cast up for the residual sum
+            act(d.a);   // residual h
+            untmp(d.a);
+            untmp(d.ah + d.a); // o, the norm output
+            rmsForward();
+            copy(2 * C * F);
+            act(2 * (d.ah + d.fh)); // gate and up: input casts and outputs
+            act(2 * d.fh);          // silu, product
+            copy(F * C);
+            tmp(d.ah); // down
+            tmp(d.a);
+            act(d.a); // residual out
+            untmp(d.a);
+            untmp(d.ah + d.a); // down, the norm output
+            return;
+        }
+        tmp(d.a);
+        act(2 * d.m); // ln1: output (a temporary), statistics
+        copyBias(3 * C);
+        copy(3 * C * C);
+        act(d.ah);      // input cast
+        tmp(3 * d.ah);  // qkv
+        if (rope) {
+            ropeForward(d.ah, true);
+            ropeForward(d.ah, true);
+        } else {
+            act(2 * d.ah); // q and k made contiguous for the batched product
+        }
+        attentionCore();
+        act(d.ah);  // v made contiguous
+        tmp(d.ah);  // probabilities x values
+        act(d.ah);  // heads merged
+        copyBias(C);
+        copy(C * C);
+        tmp(d.ah);  // proj
+        untmp(d.ah); // attention output released
+        untmp(3 * d.ah); // qkv released on return
+        if (drop) {
+            act(d.ah);   // noise
+            tmp(d.ah);   // dropped
+            untmp(d.ah); // proj output
+        }
+        tmp(d.a);
+        act(d.a);   // residual h
+        untmp(d.a);
+        untmp(d.ah + d.a); // proj (or dropped) output, ln1 output
+        tmp(d.a);
+        act(2 * d.m); // ln2
+        copyBias(F);
+        copy(C * F);
+        act(d.ah + 2 * d.fh); // input cast, fc output, gelu
+        copyBias(C);
+        copy(F * C);
+        tmp(d.ah); // out
+        if (drop) {
+            act(d.ah);
+            tmp(d.ah);
+            untmp(d.ah);
+        }
+        tmp(d.a);
+        act(d.a); // residual out
+        untmp(d.a);
+        untmp(d.ah + d.a); // out (or dropped), ln2 output
+    };
+
+    r.phase("forward");
+    tmp(d.idx);
+    act(d.a); // token embedding (fp32 weights: not autocast)
+    untmp(d.idx);
+    if (!llama && A.positional == "learned") {
+        tmp(d.pos);
+        act(d.a);
+        unact(d.a);
+        untmp(d.pos);
+    } else if (!llama && A.positional == "sinusoidal") {
+        act(d.a);
+        unact(d.a);
+    }
+    if (drop && !llama) {
+        act(d.a); // noise, saved; the dropped copy replaces the sum as the block input
+        act(d.a);
+        unact(d.a);
+    }
+    if (eager) {
+        tmp(d.mask);
+        act(d.mask);
+        untmp(d.mask);
+    }
+    for (std::int64_t l = 0; l < A.layers; ++l) {
+        if (!S.checkpointing) {
+            blockForward();
+            continue;
+        }
+        // Without grad only the output stays; the weight copies stay cached
+        // until the autocast scope ends.
+        const auto activations = r.live(Activations), maps = r.live(AttentionMaps);
+        blockForward();
+        r.sub(AttentionMaps, r.live(AttentionMaps) - maps);
+        unact(r.live(Activations) - activations - d.a);
+    }
+    // Final norm, head, loss.
+    if (llama) {
+        rmsForward();
+    } else {
+        tmp(d.a);
+        act(2 * d.m);
+    }
+    copy(V * C);
+    act(d.ah);            // the head's input cast
+    r.add(Logits, d.lgh); // logits
+    untmp(d.a);           // the norm output
+    act(d.idx);           // targets made contiguous
+    r.add(Logits, d.lg);  // cast up for the loss
+    r.add(Logits, d.lg);  // log-softmax, saved
+    tmp(d.m);             // per-token loss
+    if (addition) tmp(d.m);
+    untmp(addition ? 2 * d.m : d.m);
+    r.sub(Logits, d.lg + d.lgh); // neither the cast nor the logits are saved
+    endScope();
+    if (S.checkpointing) r.sub(WeightCopies, A.layers * blockWeights * kLow); // cached only
+
+    // ---- backward ----
+    r.phase("backward");
+    const bool tied = A.tieEmbeddings;
+    const std::int64_t headW = V * C * 4;
+    r.add(Logits, d.lg); // grad of the log-softmax output
+    unact(d.idx);
+    r.add(Logits, d.lg); // grad of the logits (fp32)
+    r.sub(Logits, 2 * d.lg);
+    r.add(Logits, d.lgh); // cast down
+    r.sub(Logits, d.lg);
+    tmp(V * C * kLow); // head weight gradient
+    tmp(d.ah);         // grad of the head's input
+    r.sub(Logits, d.lgh);
+    unact(d.ah);
+    r.sub(WeightCopies, V * C * kLow);
+    tmp(d.a); // cast up: grad of the final norm output
+    untmp(d.ah);
+    tmp(headW); // in fp32 (tied: held until the embedding's gradient)
+    untmp(V * C * kLow);
+    if (!tied) untmp(headW);
+    // Final norm backward; the running gradient (a) stays in the workspace from here on.
+    if (llama) {
+        tmp(2 * d.a);
+        untmp(2 * d.a);
+        unact(3 * d.a + d.m); // its saved tensors and the last block's output
+    } else {
+        tmp(d.a);
+        untmp(d.a);
+        unact(d.a + 2 * d.m); // the last block's output and the statistics
+    }
+    const auto rmsBackward = [&] {
+        tmp(2 * d.a); // about two full-size products at a time
+        untmp(2 * d.a);
+        tmp(d.a);
+        untmp(d.a);
+        unact(2 * d.a + d.m);
+        tmp(3 * d.a);
+        untmp(3 * d.a);
+        tmp(d.a); // the residual sum
+        untmp(2 * d.a);
+        unact(d.a); // the norm's input
+    };
+    // A projection's backward: the gradient of its input (in) and of its
+    // weight in the autocast dtype; the gradient it received (gradOut), its
+    // saved input (saved) and its weight copy go.
+    const auto linearBackward = [&](std::int64_t in, std::int64_t weight, std::int64_t gradOut, std::int64_t saved) {
+        tmp(weight * kLow);
+        tmp(in);
+        untmp(gradOut);
+        unact(saved);
+        r.sub(WeightCopies, weight * kLow);
+    };
+    // Softmax and what precedes it back to the scores; grad of the probabilities (sh) live.
+    const auto softmaxBackward = [&] {
+        if (softmax32) {
+            tmp(d.s); // cast up
+            untmp(d.sh);
+            if (drop) {
+                tmp(d.s);
+                untmp(d.s);
+                r.sub(AttentionMaps, d.s); // noise
+            }
+            tmp(d.s);
+            untmp(d.s);
+            r.sub(AttentionMaps, d.s + extraMaps); // softmax output
+            tmp(d.sh); // cast down
+            untmp(d.s);
+        } else {
+            if (drop) {
+                tmp(d.sh);
+                untmp(d.sh);
+                r.sub(AttentionMaps, 2 * d.sh); // dropped, noise
+            }
+            tmp(d.sh);
+            untmp(d.sh);
+            r.sub(AttentionMaps, d.sh + extraMaps);
+        }
+        tmp(d.sh); // masked_fill
+        untmp(d.sh);
+        tmp(d.sh); // scale
+        untmp(d.sh);
+    };
+    for (std::int64_t l = A.layers - 1; l >= 0; --l) {
+        if (S.checkpointing) {
+            blockForward(); // recomputed with grad under its own autocast scope
+            endScope();
+        }
+        tmp(d.ah); // the running gradient cast down for the branch
+        if (llama) {
+            linearBackward(d.fh, F * C, d.ah, d.fh); // down; the product
+            weightGradient(F * C);
+            tmp(2 * d.fh); // product backward
+            untmp(d.fh);
+            unact(2 * d.fh); // silu output, up output
+            tmp(d.fh); // silu backward
+            untmp(d.fh);
+            unact(d.fh); // gate output
+            linearBackward(d.ah, C * F, d.fh, d.ah); // gate
+            tmp(d.a);
+            untmp(d.ah);
+            weightGradient(C * F);
+            linearBackward(d.ah, C * F, d.fh, d.ah); // up
+            tmp(d.a);
+            untmp(d.ah);
+            tmp(d.a); // the two input gradients summed
+            untmp(2 * d.a);
+            weightGradient(C * F);
+            rmsBackward();
+            tmp(d.ah); // the running gradient cast down for the attention branch
+            linearBackward(d.ah, C * C, d.ah, d.ah); // o_proj; merged heads
+            weightGradient(C * C);
+            tmp(d.ah); // heads split
+            untmp(d.ah);
+            if (eager) {
+                tmp(d.ah); // grad of the values (every head)
+                tmp(d.sh); // grad of the probabilities
+                untmp(d.ah);
+                r.sub(AttentionMaps, d.sh); // the probabilities as cast down
+                unact(d.ah);                // values
+                softmaxBackward();
+                tmp(2 * d.ah); // grads of q and of the keys (every head)
+                untmp(d.sh);
+                unact(d.ah + (gqa ? d.ah : d.akvh)); // rotated q, keys
+            } else {
+                tmp(3 * d.ah);
+                untmp(d.ah);
+                unact(2 * d.ah + (gqa ? d.ah : d.akvh));
+            }
+            if (gqa) { // expanded heads summed back
+                tmp(d.akvh);
+                untmp(d.ah);
+                tmp(d.akvh);
+                untmp(d.ah);
+            }
+            // RoPE backward, then the cos and sin casts go.
+            tmp(2 * d.ah);
+            untmp(2 * d.ah);
+            unact(4 * d.rope);
+            // v, k, q projections, their input gradients summed.
+            tmp(d.akvh);
+            untmp(d.akvh);
+            linearBackward(d.ah, C * KV, d.akvh, d.ah);
+            tmp(d.a);
+            untmp(d.ah);
+            weightGradient(C * KV);
+            tmp(d.akvh);
+            untmp(d.akvh);
+            linearBackward(d.ah, C * KV, d.akvh, d.ah);
+            tmp(d.a);
+            untmp(d.ah);
+            tmp(d.a);
+            untmp(2 * d.a);
+            weightGradient(C * KV);
+            tmp(d.ah);
+            untmp(d.ah);
+            linearBackward(d.ah, C * C, d.ah, d.ah);
+            tmp(d.a);
+            untmp(d.ah);
+            tmp(d.a);
+            untmp(2 * d.a);
+            weightGradient(C * C);
+            rmsBackward();
+            if (S.checkpointing) unact(d.a); // the recomputed output
+            continue;
+        }
+        // GPT block
+        if (drop) {
+            tmp(d.ah); // through the dropout
+            untmp(d.ah);
+            unact(d.ah); // noise
+        }
+        linearBackward(d.fh, F * C, d.ah, d.fh); // out; gelu output
+        weightGradient(F * C);
+        tmp(d.fh); // gelu backward
+        untmp(d.fh);
+        unact(d.fh); // fc output
+        linearBackward(d.ah, C * F, d.fh, d.ah); // fc
+        tmp(d.a);
+        untmp(d.ah);
+        weightGradient(C * F);
+        tmp(d.a); // ln2 backward
+        untmp(d.a);
+        unact(d.a + 2 * d.m); // h and the statistics
+        tmp(d.a); // summed with the running gradient
+        untmp(2 * d.a);
+        tmp(d.ah); // cast down for the attention branch
+        if (drop) {
+            tmp(d.ah);
+            untmp(d.ah);
+            unact(d.ah);
+        }
+        linearBackward(d.ah, C * C, d.ah, d.ah); // proj; merged heads
+        weightGradient(C * C);
+        tmp(d.ah); // heads split
+        untmp(d.ah);
+        if (eager) {
+            tmp(d.ah); // grad of v
+            tmp(d.sh); // grad of the probabilities
+            untmp(d.ah);
+            unact(d.ah); // v
+            if (softmax32) r.sub(AttentionMaps, d.sh); // the probabilities as cast down
+            softmaxBackward();
+            tmp(2 * d.ah); // grads of q and k
+            untmp(d.sh);
+            unact(2 * d.ah); // q and k
+        } else {
+            tmp(3 * d.ah);
+            untmp(d.ah);
+            unact(3 * d.ah);
+        }
+        if (rope) {
+            tmp(2 * d.ah);
+            untmp(2 * d.ah);
+            unact(4 * d.rope);
+        }
+        tmp(3 * d.ah); // stack of the q, k, v gradients
+        untmp(3 * d.ah);
+        tmp(3 * d.ah); // reshaped
+        untmp(3 * d.ah);
+        linearBackward(d.ah, 3 * C * C, 3 * d.ah, d.ah); // qkv
+        tmp(d.a);
+        untmp(d.ah);
+        weightGradient(3 * C * C);
+        tmp(d.a); // ln1 backward
+        untmp(d.a);
+        unact(d.a + 2 * d.m); // block input and statistics
+        tmp(d.a);
+        untmp(2 * d.a);
+        if (S.checkpointing) unact(d.a); // the recomputed output
+    }
+    if (drop && !llama) unact(d.a); // embedding dropout noise
+    // Embeddings.
+    if (!llama && A.positional == "learned") {
+        tmp(d.pos);
+        tmp(A.maxPositions * C * 4);
+        untmp(d.pos);
+        untmp(A.maxPositions * C * 4);
+    }
+    tmp(headW); // dense embedding gradient
+    tmp(d.idx);
+    untmp(d.idx);
+    untmp(d.a); // running gradient
+    if (tied) {
+        tmp(headW); // sum with the head's gradient
+        untmp(3 * headW);
+    } else {
+        untmp(headW);
+    }
+    if (eager) unact(d.mask);
+}
+
+} // namespace tb::memory_detail

@@ -1,0 +1,106 @@
+#pragma once
+// The memory planner's replay: one training step's allocations and releases,
+// in the order LibTorch makes them, with the live bytes and the peak tracked
+// per category. Internal to core/memory (Estimator.cpp and the replays of
+// particular steps).
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memory/Estimator.h"
+
+namespace tb::memory_detail {
+
+// Where live bytes belong, for the breakdown at the peak.
+enum Cat { Weights, Gradients, OptimizerState, Data, Activations, AttentionMaps, Logits, Workspace, WeightCopies, kCats };
+constexpr std::array<const char*, kCats> kCatNames{"weights",        "gradients",      "optimizer_state",
+                                                   "data",           "activations",    "attention_maps",
+                                                   "logits",         "workspace",      "weight_copies"};
+
+// Replays the allocations and releases of one training step in the order
+// LibTorch makes them, tracking the bytes live and the peak.
+class Replay {
+public:
+    static constexpr std::array<const char*, 3> kPhases{"forward", "backward", "optimizer"};
+    // On a GPU every block the caching allocator hands out is a multiple of 512 bytes.
+    explicit Replay(std::int64_t granularity = 1, std::vector<std::int64_t>* trace = nullptr)
+        : m_granularity(granularity), m_trace(trace) {}
+    void phase(const char* name)
+    {
+        m_phase = 0;
+        while (m_phase + 1 < kPhases.size() && std::string_view(kPhases[m_phase]) != name) ++m_phase;
+        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
+    }
+    void add(Cat c, std::int64_t bytes)
+    {
+        bytes = round(bytes);
+        m_live[c] += bytes;
+        m_total += bytes;
+        ++m_calls;
+        if (m_trace) m_trace->push_back(m_total);
+        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
+        if (m_total > m_peak) {
+            m_peak = m_total;
+            m_atPeak = m_live;
+            m_peakPhase = m_phase;
+        }
+    }
+    void sub(Cat c, std::int64_t bytes)
+    {
+        bytes = round(bytes);
+        m_live[c] -= bytes;
+        m_total -= bytes;
+        ++m_calls;
+    }
+    std::int64_t total() const { return m_total; }
+    std::int64_t live(Cat c) const { return m_live[c]; }
+    std::int64_t peak() const { return m_peak; }
+    std::int64_t calls() const { return m_calls; }
+    const std::array<std::int64_t, kCats>& atPeak() const { return m_atPeak; }
+    std::string peakPhase() const { return kPhases[m_peakPhase]; }
+    // In the order of a step; phases never entered are left out.
+    std::vector<PhasePeak> phasePeaks() const
+    {
+        std::vector<PhasePeak> out;
+        for (std::size_t i = 0; i < kPhases.size(); ++i) {
+            if (i == 0 || m_phasePeak[i] > 0) out.push_back({kPhases[i], m_phasePeak[i]});
+        }
+        return out;
+    }
+
+private:
+    std::int64_t round(std::int64_t bytes) const
+    {
+        return bytes > 0 ? (bytes + m_granularity - 1) / m_granularity * m_granularity : bytes;
+    }
+    std::int64_t m_granularity;
+    std::vector<std::int64_t>* m_trace; // the live total after each allocation, when set
+    std::array<std::int64_t, kCats> m_live{};
+    std::array<std::int64_t, kCats> m_atPeak{};
+    std::array<std::int64_t, kPhases.size()> m_phasePeak{};
+    std::int64_t m_total = 0, m_peak = 0, m_calls = 0;
+    std::size_t m_phase = 0, m_peakPhase = 0;
+};
+
+// One step under autocast (fp16/bf16 mixed precision, fp32 master weights),
+// built-in GPT or Llama-family model without LoRA: forward, loss and backward
+// of every micro-batch's last pass (MixedPrecisionReplay.cpp).
+struct MixedShape {
+    std::int64_t a, ah;     // batch x seq x hidden: fp32, and in the autocast dtype
+    std::int64_t akvh;      // batch x seq x kv heads x head dim, autocast dtype
+    std::int64_t fh;        // batch x seq x intermediate, autocast dtype
+    std::int64_t s, sh;     // one attention map: fp32, autocast dtype
+    std::int64_t m;         // batch x seq floats
+    std::int64_t lg, lgh;   // logits: fp32, autocast dtype
+    std::int64_t idx;       // batch x seq int64
+    std::int64_t mask;      // seq x seq booleans
+    std::int64_t pos;       // seq x hidden fp32 (a learned position slice)
+    std::int64_t rope;      // seq x head dim / 2 in the autocast dtype (one cos or sin table cast)
+};
+void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const MixedShape& d);
+
+} // namespace tb::memory_detail
