@@ -99,6 +99,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
     const bool drop = S.dropout > 0.0;
+    const std::int64_t rng = rngStateBytes(S);
     const auto has = [&](const char* name) {
         return std::find(S.loraTargets.begin(), S.loraTargets.end(), name) != S.loraTargets.end();
     };
@@ -310,6 +311,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             r.sub(AttentionMaps, sv.maps);
             sv = {};
             keep(d.a); // the output: the next block's checkpoint
+            act(rng);  // the generator's state, saved with the block
             g = true;
         } else {
             if (gOut) keep(d.a);
@@ -344,6 +346,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         auto sv = saved[static_cast<std::size_t>(l)];
         if (S.checkpointing) {
+            tmp(rng);        // the generator's state, held while it recomputes
             block(true, sv); // recomputed with grad from its checkpoint
             keep(d.a);       // the recomputed output
             sv.mlp += d.a;
@@ -391,6 +394,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         r.sub(Activations, sv.attention);
         tmp(3 * d.a);
         untmp(3 * d.a);
+        if (S.checkpointing) {
+            untmp(rng);
+            r.sub(Activations, rng);
+        }
     }
     untmp(d.a); // the running gradient
     if (eager) r.sub(Activations, d.mask);
@@ -470,6 +477,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const bool gqa = llama && A.kvHeads < A.heads;
     const double p = S.dropout;
     const bool drop = p > 0.0;
+    const std::int64_t rng = rngStateBytes(S);
 
     const auto params = parameters(A, S.loraRank, S.loraTargets);
     std::int64_t P = 0, Ptrain = 0, maxTrain = 0, maxDecay = 0;
@@ -625,12 +633,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             act(2 * f);     // fc, gelu
             tmp(a);         // out
             if (drop) {
-                act(a);
-                tmp(a);
-                untmp(a);
+                act(a); // noise
+                tmp(a); // dropped
             }
+            // h + dropout(out(...)): the temporaries live until the sum exists.
             act(a);   // residual out
-            untmp(a);
+            untmp(drop ? 2 * a : a);
         }
         return r.live(Activations) + r.live(AttentionMaps) - before;
     };
@@ -644,6 +652,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             const auto maps = r.live(AttentionMaps) - mapsBefore;
             r.sub(AttentionMaps, maps);
             r.sub(Activations, blockSaved - maps - a);
+            act(rng); // the generator's state, saved with the block
         } else {
             blockSaved = blockForward();
         }
@@ -691,7 +700,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const bool wgrad = !lora;
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         if (S.checkpointing) {
-            // Recompute the block with grad enabled, then back-propagate through it.
+            // Recompute the block with grad enabled (the generator's state
+            // held meanwhile), then back-propagate through it.
+            tmp(rng);
             blockForward();
         }
         if (llama) {
@@ -787,7 +798,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);
             untmp(2 * a);
             r.sub(Activations, a); // the block input, saved by the norm
-            if (S.checkpointing) r.sub(Activations, a); // the recomputed output
+            if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
+            untmp(rng);
             continue;
         }
         // GPT block
@@ -854,7 +866,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(a);
         untmp(2 * a);
         if (drop) untmp(a);
-        if (S.checkpointing) r.sub(Activations, a); // the recomputed output
+        if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
+        untmp(rng);
     }
     if (drop && !llama) r.sub(Activations, a); // embedding dropout noise
     // Embeddings.

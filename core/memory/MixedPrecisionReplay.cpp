@@ -59,6 +59,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // What one attention module keeps for backward besides q, k and v.
     const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? d.s : 0) : (drop ? 3 : 1) * d.sh;
     const std::int64_t extraMaps = (A.attentionModules - 1) * mapsPerModule;
+    const std::int64_t rng = rngStateBytes(S);
     const std::int64_t blockWeights = llama ? 2 * C * C + 2 * C * KV + 3 * C * F : 4 * C * C + 2 * C * F;
 
     // ---- forward ----
@@ -183,14 +184,14 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         copy(F * C);
         tmp(d.ah); // out
         if (drop) {
-            act(d.ah);
-            tmp(d.ah);
-            untmp(d.ah);
+            act(d.ah); // noise
+            tmp(d.ah); // dropped
         }
+        // h + dropout(out(...)): every temporary lives until the sum exists.
         tmp(d.a);
         act(d.a); // residual out
         untmp(d.a);
-        untmp(d.ah + d.a); // out (or dropped), ln2 output
+        untmp((drop ? 2 : 1) * d.ah + d.a); // out (and dropped), ln2 output
     };
 
     r.phase("forward");
@@ -227,6 +228,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         blockForward();
         r.sub(AttentionMaps, r.live(AttentionMaps) - maps);
         unact(r.live(Activations) - activations - d.a);
+        act(rng);
     }
     // Final norm, head, loss.
     if (llama) {
@@ -333,6 +335,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     };
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         if (S.checkpointing) {
+            tmp(rng); // the generator's state, restored after the recomputation
             blockForward(); // recomputed with grad under its own autocast scope
             endScope();
         }
@@ -411,7 +414,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(2 * d.a);
             weightGradient(C * C);
             rmsBackward();
-            if (S.checkpointing) unact(d.a); // the recomputed output
+            if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
+            untmp(rng);
             continue;
         }
         // GPT block
@@ -477,7 +481,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         unact(d.a + 2 * d.m); // block input and statistics
         tmp(d.a);
         untmp(2 * d.a);
-        if (S.checkpointing) unact(d.a); // the recomputed output
+        if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
+        untmp(rng);
     }
     if (drop && !llama) unact(d.a); // embedding dropout noise
     // Embeddings.

@@ -86,6 +86,12 @@ private:
     std::size_t m_phase = 0, m_peakPhase = 0;
 };
 
+// Activation checkpointing saves the default generator's state with each
+// block and holds the current one while it recomputes: on the CPU a tensor of
+// this many bytes (mt19937 state); a CUDA generator's state is host memory.
+constexpr std::int64_t kCpuRngStateBytes = 5056;
+inline std::int64_t rngStateBytes(const TrainingSetup& s) { return s.checkpointing && !s.gpu ? kCpuRngStateBytes : 0; }
+
 // One step under autocast (fp16/bf16 mixed precision, fp32 master weights),
 // built-in GPT or Llama-family model without LoRA: forward, loss and backward
 // of every micro-batch's last pass (MixedPrecisionReplay.cpp).
