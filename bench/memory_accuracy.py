@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Memory planner accuracy: estimate vs measured peak tensor bytes on the CPU.
+"""Memory planner accuracy: estimate vs measured peak tensor bytes on the CPU,
+in fp32 and in bf16 mixed precision (autocast).
 
 For each configuration of the grid, runs `trainbench-cli estimate --json` and
 `trainbench-cli measure --json --steps 2` (the counting allocator) and prints
@@ -50,6 +51,22 @@ GRID = [
     ("llama L4 d128 lora q,v dropout sgd t512", cfg({"type": "llama", "n_layer": 4, "d_model": 128, "n_head": 4, "dropout": 0.1}, {"source": "text", "seq_len": 512, "val_fraction": 0.1}, {"batch_size": 2}, {"optimizer": "sgd", "momentum": 0.9}, lora={"rank": 8, "targets": ["q_proj", "v_proj"]})),
 ]
 
+# CPU bf16 autocast (fp32 master weights): the same configurations in mixed precision.
+BF16 = ["gpt L2 d128 learned b16 t64", "gpt L4 d256 sinusoidal b8 t128", "gpt L3 d128 rope b8 t256",
+        "gpt L2 d64 addition b64", "gpt L2 d128 dropout0.1", "gpt L3 d128 checkpointing b16 t128",
+        "llama L4 d256 gqa8/2 b8 t128", "llama L2 d128 sgd b32 t32", "llama L2 d128 checkpointing b8 t128",
+        "llama L2 d128 accum4 b4 t64", "gpt L2 d128 lora r4 (all)", "gpt L3 d128 lora checkpointing b8 t128",
+        "llama L3 d128 gqa lora ckpt b8 t128", "llama L4 d128 lora q,v dropout sgd t512",
+        "gpt L2 d64 sinusoidal lora addition acc4", "llama L2 d256 gqa8/2 lora r16 b4 t256"]
+
+def bf16(rows):
+    out = []
+    for name, c in rows:
+        c = json.loads(json.dumps(c))
+        c["train"]["precision"] = "bf16"
+        out.append((name + " bf16", c))
+    return out
+
 def run(args):
     out = subprocess.run([CLI] + args, capture_output=True, text=True)
     if out.returncode != 0:
@@ -79,7 +96,9 @@ def with_init_from(d):
 
 rows = []
 with tempfile.TemporaryDirectory() as d:
-    for name, c in GRID + with_init_from(d):
+    tuned = with_init_from(d)
+    mixed = bf16([(n, c) for n, c in GRID if n in BF16] + tuned)
+    for name, c in GRID + tuned + mixed:
         path = os.path.join(d, "c.json")
         with open(path, "w") as f:
             json.dump(c, f)
@@ -92,7 +111,7 @@ with tempfile.TemporaryDirectory() as d:
         mult = multiplier(mea["parameters"], c["optim"]["optimizer"])
         rows.append((name, m, e, (e - m) / m, (mult - m) / m, est["peak_phase"],
                      max(mea["phase_peak_bytes"], key=mea["phase_peak_bytes"].get)))
-        print(f"{name:40s} measured {m:>11d}  estimate {e:>11d}  error {100*(e-m)/m:+7.2f}%  "
+        print(f"{name:46s} measured {m:>11d}  estimate {e:>11d}  error {100*(e-m)/m:+7.2f}%  "
               f"multiplier {100*(mult-m)/m:+7.1f}%  peak {est['peak_phase']}/{rows[-1][6]}", flush=True)
 errs = [abs(r[3]) for r in rows]
 mults = [abs(r[4]) for r in rows]

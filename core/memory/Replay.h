@@ -92,6 +92,25 @@ private:
 constexpr std::int64_t kCpuRngStateBytes = 5056;
 inline std::int64_t rngStateBytes(const TrainingSetup& s) { return s.checkpointing && !s.gpu ? kCpuRngStateBytes : 0; }
 
+// One step with LoRA (LoraReplay.cpp), in fp32 or under autocast. Bytes of
+// one micro-batch; the "low" sizes are fp32 too when not mixed.
+struct LoraShape {
+    std::int64_t a, ah;   // batch x seq x hidden: fp32, low
+    std::int64_t akvh;    // batch x seq x kv heads x head dim, low
+    std::int64_t fh;      // batch x seq x intermediate, low
+    std::int64_t s, sh;   // one attention map: fp32, low
+    std::int64_t m;       // batch x seq floats
+    std::int64_t lg, lgh; // logits: fp32, low
+    std::int64_t idx;     // batch x seq int64
+    std::int64_t xa;      // batch x seq x rank, low
+    std::int64_t mask;    // seq x seq booleans
+    std::int64_t pos;     // seq x hidden fp32 (a learned position slice)
+    std::int64_t rope;    // seq x head dim / 2, low (one cos or sin table cast)
+    std::int64_t bt;      // batch x seq (elements)
+    bool mixed;
+};
+void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d);
+
 // One step under autocast (fp16/bf16 mixed precision, fp32 master weights),
 // built-in GPT or Llama-family model without LoRA: forward, loss and backward
 // of every micro-batch's last pass (MixedPrecisionReplay.cpp).

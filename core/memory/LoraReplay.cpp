@@ -1,0 +1,428 @@
+// One training step with LoRA: the base weights, norms and embeddings are
+// frozen, so autograd keeps a tensor only where something downstream requires
+// grad (a frozen projection keeps nothing of its own for backward, an adapted
+// one keeps its input and its rank-r product), and a block whose input
+// carries no gradient (the first one, after a frozen embedding) saves nothing
+// before its first adapter. Measured with trainbench-cli measure --trace; the
+// backward pass is modelled per block (gradients in flight, then the block's
+// saved tensors released), slightly on the safe side.
+//
+// Under autocast (fp16/bf16 mixed) the projections, attention products and
+// their saved inputs are in the low dtype, norms and the residual stream fp32
+// (see MixedPrecisionReplay.cpp). A frozen weight's cast is made for every
+// use: it is saved only when the projection's input requires grad, since the
+// input's gradient needs it. The adapters' weights require grad, so their
+// casts are cached until the forward ends and saved where their input needs a
+// gradient; an adapter makes its own cast of an fp32 input and saves it for
+// A's gradient, while the frozen product's cast is a temporary.
+
+#include "memory/Replay.h"
+
+namespace tb::memory_detail {
+
+void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d)
+{
+    const bool llama = A.family == "llama";
+    const bool eager = S.attention != "fused";
+    const bool rope = llama || A.positional == "rope";
+    const bool gqa = llama && A.kvHeads < A.heads;
+    const bool drop = S.dropout > 0.0;
+    const bool mixed = d.mixed;
+    const bool softmax32 = mixed && (llama || S.gpu); // fp32 softmax, probabilities cast down
+    const std::int64_t rng = rngStateBytes(S);
+    const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
+    const std::int64_t rank = S.loraRank;
+    const auto has = [&](const char* name) {
+        return std::find(S.loraTargets.begin(), S.loraTargets.end(), name) != S.loraTargets.end();
+    };
+    const auto act = [&](std::int64_t b) { r.add(Activations, b); };
+    const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
+    const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
+    const auto keep = [&](std::int64_t b) { // a temporary that autograd turns out to save
+        r.sub(Workspace, b);
+        r.add(Activations, b);
+    };
+    const auto keepOrFree = [&](bool saved, std::int64_t b) { saved ? keep(b) : untmp(b); };
+    // The maps one attention module holds: fp32 softmax and its cast down
+    // (and fp32 noise), or the softmax (and noise and dropped copy) as computed.
+    const std::int64_t mapsLive = softmax32 ? d.s + d.sh + (drop ? d.s : 0) : (drop ? 3 : 1) * d.sh;
+    const std::int64_t extraMaps = (A.attentionModules - 1) * mapsLive;
+    // Scores, softmax (and, with dropout, its noise and dropped copy): the
+    // probabilities stay in the workspace until releaseMaps.
+    const auto attentionMaps = [&] {
+        if (!eager) return;
+        tmp(2 * d.sh); // q k^T, scaled
+        untmp(d.sh);
+        tmp(d.sh); // masked
+        untmp(d.sh);
+        if (softmax32) {
+            tmp(2 * d.s); // cast up, softmax
+            untmp(d.s + d.sh);
+            if (drop) tmp(2 * d.s); // noise, dropped
+            tmp(d.sh);              // cast down
+            if (drop) untmp(d.s);
+            return;
+        }
+        tmp(d.sh); // softmax
+        untmp(d.sh);
+        if (drop) tmp(2 * d.sh); // noise, dropped
+    };
+    // Saved when a gradient flows through the scores or the values.
+    const auto releaseMaps = [&](bool saved) {
+        if (!eager) return;
+        untmp(mapsLive);
+        if (saved) r.add(AttentionMaps, mapsLive + extraMaps);
+    };
+    // Weight casts under autocast: adapter casts cached until the forward's
+    // end (released then unless saved), and what each block saved.
+    std::int64_t cachedOnly = 0, adapterCasts = 0;
+    // A projection (in -> out features): the frozen product, plus x A^T (saved
+    // for B's gradient), its product with B, the scaling and the sum. Leaves
+    // the output in the workspace; returns whether it requires grad.
+    const auto linear = [&](const char* name, std::int64_t in, std::int64_t outFeatures, bool bias, bool fp32In,
+                            bool gIn) {
+        const auto out = d.bt * outFeatures * (mixed ? 2 : 4);
+        if (mixed) {
+            const auto w = in * outFeatures * 2, b = bias ? outFeatures * 2 : 0, cast = fp32In ? d.bt * in * 2 : 0;
+            tmp(b + w + cast);
+            tmp(out);
+            untmp(b + cast);
+            untmp(w);
+            if (gIn) r.add(WeightCopies, w); // saved for the input's gradient
+        } else {
+            tmp(out);
+        }
+        if (!has(name)) return gIn;
+        if (mixed) {
+            const auto a = rank * in * 2;
+            r.add(WeightCopies, a + rank * outFeatures * 2); // A and B cast, cached
+            adapterCasts += a + rank * outFeatures * 2;
+            if (!gIn) cachedOnly += a;                       // A is saved only for the input's gradient
+            if (fp32In) act(d.bt * in * 2);                  // the adapter's own input cast, saved for A's gradient
+        }
+        act(d.xa);
+        tmp(3 * out);
+        untmp(3 * out);
+        return true;
+    };
+    // A norm's output (fp32) in the workspace; its statistics kept when its input requires grad.
+    const auto norm = [&](bool gIn) {
+        if (llama) {
+            tmp(d.a + 3 * d.m); // x^2, mean, + eps, rsqrt
+            tmp(d.a);           // normalised
+            untmp(2 * d.m);
+            gIn ? keep(d.a + d.m) : untmp(d.a + d.m); // x^2 and rsqrt
+            tmp(d.a);           // * weight
+            untmp(d.a);         // the normalised tensor (the weight is frozen)
+        } else {
+            tmp(d.a + 2 * d.m); // output, mean, rstd
+            gIn ? keep(2 * d.m) : untmp(2 * d.m);
+        }
+    };
+    // The norm output as the adapters read it: fp32 saved by them, or (mixed)
+    // a temporary, each adapter having saved its own cast.
+    const auto normOutputDone = [&](bool adapted) { keepOrFree(adapted && !mixed, d.a); };
+    // h = x + branch: a low-precision branch output is cast up first.
+    const auto residualSum = [&](std::int64_t branch) {
+        if (mixed) tmp(d.a);
+        tmp(d.a);
+        if (mixed) untmp(d.a);
+        untmp(branch);
+    };
+    // RoPE's cos and sin cast to the low dtype, saved when q (or k) requires grad.
+    const auto ropeTables = [&](bool saved) {
+        if (!mixed) return;
+        saved ? act(2 * d.rope) : (tmp(2 * d.rope), untmp(2 * d.rope));
+    };
+
+    struct Saved {
+        std::int64_t attention = 0, maps = 0, mlp = 0; // the input, when it requires grad, counts as attention
+        std::int64_t copies = 0;                       // weight casts saved for backward
+    };
+    // Forward of one block. The input x (a) is live: in Activations when it
+    // requires grad, else (the first block's, the embedding output) in the
+    // workspace, where the model's forward holds it until the final norm
+    // returns. Leaves the output in the workspace; returns whether it requires
+    // grad and what was saved.
+    const auto block = [&](bool gIn, Saved& saved) {
+        const auto before = r.live(Activations), mapsBefore = r.live(AttentionMaps);
+        const auto copiesBefore = r.live(WeightCopies), cachedBefore = cachedOnly;
+        const auto attentionDone = [&] {
+            saved.attention = r.live(Activations) - before + (gIn ? d.a : 0);
+            saved.maps = r.live(AttentionMaps) - mapsBefore;
+        };
+        const auto mlpDone = [&] {
+            saved.mlp = r.live(Activations) - before - saved.attention + (gIn ? d.a : 0);
+            saved.copies = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore);
+        };
+        bool gAttn = false;
+        if (llama) {
+            norm(gIn);
+            const bool gq = linear("q_proj", C, C, A.qkvBias, true, gIn),
+                       gk = linear("k_proj", C, KV, A.qkvBias, true, gIn),
+                       gv = linear("v_proj", C, KV, A.qkvBias, true, gIn);
+            // RoPE on q and k: products of half width, then cat; the projections are released.
+            ropeTables(gq);
+            tmp(3 * d.ah);
+            tmp(d.ah);
+            untmp(3 * d.ah);
+            untmp(d.ah);
+            ropeTables(gk);
+            tmp(3 * d.akvh);
+            tmp(d.akvh);
+            untmp(3 * d.akvh);
+            untmp(d.akvh);
+            const bool gScores = gq || gk;
+            gAttn = gScores || gv;
+            if (gqa) tmp(d.ah); // keys expanded to every head (the rotated k stays until return)
+            attentionMaps();
+            tmp(d.ah); // values expanded or made contiguous
+            tmp(d.ah); // probabilities x values
+            keepOrFree(gk, d.ah); // rotated q, saved by q k^T when k requires grad
+            keepOrFree(gq, d.ah); // keys, saved when q requires grad
+            releaseMaps(gScores || gv);
+            keepOrFree(gScores, d.ah); // values, saved when the probabilities require grad
+            tmp(d.ah); // heads merged
+            const bool go = linear("o_proj", C, C, false, false, gAttn);
+            untmp(d.ah); // probabilities x values
+            keepOrFree(has("o_proj"), d.ah);
+            untmp(gqa ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (gqa), v projection
+            gAttn = go;
+            // h = x + attn(norm(x)): the temporaries live until the sum exists.
+            residualSum(d.ah); // o
+            normOutputDone(has("q_proj") || has("k_proj") || has("v_proj"));
+            const bool gH = gIn || gAttn;
+            if (gH) keep(d.a);
+            attentionDone();
+            norm(gH);
+            const bool gg = linear("gate_proj", C, F, false, true, gH), gu = linear("up_proj", C, F, false, true, gH);
+            tmp(d.fh); // silu(gate)
+            tmp(d.fh); // silu x up
+            const bool gd = linear("down_proj", F, C, false, false, gg || gu);
+            // down(silu(gate(x)) * up(x)): the temporaries live until down returns.
+            keepOrFree(gg, d.fh); // gate, saved by silu
+            keepOrFree(gu, d.fh); // silu, saved by the product when up requires grad
+            keepOrFree(gg, d.fh); // up, saved by the product when silu requires grad
+            keepOrFree(has("down_proj"), d.fh); // the product
+            residualSum(d.ah); // out = h + down
+            normOutputDone(has("gate_proj") || has("up_proj"));
+            if (!gH) untmp(d.a); // h
+            const bool gOut = gH || gd;
+            mlpDone();
+            return gOut;
+        }
+        // GPT block
+        norm(gIn);
+        const bool gqkv = linear("qkv", C, 3 * C, true, true, gIn);
+        if (rope) {
+            for (int i = 0; i < 2; ++i) {
+                ropeTables(gqkv);
+                tmp(3 * d.ah);
+                tmp(d.ah); // rotated q (then k)
+                untmp(3 * d.ah);
+            }
+        } else {
+            tmp(2 * d.ah); // q and k made contiguous
+        }
+        attentionMaps();
+        tmp(d.ah); // v made contiguous
+        tmp(d.ah); // probabilities x values
+        keepOrFree(gqkv, 3 * d.ah); // q, k and v, saved when they require grad
+        releaseMaps(gqkv);
+        tmp(d.ah); // heads merged
+        const bool go = linear("proj", C, C, true, false, gqkv);
+        untmp(d.ah);
+        keepOrFree(has("proj"), d.ah);
+        untmp(3 * d.ah); // qkv
+        if (drop) {
+            tmp(2 * d.ah); // noise, dropped
+            keepOrFree(go, d.ah);
+            untmp(d.ah); // the projection output, replaced by the dropped copy
+        }
+        // h = x + attn(ln1(x)): the temporaries live until the sum exists.
+        residualSum(d.ah); // o
+        normOutputDone(has("qkv"));
+        const bool gH = gIn || go;
+        if (gH) keep(d.a);
+        attentionDone();
+        norm(gH);
+        const bool gfc = linear("fc", C, F, true, true, gH);
+        tmp(d.fh); // gelu
+        const bool gout = linear("out", F, C, true, false, gfc);
+        if (drop) tmp(2 * d.ah); // noise, dropped
+        // h + out(gelu(fc(ln2(h)))): every temporary lives until the sum exists.
+        residualSum(d.ah); // out
+        if (drop) {
+            keepOrFree(gout, d.ah); // noise
+            untmp(d.ah);            // dropped
+        }
+        keepOrFree(gfc, d.fh);        // fc output, saved by gelu
+        keepOrFree(has("out"), d.fh); // gelu output
+        normOutputDone(has("fc"));
+        if (!gH) untmp(d.a);
+        mlpDone();
+        return gH || gout;
+    };
+
+    // ---- forward ----
+    r.phase("forward");
+    tmp(d.idx);
+    tmp(d.a); // token embedding (frozen: no grad)
+    untmp(d.idx);
+    if (!llama && A.positional == "learned") {
+        tmp(d.pos + d.a);
+        untmp(d.pos + d.a);
+    } else if (!llama && A.positional == "sinusoidal") {
+        tmp(d.a);
+        untmp(d.a);
+    }
+    if (drop && !llama) {
+        tmp(2 * d.a);
+        untmp(2 * d.a);
+    }
+    if (eager) act(d.mask);
+    std::vector<Saved> saved(static_cast<std::size_t>(A.layers));
+    // With checkpointing every block's input is made a grad-requiring leaf and
+    // the block runs without grad: only its output stays.
+    bool g = S.checkpointing;
+    if (g) keep(d.a); // the embedding output, made a leaf that requires grad
+    for (std::int64_t l = 0; l < A.layers; ++l) {
+        auto& sv = saved[static_cast<std::size_t>(l)];
+        const auto cachedBefore = cachedOnly, adapterBefore = adapterCasts;
+        const bool gOut = block(g, sv);
+        if (S.checkpointing) {
+            // Nothing but the input (the checkpoint) outlives a block run
+            // without grad: the frozen casts go, the adapter casts stay cached
+            // until the forward ends.
+            r.sub(Activations, sv.attention - d.a + sv.mlp);
+            r.sub(AttentionMaps, sv.maps);
+            const auto adapters = adapterCasts - adapterBefore;
+            r.sub(WeightCopies, sv.copies + (cachedOnly - cachedBefore) - adapters);
+            cachedOnly = cachedBefore + adapters;
+            sv = {};
+            keep(d.a); // the output: the next block's checkpoint
+            act(rng);  // the generator's state, saved with the block
+            g = true;
+        } else {
+            if (gOut) keep(d.a);
+            g = gOut;
+        }
+    }
+    // Final norm (its output is not saved: the head is frozen), head, loss.
+    norm(g);
+    if (!S.checkpointing) untmp(d.a); // the embedding output
+    const std::int64_t finalSaved = g ? (llama ? d.a + d.m : 2 * d.m) + d.a : 0; // stats and the last block's output
+    if (!g) untmp(d.a); // the last block's output
+    const std::int64_t headCast = mixed ? V * C * 2 : 0;
+    if (mixed) tmp(headCast + d.ah); // the head's weight and input cast
+    r.add(Logits, d.lgh);            // logits
+    if (mixed) {
+        untmp(d.ah + headCast);
+        if (g) r.add(WeightCopies, headCast); // saved for the input's gradient
+    }
+    untmp(d.a);          // the norm output
+    act(d.idx); // targets made contiguous
+    if (mixed) r.add(Logits, d.lg); // cast up for the loss
+    r.add(Logits, d.lg); // log-softmax, saved
+    tmp(d.m);
+    if (S.dataset == "addition") tmp(d.m);
+    untmp(S.dataset == "addition" ? 2 * d.m : d.m);
+    r.sub(Logits, mixed ? d.lg + d.lgh : d.lg);
+    r.sub(WeightCopies, cachedOnly); // the autocast scope ends
+
+    // ---- backward ----
+    r.phase("backward");
+    r.add(Logits, d.lg); // grad of log-softmax output
+    r.sub(Activations, d.idx);
+    r.add(Logits, d.lg); // grad of logits
+    r.sub(Logits, 2 * d.lg);
+    if (mixed) {
+        r.add(Logits, d.lgh); // cast down
+        r.sub(Logits, d.lg);
+        tmp(d.ah); // grad of the head's input
+        r.sub(Logits, d.lgh);
+        if (g) r.sub(WeightCopies, headCast);
+    }
+    tmp(d.a); // grad of the final norm output
+    if (mixed) untmp(d.ah);
+    else r.sub(Logits, d.lg);
+    tmp(3 * d.a); // norm backward
+    untmp(3 * d.a);
+    r.sub(Activations, finalSaved);
+    for (std::int64_t l = A.layers - 1; l >= 0; --l) {
+        auto sv = saved[static_cast<std::size_t>(l)];
+        if (S.checkpointing) {
+            tmp(rng);        // the generator's state, held while it recomputes
+            const auto cachedBefore = cachedOnly;
+            block(true, sv); // recomputed with grad from its checkpoint
+            keep(d.a);       // the recomputed output
+            sv.mlp += d.a;
+            r.sub(WeightCopies, cachedOnly - cachedBefore); // its autocast scope ends
+            cachedOnly = cachedBefore;
+        }
+        // MLP: the gradient of the output projection's input (with an adapter:
+        // through the frozen weight, through the adapter, and their sum; the
+        // adapter's saved input goes first), then the gradients through the
+        // nonlinearity (SwiGLU: of silu and of up; GELU: of its input).
+        if (mixed) tmp(d.ah); // the running gradient cast down for the branch
+        const bool adapted = has(llama ? "down_proj" : "out");
+        const auto projInput = adapted ? d.fh : 0;
+        tmp(d.fh);
+        if (mixed) untmp(d.ah);
+        if (adapted) {
+            r.sub(Activations, projInput);
+            tmp(2 * d.fh);
+            untmp(2 * d.fh);
+        }
+        tmp(llama ? 2 * d.fh : d.fh);
+        untmp(llama ? 3 * d.fh : 2 * d.fh);
+        r.sub(Activations, sv.mlp - projInput);
+        tmp(3 * d.a); // norm backward and the residual sum
+        untmp(3 * d.a);
+        // Attention: gradients of probabilities and scores, then of q, k, v and the norm.
+        if (eager && sv.maps > 0) {
+            // Each saved map goes as soon as its node has run: the dropped copy
+            // (or the cast down) after probabilities x values, the noise after
+            // dropout, the probabilities after softmax.
+            const auto g1 = softmax32 ? d.s : d.sh; // the gradient through softmax
+            tmp(d.sh); // grad of the probabilities as used
+            if (softmax32) {
+                r.sub(AttentionMaps, d.sh);
+                tmp(d.s);
+                untmp(d.sh);
+            }
+            if (drop) {
+                if (!softmax32) r.sub(AttentionMaps, d.sh);
+                tmp(g1);
+                untmp(g1);
+                r.sub(AttentionMaps, g1);
+            }
+            tmp(g1); // softmax backward
+            untmp(g1);
+            r.sub(AttentionMaps, g1 + extraMaps);
+            if (softmax32) {
+                tmp(d.sh);
+                untmp(d.s);
+            }
+            tmp(d.sh); // masked_fill, then the scale
+            untmp(d.sh);
+            tmp(d.sh);
+            untmp(d.sh);
+            untmp(d.sh);
+        }
+        tmp(4 * d.ah);
+        untmp(4 * d.ah);
+        r.sub(Activations, sv.attention);
+        r.sub(WeightCopies, sv.copies);
+        tmp(3 * d.a);
+        untmp(3 * d.a);
+        if (S.checkpointing) {
+            untmp(rng);
+            r.sub(Activations, rng);
+        }
+    }
+    untmp(d.a); // the running gradient
+    if (eager) r.sub(Activations, d.mask);
+}
+
+} // namespace tb::memory_detail
