@@ -482,7 +482,10 @@ void TestDiagnose::localDeviceChecks()
         return s;
     }()).peakBytes;
     QVERIFY(!find(runPreflight(c, oneGpu), "memory_over_budget"));
-    oneGpu.local->devices[0].usage = DeviceUsage{peak / 2, t4.totalBytes - peak / 2};
+    DeviceUsage busy;
+    busy.freeBytes = peak / 2;
+    busy.usedBytes = t4.totalBytes - peak / 2;
+    oneGpu.local->devices[0].usage = busy;
     findings = runPreflight(c, oneGpu);
     const auto* f = find(findings, "memory_over_budget");
     QVERIFY2(f, kinds(findings).c_str());

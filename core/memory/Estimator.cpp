@@ -123,9 +123,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     const ArchitectureSpec& A = S.positionsFollowSeq && arch.maxPositions != S.seqLen ? sized : arch;
     MemoryEstimate est;
-    // Element bytes: fp32, or bf16 throughout for pure bf16. Mixed precision is
-    // replayed in fp32 (an upper bound: it exceeded the measured peak of CPU
-    // bf16 autocast runs by 3% to 40%). The loss's log-softmax is fp32 in every mode.
+    // Element bytes: fp32, or bf16 throughout for pure bf16. Mixed precision
+    // (autocast) has its own replays, MixedPrecisionReplay.cpp and, with
+    // LoRA, LoraReplay.cpp. The loss's log-softmax is fp32 in every mode.
     const bool pure = S.precision == "bf16-pure";
     const bool mixed = S.precision == "fp16" || S.precision == "bf16";
     const std::int64_t e = pure ? 2 : 4;
@@ -184,7 +184,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         const std::int64_t lo = mixed ? 2 : e; // projections, attention products: the autocast dtype
         const LoraShape shape{a,  BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo, B * H * T * T * e,
                               B * H * T * T * lo, m, lg, BT * V * lo, idx, BT * S.loraRank * lo, T * T, T * C * e,
-                              T * (A.headDim() / 2) * lo, BT, mixed};
+                              T * (A.headDim() / 2) * lo, BT, mixed, halfBase};
         replayLoraStep(r, A, S, shape);
     } else if (mixed) {
         constexpr std::int64_t lo = 2;
@@ -602,12 +602,19 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             formula = "tensors autograd saved for backward (per layer: norms, projections, MLP)";
             break;
         case AttentionMaps:
-            formula = "softmax probabilities, batch x heads x seq^2 x " + std::to_string(e) + " bytes per attention module"
+            formula = (mixed && (A.family == "llama" || S.gpu)
+                           ? std::string("fp32 softmax probabilities and their fp16/bf16 copy, batch x heads x seq^2 x (4 + 2) bytes")
+                           : "softmax probabilities, batch x heads x seq^2 x " + std::to_string(mixed ? 2 : e) + " bytes")
+                + " per attention module"
                 + (A.attentionModules > 1 ? " (" + std::to_string(A.attentionModules) + " per layer)" : "")
                 + (S.dropout > 0.0 ? ", three maps with dropout" : "");
             break;
         case Logits: formula = "log-softmax of batch x seq x vocab (fp32) and its gradients"; break;
         case Workspace: formula = "temporaries of the phase at its peak (gradients in flight, products)"; break;
+        case WeightCopies:
+            formula = "autocast's " + S.precision + " copies of the weights (2 bytes per element), saved for backward "
+                      "and released layer by layer";
+            break;
         }
         est.terms.push_back({kCatNames[c], bytes, formula});
     }
@@ -628,9 +635,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         est.terms.push_back({"cuda_context", extra.context, "CUDA context with lazy module loading (measured in PyTorch PR #86509)"});
         est.peakBytes += extra.total();
     }
-    if (mixed) {
-        est.notes.push_back(S.precision + " mixed precision: activations are planned at fp32, an upper bound "
-                            "(on CPU bf16 runs it exceeded the measured peak by 3% to 40%)");
+    if (mixed && S.gpu) {
+        est.notes.push_back(S.precision + " mixed precision follows autocast as measured on the CPU, with CUDA's "
+                            "fp32 softmax; not yet checked against a GPU run");
     }
     if (pure) est.notes.push_back("pure bf16: planned, not yet checked against a measured run");
     if (A.attentionModules > 1) {

@@ -12,8 +12,9 @@
 // the second step on they live through forward and backward), and the
 // optimizer's per-parameter temporaries. With LoRA it follows which tensors
 // require grad (a frozen projection keeps nothing for backward). GPU targets
-// add the CUDA context, 512-byte rounding and allocator slack; mixed
-// precision is replayed in fp32, an upper bound.
+// add the CUDA context, 512-byte rounding and allocator slack. Mixed
+// precision (autocast) follows its casts: weight copies saved for backward,
+// low-precision projections and maps, fp32 norms, residual stream and loss.
 
 #include <cstdint>
 #include <string>

@@ -83,7 +83,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                             bool gIn) {
         const auto out = d.bt * outFeatures * (mixed ? 2 : 4);
         if (mixed) {
-            const auto w = in * outFeatures * 2, b = bias ? outFeatures * 2 : 0, cast = fp32In ? d.bt * in * 2 : 0;
+            // A base already stored in half precision needs no cast.
+            const auto w = d.halfBase ? 0 : in * outFeatures * 2, b = bias && !d.halfBase ? outFeatures * 2 : 0,
+                       cast = fp32In ? d.bt * in * 2 : 0;
             tmp(b + w + cast);
             tmp(out);
             untmp(b + cast);
@@ -313,8 +315,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     if (!S.checkpointing) untmp(d.a); // the embedding output
     const std::int64_t finalSaved = g ? (llama ? d.a + d.m : 2 * d.m) + d.a : 0; // stats and the last block's output
     if (!g) untmp(d.a); // the last block's output
-    const std::int64_t headCast = mixed ? V * C * 2 : 0;
-    if (mixed) tmp(headCast + d.ah); // the head's weight and input cast
+    const std::int64_t headCast = mixed && !d.halfBase ? V * C * 2 : 0;
+    if (mixed) tmp(headCast + d.ah); // the head's weight cast (none for a half-precision base) and input cast
     r.add(Logits, d.lgh);            // logits
     if (mixed) {
         untmp(d.ah + headCast);

@@ -108,6 +108,7 @@ struct LoraShape {
     std::int64_t rope;    // seq x head dim / 2, low (one cos or sin table cast)
     std::int64_t bt;      // batch x seq (elements)
     bool mixed;
+    bool halfBase;        // the frozen base stored in fp16/bf16: autocast's casts of it are no-ops
 };
 void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d);
 
