@@ -139,7 +139,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
 
     struct Saved {
         std::int64_t attention = 0, maps = 0, mlp = 0; // the input, when it requires grad, counts as attention
-        std::int64_t copies = 0;                       // weight casts saved for backward
+        std::int64_t copiesAttention = 0, copiesMlp = 0; // weight casts saved for backward
+        std::int64_t copiesOut = 0; // of them, the MLP's output projection's (released first)
     };
     // Forward of one block. The input x (a) is live: in Activations when it
     // requires grad, else (the first block's, the embedding output) in the
@@ -152,10 +153,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const auto attentionDone = [&] {
             saved.attention = r.live(Activations) - before + (gIn ? d.a : 0);
             saved.maps = r.live(AttentionMaps) - mapsBefore;
+            saved.copiesAttention = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore);
         };
         const auto mlpDone = [&] {
             saved.mlp = r.live(Activations) - before - saved.attention + (gIn ? d.a : 0);
-            saved.copies = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore);
+            saved.copiesMlp = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore) - saved.copiesAttention;
         };
         bool gAttn = false;
         if (llama) {
@@ -200,7 +202,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             const bool gg = linear("gate_proj", C, F, false, true, gH), gu = linear("up_proj", C, F, false, true, gH);
             tmp(d.fh); // silu(gate)
             tmp(d.fh); // silu x up
+            const auto copiesBeforeDown = r.live(WeightCopies);
             const bool gd = linear("down_proj", F, C, false, false, gg || gu);
+            saved.copiesOut = r.live(WeightCopies) - copiesBeforeDown;
             // down(silu(gate(x)) * up(x)): the temporaries live until down returns.
             keepOrFree(gg, d.fh); // gate, saved by silu
             keepOrFree(gu, d.fh); // silu, saved by the product when up requires grad
@@ -250,7 +254,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         norm(gH);
         const bool gfc = linear("fc", C, F, true, true, gH);
         tmp(d.fh); // gelu
+        const auto copiesBeforeOut = r.live(WeightCopies);
         const bool gout = linear("out", F, C, true, false, gfc);
+        saved.copiesOut = r.live(WeightCopies) - copiesBeforeOut;
         if (drop) tmp(2 * d.ah); // noise, dropped
         // h + out(gelu(fc(ln2(h)))): every temporary lives until the sum exists.
         residualSum(d.ah); // out
@@ -299,7 +305,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             r.sub(Activations, sv.attention - d.a + sv.mlp);
             r.sub(AttentionMaps, sv.maps);
             const auto adapters = adapterCasts - adapterBefore;
-            r.sub(WeightCopies, sv.copies + (cachedOnly - cachedBefore) - adapters);
+            r.sub(WeightCopies, sv.copiesAttention + sv.copiesMlp + (cachedOnly - cachedBefore) - adapters);
             cachedOnly = cachedBefore + adapters;
             sv = {};
             keep(d.a); // the output: the next block's checkpoint
@@ -371,6 +377,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const auto projInput = adapted ? d.fh : 0;
         tmp(d.fh);
         if (mixed) untmp(d.ah);
+        r.sub(WeightCopies, sv.copiesOut); // the output projection's casts
         if (adapted) {
             r.sub(Activations, projInput);
             tmp(2 * d.fh);
@@ -379,6 +386,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp(llama ? 2 * d.fh : d.fh);
         untmp(llama ? 3 * d.fh : 2 * d.fh);
         r.sub(Activations, sv.mlp - projInput);
+        r.sub(WeightCopies, sv.copiesMlp - sv.copiesOut);
         tmp(3 * d.a); // norm backward and the residual sum
         untmp(3 * d.a);
         // Attention: gradients of probabilities and scores, then of q, k, v and the norm.
@@ -415,7 +423,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp(4 * d.ah);
         untmp(4 * d.ah);
         r.sub(Activations, sv.attention);
-        r.sub(WeightCopies, sv.copies);
+        r.sub(WeightCopies, sv.copiesAttention);
         tmp(3 * d.a);
         untmp(3 * d.a);
         if (S.checkpointing) {
