@@ -31,6 +31,7 @@ GRID = [
     ("gpt L6 d64 b1 t512", cfg({"type": "gpt", "n_layer": 6, "d_model": 64, "n_head": 4}, {"source": "text", "seq_len": 512, "val_fraction": 0.1}, {"batch_size": 1})),
     ("gpt L2 d512 b2 t32 untied", cfg({"type": "gpt", "n_layer": 2, "d_model": 512, "n_head": 8, "tie_embeddings": False}, {"source": "text", "seq_len": 32}, {"batch_size": 2})),
     ("gpt L2 d128 dropout0.1", cfg({"type": "gpt", "n_layer": 2, "d_model": 128, "n_head": 4, "dropout": 0.1}, {"source": "text", "seq_len": 64}, {"batch_size": 16})),
+    ("gpt L4 d64 h8 dropout sgd b32 t128 untied", cfg({"type": "gpt", "n_layer": 4, "d_model": 64, "n_head": 8, "dropout": 0.1, "tie_embeddings": False}, {"source": "text", "seq_len": 128}, {"batch_size": 32}, {"optimizer": "sgd", "momentum": 0.9})),
     ("gpt L3 d128 checkpointing b16 t128", cfg({"type": "gpt", "n_layer": 3, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 128}, {"batch_size": 16, "activation_checkpointing": True})),
     ("llama L1 d64 gqa", cfg({"type": "llama", "n_layer": 1, "d_model": 64, "n_head": 4, "n_kv_head": 2}, {"source": "text", "seq_len": 32}, {"batch_size": 4})),
     ("llama L2 d128 mha b16 t64", cfg({"type": "llama", "n_layer": 2, "d_model": 128, "n_head": 4}, {"source": "text", "seq_len": 64}, {"batch_size": 16})),

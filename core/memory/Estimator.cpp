@@ -506,10 +506,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(s);
         r.sub(Activations, a); // v
         untmp(a);
+        if (drop) {
+            r.sub(AttentionMaps, s); // the dropped copy, once its product's backward has run
+            tmp(s);                  // dropout backward
+            untmp(s);
+            r.sub(AttentionMaps, s); // the noise
+        }
         tmp(s);
         untmp(s);
         r.sub(AttentionMaps, s + extraMaps);
-        if (drop) r.sub(AttentionMaps, 2 * s);
         tmp(s);
         untmp(s);
         tmp(s);
