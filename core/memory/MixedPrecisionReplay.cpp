@@ -35,7 +35,24 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     constexpr std::int64_t kLow = 2; // bytes per element in fp16 and bf16
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
 
-    const auto act = [&](std::int64_t b) { r.add(Activations, b); };
+    // A checkpointed block's first forward runs without grad: what autograd
+    // would save is freed once used. Modelled by holding it until the
+    // attention (or MLP) output exists, then releasing it.
+    bool noGrad = false;
+    std::int64_t held = 0, heldMaps = 0;
+    const auto act = [&](std::int64_t b) {
+        r.add(Activations, b);
+        if (noGrad) held += b;
+    };
+    const auto keepMap = [&](std::int64_t b) {
+        r.add(AttentionMaps, b);
+        if (noGrad) heldMaps += b;
+    };
+    const auto releaseHeld = [&] {
+        r.sub(Activations, held);
+        r.sub(AttentionMaps, heldMaps);
+        held = heldMaps = 0;
+    };
     const auto unact = [&](std::int64_t b) { r.sub(Activations, b); };
     const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
     const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
@@ -81,20 +98,20 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         untmp(d.sh);
         if (softmax32) {
             tmp(d.s);                    // cast up
-            r.add(AttentionMaps, d.s);   // softmax, saved
+            keepMap(d.s);   // softmax, saved
             untmp(d.s + d.sh);
             if (drop) {
-                r.add(AttentionMaps, d.s); // noise
+                keepMap(d.s); // noise
                 tmp(d.s);                  // dropped
             }
-            r.add(AttentionMaps, d.sh); // cast down, saved by the product with the values
+            keepMap(d.sh); // cast down, saved by the product with the values
             if (drop) untmp(d.s);
         } else {
-            r.add(AttentionMaps, d.sh); // softmax, saved
+            keepMap(d.sh); // softmax, saved
             untmp(d.sh);
-            if (drop) r.add(AttentionMaps, 2 * d.sh); // noise, dropped
+            if (drop) keepMap(2 * d.sh); // noise, dropped
         }
-        r.add(AttentionMaps, extraMaps);
+        keepMap(extraMaps);
     };
     // RoPE on q or k (width w): the cos and sin tables cast (saved), four
     // products, a difference and a sum of half width, then cat.
@@ -127,10 +144,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             act(d.ah);  // heads merged
             copy(C * C);
             tmp(d.ah);  // o_proj
+            releaseHeld();
             untmp(d.ah); // attention output released
             untmp(gqa ? 2 * d.akvh : d.akvh); // locals k (gqa) and v released on return
             tmp(d.a);   // o cast up for the residual sum
-            act(d.a);   // residual h
+            r.add(Activations, d.a); // residual h (the block holds it either way)
             untmp(d.a);
             untmp(d.ah + d.a); // o, the norm output
             rmsForward();
@@ -139,8 +157,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             act(2 * d.fh);          // silu, product
             copy(F * C);
             tmp(d.ah); // down
+            releaseHeld();
             tmp(d.a);
-            act(d.a); // residual out
+            r.add(Activations, d.a); // residual out
             untmp(d.a);
             untmp(d.ah + d.a); // down, the norm output
             return;
@@ -164,6 +183,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         copyBias(C);
         copy(C * C);
         tmp(d.ah);  // proj
+        releaseHeld();
         untmp(d.ah); // attention output released
         untmp(3 * d.ah); // qkv released on return
         if (drop) {
@@ -172,7 +192,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah); // proj output
         }
         tmp(d.a);
-        act(d.a);   // residual h
+        r.add(Activations, d.a); // residual h (the block holds it either way)
         untmp(d.a);
         untmp(d.ah + d.a); // proj (or dropped) output, ln1 output
         tmp(d.a);
@@ -183,13 +203,14 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         copyBias(C);
         copy(F * C);
         tmp(d.ah); // out
+        releaseHeld();
         if (drop) {
             act(d.ah); // noise
             tmp(d.ah); // dropped
         }
         // h + dropout(out(...)): every temporary lives until the sum exists.
         tmp(d.a);
-        act(d.a); // residual out
+        r.add(Activations, d.a); // residual out
         untmp(d.a);
         untmp((drop ? 2 : 1) * d.ah + d.a); // out (and dropped), ln2 output
     };
@@ -225,7 +246,10 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         // Without grad only the output stays; the weight copies stay cached
         // until the autocast scope ends.
         const auto activations = r.live(Activations), maps = r.live(AttentionMaps);
+        noGrad = true;
         blockForward();
+        held = heldMaps = 0;
+        noGrad = false;
         r.sub(AttentionMaps, r.live(AttentionMaps) - maps);
         unact(r.live(Activations) - activations - d.a);
         act(rng);
