@@ -327,6 +327,19 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         unact(saved);
         r.sub(WeightCopies, weight * kLow);
     };
+    // A projection that read an fp32 input (a norm output) through its own
+    // cast: its input's gradient is cast back up (and summed with those of the
+    // projections before it that read the same input), then its weight's.
+    const auto castInputBackward = [&](std::int64_t weight, std::int64_t gradOut, bool sum) {
+        linearBackward(d.ah, weight, gradOut, d.ah);
+        tmp(d.a);
+        untmp(d.ah);
+        if (sum) {
+            tmp(d.a);
+            untmp(2 * d.a);
+        }
+        weightGradient(weight);
+    };
     // Softmax and what precedes it back to the scores; grad of the probabilities (sh) live.
     const auto softmaxBackward = [&] {
         if (softmax32) {
@@ -373,16 +386,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.fh); // silu backward
             untmp(d.fh);
             unact(d.fh); // gate output
-            linearBackward(d.ah, C * F, d.fh, d.ah); // gate
-            tmp(d.a);
-            untmp(d.ah);
-            weightGradient(C * F);
-            linearBackward(d.ah, C * F, d.fh, d.ah); // up
-            tmp(d.a);
-            untmp(d.ah);
-            tmp(d.a); // the two input gradients summed
-            untmp(2 * d.a);
-            weightGradient(C * F);
+            castInputBackward(C * F, d.fh, false); // gate
+            castInputBackward(C * F, d.fh, true);  // up
             rmsBackward();
             tmp(d.ah); // the running gradient cast down for the attention branch
             linearBackward(d.ah, C * C, d.ah, d.ah); // o_proj; merged heads
@@ -414,29 +419,16 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(2 * d.ah);
             untmp(2 * d.ah);
             unact(4 * d.rope);
-            // v, k, q projections, their input gradients summed.
+            // v, k, q projections (each gradient reshaped first), their input gradients summed.
             tmp(d.akvh);
             untmp(d.akvh);
-            linearBackward(d.ah, C * KV, d.akvh, d.ah);
-            tmp(d.a);
-            untmp(d.ah);
-            weightGradient(C * KV);
+            castInputBackward(C * KV, d.akvh, false); // v
             tmp(d.akvh);
             untmp(d.akvh);
-            linearBackward(d.ah, C * KV, d.akvh, d.ah);
-            tmp(d.a);
-            untmp(d.ah);
-            tmp(d.a);
-            untmp(2 * d.a);
-            weightGradient(C * KV);
+            castInputBackward(C * KV, d.akvh, true); // k
             tmp(d.ah);
             untmp(d.ah);
-            linearBackward(d.ah, C * C, d.ah, d.ah);
-            tmp(d.a);
-            untmp(d.ah);
-            tmp(d.a);
-            untmp(2 * d.a);
-            weightGradient(C * C);
+            castInputBackward(C * C, d.ah, true); // q
             rmsBackward();
             if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
             untmp(rng);
@@ -453,10 +445,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(d.fh); // gelu backward
         untmp(d.fh);
         unact(d.fh); // fc output
-        linearBackward(d.ah, C * F, d.fh, d.ah); // fc
-        tmp(d.a);
-        untmp(d.ah);
-        weightGradient(C * F);
+        castInputBackward(C * F, d.fh, false); // fc
         tmp(d.a); // ln2 backward
         untmp(d.a);
         unact(d.a + 2 * d.m); // h and the statistics
@@ -496,10 +485,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         untmp(3 * d.ah);
         tmp(3 * d.ah); // reshaped
         untmp(3 * d.ah);
-        linearBackward(d.ah, 3 * C * C, 3 * d.ah, d.ah); // qkv
-        tmp(d.a);
-        untmp(d.ah);
-        weightGradient(3 * C * C);
+        castInputBackward(3 * C * C, 3 * d.ah, false); // qkv
         tmp(d.a); // ln1 backward
         untmp(d.a);
         unact(d.a + 2 * d.m); // block input and statistics
