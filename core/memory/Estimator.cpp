@@ -144,6 +144,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const double p = S.dropout;
     const bool drop = p > 0.0;
     const std::int64_t rng = rngStateBytes(S);
+    // Under checkpointing the gradient of a block's output is held by the
+    // checkpoint node until the block's backward returns.
+    const std::int64_t heldGrad = S.checkpointing ? a : 0;
 
     const auto params = parameters(A, S.loraRank, S.loraTargets);
     std::int64_t P = 0, Ptrain = 0, maxTrain = 0, maxDecay = 0;
@@ -408,9 +411,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             r.sub(Activations, 2 * a + m);
             tmp(3 * a);
             untmp(3 * a);
-            // residual sum
+            // residual sum (under checkpointing the node still holds the output's gradient)
             tmp(a);
-            untmp(2 * a);
+            untmp(2 * a - heldGrad);
             r.sub(Activations, a); // h
             // o_proj
             if (wgrad) tmp(C * C * e);
@@ -424,10 +427,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             r.add(Workspace, s);
             r.sub(Activations, a);
             untmp(a);
+            if (drop) {
+                r.sub(AttentionMaps, s); // the dropped copy, once its product's backward has run
+                tmp(s);                  // dropout backward
+                untmp(s);
+                r.sub(AttentionMaps, s); // the noise
+            }
             r.add(Workspace, s); // softmax backward
             r.sub(Workspace, s);
             r.sub(AttentionMaps, s + extraMaps);
-            if (drop) r.sub(AttentionMaps, 2 * s);
             tmp(s);
             untmp(s); // masked_fill
             tmp(s);
@@ -468,7 +476,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(2 * a);
             r.sub(Activations, a); // the block input, saved by the norm
             if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
-            untmp(rng);
+            untmp(rng + heldGrad);
             continue;
         }
         // GPT block
@@ -490,7 +498,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         untmp(a);
         r.sub(Activations, a + 2 * m); // h and ln2 stats
         tmp(a);
-        untmp(2 * a); // gradient of h
+        untmp(2 * a - heldGrad); // gradient of h (under checkpointing the node still holds the output's)
         if (drop) {
             untmp(a);
             tmp(a); // gradient through the attention output dropout
@@ -541,7 +549,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         untmp(2 * a);
         if (drop) untmp(a);
         if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
-        untmp(rng);
+        untmp(rng + heldGrad);
     }
     if (drop && !llama) r.sub(Activations, a); // embedding dropout noise
     // Embeddings.

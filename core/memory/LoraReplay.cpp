@@ -141,6 +141,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         std::int64_t attention = 0, maps = 0, mlp = 0; // the input, when it requires grad, counts as attention
         std::int64_t copiesAttention = 0, copiesMlp = 0; // weight casts saved for backward
         std::int64_t copiesOut = 0; // of them, the MLP's output projection's (released first)
+        std::int64_t values = 0;    // the values, released by the probabilities x values backward
     };
     // Forward of one block. The input x (a) is live: in Activations when it
     // requires grad, else (the first block's, the embedding output) in the
@@ -186,6 +187,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             keepOrFree(gq, d.ah); // keys, saved when q requires grad
             releaseMaps(gScores || gv);
             keepOrFree(gScores, d.ah); // values, saved when the probabilities require grad
+            saved.values = gScores ? d.ah : 0;
             tmp(d.ah); // heads merged
             const bool go = linear("o_proj", C, C, false, false, gAttn);
             untmp(d.ah); // probabilities x values
@@ -234,6 +236,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp(d.ah); // v made contiguous
         tmp(d.ah); // probabilities x values
         keepOrFree(gqkv, 3 * d.ah); // q, k and v, saved when they require grad
+        saved.values = gqkv ? d.ah : 0;
         releaseMaps(gqkv);
         tmp(d.ah); // heads merged
         const bool go = linear("proj", C, C, true, false, gqkv);
@@ -389,6 +392,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         r.sub(WeightCopies, sv.copiesMlp - sv.copiesOut);
         tmp(3 * d.a); // norm backward and the residual sum
         untmp(3 * d.a);
+        // Under checkpointing the node still holds the gradient of the block's
+        // output, which that sum replaced.
+        if (S.checkpointing) tmp(d.a);
         // Attention: gradients of probabilities and scores, then of q, k, v and the norm.
         if (eager && sv.maps > 0) {
             // Each saved map goes as soon as its node has run: the dropped copy
@@ -396,6 +402,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // dropout, the probabilities after softmax.
             const auto g1 = softmax32 ? d.s : d.sh; // the gradient through softmax
             tmp(d.sh); // grad of the probabilities as used
+            r.sub(Activations, sv.values);
             if (softmax32) {
                 r.sub(AttentionMaps, d.sh);
                 tmp(d.s);
@@ -422,12 +429,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         tmp(4 * d.ah);
         untmp(4 * d.ah);
-        r.sub(Activations, sv.attention);
+        r.sub(Activations, sv.attention - (eager && sv.maps > 0 ? sv.values : 0));
         r.sub(WeightCopies, sv.copiesAttention);
         tmp(3 * d.a);
         untmp(3 * d.a);
         if (S.checkpointing) {
-            untmp(rng);
+            untmp(rng + d.a);
             r.sub(Activations, rng);
         }
     }

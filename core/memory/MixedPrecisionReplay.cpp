@@ -305,7 +305,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         untmp(d.a);
         unact(d.a + 2 * d.m); // the last block's output and the statistics
     }
-    const auto rmsBackward = [&] {
+    // Under checkpointing the gradient of a block's output is held by the
+    // checkpoint node until the block's backward returns, so the block's first
+    // residual sum does not free it.
+    const std::int64_t heldGrad = S.checkpointing ? d.a : 0;
+    const auto rmsBackward = [&](bool firstSum) {
         tmp(2 * d.a); // about two full-size products at a time
         untmp(2 * d.a);
         tmp(d.a);
@@ -314,7 +318,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(3 * d.a);
         untmp(3 * d.a);
         tmp(d.a); // the residual sum
-        untmp(2 * d.a);
+        untmp(2 * d.a - (firstSum ? heldGrad : 0));
         unact(d.a); // the norm's input
     };
     // A projection's backward: the gradient of its input (in) and of its
@@ -388,7 +392,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             unact(d.fh); // gate output
             castInputBackward(C * F, d.fh, false); // gate
             castInputBackward(C * F, d.fh, true);  // up
-            rmsBackward();
+            rmsBackward(true);
             tmp(d.ah); // the running gradient cast down for the attention branch
             linearBackward(d.ah, C * C, d.ah, d.ah); // o_proj; merged heads
             weightGradient(C * C);
@@ -429,9 +433,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.ah);
             untmp(d.ah);
             castInputBackward(C * C, d.ah, true); // q
-            rmsBackward();
+            rmsBackward(false);
             if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
-            untmp(rng);
+            untmp(rng + heldGrad);
             continue;
         }
         // GPT block
@@ -450,7 +454,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         untmp(d.a);
         unact(d.a + 2 * d.m); // h and the statistics
         tmp(d.a); // summed with the running gradient
-        untmp(2 * d.a);
+        untmp(2 * d.a - heldGrad);
         tmp(d.ah); // cast down for the attention branch
         if (drop) {
             tmp(d.ah);
@@ -492,7 +496,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(d.a);
         untmp(2 * d.a);
         if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
-        untmp(rng);
+        untmp(rng + heldGrad);
     }
     if (drop && !llama) unact(d.a); // embedding dropout noise
     // Embeddings.
