@@ -507,6 +507,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(a);
         weightGrad(C * C + C);
         r.sub(Activations, a); // merged heads
+        if (drop) untmp(a);    // the gradient through the dropout, consumed
         tmp(a);
         untmp(a);
         // probabilities x values
@@ -547,7 +548,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.sub(Activations, a); // block input
         tmp(a);
         untmp(2 * a);
-        if (drop) untmp(a);
         if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
         untmp(rng + heldGrad);
     }
