@@ -142,6 +142,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         std::int64_t copiesAttention = 0, copiesMlp = 0; // weight casts saved for backward
         std::int64_t copiesOut = 0; // of them, the MLP's output projection's (released first)
         std::int64_t values = 0;    // the values, released by the probabilities x values backward
+        std::int64_t projInput = 0; // an adapted output projection's input and rank-r product, released by its backward
+        std::int64_t h = 0;         // h (x + attention), saved by the second norm, released by its backward
     };
     // Forward of one block. The input x (a) is live: in Activations when it
     // requires grad, else (the first block's, the embedding output) in the
@@ -157,7 +159,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             saved.copiesAttention = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore);
         };
         const auto mlpDone = [&] {
-            saved.mlp = r.live(Activations) - before - saved.attention + (gIn ? d.a : 0);
+            saved.mlp = r.live(Activations) - before - saved.attention + (gIn ? d.a : 0) - saved.h;
             saved.copiesMlp = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore) - saved.copiesAttention;
         };
         bool gAttn = false;
@@ -192,14 +194,16 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             const bool go = linear("o_proj", C, C, false, false, gAttn);
             untmp(d.ah); // probabilities x values
             keepOrFree(has("o_proj"), d.ah);
+            saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
             untmp(gqa ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (gqa), v projection
             gAttn = go;
             // h = x + attn(norm(x)): the temporaries live until the sum exists.
             residualSum(d.ah); // o
             normOutputDone(has("q_proj") || has("k_proj") || has("v_proj"));
             const bool gH = gIn || gAttn;
-            if (gH) keep(d.a);
             attentionDone();
+            if (gH) keep(d.a);
+            saved.h = gH ? d.a : 0;
             norm(gH);
             const bool gg = linear("gate_proj", C, F, false, true, gH), gu = linear("up_proj", C, F, false, true, gH);
             tmp(d.fh); // silu(gate)
@@ -242,6 +246,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const bool go = linear("proj", C, C, true, false, gqkv);
         untmp(d.ah);
         keepOrFree(has("proj"), d.ah);
+        saved.projInput = has("proj") ? d.ah + d.xa : 0;
         untmp(3 * d.ah); // qkv
         if (drop) {
             tmp(2 * d.ah); // noise, dropped
@@ -252,8 +257,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         residualSum(d.ah); // o
         normOutputDone(has("qkv"));
         const bool gH = gIn || go;
-        if (gH) keep(d.a);
         attentionDone();
+        if (gH) keep(d.a);
+        saved.h = gH ? d.a : 0;
         norm(gH);
         const bool gfc = linear("fc", C, F, true, true, gH);
         tmp(d.fh); // gelu
@@ -305,7 +311,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // Nothing but the input (the checkpoint) outlives a block run
             // without grad: the frozen casts go, the adapter casts stay cached
             // until the forward ends.
-            r.sub(Activations, sv.attention - d.a + sv.mlp);
+            r.sub(Activations, sv.attention - d.a + sv.h + sv.mlp);
             r.sub(AttentionMaps, sv.maps);
             const auto adapters = adapterCasts - adapterBefore;
             r.sub(WeightCopies, sv.copiesAttention + sv.copiesMlp + (cachedOnly - cachedBefore) - adapters);
@@ -366,8 +372,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             tmp(rng);        // the generator's state, held while it recomputes
             const auto cachedBefore = cachedOnly;
             block(true, sv); // recomputed with grad from its checkpoint
-            keep(d.a);       // the recomputed output
-            sv.mlp += d.a;
+            keep(d.a);       // the recomputed output, held until the block's backward returns
             r.sub(WeightCopies, cachedOnly - cachedBefore); // its autocast scope ends
             cachedOnly = cachedBefore;
         }
@@ -392,16 +397,19 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         r.sub(WeightCopies, sv.copiesMlp - sv.copiesOut);
         tmp(3 * d.a); // norm backward and the residual sum
         untmp(3 * d.a);
+        r.sub(Activations, sv.h);
         // Under checkpointing the node still holds the gradient of the block's
         // output, which that sum replaced.
         if (S.checkpointing) tmp(d.a);
-        // Attention: gradients of probabilities and scores, then of q, k, v and the norm.
+        // Attention: the output projection, gradients of probabilities and
+        // scores, then of q, k, v and the norm.
+        r.sub(Activations, sv.projInput);
         if (eager && sv.maps > 0) {
             // Each saved map goes as soon as its node has run: the dropped copy
             // (or the cast down) after probabilities x values, the noise after
             // dropout, the probabilities after softmax.
             const auto g1 = softmax32 ? d.s : d.sh; // the gradient through softmax
-            tmp(d.sh); // grad of the probabilities as used
+            tmp(d.ah + d.sh); // grads of the values and of the probabilities as used
             r.sub(Activations, sv.values);
             if (softmax32) {
                 r.sub(AttentionMaps, d.sh);
@@ -427,15 +435,18 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             untmp(d.sh);
             untmp(d.sh);
         }
-        tmp(4 * d.ah);
+        // q, k, v gradients and their projections (the values' gradient is
+        // already live when the maps were back-propagated).
+        const bool mapsDone = eager && sv.maps > 0;
+        tmp((mapsDone ? 3 : 4) * d.ah);
         untmp(4 * d.ah);
-        r.sub(Activations, sv.attention - (eager && sv.maps > 0 ? sv.values : 0));
+        r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0));
         r.sub(WeightCopies, sv.copiesAttention);
         tmp(3 * d.a);
         untmp(3 * d.a);
         if (S.checkpointing) {
             untmp(rng + d.a);
-            r.sub(Activations, rng);
+            r.sub(Activations, rng + d.a); // the saved generator state, the recomputed output
         }
     }
     untmp(d.a); // the running gradient
