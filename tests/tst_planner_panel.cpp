@@ -87,7 +87,7 @@ void TestPlannerPanel::presetOnT4MatchesTheEstimate()
     QVERIFY(p->estimate().has_value());
     QCOMPARE(p->estimate()->peakBytes, expected.peakBytes);
     QCOMPARE(p->budgetBytes(), GpuCatalogue::bundled().resolve("T4").gpu.memoryBytes);
-    QVERIFY2(p->verdictText() == "Fits (71%): 10.47 GiB of 14.74 GiB", qPrintable(p->verdictText()));
+    QVERIFY2(p->verdictText() == "Fits (71%): 10.49 GiB of 14.74 GiB", qPrintable(p->verdictText()));
     QCOMPARE(p->largestBatchHere(), largestBatch(arch, s, p->budgetBytes(), 65536));
     const auto longest = std::min<std::int64_t>(largestSequence(arch, s, p->budgetBytes()), arch.maxPositions);
     QCOMPARE(p->largestSeqHere(), longest);
