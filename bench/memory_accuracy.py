@@ -7,10 +7,22 @@ For each configuration of the grid, runs `trainbench-cli estimate --json` and
 the relative error, next to the per-parameter-multiplier method (16 bytes per
 parameter for fp32 AdamW, 8 for SGD with momentum, 4 + 4 for plain SGD; no
 activations). Usage: bench/memory_accuracy.py [CLI] (default build/app/trainbench-cli).
+With --random N [--seed S] it plans and measures N configurations drawn at
+random over the same space instead (configurations nobody tuned the planner on).
 """
-import json, os, statistics, subprocess, sys, tempfile
+import json, os, random, statistics, subprocess, sys, tempfile
 
-CLI = sys.argv[1] if len(sys.argv) > 1 else "build/app/trainbench-cli"
+args = sys.argv[1:]
+def option(name, default):
+    if name not in args:
+        return default
+    i = args.index(name)
+    value = args[i + 1]
+    del args[i:i + 2]
+    return int(value)
+RANDOM = option("--random", 0)
+SEED = option("--seed", 1)
+CLI = args[0] if args else "build/app/trainbench-cli"
 
 def cfg(model, data, train, optim=None, lora=None):
     c = {"name": "grid", "device": "cpu", "model": model, "data": data,
@@ -95,11 +107,48 @@ def with_init_from(d):
         rows.append((f"{typ} L2 d128 init_from" + (" + lora attn" if lora else ""), tuned))
     return rows
 
+def drawn(n, seed):
+    """n configurations drawn at random: both models, every positional encoding,
+    fp32 and bf16, LoRA, checkpointing, dropout, accumulation, both datasets."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        typ = rng.choice(["gpt", "llama"])
+        d = rng.choice([64, 96, 128, 192, 256])
+        heads = rng.choice([h for h in (2, 4, 8) if d % h == 0 and (d // h) % 2 == 0])
+        model = {"type": typ, "n_layer": rng.randint(1, 4), "d_model": d, "n_head": heads}
+        if typ == "llama":
+            model["n_kv_head"] = rng.choice([k for k in (1, 2, heads) if heads % k == 0])
+        else:
+            model["positional_encoding"] = rng.choice(["learned", "sinusoidal", "rope"])
+            model["tie_embeddings"] = rng.choice([True, False])
+        if rng.random() < 0.3:
+            model["dropout"] = 0.1
+        data = {"source": rng.choice(["text", "text", "addition"])}
+        if data["source"] == "text":
+            data["seq_len"] = rng.choice([32, 48, 64, 128, 256])
+        else:
+            data["digits"] = rng.choice([2, 3])
+        train = {"precision": rng.choice(["fp32", "bf16"]), "batch_size": rng.choice([1, 2, 4, 8, 16, 32]),
+                 "grad_accum": rng.choice([1, 1, 2, 4]), "activation_checkpointing": rng.random() < 0.3}
+        optim = {"optimizer": rng.choice(["adamw", "sgd"])}
+        if optim["optimizer"] == "sgd":
+            optim["momentum"] = rng.choice([0, 0.9])
+        lora = None
+        if rng.random() < 0.4:
+            lora = {"rank": rng.choice([2, 4, 8]), "targets": rng.choice([["attn"], ["mlp"], ["attn", "mlp"]])}
+        out.append((f"random {seed}.{i + 1}: {json.dumps([model, data, train, optim, lora])}",
+                    cfg(model, data, train, optim, lora)))
+    return out
+
 rows = []
 with tempfile.TemporaryDirectory() as d:
-    tuned = with_init_from(d)
-    mixed = bf16([(n, c) for n, c in GRID if n in BF16] + tuned)
-    for name, c in GRID + tuned + mixed:
+    if RANDOM:
+        configurations = drawn(RANDOM, SEED)
+    else:
+        tuned = with_init_from(d)
+        configurations = GRID + tuned + bf16([(n, c) for n, c in GRID if n in BF16] + tuned)
+    for name, c in configurations:
         path = os.path.join(d, "c.json")
         with open(path, "w") as f:
             json.dump(c, f)

@@ -370,11 +370,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         auto sv = saved[static_cast<std::size_t>(l)];
         if (S.checkpointing) {
             tmp(rng);        // the generator's state, held while it recomputes
-            const auto cachedBefore = cachedOnly;
-            block(true, sv); // recomputed with grad from its checkpoint
+            // Recomputed with grad from its checkpoint (its input requires
+            // grad, so every adapter cast it makes is saved, none only cached).
+            block(true, sv);
             keep(d.a);       // the recomputed output, held until the block's backward returns
-            r.sub(WeightCopies, cachedOnly - cachedBefore); // its autocast scope ends
-            cachedOnly = cachedBefore;
         }
         // MLP: the gradient of the output projection's input (with an adapter:
         // through the frozen weight, through the adapter, and their sum; the
