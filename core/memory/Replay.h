@@ -35,8 +35,11 @@ public:
         while (m_phase + 1 < kPhases.size() && std::string_view(kPhases[m_phase]) != name) ++m_phase;
         m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
     }
+    // A zero size (a step the setup switches off: a cast in fp32, a
+    // checkpoint-only tensor) is no allocation: not counted, not traced.
     void add(Cat c, std::int64_t bytes)
     {
+        if (bytes == 0) return;
         bytes = round(bytes);
         m_live[c] += bytes;
         m_total += bytes;
@@ -51,6 +54,7 @@ public:
     }
     void sub(Cat c, std::int64_t bytes)
     {
+        if (bytes == 0) return;
         bytes = round(bytes);
         m_live[c] -= bytes;
         m_total -= bytes;
