@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 #include <dlfcn.h>
@@ -17,6 +18,7 @@
 #include "gpu/Discovery.h"
 #include "memory/MemoryProbe.h"
 #include "train/Datasets.h"
+#include "train/HostHeap.h"
 #include "train/LossScaler.h"
 #include "train/ModelIo.h"
 #include "train/ScriptedModel.h"
@@ -459,6 +461,9 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     };
     TrainResult result;
     result.stepsDone = m->startStep;
+    // On the CPU, keep the step's freed tensors in the heap for the next step (HostHeap.h).
+    std::optional<HostHeapScope> heap;
+    if (m->torchDevice.is_cpu()) heap.emplace();
     emit("info", "start",
          (m->startStep > 0 ? "resumed at step " + std::to_string(m->startStep) + " on " : "training on ") + m->device
              + ", precision " + m->precision + ", " + std::to_string(parameterCount()) + " parameters ("
