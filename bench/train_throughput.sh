@@ -4,10 +4,15 @@
 # the full product (metrics store, per-step callback and loss read, memory
 # probe) against --bare (none of them). The sides alternate within each round
 # and the median of the per-round ratios is reported (one round varies ~10%).
-# Usage: bench/train_throughput.sh [ROUNDS]   (needs a built tree: scripts/test or scripts/run)
+# The PyTorch loop also runs a second time with glibc's malloc set as
+# Trainbench sets it for a CPU run (core/train/HostHeap.h), through the
+# environment: how much of the ratio that setting accounts for.
+# Usage: bench/train_throughput.sh [ROUNDS] [overhead]   (needs a built tree: scripts/test or scripts/run)
+#   overhead: only the full product against --bare (more rounds in the same time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
+only_overhead=$([ "${2:-}" = overhead ] && echo 1 || echo 0)
 packaging/install-deps.sh --bench >/dev/null
 cli=build/app/trainbench-cli
 [ -x "$cli" ] || { echo "build first (scripts/test or scripts/run)" >&2; exit 1; }
@@ -31,17 +36,29 @@ for workload in "gpt 2 128 4 32 64 300" "tiny 1 64 4 8 32 3000"; do
  "train": {"batch_size": $batch, "steps": $steps, "eval_every": 1000000, "precision": "fp32"}}
 JSON
   echo "workload $name: GPT $layers layer(s), d_model $d, $heads heads, batch $batch, seq $seq, AdamW fp32, $steps steps, $rounds rounds"
-  vs_py=(); overhead=()
+  vs_py=(); vs_tuned=(); overhead=()
   for ((i = 1; i <= rounds; i++)); do
     full=$($cli train --config "$work/$name.json" --db "$work/b.db" --quiet | rate)
     bare=$($cli train --config "$work/$name.json" --db "$work/b.db" --quiet --bare | rate)
+    if [ "$only_overhead" = 1 ]; then
+      echo "  round $i: trainbench $full tok/s, bare $bare tok/s"
+      overhead+=("$(awk -v a="$full" -v b="$bare" 'BEGIN {printf "%.2f", 100 * (b - a) / b}')")
+      continue
+    fi
     # PyTorch at its best thread count here (torch.set_num_threads(1), OpenBLAS on every core).
     py=$(/usr/bin/python3 bench/train_throughput.py --steps "$steps" --threads 1 --layers "$layers" \
            --d-model "$d" --heads "$heads" --batch "$batch" --seq "$seq" | rate)
-    echo "  round $i: trainbench $full tok/s, bare $bare tok/s, pytorch $py tok/s"
-    vs_py+=("$(ratio "$full" "$py")"); overhead+=("$(awk -v a="$full" -v b="$bare" 'BEGIN {printf "%.2f", 100 * (b - a) / b}')")
+    tuned=$(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483647 /usr/bin/python3 bench/train_throughput.py \
+           --steps "$steps" --threads 1 --layers "$layers" --d-model "$d" --heads "$heads" --batch "$batch" --seq "$seq" | rate)
+    echo "  round $i: trainbench $full tok/s, bare $bare tok/s, pytorch $py tok/s, pytorch with Trainbench's malloc settings $tuned tok/s"
+    vs_py+=("$(ratio "$full" "$py")"); vs_tuned+=("$(ratio "$full" "$tuned")"); overhead+=("$(awk -v a="$full" -v b="$bare" 'BEGIN {printf "%.2f", 100 * (b - a) / b}')")
   done
+  if [ "$only_overhead" = 1 ]; then
+    echo "  $name: store+callbacks+probe overhead median $(printf '%s\n' "${overhead[@]}" | median)% (rounds: ${overhead[*]})"
+    continue
+  fi
   echo "  $name: trainbench / pytorch median ratio $(printf '%s\n' "${vs_py[@]}" | median)" \
        "(rounds: ${vs_py[*]}); store+callbacks+probe overhead median $(printf '%s\n' "${overhead[@]}" | median)%" \
-       "(rounds: ${overhead[*]})"
+       "(rounds: ${overhead[*]}); trainbench / pytorch with the same malloc settings median" \
+       "$(printf '%s\n' "${vs_tuned[@]}" | median) (rounds: ${vs_tuned[*]})"
 done

@@ -14,6 +14,7 @@ packages=(
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)             # the PyTorch reference of bench/train_throughput
+  packages+=(valgrind)                  # callgrind, for bench/overhead_instructions
 fi
 
 missing=()

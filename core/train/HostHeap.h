@@ -9,7 +9,8 @@ namespace tb {
 // (128 KiB, rising to at most 32 MiB) with mmap and hands the top of the heap
 // back to the kernel once more than twice that is free, so a step can fault
 // its activations in afresh, page by page, every time (bench/train_throughput:
-// about 430 page faults a step on the tiny workload, 2,400 on the GPT one).
+// about 430 page faults a step on the tiny workload, 2,500 to 3,500 on
+// the GPT one).
 //
 // While a HostHeapScope lives, blocks up to 32 MiB come from the heap and freed
 // memory stays with the process; when the last scope ends, the free memory is
