@@ -75,8 +75,9 @@ long minorFaults()
 void TestMemoryProbe::cpuTrainingStepsReuseTheirHeap()
 {
     // The tiny workload of bench/train_throughput. With glibc's default
-    // thresholds each step faulted its activations in again (about 430 page
-    // faults a step); with the heap kept between steps, almost none.
+    // thresholds each step faulted its activations in again (261 page faults
+    // a step here on the old code, about 430 in trainbench-cli); with the
+    // heap kept between steps, almost none.
     RunConfig config;
     config.device = "cpu";
     config.model.nLayer = 1;
