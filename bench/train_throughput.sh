@@ -3,7 +3,8 @@
 # LibTorch 1.13, same model, data, optimizer), and Trainbench's own overhead:
 # the full product (metrics store, per-step callback and loss read, memory
 # probe) against --bare (none of them). The sides alternate within each round
-# and the median of the per-round ratios is reported (one round varies ~10%).
+# and the median of the per-round ratios is reported (on a shared 2-core
+# machine one round varied by 10% to 50%).
 # The PyTorch loop also runs a second time with glibc's malloc set as
 # Trainbench sets it for a CPU run (core/train/HostHeap.h), through the
 # environment: how much of the ratio that setting accounts for.
@@ -11,8 +12,14 @@
 #   overhead: only the full product against --bare (more rounds in the same time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage="usage: bench/train_throughput.sh [ROUNDS] [overhead]   (ROUNDS: a whole number from 1, default 5)"
 rounds=${1:-5}
-only_overhead=$([ "${2:-}" = overhead ] && echo 1 || echo 0)
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
+case "${2:-}" in
+  "") only_overhead=0 ;;
+  overhead) only_overhead=1 ;;
+  *) echo "$usage" >&2; exit 2 ;;
+esac
 packaging/install-deps.sh --bench >/dev/null
 cli=build/app/trainbench-cli
 [ -x "$cli" ] || { echo "build first (scripts/test or scripts/run)" >&2; exit 1; }
