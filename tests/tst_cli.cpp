@@ -117,6 +117,20 @@ void TestCli::versionAndHelp()
     r = cli({"train", "--help"});
     QCOMPARE(r.exitCode, 0);
     QVERIFY(r.out.contains("--config FILE"));
+    r = cli({"--help"});
+    QCOMPARE(r.exitCode, 0);
+    // Every command's name stands apart from its summary, the longest included.
+    QVERIFY2(QRegularExpression("\\n  export-model +Write").match(r.out).hasMatch(), qPrintable(r.out));
+    const auto lines = r.out.split('\n');
+    const auto firstCommand = lines.indexOf("commands:") + 1;
+    QVERIFY(firstCommand > 0);
+    qsizetype column = -1;
+    for (auto i = firstCommand; i < lines.size() && lines[i].startsWith("  "); ++i) {
+        const auto summary = QRegularExpression("^  \\S+ +").match(lines[i]).capturedLength();
+        QVERIFY2(summary > 0, qPrintable(lines[i]));
+        if (column < 0) column = summary;
+        QVERIFY2(summary == column, qPrintable("summaries are not in one column: " + lines[i]));
+    }
     r = cli({});
     QCOMPARE(r.exitCode, 2);
 }

@@ -1,4 +1,5 @@
 // trainbench-cli: the headless front end over the same core as the GUI.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -14,9 +15,12 @@ void printHelp()
 {
     std::cout << "usage: trainbench-cli COMMAND [options]\n\n"
                  "Train, resume and review Trainbench experiments without the GUI.\n\ncommands:\n";
+    // Summaries in one column, two spaces after the longest name.
+    std::size_t width = 0;
+    for (const auto& c : tb::cli::commands()) width = std::max(width, c.name.size());
     for (const auto& c : tb::cli::commands()) {
         std::string name = "  " + c.name;
-        name.resize(14, ' ');
+        name.resize(width + 4, ' ');
         std::cout << name << c.summary << "\n";
     }
     std::cout << "\n'trainbench-cli COMMAND --help' describes one command.\n"
