@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "ModelFixtures.h"
 #include "config/RunConfig.h"
 #include "train/Datasets.h"
 #include "train/Gpt.h"
@@ -112,6 +113,7 @@ void TestModel::causal()
     QFETCH(QString, encoding);
     torch::manual_seed(1);
     Gpt model(smallOptions(encoding.toStdString()));
+    openResidualBranches(*model); // closed, every block passes its input through untouched
     model->eval();
     torch::NoGradGuard noGrad;
     const auto tokens = torch::randint(0, 17, {2, 12}, torch::kLong);
@@ -185,6 +187,7 @@ void TestModel::loraStartsAsIdentityAndFreezesBase()
 {
     torch::manual_seed(3);
     Gpt base(smallOptions("rope"));
+    openResidualBranches(*base);
     torch::manual_seed(3);
     auto o = smallOptions("rope");
     o.loraRank = 4;
@@ -206,9 +209,11 @@ void TestModel::checkpointedForwardMatches()
     torch::manual_seed(4);
     auto o = smallOptions("rope");
     Gpt plain(o);
+    openResidualBranches(*plain);
     o.activationCheckpointing = true;
     torch::manual_seed(4);
     Gpt checkpointed(o);
+    openResidualBranches(*checkpointed);
     const auto tokens = torch::randint(0, 17, {2, 12}, torch::kLong);
     QVERIFY(torch::allclose(plain->forward(tokens), checkpointed->forward(tokens), 1e-6, 1e-6));
 }

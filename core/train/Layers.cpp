@@ -70,6 +70,9 @@ LoraLinearImpl::LoraLinearImpl(int in, int out, int rank, double alpha, bool wit
         const double bound = 1.0 / std::sqrt(static_cast<double>(in));
         torch::nn::init::uniform_(weight, -bound, bound);
         if (withBias) torch::nn::init::uniform_(bias, -bound, bound);
+    } else if (init == LinearInit::Zero) {
+        torch::nn::init::zeros_(weight);
+        if (withBias) torch::nn::init::zeros_(bias);
     } else {
         torch::nn::init::normal_(weight, 0.0, 0.02);
         if (withBias) torch::nn::init::zeros_(bias);

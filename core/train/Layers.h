@@ -45,8 +45,9 @@ struct ModelOptions {
 //
 // Base initialisation: Normal is Hugging Face's N(0, 0.02) with zero bias
 // (the Llama family); Uniform is PyTorch's nn.Linear default, U(±1/sqrt(in))
-// for weight and bias (the GPT; see GptImpl for the evidence).
-enum class LinearInit { Normal, Uniform };
+// for weight and bias (the GPT); Zero starts weight and bias at zero (the
+// GPT's residual-branch output projections). See GptImpl for the evidence.
+enum class LinearInit { Normal, Uniform, Zero };
 class LoraLinearImpl : public torch::nn::Module {
 public:
     LoraLinearImpl(int in, int out, int rank, double alpha, bool bias, LinearInit init = LinearInit::Normal);
