@@ -59,11 +59,6 @@ void TestPositionalEncodings::learnsTwoDigitAddition()
     const auto result = trainer.run({});
     QCOMPARE(result.status, TrainResult::Status::Finished);
     qInfo("%s, seed %d: held-out exact match %.1f%%", qPrintable(encoding), seed, 100.0 * result.finalValAccuracy);
-    if (encoding == "sinusoidal" && seed == 2 && result.finalValAccuracy < bar) {
-        // Known shortfall, issue 7 stays open on it: 62.9% on this tree (the
-        // experiment build's streams gave 96.6%; README, Positional encodings).
-        QSKIP("sinusoidal seed 2 is below the bar on this tree: a known, open shortfall");
-    }
     QVERIFY2(result.finalValAccuracy >= bar, qPrintable(QString("held-out exact match %1%, needs %2%")
                                                             .arg(100.0 * result.finalValAccuracy, 0, 'f', 1)
                                                             .arg(100.0 * bar)));
