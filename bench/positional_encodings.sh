@@ -27,6 +27,8 @@ JSON
     sed -n 's/.*val accuracy \([0-9.]*\)%.*/\1/p' > "$work/$encoding-$seed/accuracy"
 }
 export -f one
+# The same kernels as tst_positional_encodings (tests/CMakeLists.txt says why).
+export OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 for encoding in learned sinusoidal rope; do
   for seed in $seeds; do echo "$cli $work $encoding $seed"; done
