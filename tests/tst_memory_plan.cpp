@@ -194,6 +194,7 @@ void TestMemoryPlan::estimateMatchesMeasuredPeak()
 {
     const auto grid = planGrid();
     std::vector<double> errors;
+    QStringList outside; // every row is printed before the test fails
     std::printf("%-28s %12s %12s %8s\n", "configuration", "measured", "estimate", "error");
     for (const auto& [name, config] : grid) {
         const auto measured = measuredPeak(config);
@@ -202,8 +203,9 @@ void TestMemoryPlan::estimateMatchesMeasuredPeak()
         std::printf("%-28s %12lld %12lld %+7.2f%%\n", name.c_str(), static_cast<long long>(measured),
                     static_cast<long long>(estimate), 100 * error);
         errors.push_back(std::abs(error));
-        QVERIFY2(std::abs(error) <= 0.05, qPrintable(QString::fromStdString(name)));
+        if (std::abs(error) > 0.05) outside << QString::fromStdString(name);
     }
+    QVERIFY2(outside.isEmpty(), qPrintable("more than 5% off: " + outside.join(", ")));
     std::sort(errors.begin(), errors.end());
     QVERIFY(errors[errors.size() / 2] <= 0.02);
 }
@@ -337,8 +339,11 @@ void TestMemoryPlan::gpuTermsAndAttentionModules()
     QVERIFY(gpu.tensorPeakBytes >= cpu.tensorPeakBytes); // 512-byte rounding only adds
 
     // Seventeen attention modules a layer: at the peak every layer still holds
-    // its seventeen maps.
+    // its seventeen maps. Replayed as LibTorch 1.13 runs it, with the
+    // gradients held through the forward: with 2.x's freed gradients the
+    // optimizer step (weights, gradients and AdamW's moments) is the peak.
     setup.gpu = false;
+    setup.torchMajor = 1;
     auto many = arch;
     many.attentionModules = 17;
     const auto seventeen = estimateMemory(many, setup);

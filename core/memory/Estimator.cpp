@@ -163,11 +163,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
 
     // A recording (the fit map's compiler) is exact: no rounding.
     Replay r(S.gpu && !recording ? 512 : 1, recording ? &recording->trace : nullptr);
-    // Between steps (from the second on): weights, gradients (LibTorch 1.13's
-    // zero_grad zeroes them in place), optimizer state, resident data.
+    // Between steps (from the second on): weights, gradients (with LibTorch
+    // 1.13, whose zero_grad zeroes them in place), optimizer state, resident data.
     const bool halfBase = lora && S.halfBase && (mixed || pure);
     r.add(Weights, halfBase ? (P - Ptrain) * 2 + Ptrain * 4 : P * e);
-    r.add(Gradients, Ptrain * e);
+    GradientLife grads(r, S, Ptrain * e);
     std::int64_t stateTensors = 0;
     if (S.optimizer == "adamw") stateTensors = 2 * Ptrain * e;
     else if (S.optimizer == "adamw8bit") stateTensors = 2 * Ptrain; // one byte per moment (planning option)
@@ -188,13 +188,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         const LoraShape shape{a,  BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo, B * H * T * T * e,
                               B * H * T * T * lo, m, lg, BT * V * lo, idx, BT * S.loraRank * lo, T * T, T * C * e,
                               T * (A.headDim() / 2) * lo, BT, mixed, halfBase};
-        replayLoraStep(r, A, S, shape);
+        replayLoraStep(r, A, S, shape, grads);
     } else if (mixed) {
         constexpr std::int64_t lo = 2;
         const MixedShape shape{a,        BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo,
                                B * H * T * T * 4, B * H * T * T * lo, m, lg, BT * V * lo, idx, T * T, T * C * 4,
                                T * (A.headDim() / 2) * lo};
-        replayMixedStep(r, A, S, shape);
+        replayMixedStep(r, A, S, shape, grads);
     } else {
     // ---- forward of one micro-batch ----
     r.phase("forward");
@@ -221,13 +221,16 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         act(T * T);
         untmp(T * T);
     }
+    // RMSNorm's x^2 while it stays saved (LibTorch 1.13).
+    const std::int64_t sq = meanSavesInput(S) ? a : 0;
     const auto rmsForward = [&] {
-        act(a);   // x^2 (mean keeps its input in 1.13)
+        act(sq);  // x^2, saved by mean (1.13) ...
+        tmp(a - sq); // ... or a temporary
         tmp(m);   // mean
         tmp(m);   // + eps
         act(m);   // rsqrt
         act(a);   // normed
-        untmp(2 * m);
+        untmp(2 * m + a - sq);
         act(a);   // * weight
     };
     const auto attentionCore = [&](bool cloneQ, bool cloneK) {
@@ -352,12 +355,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (headTrainable) tmp(headW); // head weight gradient (tied: held until the embedding's)
     tmp(a);                        // grad of final norm output
     r.sub(Logits, lg);
-    if (headTrainable && !tied) untmp(headW);
+    if (headTrainable && !tied) grads.done(headW);
     // final norm backward
     if (llama) {
         tmp(2 * a);
         untmp(2 * a);
-        r.sub(Activations, 4 * a + m); // its saved tensors and the last block's output
+        r.sub(Activations, 3 * a + sq + m); // its saved tensors and the last block's output
     } else {
         tmp(a);
         untmp(a);
@@ -367,7 +370,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const auto weightGrad = [&](std::int64_t n) {
         if (lora) return;
         tmp(n * e);
-        untmp(n * e);
+        grads.done(n * e);
     };
     const bool wgrad = !lora;
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
@@ -382,7 +385,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (wgrad) tmp(F * C * e);
             tmp(f);
             r.sub(Activations, f);
-            if (wgrad) untmp(F * C * e);
+            if (wgrad) grads.done(F * C * e);
             // silu(gate) * up
             tmp(2 * f);
             r.sub(Activations, 2 * f);
@@ -395,20 +398,20 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (wgrad) tmp(F * C * e);
             tmp(a);
             untmp(f);
-            if (wgrad) untmp(F * C * e);
+            if (wgrad) grads.done(F * C * e);
             if (wgrad) tmp(F * C * e);
             tmp(a);
             untmp(f);
             r.sub(Activations, a); // norm output
             tmp(a);
             untmp(2 * a); // the two input gradients summed
-            if (wgrad) untmp(F * C * e);
+            if (wgrad) grads.done(F * C * e);
             // RMSNorm backward: about two full-size products at a time.
             tmp(2 * a);
             untmp(2 * a);
             tmp(a);
             untmp(a);
-            r.sub(Activations, 2 * a + m);
+            r.sub(Activations, a + sq + m);
             tmp(3 * a);
             untmp(3 * a);
             // residual sum (under checkpointing the node still holds the output's gradient)
@@ -419,7 +422,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (wgrad) tmp(C * C * e);
             tmp(a);
             r.sub(Activations, a);
-            if (wgrad) untmp(C * C * e);
+            if (wgrad) grads.done(C * C * e);
             tmp(a);
             untmp(a); // reshape (replaces the o_proj input gradient)
             // probabilities x values
@@ -460,7 +463,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);
             untmp(a);
             untmp(a);
-            if (wgrad) untmp(C * C * e);
+            if (wgrad) grads.done(C * C * e);
+            if (wgrad) grads.appear(2 * A.kvHeads * A.headDim() * C * e); // k and v weights
             tmp(a);
             untmp(a);
             untmp(2 * akv);
@@ -469,7 +473,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             // input RMSNorm, then the residual sum
             tmp(2 * a);
             untmp(2 * a);
-            r.sub(Activations, 3 * a + m);
+            r.sub(Activations, 2 * a + sq + m);
             tmp(3 * a);
             untmp(3 * a);
             tmp(a);
@@ -557,7 +561,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(T * C * e);
         if (!lora) tmp(A.maxPositions * C * e);
         untmp(T * C * e);
-        if (!lora) untmp(A.maxPositions * C * e);
+        if (!lora) grads.done(A.maxPositions * C * e);
     }
     if (!lora) {
         tmp(headW); // dense embedding gradient
@@ -567,12 +571,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     untmp(a); // running gradient
     if (!lora && tied) {
         tmp(headW); // sum with the head's gradient
-        untmp(3 * headW);
+        untmp(2 * headW);
+        grads.done(headW);
     } else if (!lora) {
-        untmp(headW);
+        grads.done(headW);
     }
     if (eager) r.sub(Activations, T * T);
     }
+
+    grads.backwardDone();
 
     // ---- optimizer ----
     r.phase("optimizer");

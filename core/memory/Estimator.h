@@ -9,7 +9,8 @@
 // local tensors each forward keeps until it returns, the gradient buffers the
 // backward pass allocates and frees in order, when gradients and optimizer
 // state exist (LibTorch 1.13's zero_grad keeps gradients allocated, so from
-// the second step on they live through forward and backward), and the
+// the second step on they live through forward and backward; 2.x's frees them,
+// and backward makes them anew), and the
 // optimizer's per-parameter temporaries. With LoRA it follows which tensors
 // require grad (a frozen projection keeps nothing for backward). GPU targets
 // add the CUDA context, 512-byte rounding and allocator slack. Mixed
@@ -45,6 +46,9 @@ struct ArchitectureSpec {
     std::int64_t headDim() const { return hidden / heads; }
 };
 
+// The major version of the LibTorch this build runs (1 or 2).
+int builtTorchMajor();
+
 // How it is trained.
 struct TrainingSetup {
     std::int64_t batch = 32;
@@ -57,6 +61,10 @@ struct TrainingSetup {
     std::string precision = "fp32";
     bool halfBase = false; // LoRA: the frozen base stored in fp16/bf16 (as PEFT loads it)
     bool checkpointing = false;
+    // The LibTorch whose allocations are replayed: from 2.0 zero_grad frees
+    // gradients (set_to_none), and mean's backward keeps only its input's
+    // shape (1.13 saves the input: RMSNorm's x^2). Default: this build's.
+    int torchMajor = builtTorchMajor();
     std::string attention = "eager"; // eager | fused
     int loraRank = 0;
     std::vector<std::string> loraTargets; // projection names (q_proj, qkv, fc, ...)

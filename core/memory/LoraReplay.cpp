@@ -20,7 +20,8 @@
 
 namespace tb::memory_detail {
 
-void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d)
+void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d,
+                    GradientLife& grads)
 {
     const bool llama = A.family == "llama";
     const bool eager = S.attention != "fused";
@@ -30,6 +31,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const bool mixed = d.mixed;
     const bool softmax32 = mixed && (llama || S.gpu); // fp32 softmax, probabilities cast down
     const std::int64_t rng = rngStateBytes(S);
+    const std::int64_t sq = meanSavesInput(S) ? d.a : 0; // RMSNorm's x^2 while saved (1.13)
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
     const std::int64_t rank = S.loraRank;
     const auto has = [&](const char* name) {
@@ -112,8 +114,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (llama) {
             tmp(d.a + 3 * d.m); // x^2, mean, + eps, rsqrt
             tmp(d.a);           // normalised
-            untmp(2 * d.m);
-            gIn ? keep(d.a + d.m) : untmp(d.a + d.m); // x^2 and rsqrt
+            untmp(2 * d.m + d.a - sq);
+            gIn ? keep(sq + d.m) : untmp(sq + d.m); // x^2 (saved by mean in 1.13) and rsqrt
             tmp(d.a);           // * weight
             untmp(d.a);         // the normalised tensor (the weight is frozen)
         } else {
@@ -328,7 +330,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Final norm (its output is not saved: the head is frozen), head, loss.
     norm(g);
     if (!S.checkpointing) untmp(d.a); // the embedding output
-    const std::int64_t finalSaved = g ? (llama ? d.a + d.m : 2 * d.m) + d.a : 0; // stats and the last block's output
+    const std::int64_t finalSaved = g ? (llama ? sq + d.m : 2 * d.m) + d.a : 0; // stats and the last block's output
     if (!g) untmp(d.a); // the last block's output
     const std::int64_t headCast = mixed && !d.halfBase ? V * C * 2 : 0;
     if (mixed) tmp(headCast + d.ah); // the head's weight cast (none for a half-precision base) and input cast
@@ -349,6 +351,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
 
     // ---- backward ----
     r.phase("backward");
+    // The adapters' gradients are small and not followed one by one: where
+    // zero_grad freed them, they are counted from the start of backward (on
+    // the safe side of when each is made).
+    grads.backwardDone();
     r.add(Logits, d.lg); // grad of log-softmax output
     r.sub(Activations, d.idx);
     r.add(Logits, d.lg); // grad of logits

@@ -6,6 +6,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/version.h>
 
 #ifdef TB_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -33,9 +34,22 @@ void countingDelete(void* ptr)
 
 // LibTorch requires the DataPtr's context to equal its data pointer for raw
 // allocations, so the size lives in a header in front of the payload.
+// LibTorch 2.3 made Allocator::allocate non-const and added a pure copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define TB_ALLOCATE_CONST
+#define TB_ALLOCATOR_COPY_DATA                                                                              \
+    void copy_data(void* dest, const void* src, std::size_t count) const override                         \
+    {                                                                                                       \
+        default_copy_data(dest, src, count);                                                                \
+    }
+#else
+#define TB_ALLOCATE_CONST const
+#define TB_ALLOCATOR_COPY_DATA
+#endif
+
 class CountingCpuAllocator final : public c10::Allocator {
 public:
-    c10::DataPtr allocate(std::size_t bytes) const override
+    c10::DataPtr allocate(std::size_t bytes) TB_ALLOCATE_CONST override
     {
         void* block = nullptr;
         if (posix_memalign(&block, kHeader, bytes + kHeader) != 0 || !block) {
@@ -52,6 +66,7 @@ public:
         return {payload, payload, &countingDelete, c10::Device(c10::DeviceType::CPU)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &countingDelete; }
+    TB_ALLOCATOR_COPY_DATA
 };
 
 CountingCpuAllocator g_allocator;

@@ -23,7 +23,8 @@
 
 namespace tb::memory_detail {
 
-void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const MixedShape& d)
+void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const MixedShape& d,
+                     GradientLife& grads)
 {
     const bool llama = A.family == "llama";
     const bool eager = S.attention != "fused";
@@ -71,7 +72,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const auto weightGradient = [&](std::int64_t numel) {
         tmp(numel * 4);
         untmp(numel * kLow);
-        untmp(numel * 4);
+        grads.done(numel * 4);
     };
     // What one attention module keeps for backward besides q, k and v.
     const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? d.s : 0) : (drop ? 3 : 1) * d.sh;
@@ -80,13 +81,15 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const std::int64_t blockWeights = llama ? 2 * C * C + 2 * C * KV + 3 * C * F : 4 * C * C + 2 * C * F;
 
     // ---- forward ----
+    const std::int64_t sq = meanSavesInput(S) ? d.a : 0; // RMSNorm's x^2 while saved (1.13)
     const auto rmsForward = [&] {
-        act(d.a);  // x^2
+        act(sq);         // x^2, saved by mean (1.13) ...
+        tmp(d.a - sq);   // ... or a temporary
         tmp(d.m);  // mean
         tmp(d.m);  // + eps
         act(d.m);  // rsqrt
         act(d.a);  // normed
-        untmp(2 * d.m);
+        untmp(2 * d.m + d.a - sq);
         tmp(d.a);  // * weight: a temporary, each projection saves its own cast
     };
     const auto attentionCore = [&] {
@@ -294,12 +297,12 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     untmp(d.ah);
     tmp(headW); // in fp32 (tied: held until the embedding's gradient)
     untmp(V * C * kLow);
-    if (!tied) untmp(headW);
+    if (!tied) grads.done(headW);
     // Final norm backward; the running gradient (a) stays in the workspace from here on.
     if (llama) {
         tmp(2 * d.a);
         untmp(2 * d.a);
-        unact(3 * d.a + d.m); // its saved tensors and the last block's output
+        unact(2 * d.a + sq + d.m); // its saved tensors and the last block's output
     } else {
         tmp(d.a);
         untmp(d.a);
@@ -314,7 +317,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         untmp(2 * d.a);
         tmp(d.a);
         untmp(d.a);
-        unact(2 * d.a + d.m);
+        unact(d.a + sq + d.m);
         tmp(3 * d.a);
         untmp(3 * d.a);
         tmp(d.a); // the residual sum
@@ -504,7 +507,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(d.pos);
         tmp(A.maxPositions * C * 4);
         untmp(d.pos);
-        untmp(A.maxPositions * C * 4);
+        grads.done(A.maxPositions * C * 4);
     }
     tmp(headW); // dense embedding gradient
     tmp(d.idx);
@@ -512,11 +515,13 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     untmp(d.a); // running gradient
     if (tied) {
         tmp(headW); // sum with the head's gradient
-        untmp(3 * headW);
+        untmp(2 * headW);
+        grads.done(headW);
     } else {
-        untmp(headW);
+        grads.done(headW);
     }
     if (eager) unact(d.mask);
+    grads.backwardDone();
 }
 
 } // namespace tb::memory_detail

@@ -60,6 +60,14 @@ public:
         m_total -= bytes;
         ++m_calls;
     }
+    // Live bytes that change role without an allocation (a temporary that
+    // becomes a parameter's gradient).
+    void move(Cat from, Cat to, std::int64_t bytes)
+    {
+        bytes = round(bytes);
+        m_live[from] -= bytes;
+        m_live[to] += bytes;
+    }
     std::int64_t total() const { return m_total; }
     std::int64_t live(Cat c) const { return m_live[c]; }
     std::int64_t peak() const { return m_peak; }
@@ -90,6 +98,58 @@ private:
     std::size_t m_phase = 0, m_peakPhase = 0;
 };
 
+// Where a step's parameter gradients live. LibTorch 1.13's zero_grad zeroes
+// them in place, so from the second step on they live through the whole step
+// and each incoming gradient is added to its parameter's and freed. From 2.0
+// zero_grad sets them to none: a step starts without them, and backward's
+// AccumulateGrad keeps each incoming gradient as the parameter's own, no copy
+// (the first micro-batch's; later micro-batches of an accumulating step add to
+// them as 1.13 does, and the replays model the last micro-batch).
+class GradientLife {
+public:
+    GradientLife(Replay& r, const TrainingSetup& s, std::int64_t trainableBytes)
+        : m_r(r), m_freed(s.torchMajor >= 2 && s.gradAccum == 1), m_total(trainableBytes)
+    {
+        if (!m_freed) m_r.add(Gradients, m_total);
+    }
+    // An incoming gradient of `bytes`, live in `from`, is done with: added to
+    // the parameter's and freed, or kept as the parameter's gradient.
+    void done(std::int64_t bytes, Cat from = Workspace)
+    {
+        if (!m_freed) {
+            m_r.sub(from, bytes);
+            return;
+        }
+        m_r.move(from, Gradients, bytes);
+        m_kept += bytes;
+    }
+    // An incoming gradient the replay does not follow as a temporary (its
+    // transient never makes a 1.13 peak): kept as the parameter's from here.
+    void appear(std::int64_t bytes)
+    {
+        if (!m_freed) return;
+        m_r.add(Gradients, bytes);
+        m_kept += bytes;
+    }
+    // After backward every trainable parameter has its gradient: those not
+    // replayed one by one (norm gains, small biases) are added here.
+    void backwardDone()
+    {
+        if (m_freed && m_kept < m_total) m_r.add(Gradients, m_total - m_kept);
+        m_kept = m_total;
+    }
+    bool freed() const { return m_freed; }
+
+private:
+    Replay& m_r;
+    bool m_freed;
+    std::int64_t m_total, m_kept = 0;
+};
+
+// RMSNorm's x^2: saved for mean's backward by LibTorch 1.13, a temporary of
+// the norm's forward from 2.0 (mean's backward keeps only the shape).
+inline bool meanSavesInput(const TrainingSetup& s) { return s.torchMajor < 2; }
+
 // Activation checkpointing saves the default generator's state with each
 // block and holds the current one while it recomputes: on the CPU a tensor of
 // this many bytes (mt19937 state); a CUDA generator's state is host memory.
@@ -114,7 +174,8 @@ struct LoraShape {
     bool mixed;
     bool halfBase;        // the frozen base stored in fp16/bf16: autocast's casts of it are no-ops
 };
-void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d);
+void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d,
+                    GradientLife& grads);
 
 // One step under autocast (fp16/bf16 mixed precision, fp32 master weights),
 // built-in GPT or Llama-family model without LoRA: forward, loss and backward
@@ -131,6 +192,7 @@ struct MixedShape {
     std::int64_t pos;       // seq x hidden fp32 (a learned position slice)
     std::int64_t rope;      // seq x head dim / 2 in the autocast dtype (one cos or sin table cast)
 };
-void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const MixedShape& d);
+void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const MixedShape& d,
+                     GradientLife& grads);
 
 } // namespace tb::memory_detail

@@ -8,7 +8,7 @@
 
 namespace tb::compat {
 
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 inline void setAutocast(c10::DeviceType device, bool enabled, at::ScalarType dtype)
 {
     at::autocast::set_autocast_enabled(device, enabled);
