@@ -86,6 +86,9 @@ private Q_SLOTS:
     void weightDecaySkipsBiasesNormsAndEmbeddings_data();
     void weightDecaySkipsBiasesNormsAndEmbeddings();
     void fp16OverflowSkipsTheStepAndHalvesTheScale();
+    void checkpointsOfEitherLibTorchResume_data();
+    void checkpointsOfEitherLibTorchResume();
+    void fusedAttentionMatchesEagerOrIsRefused_data();
     void fusedAttentionMatchesEagerOrIsRefused();
     // Checkpoint durability (each failed on the code before it).
     void unwritableCheckpointFolderIsRefusedBeforeStepOne();
@@ -364,11 +367,68 @@ void TestEquivalence::fp16OverflowSkipsTheStepAndHalvesTheScale()
     QVERIFY(weights[2] != weights[1]);
 }
 
+// Checkpoints move between LibTorch versions both ways: tests/data/checkpoints
+// holds one written by Debian 12's LibTorch 1.13 and one by Debian 13's 2.6
+// (trainbench-cli train --config tiny.json, step 2 of the same run). Each tree
+// resumes both: the weights are the file's, and training goes on.
+void TestEquivalence::checkpointsOfEitherLibTorchResume_data()
+{
+    QTest::addColumn<QString>("file");
+    QTest::newRow("written by 1.13") << "torch-1.13.pt";
+    QTest::newRow("written by 2.6") << "torch-2.6.pt";
+}
+
+void TestEquivalence::checkpointsOfEitherLibTorchResume()
+{
+    QFETCH(QString, file);
+    const std::string dir = TB_SOURCE_DIR "/tests/data/checkpoints/";
+    const std::string path = dir + file.toStdString();
+    auto config = loadConfigFile(dir + "tiny.json");
+    config.train.steps = 4;
+    TrainerOptions options;
+    options.resumeFrom = path;
+    Trainer trainer(config, options);
+    QCOMPARE(trainer.startStep(), 2);
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    for (const auto& [name, values] : trainer.parameterValues()) {
+        torch::Tensor saved;
+        archive.read("model." + name, saved);
+        const auto flat = saved.to(torch::kFloat).contiguous();
+        QVERIFY2(std::equal(values.begin(), values.end(), flat.data_ptr<float>()), name.c_str());
+    }
+    const auto result = trainer.run({});
+    QVERIFY2(result.status == TrainResult::Status::Finished, result.message.c_str());
+    QCOMPARE(result.stepsDone, 4);
+    QVERIFY(std::isfinite(result.finalLoss));
+}
+
+void TestEquivalence::fusedAttentionMatchesEagerOrIsRefused_data()
+{
+    QTest::addColumn<QString>("type");
+    QTest::addColumn<QString>("positions");
+    QTest::addColumn<double>("dropout");
+    QTest::newRow("gpt learned") << "gpt" << "learned" << 0.0;
+    QTest::newRow("gpt rope") << "gpt" << "rope" << 0.0;
+    QTest::newRow("llama gqa") << "llama" << "rope" << 0.0;
+    QTest::newRow("gpt dropout") << "gpt" << "learned" << 0.1;
+}
+
+// On LibTorch 2.x, model.attention "sdpa" (scaled_dot_product_attention with
+// is_causal) gives the eager attention's logits and gradients; with dropout
+// the two draw different masks, so a run only has to train. 1.13 refuses it.
 void TestEquivalence::fusedAttentionMatchesEagerOrIsRefused()
 {
+    QFETCH(QString, type);
+    QFETCH(QString, positions);
+    QFETCH(double, dropout);
     auto config = smallTextConfig();
+    config.model.type = type.toStdString();
+    config.model.positionalEncoding = positions.toStdString();
+    config.model.nKvHead = type == "llama" ? 2 : 0;
+    config.model.dropout = dropout;
     config.model.attention = "sdpa";
-    config.train.steps = 1;
+    config.train.steps = 3;
     if (!fusedAttentionAvailable()) {
         // LibTorch 1.13: refused before anything is built, with the reason.
         try {
@@ -379,19 +439,30 @@ void TestEquivalence::fusedAttentionMatchesEagerOrIsRefused()
         }
         return;
     }
+    {
+        Trainer trainer(config, {});
+        const auto result = trainer.run({});
+        QCOMPARE(result.status, TrainResult::Status::Finished);
+        QVERIFY(std::isfinite(result.finalLoss));
+    }
+    if (dropout > 0) return;
     const auto data = makeDataset(config);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
     const Batch batch = data->trainBatch(4, gen);
     torch::Tensor logits[2];
+    std::map<std::string, torch::Tensor> grads[2];
     for (const char* attention : {"eager", "sdpa"}) {
+        const int i = std::string(attention) == "sdpa";
         config.model.attention = attention;
         torch::manual_seed(4);
         auto model = makeModel(modelOptionsFor(config, *data));
         openResidualBranches(*model);
-        model->eval();
-        logits[std::string(attention) == "sdpa"] = model->forward(batch.inputs);
+        logits[i] = model->forward(batch.inputs);
+        maskedLossSum(logits[i], batch, maskedTokenCount({batch})).backward();
+        for (const auto& p : model->named_parameters()) grads[i][p.key()] = p.value().grad().clone();
     }
     QVERIFY(torch::allclose(logits[0], logits[1], 1e-5, 1e-5));
+    QVERIFY2(maxDifference(grads[0], grads[1]) < 1e-5, qPrintable(QString::number(maxDifference(grads[0], grads[1]))));
 }
 
 void TestEquivalence::unwritableCheckpointFolderIsRefusedBeforeStepOne()

@@ -79,6 +79,19 @@ inline torch::Tensor fusedCausalAttention(const torch::Tensor&, const torch::Ten
 }
 #endif
 
+// Puts a parameter's optimizer state where the optimizer looks for it: 1.13
+// keys its state by the parameter's TensorImpl address as text, 2.x by the
+// address itself.
+inline void setOptimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& parameter,
+                              std::unique_ptr<torch::optim::OptimizerParamState> state)
+{
+#if TORCH_VERSION_MAJOR >= 2
+    optimizer.state()[parameter.unsafeGetTensorImpl()] = std::move(state);
+#else
+    optimizer.state()[c10::guts::to_string(parameter.unsafeGetTensorImpl())] = std::move(state);
+#endif
+}
+
 // RNG state of a generator as a byte tensor, and back.
 inline torch::Tensor generatorState(at::Generator& gen)
 {

@@ -65,6 +65,51 @@ void moveOptimizerState(torch::optim::Optimizer& optimizer, const torch::Device&
     }
 }
 
+// Reads the optimizer state LibTorch's Optimizer::save wrote, whichever
+// LibTorch wrote it. Its own load matches each parameter to its state through
+// the parameter's address as text, which 1.13 writes in hex and 2.x in decimal;
+// 2.x parses the keys as decimal, so it cannot read a 1.13 checkpoint's state
+// (every key becomes 0). Here the saved keys are matched as text, parameter by
+// parameter in group order, as both versions wrote them.
+template <typename State>
+void loadOptimizerState(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
+                        const std::string& path)
+{
+    const auto refuse = [&](const std::string& why) {
+        throw InputError("checkpoint " + path + " does not fit this run: its optimizer state " + why);
+    };
+    torch::serialize::InputArchive states, groups;
+    archive.read("state", states);
+    archive.read("param_groups", groups);
+    torch::Tensor count;
+    groups.read("param_groups/size", count);
+    auto& ours = optimizer.param_groups();
+    if (count.item<std::int64_t>() != static_cast<std::int64_t>(ours.size())) {
+        refuse("has " + std::to_string(count.item<std::int64_t>()) + " parameter groups, this run has "
+               + std::to_string(ours.size()));
+    }
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+        torch::serialize::InputArchive group;
+        groups.read("param_groups/" + std::to_string(i), group);
+        torch::Tensor size;
+        group.read("params/size", size);
+        const auto& params = ours[i].params();
+        if (size.item<std::int64_t>() != static_cast<std::int64_t>(params.size())) {
+            refuse("group " + std::to_string(i) + " has " + std::to_string(size.item<std::int64_t>())
+                   + " parameters, this run's has " + std::to_string(params.size()));
+        }
+        for (std::size_t j = 0; j < params.size(); ++j) {
+            c10::IValue key;
+            group.read("params/" + std::to_string(j), key);
+            torch::serialize::InputArchive saved;
+            if (!states.try_read(key.toStringRef(), saved)) continue; // no step taken on it yet
+            auto state = std::make_unique<State>();
+            state->serialize(saved);
+            compat::setOptimizerState(optimizer, params[j], std::move(state));
+        }
+    }
+}
+
 int cudaIndexOf(const std::string& device)
 {
     const auto colon = device.find(':');
@@ -333,7 +378,11 @@ struct Trainer::Impl {
             }
             torch::serialize::InputArchive optimizerArchive;
             archive.read("optimizer", optimizerArchive);
-            optimizer->load(optimizerArchive);
+            if (config.optim.optimizer == "sgd") {
+                loadOptimizerState<torch::optim::SGDParamState>(*optimizer, optimizerArchive, path);
+            } else {
+                loadOptimizerState<torch::optim::AdamWParamState>(*optimizer, optimizerArchive, path);
+            }
             moveOptimizerState(*optimizer, torchDevice);
             auto cpuGen = compat::defaultGenerator(torch::Device(torch::kCPU));
             compat::setGeneratorState(cpuGen, read("rng.cpu"));
