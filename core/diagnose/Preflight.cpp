@@ -306,6 +306,32 @@ void modelFileRules(const RunConfig& c, const std::optional<ModelFileFacts>& fac
     out.push_back(std::move(f));
 }
 
+// The largest micro-batch (at most maxBatch) that fits while gradient
+// accumulation keeps the effective batch, planned with the accumulation it
+// needs: accumulating micro-batches draw every micro-batch first and, on
+// LibTorch 2.x, hold the gradients through the later forwards, so a batch
+// that fits one pass a step may not fit several. {0, 1} when none fits.
+std::pair<std::int64_t, int> batchKeepingEffective(const ArchitectureSpec& arch, TrainingSetup setup,
+                                                   std::int64_t budget, int effective,
+                                                   std::int64_t maxBatch = std::int64_t{1} << 20)
+{
+    const auto accumFor = [&](std::int64_t b) { return static_cast<int>((effective + b - 1) / b); };
+    std::int64_t batch = 0;
+    for (int round = 0; round < 8; ++round) {
+        batch = std::min(largestBatch(arch, setup, budget), maxBatch);
+        if (batch <= 0) return {0, 1};
+        if (accumFor(batch) == setup.gradAccum) return {batch, setup.gradAccum};
+        setup.gradAccum = accumFor(batch);
+    }
+    // Not settled: step down until the batch fits with its own accumulation.
+    for (; batch > 0; --batch) {
+        setup.batch = batch;
+        setup.gradAccum = accumFor(batch);
+        if (estimateMemory(arch, setup).peakBytes <= budget) return {batch, setup.gradAccum};
+    }
+    return {0, 1};
+}
+
 void memoryRules(const RunConfig& c, const Target& target, const std::string& precision, std::vector<Finding>& out)
 {
     if (!plannableModel(c)) {
@@ -346,13 +372,12 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
     f.numbers["usable_bytes"] = static_cast<double>(target.memoryBytes);
     f.text["dominant_terms"] = dominant;
     const auto budget = target.memoryBytes;
-    const std::int64_t batch = largestBatch(arch, setup, budget);
+    const int effective = c.train.batchSize * c.train.gradAccum;
+    const auto [batch, accum] = batchKeepingEffective(arch, setup, budget, effective);
     const std::int64_t seqFit = largestSequence(arch, setup, budget);
     f.numbers["largest_batch"] = static_cast<double>(batch);
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
-    const int effective = c.train.batchSize * c.train.gradAccum;
     if (batch > 0 && batch < c.train.batchSize) {
-        const auto accum = static_cast<int>((effective + batch - 1) / batch);
         f.fix = "Batch " + std::to_string(batch) + " fits (at sequence " + std::to_string(setup.seqLen)
             + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation "
             + std::to_string(accum) + ". Or: sequence " + std::to_string(seqFit) + " at batch "
@@ -362,16 +387,16 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
     } else if (batch == 0) {
         auto s = setup;
         s.checkpointing = true;
-        const auto withCheckpointing = c.train.activationCheckpointing ? 0 : largestBatch(arch, s, budget);
-        if (withCheckpointing > 0) {
-            const auto b = std::min<std::int64_t>(withCheckpointing, c.train.batchSize);
-            const auto accum = static_cast<int>((effective + b - 1) / b);
+        const auto [b, bAccum] = c.train.activationCheckpointing
+            ? std::pair<std::int64_t, int>{0, 1}
+            : batchKeepingEffective(arch, s, budget, effective, c.train.batchSize);
+        if (b > 0) {
             f.fix = "Not even batch 1 fits as configured. With activation checkpointing batch " + std::to_string(b)
-                + " fits; keep the effective batch with gradient accumulation " + std::to_string(accum) + ".";
+                + " fits; keep the effective batch with gradient accumulation " + std::to_string(bAccum) + ".";
             f.autoFix = {{"train.activation_checkpointing", "true"},
                          {"train.batch_size", std::to_string(b)},
-                         {"train.grad_accum", std::to_string(accum)}};
-            f.autoFixLabel = "Checkpointing, batch " + std::to_string(b) + " x accumulation " + std::to_string(accum);
+                         {"train.grad_accum", std::to_string(bAccum)}};
+            f.autoFixLabel = "Checkpointing, batch " + std::to_string(b) + " x accumulation " + std::to_string(bAccum);
         } else {
             f.fix = "Not even batch 1 fits at sequence " + std::to_string(setup.seqLen) + ". Shorten the sequence"
                 + (seqFit > 0 ? " (" + std::to_string(seqFit) + " fits at this batch)" : std::string())
