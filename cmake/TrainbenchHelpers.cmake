@@ -13,15 +13,26 @@ function(tb_core_module name)
 endfunction()
 
 # Translation units that include LibTorch share one precompiled header.
+# The header is built for a PIC static library, and a TU that reuses it must
+# use the same code model: GCC 14 ignores it in an executable's -fPIE TU
+# (-Winvalid-pch) and compiles torch.h again. Qt 6.4 adds -fPIC to its users
+# anyway; Qt 6.8 (Debian 13) does not.
 function(tb_use_torch_pch target)
   if(TARGET tb_torch_pch)
     target_precompile_headers(${target} REUSE_FROM tb_torch_pch)
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE")
+      target_compile_options(${target} PRIVATE -fPIC)
+    endif()
   endif()
 endfunction()
 
 # One Qt Test executable per test class, registered with ctest.
+# Labels: "learning" for the long learning suites (LEARNING), which run on one
+# LibTorch tree only; "gui" for the panel suites (GUI); every other suite is
+# "torch2", the set scripts/test also runs against LibTorch 2.x.
 function(tb_add_test name)
-  cmake_parse_arguments(ARG "TORCH" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;LEARNING;GUI" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   set_target_properties(${name} PROPERTIES AUTOMOC ON)
   target_link_libraries(${name} PRIVATE Qt6::Test ${ARG_LIBS})
@@ -39,7 +50,14 @@ function(tb_add_test name)
   # Qt Test's own watchdog (5 minutes by default) must not fire before ctest's
   # limit on a busy machine.
   math(EXPR watchdog_ms "${ARG_TIMEOUT} * 1000")
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
+  if(ARG_LEARNING)
+    set(label learning)
+  elseif(ARG_GUI)
+    set(label gui)
+  else()
+    set(label torch2)
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS ${label}
     ENVIRONMENT "QT_QPA_PLATFORM=offscreen;QTEST_FUNCTION_TIMEOUT=${watchdog_ms}")
 endfunction()
 

@@ -11,6 +11,7 @@ packages=(
   libsqlite3-dev nlohmann-json3-dev
   xvfb xauth                            # GUI tests and screenshots under a real X server
   util-linux                            # setpriv: tests drop root to check read-only databases
+  debootstrap                           # the Debian 13 chroot of the LibTorch 2.x tree (scripts/torch2.sh)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)             # the PyTorch reference of bench/train_throughput
