@@ -8,11 +8,29 @@
 # The PyTorch loop also runs a second time with glibc's malloc set as
 # Trainbench sets it for a CPU run (core/train/HostHeap.h), through the
 # environment: how much of the ratio that setting accounts for.
-# Usage: bench/train_throughput.sh [ROUNDS] [overhead]   (needs a built tree: scripts/test or scripts/run)
+# Usage: bench/train_throughput.sh [--torch2] [ROUNDS] [overhead]   (needs a built tree: scripts/test or scripts/run)
 #   overhead: only the full product against --bare (more rounds in the same time).
+#   --torch2: the same on LibTorch 2.6, in the Debian 13 chroot of scripts/test
+#     (its trainbench-cli and Debian 13's python3-torch 2.6; build it first with
+#     scripts/test --torch2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: bench/train_throughput.sh [ROUNDS] [overhead]   (ROUNDS: a whole number from 1, default 5)"
+usage="usage: bench/train_throughput.sh [--torch2] [ROUNDS] [overhead]   (ROUNDS: a whole number from 1, default 5)"
+cli=build/app/trainbench-cli
+case "${1:-}" in
+  --torch2)
+    shift
+    source scripts/common.sh
+    source scripts/torch2.sh
+    [[ -x $TB_CACHE/build-torch2/app/trainbench-cli ]] || { echo "build the 2.x tree first: scripts/test --torch2" >&2; exit 1; }
+    trap 'tb_unmount_below "$TB_CHROOT"' EXIT
+    tb_chroot_mount "$TB_CHROOT"
+    tb_in_chroot /src/bench/train_throughput.sh --in-chroot "$@"
+    exit $?
+    ;;
+  --in-chroot) shift; cli=/build/app/trainbench-cli ;;
+  *) packaging/install-deps.sh --bench >/dev/null ;;
+esac
 rounds=${1:-5}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
 case "${2:-}" in
@@ -20,8 +38,6 @@ case "${2:-}" in
   overhead) only_overhead=1 ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
-packaging/install-deps.sh --bench >/dev/null
-cli=build/app/trainbench-cli
 [ -x "$cli" ] || { echo "build first (scripts/test or scripts/run)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -30,7 +46,8 @@ rate() { sed -n 's/^throughput: \([0-9]*\) tokens.*/\1/p'; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
+  "$("$cli" --version); PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
 # name layers d_model heads batch seq steps
 for workload in "gpt 2 128 4 32 64 300" "tiny 1 64 4 8 32 3000"; do
   set -- $workload
