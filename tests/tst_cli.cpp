@@ -371,7 +371,14 @@ void TestCli::killDashNineLeavesAnInterruptedResumableRun()
         QVERIFY(check.step());
         QCOMPARE(check.columnText(0), std::string("ok"));
     }
-    RunStore store(m_db.toStdString()); // opening it notices the dead owner
+    // `runs` only reads: it judges the dead owner itself (it showed "running"
+    // until something opened the store read-write).
+    const auto listed = cli({"runs", "--db", m_db, "--json"});
+    QCOMPARE(listed.exitCode, 0);
+    const auto rows = QJsonDocument::fromJson(listed.out.toUtf8()).array();
+    QCOMPARE(rows.size(), 1);
+    QCOMPARE(rows[0].toObject()["status"].toString(), QString("interrupted"));
+    RunStore store(m_db.toStdString()); // opening it read-write writes that down
     const auto run = store.run(1);
     QCOMPARE(run->status, RunStatus::Interrupted);
     const auto losses = store.metrics(1, "loss");

@@ -47,6 +47,7 @@ private Q_SLOTS:
     void metricWriterBatchesAndFlushes();
     void deadOwnerBecomesInterrupted();
     void liveOwnerStaysRunning();
+    void readOnlyViewShowsADeadOwnersRunAsInterrupted();
     void notSqliteFileIsRejectedUntouched();
     void foreignSqliteFileIsRejectedUntouched();
     void newerSchemaIsRejected();
@@ -213,6 +214,38 @@ void TestStore::deadOwnerBecomesInterrupted()
     QCOMPARE(run->status, RunStatus::Interrupted);
     QVERIFY(QString::fromStdString(run->message).contains("trainbench-cli resume"));
     QCOMPARE(store.events(id).back().kind, std::string("interrupted"));
+}
+
+// A reader that may not write (trainbench-cli runs, export, compare, follow)
+// judges the owner's liveness itself: the run reads as interrupted, and the
+// file keeps saying "running" until a writer opens it.
+void TestStore::readOnlyViewShowsADeadOwnersRunAsInterrupted()
+{
+    std::int64_t id;
+    {
+        RunStore store(dbPath());
+        id = store.createRun(sampleRun());
+        store.markRunning(id, 100, "cpu", "fp32");
+        Statement s(store.database(), "UPDATE runs SET owner_pid=?, owner_start='1' WHERE id=?");
+        s.bind(1, std::int64_t(999999999)).bind(2, id);
+        s.run();
+    }
+    {
+        RunStore reader(dbPath(), RunStore::Mode::ReadOnly);
+        const auto run = reader.run(id);
+        QCOMPARE(run->status, RunStatus::Interrupted);
+        QVERIFY2(QString::fromStdString(run->message).contains("trainbench-cli resume"), run->message.c_str());
+        QCOMPARE(reader.listRuns().front().status, RunStatus::Interrupted);
+        // Filters see the same status.
+        QCOMPARE(reader.listRuns("status=running").size(), std::size_t(0));
+        QCOMPARE(reader.listRuns("status=interrupted").size(), std::size_t(1));
+        QCOMPARE(reader.listRuns("status!=running").size(), std::size_t(1));
+    }
+    Database db(dbPath(), Database::Mode::ReadOnly);
+    Statement s(db, "SELECT status FROM runs WHERE id=?");
+    s.bind(1, id);
+    QVERIFY(s.step());
+    QCOMPARE(s.columnText(0), std::string("running")); // nothing was written
 }
 
 void TestStore::liveOwnerStaysRunning()
@@ -523,13 +556,34 @@ void TestStore::filterByStatusTagConfigFieldAndText()
 void TestStore::filterRefusesWhatItCannotRead()
 {
     RunStore store(dbPath());
-    for (const char* bad : {"colour=red", "=3", "tag:", "\"open", "train..batch_size=1", "x.y'); DROP TABLE runs;--=1"}) {
+    for (const char* bad : {"colour=red", "=3", "tag:", "\"open", "train..batch_size=1", "x.y'); DROP TABLE runs;--=1",
+                            "loss<abc", "loss<<abc", "steps=ten", "train.batch_size>big", "status=runing",
+                            "status<finished", "loss<", "foo.bar=3", "optim.learning_rate=0.1"}) {
         try {
             store.listRuns(bad);
             QFAIL(qPrintable(QString("accepted: %1").arg(bad)));
         } catch (const InputError& e) {
             QVERIFY2(QString(e.what()).startsWith("filter: "), e.what());
         }
+    }
+    // The error names the word that is wrong, not only that one is.
+    try {
+        store.listRuns("tag:x loss<<abc foo.bar=3");
+        QFAIL("accepted a malformed comparison");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("\"loss<<abc\""), e.what());
+    }
+    try {
+        store.listRuns("optim.weight_decy=0.1");
+        QFAIL("accepted an unknown config path");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("did you mean optim.weight_decay"), e.what());
+    }
+    try {
+        store.listRuns("optim.learning_rate=0.1");
+        QFAIL("accepted an unknown config path");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("optim has ") && QString(e.what()).contains(", lr,"), e.what());
     }
 }
 

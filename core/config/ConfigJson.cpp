@@ -65,6 +65,10 @@ std::string describe(const json& v)
 }
 
 // Reads one JSON object section into a struct, recording every problem.
+// While set, every section reader lists the dotted paths of the fields it
+// reads (configFieldPaths()): the list comes from the parser itself.
+thread_local std::vector<std::string>* g_fieldCatalog = nullptr;
+
 class SectionReader {
 public:
     SectionReader(std::string prefix, std::vector<ConfigIssue>& issues, std::set<std::string>& bad)
@@ -134,6 +138,7 @@ public:
 
     void section(const char* key, std::function<void(const json&, const std::string&)> reader)
     {
+        m_sections.insert(key);
         m_fields[key] = [this, key, reader](const json& v) {
             if (!v.is_object()) { fail(key, "must be an object, got " + describe(v)); return; }
             reader(v, path(key));
@@ -142,6 +147,11 @@ public:
 
     void read(const json& object)
     {
+        if (g_fieldCatalog) {
+            for (const auto& [name, _] : m_fields) {
+                if (!m_sections.count(name)) g_fieldCatalog->push_back(path(name));
+            }
+        }
         std::vector<std::string> known;
         for (const auto& [name, _] : m_fields) known.push_back(name);
         for (const auto& [key, value] : object.items()) {
@@ -175,6 +185,7 @@ private:
     std::vector<ConfigIssue>& m_issues;
     std::set<std::string>& m_bad;
     std::map<std::string, std::function<void(const json&)>> m_fields;
+    std::set<std::string> m_sections;
 };
 
 std::pair<int, int> lineAndColumn(const std::string& text, std::size_t byte)
@@ -316,6 +327,24 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
     }
     if (!issues.empty()) throw ConfigError(sourceName, std::move(issues));
     return c;
+}
+
+std::vector<std::string> configFieldPaths()
+{
+    static const std::vector<std::string> paths = [] {
+        std::vector<std::string> out;
+        g_fieldCatalog = &out;
+        try {
+            parseConfig(R"({"model": {}, "data": {}, "optim": {}, "train": {}, "lora": {}})");
+        } catch (...) {
+            g_fieldCatalog = nullptr;
+            throw;
+        }
+        g_fieldCatalog = nullptr;
+        std::sort(out.begin(), out.end());
+        return out;
+    }();
+    return paths;
 }
 
 RunConfig loadConfigFile(const std::string& path)

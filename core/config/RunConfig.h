@@ -134,6 +134,9 @@ inline bool plannableModel(const RunConfig& config) { return config.model.type !
 std::vector<ConfigIssue> validateConfig(const RunConfig& config, bool checkFiles = true);
 // The whole config as pretty JSON, every key present.
 std::string configToJson(const RunConfig& config);
+// Every field a config can set, as sorted dotted paths ("optim.lr",
+// "train.batch_size"), from the parser's own tables.
+std::vector<std::string> configFieldPaths();
 
 // Tokens the model sees per example for an addition task with this many digits:
 // a, '+', b, '=', then the (digits+1)-digit sum; the end marker is only a target.
