@@ -1,0 +1,180 @@
+// Training learns on most seeds the way a user runs it: default train.threads
+// and the machine's own CPU kernels, no pin. 2-digit addition, 500 steps,
+// held-out exact match at step 500 must reach 80%, on six seeds per model
+// (three for sinusoidal positions), allowing one miss (bench/learning_robustness.sh measures 16 seeds against a
+// plain-PyTorch reference; README "Learning robustness").
+//
+// The counts were chosen so that the old defaults fail and the new ones pass:
+// on the AVX-512 development machine the old GPT with RoPE missed seeds 1 and 4
+// of 1-6 (zero-initialised residual outputs), the old Llama seeds 3 and 5
+// (N(0, 0.02) linear layers); the new ones miss none and one (Llama seed 4).
+//
+// The Llama seed-1 model is then the base of a LoRA fine-tune to 3 digits, so
+// the suite trains no model twice.
+#include <QtTest>
+
+#include <functional>
+
+#include "TestPrinters.h"
+
+#include "config/RunConfig.h"
+#include "train/Trainer.h"
+
+using namespace tb;
+
+namespace {
+
+using Weights = std::vector<std::pair<std::string, std::vector<float>>>;
+
+constexpr double kBar = 0.8;
+const std::vector<int> kSixSeeds{1, 2, 3, 4, 5, 6};
+
+TrainResult train(const RunConfig& config, const TrainerOptions& options = {}, Weights* weights = nullptr)
+{
+    Trainer trainer(config, options);
+    const auto result = trainer.run({});
+    if (weights) *weights = trainer.parameterValues();
+    return result;
+}
+
+// resources/examples/addition.json's GPT (checked, so the test follows it) at 2 digits, 500 steps.
+RunConfig gptAddition(const std::string& encoding)
+{
+    RunConfig c = loadConfigFile(TB_SOURCE_DIR "/resources/examples/addition.json");
+    if (c.model.type != "gpt" || c.model.nLayer != 3 || c.model.dModel != 128 || c.model.nHead != 4
+        || c.model.tieEmbeddings || c.optim.lr != 1e-3 || c.optim.warmupSteps != 50 || c.train.batchSize != 128)
+        qFatal("resources/examples/addition.json moved: update tst_learning_robustness and the bench together");
+    c.device = "cpu";
+    c.model.positionalEncoding = encoding;
+    c.data.digits = 2;
+    c.train.steps = 500;
+    c.train.evalEvery = 500;
+    c.train.checkpointEvery = 0;
+    return c;
+}
+
+// The Llama model at its README setting: 4 query and 2 key-value heads, lr 3e-3.
+RunConfig llamaAddition(int digits, int steps)
+{
+    RunConfig c;
+    c.device = "cpu";
+    c.model.type = "llama";
+    c.model.nLayer = 3;
+    c.model.dModel = 128;
+    c.model.nHead = 4;
+    c.model.nKvHead = 2;
+    c.model.positionalEncoding = "rope";
+    c.model.tieEmbeddings = false;
+    c.data.digits = digits;
+    c.optim.lr = 3e-3;
+    c.optim.warmupSteps = digits == 2 ? 50 : 30;
+    c.train.batchSize = 128;
+    c.train.steps = steps;
+    c.train.evalEvery = steps;
+    c.train.precision = "fp32";
+    return c;
+}
+
+// Trains every seed, prints each result, and allows one run under the bar.
+// Checkpoints go under `dir`; `keep` sees each run's result and trained weights.
+QString missesOf(const char* what, const std::vector<int>& seeds, const QTemporaryDir& dir,
+                 const std::function<RunConfig(int)>& configFor,
+                 const std::function<void(int, const TrainResult&, Weights&&)>& keep = {})
+{
+    QStringList results, misses;
+    for (int seed : seeds) {
+        auto config = configFor(seed);
+        config.train.seed = static_cast<std::uint64_t>(seed);
+        if (config.train.threads != 0) return "the test must run with the default train.threads";
+        TrainerOptions options;
+        options.checkpointDir = dir.filePath(QString("%1-seed-%2").arg(QString(what).replace(' ', '-')).arg(seed)).toStdString();
+        Weights weights;
+        auto result = train(config, options, keep ? &weights : nullptr);
+        if (result.status != TrainResult::Status::Finished) return QString("seed %1 did not finish").arg(seed);
+        if (keep) keep(seed, result, std::move(weights));
+        const QString figure = QString("seed %1: %2%").arg(seed).arg(100.0 * result.finalValAccuracy, 0, 'f', 1);
+        qInfo("%s, %s", what, qPrintable(figure));
+        results << figure;
+        if (result.finalValAccuracy < kBar) misses << figure;
+    }
+    if (misses.size() <= 1) return {};
+    return QString("%1: %2 of %3 seeds under %4% held-out exact match (%5)")
+        .arg(what)
+        .arg(misses.size())
+        .arg(seeds.size())
+        .arg(100 * kBar)
+        .arg(results.join(", "));
+}
+
+} // namespace
+
+class TestLearningRobustness : public QObject {
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    std::string m_llamaBase; // the seed-1 2-digit Llama, base of the LoRA test
+    Weights m_llamaBaseWeights;
+
+private Q_SLOTS:
+    void gptWithRopeLearnsOnMostSeeds();
+    void gptWithSinusoidLearnsOnMostSeeds();
+    void llamaLearnsOnMostSeeds();
+    void loraFineTuneOfTrainedBaseBeatsRandomBase();
+};
+
+void TestLearningRobustness::gptWithRopeLearnsOnMostSeeds()
+{
+    const auto failure = missesOf("gpt rope", kSixSeeds, m_dir, [](int) { return gptAddition("rope"); });
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
+}
+
+void TestLearningRobustness::gptWithSinusoidLearnsOnMostSeeds()
+{
+    // The encoding the zero-initialised residual outputs protect; its defaults
+    // did not change, so three seeds (learned positions are tst_learning's
+    // bundled 3-digit example).
+    const auto failure = missesOf("gpt sinusoidal", {1, 2, 3}, m_dir, [](int) { return gptAddition("sinusoidal"); });
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
+}
+
+void TestLearningRobustness::llamaLearnsOnMostSeeds()
+{
+    const auto failure = missesOf("llama", kSixSeeds, m_dir, [](int) { return llamaAddition(2, 500); },
+                                  [this](int seed, const TrainResult& result, Weights&& weights) {
+                                      // Keep the seed-1 model: the LoRA test tunes it.
+                                      if (seed != 1 || result.finalValAccuracy < kBar) return;
+                                      m_llamaBase = result.lastCheckpoint;
+                                      m_llamaBaseWeights = std::move(weights);
+                                  });
+    QVERIFY2(failure.isEmpty(), qPrintable(failure));
+}
+
+void TestLearningRobustness::loraFineTuneOfTrainedBaseBeatsRandomBase()
+{
+    if (m_llamaBase.empty()) QSKIP("needs llamaLearnsOnMostSeeds' seed-1 model");
+    auto tune = llamaAddition(3, 500);
+    tune.lora.rank = 16;
+    tune.lora.alpha = 32;
+    auto fromRandom = tune;
+    tune.train.initFrom = m_llamaBase;
+    Weights tunedWeights;
+    const auto tuned = train(tune, {}, &tunedWeights);
+    const auto random = train(fromRandom, {});
+    qInfo("3-digit held-out exact match after 500 LoRA steps: %.1f%% from the 2-digit base, %.1f%% from a random base",
+          100 * tuned.finalValAccuracy, 100 * random.finalValAccuracy);
+    QVERIFY2(tuned.finalValAccuracy >= 0.5 && tuned.finalValAccuracy >= random.finalValAccuracy + 0.3,
+             qPrintable(QString("trained base %1, random base %2").arg(tuned.finalValAccuracy).arg(random.finalValAccuracy)));
+    const std::map<std::string, std::vector<float>> base(m_llamaBaseWeights.begin(), m_llamaBaseWeights.end());
+    int adapters = 0;
+    for (const auto& [name, values] : tunedWeights) {
+        if (name.find("lora_") != std::string::npos) {
+            ++adapters;
+            continue;
+        }
+        QVERIFY2(values == base.at(name), name.c_str());
+    }
+    QCOMPARE(adapters, 2 * 7 * 3); // A and B on 7 projections in 3 layers
+}
+
+QTEST_GUILESS_MAIN(TestLearningRobustness)
+#include "tst_learning_robustness.moc"
