@@ -52,6 +52,7 @@ private Q_SLOTS:
     void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
     void preflightFollowsEditsAndAppliesFixes();
     void pasteAndFilesAreExplained();
+    void ctrlReturnExplainsEveryTime();
     void verdictBesideStartAndForcedLaunch();
     void auditTableListsMisplacedTensors();
 };
@@ -162,6 +163,28 @@ void TestDiagnosticsPanel::pasteAndFilesAreExplained()
     QString error;
     QVERIFY(!panel.explainFile(dir.filePath("missing.log"), &error));
     QVERIFY(error.contains("missing.log"));
+}
+
+// Ctrl+Return explains every time, not only until the first explanation resets
+// the button's text (which used to replace its shortcut with the Alt+E mnemonic).
+void TestDiagnosticsPanel::ctrlReturnExplainsEveryTime()
+{
+    ConfigDocument doc;
+    doc.loadText(exampleText(), "default.json");
+    DiagnosticsPanel panel(&doc);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    panel.activateWindow();
+    for (const char* text : {"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                             "RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                             "devices, cuda:0 and cpu!"}) {
+        panel.pasteBox()->setPlainText(text);
+        panel.pasteBox()->setFocus();
+        QTest::keyClick(panel.pasteBox(), Qt::Key_Return, Qt::ControlModifier);
+        panel.waitForExplanation();
+        QVERIFY2(!panel.explainedFindings().empty(), text);
+    }
+    QCOMPARE(panel.explainedFindings().front().kind, std::string("device_mismatch"));
 }
 
 void TestDiagnosticsPanel::verdictBesideStartAndForcedLaunch()

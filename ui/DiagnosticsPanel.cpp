@@ -15,6 +15,7 @@
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QShortcut>
 #include <QSplitter>
 #include <QStyle>
 #include <QTabWidget>
@@ -101,7 +102,17 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
                                    "on this panel, then press Explain (Ctrl+Return)."));
     m_paste->setLineWrapMode(QPlainTextEdit::NoWrap);
     m_explain = new QPushButton(tr("&Explain"), this);
-    m_explain->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
+    m_explain->setToolTip(tr("Explain the pasted text (Ctrl+Return)"));
+    // Ctrl+Return lives on the panel, not on the button: a button's shortcut is
+    // replaced by its mnemonic (Alt+E) whenever its text is set again, which
+    // happens after every explanation.
+    for (const auto key : {Qt::Key_Return, Qt::Key_Enter}) {
+        auto* shortcut = new QShortcut(QKeySequence(Qt::CTRL | key), this);
+        shortcut->setContext(Qt::WidgetWithChildrenShortcut);
+        connect(shortcut, &QShortcut::activated, m_explain, [this] {
+            if (m_explain->isEnabled()) m_explain->click();
+        });
+    }
     m_openLog = new QPushButton(tr("Open &log…"), this);
 
     auto* detailsBox = new QWidget(this);
