@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "common/Percent.h"
 #include "store/MetricWriter.h"
 #include "TestPrinters.h"
 #include "store/RunStore.h"
@@ -40,6 +41,7 @@ private Q_SLOTS:
         QVERIFY(m_dir->isValid());
     }
     void roundTrip();
+    void estimateErrorsNeverShowMinusZero();
     void schemaVersionAndWal();
     void latestMetricPerKey();
     void truncateAfterResumePoint();
@@ -746,6 +748,19 @@ void TestStore::olderSchemaIsReadWithoutMigrating()
         QVERIFY(store.run(id).has_value());
     }
     QCOMPARE(fileBytes(dbPath()), before);
+}
+
+// A run's estimate error as History, the Run tab and `runs` print it: an error
+// that rounds to zero is "0.0%", not "-0.0%".
+void TestStore::estimateErrorsNeverShowMinusZero()
+{
+    QCOMPARE(signedPercentText(-0.0004), std::string("0.0%"));
+    QCOMPARE(signedPercentText(0.0004), std::string("0.0%"));
+    QCOMPARE(signedPercentText(-0.0), std::string("0.0%"));
+    QCOMPARE(signedPercentText(0.031), std::string("+3.1%"));
+    QCOMPARE(signedPercentText(-0.0049), std::string("-0.5%"));
+    QCOMPARE(signedPercentText(-0.00049, 2), std::string("-0.05%"));
+    QCOMPARE(signedPercentText(std::nan("")), std::string("n/a"));
 }
 
 QTEST_GUILESS_MAIN(TestStore)

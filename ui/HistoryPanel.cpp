@@ -1,3 +1,4 @@
+#include "common/Percent.h"
 #include "PlainText.h"
 #include "HistoryPanel.h"
 #include "MetricPlot.h"
@@ -200,7 +201,7 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         return mib(r.estimatedPeakBytes);
     case Error:
         if (sort) return error ? std::abs(*error) : -1.0;
-        return error ? QString("%1%2%").arg(*error >= 0 ? "+" : "").arg(100.0 * *error, 0, 'f', 1) : QString();
+        return error ? QString::fromStdString(signedPercentText(*error)) : QString();
     case Device: return QString::fromStdString(r.device);
     case Precision: return QString::fromStdString(r.precision);
     case Tags: {

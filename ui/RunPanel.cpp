@@ -1,3 +1,4 @@
+#include "common/Percent.h"
 #include "PlainText.h"
 #include "RunPanel.h"
 
@@ -306,12 +307,11 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
     if (outcome.measuredPeakBytes > 0 && outcome.estimatedPeakBytes > 0) {
         const double error = static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
             / static_cast<double>(outcome.measuredPeakBytes);
-        text += tr(".\nMemory: peak %1 MiB measured (during %2), estimate %3 MiB (%4%5%)")
+        text += tr(".\nMemory: peak %1 MiB measured (during %2), estimate %3 MiB (%4)")
                     .arg(static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, 0, 'f', 1)
                     .arg(QString::fromStdString(outcome.measuredPeakPhase))
                     .arg(static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0, 0, 'f', 1)
-                    .arg(error >= 0 ? "+" : "")
-                    .arg(100.0 * error, 0, 'f', 1);
+                    .arg(QString::fromStdString(signedPercentText(error)));
     }
     if (outcome.status == RunStatus::Failed) {
         text += tr(".\nError: %1").arg(QString::fromStdString(outcome.message));

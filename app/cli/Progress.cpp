@@ -1,3 +1,4 @@
+#include "common/Percent.h"
 #include "Progress.h"
 
 #include <atomic>
@@ -123,11 +124,12 @@ int runWithProgress(RunSession& session, bool quiet)
     }
     if (outcome.measuredPeakBytes > 0 && outcome.estimatedPeakBytes > 0) {
         char line[200];
-        std::snprintf(line, sizeof line, "memory: peak %.1f MiB of tensors measured (during %s), estimate %.1f MiB (%+.1f%%)\n",
+        std::snprintf(line, sizeof line, "memory: peak %.1f MiB of tensors measured (during %s), estimate %.1f MiB (%s)\n",
                       static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, outcome.measuredPeakPhase.c_str(),
                       static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0,
-                      100.0 * static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
-                          / static_cast<double>(outcome.measuredPeakBytes));
+                      signedPercentText(static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
+                                        / static_cast<double>(outcome.measuredPeakBytes))
+                          .c_str());
         std::cout << line;
     }
     if (outcome.status == RunStatus::Failed) {

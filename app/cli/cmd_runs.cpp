@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/Percent.h"
 #include "Command.h"
 #include "StoreAccess.h"
 
@@ -64,8 +65,8 @@ int runs(const Args& args)
         char memory[48] = "-";
         const auto mib = [](std::optional<std::int64_t> b) { return b ? static_cast<double>(*b) / 1048576.0 : -1.0; };
         if (const auto error = r.estimateError()) {
-            std::snprintf(memory, sizeof memory, "%.1f/%.1f/%+.1f%%", mib(r.estimatedPeakBytes), mib(r.measuredPeakBytes),
-                          100.0 * *error);
+            std::snprintf(memory, sizeof memory, "%.1f/%.1f/%s", mib(r.estimatedPeakBytes), mib(r.measuredPeakBytes),
+                          signedPercentText(*error).c_str());
         } else if (r.estimatedPeakBytes) {
             std::snprintf(memory, sizeof memory, "%.1f/-", mib(r.estimatedPeakBytes));
         }
