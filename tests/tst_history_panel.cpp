@@ -167,8 +167,14 @@ void TestHistoryPanel::editsDeleteAndExport()
 
     history()->selectRuns({m_ids[0], m_ids[1]});
     const QString csv = m_dir->filePath("runs.csv");
-    QString error;
-    QVERIFY2(history()->exportCsv(csv, &error), qPrintable(error));
+    // The export says what it wrote and where (it used to say nothing).
+    QSignalSpy said(history(), &HistoryPanel::exported);
+    QVERIFY(history()->exportCsvAndReport(csv));
+    QCOMPARE(said.count(), 1);
+    const QString message = said.first().first().toString();
+    QVERIFY2(message.contains("200 metric rows") && message.contains("2 runs")
+                 && message.contains(QDir::toNativeSeparators(csv)),
+             qPrintable(message));
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const auto lines = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);
@@ -267,8 +273,10 @@ void TestHistoryPanel::lineageResumeSmoothingAndLegend()
     QCOMPARE(resume.count(), 1);
     QCOMPARE(resume.first().first().toLongLong(), stopped);
     const QString exported = m_dir->filePath("config.json");
-    QString error;
-    QVERIFY2(panel.exportConfig(exported, &error), qPrintable(error));
+    QSignalSpy said(&panel, &HistoryPanel::exported);
+    QVERIFY(panel.exportConfigAndReport(exported));
+    QCOMPARE(said.count(), 1);
+    QVERIFY2(said.first().first().toString().contains(exported), qPrintable(said.first().first().toString()));
     QFile f(exported);
     QVERIFY(f.open(QIODevice::ReadOnly));
     QCOMPARE(QJsonDocument::fromJson(f.readAll()).object()["name"].toString(), QString("s"));

@@ -8,6 +8,7 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <QDir>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QFutureWatcher>
@@ -364,9 +365,7 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
         if (!r) return;
         const QString path = QFileDialog::getSaveFileName(this, tr("Export config"),
                                                           QString::fromStdString(r->name) + ".json", tr("Configs (*.json)"));
-        if (path.isEmpty()) return;
-        QString error;
-        if (!exportConfig(path, &error)) plainWarning(this, tr("Export config"), error);
+        if (!path.isEmpty()) exportConfigAndReport(path);
     });
     connect(m_save, &QPushButton::clicked, this, [this] { saveDetails(m_name->text(), m_tags->text(), m_note->toPlainText()); });
     connect(m_delete, &QPushButton::clicked, this, &HistoryPanel::askDelete);
@@ -711,8 +710,9 @@ void HistoryPanel::askDelete()
     else if (box.clickedButton() == keepCheckpoints) deleteSelected(false);
 }
 
-bool HistoryPanel::exportCsv(const QString& path, QString* error) const
+bool HistoryPanel::exportCsv(const QString& path, QString* error, qint64* rows) const
 {
+    qint64 written = 0;
     QSaveFile file(path); // written to a temporary file, then renamed
     if (!file.open(QIODevice::WriteOnly | QIODevice::Text)) {
         if (error) *error = tr("Cannot write %1: %2").arg(path, file.errorString());
@@ -725,6 +725,7 @@ bool HistoryPanel::exportCsv(const QString& path, QString* error) const
             for (const auto& p : store.metrics(id)) {
                 file.write(QString("%1,%2,%3,%4,%5\n").arg(p.runId).arg(p.step).arg(QString::fromStdString(p.key))
                                .arg(p.value, 0, 'g', 17).arg(p.wallTime, 0, 'f', 3).toUtf8());
+                ++written;
             }
         }
     } catch (const std::exception& e) {
@@ -736,6 +737,37 @@ bool HistoryPanel::exportCsv(const QString& path, QString* error) const
         if (error) *error = tr("Cannot write %1: %2").arg(path, file.errorString());
         return false;
     }
+    if (rows) *rows = written;
+    return true;
+}
+
+bool HistoryPanel::exportCsvAndReport(const QString& path)
+{
+    QString error;
+    qint64 rows = 0;
+    const auto runs = selectedRunIds().size();
+    if (!exportCsv(path, &error, &rows)) {
+        plainWarning(this, tr("Export metrics"), error);
+        return false;
+    }
+    Q_EMIT exported(tr("Exported %1 metric %2 of %3 %4 to %5")
+                        .arg(rows)
+                        .arg(rows == 1 ? tr("row") : tr("rows"))
+                        .arg(runs)
+                        .arg(runs == 1 ? tr("run") : tr("runs"))
+                        .arg(QDir::toNativeSeparators(path)));
+    return true;
+}
+
+bool HistoryPanel::exportConfigAndReport(const QString& path)
+{
+    QString error;
+    const auto* r = currentRun();
+    if (!exportConfig(path, &error)) {
+        plainWarning(this, tr("Export config"), error);
+        return false;
+    }
+    Q_EMIT exported(tr("Exported run %1's config to %2").arg(r ? r->id : 0).arg(QDir::toNativeSeparators(path)));
     return true;
 }
 
@@ -748,8 +780,7 @@ void HistoryPanel::askExport()
         plainWarning(this, tr("Export metrics"), tr("%1 is the experiment database or one of its files; choose another file.").arg(path));
         return;
     }
-    QString error;
-    if (!exportCsv(path, &error)) plainWarning(this, tr("Export metrics"), error);
+    exportCsvAndReport(path);
 }
 
 } // namespace tb::ui

@@ -90,8 +90,13 @@ public:
     QTableWidget* diffTable() const { return m_diff; }
     QLabel* messageLabel() const { return m_message; }
     QTabWidget* tabs() const { return m_tabs; }
-    // The selected runs' metrics as CSV (run,step,key,value,wall_time).
-    bool exportCsv(const QString& path, QString* error) const;
+    // The selected runs' metrics as CSV (run,step,key,value,wall_time); `rows`
+    // gets the number of data rows written.
+    bool exportCsv(const QString& path, QString* error, qint64* rows = nullptr) const;
+    // Export metrics / Export config after their file dialogs: write, then say
+    // where the file went (exported()), or warn with the reason.
+    bool exportCsvAndReport(const QString& path);
+    bool exportConfigAndReport(const QString& path);
     // Edits of the current run, off the GUI thread; the panel refreshes when done.
     void saveDetails(const QString& name, const QString& tags, const QString& note);
     // Deletes the selected runs (after the caller asked); their checkpoint folders too if asked.
@@ -111,6 +116,8 @@ Q_SIGNALS:
     void edited(const QString& message);
     // "Resume": continue a cancelled or interrupted run from its checkpoint.
     void resumeRequested(qint64 runId);
+    // An export finished: what was written and where (for the status bar).
+    void exported(const QString& message);
 
 private:
     void selectionChanged();
