@@ -172,9 +172,11 @@ void TestDiagnosticsPanel::ctrlReturnExplainsEveryTime()
     ConfigDocument doc;
     doc.loadText(exampleText(), "default.json");
     DiagnosticsPanel panel(&doc);
+    panel.resize(1000, 620);
     panel.show();
     QVERIFY(QTest::qWaitForWindowExposed(&panel));
     panel.activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(&panel)); // shortcuts fire in the active window only
     for (const char* text : {"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
                              "RuntimeError: Expected all tensors to be on the same device, but found at least two "
                              "devices, cuda:0 and cpu!"}) {
@@ -185,6 +187,13 @@ void TestDiagnosticsPanel::ctrlReturnExplainsEveryTime()
         QVERIFY2(!panel.explainedFindings().empty(), text);
     }
     QCOMPARE(panel.explainedFindings().front().kind, std::string("device_mismatch"));
+    // The findings get room for their titles (the tree was a sliver beside the details).
+    QVERIFY2(panel.findingsView()->width() >= 0.35 * panel.width(),
+             qPrintable(QString("findings %1 of %2 px").arg(panel.findingsView()->width()).arg(panel.width())));
+    QCOMPARE(panel.findingsView()->columnCount(), 1);
+    const QString explainedGroup = panel.findingsView()->topLevelItem(panel.findingsView()->topLevelItemCount() - 1)->text(0);
+    QVERIFY2(explainedGroup.endsWith("1 error"), qPrintable(explainedGroup));
+    panel.grab().save(QDir::currentPath() + "/diagnostics-ctrl-return.png");
 }
 
 void TestDiagnosticsPanel::verdictBesideStartAndForcedLaunch()

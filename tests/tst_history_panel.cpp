@@ -11,6 +11,7 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
+#include <QStatusBar>
 #include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
@@ -175,6 +176,8 @@ void TestHistoryPanel::editsDeleteAndExport()
     QVERIFY2(message.contains("200 metric rows") && message.contains("2 runs")
                  && message.contains(QDir::toNativeSeparators(csv)),
              qPrintable(message));
+    QCOMPARE(m_window->statusBar()->currentMessage(), message);
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/history-exported.png"));
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const auto lines = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);

@@ -38,6 +38,7 @@ namespace {
 enum Group { Planned, Launch, Failure, Explained };
 constexpr int kGroupRole = Qt::UserRole;
 constexpr int kIndexRole = Qt::UserRole + 1;
+constexpr int kKindRole = Qt::UserRole + 2;
 
 QIcon severityIcon(const QWidget* w, Severity s)
 {
@@ -70,8 +71,9 @@ QString countText(const std::vector<Finding>& findings)
     }
     if (errors == 0 && warnings == 0) return QObject::tr("no problems");
     QStringList parts;
-    if (errors) parts << QObject::tr("%n error(s)", nullptr, errors);
-    if (warnings) parts << QObject::tr("%n warning(s)", nullptr, warnings);
+    // No translator is loaded, so %n's plural forms would read "1 error(s)".
+    if (errors) parts << (errors == 1 ? QObject::tr("1 error") : QObject::tr("%1 errors").arg(errors));
+    if (warnings) parts << (warnings == 1 ? QObject::tr("1 warning") : QObject::tr("%1 warnings").arg(warnings));
     return parts.join(", ");
 }
 
@@ -84,11 +86,13 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     m_summary->setWordWrap(true);
 
     m_tree = new QTreeWidget(this);
-    m_tree->setHeaderLabels({tr("Finding"), tr("Kind")});
+    // One column: the title, wrapped, with the kind in its tooltip and the
+    // details (a kind column took the width the titles need).
+    m_tree->setHeaderLabels({tr("Finding")});
     m_tree->setRootIsDecorated(true);
+    m_tree->setWordWrap(true);
     m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
-    m_tree->header()->setSectionResizeMode(1, QHeaderView::ResizeToContents);
-    m_tree->header()->setStretchLastSection(false);
+    m_tree->setMinimumWidth(240);
     m_tree->setAccessibleName(tr("Findings"));
 
     m_details = new QTextBrowser(this);
@@ -185,8 +189,9 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     auto* split = new QSplitter(Qt::Horizontal, this);
     split->addWidget(m_tree);
     split->addWidget(right);
-    split->setStretchFactor(0, 1);
-    split->setStretchFactor(1, 1);
+    split->setStretchFactor(0, 2);
+    split->setStretchFactor(1, 3);
+    split->setSizes({400, 600}); // the findings get 40% of the width from the start
 
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_summary);
@@ -459,7 +464,9 @@ void DiagnosticsPanel::rebuild()
     const std::string previousKind = previous ? previous->kind : std::string();
     m_tree->clear();
     const auto addGroup = [&](Group group, const QString& title, const std::vector<Finding>& findings) {
-        auto* top = new QTreeWidgetItem(m_tree, {title + QStringLiteral(" — ") + countText(findings)});
+        const QString text = title + QStringLiteral(" — ") + countText(findings);
+        auto* top = new QTreeWidgetItem(m_tree, {text});
+        top->setToolTip(0, text);
         top->setData(0, kGroupRole, group);
         top->setData(0, kIndexRole, -1);
         top->setFirstColumnSpanned(false);
@@ -468,16 +475,17 @@ void DiagnosticsPanel::rebuild()
         top->setFont(0, bold);
         for (std::size_t i = 0; i < findings.size(); ++i) {
             const auto& f = findings[i];
-            auto* item = new QTreeWidgetItem(top, {QString::fromStdString(f.title), QString::fromStdString(f.kind)});
+            auto* item = new QTreeWidgetItem(top, {QString::fromStdString(f.title)});
             item->setIcon(0, severityIcon(this, f.severity));
-            item->setToolTip(0, QString::fromStdString(f.cause));
+            item->setToolTip(0, QString::fromStdString(f.kind + ": " + f.cause));
             item->setData(0, kGroupRole, group);
             item->setData(0, kIndexRole, static_cast<int>(i));
+            item->setData(0, kKindRole, QString::fromStdString(f.kind));
         }
         top->setExpanded(true);
     };
     if (m_hasTarget) addGroup(Planned, tr("Preflight for %1").arg(QString::fromStdString(m_target.label())), m_planned);
-    addGroup(Launch, tr("Preflight for a launch on this machine"), m_launch);
+    addGroup(Launch, tr("Launch on this machine"), m_launch);
     if (m_failureRun > 0) addGroup(Failure, tr("Run %1 failed").arg(m_failureRun), m_failure);
     if (!m_explainedSource.isEmpty()) addGroup(Explained, tr("Explained: %1").arg(m_explainedSource), m_explained);
     m_summary->setText(tr("Preflight checks the config against the target GPU (%1) and this machine as you edit it. "
@@ -508,7 +516,7 @@ bool DiagnosticsPanel::selectKind(const QString& kind)
     for (int i = 0; i < m_tree->topLevelItemCount(); ++i) {
         auto* group = m_tree->topLevelItem(i);
         for (int j = 0; j < group->childCount(); ++j) {
-            if (group->child(j)->text(1) == kind) {
+            if (group->child(j)->data(0, kKindRole).toString() == kind) {
                 m_tree->setCurrentItem(group->child(j));
                 return true;
             }
