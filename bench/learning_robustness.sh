@@ -3,12 +3,12 @@
 # match at step 500 on many seeds, for each positional encoding of the GPT
 # (resources/examples/addition.json's architecture: 3 layers, d_model 128,
 # 4 heads, untied head; lr 1e-3, 50 warmup steps, batch 128) and for the Llama
-# model at its README setting (4 query / 2 key-value heads, lr 3e-3), side by
+# model at its documented setting (docs/learning.md) (4 query / 2 key-value heads, lr 3e-3), side by
 # side with the plain-PyTorch reference (bench/learning_reference.py) on the
 # same seeds.
 #
 # Trainbench runs the way a user runs it: `trainbench-cli train`, default
-# train.threads, the machine's own kernels (unless --kernels avx2). Runs one
+# train.threads, the machine's own kernels (unless --kernels avx2 or avx512). Runs one
 # Trainbench run at a time (it uses every core) and two reference runs at a
 # time (one thread each: its results do not depend on the thread count).
 #
@@ -17,7 +17,7 @@
 # machine: 16 seeds x 4 parts x 2 sides is about an hour.
 #
 # Usage: bench/learning_robustness.sh [--seeds "1 2 ..."] [--parts "learned sinusoidal rope llama"]
-#          [--kernels native|avx2] [--no-reference] [--out DIR]
+#          [--kernels native|avx2|avx512] [--no-reference] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() {
@@ -42,6 +42,10 @@ done
 case "$kernels" in
   native) ;;
   avx2) export OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ;;
+  # Debian 12's LibTorch 1.13 defaults to its AVX2 code even where the CPU has
+  # AVX-512, and OpenBLAS 0.3.21 may pick Haswell kernels on it (AMD EPYC), so
+  # "native" can equal "avx2": this forces both libraries' AVX-512 code.
+  avx512) export OPENBLAS_CORETYPE=SkylakeX ATEN_CPU_CAPABILITY=avx512 ;;
   *) usage ;;
 esac
 for p in $parts; do
@@ -82,7 +86,8 @@ config() { # part seed
 JSON
 }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernels: $kernels"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernels: $kernels" \
+  "(OpenBLAS core: $(OPENBLAS_VERBOSE=2 "$py" -c 'import torch; torch.ones(2, 2) @ torch.ones(2, 2)' 2>&1 | sed -n 's/^Core: //p'))"
 for part in $parts; do
   for seed in $seeds; do
     have "$part" trainbench "$seed" && continue

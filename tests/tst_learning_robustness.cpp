@@ -2,10 +2,10 @@
 // and the machine's own CPU kernels, no pin. 2-digit addition, 500 steps,
 // held-out exact match at step 500 must reach 80%, on six seeds per model
 // (three for sinusoidal positions), allowing one miss (bench/learning_robustness.sh measures 16 seeds against a
-// plain-PyTorch reference; README "Learning robustness").
+// plain-PyTorch reference; docs/learning.md, "Learning robustness").
 //
 // The counts were chosen so that the old defaults fail and the new ones pass:
-// on the AVX-512 development machine the old GPT with RoPE missed seeds 1 and 4
+// on the development machine (its own kernels) the old GPT with RoPE missed seeds 1 and 4
 // of 1-6 (zero-initialised residual outputs), the old Llama seeds 3 and 5
 // (N(0, 0.02) linear layers); the new ones miss none and one (Llama seed 4).
 //
@@ -53,7 +53,7 @@ RunConfig gptAddition(const std::string& encoding)
     return c;
 }
 
-// The Llama model at its README setting: 4 query and 2 key-value heads, lr 3e-3.
+// The Llama model at its documented setting (docs/learning.md): 4 query and 2 key-value heads, lr 3e-3.
 RunConfig llamaAddition(int digits, int steps)
 {
     RunConfig c;

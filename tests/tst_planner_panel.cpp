@@ -61,7 +61,7 @@ void TestPlannerPanel::init()
     QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
 }
 
-// The README's Pythia example, set up in the panel: the same bytes and verdict
+// The Pythia example of docs/benchmarks.md, set up in the panel: the same bytes and verdict
 // as core's estimate, and the answers of the fit solver.
 void TestPlannerPanel::presetOnT4MatchesTheEstimate()
 {

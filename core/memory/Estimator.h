@@ -5,7 +5,7 @@
 // enough for a fit map of thousands of points.
 //
 // What it models (LibTorch 1.13 on the CPU, fp32, eager attention; the
-// accuracy table is in README): which tensors autograd saves in each layer, the
+// accuracy table is in docs/benchmarks.md): which tensors autograd saves in each layer, the
 // local tensors each forward keeps until it returns, the gradient buffers the
 // backward pass allocates and frees in order, when gradients and optimizer
 // state exist (LibTorch 1.13's zero_grad keeps gradients allocated, so from

@@ -13,9 +13,9 @@ torch::Tensor dropoutIf(const torch::Tensor& x, double p, bool training)
 
 // Initialisation, chosen on held-out exact match for 2-digit addition with
 // the bundled addition architecture (3 layers, d_model 128, 4 heads, untied
-// head, batch 128, lr 1e-3, warmup 50, 500 steps), 16 seeds per choice, native
-// AVX-512 kernels and default threads (bench/learning_robustness.sh; README
-// "Learning robustness", docs/learning.md).
+// head, batch 128, lr 1e-3, warmup 50, 500 steps), 16 seeds per choice, the
+// machine's own kernels and default threads (bench/learning_robustness.sh;
+// docs/learning.md, "Learning robustness").
 // - Linear layers: PyTorch's nn.Linear default U(+-1/sqrt(in)). GPT-2's
 //   N(0, 0.02) reached 72.5% with RoPE on seed 1 and 7.0% sinusoidal on seed 2.
 // - The last layer of each residual branch (attention proj, MLP out) depends on

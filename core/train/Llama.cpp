@@ -7,7 +7,7 @@ namespace {
 // published N(0, 0.02) for every matrix is too small for a narrow model: at
 // d_model 128 the 2-digit addition run (bench/learning_robustness.sh, lr 3e-3)
 // reached 80% held-out on 10 of 16 seeds with it, 14 of 16 with U(+-1/sqrt(in)),
-// and the PyTorch reference 16 of 16 (README "Learning robustness").
+// and the PyTorch reference 16 of 16 (docs/learning.md, "Learning robustness").
 constexpr LinearInit kLlamaInit = LinearInit::Uniform;
 } // namespace
 
