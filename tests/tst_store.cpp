@@ -2,6 +2,7 @@
 #include <QtTest>
 
 #include <atomic>
+#include <clocale>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -67,6 +68,7 @@ private Q_SLOTS:
     // History.
     void filterByStatusTagConfigFieldAndText();
     void filterRefusesWhatItCannotRead();
+    void filterNumbersIgnoreTheLocale();
     void injectionStringsAreOnlyData();
     void tagsNotesRenameAndDelete();
     void longSeriesKeepsFirstLastAndSpikes();
@@ -553,6 +555,52 @@ void TestStore::filterByStatusTagConfigFieldAndText()
     QCOMPARE(store.listRuns().size(), std::size_t(5));
     QCOMPARE(ids(store.listRuns("train.batch_size>=16")), (V{b, c}));
     QVERIFY(!store.run(broken)->parentRunId.has_value());
+
+    // An empty value matches runs without one (note= : no note).
+    QCOMPARE(ids(store.listRuns("note=")), (V{a, c, child, broken}));
+    QCOMPARE(ids(store.listRuns("note!=")), (V{b}));
+    // JSON booleans, and texts that look like numbers, compare as written.
+    const auto flags = store.createRun({"flags", R"({"model":{"tie_embeddings":false},"train":{"activation_checkpointing":true,"init_from":"12"}})",
+                                        "cpu", "fp32", "0", "1.13", 10});
+    QCOMPARE(ids(store.listRuns("train.activation_checkpointing=true")), (V{flags}));
+    QCOMPARE(ids(store.listRuns("model.tie_embeddings=false")), (V{flags}));
+    QCOMPARE(ids(store.listRuns("train.init_from=12")), (V{flags}));
+    QCOMPARE(ids(store.listRuns("train.batch_size=16")), (V{c}));
+    QCOMPARE(ids(store.listRuns("train.batch_size!=16 train.batch_size>1")), (V{a, b}));
+    // Operators inside double quotes are text.
+    const auto angled = store.createRun(configRun("<baseline>", 4, "gpt"));
+    QCOMPARE(ids(store.listRuns("name=\"<baseline>\"")), (V{angled}));
+    // Numbers as people write them.
+    QCOMPARE(ids(store.listRuns("loss<+2.5")), (V{a}));
+    QCOMPARE(ids(store.listRuns("loss<2.5e0 loss>-1")), (V{a}));
+}
+
+// A filter's numbers read the same in any locale: the GUI's QApplication sets
+// LC_NUMERIC from the environment, where strtod wanted "2,5".
+void TestStore::filterNumbersIgnoreTheLocale()
+{
+    const char* previous = std::setlocale(LC_NUMERIC, nullptr);
+    const std::string restore = previous ? previous : "C";
+    bool comma = false;
+    for (const char* name : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8", "de_DE", "fr_FR"}) {
+        if (std::setlocale(LC_NUMERIC, name) && std::localeconv()->decimal_point[0] == ',') {
+            comma = true;
+            break;
+        }
+    }
+    if (!comma) QSKIP("no locale with a decimal comma is installed here (locale -a)");
+    RunStore store(dbPath());
+    const auto a = store.createRun(sampleRun("a"));
+    store.markEnded(a, RunStatus::Finished, {100, 2.0, std::nullopt, std::nullopt, ""});
+    std::vector<std::int64_t> found;
+    try {
+        for (const auto& r : store.listRuns("loss<2.5")) found.push_back(r.id);
+    } catch (const std::exception& e) {
+        std::setlocale(LC_NUMERIC, restore.c_str());
+        QFAIL(e.what());
+    }
+    std::setlocale(LC_NUMERIC, restore.c_str());
+    QCOMPARE(found, std::vector<std::int64_t>{a});
 }
 
 void TestStore::filterRefusesWhatItCannotRead()
@@ -560,7 +608,7 @@ void TestStore::filterRefusesWhatItCannotRead()
     RunStore store(dbPath());
     for (const char* bad : {"colour=red", "=3", "tag:", "\"open", "train..batch_size=1", "x.y'); DROP TABLE runs;--=1",
                             "loss<abc", "loss<<abc", "steps=ten", "train.batch_size>big", "status=runing",
-                            "status<finished", "loss<", "foo.bar=3", "optim.learning_rate=0.1"}) {
+                            "status<finished", "loss<", "name<", "steps=", "foo.bar=3", "optim.learning_rate=0.1"}) {
         try {
             store.listRuns(bad);
             QFAIL(qPrintable(QString("accepted: %1").arg(bad)));

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "config/RunConfig.h"
@@ -11,32 +11,43 @@
 namespace tb::store_detail {
 namespace {
 
+// A number as written in a filter ("2.5", "-1", "1e-3", "+3"), whatever the
+// process's locale: the GUI's QApplication sets LC_NUMERIC from the
+// environment, where strtod would want "2,5".
 bool readNumber(const std::string& text, double& out)
 {
-    if (text.empty()) return false;
-    char* end = nullptr;
-    out = std::strtod(text.c_str(), &end);
-    return end == text.c_str() + text.size() && std::isfinite(out);
+    const char* begin = text.data();
+    const char* end = text.data() + text.size();
+    if (begin != end && *begin == '+') ++begin;
+    if (begin == end) return false;
+    const auto [ptr, ec] = std::from_chars(begin, end, out);
+    return ec == std::errc() && ptr == end && std::isfinite(out);
 }
 
 std::string shown(const std::string& text) { return text.size() > 60 ? text.substr(0, 57) + "..." : text; }
 
+struct Word {
+    std::string text;
+    bool quoted = false; // it had double quotes: operators inside them are text
+};
+
 // Splits at spaces outside double quotes; quotes group, and are removed.
-std::vector<std::string> filterWords(const std::string& filter)
+std::vector<Word> filterWords(const std::string& filter)
 {
-    std::vector<std::string> words;
-    std::string word;
+    std::vector<Word> words;
+    Word word;
     bool quoted = false, any = false;
     for (char c : filter) {
         if (c == '"') {
             quoted = !quoted;
+            word.quoted = true;
             any = true;
         } else if (!quoted && std::isspace(static_cast<unsigned char>(c))) {
             if (any) words.push_back(word);
-            word.clear();
+            word = {};
             any = false;
         } else {
-            word += c;
+            word.text += c;
             any = true;
         }
     }
@@ -60,6 +71,8 @@ constexpr Column kColumns[] = {{"id", "id", true},
                                {"val_loss", "final_val_loss", true},
                                {"note", "note", false}};
 
+bool isOrdering(const std::string& op) { return op != "=" && op != "!="; }
+
 FilterTerm sqlTerm(std::string sql, std::vector<std::string> texts, std::vector<bool> numeric)
 {
     FilterTerm t;
@@ -69,8 +82,9 @@ FilterTerm sqlTerm(std::string sql, std::vector<std::string> texts, std::vector<
     return t;
 }
 
-FilterTerm filterTerm(const std::string& word, int schema)
+FilterTerm filterTerm(const Word& w, int schema)
 {
+    const std::string& word = w.text;
     if (word.rfind("tag:", 0) == 0) {
         if (word.size() == 4) throw InputError("filter: \"tag:\" needs a tag name, e.g. tag:baseline");
         if (schema < 4) return sqlTerm("(? IS NULL)", {word.substr(4)}, {false}); // no tags before schema 4
@@ -102,14 +116,18 @@ FilterTerm filterTerm(const std::string& word, int schema)
     const std::string field = word.substr(0, at), value = word.substr(at + length);
     const std::string quoted = "filter: \"" + shown(word) + "\"";
     if (field.empty()) throw InputError(quoted + " has no field before " + op);
-    if (value.empty()) throw InputError(quoted + " has no value after " + op);
-    if (std::strchr("<>=!", value.front())) {
+    const bool textColumn = field == "name" || field == "note" || field == "device" || field == "precision";
+    if (value.empty() && !(textColumn && !isOrdering(op))) {
+        throw InputError(quoted + " has no value after " + op
+                         + (textColumn ? "" : " (only name, note, device and precision match an empty value: note=)"));
+    }
+    if (!value.empty() && !w.quoted && std::strchr("<>=!", value.front())) {
         throw InputError(quoted + " is not FIELD OP VALUE: a second operator follows " + op
                          + " (write e.g. loss<2.5 or lr>=0.001)");
     }
     double number = 0;
     const bool isNumber = readNumber(value, number);
-    const bool ordering = op != "=" && op != "!=";
+    const bool ordering = isOrdering(op);
     const std::string sqlOp = op == "!=" ? "IS NOT" : op == "=" ? "IS" : op;
     for (const auto& column : kColumns) {
         if (field != column.name) continue;
@@ -129,7 +147,8 @@ FilterTerm filterTerm(const std::string& word, int schema)
             throw InputError(quoted + ": unknown status \"" + shown(value)
                              + "\"; use created, running, finished, failed, cancelled or interrupted");
         }
-        const std::string sqlColumn = std::string(column.name) == "note" && schema < 4 ? "''" : column.sql;
+        std::string sqlColumn = std::string(column.name) == "note" && schema < 4 ? "''" : column.sql;
+        if (!column.numeric) sqlColumn = "COALESCE(" + sqlColumn + ", '')"; // no note matches note=
         return sqlTerm(sqlColumn + " " + sqlOp + " ?", {value}, {column.numeric});
     }
     // A config field by its dotted path, as in the config file.
@@ -157,8 +176,19 @@ FilterTerm filterTerm(const std::string& word, int schema)
         throw InputError(quoted + " compares " + field + " with \"" + shown(value) + "\", which is not a number");
     }
     // (A row whose stored config is not JSON matches nothing, and breaks nothing.)
-    return sqlTerm("(CASE WHEN json_valid(config_json) THEN json_extract(config_json, ?) END) " + sqlOp + " ?",
-                   {"$." + field, value}, {false, isNumber});
+    const std::string stored = "(CASE WHEN json_valid(config_json) THEN json_extract(config_json, ?) END)";
+    const std::string path = "$." + field;
+    if (!ordering && (value == "true" || value == "false")) {
+        // JSON booleans come out of json_extract as 1 and 0.
+        return sqlTerm(stored + " " + sqlOp + " ?", {path, value == "true" ? "1" : "0"}, {false, true});
+    }
+    if (!ordering && isNumber) {
+        // 12 matches the number 12 and the text "12" (a path or a name may look like a number).
+        const std::string join = op == "=" ? " OR " : " AND ";
+        return sqlTerm("(" + stored + " " + sqlOp + " ?" + join + stored + " " + sqlOp + " ?)", {path, value, path, value},
+                       {false, true, false, false});
+    }
+    return sqlTerm(stored + " " + sqlOp + " ?", {path, value}, {false, isNumber});
 }
 
 } // namespace
