@@ -165,6 +165,19 @@ void TestHistoryPanel::editsDeleteAndExport()
         RunStore store(db().toStdString(), RunStore::Mode::ReadOnly);
         QCOMPARE(store.run(m_ids[1])->name, std::string("lr sweep 3"));
     }
+    // A name typed into the form is saved when another run is selected, not lost.
+    history()->selectRuns({m_ids[0]});
+    history()->nameEdit()->clear();
+    QTest::keyClicks(history()->nameEdit(), "renamed by moving on");
+    edited.clear();
+    history()->selectRuns({m_ids[1]});
+    QVERIFY(edited.wait(10000));
+    {
+        RunStore store(db().toStdString(), RunStore::Mode::ReadOnly);
+        QCOMPARE(store.run(m_ids[0])->name, std::string("renamed by moving on"));
+        QCOMPARE(store.run(m_ids[1])->name, std::string("lr sweep 3"));
+    }
+    QCOMPARE(history()->nameEdit()->text(), QString("lr sweep 3"));
 
     history()->selectRuns({m_ids[0], m_ids[1]});
     const QString csv = m_dir->filePath("runs.csv");

@@ -9,6 +9,7 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QDir>
+#include <QTextDocument>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QFutureWatcher>
@@ -405,14 +406,8 @@ bool HistoryPanel::refresh()
         return false;
     }
     m_message->hide();
-    // A run left "running" by a process that was killed is marked
-    // interrupted by a read-write open (off the GUI thread; at most every
-    // 10 s, since a run that is really running stays "running").
-    const bool anyRunning = std::any_of(runs.begin(), runs.end(), [](const RunRecord& r) { return r.status == RunStatus::Running; });
-    if (anyRunning && (!m_lastReconcile.isValid() || m_lastReconcile.elapsed() > 10000)) {
-        m_lastReconcile.start();
-        runEdit([](RunStore&) {}); // opening it read-write reconciles, then the panel refreshes
-    }
+    // A run left "running" by a killed process already reads "interrupted":
+    // the store judges the owner's liveness for read-only views too.
     const int total = static_cast<int>(runs.size());
     m_model->setRuns(std::move(runs));
     m_table->resizeColumnsToContents(); // the rows shown so far (at most one fetch batch)
@@ -452,6 +447,12 @@ std::vector<std::int64_t> HistoryPanel::selectedRunIds() const
 void HistoryPanel::selectionChanged()
 {
     if (m_selecting) return;
+    // Edits left in the form belong to the run it showed: save them, rather
+    // than lose them to the next run's details.
+    if (m_detailsRunId != 0 && m_name->isEnabled()
+        && (m_name->isModified() || m_tags->isModified() || m_note->document()->isModified())) {
+        saveDetailsOf(m_detailsRunId, m_name->text(), m_tags->text(), m_note->toPlainText());
+    }
     const auto ids = selectedRunIds();
     m_save->setEnabled(ids.size() == 1);
     m_open->setEnabled(ids.size() == 1);
@@ -621,6 +622,10 @@ void HistoryPanel::showDetails()
     }
     m_tags->setText(tags.join(", "));
     m_note->setPlainText(current ? QString::fromStdString(current->note) : QString());
+    m_detailsRunId = current ? current->id : 0;
+    m_name->setModified(false);
+    m_tags->setModified(false);
+    m_note->document()->setModified(false);
 }
 
 void HistoryPanel::runEdit(std::function<void(RunStore&)> edit)
@@ -653,8 +658,18 @@ void HistoryPanel::runEdit(std::function<void(RunStore&)> edit)
 void HistoryPanel::saveDetails(const QString& name, const QString& tags, const QString& note)
 {
     const auto ids = selectedRunIds();
-    if (ids.size() != 1) return;
-    const auto id = ids.front();
+    if (ids.size() == 1) saveDetailsOf(ids.front(), name, tags, note);
+}
+
+void HistoryPanel::saveDetailsOf(qint64 runId, const QString& name, const QString& tags, const QString& note)
+{
+    const std::int64_t id = runId;
+    if (id == m_detailsRunId) {
+        // Saved: the form holds no unsaved edit any more.
+        m_name->setModified(false);
+        m_tags->setModified(false);
+        m_note->document()->setModified(false);
+    }
     std::vector<std::string> wanted;
     for (const QString& t : tags.split(',', Qt::SkipEmptyParts)) {
         if (!t.trimmed().isEmpty()) wanted.push_back(t.trimmed().toStdString());

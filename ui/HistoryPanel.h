@@ -99,6 +99,8 @@ public:
     bool exportConfigAndReport(const QString& path);
     // Edits of the current run, off the GUI thread; the panel refreshes when done.
     void saveDetails(const QString& name, const QString& tags, const QString& note);
+    // The same for a given run (edits left in the form are saved when the selection moves on).
+    void saveDetailsOf(qint64 runId, const QString& name, const QString& tags, const QString& note);
     // Deletes the selected runs (after the caller asked); their checkpoint folders too if asked.
     void deleteSelected(bool checkpoints);
     // The overlay also draws each selected run's ancestors (init_from parents).
@@ -108,6 +110,7 @@ public:
     // The current run's config, pretty JSON, to a file (temporary file, then rename).
     bool exportConfig(const QString& path, QString* error) const;
     QPushButton* resumeButton() const { return m_resume; }
+    QLineEdit* nameEdit() const { return m_name; }
 
 Q_SIGNALS:
     // "Open in editor": a stored run's config as JSON text.
@@ -153,8 +156,10 @@ private:
     QPushButton* m_open;
     QPushButton* m_resume;
     QPushButton* m_exportConfig;
-    QElapsedTimer m_lastReconcile;
     bool m_selecting = false; // selectRuns() updates the views once itself
+    // The run whose name, tags and note the form shows (edits typed there are
+    // saved when the selection moves on).
+    qint64 m_detailsRunId = 0;
 };
 
 } // namespace tb::ui
