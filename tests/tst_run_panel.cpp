@@ -108,6 +108,11 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
 
     // The planner's estimate beside the measured memory, and the error at the end.
     QVERIFY(panel->memoryPlot()->estimateCurve()->pointCount() > 0);
+    // The event log shows eight lines at least (it was four).
+    const auto* log = panel->findChild<QPlainTextEdit*>();
+    QVERIFY(log);
+    QVERIFY2(log->viewport()->height() >= 8 * log->fontMetrics().lineSpacing(),
+             qPrintable(QString("event log %1 px, a line %2 px").arg(log->viewport()->height()).arg(log->fontMetrics().lineSpacing())));
     QVERIFY2(panel->statusLabel()->text().contains("Memory: peak"), qPrintable(panel->statusLabel()->text()));
     QVERIFY(outcome.estimatedPeakBytes > 0);
 
@@ -129,6 +134,10 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     QCOMPARE(sample->resultLabel()->text(), text);
     QVERIFY(sample->generateButton()->isEnabled());
     QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/main-window-sample.png"));
+    // Another run's model: the box no longer shows this run's sample under the new heading.
+    sample->setModel(outcome.config, QString::fromStdString(outcome.checkpoint), outcome.runId + 1);
+    QVERIFY(sample->title().contains(QString::number(outcome.runId + 1)));
+    QVERIFY2(sample->resultLabel()->text().isEmpty(), qPrintable(sample->resultLabel()->text()));
 }
 
 void TestRunPanel::stopMidRunCancelsWithCheckpoint()

@@ -11,6 +11,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPlainTextEdit>
+#include <QTextDocument>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSlider>
@@ -92,6 +93,9 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(5000);
     m_log->setPlaceholderText(tr("Run events (started, checkpoints, warnings, errors) appear here."));
+    // Eight lines at least (it was four, too few to read a failure's events).
+    m_log->setMinimumHeight(8 * m_log->fontMetrics().lineSpacing() + 2 * m_log->frameWidth()
+                            + static_cast<int>(2 * m_log->document()->documentMargin()));
 
     m_sample = new SampleBox(this);
 

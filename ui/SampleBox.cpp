@@ -58,6 +58,14 @@ SampleBox::~SampleBox() = default; // Job's destructor joins a generation in fli
 
 void SampleBox::setModel(const RunConfig& config, const QString& checkpoint, qint64 runId)
 {
+    if (runId != m_runId) {
+        // Another run: the last sample belonged to the previous one.
+        m_result->clear();
+        ++m_generation;
+        m_generate->setEnabled(true);
+        if (config.data.source != m_config.data.source) m_prompt->clear();
+    }
+    m_runId = runId;
     m_config = config;
     m_checkpoint = checkpoint;
     setEnabled(!checkpoint.isEmpty());
@@ -80,7 +88,8 @@ void SampleBox::generate()
     m_job.reset(); // joins the previous generation
     m_job = std::make_shared<Job>();
     QPointer<SampleBox> self(this);
-    m_job->thread = std::thread([self, config = m_config, checkpoint = m_checkpoint.toStdString(), request] {
+    const quint64 generation = m_generation;
+    m_job->thread = std::thread([self, generation, config = m_config, checkpoint = m_checkpoint.toStdString(), request] {
         QString text;
         bool error = false;
         try {
@@ -91,8 +100,8 @@ void SampleBox::generate()
             error = true;
         }
         // Back on the GUI thread; the box may be gone by then.
-        QMetaObject::invokeMethod(qApp, [self, text, error] {
-            if (self) self->showResult(text, error);
+        QMetaObject::invokeMethod(qApp, [self, text, error, generation] {
+            if (self && self->m_generation == generation) self->showResult(text, error);
         }, Qt::QueuedConnection);
     });
 }

@@ -41,6 +41,8 @@ private:
     std::shared_ptr<Job> m_job; // the generation in flight, if any
     RunConfig m_config;
     QString m_checkpoint;
+    qint64 m_runId = 0;
+    quint64 m_generation = 0; // bumped when the run changes: a late result of the previous run is dropped
     QLineEdit* m_prompt;
     QDoubleSpinBox* m_temperature;
     QPushButton* m_generate;
