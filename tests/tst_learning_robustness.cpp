@@ -9,8 +9,8 @@
 // of 1-6 (zero-initialised residual outputs), the old Llama seeds 3 and 5
 // (N(0, 0.02) linear layers); the new ones miss none and one (Llama seed 4).
 //
-// The Llama seed-1 model is then the base of a LoRA fine-tune to 3 digits, so
-// the suite trains no model twice.
+// The first Llama model that learned (seed 1 here) is then the base of a LoRA
+// fine-tune to 3 digits, so the suite trains no model twice.
 #include <QtTest>
 
 #include <functional>
@@ -112,7 +112,7 @@ class TestLearningRobustness : public QObject {
     Q_OBJECT
 
     QTemporaryDir m_dir;
-    std::string m_llamaBase; // the seed-1 2-digit Llama, base of the LoRA test
+    std::string m_llamaBase; // the first 2-digit Llama that learned (seed 1 here), base of the LoRA test
     Weights m_llamaBaseWeights;
 
 private Q_SLOTS:
@@ -140,9 +140,9 @@ void TestLearningRobustness::gptWithSinusoidLearnsOnMostSeeds()
 void TestLearningRobustness::llamaLearnsOnMostSeeds()
 {
     const auto failure = missesOf("llama", kSixSeeds, m_dir, [](int) { return llamaAddition(2, 500); },
-                                  [this](int seed, const TrainResult& result, Weights&& weights) {
-                                      // Keep the seed-1 model: the LoRA test tunes it.
-                                      if (seed != 1 || result.finalValAccuracy < kBar) return;
+                                  [this](int, const TrainResult& result, Weights&& weights) {
+                                      // Keep the first model that learned: the LoRA test tunes it.
+                                      if (!m_llamaBase.empty() || result.finalValAccuracy < kBar) return;
                                       m_llamaBase = result.lastCheckpoint;
                                       m_llamaBaseWeights = std::move(weights);
                                   });
@@ -151,7 +151,7 @@ void TestLearningRobustness::llamaLearnsOnMostSeeds()
 
 void TestLearningRobustness::loraFineTuneOfTrainedBaseBeatsRandomBase()
 {
-    if (m_llamaBase.empty()) QSKIP("needs llamaLearnsOnMostSeeds' seed-1 model");
+    if (m_llamaBase.empty()) QFAIL("no Llama seed reached the bar: nothing to fine-tune");
     auto tune = llamaAddition(3, 500);
     tune.lora.rank = 16;
     tune.lora.alpha = 32;
