@@ -28,6 +28,7 @@ private Q_SLOTS:
     void malformedJsonBlocksFormAndStart();
     void unsavedChangesMarkTheTitle();
     void nonUtf8ConfigIsRefusedUntouched();
+    void filesThatAreNotConfigsAreRefusedUntouched();
     void ownTorchScriptModel();
 
 private:
@@ -132,6 +133,34 @@ void TestExperimentPanel::nonUtf8ConfigIsRefusedUntouched()
     QCOMPARE(m_window->document()->text(), before);
     QVERIFY(file.open(QIODevice::ReadOnly));
     QCOMPARE(file.readAll(), bytes);
+}
+
+// Random bytes, text that is not JSON, and JSON that is not a config each get
+// one message saying what the file is, and the open config stays as it was
+// (text that was not JSON used to load into the editor behind a stale form).
+void TestExperimentPanel::filesThatAreNotConfigsAreRefusedUntouched()
+{
+    QByteArray random(2048, '\0');
+    for (int i = 0; i < random.size(); ++i) random[i] = static_cast<char>((i * 7919 + 13) % 256);
+    const std::pair<QByteArray, const char*> cases[] = {
+        {random, "not a text file"},
+        {"hello, this is a note\n", "not a JSON document (line 1"},
+        {"{\"model\": {\"type\": \"gpt\"},\n  oops}\n", "not a JSON document (line 2"},
+        {"[1, 2, 3]", "its top level is not an object"},
+        {"{\"weights\": [0.1, 0.2]}", "no model, data, optim or train section"},
+    };
+    const QString before = m_window->document()->text();
+    for (const auto& [bytes, expected] : cases) {
+        const QString path = m_dir->filePath("not-a-config.json");
+        QFile file(path);
+        QVERIFY(file.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        file.write(bytes);
+        file.close();
+        QString error;
+        QVERIFY2(!m_window->document()->loadFile(path, &error), expected);
+        QVERIFY2(error.contains(expected), qPrintable(error));
+        QCOMPARE(m_window->document()->text(), before);
+    }
 }
 
 // Choosing torchscript asks for the model file; with it the config is valid

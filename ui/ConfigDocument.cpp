@@ -4,6 +4,7 @@
 #include <QStringDecoder>
 #include <QFileInfo>
 #include <QJsonDocument>
+#include <QJsonObject>
 #include <QSaveFile>
 
 namespace tb::ui {
@@ -28,9 +29,45 @@ bool ConfigDocument::loadFile(const QString& path, QString* error)
     // silently. Refuse it instead, and leave it as it is.
     QStringDecoder utf8(QStringDecoder::Utf8, QStringDecoder::Flag::Stateless);
     const QString text = utf8.decode(bytes);
-    if (utf8.hasError()) {
-        if (error) *error = tr("%1 is not UTF-8 text, so it was not opened (saving it would change its bytes). "
-                               "Convert it to UTF-8 first, for example with iconv.").arg(path);
+    if (utf8.hasError() || bytes.contains('\0')) {
+        if (error) {
+            // Binary data is not a config in another encoding: iconv would not help.
+            int control = 0;
+            const auto head = bytes.left(4096);
+            for (const char c : head) control += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\r' && c != '\t');
+            if (bytes.contains('\0') || control * 20 > head.size()) {
+                *error = tr("%1 is not a text file (it holds binary data), so it is not an experiment config; "
+                            "it was not opened and the current config is unchanged.").arg(path);
+            } else {
+                *error = tr("%1 is not UTF-8 text, so it was not opened (saving it would change its bytes). "
+                            "Convert it to UTF-8 first, for example with iconv.").arg(path);
+            }
+        }
+        return false;
+    }
+    // Only an experiment config replaces the current one.
+    QJsonParseError parse;
+    const auto json = QJsonDocument::fromJson(bytes, &parse);
+    if (parse.error != QJsonParseError::NoError) {
+        if (error) {
+            const auto upTo = bytes.left(parse.offset);
+            *error = tr("%1 is not a JSON document (line %2: %3); it was not opened and the current config is unchanged.")
+                         .arg(path)
+                         .arg(upTo.count('\n') + 1)
+                         .arg(parse.errorString());
+        }
+        return false;
+    }
+    const auto object = json.object();
+    const bool config = json.isObject()
+        && (object.contains("model") || object.contains("data") || object.contains("optim") || object.contains("train"));
+    if (!config) {
+        if (error) {
+            *error = tr("%1 is JSON but not an experiment config: %2; it was not opened and the current config is "
+                        "unchanged.")
+                         .arg(path, json.isObject() ? tr("it has no model, data, optim or train section")
+                                                    : tr("its top level is not an object { ... }"));
+        }
         return false;
     }
     m_path = QFileInfo(path).absoluteFilePath();
