@@ -86,11 +86,11 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     m_summary->setWordWrap(true);
 
     m_tree = new QTreeWidget(this);
-    // One column: the title, wrapped, with the kind in its tooltip and the
-    // details (a kind column took the width the titles need).
+    // One column: the title, with the kind in its tooltip and the details (a
+    // kind column took the width the titles need). A title too long for the
+    // column is elided; its tooltip has it whole.
     m_tree->setHeaderLabels({tr("Finding")});
     m_tree->setRootIsDecorated(true);
-    m_tree->setWordWrap(true);
     m_tree->header()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_tree->setMinimumWidth(240);
     m_tree->setAccessibleName(tr("Findings"));
@@ -477,7 +477,7 @@ void DiagnosticsPanel::rebuild()
             const auto& f = findings[i];
             auto* item = new QTreeWidgetItem(top, {QString::fromStdString(f.title)});
             item->setIcon(0, severityIcon(this, f.severity));
-            item->setToolTip(0, QString::fromStdString(f.kind + ": " + f.cause));
+            item->setToolTip(0, QString::fromStdString(f.title + "\n" + f.kind + ": " + f.cause));
             item->setData(0, kGroupRole, group);
             item->setData(0, kIndexRole, static_cast<int>(i));
             item->setData(0, kKindRole, QString::fromStdString(f.kind));

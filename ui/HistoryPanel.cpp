@@ -5,7 +5,6 @@
 
 #include <QCheckBox>
 #include <QDateTime>
-#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QDir>

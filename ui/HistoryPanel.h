@@ -7,7 +7,6 @@
 // Reads use a read-only connection; edits run off the GUI thread.
 
 #include <QAbstractTableModel>
-#include <QElapsedTimer>
 #include <QWidget>
 
 #include <functional>

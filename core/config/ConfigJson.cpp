@@ -329,7 +329,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
     return c;
 }
 
-std::vector<std::string> configFieldPaths()
+const std::vector<std::string>& configFieldPaths()
 {
     static const std::vector<std::string> paths = [] {
         std::vector<std::string> out;

@@ -136,7 +136,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& config, bool checkFiles
 std::string configToJson(const RunConfig& config);
 // Every field a config can set, as sorted dotted paths ("optim.lr",
 // "train.batch_size"), from the parser's own tables.
-std::vector<std::string> configFieldPaths();
+const std::vector<std::string>& configFieldPaths();
 
 // Tokens the model sees per example for an addition task with this many digits:
 // a, '+', b, '=', then the (digits+1)-digit sum; the end marker is only a target.

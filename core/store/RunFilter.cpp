@@ -116,7 +116,8 @@ FilterTerm filterTerm(const Word& w, int schema)
     const std::string field = word.substr(0, at), value = word.substr(at + length);
     const std::string quoted = "filter: \"" + shown(word) + "\"";
     if (field.empty()) throw InputError(quoted + " has no field before " + op);
-    const bool textColumn = field == "name" || field == "note" || field == "device" || field == "precision";
+    const auto* known = std::find_if(std::begin(kColumns), std::end(kColumns), [&](const Column& c) { return field == c.name; });
+    const bool textColumn = known != std::end(kColumns) && !known->numeric && field != "status";
     if (value.empty() && !(textColumn && !isOrdering(op))) {
         throw InputError(quoted + " has no value after " + op
                          + (textColumn ? "" : " (only name, note, device and precision match an empty value: note=)"));
@@ -129,8 +130,8 @@ FilterTerm filterTerm(const Word& w, int schema)
     const bool isNumber = readNumber(value, number);
     const bool ordering = isOrdering(op);
     const std::string sqlOp = op == "!=" ? "IS NOT" : op == "=" ? "IS" : op;
-    for (const auto& column : kColumns) {
-        if (field != column.name) continue;
+    if (known != std::end(kColumns)) {
+        const Column& column = *known;
         if (column.numeric && !isNumber) {
             throw InputError(quoted + " compares " + field + " with \"" + shown(value) + "\", which is not a number");
         }
