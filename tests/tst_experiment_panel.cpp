@@ -161,6 +161,14 @@ void TestExperimentPanel::filesThatAreNotConfigsAreRefusedUntouched()
         QVERIFY2(error.contains(expected), qPrintable(error));
         QCOMPARE(m_window->document()->text(), before);
     }
+    // Any key the config parser reads makes it a config, not only the sections.
+    const QString minimal = m_dir->filePath("minimal.json");
+    QFile file(minimal);
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.write("{\"device\": \"cpu\"}\n");
+    file.close();
+    QString error;
+    QVERIFY2(m_window->document()->loadFile(minimal, &error), qPrintable(error));
 }
 
 // Choosing torchscript asks for the model file; with it the config is valid

@@ -58,15 +58,22 @@ bool ConfigDocument::loadFile(const QString& path, QString* error)
         }
         return false;
     }
-    const auto object = json.object();
-    const bool config = json.isObject()
-        && (object.contains("model") || object.contains("data") || object.contains("optim") || object.contains("train"));
+    // An experiment config is an object with at least one of the keys the
+    // config parser reads at its top level (name, device, model, data, ...).
+    bool config = false;
+    if (json.isObject()) {
+        const auto object = json.object();
+        for (const auto& field : configFieldPaths()) {
+            config = config || object.contains(QString::fromStdString(field.substr(0, field.find('.'))));
+        }
+    }
     if (!config) {
         if (error) {
             *error = tr("%1 is JSON but not an experiment config: %2; it was not opened and the current config is "
                         "unchanged.")
-                         .arg(path, json.isObject() ? tr("it has no model, data, optim or train section")
-                                                    : tr("its top level is not an object { ... }"));
+                         .arg(path, json.isObject()
+                                        ? tr("it has no model, data, optim or train section, nor any other config field")
+                                        : tr("its top level is not an object { ... }"));
         }
         return false;
     }
