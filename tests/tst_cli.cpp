@@ -47,6 +47,7 @@ private Q_SLOTS:
     void lockedDatabaseIsNotBadInput();
     void historyCommandsTagNoteFilterCompareDelete();
     void preflightExplainAndForcedTrain();
+    void estimateResolvesAutoOnTheTarget();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -559,13 +560,34 @@ void TestCli::historyCommandsTagNoteFilterCompareDelete()
 }
 
 
+// `estimate --config` plans what the config becomes on the named GPU, as the
+// form, the planner and preflight do: "auto" is fp16 on a T4 and bf16 on an
+// A100, and a precision the card lacks is said, not planned as if it ran.
+void TestCli::estimateResolvesAutoOnTheTarget()
+{
+    const QString config = writeConfig("auto.json", QByteArray(kTiny).replace("\"device\": \"cpu\"", "\"device\": \"auto\""));
+    const auto peak = [&](const QStringList& extra) {
+        const auto r = cli(QStringList{"estimate", "--config", config, "--json"} + extra);
+        const auto json = QJsonDocument::fromJson(r.out.toUtf8()).object();
+        return std::make_pair(json["peak_bytes"].toDouble(), json["gpu"].toObject()["precision"].toString());
+    };
+    for (const auto& [gpu, precision] : {std::pair{"T4", "fp16"}, std::pair{"A100", "bf16"}}) {
+        const auto [bytes, planned] = peak({"--gpu", gpu});
+        QCOMPARE(planned, QString(precision));
+        QCOMPARE(bytes, peak({"--gpu", gpu, "--precision", precision}).first);
+    }
+    auto r = cli({"estimate", "--config", config, "--gpu", "T4", "--precision", "bf16"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("does NOT run there") && r.out.contains("7.5"), qPrintable(r.out));
+}
+
 void TestCli::preflightExplainAndForcedTrain()
 {
     // preflight: exit 3 on an error for the named GPU, 0 when clean; JSON as documented.
     const QString bf16 = writeConfig("bf16.json", QByteArray(kTiny).replace("\"threads\": 1", "\"threads\": 1, \"precision\": \"bf16\""));
     auto r = cli({"preflight", "--config", bf16, "--gpu", "T4"});
     QCOMPARE(r.exitCode, 3);
-    QVERIFY2(r.out.contains("bf16_unsupported") && r.out.contains("train.precision = \"fp16\""), qPrintable(r.out));
+    QVERIFY2(r.out.contains("bf16_unsupported") && r.out.contains("train.precision = \"auto\""), qPrintable(r.out));
     r = cli({"preflight", "--config", bf16, "--gpu", "A100", "--json"});
     QCOMPARE(r.exitCode, 0);
     const auto json = QJsonDocument::fromJson(r.out.toUtf8()).object();

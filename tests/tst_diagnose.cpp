@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -13,6 +14,7 @@
 
 #include "diagnose/ErrorExplainer.h"
 #include "diagnose/Preflight.h"
+#include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
 
 using namespace tb;
@@ -110,6 +112,9 @@ private Q_SLOTS:
     void learningRateAndWarmup();
     void localDeviceChecks();
     void sequenceLongerThanThePositions();
+    void autoFixesCreateNoNewFinding();
+    void titlesNameTheMachine();
+    void preflightPlansWhatTheTargetRuns();
 };
 
 void TestDiagnose::corpusIsExplained()
@@ -294,7 +299,9 @@ void TestDiagnose::bf16OnTuringWithAutoFix()
     QVERIFY(f->cause.find("7.5") != std::string::npos);
     QVERIFY(!f->autoFix.empty());
     const auto fixed = applyAutoFix(c, f->autoFix);
-    QCOMPARE(fixed.train.precision, std::string("fp16"));
+    // "auto" (fp16 with loss scaling on this GPU), not "fp16", which a launch
+    // on a machine without CUDA refuses.
+    QCOMPARE(fixed.train.precision, std::string("auto"));
     QVERIFY(quiet(runPreflight(fixed, gpu("T4"))));
     // On Ampere it is fine.
     QVERIFY(quiet(runPreflight(c, gpu("A100"))));
@@ -511,6 +518,116 @@ void TestDiagnose::sequenceLongerThanThePositions()
     c.model.tieEmbeddings = false;
     const auto rope = runPreflight(c, gpu("A100"));
     QVERIFY2(!find(rope, "sequence_too_long"), kinds(rope).c_str());
+}
+
+// Every automatic fix, applied, removes its finding and creates none, on the
+// planned GPUs and on a launch from this machine (no CUDA): the Diagnostics tab
+// shows both, and a fix that satisfies one and breaks the other is no fix.
+void TestDiagnose::autoFixesCreateNoNewFinding()
+{
+    PreflightTarget here;
+    here.local = LocalMachine{false, 0, {}, 64LL << 30};
+    const std::vector<std::pair<std::string, PreflightTarget>> targets{
+        {"T4", gpu("T4")}, {"A100", gpu("A100")}, {"this machine", here}};
+    const auto problems = [&](const RunConfig& c) {
+        std::set<std::string> out;
+        for (const auto& [name, t] : targets) {
+            for (const auto& f : runPreflight(c, t)) {
+                if (f.severity != Severity::Info) out.insert(name + ": " + f.kind);
+            }
+        }
+        return out;
+    };
+    const std::vector<std::pair<const char*, std::function<void(RunConfig&)>>> cases{
+        {"bf16", [](RunConfig& c) { c.train.precision = "bf16"; }},
+        {"fp16", [](RunConfig& c) { c.train.precision = "fp16"; c.device = "auto"; }},
+        {"bf16 weights", [](RunConfig& c) { c.train.weightsDtype = "bf16"; }},
+        {"bf16 weights, LoRA", [](RunConfig& c) { c.train.weightsDtype = "bf16"; c.lora.rank = 4; c.lora.targets = {"attn"}; }},
+        {"fp16 weights", [](RunConfig& c) { c.train.precision = "fp16"; c.device = "auto"; c.train.weightsDtype = "fp16"; }},
+        {"sdpa", [](RunConfig& c) { c.model.attention = "sdpa"; }},
+        {"offload", [](RunConfig& c) { c.train.offload = "cpu"; c.train.activationCheckpointing = true; }},
+        {"warmup", [](RunConfig& c) { c.optim.warmupSteps = c.train.steps; }},
+        {"cuda", [](RunConfig& c) { c.device = "cuda"; }},
+        {"huge batch", [](RunConfig& c) { c.train.batchSize = 65536; }},
+        {"long sequence", [](RunConfig& c) { c.data.seqLen = 16384; c.train.batchSize = 64; }},
+    };
+    int fixes = 0;
+    for (const auto& [label, mutate] : cases) {
+        auto c = defaultConfig();
+        mutate(c);
+        const auto before = problems(c);
+        for (const auto& [name, t] : targets) {
+            for (const auto& f : runPreflight(c, t)) {
+                if (f.autoFix.empty()) continue;
+                ++fixes;
+                const auto after = problems(applyAutoFix(c, f.autoFix));
+                const std::string where = std::string(label) + ", " + name + ", fix of " + f.kind + ": ";
+                QVERIFY2(!after.count(name + ": " + f.kind), (where + "the finding stays").c_str());
+                for (const auto& p : after) {
+                    QVERIFY2(before.count(p), (where + "creates \"" + p + "\"").c_str());
+                }
+            }
+        }
+    }
+    QVERIFY2(fixes >= 10, std::to_string(fixes).c_str());
+}
+
+// A finding says which machine it is about: the planned GPU or this machine.
+void TestDiagnose::titlesNameTheMachine()
+{
+    auto c = defaultConfig();
+    c.train.precision = "bf16";
+    const auto t4 = GpuCatalogue::bundled().resolve("T4").label();
+    auto findings = runPreflight(c, gpu("T4"));
+    QVERIFY2(find(findings, "bf16_unsupported"), kinds(findings).c_str());
+    QVERIFY2(find(findings, "bf16_unsupported")->title.find(t4) != std::string::npos,
+             find(findings, "bf16_unsupported")->title.c_str());
+    c.train.precision = "fp16";
+    c.device = "auto";
+    PreflightTarget here;
+    here.local = LocalMachine{false, 0, {}, 8LL << 30};
+    findings = runPreflight(c, here);
+    const auto* f = find(findings, "precision_unsupported");
+    QVERIFY2(f, kinds(findings).c_str());
+    QVERIFY2(f->title.find("this machine") != std::string::npos, f->title.c_str());
+    c = defaultConfig();
+    c.model.attention = "sdpa";
+    f = find(findings = runPreflight(c, gpu("T4")), "flash_attention_unsupported");
+    QVERIFY2(f && f->title.find(t4) != std::string::npos, kinds(findings).c_str());
+}
+
+// Preflight's memory verdict plans what the trainer runs on the target: "auto"
+// precision resolved there (fp16 on a T4, bf16 on an A100), as planOnTarget
+// resolves it for the form, the planner and `estimate`.
+void TestDiagnose::preflightPlansWhatTheTargetRuns()
+{
+    const auto c = defaultConfig();
+    QCOMPARE(c.train.precision, std::string("auto"));
+    for (const char* name : {"T4", "A100"}) {
+        auto target = GpuCatalogue::bundled().resolve(name);
+        const auto plan = planOnTarget(c, std::optional<GpuTarget>(target));
+        QCOMPARE(plan.setup.precision, std::string(std::string(name) == "T4" ? "fp16" : "bf16"));
+        QVERIFY(plan.setup.gpu);
+        const auto peak = estimateMemory(plan.arch, plan.setup).peakBytes;
+        // A card just too small for the plan: preflight reports the same peak.
+        target.gpu.memoryBytes = peak - 1;
+        PreflightTarget t;
+        t.gpu = target;
+        const auto findings = runPreflight(c, t);
+        const auto* f = find(findings, "memory_over_budget");
+        QVERIFY2(f, kinds(findings).c_str());
+        QCOMPARE(f->numbers.at("estimated_peak_bytes"), static_cast<double>(peak));
+    }
+    // The CPU plans fp32; a bf16 request on a T4 plans bf16 and says it cannot run.
+    QCOMPARE(planOnTarget(c, std::nullopt).setup.precision, std::string("fp32"));
+    QVERIFY(!planOnTarget(c, std::nullopt).setup.gpu);
+    auto bf16 = c;
+    bf16.train.precision = "bf16";
+    const auto t4 = planOnTarget(bf16, std::optional<GpuTarget>(GpuCatalogue::bundled().resolve("T4")));
+    QCOMPARE(t4.setup.precision, std::string("bf16"));
+    QVERIFY(!t4.precision.error.empty());
+    QVERIFY(!precisionError("bf16-pure", ComputeCapability{7, 5}).empty());
+    QVERIFY(precisionError("fp16", ComputeCapability{7, 5}).empty());
 }
 
 QTEST_GUILESS_MAIN(TestDiagnose)

@@ -6,10 +6,12 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QJsonArray>
 #include <QLabel>
 #include <QPushButton>
 #include <QSlider>
 #include <QSpinBox>
+#include <QStatusBar>
 #include <QTabWidget>
 
 #include "ConfigDocument.h"
@@ -18,6 +20,9 @@
 #include "MainWindow.h"
 #include "MemoryPlannerPanel.h"
 #include "QCustomPlotInclude.h"
+#include "Units.h"
+#include "diagnose/Preflight.h"
+#include "diagnose/TargetPlan.h"
 #include "memory/Architectures.h"
 #include "memory/Estimator.h"
 
@@ -38,6 +43,8 @@ private Q_SLOTS:
     void invalidExperimentSaysWhy();
     void importedConfigJsonAndBadFile();
     void experimentPanelShowsTheEstimateForTheTarget();
+    void formPlannerPreflightAndCliAgree();
+    void bf16OnT4DoesNotRun();
 
 private:
     MemoryPlannerPanel* planner() const { return m_window->plannerPanel(); }
@@ -199,9 +206,39 @@ void TestPlannerPanel::applyCopiesIntoTheExperiment()
     // The planner reloads from the experiment and plans the same thing.
     QCOMPARE(p->batch(), 12);
     QCOMPARE(p->estimate()->peakBytes, planned);
-    // Presets cannot be applied to the experiment.
+    // Everything else the config can express goes too, and the status bar says what changed.
+    p->loraRankBox()->setValue(4);
+    auto* targets = p->findChild<QComboBox*>("plannerLoraTargets");
+    QVERIFY(targets);
+    targets->setCurrentIndex(targets->findData("mlp"));
+    p->findChild<QSpinBox*>("plannerGradAccum")->setValue(3);
+    auto* optimizer = p->findChild<QComboBox*>("plannerOptimizer");
+    optimizer->setCurrentIndex(optimizer->findData("sgd-plain"));
+    auto* attention = p->findChild<QComboBox*>("plannerAttention");
+    attention->setCurrentIndex(attention->findData("fused"));
+    const QString message = p->applyToExperiment();
+    QCOMPARE(doc->value("lora.rank").toInt(), 4);
+    QCOMPARE(doc->value("lora.targets").toArray(), QJsonArray({"mlp"}));
+    QCOMPARE(doc->value("train.grad_accum").toInt(), 3);
+    QCOMPARE(doc->value("optim.optimizer").toString(), QString("sgd"));
+    QCOMPARE(doc->value("optim.momentum").toDouble(), 0.0);
+    QCOMPARE(doc->value("model.attention").toString(), QString("sdpa"));
+    QVERIFY(doc->isValid());
+    for (const char* part : {"LoRA rank 0 → 4", "LoRA targets", "gradient accumulation 1 → 3", "optimizer adamw → sgd-plain",
+                             "attention eager → sdpa"}) {
+        QVERIFY2(message.contains(QString::fromUtf8(part)), qPrintable(message));
+    }
+    QCOMPARE(m_window->statusBar()->currentMessage(), message);
+    // The planner reloads the applied config and shows the same plan.
+    QCOMPARE(p->loraRankBox()->value(), 4);
+    QCOMPARE(optimizer->currentData().toString(), QString("sgd-plain"));
+    QCOMPARE(p->applyToExperiment(), QString("The experiment already has this plan; nothing changed."));
+    // Presets cannot be applied to the experiment, and the panel says why.
+    QVERIFY(p->applyNote().isEmpty());
     QVERIFY(p->selectSource("gpt2"));
     QVERIFY(!p->applyButton()->isEnabled());
+    QVERIFY2(p->applyNote().contains("published"), qPrintable(p->applyNote()));
+    screenshot("planner-apply-preset.png");
 }
 
 void TestPlannerPanel::invalidExperimentSaysWhy()
@@ -257,6 +294,54 @@ void TestPlannerPanel::experimentPanelShowsTheEstimateForTheTarget()
     QCOMPARE(planner()->budgetBytes(), GpuCatalogue::bundled().resolve("A100 80GB").gpu.memoryBytes);
     m_window->document()->setValue("device", "cpu");
     QVERIFY(!e->estimateText().contains("A100"));
+}
+
+// One config, one target: the Experiment form, the planner, preflight and
+// `estimate` resolve it through planOnTarget, with "auto" precision decided
+// on the target (fp16 on a T4), and show the same peak.
+void TestPlannerPanel::formPlannerPreflightAndCliAgree()
+{
+    const auto config = *m_window->document()->config();
+    const auto t4 = GpuCatalogue::bundled().resolve("T4");
+    const auto plan = planOnTarget(config, std::optional<GpuTarget>(t4));
+    QCOMPARE(plan.setup.precision, std::string("fp16"));
+    const auto peak = estimateMemory(plan.arch, plan.setup).peakBytes;
+    // The planner.
+    QCOMPARE(planner()->precisionBox()->currentData().toString(), QString("fp16"));
+    QCOMPARE(planner()->estimate()->peakBytes, peak);
+    // The form.
+    const QString form = m_window->experimentPanel()->estimateText();
+    QVERIFY2(form.contains("in fp16") && form.contains(gibText(peak)), qPrintable(form));
+    // Preflight, on a card just too small for it.
+    auto small = t4;
+    small.gpu.memoryBytes = peak - 1;
+    PreflightTarget target;
+    target.gpu = small;
+    bool found = false;
+    for (const auto& f : runPreflight(config, target)) {
+        if (f.kind != "memory_over_budget") continue;
+        found = true;
+        QCOMPARE(f.numbers.at("estimated_peak_bytes"), static_cast<double>(peak));
+    }
+    QVERIFY(found);
+}
+
+// bf16 on a T4 (compute capability 7.5): the planner gives preflight's verdict,
+// not "Fits", and so does the Experiment form.
+void TestPlannerPanel::bf16OnT4DoesNotRun()
+{
+    auto* p = planner();
+    m_window->document()->setValue("train.precision", "bf16");
+    QCOMPARE(p->precisionBox()->currentData().toString(), QString("bf16"));
+    QVERIFY2(p->verdictText().startsWith("Does not run") && p->verdictText().contains("7.5"), qPrintable(p->verdictText()));
+    QVERIFY2(m_window->experimentPanel()->estimateText().contains("bf16 does not run"),
+             qPrintable(m_window->experimentPanel()->estimateText()));
+    screenshot("planner-bf16-t4.png");
+    p->precisionBox()->setCurrentIndex(p->precisionBox()->findData("fp16"));
+    QVERIFY2(p->verdictText().startsWith("Fits"), qPrintable(p->verdictText()));
+    QVERIFY(m_window->hardwarePanel()->selectTarget("A100 80GB"));
+    m_window->document()->setValue("train.batch_size", 16); // reloads the planner from the config
+    QVERIFY2(p->verdictText().startsWith("Fits"), qPrintable(p->verdictText()));
 }
 
 QTEST_MAIN(TestPlannerPanel)

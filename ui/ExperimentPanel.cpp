@@ -21,6 +21,7 @@
 
 #include "ConfigDocument.h"
 #include "Units.h"
+#include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
 
 namespace tb::ui {
@@ -364,21 +365,29 @@ void ExperimentPanel::updateEstimate()
         m_estimate->setText(tr("Memory estimate: not planned for a TorchScript model; its memory is measured as it trains."));
         return;
     }
-    const auto arch = architectureFor(*config);
-    auto setup = setupFor(*config);
-    const auto cpu = estimateMemory(arch, setup);
+    // The config as each device resolves it (planOnTarget: "auto" precision
+    // decided there), the same plan as the planner's, preflight's and `estimate`'s.
+    const TargetPlan here = planOnTarget(*config, std::nullopt);
+    const auto cpu = estimateMemory(here.arch, here.setup);
     QString text = tr("Memory estimate: %1 MiB of tensors at the peak (during %2)")
                        .arg(static_cast<double>(cpu.peakBytes) / 1048576.0, 0, 'f', 1)
                        .arg(QString::fromStdString(cpu.peakPhase));
     if (m_haveTarget && config->device != "cpu") {
-        setup.gpu = true;
-        setup.gpus = m_target.count;
-        const auto gpu = estimateMemory(arch, setup);
+        const TargetPlan there = planOnTarget(*config, std::optional<GpuTarget>(m_target));
+        const auto gpu = estimateMemory(there.arch, there.setup);
         const double use = static_cast<double>(gpu.peakBytes) / static_cast<double>(m_target.gpu.memoryBytes);
-        text += tr("; on %1 %2 of %3 (%4%), %5")
-                    .arg(QString::fromStdString(m_target.label()), gibText(gpu.peakBytes), gibText(m_target.gpu.memoryBytes))
-                    .arg(100.0 * use, 0, 'f', 0)
-                    .arg(use > 1.0 ? tr("does not fit") : use > 0.9 ? tr("fits with under 10% to spare") : tr("fits"));
+        if (!there.precision.error.empty()) {
+            // A precision the GPU lacks is preflight's error there, whatever the memory.
+            text += tr("; on %1: %2 does not run (needs compute capability 8.0, this GPU has %3)")
+                        .arg(QString::fromStdString(m_target.label()), QString::fromStdString(there.setup.precision),
+                             QString::fromStdString(m_target.gpu.cc.text()));
+        } else {
+            text += tr("; on %1 in %2, %3 of %4 (%5%), %6")
+                        .arg(QString::fromStdString(m_target.label()), QString::fromStdString(there.setup.precision),
+                             gibText(gpu.peakBytes), gibText(m_target.gpu.memoryBytes))
+                        .arg(100.0 * use, 0, 'f', 0)
+                        .arg(use > 1.0 ? tr("does not fit") : use > 0.9 ? tr("fits with under 10% to spare") : tr("fits"));
+        }
     }
     m_estimate->setText(text + ".");
 }

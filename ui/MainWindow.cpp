@@ -77,6 +77,9 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
         m_tabs->setCurrentWidget(m_run);
         m_run->resume(id);
     });
+    connect(m_planner, &MemoryPlannerPanel::applied, this, [this](const QString& message) {
+        statusBar()->showMessage(message, 8000);
+    });
     connect(m_history, &HistoryPanel::exported, this, [this](const QString& message) {
         statusBar()->showMessage(message, 8000);
     });

@@ -6,6 +6,8 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QElapsedTimer>
+#include <QJsonArray>
+#include <QLabel>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -25,6 +27,7 @@
 #include "common/Errors.h"
 #include "config/RunConfig.h"
 #include "gpu/Capability.h"
+#include "diagnose/TargetPlan.h"
 #include "memory/Architectures.h"
 
 namespace tb::ui {
@@ -121,6 +124,7 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
                                "optimizer state in bf16) is a planning option; the trainer does not run it."));
     form->addRow(tr("Precision"), m_precision);
     m_optimizer = new QComboBox(inputs);
+    m_optimizer->setObjectName("plannerOptimizer");
     m_optimizer->addItem(tr("AdamW"), "adamw");
     m_optimizer->addItem(tr("SGD with momentum"), "sgd");
     m_optimizer->addItem(tr("SGD"), "sgd-plain");
@@ -132,6 +136,7 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
                                    "backward; less memory, about a third more compute"));
     form->addRow(tr("Checkpointing"), m_checkpointing);
     m_attention = new QComboBox(inputs);
+    m_attention->setObjectName("plannerAttention");
     m_attention->addItem(tr("eager (seq² maps)"), "eager");
     m_attention->addItem(tr("fused / flash"), "fused");
     m_attention->setToolTip(tr("eager keeps batch x heads x seq² score and probability maps per attention module; "
@@ -141,15 +146,22 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_loraRank->setSpecialValueText(tr("off"));
     form->addRow(tr("LoRA rank"), m_loraRank);
     m_loraTargets = new QComboBox(inputs);
+    m_loraTargets->setObjectName("plannerLoraTargets");
     m_loraTargets->addItem(tr("attention projections"), "attn");
     m_loraTargets->addItem(tr("MLP projections"), "mlp");
     m_loraTargets->addItem(tr("attention + MLP"), "attn,mlp");
     form->addRow(tr("LoRA targets"), m_loraTargets);
     m_gradAccum = spinBox(inputs, 1, 1 << 16, 1);
+    m_gradAccum->setObjectName("plannerGradAccum");
     form->addRow(tr("Grad accumulation"), m_gradAccum);
     m_apply = new QPushButton(tr("&Apply to experiment"), inputs);
-    m_apply->setToolTip(tr("Copy batch, sequence, precision and checkpointing into the experiment's config (Ctrl+Shift+A)"));
     form->addRow(QString(), m_apply);
+    m_applyNote = new QLabel(inputs);
+    m_applyNote->setObjectName("plannerApplyNote");
+    m_applyNote->setWordWrap(true);
+    m_applyNote->setStyleSheet("color: palette(placeholder-text)");
+    m_applyNote->hide();
+    form->addRow(QString(), m_applyNote);
     auto* applyShortcut = new QShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A), this);
     applyShortcut->setContext(Qt::WidgetWithChildrenShortcut);
     connect(applyShortcut, &QShortcut::activated, this, [this] {
@@ -387,7 +399,7 @@ int MemoryPlannerPanel::seqLen() const { return m_seqBox->value(); }
 void MemoryPlannerPanel::loadFromExperiment()
 {
     const auto config = m_document->config();
-    m_apply->setEnabled(config.has_value() && source() == "experiment");
+    updateApplyState();
     if (!config || source() != "experiment") return;
     m_updating = true;
     m_batchBox->setValue(config->train.batchSize);
@@ -398,13 +410,10 @@ void MemoryPlannerPanel::loadFromExperiment()
     }
     m_batchSlider->setValue(config->train.batchSize);
     m_seqBox->setValue(effectiveSeqLen(*config));
-    std::string precision = config->train.precision;
-    if (precision == "auto") { // what the trainer will choose on the target
-        precision = config->device == "cpu" ? "fp32"
-                    : capability(m_target.gpu.cc, "bf16").supported ? "bf16" : "fp16";
-    }
-    m_precision->setCurrentIndex(std::max(0, m_precision->findData(QString::fromStdString(precision))));
-    const auto setup = setupFor(*config);
+    // What the trainer will use on the target: "auto" resolved there, as
+    // the Experiment form, preflight and `estimate` resolve it.
+    const auto setup = planOnTarget(*config, std::optional<GpuTarget>(m_target)).setup;
+    m_precision->setCurrentIndex(std::max(0, m_precision->findData(QString::fromStdString(setup.precision))));
     m_optimizer->setCurrentIndex(std::max(0, m_optimizer->findData(QString::fromStdString(setup.optimizer))));
     m_checkpointing->setChecked(config->train.activationCheckpointing);
     m_attention->setCurrentIndex(config->model.attention == "sdpa" ? 1 : 0);
@@ -450,8 +459,9 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
             return std::nullopt;
         }
         if (config->data.source == "text") config->data.seqLen = seqLen();
-        plan.arch = architectureFor(*config);
-        plan.setup = setupFor(*config);
+        const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(m_target));
+        plan.arch = resolved.arch;
+        plan.setup = resolved.setup;
         plan.setup.loraTargets = loraProjections(config->model.type, targets);
     } else {
         if (src == "imported") {
@@ -513,7 +523,7 @@ void MemoryPlannerPanel::inputsChanged()
     if (m_updating) return;
     QElapsedTimer timer;
     timer.start();
-    m_apply->setEnabled(source() == "experiment" && m_document->config().has_value());
+    updateApplyState();
     QString why;
     const auto plan = currentPlan(&why);
     if (!plan) {
@@ -583,6 +593,9 @@ void MemoryPlannerPanel::pointChanged()
         return;
     }
     m_estimate = estimateMemory(plan->arch, plan->setup);
+    // Preflight's precision verdict for this card, shown before the memory's.
+    m_precisionError = QString::fromStdString(precisionError(
+        plan->setup.precision, m_target.gpu.cc.known() ? std::optional<ComputeCapability>(m_target.gpu.cc) : std::nullopt));
     const auto budget = budgetBytes();
     m_largestBatch = largestBatch(plan->arch, plan->setup, budget, kBatchLimit);
     if (m_seqSlider->isEnabled()) {
@@ -594,7 +607,10 @@ void MemoryPlannerPanel::pointChanged()
     m_verdict->setText(verdictText());
     m_verdict->setToolTip(tr("Peak of the plan against the usable memory of one %1").arg(QString::fromStdString(m_target.gpu.name)));
     const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
-    m_verdict->setStyleSheet(use > 1.0 ? "color: #c0392b" : use > 0.9 ? "color: #b9770e" : "color: #1e8449");
+    m_verdict->setStyleSheet(use > 1.0 || !m_precisionError.isEmpty() ? "color: #c0392b"
+                             : use > 0.9                            ? "color: #b9770e"
+                                                                    : "color: #1e8449");
+    if (!m_precisionError.isEmpty()) m_verdict->setToolTip(m_precisionError);
     m_answers->setText(answersText());
     QStringList notes;
     for (const auto& n : m_estimate->notes) notes << QString::fromStdString(n);
@@ -617,6 +633,10 @@ QString MemoryPlannerPanel::verdictText() const
     // Short enough for one line; the target is named in the Target row and the tooltip.
     const QString amount = tr("%1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget));
     const QString percent = QString::number(100.0 * use, 'f', 0) + "%";
+    if (!m_precisionError.isEmpty()) {
+        return tr("Does not run: %1 needs compute capability 8.0, this GPU has %2")
+            .arg(m_precision->currentText(), QString::fromStdString(m_target.gpu.cc.text()));
+    }
     if (use > 1.0) return tr("Does not fit (%1): %2").arg(percent, amount);
     if (use > 0.9) return tr("Fits, under 10% to spare (%1): %2").arg(percent, amount);
     return tr("Fits (%1): %2").arg(percent, amount);
@@ -712,29 +732,94 @@ void MemoryPlannerPanel::mapClicked(QMouseEvent* event)
     pointChanged();
 }
 
-void MemoryPlannerPanel::applyToExperiment()
+void MemoryPlannerPanel::updateApplyState()
+{
+    const bool experiment = source() == "experiment";
+    const bool valid = m_document->config().has_value();
+    m_apply->setEnabled(experiment && valid);
+    const QString why = !experiment ? tr("The planned model is a published one, not the experiment's: the experiment "
+                                          "trains its own model. Choose \"Current experiment\" as the model to apply a plan.")
+                        : !valid    ? tr("The experiment's config is not valid yet; fix it in the Experiment tab first.")
+                                    : QString();
+    m_applyNote->setText(why);
+    m_applyNote->setVisible(!why.isEmpty());
+    m_apply->setToolTip(why.isEmpty() ? tr("Copy batch, sequence, precision, checkpointing, attention, LoRA, gradient "
+                                           "accumulation and optimizer into the experiment's config (Ctrl+Shift+A)")
+                                      : why);
+}
+
+QString MemoryPlannerPanel::applyNote() const { return m_applyNote->isHidden() ? QString() : m_applyNote->text(); }
+
+QString MemoryPlannerPanel::applyToExperiment()
 {
     auto config = m_document->config();
-    if (source() != "experiment" || !config) return;
+    if (source() != "experiment" || !config) return {};
     const QString precision = m_precision->currentData().toString();
+    const QString optimizer = m_optimizer->currentData().toString();
+    // What the config cannot express is said, not dropped.
+    QString refused;
     if (precision == "bf16-pure") {
-        plainWarning(this, tr("Apply to experiment"),
-                     tr("Pure bf16 is a planning option: the trainer keeps fp32 master weights. Choose fp16 or bf16 "
-                        "mixed precision to apply it."));
-        return;
+        refused = tr("Pure bf16 is a planning option: the trainer keeps fp32 master weights. Choose fp16 or bf16 "
+                     "mixed precision to apply it.");
+    } else if (optimizer == "adamw8bit") {
+        refused = tr("8-bit AdamW is a planning option: the trainer has AdamW and SGD. Choose one of them to apply it.");
     }
-    // "auto" stays when it already resolves to the planned precision.
-    std::string resolved = config->train.precision;
-    if (resolved == "auto") {
-        resolved = config->device == "cpu" ? "fp32" : capability(m_target.gpu.cc, "bf16").supported ? "bf16" : "fp16";
+    if (!refused.isEmpty()) {
+        plainWarning(this, tr("Apply to experiment"), refused);
+        Q_EMIT applied(tr("Nothing applied: %1").arg(refused));
+        return refused;
     }
-    std::vector<std::pair<QString, QJsonValue>> values{{"train.batch_size", batch()}};
-    if (config->data.source == "text") values.emplace_back("data.seq_len", seqLen());
-    if (resolved != precision.toStdString()) values.emplace_back("train.precision", precision);
-    if (m_checkpointing->isChecked() || !m_document->value("train.activation_checkpointing").isUndefined()) {
-        values.emplace_back("train.activation_checkpointing", m_checkpointing->isChecked());
+    std::vector<std::pair<QString, QJsonValue>> values;
+    QStringList changes;
+    const auto set = [&](const QString& path, const QString& label, const QJsonValue& value, const QString& was,
+                         const QString& now) {
+        if (was == now) return;
+        values.emplace_back(path, value);
+        changes << tr("%1 %2 → %3").arg(label, was, now);
+    };
+    set("train.batch_size", tr("batch"), batch(), QString::number(config->train.batchSize), QString::number(batch()));
+    if (config->data.source == "text") {
+        set("data.seq_len", tr("sequence"), seqLen(), QString::number(effectiveSeqLen(*config)), QString::number(seqLen()));
     }
-    m_document->setValues(values); // one change: the planner reloads from it once
+    // "auto" stays when it already resolves to the planned precision on the target.
+    const std::string resolved = planOnTarget(*config, std::optional<GpuTarget>(m_target)).setup.precision;
+    if (resolved != precision.toStdString()) {
+        set("train.precision", tr("precision"), precision, QString::fromStdString(config->train.precision), precision);
+    }
+    set("train.activation_checkpointing", tr("checkpointing"), m_checkpointing->isChecked(),
+        config->train.activationCheckpointing ? tr("on") : tr("off"), m_checkpointing->isChecked() ? tr("on") : tr("off"));
+    const QString attention = m_attention->currentData().toString() == "fused" ? "sdpa" : "eager";
+    set("model.attention", tr("attention"), attention, QString::fromStdString(config->model.attention), attention);
+    set("train.grad_accum", tr("gradient accumulation"), m_gradAccum->value(), QString::number(config->train.gradAccum),
+        QString::number(m_gradAccum->value()));
+    const QString wasOptimizer = QString::fromStdString(config->optim.optimizer == "sgd" && config->optim.momentum == 0.0
+                                                            ? std::string("sgd-plain")
+                                                            : config->optim.optimizer);
+    if (optimizer != wasOptimizer) {
+        set("optim.optimizer", tr("optimizer"), optimizer == "adamw" ? "adamw" : "sgd", wasOptimizer, optimizer);
+        if (optimizer == "sgd-plain") values.emplace_back("optim.momentum", 0.0);
+        else if (optimizer == "sgd" && config->optim.momentum == 0.0) values.emplace_back("optim.momentum", 0.9);
+    }
+    set("lora.rank", tr("LoRA rank"), m_loraRank->value(), QString::number(config->lora.rank),
+        QString::number(m_loraRank->value()));
+    if (m_loraRank->value() > 0) {
+        QString targets = m_loraTargets->currentData().toString();
+        if (targets == "custom") targets = m_loraTargets->currentData(Qt::UserRole + 1).toString();
+        QStringList was;
+        for (const auto& t : config->lora.targets) was << QString::fromStdString(t);
+        QJsonArray list;
+        for (const QString& t : targets.split(',', Qt::SkipEmptyParts)) list.append(t);
+        set("lora.targets", tr("LoRA targets"), list, was.join(','), targets);
+    }
+    QString message;
+    if (values.empty()) {
+        message = tr("The experiment already has this plan; nothing changed.");
+    } else {
+        m_document->setValues(values); // one change: the planner reloads from it once
+        message = tr("Applied to the experiment: %1.").arg(changes.join(", "));
+    }
+    Q_EMIT applied(message);
+    return message;
 }
 
 } // namespace tb::ui

@@ -69,16 +69,24 @@ public:
     QCustomPlot* termPlot() const { return m_termPlot; }
     QCustomPlot* mapPlot() const { return m_mapPlot; }
     QPushButton* applyButton() const { return m_apply; }
+    // Why Apply is greyed out ("" when it is not).
+    QString applyNote() const;
 
 public Q_SLOTS:
-    // Copies batch, sequence, precision and checkpointing into the experiment.
-    void applyToExperiment();
+    // Copies everything the experiment's config can express (batch, sequence,
+    // precision, checkpointing, attention, LoRA rank and targets, gradient
+    // accumulation, optimizer) and returns what changed, as `applied` says it.
+    QString applyToExperiment();
 
 Q_SIGNALS:
+    // A sentence for the status bar: what Apply changed, or why nothing.
+    void applied(const QString& message);
+
     // After every update (estimate, answers, plots); carries the time it took.
     void updated(double milliseconds);
 
 private:
+    void updateApplyState();
     struct Plan {
         ArchitectureSpec arch;
         TrainingSetup setup;
@@ -123,8 +131,10 @@ private:
     QCPGraph* m_frontier = nullptr;
     QCPGraph* m_marker = nullptr;
     QPushButton* m_apply;
+    QLabel* m_applyNote;
 
     std::optional<MemoryEstimate> m_estimate;
+    QString m_precisionError; // preflight's error for the planned precision on the target; empty: it runs
     FitMap m_map;
     std::int64_t m_largestBatch = 0, m_largestSeq = 0;
     bool m_updating = false;

@@ -11,6 +11,7 @@
 #include "Command.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
+#include "diagnose/TargetPlan.h"
 #include "gpu/Catalogue.h"
 #include "memory/Architectures.h"
 #include "memory/Estimator.h"
@@ -65,6 +66,11 @@ Plan planFromArgs(const Args& args, const char* command)
                          + "' needs exactly one of --config FILE, --preset NAME (see --list-presets) or --hf-config FILE");
     }
     Plan plan;
+    if (auto gpu = args.value("--gpu")) plan.gpu = GpuCatalogue::bundled().resolve(*gpu);
+    if (auto n = args.integer("--gpus", 1, 1024)) {
+        if (!plan.gpu) throw InputError("--gpus needs --gpu NAME (the card each replica runs on)");
+        plan.gpu->count = static_cast<int>(*n);
+    }
     if (path) {
         RunConfig config = loadConfigFile(*path);
         if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
@@ -72,8 +78,11 @@ Plan planFromArgs(const Args& args, const char* command)
         if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
         if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
         if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError(*path, std::move(issues));
-        plan.arch = architectureFor(config);
-        plan.setup = setupFor(config);
+        // What the config becomes on the target: "auto" precision resolved
+        // there, as the Experiment form, the planner and preflight resolve it.
+        const TargetPlan resolved = planOnTarget(config, plan.gpu);
+        plan.arch = resolved.arch;
+        plan.setup = resolved.setup;
     } else {
         plan.arch = preset ? findArchitecture(*preset).arch : loadHfConfigFile(*hf);
         // A planning default for published models: batch 1, 512 tokens, AdamW.
@@ -111,15 +120,9 @@ Plan planFromArgs(const Args& args, const char* command)
     }
     if (auto n = args.integer("--attention-modules", 1, 1024)) plan.arch.attentionModules = static_cast<int>(*n);
     if (auto n = args.integer("--grad-accum", 1, 1 << 16)) s.gradAccum = static_cast<int>(*n);
-    if (auto gpu = args.value("--gpu")) {
-        plan.gpu = GpuCatalogue::bundled().resolve(*gpu);
+    if (plan.gpu) {
         s.gpu = true;
         s.gpus = plan.gpu->count;
-    }
-    if (auto n = args.integer("--gpus", 1, 1024)) {
-        if (!plan.gpu) throw InputError("--gpus needs --gpu NAME (the card each replica runs on)");
-        s.gpus = static_cast<int>(*n);
-        plan.gpu->count = s.gpus;
     }
     if (auto c = args.integer("--cuda-context", 0, 1LL << 40)) s.cudaContextBytes = *c;
     if (auto v = args.value("--allocator-slack")) {
@@ -162,23 +165,35 @@ void printEstimate(const MemoryEstimate& e)
     for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
 
-nlohmann::json gpuJson(const GpuTarget& gpu, const MemoryEstimate& e)
+// Preflight's verdict on the planned precision for this card; empty when it can run.
+std::string precisionProblem(const GpuTarget& gpu, const TrainingSetup& setup)
 {
-    const auto usable = gpu.gpu.memoryBytes;
-    return {{"name", gpu.label()},
-            {"memory_bytes", usable},
-            {"fits", e.peakBytes <= usable},
-            {"use_fraction", static_cast<double>(e.peakBytes) / static_cast<double>(usable)}};
+    return precisionError(setup.precision, gpu.gpu.cc.known() ? std::optional<ComputeCapability>(gpu.gpu.cc) : std::nullopt);
 }
 
-void printVerdict(const GpuTarget& gpu, const MemoryEstimate& e)
+nlohmann::json gpuJson(const GpuTarget& gpu, const TrainingSetup& setup, const MemoryEstimate& e)
+{
+    const auto usable = gpu.gpu.memoryBytes;
+    nlohmann::json out = {{"name", gpu.label()},
+                          {"memory_bytes", usable},
+                          {"precision", setup.precision},
+                          {"fits", e.peakBytes <= usable},
+                          {"use_fraction", static_cast<double>(e.peakBytes) / static_cast<double>(usable)}};
+    if (const auto problem = precisionProblem(gpu, setup); !problem.empty()) out["precision_error"] = problem;
+    return out;
+}
+
+void printVerdict(const GpuTarget& gpu, const TrainingSetup& setup, const MemoryEstimate& e)
 {
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(gpu.gpu.memoryBytes);
-    std::printf("%s: %.2f GiB usable per card; the estimate uses %.0f%%: %s\n", gpu.label().c_str(),
-                gpu.gpu.memoryBytes / (1024.0 * 1024.0 * 1024.0), 100 * use,
+    std::printf("%s: %.2f GiB usable per card; %s; the estimate uses %.0f%%: %s\n", gpu.label().c_str(),
+                gpu.gpu.memoryBytes / (1024.0 * 1024.0 * 1024.0), setup.precision.c_str(), 100 * use,
                 use > 1.0   ? "does NOT fit"
                 : use > 0.9 ? "fits, with under 10% to spare (risky)"
                             : "fits");
+    if (const auto problem = precisionProblem(gpu, setup); !problem.empty()) {
+        std::printf("does NOT run there: %s\n", problem.c_str());
+    }
     if (!gpu.note.empty()) std::printf("note: %s\n", gpu.note.c_str());
 }
 
@@ -199,11 +214,11 @@ int estimate(const Args& args)
     const auto e = estimateMemory(plan.arch, plan.setup);
     if (args.flag("--json")) {
         auto out = toJson(e);
-        if (plan.gpu) out["gpu"] = gpuJson(*plan.gpu, e);
+        if (plan.gpu) out["gpu"] = gpuJson(*plan.gpu, plan.setup, e);
         std::cout << out.dump(2) << "\n";
     } else {
         printEstimate(e);
-        if (plan.gpu) printVerdict(*plan.gpu, e);
+        if (plan.gpu) printVerdict(*plan.gpu, plan.setup, e);
     }
     return kExitOk;
 }

@@ -1,4 +1,5 @@
 #include "diagnose/Preflight.h"
+#include "diagnose/TargetPlan.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -118,21 +119,24 @@ void precisionRules(const RunConfig& c, const Target& target, std::vector<Findin
     const bool bf16Weights = c.train.weightsDtype == "bf16";
     if (noBf16 && (c.train.precision == "bf16" || bf16Weights)) {
         const std::string what = c.train.precision == "bf16" ? "train.precision is \"bf16\"" : "the weights are loaded in bf16";
-        auto f = make("bf16_unsupported", Severity::Error, "bf16 on a GPU without native bf16",
+        auto f = make("bf16_unsupported", Severity::Error, "bf16 on " + target.label + ", which lacks native bf16",
                       what + ", but " + target.label + " has compute capability " + cc->text()
                           + "; native bf16 starts at 8.0 (Ampere). Kernels such as the gradient scaler's unscale are "
                             "missing for bf16 there, and the rest is emulated.",
                       "Use fp16 with dynamic loss scaling and fp32 master weights, decided before anything is loaded "
                       "(train.precision \"fp16\" or \"auto\").");
-        if (c.train.precision == "bf16") f.autoFix.push_back({"train.precision", "\"fp16\""});
+        // "auto", not "fp16": it picks fp16 with loss scaling on this GPU and
+        // stays valid where fp16 is not (a launch on a machine without CUDA).
+        if (c.train.precision == "bf16") f.autoFix.push_back({"train.precision", "\"auto\""});
         if (bf16Weights) f.autoFix.push_back({"train.weights_dtype", c.lora.rank > 0 ? "\"fp16\"" : "\"fp32\""});
-        f.autoFixLabel = "Use fp16 with loss scaling";
+        f.autoFixLabel = c.train.precision == "bf16" ? "Use precision \"auto\" (fp16 with loss scaling here)"
+                                                     : "Load the weights in a precision this GPU has";
         f.text["compute_capability"] = cc->text();
         out.push_back(std::move(f));
     }
     const PrecisionDecision decision = decidePrecision(c.train.precision, cc);
     if (!decision.error.empty() && !(noBf16 && c.train.precision == "bf16")) {
-        auto f = make("precision_unsupported", Severity::Error, "This precision cannot run on the target",
+        auto f = make("precision_unsupported", Severity::Error, "This precision cannot run on " + target.label,
                       decision.error, "Use train.precision \"auto\": it picks what the target supports.");
         f.autoFix = {{"train.precision", "\"auto\""}};
         f.autoFixLabel = "Use precision \"auto\"";
@@ -162,7 +166,7 @@ void precisionRules(const RunConfig& c, const Target& target, std::vector<Findin
 void attentionRule(const RunConfig& c, const Target& target, std::vector<Finding>& out)
 {
     if (c.model.attention != "sdpa" || !target.gpu || !target.cc || target.cc->atLeast(8, 0)) return;
-    auto f = make("flash_attention_unsupported", Severity::Warning, "Fused attention falls back on this GPU",
+    auto f = make("flash_attention_unsupported", Severity::Warning, "Fused attention falls back on " + target.label,
                   target.label + " has compute capability " + target.cc->text()
                       + "; the FlashAttention kernel needs 8.0 or newer, so scaled_dot_product_attention falls back "
                         "to the memory-efficient or the math kernel: slower, and the math kernel keeps the full "
@@ -332,7 +336,7 @@ std::pair<std::int64_t, int> batchKeepingEffective(const ArchitectureSpec& arch,
     return {0, 1};
 }
 
-void memoryRules(const RunConfig& c, const Target& target, const std::string& precision, std::vector<Finding>& out)
+void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>& out)
 {
     if (!plannableModel(c)) {
         if (target.known) {
@@ -345,11 +349,9 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
         return;
     }
     if (!target.known || target.memoryBytes <= 0) return;
-    const auto arch = architectureFor(c);
-    auto setup = setupFor(c);
-    if (setup.precision != "bf16-pure") setup.precision = precision;
-    setup.gpu = target.gpu;
-    setup.gpus = target.count;
+    const TargetPlan plan = planOnTarget(c, target.gpu, target.cc, target.count);
+    const auto& arch = plan.arch;
+    const auto& setup = plan.setup;
     const auto e = estimateMemory(arch, setup);
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
     if (use <= 0.9) return;
@@ -373,12 +375,15 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
     f.text["dominant_terms"] = dominant;
     const auto budget = target.memoryBytes;
     const int effective = c.train.batchSize * c.train.gradAccum;
-    const auto [batch, accum] = batchKeepingEffective(arch, setup, budget, effective);
     const std::int64_t seqFit = largestSequence(arch, setup, budget);
-    f.numbers["largest_batch"] = static_cast<double>(batch);
+    f.numbers["largest_batch"] = static_cast<double>(largestBatch(arch, setup, budget));
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
+    // A fix leaves the 10% room whose lack is itself a warning, so applying
+    // it creates no new finding.
+    const std::int64_t room = budget / 10 * 9;
+    const auto [batch, accum] = batchKeepingEffective(arch, setup, room, effective);
     if (batch > 0 && batch < c.train.batchSize) {
-        f.fix = "Batch " + std::to_string(batch) + " fits (at sequence " + std::to_string(setup.seqLen)
+        f.fix = "Batch " + std::to_string(batch) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
             + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation "
             + std::to_string(accum) + ". Or: sequence " + std::to_string(seqFit) + " at batch "
             + std::to_string(c.train.batchSize) + ", activation checkpointing, LoRA, or a larger GPU.";
@@ -389,7 +394,7 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
         s.checkpointing = true;
         const auto [b, bAccum] = c.train.activationCheckpointing
             ? std::pair<std::int64_t, int>{0, 1}
-            : batchKeepingEffective(arch, s, budget, effective, c.train.batchSize);
+            : batchKeepingEffective(arch, s, room, effective, c.train.batchSize);
         if (b > 0) {
             f.fix = "Not even batch 1 fits as configured. With activation checkpointing batch " + std::to_string(b)
                 + " fits; keep the effective batch with gradient accumulation " + std::to_string(bAccum) + ".";
@@ -403,8 +408,8 @@ void memoryRules(const RunConfig& c, const Target& target, const std::string& pr
                 + ", train LoRA adapters, use a smaller model or a GPU with more memory.";
         }
     } else {
-        f.fix = "It fits, barely: allocator fragmentation or another process can push it over. Batch "
-            + std::to_string(batch) + " is the largest that fits; leave some room, or turn on activation checkpointing.";
+        f.fix = "It fits, barely: allocator fragmentation or another process can push it over. Leave some room: a "
+            "smaller batch with gradient accumulation, or activation checkpointing.";
     }
     out.push_back(std::move(f));
 }
@@ -446,7 +451,7 @@ std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget
     setupRules(config, out);
     dataRules(config, out);
     modelFileRules(config, target.model, out);
-    memoryRules(config, resolved, precision, out);
+    memoryRules(config, resolved, out);
     std::stable_sort(out.begin(), out.end(),
                      [](const Finding& a, const Finding& b) { return static_cast<int>(a.severity) > static_cast<int>(b.severity); });
     return out;
