@@ -34,6 +34,7 @@ private Q_SLOTS:
     void lateStopNeverCancelsTheNextRun();
     void runNamesAreShownAsPlainText();
     void lossPlotStaysBoundedAndKeepsSpikes();
+    void plotsReadRight();
 
 private:
     void setSteps(int steps)
@@ -163,6 +164,30 @@ void TestRunPanel::stopMidRunCancelsWithCheckpoint()
     QVERIFY(checkpoint.has_value());
     QCOMPARE(checkpoint->step, outcome.stepsDone);
     QVERIFY(panel->statusLabel()->text().contains("cancelled"));
+
+    // After a restart, the Run tab names the stopped run and how to resume it.
+    m_window.reset();
+    m_window = std::make_unique<MainWindow>(dbPath());
+    m_window->setAskBeforeClosing(false);
+    m_window->openExample(":/examples/default.json");
+    panel = m_window->runPanel();
+    const QString hint = panel->statusLabel()->text();
+    QVERIFY2(hint.contains(QString("Run %1 ").arg(outcome.runId)) && hint.contains("Resume"), qPrintable(hint));
+
+    // Resumed, it plots its whole history, not only the steps from the checkpoint on.
+    QSignalSpy resumedEnd(panel, &RunPanel::runFinished);
+    QSignalSpy resumedProgress(panel, &RunPanel::progressShown);
+    panel->resume(outcome.runId);
+    QVERIFY(resumedProgress.wait(60000));
+    QCOMPARE(panel->lossPlot()->firstStep(), 1.0);
+    QVERIFY2(panel->lossPlot()->trainingPointCount() > outcome.stepsDone,
+             qPrintable(QString::number(panel->lossPlot()->trainingPointCount())));
+    panel->stop();
+    QCOMPARE(waitForEnd(resumedEnd, 60000).status, RunStatus::Cancelled);
+    // Each step once: the history and the new steps do not overlap.
+    const auto stored = RunStore(dbPath().toStdString(), RunStore::Mode::ReadOnly).metrics(outcome.runId, "loss");
+    QVERIFY2(panel->lossPlot()->trainingPointCount() <= static_cast<std::int64_t>(stored.size()),
+             qPrintable(QString("%1 points plotted, %2 stored").arg(panel->lossPlot()->trainingPointCount()).arg(stored.size())));
 }
 
 void TestRunPanel::vanishedDataFileFailsVisibly()
@@ -282,7 +307,51 @@ void TestRunPanel::lossPlotStaysBoundedAndKeepsSpikes()
     QCOMPARE(highest, 50.0);
     plot.fitToData();
     QVERIFY(plot.yAxis->range().upper >= 50.0);
-    QCOMPARE(plot.xAxis->range().upper, 200000.0);
+    // The last step is on the axis, with room for a dot drawn there.
+    QVERIFY(plot.xAxis->range().upper > 200000.0 && plot.xAxis->range().upper <= 202000.0);
+}
+
+// Smoothing that fits the run, whole-number step ticks, validation dots drawn
+// whole at the ends, and one step axis for the loss and memory plots.
+void TestRunPanel::plotsReadRight()
+{
+    LossPlot loss;
+    MemoryPlot memory;
+    loss.resize(800, 300);
+    memory.resize(800, 200);
+    loss.shareKeyRangeWith(&memory);
+    // A 60-step run whose loss falls fast, as the default example's does.
+    QVector<double> steps, losses, mib;
+    for (int i = 1; i <= 60; ++i) {
+        steps << i;
+        losses << 1.0 + 4.0 * std::exp(-i / 12.0);
+        mib << 30.0;
+    }
+    loss.setRunLength(60);
+    loss.appendTraining(steps, losses);
+    loss.appendValidation({0.0, 60.0}, {5.0, losses.back()});
+    memory.append(steps, mib, mib);
+    const double lag = loss.lastSmoothed() - losses.back();
+    QVERIFY2(lag >= 0 && lag < 0.05, qPrintable(QString("the smoothed loss lags by %1 nat").arg(lag)));
+    // A long run keeps the chosen factor.
+    loss.setRunLength(100000);
+    QCOMPARE(loss.effectiveSmoothing(), 0.9);
+    loss.setRunLength(60);
+    loss.fitToData();
+    memory.fitToData();
+    // Validation at steps 0 and 60: both dots inside the axis, not on its edge.
+    QVERIFY(loss.xAxis->range().lower < 0.0 && loss.xAxis->range().upper > 60.0);
+    // The memory plot (steps 1-60) spans the same steps as the loss plot (0-60).
+    QCOMPARE(memory.xAxis->range().lower, loss.xAxis->range().lower);
+    QCOMPARE(memory.xAxis->range().upper, loss.xAxis->range().upper);
+    // Zoomed in to three steps, the ticks stay on whole steps.
+    for (QCPAxis* axis : {loss.xAxis, memory.xAxis}) {
+        axis->setRange(0.2, 3.1);
+        QVector<double> ticks;
+        axis->ticker()->generate(axis->range(), QLocale(), 'f', 0, ticks, nullptr, nullptr);
+        QVERIFY(!ticks.isEmpty());
+        for (double t : ticks) QVERIFY2(t == std::round(t), qPrintable(QString::number(t)));
+    }
 }
 
 QTEST_MAIN(TestRunPanel)

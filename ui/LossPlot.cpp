@@ -11,6 +11,7 @@ LossPlot::LossPlot(QWidget* parent) : MetricPlot(tr("loss"), parent)
     m_val = addCurve(tr("validation"), QColor(220, 90, 30));
     m_val->graph()->setLineStyle(QCPGraph::lsNone);
     m_val->graph()->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7));
+    useIntegerTicks(xAxis);
 }
 
 void LossPlot::clear()
@@ -19,6 +20,7 @@ void LossPlot::clear()
     m_steps.clear();
     m_losses.clear();
     m_haveEma = false;
+    m_runLength = 0;
     resetView();
     requestReplot();
 }
@@ -26,7 +28,8 @@ void LossPlot::clear()
 void LossPlot::appendTraining(const QVector<double>& steps, const QVector<double>& losses)
 {
     for (int i = 0; i < losses.size(); ++i) {
-        m_lastEma = m_haveEma ? m_smoothing * m_lastEma + (1.0 - m_smoothing) * losses[i] : losses[i];
+        const double factor = effectiveSmoothing();
+        m_lastEma = m_haveEma ? factor * m_lastEma + (1.0 - factor) * losses[i] : losses[i];
         m_haveEma = true;
         m_raw->append(steps[i], losses[i]);
         m_ema->append(steps[i], m_lastEma);
@@ -48,10 +51,29 @@ void LossPlot::appendValidation(const QVector<double>& steps, const QVector<doub
 void LossPlot::setSmoothing(double factor)
 {
     m_smoothing = std::clamp(factor, 0.0, 0.999);
+    recomputeSmoothed();
+}
+
+void LossPlot::setRunLength(int steps)
+{
+    if (steps == m_runLength) return;
+    m_runLength = steps;
+    recomputeSmoothed();
+}
+
+double LossPlot::effectiveSmoothing() const
+{
+    if (m_runLength <= 0) return m_smoothing;
+    return std::clamp(1.0 - 50.0 / m_runLength, 0.0, m_smoothing);
+}
+
+void LossPlot::recomputeSmoothed()
+{
+    const double factor = effectiveSmoothing();
     m_ema->clear();
     m_haveEma = false;
     for (std::size_t i = 0; i < m_losses.size(); ++i) {
-        m_lastEma = m_haveEma ? m_smoothing * m_lastEma + (1.0 - m_smoothing) * m_losses[i] : m_losses[i];
+        m_lastEma = m_haveEma ? factor * m_lastEma + (1.0 - factor) * m_losses[i] : m_losses[i];
         m_haveEma = true;
         m_ema->append(m_steps[i], m_lastEma);
     }
@@ -65,6 +87,7 @@ MemoryPlot::MemoryPlot(QWidget* parent) : MetricPlot(tr("tensor memory (MiB)"), 
     m_estimate = addCurve(tr("estimated peak (planner)"), QColor(200, 120, 20));
     m_estimate->graph()->setPen(QPen(QColor(200, 120, 20), 1, Qt::DashLine));
     setZeroBased(true);
+    useIntegerTicks(xAxis);
 }
 
 void MemoryPlot::setEstimate(double mib) { m_estimateMiB = mib; }

@@ -33,6 +33,17 @@
 namespace tb::ui {
 namespace {
 
+// A clicked batch or sequence length, rounded to what people type: exact up to
+// 8, else to a quarter of its power of two (37 -> 40, 700 -> 640, 1500 -> 1536).
+int snapToRound(double value)
+{
+    const auto v = std::max<long long>(1, std::llround(value));
+    if (v <= 8) return static_cast<int>(v);
+    long long step = 1;
+    while (step * 8 <= v) step *= 2; // 2^(floor(log2 v) - 2)
+    return static_cast<int>(std::max(step, (v + step / 2) / step * step));
+}
+
 constexpr int kMapCells = 128;       // the heat map is kMapCells x kMapCells
 constexpr int kBatchLimit = 65536;   // the spin box's limit
 constexpr double kGiB = 1073741824.0;
@@ -77,11 +88,12 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_source->setObjectName("plannerSource");
     m_source->addItem(tr("Current experiment"), "experiment");
     m_source->insertSeparator(1);
+    // Sorted by family and size; the titles carry the size, the tooltip the exact count.
     for (const auto& p : bundledArchitectures()) {
-        m_source->addItem(tr("%1 (%2 M parameters)")
-                              .arg(QString::fromStdString(p.title))
-                              .arg(static_cast<double>(p.arch.publishedParameters) / 1e6, 0, 'f', 0),
-                          QString::fromStdString(p.id));
+        m_source->addItem(QString::fromStdString(p.title), QString::fromStdString(p.id));
+        m_source->setItemData(m_source->count() - 1,
+                              tr("%1 parameters").arg(QLocale().toString(static_cast<qlonglong>(p.arch.publishedParameters))),
+                              Qt::ToolTipRole);
     }
     m_source->setToolTip(tr("The model to plan for: the experiment being edited, a published model, or an imported config.json"));
     m_import = new QPushButton(tr("Import config.json…"), inputs);
@@ -225,6 +237,8 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_mapPlot->setMinimumHeight(260);
     m_mapPlot->xAxis->setLabel(tr("batch size"));
     m_mapPlot->yAxis->setLabel(tr("sequence length"));
+    useIntegerTicks(m_mapPlot->xAxis);
+    useIntegerTicks(m_mapPlot->yAxis);
     m_mapPlot->setToolTip(tr("Peak memory as a share of the target's usable memory. Click a cell to plan at that batch and sequence."));
     m_colorMap = new QCPColorMap(m_mapPlot->xAxis, m_mapPlot->yAxis);
     m_colorMap->setInterpolate(false);
@@ -497,12 +511,22 @@ void MemoryPlannerPanel::syncSliderRanges(const Plan& plan)
     const bool fixedSeq = source() == "experiment" && plan.setup.dataset == "addition";
     // The batch axis: twice the largest batch that fits at this sequence
     // length (a power of two, at least 16), so the frontier sits inside the map.
+    // Both follow the model: a 7B model on a T4 fits batch 2 and a few
+    // thousand tokens, a toy thousands of sequences, and the frontier should
+    // cross the middle of the map either way.
     const auto fitting = largestBatch(plan.arch, plan.setup, budgetBytes(), 1024);
-    int batchMax = 16;
+    int batchMax = 4;
     while (batchMax < std::max<std::int64_t>(2 * fitting, batch()) && batchMax < kBatchLimit) batchMax *= 2;
-    std::int64_t seqMax = plan.arch.maxPositions;
-    if (source() == "experiment") seqMax = std::max<std::int64_t>(1024, 4 * plan.setup.seqLen);
-    seqMax = std::min<std::int64_t>(seqMax, 1 << 20);
+    // The sequence axis: up to twice the longest sequence that fits at batch 1.
+    std::int64_t seqCap = source() == "experiment" ? std::max<std::int64_t>(1024, 4 * plan.setup.seqLen)
+                                                   : plan.arch.maxPositions;
+    seqCap = std::min<std::int64_t>(seqCap, 1 << 20);
+    auto one = plan.setup;
+    one.batch = 1;
+    const std::int64_t seqFit = largestSequence(plan.arch, one, budgetBytes());
+    std::int64_t seqMax = 256;
+    while (seqMax < std::max<std::int64_t>(2 * seqFit, seqLen()) && seqMax < seqCap) seqMax *= 2;
+    seqMax = std::min(seqMax, seqCap);
     m_updating = true;
     m_batchSlider->setMaximum(batchMax);
     m_batchSlider->setValue(m_batchBox->value());
@@ -720,9 +744,11 @@ void MemoryPlannerPanel::mapClicked(QMouseEvent* event)
     if (m_map.batches.empty()) return;
     const double bx = m_mapPlot->xAxis->pixelToCoord(event->pos().x());
     const double sy = m_mapPlot->yAxis->pixelToCoord(event->pos().y());
-    const int b = static_cast<int>(std::lround(std::clamp(bx, 1.0, static_cast<double>(m_batchSlider->maximum()))));
+    const int b = std::min(snapToRound(std::clamp(bx, 1.0, static_cast<double>(m_batchSlider->maximum()))),
+                           m_batchSlider->maximum());
     if (m_seqSlider->isEnabled()) {
-        const int s = static_cast<int>(std::lround(std::clamp(sy, 1.0, static_cast<double>(m_seqSlider->maximum()))));
+        const int s = std::min(snapToRound(std::clamp(sy, 1.0, static_cast<double>(m_seqSlider->maximum()))),
+                               m_seqSlider->maximum());
         m_updating = true;
         m_seqBox->setValue(s);
         m_seqSlider->setValue(s);

@@ -180,7 +180,16 @@ void MetricPlot::fitToData()
         requestReplot();
         return;
     }
-    xAxis->setRange(x0, x1 > x0 ? x1 : x0 + 1);
+    for (const MetricPlot* partner : m_keyPartners) {
+        double lower = 0, upper = 0;
+        if (!partner->keyBounds(lower, upper)) continue;
+        x0 = std::min(x0, lower);
+        x1 = std::max(x1, upper);
+    }
+    // Half a step (or 1% of the span) beyond the first and last points, so
+    // validation dots at the ends are drawn whole.
+    const double xPad = std::max(0.5, (x1 - x0) * 0.01);
+    xAxis->setRange(x0 - xPad, (x1 > x0 ? x1 : x0 + 1) + xPad);
     // A margin above and below, so curves at the extremes do not sit on the frame.
     QCPRange y(y0, y1 > y0 ? y1 : y0 + 1e-9);
     if (yAxis->scaleType() == QCPAxis::stLogarithmic) {
@@ -192,6 +201,47 @@ void MetricPlot::fitToData()
     }
     yAxis->setRange(y);
     requestReplot();
+}
+
+void MetricPlot::shareKeyRangeWith(MetricPlot* other)
+{
+    m_keyPartners.push_back(other);
+    other->m_keyPartners.push_back(this);
+}
+
+bool MetricPlot::keyBounds(double& lower, double& upper) const
+{
+    bool any = false;
+    for (const auto& c : m_curves) {
+        if (c->empty() || !c->graph()->visible()) continue;
+        lower = any ? std::min(lower, c->minKey()) : c->minKey();
+        upper = any ? std::max(upper, c->maxKey()) : c->maxKey();
+        any = true;
+    }
+    return any;
+}
+
+double IntegerTicker::getTickStep(const QCPRange& range)
+{
+    return std::max(1.0, QCPAxisTicker::getTickStep(range));
+}
+
+int IntegerTicker::getSubTickCount(double tickStep)
+{
+    // Sub-ticks only where they land on whole numbers.
+    const auto step = static_cast<long long>(std::llround(tickStep));
+    if (step <= 1) return 0;
+    for (int n : {4, 3, 1}) {
+        if (step % (n + 1) == 0) return n;
+    }
+    return 0;
+}
+
+void useIntegerTicks(QCPAxis* axis)
+{
+    axis->setTicker(QSharedPointer<IntegerTicker>::create());
+    axis->setNumberFormat("f");
+    axis->setNumberPrecision(0);
 }
 
 void MetricPlot::followData()

@@ -52,6 +52,15 @@ private:
 // Axes, grid and legend in the colours of the widget's palette (dark themes too).
 void applyPlotPalette(QCustomPlot* plot);
 
+// Ticks on whole numbers only (steps, batch sizes, sequence lengths): never
+// "2.5 steps", however far the axis is zoomed in.
+class IntegerTicker final : public QCPAxisTicker {
+protected:
+    double getTickStep(const QCPRange& range) override;
+    int getSubTickCount(double tickStep) override;
+};
+void useIntegerTicks(QCPAxis* axis);
+
 class MetricPlot : public QCustomPlot {
     Q_OBJECT
 
@@ -68,6 +77,10 @@ public:
     void setZeroBased(bool zeroBased) { m_zeroBased = zeroBased; }
     // A logarithmic y axis (losses), then re-fit.
     void setLogScale(bool log);
+    // Both plots fit their x axes to the steps of either: they start and end together.
+    void shareKeyRangeWith(MetricPlot* other);
+    // The steps the curves span; false when there is no data.
+    bool keyBounds(double& lower, double& upper) const;
 
 protected:
     void changeEvent(QEvent* event) override;
@@ -82,6 +95,7 @@ private:
     std::vector<std::unique_ptr<BucketedCurve>> m_curves;
     bool m_userMovedView = false;
     bool m_zeroBased = false;
+    std::vector<MetricPlot*> m_keyPartners;
 };
 
 // Several runs' series on one plot (the History panel's overlays): each a

@@ -21,6 +21,9 @@
 
 #include "LossPlot.h"
 #include "SampleBox.h"
+#include "store/RunStore.h"
+
+#include <algorithm>
 
 namespace tb::ui {
 namespace {
@@ -75,6 +78,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
 
     m_lossPlot = new LossPlot(this);
     m_memoryPlot = new MemoryPlot(this);
+    // One step axis: both plots span the same steps (validation at step 0 included).
+    m_lossPlot->shareKeyRangeWith(m_memoryPlot);
     m_smoothing = new QSlider(Qt::Horizontal, this);
     m_smoothing->setRange(0, 99);
     m_smoothing->setValue(90);
@@ -181,6 +186,8 @@ void RunPanel::beginRun(const QString& what)
     m_memoryPlot->clear();
     m_log->clear();
     m_firstStep = -1;
+    m_resuming = false;
+    m_historyUntil = -1;
     m_runId = 0;
     m_progress->setValue(0);
     m_progress->setFormat(tr("starting…"));
@@ -232,8 +239,78 @@ void RunPanel::resume(qint64 runId)
 {
     if (m_running) return;
     beginRun(tr("Resuming run %1…").arg(runId));
+    m_resuming = true;
     const QString db = m_dbPath;
     QMetaObject::invokeMethod(m_worker, [worker = m_worker, runId, db] { worker->resumeRun(runId, db); });
+}
+
+void RunPanel::setDatabasePath(const QString& path)
+{
+    m_dbPath = path;
+    showResumeHint();
+}
+
+void RunPanel::showResumeHint()
+{
+    if (m_running || m_dbPath.isEmpty()) return;
+    std::optional<RunRecord> stopped;
+    try {
+        // Read-only: liveness is judged without writing, and nothing waits on a lock.
+        RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+        for (const auto& r : store.listRuns()) {
+            if (r.status == RunStatus::Cancelled || r.status == RunStatus::Interrupted) stopped = r;
+        }
+    } catch (const std::exception&) {
+        return; // a new or unreadable store: nothing to resume (opening it reports its own errors)
+    }
+    if (!stopped) return;
+    m_status->setText(tr("Run %1 \"%2\" stopped (%3) at step %4 of %5; Run > Resume last stopped run continues it "
+                         "from its last checkpoint.")
+                          .arg(stopped->id)
+                          .arg(QString::fromStdString(stopped->name), QString::fromStdString(runStatusName(stopped->status)))
+                          .arg(stopped->stepsDone)
+                          .arg(stopped->stepsTotal));
+}
+
+void RunPanel::plotHistory(qint64 runId)
+{
+    std::vector<MetricPoint> loss, val, current, peak;
+    try {
+        RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+        loss = store.metrics(runId, "loss");
+        val = store.metrics(runId, "val_loss");
+        current = store.metrics(runId, "mem_current_bytes");
+        peak = store.metrics(runId, "mem_peak_bytes");
+    } catch (const std::exception& e) {
+        appendLog("warning", tr("The run's earlier metrics could not be read: %1").arg(QString::fromUtf8(e.what())));
+        return;
+    }
+    QVector<double> steps, values;
+    for (const auto& p : loss) {
+        steps.push_back(p.step);
+        values.push_back(p.value);
+        m_historyUntil = std::max(m_historyUntil, p.step);
+    }
+    m_lossPlot->appendTraining(steps, values);
+    steps.clear();
+    values.clear();
+    for (const auto& p : val) {
+        steps.push_back(p.step);
+        values.push_back(p.value);
+    }
+    m_lossPlot->appendValidation(steps, values);
+    if (current.size() == peak.size()) {
+        QVector<double> memorySteps, currentMiB, peakMiB;
+        for (std::size_t i = 0; i < current.size(); ++i) {
+            memorySteps.push_back(current[i].step);
+            currentMiB.push_back(current[i].value / 1048576.0);
+            peakMiB.push_back(peak[i].value / 1048576.0);
+        }
+        m_memoryPlot->append(memorySteps, currentMiB, peakMiB);
+    }
+    if (!loss.empty()) appendLog("info", tr("Plotted the run's first %1 steps from the store.").arg(m_historyUntil));
+    m_lossPlot->followData();
+    m_memoryPlot->followData();
 }
 
 void RunPanel::stop()
@@ -259,13 +336,20 @@ void RunPanel::onStarted(qint64 runId, const QString& description, qint64 estima
 {
     m_runId = runId;
     m_memoryPlot->setEstimate(static_cast<double>(estimatedPeakBytes) / 1048576.0);
+    // The session has dropped the metrics past the checkpoint: what is left is
+    // the history this resume continues.
+    if (m_resuming) plotHistory(runId);
     m_status->setText(tr("Run %1: %2").arg(runId).arg(description));
     Q_EMIT runStarted(runId);
 }
 
 void RunPanel::drainProgress()
 {
-    const PendingProgress batch = m_worker->takePending();
+    PendingProgress batch = m_worker->takePending();
+    // Steps the history already plotted (the store may hold the first new ones).
+    const auto plotted = [this](const auto& p) { return p.step <= m_historyUntil; };
+    batch.steps.erase(std::remove_if(batch.steps.begin(), batch.steps.end(), plotted), batch.steps.end());
+    batch.evals.erase(std::remove_if(batch.evals.begin(), batch.evals.end(), plotted), batch.evals.end());
     if (!batch.steps.empty()) {
         QVector<double> steps, losses, current, peak;
         for (const auto& s : batch.steps) {
@@ -274,6 +358,7 @@ void RunPanel::drainProgress()
             current.push_back(s.memCurrentBytes / 1048576.0);
             peak.push_back(s.memPeakBytes / 1048576.0);
         }
+        m_lossPlot->setRunLength(batch.steps.back().totalSteps);
         m_lossPlot->appendTraining(steps, losses);
         m_memoryPlot->append(steps, current, peak);
         const StepMetrics& last = batch.steps.back();

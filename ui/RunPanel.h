@@ -35,7 +35,9 @@ public:
 
     // The config to start (empty while invalid, with the reason to show).
     void setConfig(const std::optional<RunConfig>& config, const QString& blockedReason);
-    void setDatabasePath(const QString& path) { m_dbPath = path; }
+    // The store runs go to. While idle, the status line names the newest
+    // cancelled or interrupted run there, which Run > Resume continues.
+    void setDatabasePath(const QString& path);
     QString databasePath() const { return m_dbPath; }
 
     bool isRunning() const { return m_running; }
@@ -77,6 +79,9 @@ private:
     void appendLog(const QString& severity, const QString& message);
     void setRunning(bool running);
     void updateStartButton();
+    void showResumeHint();
+    // A resumed run's stored history (up to its checkpoint), plotted before its new steps.
+    void plotHistory(qint64 runId);
 
     QThread* m_thread = nullptr;
     TrainingWorker* m_worker = nullptr;
@@ -88,6 +93,8 @@ private:
     bool m_running = false;
     qint64 m_runId = 0;
     int m_firstStep = -1;
+    bool m_resuming = false;
+    int m_historyUntil = -1; // steps up to this one came from the store, not the worker
 
     QPushButton* m_start;
     QPushButton* m_stop;

@@ -152,7 +152,13 @@ const std::vector<ArchitecturePreset>& bundledArchitectures()
             p.arch.publishedParameters = meta.at("published_parameters").get<std::int64_t>();
             out.push_back(std::move(p));
         }
-        std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
+        // By family (the title's first word: GPT-2, Llama, Pythia, ...), then size.
+        const auto family = [](const ArchitecturePreset& p) { return lower(p.title.substr(0, p.title.find(' '))); };
+        std::sort(out.begin(), out.end(), [&](const auto& x, const auto& y) {
+            const auto fx = family(x), fy = family(y);
+            if (fx != fy) return fx < fy;
+            return x.arch.publishedParameters < y.arch.publishedParameters;
+        });
         return out;
     }();
     return presets;
