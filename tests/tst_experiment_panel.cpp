@@ -22,6 +22,7 @@ private Q_SLOTS:
     void init();
     void cleanup() { m_window.reset(); }
     void formEditUpdatesJson();
+    void formEditKeepsTheKeyOrder();
     void choiceUpdatesJson();
     void jsonEditUpdatesForm();
     void invalidValueDisablesStartWithMessage();
@@ -61,6 +62,36 @@ void TestExperimentPanel::formEditUpdatesJson()
     QVERIFY(m_window->experimentPanel()->jsonView()->toPlainText().contains("\"batch_size\": 16"));
     QVERIFY(m_window->document()->isValid());
     QCOMPARE(m_window->document()->config()->train.batchSize, 16);
+}
+
+// The JSON box keeps the user's key order through form edits (it re-sorted
+// them on the first edit); a new key goes last in its object.
+void TestExperimentPanel::formEditKeepsTheKeyOrder()
+{
+    auto* doc = m_window->document();
+    doc->loadText(R"({
+    "name": "ordered",
+    "train": {"steps": 50, "batch_size": 8},
+    "model": {"type": "gpt", "n_layer": 1, "d_model": 32, "n_head": 2},
+    "data": {"source": "text", "seq_len": 16}
+})", "ordered.json");
+    QVERIFY(doc->isValid());
+    typeInto(line("train.batch_size"), "16");
+    QCOMPARE(doc->value("train.batch_size").toInt(), 16);
+    doc->setValue("optim.lr", 0.002);
+    const QString text = m_window->experimentPanel()->jsonView()->toPlainText();
+    const QStringList order{"\"name\"", "\"train\"", "\"steps\"", "\"batch_size\": 16", "\"model\"", "\"type\"",
+                            "\"n_layer\"", "\"d_model\"", "\"n_head\"", "\"data\"", "\"source\"", "\"seq_len\"",
+                            "\"optim\"", "\"lr\": 0.002"};
+    qsizetype at = -1;
+    for (const QString& key : order) {
+        const qsizetype next = text.indexOf(key);
+        QVERIFY2(next > at, qPrintable(key + " out of order in:\n" + text));
+        at = next;
+    }
+    // Removing the last key of an object removes the object.
+    doc->setValue("optim.lr", QJsonValue(QJsonValue::Undefined));
+    QVERIFY(!m_window->experimentPanel()->jsonView()->toPlainText().contains("optim"));
 }
 
 void TestExperimentPanel::choiceUpdatesJson()

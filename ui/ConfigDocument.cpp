@@ -4,8 +4,13 @@
 #include <QStringDecoder>
 #include <QFileInfo>
 #include <QJsonDocument>
+#include <QJsonArray>
 #include <QJsonObject>
 #include <QSaveFile>
+
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 namespace tb::ui {
 
@@ -141,26 +146,41 @@ void ConfigDocument::setValue(const QString& path, const QJsonValue& value) { se
 void ConfigDocument::setValues(const std::vector<std::pair<QString, QJsonValue>>& values)
 {
     if (!m_jsonOk) return; // the form is read-only while the JSON text does not parse
-    QJsonObject updated = m_object;
+    // Edited as ordered JSON: the user's key order survives a form edit (a
+    // QJsonObject would sort the keys); new keys go last in their object.
+    using Ordered = nlohmann::ordered_json;
+    Ordered document;
+    try {
+        document = Ordered::parse(m_text.toStdString());
+    } catch (const Ordered::exception&) {
+        return; // m_jsonOk says it parses; nothing to do if it somehow does not
+    }
+    const Ordered before = document;
     for (const auto& [path, value] : values) {
         const QStringList keys = path.split('.');
-        // Rebuild the nested objects along the path (QJsonObject is a value type).
-        std::function<QJsonObject(QJsonObject, int)> assign = [&](QJsonObject object, int depth) {
-            const QString& key = keys[depth];
+        std::function<void(Ordered&, int)> assign = [&](Ordered& object, int depth) {
+            const std::string key = keys[depth].toStdString();
             if (depth + 1 == keys.size()) {
-                if (value.isUndefined()) object.remove(key);
-                else object[key] = value;
-            } else {
-                QJsonObject child = assign(object.value(key).toObject(), depth + 1);
-                if (child.isEmpty()) object.remove(key);
-                else object[key] = child;
+                if (value.isUndefined()) {
+                    object.erase(key);
+                } else {
+                    // Through JSON text: a QJsonValue's number keeps its shortest form.
+                    const QByteArray bytes = QJsonDocument(QJsonArray{value}).toJson(QJsonDocument::Compact);
+                    object[key] = Ordered::parse(bytes.toStdString()).at(0);
+                }
+                return;
             }
-            return object;
+            if (!object.contains(key) || !object[key].is_object()) {
+                if (value.isUndefined()) return; // nothing to remove
+                object[key] = Ordered::object();
+            }
+            assign(object[key], depth + 1);
+            if (object[key].empty()) object.erase(key);
         };
-        updated = assign(updated, 0);
+        assign(document, 0);
     }
-    if (updated == m_object) return;
-    m_text = QString::fromUtf8(QJsonDocument(updated).toJson(QJsonDocument::Indented));
+    if (document == before) return;
+    m_text = QString::fromStdString(document.dump(4)) + "\n";
     revalidate();
     setModified(true);
     Q_EMIT changed();
