@@ -226,7 +226,10 @@ void TestDiagnose::oomVerdictUsesThePlannersBatch()
     QCOMPARE(f.kind, std::string("cuda_oom"));
     QCOMPARE(f.text.at("verdict"), std::string("over_budget"));
     QCOMPARE(f.numbers.at("fitting_batch"), 4.0);
-    QVERIFY(f.fix.find("batch 4 fits (the run used 32)") != std::string::npos);
+    // The concrete answer leads the fix; the likely cause leads the cause.
+    QVERIFY2(f.fix.rfind("With the config (batch 32), the memory planner says batch 4 fits in the 14.74 GiB", 0) == 0,
+             f.fix.c_str());
+    QVERIFY2(f.cause.find("The step needs more memory than the GPU has") != std::string::npos, f.cause.c_str());
 }
 
 void TestDiagnose::findingsRoundTripAsJson()

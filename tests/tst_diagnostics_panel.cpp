@@ -162,6 +162,25 @@ void TestDiagnosticsPanel::pasteAndFilesAreExplained()
     QVERIFY(panel.explainFile(log));
     panel.waitForExplanation();
     QCOMPARE(panel.explainedFindings().front().kind, std::string("cuda_oom"));
+
+    // An out-of-memory message: the likely cause for its numbers first (not every
+    // possible cause), sizes in readable units, and the batch that fits with the open config.
+    panel.pasteBox()->setPlainText(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 MiB. GPU 0 has a total capacity of "
+        "14.74 GiB of which 4.19 MiB is free. Including non-PyTorch memory, this process has 14.73 GiB memory in use. "
+        "Of the allocated memory 14.50 GiB is allocated by PyTorch, and 30.00 MiB is reserved by PyTorch but "
+        "unallocated.");
+    QTest::mouseClick(panel.explainButton(), Qt::LeftButton);
+    panel.waitForExplanation();
+    const Finding oom = panel.explainedFindings().front();
+    QCOMPARE(oom.kind, std::string("cuda_oom"));
+    QCOMPARE(oom.text.at("verdict"), std::string("over_budget"));
+    QVERIFY2(oom.cause.find("The step needs more memory than the GPU has") != std::string::npos, oom.cause.c_str());
+    QVERIFY2(oom.cause.find("another process") == std::string::npos, oom.cause.c_str());
+    QVERIFY2(oom.numbers.count("fitting_batch") && oom.fix.find("batch") != std::string::npos, oom.fix.c_str());
+    const QString oomDetails = panel.detailsView()->toPlainText();
+    QVERIFY2(oomDetails.contains("(4.19 MiB)") && !oomDetails.contains("0.00 GiB"), qPrintable(oomDetails));
+    panel.grab().save(QDir::currentPath() + "/diagnostics-oom.png");
     QString error;
     QVERIFY(!panel.explainFile(dir.filePath("missing.log"), &error));
     QVERIFY(error.contains("missing.log"));

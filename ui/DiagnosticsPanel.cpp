@@ -27,6 +27,7 @@
 
 #include "ConfigDocument.h"
 #include "PlainText.h"
+#include "common/ByteSize.h"
 #include "diagnose/ErrorExplainer.h"
 #include "diagnose/Preflight.h"
 #include "run/RunSession.h"
@@ -423,8 +424,11 @@ void DiagnosticsPanel::explainText(const QString& text, const QString& source)
     m_explaining = true;
     m_explain->setEnabled(false);
     m_explain->setText(tr("Explaining…"));
-    m_explainWatcher.setFuture(
-        QtConcurrent::run([text = text.toStdString()] { return ErrorExplainer::bundled().explain(text); }));
+    // With the open config, an out-of-memory explanation gains the batch the
+    // planner says fits in the memory the message reports (as `explain --config`).
+    m_explainWatcher.setFuture(QtConcurrent::run([text = text.toStdString(), config = m_document->config()] {
+        return config ? explainFailure(text, &*config, "cuda") : ErrorExplainer::bundled().explain(text);
+    }));
 }
 
 void DiagnosticsPanel::onExplained()
@@ -549,7 +553,11 @@ void DiagnosticsPanel::showSelected()
         for (const auto& [k, v] : f->text) html += QStringLiteral("<li>%1: %2</li>").arg(esc(k), esc(v));
         for (const auto& [k, v] : f->numbers) {
             QString value = QString::number(v, 'f', v == static_cast<double>(static_cast<long long>(v)) ? 0 : 3);
-            if (QString::fromStdString(k).endsWith("_bytes")) value += tr(" bytes (%1 GiB)").arg(v / 1073741824.0, 0, 'f', 2);
+            // In the unit that suits the size: 4.19 MiB free is not "0.00 GiB".
+            if (QString::fromStdString(k).endsWith("_bytes")) {
+                value = QLocale().toString(static_cast<qlonglong>(v))
+                        + tr(" bytes (%1)").arg(QString::fromStdString(byteSizeText(static_cast<std::int64_t>(v))));
+            }
             html += QStringLiteral("<li>%1: %2</li>").arg(esc(k), value);
         }
         html += QStringLiteral("</ul>");

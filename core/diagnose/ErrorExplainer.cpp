@@ -207,14 +207,19 @@ int severityRank(Severity s) { return static_cast<int>(s); }
 void addPlannerAnswer(Finding& f, const ExplainContext& context)
 {
     if (f.kind != "cuda_oom") return;
+    // The concrete answer leads the fix; the general advice follows it.
+    const std::string config = context.configuredBatch > 0
+        ? "With the config (batch " + std::to_string(context.configuredBatch) + "), the memory planner says "
+        : "The memory planner says ";
+    const auto total = f.numbers.find("total_bytes");
+    const std::string within = total != f.numbers.end()
+        ? " in the " + byteSizeText(static_cast<std::int64_t>(total->second)) + " this GPU has"
+        : std::string(" on this GPU");
     if (context.largestFittingBatch == 0) {
-        f.fix += " The memory planner says no batch fits this configuration on this GPU: shorten the sequence or "
-                 "use checkpointing or LoRA.";
+        f.fix = config + "no batch fits" + within + ": shorten the sequence or use checkpointing or LoRA. " + f.fix;
     } else if (context.largestFittingBatch > 0) {
         f.numbers["fitting_batch"] = static_cast<double>(context.largestFittingBatch);
-        f.fix += " The memory planner says batch " + std::to_string(context.largestFittingBatch) + " fits";
-        if (context.configuredBatch > 0) f.fix += " (the run used " + std::to_string(context.configuredBatch) + ")";
-        f.fix += ".";
+        f.fix = config + "batch " + std::to_string(context.largestFittingBatch) + " fits" + within + ". " + f.fix;
     }
 }
 
@@ -223,6 +228,7 @@ struct ErrorExplainer::Entry {
     int priority = 0;
     std::vector<Pattern> patterns;
     std::map<std::string, std::string> verdictFixes;
+    std::map<std::string, std::string> likelyCauses; // by verdict: replaces the kind's list of every cause
 };
 
 ErrorExplainer::ErrorExplainer() = default;
@@ -356,6 +362,9 @@ ErrorExplainer ErrorExplainer::fromJson(const std::string& json, const std::stri
                 if (p.contains("severity")) pattern.severity = severityFromName(p.at("severity").get<std::string>());
                 entry.patterns.push_back(std::move(pattern));
             }
+            if (k.contains("likely_causes")) {
+                for (const auto& [name, cause] : k.at("likely_causes").items()) entry.likelyCauses[name] = cause.get<std::string>();
+            }
             if (k.contains("verdicts")) {
                 for (const auto& [name, fix] : k.at("verdicts").items()) entry.verdictFixes[name] = fix.get<std::string>();
             }
@@ -440,6 +449,10 @@ std::vector<Finding> ErrorExplainer::explain(const std::string& text, const Expl
         const std::string w = window(lines, h.lastLine);
         if (k.kind == "device_mismatch" || k.kind == "meta_tensor") deviceFacts(w, f);
         if (k.kind == "cuda_oom") {
+            // The likely cause for these numbers, not every possible one.
+            if (auto c = h.entry->likelyCauses.find(parseOomMessage(w).verdict); c != h.entry->likelyCauses.end()) {
+                f.cause = c->second;
+            }
             oomFacts(w, f);
             if (auto v = h.entry->verdictFixes.find(f.text["verdict"]); v != h.entry->verdictFixes.end()) {
                 f.fix = v->second + " " + f.fix;

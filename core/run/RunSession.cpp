@@ -1,4 +1,5 @@
 #include "run/RunSession.h"
+#include "diagnose/TargetPlan.h"
 
 #include <chrono>
 #include <filesystem>
@@ -126,8 +127,8 @@ std::vector<Finding> explainFailure(const std::string& message, const RunConfig*
     const auto total = primary.numbers.find("total_bytes");
     if (config && plannableModel(*config) && primary.kind == "cuda_oom" && device.rfind("cuda", 0) == 0 && total != primary.numbers.end()) {
         // The planner's answer for the GPU it ran on, within the memory the message reports.
-        auto setup = setupFor(*config);
-        setup.gpu = true;
+        // The config as a GPU runs it ("auto" precision resolved there), as preflight and the planner plan it.
+        const auto setup = planOnTarget(*config, true, std::nullopt).setup;
         ExplainContext context;
         context.configuredBatch = config->train.batchSize;
         context.largestFittingBatch = largestBatch(architectureFor(*config), setup, static_cast<std::int64_t>(total->second));
