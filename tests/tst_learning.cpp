@@ -12,6 +12,7 @@ namespace {
 
 struct Curve {
     std::vector<EvalMetrics> evals;
+    std::vector<double> losses; // training loss per step
     TrainResult result;
 };
 
@@ -25,6 +26,7 @@ Curve train(const RunConfig& config, const TrainerOptions& options = {},
         curve.evals.push_back(e);
         qInfo("step %d: val loss %.4f, exact match %.1f%%", e.step, e.valLoss, 100.0 * e.valAccuracy);
     };
+    callbacks.onStep = [&](const StepMetrics& s) { curve.losses.push_back(s.loss); };
     curve.result = trainer.run(callbacks);
     if (weights) *weights = trainer.parameterValues();
     return curve;
@@ -51,6 +53,13 @@ void TestLearning::defaultExampleHalvesValidationLoss()
     QCOMPARE(curve.evals.front().step, 0);
     const double first = curve.evals.front().valLoss, last = curve.evals.back().valLoss;
     QVERIFY2(last <= 0.5 * first, qPrintable(QString("validation loss %1 -> %2").arg(first).arg(last)));
+    // It generalises: at the end the validation loss is within 1.25x the
+    // training loss (the mean of the last 10 steps). Without dropout it was
+    // 2.11 against 0.89, flat since step 100: the 9 KB text memorised.
+    QVERIFY(curve.losses.size() >= 10);
+    double train = 0;
+    for (std::size_t i = curve.losses.size() - 10; i < curve.losses.size(); ++i) train += curve.losses[i] / 10.0;
+    QVERIFY2(last <= 1.25 * train, qPrintable(QString("validation %1 against training %2").arg(last).arg(train)));
 }
 
 void TestLearning::additionReachesNinetyPercentOnHeldOutSums()
