@@ -17,6 +17,9 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QScrollBar>
+#include <QSettings>
+#include <QMenu>
 #include <QLineEdit>
 #include <QPainter>
 #include <QPlainTextEdit>
@@ -31,6 +34,7 @@
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrent>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -52,178 +56,7 @@ QColor runColor(std::int64_t id)
     return QColor::fromHsvF(static_cast<float>(hue), 0.75f, 0.80f);
 }
 
-QIcon statusIcon(RunStatus status)
-{
-    static std::map<RunStatus, QIcon> cache;
-    auto it = cache.find(status);
-    if (it != cache.end()) return it->second;
-    QColor c;
-    switch (status) {
-    case RunStatus::Finished: c = QColor(0x2e, 0x7d, 0x32); break;
-    case RunStatus::Running: c = QColor(0x15, 0x65, 0xc0); break;
-    case RunStatus::Failed: c = QColor(0xc6, 0x28, 0x28); break;
-    case RunStatus::Cancelled: c = QColor(0xef, 0x8f, 0x00); break;
-    case RunStatus::Interrupted: c = QColor(0x8e, 0x24, 0xaa); break;
-    default: c = QColor(0x75, 0x75, 0x75);
-    }
-    QPixmap pixmap(12, 12);
-    pixmap.fill(Qt::transparent);
-    QPainter painter(&pixmap);
-    painter.setRenderHint(QPainter::Antialiasing);
-    painter.setBrush(c);
-    painter.setPen(Qt::NoPen);
-    painter.drawEllipse(1, 1, 10, 10);
-    return cache[status] = QIcon(pixmap);
-}
-
-QString mib(std::optional<std::int64_t> bytes)
-{
-    return bytes ? QString::number(static_cast<double>(*bytes) / 1048576.0, 'f', 1) : QString();
-}
-
 } // namespace
-
-// ---- RunTableModel ----
-
-void RunTableModel::setRuns(std::vector<RunRecord> runs)
-{
-    beginResetModel();
-    m_runs = std::move(runs);
-    m_derived.assign(m_runs.size(), std::nullopt);
-    m_rowOf.clear();
-    for (std::size_t i = 0; i < m_runs.size(); ++i) m_rowOf[m_runs[i].id] = i;
-    m_shown = std::min<int>(kFetchBatch, static_cast<int>(m_runs.size()));
-    endResetModel();
-}
-
-int RunTableModel::rowOf(std::int64_t id) const
-{
-    const auto it = m_rowOf.find(id);
-    return it == m_rowOf.end() ? -1 : static_cast<int>(it->second);
-}
-
-const RunRecord* RunTableModel::find(std::int64_t id) const
-{
-    const int row = rowOf(id);
-    return row < 0 ? nullptr : &m_runs[static_cast<std::size_t>(row)];
-}
-
-bool RunTableModel::canFetchMore(const QModelIndex& parent) const
-{
-    return !parent.isValid() && m_shown < static_cast<int>(m_runs.size());
-}
-
-void RunTableModel::fetchMore(const QModelIndex& parent)
-{
-    if (parent.isValid()) return;
-    const int more = std::min<int>(kFetchBatch, static_cast<int>(m_runs.size()) - m_shown);
-    if (more <= 0) return;
-    beginInsertRows({}, m_shown, m_shown + more - 1);
-    m_shown += more;
-    endInsertRows();
-}
-
-const RunTableModel::Derived& RunTableModel::derived(int row) const
-{
-    auto& slot = m_derived[static_cast<std::size_t>(row)];
-    if (!slot) {
-        Derived d;
-        try {
-            const auto config = parseConfig(m_runs[static_cast<std::size_t>(row)].configJson, "stored config");
-            if (!plannableModel(config)) {
-                d.model = QString("torchscript · %1").arg(QFileInfo(QString::fromStdString(config.model.path)).fileName());
-            } else {
-                d.parameters = parameterCount(architectureFor(config), config.lora.rank,
-                                              loraProjections(config.model.type, config.lora.targets));
-                d.model = QString("%1 %2x%3 · %4")
-                              .arg(QString::fromStdString(config.model.type))
-                              .arg(config.model.nLayer)
-                              .arg(config.model.dModel)
-                              .arg(d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
-                                                           : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
-            }
-        } catch (const std::exception&) {
-            d.model = tr("(unreadable config)");
-        }
-        slot = d;
-    }
-    return *slot;
-}
-
-QVariant RunTableModel::data(const QModelIndex& index, int role) const
-{
-    if (!index.isValid() || index.row() >= m_shown) return {};
-    const RunRecord& r = m_runs[static_cast<std::size_t>(index.row())];
-    const auto column = static_cast<Column>(index.column());
-    const double duration = r.startedAt ? (r.endedAt.value_or(r.heartbeatAt.value_or(*r.startedAt)) - *r.startedAt) : 0.0;
-    const std::optional<double> error = r.estimateError();
-    if (role == Qt::DecorationRole && column == Status) return statusIcon(r.status);
-    if (role == Qt::ForegroundRole && column == Error && error && *error < -0.10) return QColor(0xc6, 0x28, 0x28);
-    if (role == Qt::TextAlignmentRole) {
-        return column == Name || column == Status || column == Model || column == Device || column == Precision || column == Tags
-                || column == Parent
-            ? QVariant(Qt::AlignLeft | Qt::AlignVCenter) : QVariant(Qt::AlignRight | Qt::AlignVCenter);
-    }
-    if (role == Qt::ToolTipRole && column == Name && !r.note.empty()) return QString::fromStdString(r.note);
-    if (role == Qt::ToolTipRole && column == Model) return tr("%1 parameters").arg(QLocale().toString(derived(index.row()).parameters));
-    if (role != Qt::DisplayRole && role != kSortRole) return {};
-    const bool sort = role == kSortRole;
-    const auto number = [&](std::optional<double> v, int digits) -> QVariant {
-        if (!v) return sort ? QVariant(std::numeric_limits<double>::infinity()) : QVariant(QString());
-        return sort ? QVariant(*v) : QVariant(QString::number(*v, 'f', digits));
-    };
-    switch (column) {
-    case Id: return sort ? QVariant(static_cast<qlonglong>(r.id)) : QVariant(QString::number(r.id));
-    case Name: return QString::fromStdString(r.name);
-    case Status: return QString::fromStdString(runStatusName(r.status));
-    case Started:
-        if (sort) return r.startedAt.value_or(r.createdAt);
-        return QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.startedAt.value_or(r.createdAt))).toString("yyyy-MM-dd HH:mm");
-    case Duration: {
-        if (sort) return duration;
-        const auto s = static_cast<qint64>(duration);
-        return s >= 3600 ? QString("%1:%2:%3").arg(s / 3600).arg(s / 60 % 60, 2, 10, QChar('0')).arg(s % 60, 2, 10, QChar('0'))
-                         : QString("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QChar('0'));
-    }
-    case Steps: return sort ? QVariant(r.stepsDone) : QVariant(QString("%1/%2").arg(r.stepsDone).arg(r.stepsTotal));
-    case Model: return sort ? QVariant(static_cast<qlonglong>(derived(index.row()).parameters)) : QVariant(derived(index.row()).model);
-    case Loss: return number(r.finalLoss, 4);
-    case ValLoss: return number(r.finalValLoss, 4);
-    case BestValLoss: return number(r.bestValLoss, 4);
-    case TokensPerSec: return number(r.tokensPerSecond, 0);
-    case Parent:
-        if (!r.parentRunId) return sort ? QVariant(qlonglong(0)) : QVariant(QString());
-        return sort ? QVariant(static_cast<qlonglong>(*r.parentRunId)) : QVariant(QString("run %1").arg(*r.parentRunId));
-    case Measured:
-        if (sort) return r.measuredPeakBytes ? static_cast<double>(*r.measuredPeakBytes) : -1.0;
-        return mib(r.measuredPeakBytes);
-    case Estimated:
-        if (sort) return r.estimatedPeakBytes ? static_cast<double>(*r.estimatedPeakBytes) : -1.0;
-        return mib(r.estimatedPeakBytes);
-    case Error:
-        if (sort) return error ? std::abs(*error) : -1.0;
-        return error ? QString::fromStdString(signedPercentText(*error)) : QString();
-    case Device: return QString::fromStdString(r.device);
-    case Precision: return QString::fromStdString(r.precision);
-    case Tags: {
-        QStringList tags;
-        for (const auto& t : r.tags) tags << QString::fromStdString(t);
-        return tags.join(", ");
-    }
-    case kColumns: break;
-    }
-    return {};
-}
-
-QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int role) const
-{
-    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return QAbstractTableModel::headerData(section, orientation, role);
-    static const char* const names[kColumns] = {"ID",       "Name",      "Status",        "Started",    "Duration",
-                                                "Steps",    "Model",     "Loss",          "Val loss",   "Best val",
-                                                "Tokens/s", "Peak MiB",  "Estimate MiB",  "Est. error", "Device",
-                                                "Precision", "Tags",     "Started from"};
-    return tr(names[section]);
-}
 
 // ---- HistoryPanel ----
 
@@ -265,6 +98,55 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     m_table->horizontalHeader()->setStretchLastSection(true);
     m_table->setAlternatingRowColors(true);
     m_table->setWordWrap(false);
+    // Right-click on the header: config fields as columns, hide or show columns.
+    m_table->horizontalHeader()->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(m_table->horizontalHeader(), &QHeaderView::customContextMenuRequested, this, [this](const QPoint& pos) {
+        auto menu = headerMenu(m_table->horizontalHeader()->logicalIndexAt(pos));
+        menu->exec(m_table->horizontalHeader()->mapToGlobal(pos));
+    });
+    // The ID column stays in view when the table scrolls sideways: a second
+    // view over the same model and selection shows it pinned at the left.
+    m_frozen = new QTableView(m_table);
+    m_frozen->setObjectName("historyFrozenId");
+    m_frozen->setModel(m_proxy);
+    m_frozen->setSelectionModel(m_table->selectionModel());
+    m_frozen->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_frozen->setSelectionMode(QAbstractItemView::ExtendedSelection);
+    m_frozen->setFocusPolicy(Qt::NoFocus);
+    m_frozen->verticalHeader()->hide();
+    m_frozen->verticalHeader()->setDefaultSectionSize(m_table->verticalHeader()->defaultSectionSize());
+    m_frozen->horizontalHeader()->setSectionResizeMode(QHeaderView::Fixed);
+    m_frozen->horizontalHeader()->setSortIndicatorShown(true);
+    m_frozen->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    m_frozen->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    m_frozen->setAlternatingRowColors(true);
+    m_frozen->setStyleSheet("QTableView { border: none; }");
+    m_table->viewport()->stackUnder(m_frozen);
+    m_table->installEventFilter(this);
+    connect(m_frozen->verticalScrollBar(), &QAbstractSlider::valueChanged, m_table->verticalScrollBar(), &QAbstractSlider::setValue);
+    connect(m_table->verticalScrollBar(), &QAbstractSlider::valueChanged, m_frozen->verticalScrollBar(), &QAbstractSlider::setValue);
+    connect(m_table->horizontalHeader(), &QHeaderView::sectionResized, this, [this](int section, int, int size) {
+        if (section != RunTableModel::Id) return;
+        m_frozen->setColumnWidth(RunTableModel::Id, size);
+        placeFrozenIdView();
+    });
+    connect(m_table->horizontalHeader(), &QHeaderView::sortIndicatorChanged, this, [this](int section, Qt::SortOrder order) {
+        m_frozen->horizontalHeader()->setSortIndicator(section, order);
+    });
+    connect(m_frozen->horizontalHeader(), &QHeaderView::sectionClicked, this, [this](int section) {
+        const auto* header = m_table->horizontalHeader();
+        const bool same = header->sortIndicatorSection() == section;
+        m_table->sortByColumn(section, same && header->sortIndicatorOrder() == Qt::AscendingOrder ? Qt::DescendingOrder
+                                                                                                   : Qt::AscendingOrder);
+    });
+    const auto hideAllButId = [this] {
+        for (int c = 0; c < m_proxy->columnCount(); ++c) m_frozen->setColumnHidden(c, c != RunTableModel::Id);
+        m_frozen->setColumnWidth(RunTableModel::Id, m_table->columnWidth(RunTableModel::Id));
+        placeFrozenIdView();
+    };
+    connect(m_model, &QAbstractItemModel::modelReset, this, hideAllButId);
+    connect(m_model, &QAbstractItemModel::columnsInserted, this, hideAllButId);
+    hideAllButId();
 
     // Overlays.
     m_lossPlot = new OverlayPlot(tr("loss"), this);
@@ -353,6 +235,13 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     connect(m_filter, &QLineEdit::returnPressed, this, [this] { refresh(); });
     connect(refreshButton, &QPushButton::clicked, this, [this] { refresh(); });
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &HistoryPanel::selectionChanged);
+    // The config columns chosen in an earlier session (fields this version still has).
+    std::vector<std::string> saved;
+    const auto& fields = configFieldPaths();
+    for (const QString& p : QSettings().value("history/configColumns").toStringList()) {
+        if (std::find(fields.begin(), fields.end(), p.toStdString()) != fields.end()) saved.push_back(p.toStdString());
+    }
+    m_model->setConfigColumns(saved);
     connect(m_byTime, &QCheckBox::toggled, this, &HistoryPanel::showOverlay);
     connect(m_logY, &QCheckBox::toggled, this, [this](bool log) { m_lossPlot->setLogScale(log); });
     connect(m_lineage, &QCheckBox::toggled, this, &HistoryPanel::showOverlay);
@@ -795,6 +684,80 @@ void HistoryPanel::askExport()
         return;
     }
     exportCsvAndReport(path);
+}
+
+} // namespace tb::ui
+
+namespace tb::ui {
+
+void HistoryPanel::placeFrozenIdView()
+{
+    if (!m_frozen) return;
+    const int frame = m_table->frameWidth();
+    m_frozen->setGeometry(frame, frame, m_table->columnWidth(RunTableModel::Id),
+                          m_table->viewport()->height() + m_table->horizontalHeader()->height());
+    m_frozen->horizontalHeader()->setFixedHeight(m_table->horizontalHeader()->height());
+}
+
+bool HistoryPanel::eventFilter(QObject* watched, QEvent* event)
+{
+    if (watched == m_table && (event->type() == QEvent::Resize || event->type() == QEvent::Show)) placeFrozenIdView();
+    return QWidget::eventFilter(watched, event);
+}
+
+void HistoryPanel::setConfigColumns(const std::vector<std::string>& paths)
+{
+    m_model->setConfigColumns(paths);
+    QStringList list;
+    for (const auto& p : paths) list << QString::fromStdString(p);
+    QSettings().setValue("history/configColumns", list);
+    m_table->resizeColumnsToContents();
+    placeFrozenIdView();
+}
+
+std::unique_ptr<QMenu> HistoryPanel::headerMenu(int column)
+{
+    auto menu = std::make_unique<QMenu>(this);
+    const std::string clicked = column >= 0 ? m_model->configPathOf(column) : std::string();
+    if (!clicked.empty()) {
+        menu->addAction(tr("Remove column %1").arg(QString::fromStdString(clicked)), this, [this, clicked] {
+            auto paths = m_model->configColumns();
+            paths.erase(std::remove(paths.begin(), paths.end(), clicked), paths.end());
+            setConfigColumns(paths);
+        });
+    } else if (column > RunTableModel::Name && column < RunTableModel::kColumns) {
+        const QString name = m_model->headerData(column, Qt::Horizontal, Qt::DisplayRole).toString();
+        menu->addAction(tr("Hide column %1").arg(name), this, [this, column] { m_table->setColumnHidden(column, true); });
+    }
+    bool hidden = false;
+    for (int c = 0; c < RunTableModel::kColumns; ++c) hidden = hidden || m_table->isColumnHidden(c);
+    if (hidden) {
+        menu->addAction(tr("Show all columns"), this, [this] {
+            for (int c = 0; c < RunTableModel::kColumns; ++c) m_table->setColumnHidden(c, false);
+        });
+    }
+    if (!menu->isEmpty()) menu->addSeparator();
+    // Every field a config can set, grouped by its section; checked when shown.
+    QMenu* add = menu->addMenu(tr("Config columns"));
+    add->setObjectName("historyConfigColumns");
+    std::map<QString, QMenu*> sections;
+    const auto& shown = m_model->configColumns();
+    for (const auto& path : configFieldPaths()) {
+        const QString text = QString::fromStdString(path);
+        const QString section = text.contains('.') ? text.section('.', 0, 0) : tr("top level");
+        QMenu*& sub = sections[section];
+        if (!sub) sub = add->addMenu(section);
+        QAction* action = sub->addAction(text);
+        action->setCheckable(true);
+        action->setChecked(std::find(shown.begin(), shown.end(), path) != shown.end());
+        connect(action, &QAction::toggled, this, [this, path](bool on) {
+            auto paths = m_model->configColumns();
+            paths.erase(std::remove(paths.begin(), paths.end(), path), paths.end());
+            if (on) paths.push_back(path);
+            setConfigColumns(paths);
+        });
+    }
+    return menu;
 }
 
 } // namespace tb::ui

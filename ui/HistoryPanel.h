@@ -11,12 +11,15 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "RunTableModel.h"
 #include "store/RunStore.h"
 
 class QCheckBox;
+class QMenu;
 class QLabel;
 class QLineEdit;
 class QPlainTextEdit;
@@ -31,42 +34,6 @@ namespace tb::ui {
 
 class MetricPlot;
 class OverlayPlot;
-
-class RunTableModel final : public QAbstractTableModel {
-    Q_OBJECT
-
-public:
-    enum Column { Id, Name, Status, Started, Duration, Steps, Model, Loss, ValLoss, BestValLoss, TokensPerSec,
-                  Measured, Estimated, Error, Device, Precision, Tags, Parent, kColumns };
-    static constexpr int kSortRole = Qt::UserRole + 1;
-    static constexpr int kFetchBatch = 500;
-
-    explicit RunTableModel(QObject* parent = nullptr) : QAbstractTableModel(parent) {}
-    void setRuns(std::vector<RunRecord> runs);
-    const RunRecord& run(int row) const { return m_runs[static_cast<std::size_t>(row)]; }
-    // The listed run with this id, or nullptr.
-    const RunRecord* find(std::int64_t id) const;
-    int rowOf(std::int64_t id) const; // -1 when not listed
-    int totalRuns() const { return static_cast<int>(m_runs.size()); }
-
-    int rowCount(const QModelIndex& parent = {}) const override { return parent.isValid() ? 0 : m_shown; }
-    int columnCount(const QModelIndex& parent = {}) const override { return parent.isValid() ? 0 : kColumns; }
-    QVariant data(const QModelIndex& index, int role) const override;
-    QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
-    bool canFetchMore(const QModelIndex& parent) const override;
-    void fetchMore(const QModelIndex& parent) override;
-
-private:
-    struct Derived {
-        QString model; // "gpt 2x128"
-        qint64 parameters = 0;
-    };
-    const Derived& derived(int row) const;
-    std::map<std::int64_t, std::size_t> m_rowOf; // id -> index into m_runs
-    std::vector<RunRecord> m_runs;
-    mutable std::vector<std::optional<Derived>> m_derived;
-    int m_shown = 0;
-};
 
 class HistoryPanel final : public QWidget {
     Q_OBJECT
@@ -109,7 +76,18 @@ public:
     // The current run's config, pretty JSON, to a file (temporary file, then rename).
     bool exportConfig(const QString& path, QString* error) const;
     QPushButton* resumeButton() const { return m_resume; }
+    // The run table's header menu for a column: add or remove config fields as
+    // columns (grouped by section), hide a built-in column (never ID or Name),
+    // show them all again. Public for tests; a right-click on the header opens it.
+    std::unique_ptr<QMenu> headerMenu(int column);
+    // Config fields shown as columns (kept across sessions).
+    void setConfigColumns(const std::vector<std::string>& paths);
+    // The ID column, kept in view when the table scrolls sideways.
+    QTableView* frozenIdView() const { return m_frozen; }
     QLineEdit* nameEdit() const { return m_name; }
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 Q_SIGNALS:
     // "Open in editor": a stored run's config as JSON text.
@@ -135,6 +113,8 @@ private:
     RunTableModel* m_model;
     QSortFilterProxyModel* m_proxy;
     QTableView* m_table;
+    QTableView* m_frozen = nullptr;
+    void placeFrozenIdView();
     QLineEdit* m_filter;
     QLabel* m_message;
     QLabel* m_count;

@@ -401,6 +401,34 @@ std::vector<ConfigDifference> configDifferences(const std::vector<std::string>& 
     return out;
 }
 
+std::string defaultRunName(const std::string& name, std::int64_t id, const std::string& configJson,
+                           const std::string& previousConfigJson)
+{
+    const std::string base = name + " #" + std::to_string(id);
+    if (previousConfigJson.empty()) return base;
+    std::vector<ConfigDifference> differences;
+    try {
+        differences = configDifferences({configJson, previousConfigJson});
+    } catch (const InputError&) {
+        return base; // an unreadable earlier config: nothing to compare with
+    }
+    std::string out = base;
+    std::size_t shown = 0;
+    for (const auto& d : differences) {
+        if (shown == 3) break;
+        if (d.values[0].empty()) continue; // a field only the earlier run had
+        std::string value = d.values[0];
+        if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+        if (value.size() > 24) value = value.substr(0, 21) + "...";
+        const std::string part = " " + d.path.substr(d.path.rfind('.') + 1) + "=" + value;
+        if (out.size() + part.size() > 180) break;
+        out += part;
+        ++shown;
+    }
+    if (differences.size() > shown && shown > 0) out += " +" + std::to_string(differences.size() - shown) + " more";
+    return out.size() <= 200 ? out : base.substr(0, 200);
+}
+
 std::string configToJson(const RunConfig& c)
 {
     json j;

@@ -241,7 +241,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
     const bool resuming = m_runId != 0;
     if (!resuming) {
         m_runId = m_store->createRun({m_config.name, configToJson(m_config), m_config.device, m_config.train.precision,
-                                      kAppVersion, torchVersion(), m_config.train.steps});
+                                      kAppVersion, torchVersion(), m_config.train.steps, true});
     }
     outcome.runId = m_runId;
     if (!resuming && !m_preflight.empty()) {

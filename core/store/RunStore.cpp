@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "store/RunFilter.h"
+#include "config/RunConfig.h"
 #include "store/RunLiveness.h"
 #include "store/Sqlite.h"
 #include "store/StoreSchema.h"
@@ -269,7 +270,20 @@ std::int64_t RunStore::createRun(const NewRun& run)
     s.bind(6, run.appVersion).bind(7, run.torchVersion).bind(8, run.stepsTotal).bind(9, static_cast<std::int64_t>(pid));
     s.bind(10, processStartTime(pid)).bind(11, hostName()).bind(12, pidNamespace()).bind(13, now);
     s.run();
-    return m_db->lastInsertId();
+    const std::int64_t id = m_db->lastInsertId();
+    if (run.defaultName) {
+        // The previous run of this config name (by the config's own name: the
+        // runs' names carry their ids). CASE keeps json_extract off configs
+        // that are not JSON.
+        Statement previous(*m_db, "SELECT config_json FROM runs WHERE id < ? AND CASE WHEN json_valid(config_json) "
+                                  "THEN json_extract(config_json, '$.name') END = ? ORDER BY id DESC LIMIT 1");
+        previous.bind(1, id).bind(2, run.name);
+        const std::string before = previous.step() ? previous.columnText(0) : std::string();
+        Statement named(*m_db, "UPDATE runs SET name=? WHERE id=?");
+        named.bind(1, defaultRunName(run.name, id, run.configJson, before)).bind(2, id);
+        named.run();
+    }
+    return id;
 }
 
 void RunStore::claimRun(std::int64_t runId)

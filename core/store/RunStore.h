@@ -61,6 +61,9 @@ struct NewRun {
     std::string appVersion;
     std::string torchVersion;
     int stepsTotal = 0;
+    // Name the run defaultRunName(name, its id, configJson, the previous
+    // config of this name): "default-text #3 lr=0.001". Off: exactly `name`.
+    bool defaultName = false;
 };
 
 struct MetricPoint {
