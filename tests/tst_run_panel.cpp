@@ -92,6 +92,16 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
         sinceLast.restart(); // the test's own grab and PNG encoding are not the app's work
     });
 
+    // The plots keep their size when "Cannot start" appears and goes.
+    QTest::qWait(20);
+    const int plotHeight = panel->lossPlot()->height();
+    m_window->document()->setValue("optim.lr", 0);
+    QTRY_VERIFY(!panel->startButton()->isEnabled());
+    QTest::qWait(20);
+    QCOMPARE(panel->lossPlot()->height(), plotHeight);
+    m_window->document()->setValue("optim.lr", 0.003);
+    QTRY_VERIFY(panel->startButton()->isEnabled());
+
     QTest::mouseClick(panel->startButton(), Qt::LeftButton);
     QVERIFY(panel->isRunning());
     sinceLast.start();
@@ -102,6 +112,9 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     QCOMPARE(outcome.status, RunStatus::Finished);
     QCOMPARE(outcome.stepsDone, 60);
     QVERIFY(progress.count() >= 2);
+    // ... and when the end-of-run summary (two lines) appears.
+    QTest::qWait(20);
+    QCOMPARE(panel->lossPlot()->height(), plotHeight);
     QVERIFY(shotTaken);
     qInfo("worst event-loop gap during the run: %lld ms (%lld probes)", worstGapMs, qint64(progress.count()));
     QVERIFY2(worstGapMs <= 100, qPrintable(QString("GUI froze for %1 ms").arg(worstGapMs)));

@@ -46,9 +46,17 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_stop = new QPushButton(tr("Stop"), this);
     m_stop->setToolTip(tr("Stop after the current step and save a checkpoint (Ctrl+.)"));
     m_stop->setEnabled(false);
+    // The reason and the status keep their space whether or not they have
+    // text, so the plots do not shrink when "Cannot start" or the end-of-run
+    // summary appears: one line for the reason (the whole text in its
+    // tooltip), two for the status.
     m_reason = plainLabel(this);
-    m_reason->setWordWrap(true);
+    m_reason->setWordWrap(false);
     m_reason->setStyleSheet("color: #c0392b");
+    QSizePolicy keep = m_reason->sizePolicy();
+    keep.setRetainSizeWhenHidden(true);
+    keep.setHorizontalPolicy(QSizePolicy::Ignored); // a long reason is clipped, not widening the window
+    m_reason->setSizePolicy(keep);
     m_preflight = plainLabel(this, tr("Preflight: checking…"));
     m_preflight->setToolTip(tr("Preflight for a launch on this machine; the Diagnostics tab (Ctrl+4) lists the findings"));
     m_progress = new QProgressBar(this);
@@ -60,6 +68,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_status = plainLabel(this);
     m_status->setWordWrap(true);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_status->setFixedHeight(2 * m_status->fontMetrics().lineSpacing() + 4);
+    m_status->setAlignment(Qt::AlignLeft | Qt::AlignTop);
 
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_start);
@@ -178,6 +188,7 @@ void RunPanel::updateStartButton()
     const bool blocked = !m_running && !m_config.has_value();
     m_reason->setVisible(blocked);
     m_reason->setText(blocked ? tr("Cannot start: %1").arg(m_blockedReason) : QString());
+    m_reason->setToolTip(m_reason->text());
 }
 
 void RunPanel::beginRun(const QString& what)
@@ -191,7 +202,7 @@ void RunPanel::beginRun(const QString& what)
     m_runId = 0;
     m_progress->setValue(0);
     m_progress->setFormat(tr("starting…"));
-    m_status->setText(what);
+    setStatus(what);
     m_elapsed.start();
     setRunning(true);
     m_worker->expectRun();
@@ -232,7 +243,7 @@ void RunPanel::onRefusedByPreflight(const QString& findings)
         startForced();
         return;
     }
-    m_status->setText(tr("Not started: preflight found errors (see the Diagnostics tab)."));
+    setStatus(tr("Not started: preflight found errors (see the Diagnostics tab)."));
 }
 
 void RunPanel::resume(qint64 runId)
@@ -242,6 +253,12 @@ void RunPanel::resume(qint64 runId)
     m_resuming = true;
     const QString db = m_dbPath;
     QMetaObject::invokeMethod(m_worker, [worker = m_worker, runId, db] { worker->resumeRun(runId, db); });
+}
+
+void RunPanel::setStatus(const QString& text)
+{
+    m_status->setText(text);
+    m_status->setToolTip(text); // two lines shown; all of it here
 }
 
 void RunPanel::setDatabasePath(const QString& path)
@@ -264,7 +281,7 @@ void RunPanel::showResumeHint()
         return; // a new or unreadable store: nothing to resume (opening it reports its own errors)
     }
     if (!stopped) return;
-    m_status->setText(tr("Run %1 \"%2\" stopped (%3) at step %4 of %5; Run > Resume last stopped run continues it "
+    setStatus(tr("Run %1 \"%2\" stopped (%3) at step %4 of %5; Run > Resume last stopped run continues it "
                          "from its last checkpoint.")
                           .arg(stopped->id)
                           .arg(QString::fromStdString(stopped->name), QString::fromStdString(runStatusName(stopped->status)))
@@ -318,7 +335,7 @@ void RunPanel::stop()
     if (!m_running) return;
     m_worker->requestStop(); // an atomic flag: the worker's busy loop never drains a queue
     m_stop->setEnabled(false);
-    m_status->setText(tr("Stopping after the current step…"));
+    setStatus(tr("Stopping after the current step…"));
 }
 
 void RunPanel::stopAndWait()
@@ -339,7 +356,7 @@ void RunPanel::onStarted(qint64 runId, const QString& description, qint64 estima
     // The session has dropped the metrics past the checkpoint: what is left is
     // the history this resume continues.
     if (m_resuming) plotHistory(runId);
-    m_status->setText(tr("Run %1: %2").arg(runId).arg(description));
+    setStatus(tr("Run %1: %2").arg(runId).arg(description));
     Q_EMIT runStarted(runId);
 }
 
@@ -411,7 +428,7 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
         }
     }
     else if (outcome.status == RunStatus::Cancelled) text += tr(". Checkpoint saved; Run ▸ Resume continues it.");
-    m_status->setText(text);
+    setStatus(text);
     m_progress->setFormat(status);
     appendLog(outcome.status == RunStatus::Failed ? "error" : "info", text);
     if (!outcome.checkpoint.empty()) {
@@ -423,7 +440,7 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
 
 void RunPanel::onRefused(const QString& message)
 {
-    m_status->setText(tr("Not started: %1").arg(message));
+    setStatus(tr("Not started: %1").arg(message));
     m_progress->setFormat(tr("not started"));
     appendLog("error", message);
     setRunning(false);

@@ -80,6 +80,7 @@ private:
     void setRunning(bool running);
     void updateStartButton();
     void showResumeHint();
+    void setStatus(const QString& text);
     // A resumed run's stored history (up to its checkpoint), plotted before its new steps.
     void plotHistory(qint64 runId);
 
