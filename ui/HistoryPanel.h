@@ -115,6 +115,7 @@ private:
     QTableView* m_table;
     QTableView* m_frozen = nullptr;
     void placeFrozenIdView();
+    void setUpColumns();
     QLineEdit* m_filter;
     QLabel* m_message;
     QLabel* m_count;

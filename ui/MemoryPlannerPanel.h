@@ -86,6 +86,8 @@ Q_SIGNALS:
     void updated(double milliseconds);
 
 private:
+    static constexpr int kMapCells = 128;     // the heat map is kMapCells x kMapCells
+    static constexpr int kBatchLimit = 65536; // the batch spin box's limit
     void updateApplyState();
     struct Plan {
         ArchitectureSpec arch;
