@@ -45,6 +45,8 @@ private Q_SLOTS:
     void experimentPanelShowsTheEstimateForTheTarget();
     void formPlannerPreflightAndCliAgree();
     void bf16OnT4DoesNotRun();
+    void mapRangeFollowsTheModelAndClicksSnap();
+    void presetsSortedByFamilyAndSize();
 
 private:
     MemoryPlannerPanel* planner() const { return m_window->plannerPanel(); }
@@ -342,6 +344,63 @@ void TestPlannerPanel::bf16OnT4DoesNotRun()
     QVERIFY(m_window->hardwarePanel()->selectTarget("A100 80GB"));
     m_window->document()->setValue("train.batch_size", 16); // reloads the planner from the config
     QVERIFY2(p->verdictText().startsWith("Fits"), qPrintable(p->verdictText()));
+}
+
+// A 7B model on a T4 and a toy both get a map whose frontier crosses it: a
+// fair share of cells fits and a fair share does not (the 7B map was almost
+// all red, the frontier in a corner). A click lands on round values.
+void TestPlannerPanel::mapRangeFollowsTheModelAndClicksSnap()
+{
+    auto* p = planner();
+    const auto fitShare = [&] {
+        const auto& map = p->fitMap();
+        int fits = 0;
+        for (auto peak : map.peakBytes) fits += peak <= map.budgetBytes ? 1 : 0;
+        return static_cast<double>(fits) / static_cast<double>(map.peakBytes.size());
+    };
+    QVERIFY(p->selectSource("llama-2-7b"));
+    p->precisionBox()->setCurrentIndex(p->precisionBox()->findData("fp16"));
+    p->loraRankBox()->setValue(16);
+    p->checkpointingBox()->setChecked(true);
+    const double big = fitShare();
+    QVERIFY2(big >= 0.15 && big <= 0.85, qPrintable(QString("7B on a T4: %1 of the map fits").arg(big)));
+    screenshot("planner-7b-map.png");
+    QVERIFY(p->selectSource("experiment"));
+    const double toy = fitShare();
+    QVERIFY2(toy >= 0.15 && toy <= 0.95, qPrintable(QString("the default experiment: %1 of the map fits").arg(toy)));
+    // Click at batch 37, sequence 700: the point moves to batch 40, sequence 640.
+    QVERIFY(p->selectSource("gpt2"));
+    auto* plot = p->mapPlot();
+    plot->replot();
+    const int maxBatch = p->findChild<QSlider*>("batchSlider")->maximum();
+    const int maxSeq = p->findChild<QSlider*>("seqSlider")->maximum();
+    const double bx = std::min(37.0, maxBatch * 0.6), sy = std::min(700.0, maxSeq * 0.7);
+    const QPoint at(static_cast<int>(plot->xAxis->coordToPixel(bx)), static_cast<int>(plot->yAxis->coordToPixel(sy)));
+    QTest::mouseClick(plot, Qt::LeftButton, {}, at);
+    const auto round = [](int v) {
+        if (v <= 8) return true;
+        int step = 1;
+        while (step * 8 <= v) step *= 2;
+        return v % step == 0;
+    };
+    QVERIFY2(round(p->batch()) && round(p->seqLen()), qPrintable(QString("%1 x %2").arg(p->batch()).arg(p->seqLen())));
+    QVERIFY2(std::abs(p->batch() - bx) <= bx / 4 + 1, qPrintable(QString::number(p->batch())));
+}
+
+// Presets by family, then size; the names carry the size once.
+void TestPlannerPanel::presetsSortedByFamilyAndSize()
+{
+    auto* box = planner()->findChild<QComboBox*>("plannerSource");
+    QStringList names;
+    for (int i = 0; i < box->count(); ++i) {
+        if (!box->itemData(i).toString().isEmpty() && box->itemData(i).toString() != "experiment") names << box->itemText(i);
+    }
+    QVERIFY(names.size() >= 10);
+    const int pythia160 = names.indexOf("Pythia 160M"), pythia410 = names.indexOf("Pythia 410M"),
+              pythia14 = names.indexOf("Pythia 1.4B"), pythia69 = names.indexOf("Pythia 6.9B");
+    QVERIFY2(pythia160 >= 0 && pythia160 < pythia410 && pythia410 < pythia14 && pythia14 < pythia69, qPrintable(names.join(" | ")));
+    QVERIFY2(names.indexOf("Qwen2.5 0.5B") + 1 == names.indexOf("Qwen2.5 1.5B"), qPrintable(names.join(" | ")));
+    for (const QString& n : names) QVERIFY2(!n.contains("parameters"), qPrintable(n));
 }
 
 QTEST_MAIN(TestPlannerPanel)
