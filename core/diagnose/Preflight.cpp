@@ -376,7 +376,8 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     const auto budget = target.memoryBytes;
     const int effective = c.train.batchSize * c.train.gradAccum;
     const std::int64_t seqFit = largestSequence(arch, setup, budget);
-    f.numbers["largest_batch"] = static_cast<double>(largestBatch(arch, setup, budget));
+    const std::int64_t largest = largestBatch(arch, setup, budget);
+    f.numbers["largest_batch"] = static_cast<double>(largest);
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
     // A fix leaves the 10% room whose lack is itself a warning, so applying
     // it creates no new finding.
@@ -396,14 +397,18 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
             ? std::pair<std::int64_t, int>{0, 1}
             : batchKeepingEffective(arch, s, room, effective, c.train.batchSize);
         if (b > 0) {
-            f.fix = "Not even batch 1 fits as configured. With activation checkpointing batch " + std::to_string(b)
-                + " fits; keep the effective batch with gradient accumulation " + std::to_string(bAccum) + ".";
+            f.fix = (largest > 0 ? "At most batch " + std::to_string(largest) + " fits, with under 10% to spare."
+                                 : std::string("Not even batch 1 fits as configured."))
+                + " With activation checkpointing batch " + std::to_string(b)
+                + " fits with room; keep the effective batch with gradient accumulation " + std::to_string(bAccum) + ".";
             f.autoFix = {{"train.activation_checkpointing", "true"},
                          {"train.batch_size", std::to_string(b)},
                          {"train.grad_accum", std::to_string(bAccum)}};
             f.autoFixLabel = "Checkpointing, batch " + std::to_string(b) + " x accumulation " + std::to_string(bAccum);
         } else {
-            f.fix = "Not even batch 1 fits at sequence " + std::to_string(setup.seqLen) + ". Shorten the sequence"
+            f.fix = (largest > 0 ? "Batch 1 fits at sequence " + std::to_string(setup.seqLen) + " with under 10% to spare"
+                                 : "Not even batch 1 fits at sequence " + std::to_string(setup.seqLen))
+                + ". Shorten the sequence"
                 + (seqFit > 0 ? " (" + std::to_string(seqFit) + " fits at this batch)" : std::string())
                 + ", train LoRA adapters, use a smaller model or a GPU with more memory.";
         }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -260,6 +261,11 @@ std::int64_t RunStore::createRun(const NewRun& run)
     // "created" forever.
     const long pid = static_cast<long>(getpid());
     const double now = wallClockNow();
+    // A default name is written in the same write transaction as the row
+    // (taken up front, so the busy timeout applies and no reader sees the run
+    // without its name).
+    std::optional<Transaction> tx;
+    if (run.defaultName) tx.emplace(*m_db);
     // A fresh id: past every run there is and every one deleted (one
     // statement, so two processes creating runs never get the same id).
     Statement s(*m_db, "INSERT INTO runs(name, status, created_at, config_json, device, precision, app_version, "
@@ -275,13 +281,18 @@ std::int64_t RunStore::createRun(const NewRun& run)
         // The previous run of this config name (by the config's own name: the
         // runs' names carry their ids). CASE keeps json_extract off configs
         // that are not JSON.
-        Statement previous(*m_db, "SELECT config_json FROM runs WHERE id < ? AND CASE WHEN json_valid(config_json) "
-                                  "THEN json_extract(config_json, '$.name') END = ? ORDER BY id DESC LIMIT 1");
-        previous.bind(1, id).bind(2, run.name);
-        const std::string before = previous.step() ? previous.columnText(0) : std::string();
+        std::string before;
+        {
+            // Finalised before the update (a statement left open keeps reading).
+            Statement previous(*m_db, "SELECT config_json FROM runs WHERE id < ? AND CASE WHEN json_valid(config_json) "
+                                      "THEN json_extract(config_json, '$.name') END = ? ORDER BY id DESC LIMIT 1");
+            previous.bind(1, id).bind(2, run.name);
+            if (previous.step()) before = previous.columnText(0);
+        }
         Statement named(*m_db, "UPDATE runs SET name=? WHERE id=?");
         named.bind(1, defaultRunName(run.name, id, run.configJson, before)).bind(2, id);
         named.run();
+        tx->commit();
     }
     return id;
 }
