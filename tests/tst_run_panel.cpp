@@ -186,6 +186,8 @@ void TestRunPanel::stopMidRunCancelsWithCheckpoint()
     panel = m_window->runPanel();
     const QString hint = panel->statusLabel()->text();
     QVERIFY2(hint.contains(QString("Run %1 ").arg(outcome.runId)) && hint.contains("Resume"), qPrintable(hint));
+    m_window->resize(1400, 900);
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/run-resume-hint.png"));
 
     // Resumed, it plots its whole history, not only the steps from the checkpoint on.
     QSignalSpy resumedEnd(panel, &RunPanel::runFinished);
