@@ -43,6 +43,10 @@ void HistoryPanel::setUpColumns()
     m_frozen->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     m_frozen->setAlternatingRowColors(true);
     m_frozen->setStyleSheet("QTableView { border: none; }");
+    m_frozen->horizontalHeader()->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(m_frozen->horizontalHeader(), &QHeaderView::customContextMenuRequested, this, [this](const QPoint& pos) {
+        headerMenu(RunTableModel::Id)->exec(m_frozen->horizontalHeader()->mapToGlobal(pos));
+    });
     m_table->viewport()->stackUnder(m_frozen);
     m_table->installEventFilter(this);
     connect(m_frozen->verticalScrollBar(), &QAbstractSlider::valueChanged, m_table->verticalScrollBar(), &QAbstractSlider::setValue);

@@ -282,11 +282,11 @@ void RunPanel::showResumeHint()
     }
     if (!stopped) return;
     setStatus(tr("Run %1 \"%2\" stopped (%3) at step %4 of %5; Run > Resume last stopped run continues it "
-                         "from its last checkpoint.")
-                          .arg(stopped->id)
-                          .arg(QString::fromStdString(stopped->name), QString::fromStdString(runStatusName(stopped->status)))
-                          .arg(stopped->stepsDone)
-                          .arg(stopped->stepsTotal));
+                 "from its last checkpoint.")
+                  .arg(stopped->id)
+                  .arg(QString::fromStdString(stopped->name), QString::fromStdString(runStatusName(stopped->status)))
+                  .arg(stopped->stepsDone)
+                  .arg(stopped->stepsTotal));
 }
 
 void RunPanel::plotHistory(qint64 runId)
