@@ -378,9 +378,9 @@ void ExperimentPanel::updateEstimate()
         const double use = static_cast<double>(gpu.peakBytes) / static_cast<double>(m_target.gpu.memoryBytes);
         if (!there.precision.error.empty()) {
             // A precision the GPU lacks is preflight's error there, whatever the memory.
-            text += tr("; on %1: %2 does not run (needs compute capability 8.0, this GPU has %3)")
+            text += tr("; on %1: %2 does not run (%3)")
                         .arg(QString::fromStdString(m_target.label()), QString::fromStdString(there.setup.precision),
-                             QString::fromStdString(m_target.gpu.cc.text()));
+                             QString::fromStdString(there.precision.shortfall));
         } else {
             text += tr("; on %1 in %2, %3 of %4 (%5%), %6")
                         .arg(QString::fromStdString(m_target.label()), QString::fromStdString(there.setup.precision),

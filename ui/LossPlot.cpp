@@ -112,4 +112,14 @@ void MemoryPlot::append(const QVector<double>& steps, const QVector<double>& cur
     }
 }
 
+void MemoryPlot::appendThinned(const QVector<double>& currentSteps, const QVector<double>& currentMiB,
+                               const QVector<double>& peakSteps, const QVector<double>& peakMiB)
+{
+    for (int i = 0; i < currentSteps.size(); ++i) m_current->append(currentSteps[i], currentMiB[i]);
+    for (int i = 0; i < peakSteps.size(); ++i) {
+        m_peak->append(peakSteps[i], peakMiB[i]);
+        if (m_estimateMiB > 0) m_estimate->append(peakSteps[i], m_estimateMiB);
+    }
+}
+
 } // namespace tb::ui

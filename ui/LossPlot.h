@@ -53,6 +53,9 @@ public:
     explicit MemoryPlot(QWidget* parent = nullptr);
     void clear();
     void append(const QVector<double>& steps, const QVector<double>& currentMiB, const QVector<double>& peakMiB);
+    // Stored history whose two series were thinned apart (their steps differ).
+    void appendThinned(const QVector<double>& currentSteps, const QVector<double>& currentMiB,
+                       const QVector<double>& peakSteps, const QVector<double>& peakMiB);
     // The memory planner's estimate of the peak, drawn beside the measured
     // curve from the next point on (0: none).
     void setEstimate(double mib);

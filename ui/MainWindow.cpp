@@ -293,10 +293,7 @@ void MainWindow::resumeLatest()
     std::optional<RunRecord> candidate;
     try {
         // Read-only on the GUI thread: no write lock to wait for, nothing changed.
-        RunStore store(m_run->databasePath().toStdString(), RunStore::Mode::ReadOnly);
-        for (const auto& r : store.listRuns()) {
-            if (r.status == RunStatus::Cancelled || r.status == RunStatus::Interrupted) candidate = r;
-        }
+        candidate = RunStore(m_run->databasePath().toStdString(), RunStore::Mode::ReadOnly).latestStoppedRun();
     } catch (const std::exception& e) {
         plainWarning(this, tr("Resume"), QString::fromStdString(e.what()));
         return;

@@ -552,10 +552,7 @@ QString MemoryPlannerPanel::verdictText() const
     // Short enough for one line; the target is named in the Target row and the tooltip.
     const QString amount = tr("%1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget));
     const QString percent = QString::number(100.0 * use, 'f', 0) + "%";
-    if (!m_precisionError.isEmpty()) {
-        return tr("Does not run: %1 needs compute capability 8.0, this GPU has %2")
-            .arg(m_precision->currentText(), QString::fromStdString(m_target.gpu.cc.text()));
-    }
+    if (!m_precisionError.isEmpty()) return tr("Does not run: %1 %2").arg(m_precision->currentText(), m_precisionError);
     if (use > 1.0) return tr("Does not fit (%1): %2").arg(percent, amount);
     if (use > 0.9) return tr("Fits, under 10% to spare (%1): %2").arg(percent, amount);
     return tr("Fits (%1): %2").arg(percent, amount);

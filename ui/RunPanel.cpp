@@ -273,10 +273,7 @@ void RunPanel::showResumeHint()
     std::optional<RunRecord> stopped;
     try {
         // Read-only: liveness is judged without writing, and nothing waits on a lock.
-        RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
-        for (const auto& r : store.listRuns()) {
-            if (r.status == RunStatus::Cancelled || r.status == RunStatus::Interrupted) stopped = r;
-        }
+        stopped = RunStore(m_dbPath.toStdString(), RunStore::Mode::ReadOnly).latestStoppedRun();
     } catch (const std::exception&) {
         return; // a new or unreadable store: nothing to resume (opening it reports its own errors)
     }
@@ -291,40 +288,37 @@ void RunPanel::showResumeHint()
 
 void RunPanel::plotHistory(qint64 runId)
 {
+    // Thinned as the History panel's overlays are (first and last point, each
+    // bucket's low and high): bounded work on the GUI thread however long the
+    // run, and the plots draw buckets of points anyway.
+    constexpr int kBuckets = 2048;
     std::vector<MetricPoint> loss, val, current, peak;
     try {
         RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
-        loss = store.metrics(runId, "loss");
-        val = store.metrics(runId, "val_loss");
-        current = store.metrics(runId, "mem_current_bytes");
-        peak = store.metrics(runId, "mem_peak_bytes");
+        loss = store.metricSeries(runId, "loss", kBuckets);
+        val = store.metricSeries(runId, "val_loss", kBuckets);
+        current = store.metricSeries(runId, "mem_current_bytes", kBuckets);
+        peak = store.metricSeries(runId, "mem_peak_bytes", kBuckets);
     } catch (const std::exception& e) {
         appendLog("warning", tr("The run's earlier metrics could not be read: %1").arg(QString::fromUtf8(e.what())));
         return;
     }
-    QVector<double> steps, values;
-    for (const auto& p : loss) {
-        steps.push_back(p.step);
-        values.push_back(p.value);
-        m_historyUntil = std::max(m_historyUntil, p.step);
-    }
-    m_lossPlot->appendTraining(steps, values);
-    steps.clear();
-    values.clear();
-    for (const auto& p : val) {
-        steps.push_back(p.step);
-        values.push_back(p.value);
-    }
-    m_lossPlot->appendValidation(steps, values);
-    if (current.size() == peak.size()) {
-        QVector<double> memorySteps, currentMiB, peakMiB;
-        for (std::size_t i = 0; i < current.size(); ++i) {
-            memorySteps.push_back(current[i].step);
-            currentMiB.push_back(current[i].value / 1048576.0);
-            peakMiB.push_back(peak[i].value / 1048576.0);
+    const auto series = [](const std::vector<MetricPoint>& points, double scale, QVector<double>& steps, QVector<double>& values) {
+        for (const auto& p : points) {
+            steps.push_back(p.step);
+            values.push_back(p.value * scale);
         }
-        m_memoryPlot->append(memorySteps, currentMiB, peakMiB);
-    }
+    };
+    QVector<double> lossSteps, losses, valSteps, valLosses, currentSteps, currentMiB, peakSteps, peakMiB;
+    series(loss, 1.0, lossSteps, losses);
+    series(val, 1.0, valSteps, valLosses);
+    series(current, 1.0 / 1048576.0, currentSteps, currentMiB);
+    series(peak, 1.0 / 1048576.0, peakSteps, peakMiB);
+    // The last stored step (kept by the thinning): later ones come from the worker.
+    if (!loss.empty()) m_historyUntil = loss.back().step;
+    m_lossPlot->appendTraining(lossSteps, losses);
+    m_lossPlot->appendValidation(valSteps, valLosses);
+    m_memoryPlot->appendThinned(currentSteps, currentMiB, peakSteps, peakMiB);
     if (!loss.empty()) appendLog("info", tr("Plotted the run's first %1 steps from the store.").arg(m_historyUntil));
     m_lossPlot->followData();
     m_memoryPlot->followData();

@@ -192,7 +192,7 @@ void printVerdict(const GpuTarget& gpu, const TrainingSetup& setup, const Memory
                 : use > 0.9 ? "fits, with under 10% to spare (risky)"
                             : "fits");
     if (const auto problem = precisionProblem(gpu, setup); !problem.empty()) {
-        std::printf("does NOT run there: %s\n", problem.c_str());
+        std::printf("does NOT run there: %s %s\n", setup.precision.c_str(), problem.c_str());
     }
     if (!gpu.note.empty()) std::printf("note: %s\n", gpu.note.c_str());
 }

@@ -29,7 +29,7 @@ TargetPlan planOnTarget(const RunConfig& config, const std::optional<GpuTarget>&
 std::string precisionError(const std::string& planned, std::optional<ComputeCapability> cc)
 {
     const std::string requested = planned == "bf16-pure" ? "bf16" : planned;
-    return decidePrecision(requested, cc.value_or(ComputeCapability{})).error;
+    return decidePrecision(requested, cc.value_or(ComputeCapability{})).shortfall;
 }
 
 } // namespace tb

@@ -26,7 +26,8 @@ TargetPlan planOnTarget(const RunConfig& config, bool gpu, std::optional<Compute
 TargetPlan planOnTarget(const RunConfig& config, const std::optional<GpuTarget>& target);
 
 // A planning precision (fp32 | fp16 | bf16 | bf16-pure) on a GPU of capability
-// cc: the error preflight reports for it there, empty when it can run.
+// cc: why preflight refuses it there ("needs compute capability 8.0 or newer,
+// this GPU has 7.5"), empty when it can run.
 std::string precisionError(const std::string& planned, std::optional<ComputeCapability> cc);
 
 } // namespace tb

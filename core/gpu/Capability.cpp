@@ -72,7 +72,8 @@ PrecisionDecision decidePrecision(const std::string& requested, std::optional<Co
     PrecisionDecision d;
     if (!cuda) {
         if (requested == "fp16") {
-            d.error = "train.precision: fp16 needs a CUDA device; on the CPU use \"fp32\" or \"bf16\"";
+            d.shortfall = "needs a CUDA device";
+            d.error = "train.precision: fp16 " + d.shortfall + "; on the CPU use \"fp32\" or \"bf16\"";
         }
         d.precision = requested == "auto" || requested == "fp16" ? "fp32" : requested;
         d.reason = requested == "auto" ? "auto on the CPU: fp32" : requested + " as requested";
@@ -80,7 +81,8 @@ PrecisionDecision decidePrecision(const std::string& requested, std::optional<Co
     }
     const auto bf16 = capability(*cuda, "bf16");
     if (requested == "bf16" && cuda->known() && !bf16.supported) {
-        d.error = "train.precision: bf16 needs compute capability 8.0 or newer, this GPU has " + cuda->text()
+        d.shortfall = "needs compute capability 8.0 or newer, this GPU has " + cuda->text();
+        d.error = "train.precision: bf16 " + d.shortfall
             + "; use \"fp16\" (with loss scaling) or \"auto\"";
     }
     if (requested == "fp32") {

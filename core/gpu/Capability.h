@@ -41,6 +41,7 @@ struct PrecisionDecision {
     bool fp32TrainableWeights = true;
     std::string reason;
     std::string error; // non-empty: the request cannot work on this device
+    std::string shortfall; // with error: what the device lacks ("needs compute capability 8.0 or newer, this GPU has 7.5")
 };
 // cuda: the target GPU's capability; nullopt for the CPU.
 PrecisionDecision decidePrecision(const std::string& requested, std::optional<ComputeCapability> cuda);

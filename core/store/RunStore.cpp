@@ -392,6 +392,15 @@ std::vector<RunRecord> RunStore::listRuns(const std::string& filter)
     return runs;
 }
 
+std::optional<RunRecord> RunStore::latestStoppedRun()
+{
+    std::optional<RunRecord> stopped;
+    for (auto& r : listRuns()) {
+        if (r.status == RunStatus::Cancelled || r.status == RunStatus::Interrupted) stopped = std::move(r);
+    }
+    return stopped;
+}
+
 namespace {
 
 std::string checkedLabel(const std::string& text, const char* what, std::size_t limit)

@@ -157,6 +157,9 @@ public:
     // name or the note. Operators: = != < <= > >=; "double quotes" group
     // words. Throws InputError naming a term it cannot read.
     std::vector<RunRecord> listRuns(const std::string& filter = {});
+    // The newest cancelled or interrupted run (liveness judged as listRuns
+    // does): what Run > Resume last stopped run continues.
+    std::optional<RunRecord> latestStoppedRun();
     // History edits. Throw InputError for an unknown run or a bad value.
     void addTag(std::int64_t runId, const std::string& tag);
     void removeTag(std::int64_t runId, const std::string& tag);
