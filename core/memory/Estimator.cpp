@@ -141,6 +141,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
+    const bool folds = eager && matmulFoldsViews(B, H); // head-split views go to bmm uncopied
     const double p = S.dropout;
     const bool drop = p > 0.0;
     const std::int64_t rng = rngStateBytes(S);
@@ -166,7 +167,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // Between steps (from the second on): weights, gradients (with LibTorch
     // 1.13, whose zero_grad zeroes them in place), optimizer state, resident data.
     const bool halfBase = lora && S.halfBase && (mixed || pure);
-    r.add(Weights, halfBase ? (P - Ptrain) * 2 + Ptrain * 4 : P * e);
+    // Pure bf16 keeps the adapters in bf16 too; mixed precision keeps fp32 ones.
+    const bool fp32Adapters = halfBase && !pure;
+    r.add(Weights, fp32Adapters ? (P - Ptrain) * 2 + Ptrain * 4 : P * e);
+    const std::int64_t tables = positionTableBytes(A);
+    r.add(Weights, tables);
     GradientLife grads(r, S, Ptrain * e);
     std::int64_t stateTensors = 0;
     if (S.optimizer == "adamw") stateTensors = 2 * Ptrain * e;
@@ -265,12 +270,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(3 * akv);
             untmp(akv); // k projection released
             if (gqa) attentionCore(false, true), act(a); // keys and values expanded to every head
+            else if (folds) attentionCore(false, false), r.move(Workspace, Activations, akv); // v itself saved
             else attentionCore(false, false), act(a);   // values made contiguous
             tmp(a);   // probabilities x values
             act(a);   // heads merged
             tmp(a);   // o_proj
             untmp(a); // attention output released
-            untmp(gqa ? 2 * akv : akv); // locals k (gqa) and v released on return
+            untmp(gqa ? 2 * akv : folds ? 0 : akv); // locals k (gqa) and v released on return
             act(a);   // residual h
             untmp(a); // o_proj output
             rmsForward();
@@ -289,14 +295,16 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 }
                 attentionCore(false, false);
             } else {
-                attentionCore(true, true); // q and k made contiguous for the batched product
+                attentionCore(!folds, !folds); // q and k made contiguous for the batched product
             }
-            act(a);   // v made contiguous
+            if (!folds) act(a); // v made contiguous
             tmp(a);   // probabilities x values
             act(a);   // heads merged
             tmp(a);   // proj
             untmp(a); // attention output released
-            untmp(3 * a); // qkv released on return
+            // qkv released on return, or kept by the views the products saved
+            if (folds) r.move(Workspace, Activations, 3 * a);
+            else untmp(3 * a);
             if (drop) {
                 act(a);   // noise
                 tmp(a);   // dropped
@@ -517,7 +525,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         // probabilities x values
         tmp(a);
         tmp(s);
-        r.sub(Activations, a); // v
+        r.sub(Activations, !folds ? a : rope ? 3 * a : 0); // v (a view: qkv, unless q and k still hold it)
         untmp(a);
         if (drop) {
             r.sub(AttentionMaps, s); // the dropped copy, once its product's backward has run
@@ -534,7 +542,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         untmp(s);
         tmp(2 * a);
         untmp(s);
-        r.sub(Activations, 2 * a); // q and k
+        r.sub(Activations, folds && !rope ? 3 * a : 2 * a); // q and k (views: qkv)
         if (rope) {
             tmp(2 * a);
             untmp(2 * a);
@@ -606,8 +614,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         std::string formula;
         switch (c) {
         case Weights:
-            formula = halfBase ? "frozen parameters x 2 bytes + trainable (adapter) parameters x 4 bytes"
+            formula = fp32Adapters ? "frozen parameters x 2 bytes + trainable (adapter) parameters x 4 bytes"
                                : "parameters x " + std::to_string(e) + " bytes";
+            if (tables > 0) formula += " + fp32 position tables";
             break;
         case Gradients:
             formula = "trainable parameters x " + std::to_string(e) + " bytes (kept between steps)";
@@ -770,8 +779,11 @@ namespace {
 // of the batch B and the sequence length T with constants, of the form
 // c0 + c1 T + c2 T^2 + c3 B + c4 BT + c5 BT^2, and the order of allocations
 // does not depend on B or T. So the live bytes after each allocation are such
-// a polynomial, recovered exactly from replays at B in {1, 2} x three
-// consecutive T, and checked at the corners and the middle of the map. The
+// a polynomial, recovered exactly from replays at B in {2, 3} x three
+// consecutive T, and checked at the corners and the middle of the map. At
+// B = 1 matmul skips some copies (matmulFoldsViews), so the allocations
+// differ: that column has polynomials in T of its own, from three more
+// replays. The
 // peak at any (B, T) is the largest of the polynomials that no other one
 // dominates: tens of dot products instead of a replay of thousands of
 // allocations. Where a size is not polynomial over the whole range (the
@@ -788,7 +800,8 @@ std::int64_t evaluate(const Poly& p, std::int64_t B, std::int64_t u)
 
 struct CompiledSegment {
     std::int64_t t0 = 1, tLast = 1; // the sequence lengths it covers
-    std::vector<Poly> peaks;
+    std::vector<Poly> peaks;        // B >= 2
+    std::vector<Poly> peaksBatch1;  // B = 1 (no B terms)
     bool compiled = true; // false: its rows are replayed cell by cell
 };
 
@@ -813,61 +826,73 @@ std::vector<std::int64_t> recordedTrace(const ArchitectureSpec& arch, TrainingSe
 std::optional<CompiledSegment> compileSegment(const ArchitectureSpec& arch, const TrainingSetup& setup,
                                               std::int64_t t0, std::int64_t tLast, std::int64_t bMax)
 {
-    std::array<std::array<std::vector<std::int64_t>, 3>, 2> traces;
-    for (int b = 0; b < 2; ++b) {
+    // Sampled at B = 2 and 3 (and B = 1 on its own, see above).
+    bMax = std::max<std::int64_t>(bMax, 3);
+    std::array<std::array<std::vector<std::int64_t>, 3>, 3> traces; // [B - 1][u - 1]
+    for (int b = 0; b < 3; ++b) {
         for (int u = 0; u < 3; ++u) traces[b][u] = recordedTrace(arch, setup, b + 1, t0 + u);
     }
-    const auto n = traces[0][0].size();
-    for (const auto& row : traces) {
-        for (const auto& tr : row) {
-            if (tr.size() != n) return std::nullopt;
-        }
-    }
-    std::vector<Poly> polys(n);
-    for (std::size_t k = 0; k < n; ++k) {
-        // Quadratic in u from u = 1, 2, 3 for B = 1 and B = 2, then linear in B.
-        std::array<std::array<std::int64_t, 3>, 2> inU{};
-        for (int b = 0; b < 2; ++b) {
-            const auto v1 = traces[b][0][k], v2 = traces[b][1][k], v3 = traces[b][2][k];
+    // Quadratic in u from u = 1, 2, 3; nullopt where the lists differ or it is not.
+    const auto quadratics = [&](const std::array<std::vector<std::int64_t>, 3>& row)
+        -> std::optional<std::vector<std::array<std::int64_t, 3>>> {
+        const auto n = row[0].size();
+        if (row[1].size() != n || row[2].size() != n) return std::nullopt;
+        std::vector<std::array<std::int64_t, 3>> out(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            const auto v1 = row[0][k], v2 = row[1][k], v3 = row[2][k];
             const auto d2 = v3 - 2 * v2 + v1;
             if (d2 % 2 != 0) return std::nullopt;
             const auto c2 = d2 / 2, c1 = v2 - v1 - 3 * c2;
-            inU[b] = {v1 - c1 - c2, c1, c2};
+            out[k] = {v1 - c1 - c2, c1, c2};
         }
-        for (int j = 0; j < 3; ++j) {
-            polys[k][j] = 2 * inU[0][j] - inU[1][j]; // B^0
-            polys[k][3 + j] = inU[1][j] - inU[0][j]; // B^1
+        return out;
+    };
+    const auto atOne = quadratics(traces[0]), atTwo = quadratics(traces[1]), atThree = quadratics(traces[2]);
+    if (!atOne || !atTwo || !atThree || atTwo->size() != atThree->size()) return std::nullopt;
+    const auto n = atTwo->size();
+    std::vector<Poly> polys(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        for (int j = 0; j < 3; ++j) { // then linear in B
+            polys[k][j] = 3 * (*atTwo)[k][j] - 2 * (*atThree)[k][j]; // B^0
+            polys[k][3 + j] = (*atThree)[k][j] - (*atTwo)[k][j];     // B^1
         }
     }
+    std::vector<Poly> polys1(atOne->size());
+    for (std::size_t k = 0; k < polys1.size(); ++k) polys1[k] = {(*atOne)[k][0], (*atOne)[k][1], (*atOne)[k][2], 0, 0, 0};
     // Check where the samples were not taken: a point near them, the corners
     // and the middle of the segment.
-    const std::array<std::pair<std::int64_t, std::int64_t>, 5> checks{
-        {{5, t0 + 6}, {bMax, t0}, {bMax, tLast}, {1, tLast}, {(1 + bMax) / 2, (t0 + tLast) / 2}}};
+    const std::array<std::pair<std::int64_t, std::int64_t>, 7> checks{
+        {{5, t0 + 6}, {bMax, t0}, {bMax, tLast}, {2, tLast}, {(2 + bMax) / 2, (t0 + tLast) / 2}, {1, tLast},
+         {1, (t0 + tLast) / 2}}};
     for (const auto& [B, T] : checks) {
         const auto trace = recordedTrace(arch, setup, B, T);
-        if (trace.size() != n) return std::nullopt;
-        for (std::size_t k = 0; k < n; ++k) {
-            if (evaluate(polys[k], B, T - t0 + 1) != trace[k]) return std::nullopt;
+        const auto& p = B == 1 ? polys1 : polys;
+        if (trace.size() != p.size()) return std::nullopt;
+        for (std::size_t k = 0; k < p.size(); ++k) {
+            if (evaluate(p[k], B, T - t0 + 1) != trace[k]) return std::nullopt;
         }
     }
     // Keep the polynomials no other one dominates coefficient by coefficient
     // (B, u >= 1, so every monomial is positive), largest first.
-    std::vector<std::size_t> order(n);
-    for (std::size_t k = 0; k < n; ++k) order[k] = k;
     const auto uMax = tLast - t0 + 1;
-    std::sort(order.begin(), order.end(),
-              [&](auto x, auto y) { return evaluate(polys[x], bMax, uMax) > evaluate(polys[y], bMax, uMax); });
-    CompiledSegment out{t0, tLast, {}, true};
-    for (auto k : order) {
-        const bool dominated = std::any_of(out.peaks.begin(), out.peaks.end(), [&](const Poly& q) {
-            for (int i = 0; i < kMonomials; ++i) {
-                if (q[i] < polys[k][i]) return false;
-            }
-            return true;
-        });
-        if (!dominated) out.peaks.push_back(polys[k]);
-    }
-    return out;
+    const auto undominated = [&](const std::vector<Poly>& all) {
+        std::vector<std::size_t> order(all.size());
+        for (std::size_t k = 0; k < all.size(); ++k) order[k] = k;
+        std::sort(order.begin(), order.end(),
+                  [&](auto x, auto y) { return evaluate(all[x], bMax, uMax) > evaluate(all[y], bMax, uMax); });
+        std::vector<Poly> kept;
+        for (auto k : order) {
+            const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Poly& q) {
+                for (int i = 0; i < kMonomials; ++i) {
+                    if (q[i] < all[k][i]) return false;
+                }
+                return true;
+            });
+            if (!dominated) kept.push_back(all[k]);
+        }
+        return kept;
+    };
+    return CompiledSegment{t0, tLast, undominated(polys), undominated(polys1), true};
 }
 
 // Compiles [t0, tLast], splitting it where a size is not one polynomial over
@@ -881,7 +906,7 @@ void compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std:
         return;
     }
     if (tLast - t0 < 8) {
-        out.push_back({t0, tLast, {}, false});
+        out.push_back({t0, tLast, {}, {}, false});
         return;
     }
     const auto mid = t0 + (tLast - t0) / 2;
@@ -895,7 +920,7 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
     const bool gpu = setup.gpu; // a recording is not rounded: exact polynomials
     CompiledStep out;
     Recording rec;
-    (void)recordedTrace(arch, setup, 1, tFirst, &rec);
+    (void)recordedTrace(arch, setup, 2, tFirst, &rec);
     out.trainableBytes = rec.trainableBytes;
     compileRange(arch, setup, tFirst, tLast, bMax, out.segments);
     // A step whose allocations do not follow polynomials anywhere is not compiled.
@@ -936,7 +961,9 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
                 continue;
             }
             std::int64_t tensors = 0;
-            for (const auto& p : segment->peaks) tensors = std::max(tensors, evaluate(p, b, t - segment->t0 + 1));
+            for (const auto& p : b == 1 ? segment->peaksBatch1 : segment->peaks) {
+                tensors = std::max(tensors, evaluate(p, b, t - segment->t0 + 1));
+            }
             const auto resident = validationExamples(setup) * exampleBytes(setup);
             tensors += (resident + granularity - 1) / granularity * granularity;
             const auto peakAt = [&](std::int64_t x) { return x + gpuOverheads(setup, compiled->trainableBytes, x).total(); };

@@ -27,6 +27,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
+    const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool mixed = d.mixed;
     const bool softmax32 = mixed && (llama || S.gpu); // fp32 softmax, probabilities cast down
@@ -34,6 +35,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const std::int64_t sq = meanSavesInput(S) ? d.a : 0; // RMSNorm's x^2 while saved (1.13)
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
     const std::int64_t rank = S.loraRank;
+    // Bytes per element of the projections' outputs: fp32, or fp16/bf16 under
+    // autocast and in pure bf16.
+    const std::int64_t lowBytes = d.ah / (d.bt * C);
+    // Logits in fp16/bf16 (mixed and pure bf16) are cast up for the fp32 loss.
+    const bool lowLogits = d.lgh != d.lg;
     const auto has = [&](const char* name) {
         return std::find(S.loraTargets.begin(), S.loraTargets.end(), name) != S.loraTargets.end();
     };
@@ -83,7 +89,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // the output in the workspace; returns whether it requires grad.
     const auto linear = [&](const char* name, std::int64_t in, std::int64_t outFeatures, bool bias, bool fp32In,
                             bool gIn) {
-        const auto out = d.bt * outFeatures * (mixed ? 2 : 4);
+        const auto out = d.bt * outFeatures * lowBytes;
         if (mixed) {
             // A base already stored in half precision needs no cast.
             const auto w = d.halfBase ? 0 : in * outFeatures * 2, b = bias && !d.halfBase ? outFeatures * 2 : 0,
@@ -185,7 +191,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             gAttn = gScores || gv;
             if (gqa) tmp(d.ah); // keys expanded to every head (the rotated k stays until return)
             attentionMaps();
-            tmp(d.ah); // values expanded or made contiguous
+            const bool vItself = folds && !gqa; // the v projection goes to the product uncopied
+            if (!vItself) tmp(d.ah); // values expanded or made contiguous
             tmp(d.ah); // probabilities x values
             keepOrFree(gk, d.ah); // rotated q, saved by q k^T when k requires grad
             keepOrFree(gq, d.ah); // keys, saved when q requires grad
@@ -197,7 +204,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             untmp(d.ah); // probabilities x values
             keepOrFree(has("o_proj"), d.ah);
             saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
-            untmp(gqa ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (gqa), v projection
+            if (!vItself) untmp(gqa ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (gqa), v projection
             gAttn = go;
             // h = x + attn(norm(x)): the temporaries live until the sum exists.
             residualSum(d.ah); // o
@@ -235,21 +242,23 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                 tmp(d.ah); // rotated q (then k)
                 untmp(3 * d.ah);
             }
-        } else {
+        } else if (!folds) {
             tmp(2 * d.ah); // q and k made contiguous
         }
         attentionMaps();
-        tmp(d.ah); // v made contiguous
+        if (!folds) tmp(d.ah); // v made contiguous
         tmp(d.ah); // probabilities x values
-        keepOrFree(gqkv, 3 * d.ah); // q, k and v, saved when they require grad
-        saved.values = gqkv ? d.ah : 0;
+        // q, k and v, saved when they require grad; views of qkv are not copies
+        keepOrFree(gqkv, !folds ? 3 * d.ah : rope ? 2 * d.ah : 0);
+        // released by the values' backward: their copy, or qkv once q and k no longer hold it
+        saved.values = !gqkv ? 0 : !folds ? d.ah : rope ? 3 * d.ah : 0;
         releaseMaps(gqkv);
         tmp(d.ah); // heads merged
         const bool go = linear("proj", C, C, true, false, gqkv);
         untmp(d.ah);
         keepOrFree(has("proj"), d.ah);
         saved.projInput = has("proj") ? d.ah + d.xa : 0;
-        untmp(3 * d.ah); // qkv
+        keepOrFree(gqkv && folds, 3 * d.ah); // qkv: kept by the views the products saved
         if (drop) {
             tmp(2 * d.ah); // noise, dropped
             keepOrFree(go, d.ah);
@@ -341,12 +350,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     }
     untmp(d.a);          // the norm output
     act(d.idx); // targets made contiguous
-    if (mixed) r.add(Logits, d.lg); // cast up for the loss
+    if (lowLogits) r.add(Logits, d.lg); // cast up for the loss
     r.add(Logits, d.lg); // log-softmax, saved
     tmp(d.m);
     if (S.dataset == "addition") tmp(d.m);
     untmp(S.dataset == "addition" ? 2 * d.m : d.m);
-    r.sub(Logits, mixed ? d.lg + d.lgh : d.lg);
+    r.sub(Logits, lowLogits ? d.lg + d.lgh : d.lg);
     r.sub(WeightCopies, cachedOnly); // the autocast scope ends
 
     // ---- backward ----
@@ -359,16 +368,20 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     r.sub(Activations, d.idx);
     r.add(Logits, d.lg); // grad of logits
     r.sub(Logits, 2 * d.lg);
-    if (mixed) {
+    if (lowLogits) {
         r.add(Logits, d.lgh); // cast down
         r.sub(Logits, d.lg);
         tmp(d.ah); // grad of the head's input
         r.sub(Logits, d.lgh);
         if (g) r.sub(WeightCopies, headCast);
     }
-    tmp(d.a); // grad of the final norm output
-    if (mixed) untmp(d.ah);
-    else r.sub(Logits, d.lg);
+    if (mixed) {
+        tmp(d.a); // grad of the final norm output, cast up
+        untmp(d.ah);
+    } else if (!lowLogits) {
+        tmp(d.a); // grad of the final norm output
+        r.sub(Logits, d.lg);
+    }
     tmp(3 * d.a); // norm backward
     untmp(3 * d.a);
     r.sub(Activations, finalSaved);

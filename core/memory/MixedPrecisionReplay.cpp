@@ -30,6 +30,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
+    const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool softmax32 = llama || S.gpu;
     const bool addition = S.dataset == "addition";
@@ -55,6 +56,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         held = heldMaps = 0;
     };
     const auto unact = [&](std::int64_t b) { r.sub(Activations, b); };
+    // A temporary that a saved view turns out to keep (nothing is kept without grad).
+    const auto keepTemporary = [&](std::int64_t b) {
+        if (noGrad) r.sub(Workspace, b);
+        else r.move(Workspace, Activations, b);
+    };
     const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
     const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
     std::int64_t biasCopies = 0; // live until the autocast scope ends
@@ -142,14 +148,15 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.akvh); // k projection released
             if (gqa) act(d.ah); // keys expanded to every head
             attentionCore();
-            act(d.ah);  // values made contiguous (or expanded)
+            if (gqa || !folds) act(d.ah); // values made contiguous (or expanded)
             tmp(d.ah);  // probabilities x values
             act(d.ah);  // heads merged
             copy(C * C);
             tmp(d.ah);  // o_proj
             releaseHeld();
             untmp(d.ah); // attention output released
-            untmp(gqa ? 2 * d.akvh : d.akvh); // locals k (gqa) and v released on return
+            if (gqa || !folds) untmp(gqa ? 2 * d.akvh : d.akvh); // locals k (gqa) and v released on return
+            else keepTemporary(d.akvh); // v, saved by the product itself
             tmp(d.a);   // o cast up for the residual sum
             r.add(Activations, d.a); // residual h (the block holds it either way)
             untmp(d.a);
@@ -176,11 +183,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         if (rope) {
             ropeForward(d.ah, true);
             ropeForward(d.ah, true);
-        } else {
+        } else if (!folds) {
             act(2 * d.ah); // q and k made contiguous for the batched product
         }
         attentionCore();
-        act(d.ah);  // v made contiguous
+        if (!folds) act(d.ah); // v made contiguous
         tmp(d.ah);  // probabilities x values
         act(d.ah);  // heads merged
         copyBias(C);
@@ -188,7 +195,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(d.ah);  // proj
         releaseHeld();
         untmp(d.ah); // attention output released
-        untmp(3 * d.ah); // qkv released on return
+        // qkv released on return, or kept by the views the products saved
+        if (folds) keepTemporary(3 * d.ah);
+        else untmp(3 * d.ah);
         if (drop) {
             act(d.ah);   // noise
             tmp(d.ah);   // dropped
@@ -472,12 +481,12 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.ah); // grad of v
             tmp(d.sh); // grad of the probabilities
             untmp(d.ah);
-            unact(d.ah); // v
+            unact(!folds ? d.ah : rope ? 3 * d.ah : 0); // v (a view: qkv, unless q and k still hold it)
             if (softmax32) r.sub(AttentionMaps, d.sh); // the probabilities as cast down
             softmaxBackward();
             tmp(2 * d.ah); // grads of q and k
             untmp(d.sh);
-            unact(2 * d.ah); // q and k
+            unact(folds && !rope ? 3 * d.ah : 2 * d.ah); // q and k (views: qkv)
         } else {
             tmp(3 * d.ah);
             untmp(d.ah);

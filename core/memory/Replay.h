@@ -156,6 +156,24 @@ inline bool meanSavesInput(const TrainingSetup& s) { return s.torchMajor < 2; }
 constexpr std::int64_t kCpuRngStateBytes = 5056;
 inline std::int64_t rngStateBytes(const TrainingSetup& s) { return s.checkpointing && !s.gpu ? kCpuRngStateBytes : 0; }
 
+
+// matmul folds the batch dimensions of a [B, H, T, D] operand into one for
+// bmm. A head-split view ([B, T, H, D] transposed) folds without a copy only
+// when B or H is 1; otherwise it is copied and the copy is what autograd
+// saves. Without the copy, the view keeps the whole projection output it came
+// from (GPT's fused qkv) alive until the product's backward has run.
+inline bool matmulFoldsViews(std::int64_t batch, std::int64_t heads) { return batch == 1 || heads == 1; }
+
+// Buffers the built-in models register beside their parameters: the
+// sinusoidal position table, or RoPE's cos and sin tables, fp32 and sized to
+// the longest sequence the model is built for.
+inline std::int64_t positionTableBytes(const ArchitectureSpec& a)
+{
+    const bool rope = a.family == "llama" || a.positional == "rope";
+    if (rope) return 2 * a.maxPositions * (a.headDim() / 2) * 4;
+    if (a.family != "llama" && a.positional == "sinusoidal") return a.maxPositions * a.hidden * 4;
+    return 0;
+}
 // One step with LoRA (LoraReplay.cpp), in fp32 or under autocast. Bytes of
 // one micro-batch; the "low" sizes are fp32 too when not mixed.
 struct LoraShape {
