@@ -458,7 +458,7 @@ void TestMemoryPlan::pureBf16LoraReleasesWhatItKept()
                 const auto where = QString("%1 %2 rank %3").arg(preset, precision).arg(rank);
                 QVERIFY2(optimizerPeak[0] > 0, qPrintable(where));
                 QVERIFY2(std::llabs(optimizerPeak[1] - optimizerPeak[0]) <= 16384, qPrintable(where)); // the generator's state
-                QVERIFY2(peak[1] < peak[0], qPrintable(where));
+                QVERIFY2(peak[1] <= peak[0], qPrintable(where)); // equal where the optimizer phase is the peak (2.x, full fine-tuning)
                 QCOMPARE(end[1], end[0]);
             }
         }
