@@ -19,11 +19,18 @@ and nanoGPT draw them: with nn.Embedding's own N(0, 1) this reference stalls on
 most seeds (RoPE: 3 of 16 seeds reach 80%; --embedding-std 1 shows it). Flags switch single choices to Trainbench's, so the cause
 of a difference can be isolated one choice at a time.
 
+To tell the implementation from the random draws, --init-from starts the Llama
+from Trainbench's own initial weights (`trainbench-cli export-model` of a 1-step
+run at lr 1e-30 and the same seed) and --trainbench-batches draws Trainbench's
+batches; with --beta2 0.99 --decay-matrices-only the first steps' losses then
+equal Trainbench's to about 1e-6 (docs/learning.md, "Learning robustness").
+
 Prints one line: the held-out exact match at each evaluation, as JSON.
 """
 import argparse
 import json
 import math
+import struct
 import sys
 
 import torch
@@ -208,6 +215,55 @@ class Llama(nn.Module):
         return [m for b in self.blocks for m in (b.o, b.down)]
 
 
+def load_safetensors(path):
+    """The tensors of a float32 model.safetensors (8-byte header size, JSON header, data)."""
+    raw = open(path, "rb").read()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + size])
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if entry["dtype"] != "F32":
+            sys.exit(f"{path}: tensor {name} is {entry['dtype']}; only F32 is read")
+        begin, end = entry["data_offsets"]
+        data = bytearray(raw[8 + size + begin:8 + size + end])
+        tensors[name] = torch.frombuffer(data, dtype=torch.float32).reshape(entry["shape"]).clone()
+    return tensors
+
+
+def load_trainbench_llama(model, path, layers):
+    """Loads `trainbench-cli export-model` weights (Hugging Face Llama names) into Llama."""
+    names = {"model.embed_tokens.weight": "tok.weight", "model.norm.weight": "norm.weight",
+             "lm_head.weight": "head.weight"}
+    for i in range(layers):
+        for p in "qkvo":
+            names[f"model.layers.{i}.self_attn.{p}_proj.weight"] = f"blocks.{i}.{p}.weight"
+        for p in ("gate", "up", "down"):
+            names[f"model.layers.{i}.mlp.{p}_proj.weight"] = f"blocks.{i}.{p}.weight"
+        names[f"model.layers.{i}.input_layernorm.weight"] = f"blocks.{i}.n1.weight"
+        names[f"model.layers.{i}.post_attention_layernorm.weight"] = f"blocks.{i}.n2.weight"
+    tensors = load_safetensors(path)
+    unknown = sorted(set(tensors) - set(names))
+    if unknown:
+        sys.exit(f"{path}: not a {layers}-layer untied Trainbench Llama ({unknown[0]} ...)")
+    model.load_state_dict({names[k]: v for k, v in tensors.items()}, strict=True)
+
+
+def trainbench_batches(data, seed, batch):
+    """Batches as Trainbench draws them: its generator seed, pairs of torch.randint
+    draws over [0, 10^digits), held-out pairs skipped."""
+    gen = torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + 17) & MASK64)
+    while True:
+        pairs = []
+        while len(pairs) < batch:
+            v = torch.randint(0, data.limit, (2 * batch,), generator=gen).tolist()
+            for i in range(0, 2 * batch - 1, 2):
+                if len(pairs) < batch and not Addition.held_out(v[i], v[i + 1], 0.05):
+                    pairs.append((v[i], v[i + 1]))
+        yield data.encode(torch.tensor(pairs))
+
+
 def lr_at(step, total, warmup, peak):
     if warmup > 0 and step <= warmup:
         return peak * step / warmup
@@ -243,7 +299,14 @@ def main():
                     help="N(0, std) linear weights with zero biases; 0: nn.Linear's default")
     ap.add_argument("--zero-residual", action="store_true", help="attention and MLP output projections start at 0")
     ap.add_argument("--sinusoid-scale", type=float, default=1.0)
+    # Trainbench's own random draws, to tell the implementation from the initialisation.
+    ap.add_argument("--init-from", metavar="FILE",
+                    help="Llama only: start from these weights (trainbench-cli export-model of a 1-step run at lr 1e-30)")
+    ap.add_argument("--trainbench-batches", action="store_true", help="draw the batches as Trainbench does for --seed")
+    ap.add_argument("--token-embedding-scale", type=float, default=1.0, help="multiply the token table after initialisation")
     a = ap.parse_args()
+    if a.init_from and a.model != "llama":
+        ap.error("--init-from reads Llama weights only")
 
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -267,6 +330,10 @@ def main():
                 m.weight.zero_()
                 if m.bias is not None:
                     m.bias.zero_()
+    if a.init_from:
+        load_trainbench_llama(model, a.init_from, a.layers)
+    with torch.no_grad():
+        model.tok.weight.mul_(a.token_embedding_scale)
 
     if a.decay_matrices_only:
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith(("tok.", "pos."))]
@@ -278,13 +345,17 @@ def main():
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, a.beta2), eps=a.eps)
 
     gen = torch.Generator().manual_seed(a.seed * 7919 + 17)
+    tb_batches = trainbench_batches(data, a.seed, a.batch) if a.trainbench_batches else None
     val_x, val_y, val_mask = data.encode(data.val_pairs)
     curve = {}
     for step in range(1, a.steps + 1):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, a.steps, a.warmup, a.lr)
-        pick = torch.randint(0, len(data.train_pairs), (a.batch,), generator=gen)
-        x, y, mask = data.encode(data.train_pairs[pick])
+        if tb_batches:
+            x, y, mask = next(tb_batches)
+        else:
+            pick = torch.randint(0, len(data.train_pairs), (a.batch,), generator=gen)
+            x, y, mask = data.encode(data.train_pairs[pick])
         logits = model(x)
         per_token = F.cross_entropy(logits.reshape(-1, 13), y.reshape(-1), reduction="none")
         loss = (per_token * mask.reshape(-1)).sum() / mask.sum()

@@ -1,13 +1,18 @@
 // Training learns on most seeds the way a user runs it: default train.threads
 // and the machine's own CPU kernels, no pin. 2-digit addition, 500 steps,
-// held-out exact match at step 500 must reach 80%, on six seeds per model
-// (three for sinusoidal positions), allowing one miss (bench/learning_robustness.sh measures 16 seeds against a
-// plain-PyTorch reference; docs/learning.md, "Learning robustness").
+// held-out exact match must reach 80% on six seeds per model (three for
+// sinusoidal positions), allowing one miss (bench/learning_robustness.sh
+// measures 16 seeds against a plain-PyTorch reference; docs/learning.md,
+// "Learning robustness"). The GPTs are judged at step 500; the Llama model
+// already at step 300, where a late escape from the addition plateau shows.
 //
 // The counts were chosen so that the old defaults fail and the new ones pass:
-// on the development machine (its own kernels) the old GPT with RoPE missed seeds 1 and 4
-// of 1-6 (zero-initialised residual outputs), the old Llama seeds 3 and 5
-// (N(0, 0.02) linear layers); the new ones miss none and one (Llama seed 4).
+// on the development machine (its own kernels) the old GPT with RoPE missed
+// seeds 1 and 4 of 1-6 at step 500 (zero-initialised residual outputs), the
+// old Llama seeds 3 and 5 (N(0, 0.02) linear layers), and with N(0, 0.02)
+// token embeddings the Llama was under 80% at step 300 on seeds 4 and 5
+// (17% and 12%; 69% and 98% at step 500). With rows of norm 1
+// (tokenEmbeddingStd) none of the six is.
 //
 // The first Llama model that learned (seed 1 here) is then the base of a LoRA
 // fine-tune to 3 digits, so the suite trains no model twice.
@@ -75,9 +80,10 @@ RunConfig llamaAddition(int digits, int steps)
     return c;
 }
 
-// Trains every seed, prints each result, and allows one run under the bar.
-// Checkpoints go under `dir`; `keep` sees each run's result and trained weights.
-QString missesOf(const char* what, const std::vector<int>& seeds, const QTemporaryDir& dir,
+// Trains every seed, prints each result, and allows one run under the bar at
+// `step` (an evaluation step of the config). Checkpoints go under `dir`;
+// `keep` sees each run's result and trained weights.
+QString missesOf(const char* what, int step, const std::vector<int>& seeds, const QTemporaryDir& dir,
                  const std::function<RunConfig(int)>& configFor,
                  const std::function<void(int, const TrainResult&, Weights&&)>& keep = {})
 {
@@ -89,20 +95,32 @@ QString missesOf(const char* what, const std::vector<int>& seeds, const QTempora
         TrainerOptions options;
         options.checkpointDir = dir.filePath(QString("%1-seed-%2").arg(QString(what).replace(' ', '-')).arg(seed)).toStdString();
         Weights weights;
-        auto result = train(config, options, keep ? &weights : nullptr);
+        double atStep = -1;
+        TrainerCallbacks callbacks;
+        callbacks.onEval = [&](const EvalMetrics& e) {
+            if (e.step == step) atStep = e.valAccuracy;
+        };
+        Trainer trainer(config, options);
+        const auto result = trainer.run(callbacks);
+        if (keep) weights = trainer.parameterValues();
         if (result.status != TrainResult::Status::Finished) return QString("seed %1 did not finish").arg(seed);
+        if (atStep < 0) return QString("seed %1 was not evaluated at step %2").arg(seed).arg(step);
         if (keep) keep(seed, result, std::move(weights));
-        const QString figure = QString("seed %1: %2%").arg(seed).arg(100.0 * result.finalValAccuracy, 0, 'f', 1);
+        QString figure = QString("seed %1: %2% at step %3").arg(seed).arg(100.0 * atStep, 0, 'f', 1).arg(step);
+        if (step != config.train.steps) {
+            figure += QString(" (%1% at step %2)").arg(100.0 * result.finalValAccuracy, 0, 'f', 1).arg(config.train.steps);
+        }
         qInfo("%s, %s", what, qPrintable(figure));
         results << figure;
-        if (result.finalValAccuracy < kBar) misses << figure;
+        if (atStep < kBar) misses << figure;
     }
     if (misses.size() <= 1) return {};
-    return QString("%1: %2 of %3 seeds under %4% held-out exact match (%5)")
+    return QString("%1: %2 of %3 seeds under %4% held-out exact match at step %5 (%6)")
         .arg(what)
         .arg(misses.size())
         .arg(seeds.size())
         .arg(100 * kBar)
+        .arg(step)
         .arg(results.join(", "));
 }
 
@@ -124,7 +142,7 @@ private Q_SLOTS:
 
 void TestLearningRobustness::gptWithRopeLearnsOnMostSeeds()
 {
-    const auto failure = missesOf("gpt rope", kSixSeeds, m_dir, [](int) { return gptAddition("rope"); });
+    const auto failure = missesOf("gpt rope", 500, kSixSeeds, m_dir, [](int) { return gptAddition("rope"); });
     QVERIFY2(failure.isEmpty(), qPrintable(failure));
 }
 
@@ -133,13 +151,13 @@ void TestLearningRobustness::gptWithSinusoidLearnsOnMostSeeds()
     // The encoding the zero-initialised residual outputs protect; its defaults
     // did not change, so three seeds (learned positions are tst_learning's
     // bundled 3-digit example).
-    const auto failure = missesOf("gpt sinusoidal", {1, 2, 3}, m_dir, [](int) { return gptAddition("sinusoidal"); });
+    const auto failure = missesOf("gpt sinusoidal", 500, {1, 2, 3}, m_dir, [](int) { return gptAddition("sinusoidal"); });
     QVERIFY2(failure.isEmpty(), qPrintable(failure));
 }
 
 void TestLearningRobustness::llamaLearnsOnMostSeeds()
 {
-    const auto failure = missesOf("llama", kSixSeeds, m_dir, [](int) { return llamaAddition(2, 500); },
+    const auto failure = missesOf("llama", 300, kSixSeeds, m_dir, [](int) { auto c = llamaAddition(2, 500); c.train.evalEvery = 100; return c; },
                                   [this](int, const TrainResult& result, Weights&& weights) {
                                       // Keep the first model that learned: the LoRA test tunes it.
                                       if (!m_llamaBase.empty() || result.finalValAccuracy < kBar) return;

@@ -87,9 +87,10 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& x, const AttentionTable
 
 GptImpl::GptImpl(const ModelOptions& o) : CausalLmImpl(o)
 {
-    // Embeddings N(0, 0.02); linear layers kInit, residual-branch outputs residualOutInit.
+    // Token embeddings N(0, tokenEmbeddingStd), positions N(0, 0.02); linear
+    // layers kInit, residual-branch outputs residualOutInit.
     m_wte = register_module("wte", torch::nn::Embedding(o.vocabSize, o.dModel));
-    torch::nn::init::normal_(m_wte->weight, 0.0, 0.02);
+    torch::nn::init::normal_(m_wte->weight, 0.0, tokenEmbeddingStd(o));
     const auto T = o.maxLen;
     if (o.positionalEncoding == "learned") {
         m_wpe = register_module("wpe", torch::nn::Embedding(T, o.dModel));

@@ -43,11 +43,17 @@ struct ModelOptions {
 // ("...q_proj.weight"); adapters are "lora_A" [r, in] and "lora_B" [out, r].
 // B starts at zero, so an adapter leaves the output unchanged until trained.
 //
-// Base initialisation: Normal is Hugging Face's N(0, 0.02) with zero bias
-// (the Llama family); Uniform is PyTorch's nn.Linear default, U(±1/sqrt(in))
-// for weight and bias (the GPT); Zero starts weight and bias at zero (the
-// GPT's residual-branch output projections). See GptImpl for the evidence.
+// Base initialisation: Normal is Hugging Face's N(0, 0.02) with zero bias;
+// Uniform is PyTorch's nn.Linear default, U(±1/sqrt(in)) for weight and bias
+// (every GPT and Llama layer); Zero starts weight and bias at zero (the GPT's
+// residual-branch outputs with added positions). See Gpt.cpp and Llama.cpp
+// for the evidence.
 enum class LinearInit { Normal, Uniform, Zero };
+
+// The standard deviation of the token embedding table's N(0, std) start:
+// 1/sqrt(d_model) (rows of norm about 1) for an untied table in a RoPE model,
+// 0.02 otherwise. Evidence in Layers.cpp.
+double tokenEmbeddingStd(const ModelOptions& o);
 class LoraLinearImpl : public torch::nn::Module {
 public:
     LoraLinearImpl(int in, int out, int rank, double alpha, bool bias, LinearInit init = LinearInit::Normal);

@@ -3,11 +3,13 @@
 namespace tb {
 namespace {
 // Every linear layer, the untied lm_head included, starts as PyTorch's
-// nn.Linear does, U(+-1/sqrt(in)); the embedding table N(0, 0.02). Llama's
-// published N(0, 0.02) for every matrix is too small for a narrow model: at
-// d_model 128 the 2-digit addition run (bench/learning_robustness.sh, lr 3e-3)
-// reached 80% held-out on 10 of 16 seeds with it, 14 of 16 with U(+-1/sqrt(in)),
-// and the PyTorch reference 16 of 16 (docs/learning.md, "Learning robustness").
+// nn.Linear does, U(+-1/sqrt(in)); the embedding table N(0, std) with std
+// tokenEmbeddingStd (1/sqrt(d_model) untied, 0.02 tied). Llama's published
+// N(0, 0.02) for every matrix is too small for a narrow model: at d_model 128
+// the 2-digit addition run (bench/learning_robustness.sh, lr 3e-3) reached
+// 80% held-out on 10 of 16 seeds with it, 14 of 16 with U(+-1/sqrt(in)), 16 of
+// 16 with the token table scaled too, and the PyTorch reference 16 of 16
+// (docs/learning.md, "Learning robustness").
 constexpr LinearInit kLlamaInit = LinearInit::Uniform;
 } // namespace
 
@@ -74,7 +76,7 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const AttentionTab
 LlamaBodyImpl::LlamaBodyImpl(const ModelOptions& o)
 {
     embedTokens = register_module("embed_tokens", torch::nn::Embedding(o.vocabSize, o.dModel));
-    torch::nn::init::normal_(embedTokens->weight, 0.0, 0.02);
+    torch::nn::init::normal_(embedTokens->weight, 0.0, tokenEmbeddingStd(o));
     layers = register_module("layers", torch::nn::ModuleList());
     for (int i = 0; i < o.nLayer; ++i) layers->push_back(LlamaBlock(o));
     norm = register_module("norm", RmsNorm(o.dModel, o.rmsNormEps));
