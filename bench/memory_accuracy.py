@@ -109,19 +109,21 @@ def with_init_from(d):
 
 def drawn(n, seed):
     """n configurations drawn at random: both models, every positional encoding,
-    fp32 and bf16, LoRA, checkpointing, dropout, accumulation, both datasets."""
+    fp32 and bf16, LoRA (groups and single projections), checkpointing,
+    dropout, accumulation (1 to 4), both datasets, batch 1, one head, tied and
+    untied heads, widths that are not powers of two."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
         typ = rng.choice(["gpt", "llama"])
-        d = rng.choice([64, 96, 128, 192, 256])
-        heads = rng.choice([h for h in (2, 4, 8) if d % h == 0 and (d // h) % 2 == 0])
+        d = rng.choice([48, 64, 80, 96, 112, 128, 160, 192, 256])
+        heads = rng.choice([h for h in (1, 2, 4, 8) if d % h == 0 and (d // h) % 2 == 0])
         model = {"type": typ, "n_layer": rng.randint(1, 4), "d_model": d, "n_head": heads}
+        model["tie_embeddings"] = rng.choice([True, False])
         if typ == "llama":
             model["n_kv_head"] = rng.choice([k for k in (1, 2, heads) if heads % k == 0])
         else:
             model["positional_encoding"] = rng.choice(["learned", "sinusoidal", "rope"])
-            model["tie_embeddings"] = rng.choice([True, False])
         if rng.random() < 0.3:
             model["dropout"] = 0.1
         data = {"source": rng.choice(["text", "text", "addition"])}
@@ -130,13 +132,16 @@ def drawn(n, seed):
         else:
             data["digits"] = rng.choice([2, 3])
         train = {"precision": rng.choice(["fp32", "bf16"]), "batch_size": rng.choice([1, 2, 4, 8, 16, 32]),
-                 "grad_accum": rng.choice([1, 1, 2, 4]), "activation_checkpointing": rng.random() < 0.3}
+                 "grad_accum": rng.choice([1, 1, 2, 3, 4]), "activation_checkpointing": rng.random() < 0.3}
         optim = {"optimizer": rng.choice(["adamw", "sgd"])}
         if optim["optimizer"] == "sgd":
             optim["momentum"] = rng.choice([0, 0.9])
         lora = None
         if rng.random() < 0.4:
-            lora = {"rank": rng.choice([2, 4, 8]), "targets": rng.choice([["attn"], ["mlp"], ["attn", "mlp"]])}
+            targets = [["attn"], ["mlp"], ["attn", "mlp"]]
+            if typ == "llama":  # a Llama config may also name single projections
+                targets += [["q_proj", "v_proj"], ["down_proj"]]
+            lora = {"rank": rng.choice([2, 4, 8]), "targets": rng.choice(targets)}
         out.append((f"random {seed}.{i + 1}: {json.dumps([model, data, train, optim, lora])}",
                     cfg(model, data, train, optim, lora)))
     return out
