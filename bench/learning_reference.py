@@ -217,9 +217,12 @@ class Llama(nn.Module):
 
 def load_safetensors(path):
     """The tensors of a float32 model.safetensors (8-byte header size, JSON header, data)."""
-    raw = open(path, "rb").read()
-    size = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + size])
+    try:
+        raw = open(path, "rb").read()
+        size = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + size])
+    except (OSError, struct.error, ValueError) as e:
+        sys.exit(f"{path}: not a readable model.safetensors ({e}); write one with trainbench-cli export-model")
     tensors = {}
     for name, entry in header.items():
         if name == "__metadata__":
@@ -244,9 +247,10 @@ def load_trainbench_llama(model, path, layers):
         names[f"model.layers.{i}.input_layernorm.weight"] = f"blocks.{i}.n1.weight"
         names[f"model.layers.{i}.post_attention_layernorm.weight"] = f"blocks.{i}.n2.weight"
     tensors = load_safetensors(path)
-    unknown = sorted(set(tensors) - set(names))
-    if unknown:
-        sys.exit(f"{path}: not a {layers}-layer untied Trainbench Llama ({unknown[0]} ...)")
+    unknown, missing = sorted(set(tensors) - set(names)), sorted(set(names) - set(tensors))
+    if unknown or missing:
+        what = f"has {unknown[0]}" if unknown else f"lacks {missing[0]}"
+        sys.exit(f"{path}: not a {layers}-layer untied Trainbench Llama (it {what}); match --layers to the model")
     model.load_state_dict({names[k]: v for k, v in tensors.items()}, strict=True)
 
 
@@ -351,7 +355,7 @@ def main():
     for step in range(1, a.steps + 1):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, a.steps, a.warmup, a.lr)
-        if tb_batches:
+        if tb_batches is not None:
             x, y, mask = next(tb_batches)
         else:
             pick = torch.randint(0, len(data.train_pairs), (a.batch,), generator=gen)
