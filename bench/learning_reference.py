@@ -30,6 +30,7 @@ Prints one line: the held-out exact match at each evaluation, as JSON.
 import argparse
 import json
 import math
+import os
 import struct
 import sys
 
@@ -217,6 +218,8 @@ class Llama(nn.Module):
 
 def load_safetensors(path):
     """The tensors of a float32 model.safetensors (8-byte header size, JSON header, data)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.safetensors")
     try:
         raw = open(path, "rb").read()
         size = struct.unpack("<Q", raw[:8])[0]
@@ -231,6 +234,8 @@ def load_safetensors(path):
             sys.exit(f"{path}: tensor {name} is {entry['dtype']}; only F32 is read")
         begin, end = entry["data_offsets"]
         data = bytearray(raw[8 + size + begin:8 + size + end])
+        if len(data) != 4 * math.prod(entry["shape"]):
+            sys.exit(f"{path}: tensor {name} is cut short; export the model again")
         tensors[name] = torch.frombuffer(data, dtype=torch.float32).reshape(entry["shape"]).clone()
     return tensors
 
@@ -251,6 +256,11 @@ def load_trainbench_llama(model, path, layers):
     if unknown or missing:
         what = f"has {unknown[0]}" if unknown else f"lacks {missing[0]}"
         sys.exit(f"{path}: not a {layers}-layer untied Trainbench Llama (it {what}); match --layers to the model")
+    own = model.state_dict()
+    for k, v in tensors.items():
+        if tuple(v.shape) != tuple(own[names[k]].shape):
+            sys.exit(f"{path}: {k} is {list(v.shape)}, this model's is {list(own[names[k]].shape)}; "
+                     "match --d-model, --heads and --kv-heads to the exported model")
     model.load_state_dict({names[k]: v for k, v in tensors.items()}, strict=True)
 
 
@@ -305,7 +315,8 @@ def main():
     ap.add_argument("--sinusoid-scale", type=float, default=1.0)
     # Trainbench's own random draws, to tell the implementation from the initialisation.
     ap.add_argument("--init-from", metavar="FILE",
-                    help="Llama only: start from these weights (trainbench-cli export-model of a 1-step run at lr 1e-30)")
+                    help="Llama only: start from these weights, a folder or its model.safetensors "
+                         "(trainbench-cli export-model of a 1-step run at lr 1e-30)")
     ap.add_argument("--trainbench-batches", action="store_true", help="draw the batches as Trainbench does for --seed")
     ap.add_argument("--token-embedding-scale", type=float, default=1.0, help="multiply the token table after initialisation")
     a = ap.parse_args()
