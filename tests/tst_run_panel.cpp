@@ -194,6 +194,7 @@ void TestRunPanel::stopMidRunCancelsWithCheckpoint()
     QSignalSpy resumedProgress(panel, &RunPanel::progressShown);
     panel->resume(outcome.runId);
     QVERIFY(resumedProgress.wait(60000));
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/run-resumed-history.png"));
     QCOMPARE(panel->lossPlot()->firstStep(), 1.0);
     QVERIFY2(panel->lossPlot()->trainingPointCount() > outcome.stepsDone,
              qPrintable(QString::number(panel->lossPlot()->trainingPointCount())));

@@ -105,11 +105,7 @@ void MemoryPlot::clear()
 void MemoryPlot::append(const QVector<double>& steps, const QVector<double>& currentMiB,
                         const QVector<double>& peakMiB)
 {
-    for (int i = 0; i < steps.size(); ++i) {
-        m_current->append(steps[i], currentMiB[i]);
-        m_peak->append(steps[i], peakMiB[i]);
-        if (m_estimateMiB > 0) m_estimate->append(steps[i], m_estimateMiB);
-    }
+    appendThinned(steps, currentMiB, steps, peakMiB);
 }
 
 void MemoryPlot::appendThinned(const QVector<double>& currentSteps, const QVector<double>& currentMiB,
