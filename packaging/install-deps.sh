@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian 12 packages Trainbench needs that are missing.
 # Idempotent and non-interactive; runs 'apt-get update' once, only when
-# something must be installed. Usage: packaging/install-deps.sh [--bench]
+# something must be installed. Usage: packaging/install-deps.sh [--tests | --bench]
 set -euo pipefail
 
 packages=(
@@ -13,8 +13,10 @@ packages=(
   util-linux                            # setpriv: tests drop root to check read-only databases
   debootstrap                           # the Debian 13 chroot of the LibTorch 2.x tree (scripts/torch2.sh)
 )
+if [[ "${1:-}" == "--tests" || "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch)             # test-only: the plain-PyTorch references (tests/reference/, bench/)
+fi
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)             # the PyTorch reference of bench/train_throughput
   packages+=(valgrind)                  # callgrind, for bench/overhead_instructions
 fi
 

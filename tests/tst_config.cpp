@@ -3,6 +3,8 @@
 
 #include <filesystem>
 
+#include "common/Errors.h"
+#include "config/HfArchitecture.h"
 #include "config/RunConfig.h"
 
 using namespace tb;
@@ -20,6 +22,10 @@ private Q_SLOTS:
     void everyProblemIsReported();
     void relativeDataPathResolvesAgainstConfigFolder();
     void missingFileIsOneClearError();
+    void hfParameterCountsMatchPublished_data();
+    void hfParameterCountsMatchPublished();
+    void hfConfigRefusesWhatIsNotImplemented_data();
+    void hfConfigRefusesWhatIsNotImplemented();
 };
 
 void TestConfig::bundledExamplesParse_data()
@@ -183,6 +189,69 @@ void TestConfig::missingFileIsOneClearError()
         QFAIL("accepted");
     } catch (const InputError& e) {
         QVERIFY(QString(e.what()).contains("config file not found: /nonexistent/config.json"));
+    }
+}
+
+// config.json values as published on the Hub; counts from the model cards
+// (and transformers' num_parameters()).
+void TestConfig::hfParameterCountsMatchPublished_data()
+{
+    QTest::addColumn<QString>("json");
+    QTest::addColumn<qint64>("published");
+    QTest::newRow("TinyLlama-1.1B") << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048,
+        "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4,
+        "max_position_embeddings": 2048, "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "hidden_act": "silu"})"
+                                    << qint64(1100048384);
+    QTest::newRow("Qwen2.5-0.5B") << R"({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+        "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "max_position_embeddings": 32768, "rope_theta": 1000000.0, "sliding_window": 32768, "use_sliding_window": false,
+        "max_window_layers": 21, "tie_word_embeddings": true, "hidden_act": "silu", "rms_norm_eps": 1e-06})"
+                                  << qint64(494032768);
+    QTest::newRow("Mistral-7B-v0.1") << R"({"model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096,
+        "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 32768, "sliding_window": 4096, "rope_theta": 10000.0, "hidden_act": "silu",
+        "tie_word_embeddings": false})" << qint64(7241732096);
+    QTest::newRow("Llama-3.2-1B") << R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+        "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 64, "max_position_embeddings": 131072, "rope_theta": 500000.0, "tie_word_embeddings": true,
+        "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "attention_bias": false, "mlp_bias": false, "hidden_act": "silu"})" << qint64(1235814400);
+}
+
+void TestConfig::hfParameterCountsMatchPublished()
+{
+    QFETCH(QString, json);
+    QFETCH(qint64, published);
+    const auto arch = tb::hfArchitectureFromJson(json.toStdString(), "config.json");
+    QCOMPARE(qint64(arch.parameterCount()), published);
+}
+
+void TestConfig::hfConfigRefusesWhatIsNotImplemented_data()
+{
+    QTest::addColumn<QString>("json");
+    QTest::addColumn<QString>("named");
+    QTest::newRow("unknown family") << R"({"model_type": "falcon"})" << "\"falcon\" is not a family";
+    QTest::newRow("gpt2 not trained yet") << R"({"model_type": "gpt2"})" << "\"gpt2\" is not trained yet";
+    QTest::newRow("mixture of experts") << R"({"model_type": "mistral", "num_local_experts": 8})" << "num_local_experts";
+    QTest::newRow("other activation") << R"({"model_type": "llama", "hidden_act": "gelu"})" << "hidden_act \"gelu\"";
+    QTest::newRow("yarn scaling") << R"({"model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4}})"
+                                  << "rope_scaling type \"yarn\"";
+    QTest::newRow("qwen2 window") << R"({"model_type": "qwen2", "use_sliding_window": true})" << "use_sliding_window";
+    QTest::newRow("bad size") << R"({"model_type": "llama", "hidden_size": -4})" << "\"hidden_size\" must be a positive";
+    QTest::newRow("kv heads") << R"({"model_type": "llama", "num_attention_heads": 6, "num_key_value_heads": 4})"
+                              << "does not divide";
+}
+
+void TestConfig::hfConfigRefusesWhatIsNotImplemented()
+{
+    QFETCH(QString, json);
+    QFETCH(QString, named);
+    try {
+        tb::hfArchitectureFromJson(json.toStdString(), "config.json");
+        QFAIL("accepted");
+    } catch (const tb::InputError& e) {
+        QVERIFY2(QString::fromStdString(e.what()).contains(named), e.what());
     }
 }
 

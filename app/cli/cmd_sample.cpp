@@ -1,4 +1,5 @@
-// trainbench-cli sample: generate from a trained run's checkpoint.
+// trainbench-cli sample: generate from a trained run's checkpoint, or run a
+// Hugging Face model folder directly (--model DIR).
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -11,8 +12,104 @@
 namespace tb::cli {
 namespace {
 
+double temperatureOf(const Args& args)
+{
+    const auto t = args.value("--temperature");
+    if (!t) return 1.0;
+    std::size_t used = 0;
+    double v = -1;
+    try {
+        v = std::stod(*t, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != t->size() || !(v >= 0.0 && v <= 100.0)) {
+        throw InputError("option --temperature must be a number from 0 (greedy) to 100, got \"" + *t + "\"");
+    }
+    return v;
+}
+
+// "1,2,3" (spaces allowed) -> ids; InputError naming the first bad entry.
+std::vector<std::int64_t> parseIds(const std::string& text)
+{
+    std::vector<std::int64_t> ids;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        auto end = text.find(',', start);
+        if (end == std::string::npos) end = text.size();
+        auto item = text.substr(start, end - start);
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        std::size_t used = 0;
+        long long v = -1;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (item.empty() || used != item.size() || v < 0) {
+            throw InputError("option --prompt-ids must be token ids separated by commas, e.g. 1,15043,29892; entry "
+                             + std::to_string(ids.size() + 1) + " is \"" + item + "\"");
+        }
+        ids.push_back(v);
+        start = end + 1;
+    }
+    return ids;
+}
+
+int sampleFolder(const Args& args, const std::string& folder)
+{
+    if (!args.positionals().empty()) {
+        throw InputError("'sample --model DIR' takes no RUN_ID; give either a run id or --model, got \""
+                         + args.positionals()[0] + "\"");
+    }
+    for (const char* runOnly : {"--db", "--checkpoint"}) {
+        if (args.value(runOnly)) throw InputError(std::string("option ") + runOnly + " is for a run's checkpoint, not --model");
+    }
+    const auto ids = args.value("--prompt-ids");
+    if (args.value("--prompt") && !ids) {
+        throw InputError("--prompt needs the model's tokenizer, and Trainbench does not read tokenizer files yet; "
+                         "give the prompt as token ids with --prompt-ids 1,2,3");
+    }
+    if (!ids) throw InputError("'sample --model DIR' needs --prompt-ids 1,2,3 (the prompt's token ids)");
+    FolderSampleRequest request;
+    request.promptIds = parseIds(*ids);
+    request.maxTokens = static_cast<int>(args.integer("--max-tokens", 0, 100000).value_or(64));
+    request.topK = static_cast<int>(args.integer("--top-k", 0, 1000000).value_or(0));
+    request.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 1LL << 62).value_or(1));
+    request.temperature = temperatureOf(args);
+    request.logits = args.flag("--logits");
+    request.precision = args.value("--precision").value_or("fp32");
+    if (request.logits && !args.flag("--json")) throw InputError("--logits is printed only with --json");
+    const auto result = sampleFromFolder(folder, request);
+    if (args.flag("--json")) {
+        nlohmann::json out = {{"model", folder},
+                              {"architecture", result.architecture},
+                              {"prompt_ids", request.promptIds},
+                              {"completion_ids", result.completionIds},
+                              {"stopped_at_eos", result.stoppedAtEos},
+                              {"precision", request.precision}};
+        if (request.logits) out["logits"] = result.logits;
+        std::cout << out.dump() << "\n";
+    } else {
+        std::string line;
+        for (const auto id : result.completionIds) {
+            if (!line.empty()) line += ' ';
+            line += std::to_string(id);
+        }
+        std::cout << line << "\n";
+    }
+    return kExitOk;
+}
+
 int sample(const Args& args)
 {
+    if (const auto folder = args.value("--model")) return sampleFolder(args, *folder);
+    for (const char* folderOnly : {"--prompt-ids", "--logits", "--precision"}) {
+        if (args.value(folderOnly) || args.flag(folderOnly)) {
+            throw InputError(std::string("option ") + folderOnly + " is for a model folder: give --model DIR");
+        }
+    }
     const auto id = args.runId();
     const auto prompt = args.value("--prompt");
     if (!prompt) throw InputError("'sample' needs --prompt TEXT (for the addition task e.g. --prompt \"12+34=\")");
@@ -21,19 +118,7 @@ int sample(const Args& args)
     request.maxTokens = static_cast<int>(args.integer("--max-tokens", 1, 100000).value_or(64));
     request.topK = static_cast<int>(args.integer("--top-k", 0, 1000000).value_or(0));
     request.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 1LL << 62).value_or(1));
-    if (const auto t = args.value("--temperature")) {
-        std::size_t used = 0;
-        double v = -1;
-        try {
-            v = std::stod(*t, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != t->size() || !(v >= 0.0 && v <= 100.0)) {
-            throw InputError("option --temperature must be a number from 0 (greedy) to 100, got \"" + *t + "\"");
-        }
-        request.temperature = v;
-    }
+    request.temperature = temperatureOf(args);
     auto store = openExistingStore(args.value("--db").value_or(""));
     const auto run = trainedRun(*store, id, args.value("--checkpoint").value_or(""));
     const auto result = sampleFromCheckpoint(run.config, run.checkpoint, request);
@@ -51,18 +136,24 @@ int sample(const Args& args)
 
 const CommandRegistration registration{Command{
     "sample",
-    "Generate from a trained run (its latest checkpoint, or --checkpoint FILE).",
-    "RUN_ID --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed S] [--checkpoint FILE] [--json]",
+    "Generate from a trained run (its latest checkpoint, or --checkpoint FILE), or from a Hugging Face model folder.",
+    "(RUN_ID --prompt TEXT | --model DIR --prompt-ids 1,2,3) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] "
+    "[--checkpoint FILE] [--precision fp32|bf16|fp16] [--json [--logits]]",
     {{"--db", true, "experiment database", "FILE"},
+     {"--model", true, "a Hugging Face model folder (config.json and safetensors) to run without a run", "DIR"},
      {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round)",
       "TEXT", true /* empty: the dataset says what a prompt needs */},
-     {"--max-tokens", true, "tokens to generate at most (default 64; addition stops at its end marker)", "N"},
+     {"--prompt-ids", true, "--model: the prompt as token ids, e.g. 1,15043,29892", "IDS"},
+     {"--max-tokens", true, "tokens to generate at most (default 64; addition stops at its end marker; "
+                            "--model: 0 = a forward pass only, stops at the folder's eos_token_id)", "N"},
      {"--temperature", true, "0 = greedy, default 1", "T"},
      {"--top-k", true, "sample from the K most likely tokens only (0 = all)", "K"},
      {"--seed", true, "random seed (default 1)", "S"},
      {"--checkpoint", true, "a checkpoint file of this run instead of its latest", "FILE"},
-     {"--json", false, "print {\"prompt\", \"completion\", \"completion_ids\"}"}},
-    &sample}};
+     {"--precision", true, "--model: the dtype it computes in, whatever the folder stores (default fp32)", "P"},
+     {"--logits", false, "--model --json: add \"logits\", the fp32 logits of every prompt position"},
+     {"--json", false, "print {\"prompt\", \"completion\", \"completion_ids\"} (--model: {\"completion_ids\", ...})"}},
+    &sample, 1}};
 
 } // namespace
 } // namespace tb::cli

@@ -128,6 +128,20 @@ void CausalLmImpl::freezeBaseForLora()
 void CausalLmImpl::registerRopeTables(int headDim, double base)
 {
     auto inv = torch::pow(base, -torch::arange(0, headDim, 2, torch::kDouble) / headDim);
+    const auto& o = m_options;
+    if (o.ropeFactor > 0.0) {
+        // rope_scaling "llama3" (Llama 3.1): wavelengths longer than
+        // original_max / low_freq_factor are stretched by `factor`, shorter than
+        // original_max / high_freq_factor kept, and those between blended
+        // linearly in original_max / wavelength.
+        const double old = o.ropeOriginalMaxPositions, low = o.ropeLowFreqFactor, high = o.ropeHighFreqFactor;
+        const auto wavelen = 2.0 * M_PI / inv;
+        auto scaled = torch::where(wavelen > old / low, inv / o.ropeFactor, inv);
+        const auto smooth = (old / wavelen - low) / (high - low);
+        const auto blended = (1.0 - smooth) * scaled / o.ropeFactor + smooth * scaled;
+        const auto medium = (wavelen >= old / high).logical_and(wavelen <= old / low);
+        inv = torch::where(medium, blended, scaled);
+    }
     auto angles = torch::outer(torch::arange(m_options.maxLen, torch::kDouble), inv); // [T, headDim/2]
     m_ropeCos = register_buffer("rope_cos", torch::cos(angles).to(torch::kFloat));
     m_ropeSin = register_buffer("rope_sin", torch::sin(angles).to(torch::kFloat));
@@ -138,7 +152,14 @@ AttentionTables CausalLmImpl::tablesFor(std::int64_t T, const torch::Tensor& lik
     AttentionTables t;
     t.fused = m_options.attention == "sdpa";
     // Built per forward pass for T positions: T^2 booleans, not a max_len^2 buffer.
-    if (!t.fused) t.maskedOut = torch::ones({T, T}, like.options().dtype(torch::kBool)).triu(1);
+    // A sliding window (Mistral) needs the explicit mask once T exceeds it.
+    const bool windowed = m_options.slidingWindow > 0 && T > m_options.slidingWindow;
+    if (windowed) t.fused = false;
+    if (!t.fused) {
+        t.maskedOut = torch::ones({T, T}, like.options().dtype(torch::kBool)).triu(1);
+        // Query i sees keys i - window + 1 .. i: the window most recent positions, itself included.
+        if (windowed) t.maskedOut = t.maskedOut.logical_or(torch::ones({T, T}, t.maskedOut.options()).tril(-m_options.slidingWindow));
+    }
     if (m_ropeCos.defined()) {
         t.ropeCos = m_ropeCos.narrow(0, 0, T);
         t.ropeSin = m_ropeSin.narrow(0, 0, T);

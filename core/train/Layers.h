@@ -11,8 +11,9 @@
 namespace tb {
 
 struct ModelOptions {
-    std::string type = "gpt"; // gpt | llama | torchscript
-    std::string scriptPath;   // torchscript: the saved module
+    std::string type = "gpt"; // gpt | llama | torchscript (an hf folder of the Llama family builds "llama")
+    std::string scriptPath;   // torchscript: the saved module; hf: the model folder
+    std::string hfFamily;     // llama | mistral | qwen2 when built from a Hugging Face folder, else empty
     int vocabSize = 256;
     int maxLen = 64;
     int nLayer = 2;
@@ -27,13 +28,22 @@ struct ModelOptions {
     bool tieEmbeddings = true;
     bool activationCheckpointing = false;
     std::string attention = "eager"; // eager | sdpa (LibTorch >= 2.0)
+    // Hugging Face Llama-family variants (all false / 0 for the built-in models).
+    int headDimOverride = 0;  // config.json "head_dim" when it is not d_model / n_head
+    bool qkvBias = false;     // q, k, v projections with a bias (Qwen2, attention_bias)
+    bool outputBias = false;  // o_proj with a bias (attention_bias)
+    bool mlpBias = false;     // gate, up, down with a bias (mlp_bias)
+    int slidingWindow = 0;    // Mistral: a query sees this many most recent positions, itself included
+    // rope_scaling of type llama3 (ropeFactor 0: none).
+    double ropeFactor = 0.0, ropeLowFreqFactor = 1.0, ropeHighFreqFactor = 4.0;
+    int ropeOriginalMaxPositions = 0;
     int loraRank = 0;
     double loraAlpha = 16.0;
     // Projection names that get adapters: gpt qkv/proj/fc/out, llama q_proj ... down_proj.
     std::set<std::string> loraTargets{"qkv", "proj", "fc", "out", "q_proj", "k_proj", "v_proj", "o_proj",
                                       "gate_proj", "up_proj", "down_proj"};
 
-    int headDim() const { return dModel / nHead; }
+    int headDim() const { return headDimOverride > 0 ? headDimOverride : dModel / nHead; }
     int kvHeads() const { return nKvHead > 0 ? nKvHead : nHead; }
     int adapterRank(const std::string& projection) const { return loraTargets.count(projection) ? loraRank : 0; }
 };

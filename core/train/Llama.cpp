@@ -29,10 +29,10 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelOptions& o)
     : m_nHead(o.nHead), m_nKvHead(o.kvHeads()), m_headDim(o.headDim()), m_dropout(o.dropout)
 {
     const int q = o.nHead * m_headDim, kv = m_nKvHead * m_headDim;
-    m_q = register_module("q_proj", LoraLinear(o.dModel, q, o.adapterRank("q_proj"), o.loraAlpha, false, kLlamaInit));
-    m_k = register_module("k_proj", LoraLinear(o.dModel, kv, o.adapterRank("k_proj"), o.loraAlpha, false, kLlamaInit));
-    m_v = register_module("v_proj", LoraLinear(o.dModel, kv, o.adapterRank("v_proj"), o.loraAlpha, false, kLlamaInit));
-    m_o = register_module("o_proj", LoraLinear(q, o.dModel, o.adapterRank("o_proj"), o.loraAlpha, false, kLlamaInit));
+    m_q = register_module("q_proj", LoraLinear(o.dModel, q, o.adapterRank("q_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+    m_k = register_module("k_proj", LoraLinear(o.dModel, kv, o.adapterRank("k_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+    m_v = register_module("v_proj", LoraLinear(o.dModel, kv, o.adapterRank("v_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+    m_o = register_module("o_proj", LoraLinear(q, o.dModel, o.adapterRank("o_proj"), o.loraAlpha, o.outputBias, kLlamaInit));
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionTables& tables)
@@ -49,9 +49,10 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
 
 LlamaMlpImpl::LlamaMlpImpl(const ModelOptions& o)
 {
-    m_gate = register_module("gate_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("gate_proj"), o.loraAlpha, false, kLlamaInit));
-    m_up = register_module("up_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("up_proj"), o.loraAlpha, false, kLlamaInit));
-    m_down = register_module("down_proj", LoraLinear(o.dFf, o.dModel, o.adapterRank("down_proj"), o.loraAlpha, false, kLlamaInit));
+    const bool b = o.mlpBias;
+    m_gate = register_module("gate_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("gate_proj"), o.loraAlpha, b, kLlamaInit));
+    m_up = register_module("up_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("up_proj"), o.loraAlpha, b, kLlamaInit));
+    m_down = register_module("down_proj", LoraLinear(o.dFf, o.dModel, o.adapterRank("down_proj"), o.loraAlpha, b, kLlamaInit));
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x)
@@ -102,8 +103,11 @@ std::int64_t llamaParameterCount(const ModelOptions& o)
 {
     const std::int64_t d = o.dModel, head = o.headDim(), q = static_cast<std::int64_t>(o.nHead) * head,
                        kv = static_cast<std::int64_t>(o.kvHeads()) * head, ff = o.dFf, vocab = o.vocabSize;
-    const std::int64_t attention = d * q + 2 * d * kv + q * d;
-    const std::int64_t mlp = 3 * d * ff;
+    std::int64_t attention = d * q + 2 * d * kv + q * d;
+    if (o.qkvBias) attention += q + 2 * kv;
+    if (o.outputBias) attention += d;
+    std::int64_t mlp = 3 * d * ff;
+    if (o.mlpBias) mlp += 2 * ff + d;
     const std::int64_t norms = 2 * d;
     std::int64_t lora = 0;
     if (o.loraRank > 0) {

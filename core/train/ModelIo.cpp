@@ -3,11 +3,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/Errors.h"
+#include "config/HfArchitecture.h"
 #include "train/Datasets.h"
+#include "train/HfModel.h"
 #include "train/ModelTools.h"
 #include "train/Safetensors.h"
 #include "train/TrainStep.h"
@@ -171,6 +174,101 @@ SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& ch
         if (next == data->endToken()) break;
     }
     return {request.prompt, data->decodeCompletion(generated), generated};
+}
+
+namespace {
+
+// eos_token_id of generation_config.json, else of config.json: one id or a list.
+std::vector<std::int64_t> eosTokens(const std::string& folder)
+{
+    for (const char* file : {"generation_config.json", "config.json"}) {
+        std::ifstream in(fs::path(folder) / file, std::ios::binary);
+        if (!in) continue;
+        std::stringstream text;
+        text << in.rdbuf();
+        const auto j = nlohmann::json::parse(text.str(), nullptr, false);
+        if (!j.is_object() || !j.contains("eos_token_id")) continue;
+        const auto& e = j["eos_token_id"];
+        std::vector<std::int64_t> ids;
+        if (e.is_number_integer()) ids.push_back(e.get<std::int64_t>());
+        if (e.is_array()) {
+            for (const auto& v : e) {
+                if (v.is_number_integer()) ids.push_back(v.get<std::int64_t>());
+            }
+        }
+        return ids;
+    }
+    return {};
+}
+
+} // namespace
+
+FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampleRequest& request)
+{
+    if (request.maxTokens < 0 || request.maxTokens > 100000) throw InputError("max tokens must be from 0 to 100000");
+    if (!(request.temperature >= 0.0) || request.temperature > 100.0) throw InputError("temperature must be from 0 to 100");
+    if (request.topK < 0) throw InputError("top-k must be 0 (off) or positive");
+    if (request.promptIds.empty()) throw InputError("the prompt is empty; give at least one token id");
+    at::ScalarType dtype = torch::kFloat;
+    if (request.precision == "bf16") dtype = torch::kBFloat16;
+    else if (request.precision == "fp16") dtype = torch::kHalf;
+    else if (request.precision != "fp32") throw InputError("precision must be fp32, bf16 or fp16, got \"" + request.precision + "\"");
+    const auto arch = readHfArchitecture(folder);
+    for (std::size_t i = 0; i < request.promptIds.size(); ++i) {
+        const auto id = request.promptIds[i];
+        if (id < 0 || id >= arch.vocabSize) {
+            throw InputError("prompt token " + std::to_string(i) + " is id " + std::to_string(id) + ", outside the model's vocabulary of "
+                             + std::to_string(arch.vocabSize) + " (ids 0 to " + std::to_string(arch.vocabSize - 1) + ")");
+        }
+    }
+    const auto total = static_cast<std::int64_t>(request.promptIds.size()) + request.maxTokens;
+    if (total > arch.maxPositions) {
+        throw InputError("the prompt and --max-tokens make " + std::to_string(total) + " tokens, more than the model's "
+                         + std::to_string(arch.maxPositions) + " positions (max_position_embeddings)");
+    }
+    auto options = hfModelOptions(arch, folder, static_cast<int>(std::max<std::int64_t>(total, 1)));
+    auto model = makeModel(options);
+    loadHfFolderWeights(*model, folder);
+    if (dtype != torch::kFloat) model->to(dtype);
+    model->eval();
+    const auto eos = eosTokens(folder);
+    torch::NoGradGuard noGrad;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
+    FolderSampleResult result;
+    result.architecture = arch.summary();
+    std::vector<std::int64_t> ids = request.promptIds;
+    const auto forward = [&] {
+        return model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).squeeze(0).to(torch::kFloat);
+    };
+    if (request.logits || request.maxTokens == 0) {
+        const auto all = forward().contiguous();
+        const auto V = all.size(1);
+        for (std::int64_t t = 0; t < all.size(0) && request.logits; ++t) {
+            const float* row = all[t].data_ptr<float>();
+            result.logits.emplace_back(row, row + V);
+        }
+    }
+    for (int i = 0; i < request.maxTokens; ++i) {
+        auto logits = forward().select(0, -1);
+        std::int64_t next;
+        if (request.temperature == 0.0) {
+            next = logits.argmax().item<std::int64_t>();
+        } else {
+            logits = logits / request.temperature;
+            if (request.topK > 0 && request.topK < logits.size(0)) {
+                const auto kth = std::get<0>(logits.topk(request.topK)).min();
+                logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+            }
+            next = torch::multinomial(torch::softmax(logits, 0), 1, false, gen).item<std::int64_t>();
+        }
+        result.completionIds.push_back(next);
+        ids.push_back(next);
+        if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
+            result.stoppedAtEos = true;
+            break;
+        }
+    }
+    return result;
 }
 
 ExportedModel exportModel(const RunConfig& config, const std::string& checkpointPath, const std::string& outputDir,

@@ -31,6 +31,29 @@ struct SampleResult {
 SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& checkpointPath,
                                   const SampleRequest& request);
 
+// Running a Hugging Face model folder directly, without a run.
+struct FolderSampleRequest {
+    std::vector<std::int64_t> promptIds;
+    int maxTokens = 64;       // 0: a plain forward pass over the prompt
+    double temperature = 1.0; // 0: greedy
+    int topK = 0;
+    std::uint64_t seed = 1;
+    bool logits = false;      // keep the fp32 logits of every prompt position
+    std::string precision = "fp32"; // fp32 | bf16 | fp16: the dtype the model computes in
+};
+
+struct FolderSampleResult {
+    std::vector<std::int64_t> completionIds;  // generated ids only
+    std::vector<std::vector<float>> logits;   // [prompt position][vocab], before the first generated token
+    bool stoppedAtEos = false;
+    std::string architecture;                 // HfArchitecture::summary()
+};
+
+// Builds the folder's model in the requested precision on the CPU and
+// generates, stopping at generation_config.json's (or config.json's)
+// eos_token_id. Throws InputError for a bad folder or an id outside the vocabulary.
+FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampleRequest& request);
+
 struct ExportedModel {
     std::string weightsPath;   // <dir>/model.safetensors
     std::string configPath;    // <dir>/config.json (Llama family), else empty

@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -86,11 +88,23 @@ void writeSafetensors(const std::string& path, const std::map<std::string, torch
     if (!error.empty()) throw InputError(error + " (is the disk full, or the folder read-only?)");
 }
 
-std::map<std::string, torch::Tensor> readSafetensors(const std::string& path)
+namespace {
+
+struct Entry {
+    std::vector<std::int64_t> shape;
+    at::ScalarType type;
+    std::uint64_t begin = 0, end = 0; // within the data section
+};
+
+struct Header {
+    std::uint64_t dataStart = 0; // 8 + header bytes
+    std::map<std::string, Entry> entries;
+};
+
+// Reads and checks the header: every count and offset is bounded by the file's size.
+Header readHeader(const std::string& path, std::ifstream& in)
 {
     const std::string what = "safetensors file " + path;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError("cannot read " + what + " (does it exist, and may this user read it?)");
     std::error_code ec;
     const auto fileSize = static_cast<std::uint64_t>(std::filesystem::file_size(path, ec));
     std::uint8_t length[8];
@@ -100,8 +114,8 @@ std::map<std::string, torch::Tensor> readSafetensors(const std::string& path)
     std::uint64_t headerBytes = 0;
     for (int i = 7; i >= 0; --i) headerBytes = (headerBytes << 8) | length[i];
     if (headerBytes > kMaxHeaderBytes || headerBytes > fileSize - 8) {
-        throw InputError(what + " is not safetensors (its header length " + std::to_string(headerBytes)
-                         + " does not fit the file)");
+        throw InputError(what + " is not safetensors, or is truncated (its header length " + std::to_string(headerBytes)
+                         + " does not fit the file's " + std::to_string(fileSize) + " bytes)");
     }
     std::string text(headerBytes, '\0');
     if (!in.read(text.data(), static_cast<std::streamsize>(headerBytes))) throw InputError(what + " is truncated");
@@ -116,8 +130,9 @@ std::map<std::string, torch::Tensor> readSafetensors(const std::string& path)
         throw InputError(what + " has a damaged header (" + clipped(e.what()) + ")");
     }
     if (!header.is_object() || header.size() > kMaxTensors) throw InputError(what + " has a damaged header (not an object)");
+    Header out;
+    out.dataStart = 8 + headerBytes;
     const std::uint64_t dataBytes = fileSize - 8 - headerBytes;
-    std::map<std::string, torch::Tensor> tensors;
     for (const auto& [name, entry] : header.items()) {
         if (name == "__metadata__") continue;
         const auto bad = [&](const std::string& why) {
@@ -131,28 +146,85 @@ std::map<std::string, torch::Tensor> readSafetensors(const std::string& path)
         const auto* dtype = dtypeByName(entry["dtype"].get<std::string>());
         if (!dtype) throw bad("has dtype " + clipped(entry["dtype"].get<std::string>()) + ", which Trainbench does not read");
         if (entry["shape"].size() > 16) throw bad("has more than 16 dimensions");
-        std::vector<std::int64_t> shape;
+        Entry e;
+        e.type = dtype->type;
         std::uint64_t count = 1;
         for (const auto& d : entry["shape"]) {
             if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<long long>() >= 0)) throw bad("has a bad shape");
             const auto n = d.get<std::uint64_t>();
-            if (n > dataBytes || (n > 0 && count > dataBytes / n)) throw bad("is larger than the file");
+            if (n > dataBytes || (n > 0 && count > dataBytes / n)) throw bad("is larger than the file (is it truncated?)");
             count *= n;
-            shape.push_back(static_cast<std::int64_t>(n));
+            e.shape.push_back(static_cast<std::int64_t>(n));
         }
         const auto& offsets = entry["data_offsets"];
         if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) throw bad("has bad data_offsets");
-        const auto begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
-        if (begin > end || end > dataBytes || end - begin != count * dtype->bytes) {
-            throw bad("has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end)
-                      + "] that do not match its shape or the file's " + std::to_string(dataBytes) + " data bytes");
+        e.begin = offsets[0].get<std::uint64_t>();
+        e.end = offsets[1].get<std::uint64_t>();
+        if (e.begin > e.end || e.end - e.begin != count * dtype->bytes) {
+            throw bad("has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] that do not match its "
+                      + entry["dtype"].get<std::string>() + " shape " + entry["shape"].dump() + " ("
+                      + std::to_string(count * dtype->bytes) + " bytes)");
         }
-        auto t = torch::empty(shape, torch::TensorOptions().dtype(dtype->type));
-        in.seekg(static_cast<std::streamoff>(8 + headerBytes + begin));
-        if (!in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(end - begin))) throw bad("is truncated");
+        if (e.end > dataBytes) {
+            throw bad("ends at byte " + std::to_string(e.end) + " of a data section of " + std::to_string(dataBytes)
+                      + " bytes: the file is truncated or its header is wrong");
+        }
+        out.entries.emplace(name, std::move(e));
+    }
+    return out;
+}
+
+} // namespace
+
+std::map<std::string, torch::Tensor> readSafetensors(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("cannot read safetensors file " + path + " (does it exist, and may this user read it?)");
+    const auto header = readHeader(path, in);
+    std::map<std::string, torch::Tensor> tensors;
+    for (const auto& [name, e] : header.entries) {
+        auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
+        in.seekg(static_cast<std::streamoff>(header.dataStart + e.begin));
+        if (!in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin))) {
+            throw InputError("safetensors file " + path + ": tensor \"" + clipped(name) + "\" is truncated");
+        }
         tensors.emplace(name, std::move(t));
     }
     return tensors;
+}
+
+MappedSafetensors::MappedSafetensors(const std::string& path) : m_path(path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("cannot read safetensors file " + path + " (does it exist, and may this user read it?)");
+    const auto header = readHeader(path, in);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw InputError("cannot open safetensors file " + path);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
+        ::close(fd);
+        throw InputError("cannot read the size of safetensors file " + path);
+    }
+    m_bytes = static_cast<std::size_t>(st.st_size);
+    // Read-only and shared: the pages are the page cache's, not this process's
+    // anonymous memory; tensors are views that are only ever copied from.
+    void* base = ::mmap(nullptr, m_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (base == MAP_FAILED) throw InputError("cannot map safetensors file " + path + " into memory");
+    m_base = base;
+    ::madvise(m_base, m_bytes, MADV_SEQUENTIAL);
+    auto* data = static_cast<std::uint8_t*>(m_base) + header.dataStart;
+    if (header.dataStart > m_bytes) throw InputError("safetensors file " + path + " changed while it was read");
+    for (const auto& [name, e] : header.entries) {
+        if (header.dataStart + e.end > m_bytes) throw InputError("safetensors file " + path + " changed while it was read");
+        m_tensors.emplace(name, torch::from_blob(data + e.begin, e.shape, torch::TensorOptions().dtype(e.type)));
+    }
+}
+
+MappedSafetensors::~MappedSafetensors()
+{
+    m_tensors.clear();
+    if (m_base) ::munmap(m_base, m_bytes);
 }
 
 } // namespace tb

@@ -19,4 +19,25 @@ void writeSafetensors(const std::string& path, const std::map<std::string, torch
 // with one sentence for a file that is not safetensors or is damaged.
 std::map<std::string, torch::Tensor> readSafetensors(const std::string& path);
 
+// A safetensors file mapped read-only into memory: its tensors are views of
+// the mapping (no copy, and no anonymous memory: the pages belong to the page
+// cache), valid while this object lives. Only ever copy from them. The header
+// is checked as readSafetensors checks it.
+class MappedSafetensors {
+public:
+    explicit MappedSafetensors(const std::string& path);
+    ~MappedSafetensors();
+    MappedSafetensors(const MappedSafetensors&) = delete;
+    MappedSafetensors& operator=(const MappedSafetensors&) = delete;
+
+    const std::string& path() const { return m_path; }
+    const std::map<std::string, torch::Tensor>& tensors() const { return m_tensors; }
+
+private:
+    std::string m_path;
+    void* m_base = nullptr;
+    std::size_t m_bytes = 0;
+    std::map<std::string, torch::Tensor> m_tensors;
+};
+
 } // namespace tb

@@ -1,0 +1,242 @@
+#include "config/HfArchitecture.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/Errors.h"
+
+namespace tb {
+namespace {
+
+using nlohmann::json;
+
+struct Defaults {
+    std::int64_t vocab, hidden, intermediate, layers, heads, kvHeads, positions, slidingWindow;
+    double ropeTheta;
+};
+
+// transformers' own config defaults (LlamaConfig, MistralConfig, Qwen2Config),
+// used where a config.json leaves a field out, as transformers does. kvHeads 0:
+// the number of attention heads.
+Defaults defaultsFor(const std::string& type)
+{
+    if (type == "mistral") return {32000, 4096, 14336, 32, 32, 8, 4096 * 32, 4096, 10000.0};
+    if (type == "qwen2") return {151936, 4096, 22016, 32, 32, 32, 32768, 0, 10000.0};
+    return {32000, 4096, 11008, 32, 32, 0, 2048, 0, 10000.0};
+}
+
+class Reader {
+public:
+    Reader(const json& j, std::string source) : m_j(j), m_source(std::move(source)) {}
+
+    [[noreturn]] void fail(const std::string& key, const std::string& why) const
+    {
+        throw InputError(m_source + ": \"" + key + "\" " + why);
+    }
+    const json* find(const std::string& key) const
+    {
+        const auto it = m_j.find(key);
+        return it == m_j.end() || it->is_null() ? nullptr : &*it;
+    }
+    std::int64_t positive(const std::string& key, std::int64_t fallback) const
+    {
+        const auto* v = find(key);
+        if (!v) return fallback;
+        if (!v->is_number_integer() || v->get<std::int64_t>() <= 0 || v->get<std::int64_t>() > (1LL << 40)) {
+            fail(key, "must be a positive integer, got " + v->dump());
+        }
+        return v->get<std::int64_t>();
+    }
+    double number(const std::string& key, double fallback, double low, double high) const
+    {
+        const auto* v = find(key);
+        if (!v) return fallback;
+        if (!v->is_number() || !(v->get<double>() > low && v->get<double>() <= high)) {
+            fail(key, "must be a number above " + json(low).dump() + ", got " + v->dump());
+        }
+        return v->get<double>();
+    }
+    bool flag(const std::string& key, bool fallback) const
+    {
+        const auto* v = find(key);
+        if (!v) return fallback;
+        if (!v->is_boolean()) fail(key, "must be true or false, got " + v->dump());
+        return v->get<bool>();
+    }
+    std::string text(const std::string& key) const
+    {
+        const auto* v = find(key);
+        if (!v) return {};
+        if (!v->is_string()) fail(key, "must be a string, got " + v->dump());
+        return v->get<std::string>();
+    }
+
+private:
+    const json& m_j;
+    std::string m_source;
+};
+
+std::string familyList()
+{
+    std::string out;
+    for (const auto& f : hfFamilies()) out += (out.empty() ? "" : ", ") + f;
+    return out;
+}
+
+} // namespace
+
+const std::vector<std::string>& hfFamilies()
+{
+    static const std::vector<std::string> families{"llama", "mistral", "qwen2"};
+    return families;
+}
+
+HfArchitecture hfArchitectureFromJson(const std::string& content, const std::string& source)
+{
+    json j;
+    try {
+        j = json::parse(content);
+    } catch (const json::exception& e) {
+        throw InputError(source + " is not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!j.is_object()) throw InputError(source + " must hold one JSON object, as a Hugging Face config.json does");
+    const Reader r(j, source);
+    HfArchitecture a;
+    a.source = source;
+    a.modelType = r.text("model_type");
+    if (a.modelType.empty()) {
+        throw InputError(source + " has no \"model_type\"; Trainbench trains the families " + familyList());
+    }
+    if (a.modelType == "gpt2" || a.modelType == "gpt_neox") {
+        throw InputError(source + ": model_type \"" + a.modelType + "\" is not trained yet (its planning works: "
+                         "'trainbench-cli estimate --hf-config'); the families trained are " + familyList());
+    }
+    bool known = false;
+    for (const auto& f : hfFamilies()) known = known || f == a.modelType;
+    if (!known) {
+        throw InputError(source + ": model_type \"" + a.modelType + "\" is not a family Trainbench trains ("
+                         + familyList() + "); it is refused rather than trained as something it is not");
+    }
+    // Fields that change the math and are not implemented: refused by name.
+    for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+                            "moe_intermediate_size"}) {
+        if (const auto* v = r.find(moe); v && !(v->is_number_integer() && v->get<std::int64_t>() == 0)) {
+            throw InputError(source + ": \"" + std::string(moe) + "\" describes a mixture-of-experts model, which "
+                             "Trainbench does not train");
+        }
+    }
+    const auto act = r.text("hidden_act");
+    if (!act.empty() && act != "silu") {
+        throw InputError(source + ": hidden_act \"" + act + "\" is not implemented for " + a.modelType
+                         + " (only \"silu\", the published SwiGLU)");
+    }
+    if (const auto* v = r.find("partial_rotary_factor"); v && !(v->is_number() && v->get<double>() == 1.0)) {
+        throw InputError(source + ": partial_rotary_factor " + v->dump() + " is not implemented for " + a.modelType);
+    }
+    if (a.modelType == "qwen2" && r.flag("use_sliding_window", false)) {
+        throw InputError(source + ": use_sliding_window true (Qwen2's per-layer window) is not implemented; "
+                         "set it to false to train with full attention");
+    }
+
+    const auto d = defaultsFor(a.modelType);
+    a.vocabSize = r.positive("vocab_size", d.vocab);
+    a.hiddenSize = r.positive("hidden_size", d.hidden);
+    a.intermediateSize = r.positive("intermediate_size", d.intermediate);
+    a.layers = r.positive("num_hidden_layers", d.layers);
+    a.heads = r.positive("num_attention_heads", d.heads);
+    a.kvHeads = r.positive("num_key_value_heads", d.kvHeads > 0 ? d.kvHeads : a.heads);
+    a.headDim = r.positive("head_dim", a.hiddenSize / a.heads);
+    a.maxPositions = r.positive("max_position_embeddings", d.positions);
+    a.ropeTheta = r.number("rope_theta", d.ropeTheta, 1.0, 1e12);
+    a.rmsNormEps = r.number("rms_norm_eps", 1e-6, 0.0, 0.1);
+    a.tieEmbeddings = r.flag("tie_word_embeddings", false);
+    a.torchDtype = r.text("torch_dtype");
+    if (a.modelType == "qwen2") {
+        a.qkvBias = true;
+    } else {
+        const bool bias = r.flag("attention_bias", false);
+        a.qkvBias = a.outputBias = bias;
+        a.mlpBias = a.modelType == "llama" && r.flag("mlp_bias", false);
+    }
+    if (a.modelType == "mistral") {
+        const auto* w = r.find("sliding_window");
+        a.slidingWindow = !j.contains("sliding_window") ? d.slidingWindow : w ? r.positive("sliding_window", 0) : 0;
+    }
+    if (a.heads % a.kvHeads != 0) {
+        throw InputError(source + ": num_key_value_heads " + std::to_string(a.kvHeads)
+                         + " does not divide num_attention_heads " + std::to_string(a.heads));
+    }
+    if (a.headDim % 2 != 0) throw InputError(source + ": the head size " + std::to_string(a.headDim) + " is odd; RoPE needs it even");
+    if (!j.contains("head_dim") && a.hiddenSize % a.heads != 0) {
+        throw InputError(source + ": hidden_size " + std::to_string(a.hiddenSize) + " is not a multiple of "
+                         + std::to_string(a.heads) + " heads, and no head_dim is given");
+    }
+    if (const auto* s = r.find("rope_scaling")) {
+        if (!s->is_object()) throw InputError(source + ": \"rope_scaling\" must be an object or null, got " + s->dump());
+        const Reader rs(*s, source + " rope_scaling");
+        auto type = rs.text("rope_type");
+        if (type.empty()) type = rs.text("type");
+        if (type == "llama3") {
+            a.ropeScalingType = type;
+            a.ropeFactor = rs.number("factor", 8.0, 0.0, 1e6);
+            a.ropeLowFreqFactor = rs.number("low_freq_factor", 1.0, 0.0, 1e6);
+            a.ropeHighFreqFactor = rs.number("high_freq_factor", 4.0, 0.0, 1e6);
+            a.ropeOriginalMaxPositions = rs.positive("original_max_position_embeddings", 8192);
+            if (a.ropeHighFreqFactor <= a.ropeLowFreqFactor) {
+                throw InputError(source + ": rope_scaling high_freq_factor must exceed low_freq_factor");
+            }
+        } else if (!type.empty() && type != "default") {
+            throw InputError(source + ": rope_scaling type \"" + type
+                             + "\" is not implemented (only \"llama3\"); it is refused rather than trained with "
+                               "the wrong positions");
+        }
+    }
+    return a;
+}
+
+HfArchitecture readHfArchitecture(const std::string& folder)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec)) {
+        throw InputError("model folder not found: " + folder + " (give the folder that holds config.json and the "
+                         "safetensors files)");
+    }
+    const auto path = (fs::path(folder) / "config.json").string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("the model folder " + folder + " has no readable config.json");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return hfArchitectureFromJson(buffer.str(), path);
+}
+
+std::int64_t HfArchitecture::parameterCount() const
+{
+    const std::int64_t h = hiddenSize, q = heads * headDim, kv = kvHeads * headDim, ff = intermediateSize;
+    std::int64_t attention = h * q + 2 * h * kv + q * h;
+    if (qkvBias) attention += q + 2 * kv;
+    if (outputBias) attention += h;
+    std::int64_t mlp = 3 * h * ff;
+    if (mlpBias) mlp += 2 * ff + h;
+    const std::int64_t perLayer = attention + mlp + 2 * h;
+    return vocabSize * h + layers * perLayer + h + (tieEmbeddings ? 0 : vocabSize * h);
+}
+
+std::string HfArchitecture::summary() const
+{
+    std::ostringstream s;
+    s << modelType << ", " << layers << " layers, hidden " << hiddenSize << ", " << heads << " heads";
+    if (kvHeads != heads) s << " (" << kvHeads << " key/value)";
+    s << " of " << headDim << ", MLP " << intermediateSize << ", vocab " << vocabSize;
+    s << (tieEmbeddings ? ", tied head" : ", untied head");
+    if (qkvBias) s << ", q/k/v bias";
+    if (mlpBias) s << ", MLP bias";
+    if (slidingWindow > 0) s << ", sliding window " << slidingWindow;
+    if (!ropeScalingType.empty()) s << ", rope scaling " << ropeScalingType << " x" << ropeFactor;
+    return s.str();
+}
+
+} // namespace tb

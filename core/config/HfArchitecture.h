@@ -1,0 +1,54 @@
+#pragma once
+// The architecture of a Hugging Face model folder, read from its config.json,
+// for the families Trainbench trains (no LibTorch here: validation, the CLI
+// and the GUI read it too). Anything the trainer does not implement is
+// refused by name rather than trained as something it is not.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tb {
+
+struct HfArchitecture {
+    std::string modelType; // llama | mistral | qwen2 (config.json "model_type")
+    std::string source;    // the config.json it came from
+    std::int64_t vocabSize = 0;
+    std::int64_t hiddenSize = 0;
+    std::int64_t intermediateSize = 0;
+    std::int64_t layers = 0;
+    std::int64_t heads = 0;
+    std::int64_t kvHeads = 0;
+    std::int64_t headDim = 0; // "head_dim", or hidden_size / num_attention_heads
+    std::int64_t maxPositions = 0;
+    double ropeTheta = 10000.0;
+    double rmsNormEps = 1e-6;
+    bool tieEmbeddings = false;
+    bool qkvBias = false;     // q, k and v projections carry a bias (Qwen2, attention_bias)
+    bool outputBias = false;  // o_proj carries a bias (Llama's attention_bias)
+    bool mlpBias = false;     // gate, up and down projections carry a bias (mlp_bias)
+    std::int64_t slidingWindow = 0; // Mistral: each query sees this many most recent positions, itself included; 0 = all
+    // rope_scaling {"rope_type": "llama3", ...}; ropeScalingType empty when absent.
+    std::string ropeScalingType;
+    double ropeFactor = 1.0;
+    double ropeLowFreqFactor = 1.0;
+    double ropeHighFreqFactor = 4.0;
+    std::int64_t ropeOriginalMaxPositions = 0;
+    std::string torchDtype; // "float32", "bfloat16", ... as stored; informational
+
+    // Parameters of the model it describes, counted from the shapes.
+    std::int64_t parameterCount() const;
+    // One line for people: "llama, 22 layers, hidden 2048, 32 heads (4 kv), vocab 32000, ..."
+    std::string summary() const;
+};
+
+// The families `model.type: "hf"` trains, for messages.
+const std::vector<std::string>& hfFamilies();
+
+// Parses a config.json's text. Throws InputError naming `source`, the field and
+// what is wrong, or the unsupported family or feature by name.
+HfArchitecture hfArchitectureFromJson(const std::string& text, const std::string& source);
+// Reads DIR/config.json. Throws InputError when the folder or file is missing.
+HfArchitecture readHfArchitecture(const std::string& folder);
+
+} // namespace tb

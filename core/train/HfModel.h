@@ -1,0 +1,26 @@
+#pragma once
+// Hugging Face model folders (model.type "hf"): the Llama family (Llama 2 and
+// 3.x, TinyLlama, Mistral, Qwen2/2.5) built from config.json with the
+// published parameter names, and the folder's safetensors weights (one file,
+// or shards listed in model.safetensors.index.json) mapped and copied into it.
+
+#include <string>
+
+#include "config/HfArchitecture.h"
+#include "train/Layers.h"
+
+namespace tb {
+
+// The model options of a folder's architecture, for sequences of up to maxLen tokens.
+ModelOptions hfModelOptions(const HfArchitecture& arch, const std::string& folder, int maxLen);
+
+// Copies the folder's weights into the model's base parameters, converting
+// each tensor to the parameter's dtype as it is copied (the files are mapped,
+// never read into a second copy). LoRA adapters the folder lacks keep their
+// initialisation. Throws InputError with one sentence naming the file and what
+// is wrong: a missing shard, an index naming a file that is not there, a
+// damaged or truncated file, a tensor missing or of the wrong shape (both
+// shapes), or a tensor this architecture does not have.
+void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder);
+
+} // namespace tb

@@ -1,0 +1,321 @@
+#!/usr/bin/python3
+"""An independent reference for Hugging Face Llama-family model folders.
+
+Written from the published `transformers` modeling code (LlamaForCausalLM,
+MistralForCausalLM, Qwen2ForCausalLM and their rotary embedding, including
+`_compute_llama3_parameters`), in plain PyTorch, with its own safetensors
+reader and writer (the format is an 8-byte little-endian header length, a JSON
+header and the raw bytes). It shares no code with Trainbench.
+
+  hf_reference.py generate DIR --family llama|mistral|qwen2 [--seed S] [--shards N]
+        [--dtype float32|bfloat16|float16] [--tied] [--untied] [--head-dim D]
+        [--attention-bias] [--mlp-bias] [--sliding-window W] [--rope-llama3]
+        [--vocab V --hidden H --layers L --heads A --kv-heads K --intermediate I]
+     writes a tiny random checkpoint in the Hub's layout (config.json,
+     generation_config.json, model.safetensors or shards with
+     model.safetensors.index.json; a tied head is absent from the files).
+  hf_reference.py run DIR --ids 1,2,3 [--max-tokens N]
+     prints {"logits": [[...]], "completion_ids": [...]}: fp32 logits of every
+     prompt position and a greedy decode that stops at eos_token_id.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import struct
+import sys
+
+import torch
+
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
+NAMES = {v: k for k, v in DTYPES.items()}
+
+
+# ---------------------------------------------------------------- safetensors
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if t.dtype in (torch.bfloat16, torch.float16) else t.numpy().tobytes()
+        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        raw = bytearray(data[8 + n + a:8 + n + b])
+        dtype = DTYPES[e["dtype"]]
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        out[name] = t.reshape(e["shape"]).clone()
+    return out
+
+
+def read_folder(folder):
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    weights = {}
+    for name in files:
+        weights.update(read_safetensors(os.path.join(folder, name)))
+    return weights
+
+
+# ---------------------------------------------------------------- generation
+def generate(args):
+    rng = random.Random(args.seed)
+    torch.manual_seed(args.seed)
+    family = args.family
+    heads = args.heads or rng.choice([2, 4])
+    kv = args.kv_heads or rng.choice([k for k in (1, 2, heads) if heads % k == 0])
+    head_dim = args.head_dim or rng.choice([8, 12, 16])
+    hidden = args.hidden or (heads * head_dim if not args.head_dim else rng.choice([32, 48]))
+    cfg = {
+        "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}[family]],
+        "model_type": family,
+        "vocab_size": args.vocab or rng.randint(40, 300),
+        "hidden_size": hidden,
+        "intermediate_size": args.intermediate or rng.choice([40, 64, 88]),
+        "num_hidden_layers": args.layers or rng.randint(1, 3),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "max_position_embeddings": 128,
+        "rms_norm_eps": rng.choice([1e-5, 1e-6]),
+        "rope_theta": rng.choice([10000.0, 500000.0, 1000000.0]),
+        "hidden_act": "silu",
+        "tie_word_embeddings": bool(args.tied) or (not args.untied and rng.random() < 0.5),
+        "torch_dtype": args.dtype,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    if args.head_dim:
+        cfg["head_dim"] = args.head_dim
+    if family == "llama":
+        cfg["attention_bias"] = bool(args.attention_bias)
+        cfg["mlp_bias"] = bool(args.mlp_bias)
+    if family == "mistral":
+        cfg["sliding_window"] = args.sliding_window if args.sliding_window else None
+    if family == "qwen2":
+        cfg["use_sliding_window"] = False
+    if args.rope_llama3:
+        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 16}
+    weights = random_weights(cfg)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    weights = {k: v.to(dtype) for k, v in weights.items()}
+    os.makedirs(args.dir, exist_ok=True)
+    with open(os.path.join(args.dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    with open(os.path.join(args.dir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2}, f)
+    names = list(weights)
+    if args.shards <= 1:
+        write_safetensors(os.path.join(args.dir, "model.safetensors"), weights)
+    else:
+        weight_map = {}
+        per = math.ceil(len(names) / args.shards)
+        for i in range(args.shards):
+            shard = "model-%05d-of-%05d.safetensors" % (i + 1, args.shards)
+            part = {n: weights[n] for n in names[i * per:(i + 1) * per]}
+            write_safetensors(os.path.join(args.dir, shard), part)
+            weight_map.update({n: shard for n in part})
+        total = sum(t.numel() * t.element_size() for t in weights.values())
+        with open(os.path.join(args.dir, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    print(json.dumps(cfg))
+
+
+def random_weights(cfg):
+    h, v, ff = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or h // heads
+    qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    o_bias = cfg["model_type"] != "qwen2" and cfg.get("attention_bias", False)
+    mlp_bias = cfg.get("mlp_bias", False)
+    w = {"model.embed_tokens.weight": torch.randn(v, h) * 0.5}
+
+    def linear(name, fan_in, fan_out, bias):
+        w[name + ".weight"] = torch.randn(fan_out, fan_in) / math.sqrt(fan_in)
+        if bias:
+            w[name + ".bias"] = torch.randn(fan_out) * 0.1
+
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        linear(p + "self_attn.q_proj", h, heads * hd, qkv_bias)
+        linear(p + "self_attn.k_proj", h, kv * hd, qkv_bias)
+        linear(p + "self_attn.v_proj", h, kv * hd, qkv_bias)
+        linear(p + "self_attn.o_proj", heads * hd, h, o_bias)
+        linear(p + "mlp.gate_proj", h, ff, mlp_bias)
+        linear(p + "mlp.up_proj", h, ff, mlp_bias)
+        linear(p + "mlp.down_proj", ff, h, mlp_bias)
+        w[p + "input_layernorm.weight"] = 1.0 + 0.2 * torch.randn(h)
+        w[p + "post_attention_layernorm.weight"] = 1.0 + 0.2 * torch.randn(h)
+    w["model.norm.weight"] = 1.0 + 0.2 * torch.randn(h)
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = torch.randn(v, h) / math.sqrt(h)
+    return w
+
+
+# ---------------------------------------------------------------- the model
+def rope_inv_freq(cfg, dim):
+    # transformers: _compute_default_rope_parameters, then _compute_llama3_parameters
+    base = cfg.get("rope_theta", 10000.0)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = cfg.get("rope_scaling")
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+        factor = scaling["factor"]
+        low_freq_factor = scaling["low_freq_factor"]
+        high_freq_factor = scaling["high_freq_factor"]
+        old_context_len = scaling["original_max_position_embeddings"]
+        low_freq_wavelen = old_context_len / low_freq_factor
+        high_freq_wavelen = old_context_len / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+        is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        inv_freq = torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+    return inv_freq
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(hidden_states, n_rep):
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+
+def rms_norm(x, weight, eps):
+    input_dtype = x.dtype
+    hs = x.to(torch.float32)
+    variance = hs.pow(2).mean(-1, keepdim=True)
+    hs = hs * torch.rsqrt(variance + eps)
+    return weight * hs.to(input_dtype)
+
+
+def linear(w, name, x):
+    return torch.nn.functional.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+
+
+def forward(cfg, w, ids):
+    h = cfg["hidden_size"]
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    hd = cfg.get("head_dim") or h // heads
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    T = len(ids)
+    x = w["model.embed_tokens.weight"][torch.tensor([ids])]
+    position_ids = torch.arange(T)[None, :]
+    inv_freq = rope_inv_freq(cfg, hd)
+    freqs = (inv_freq[None, :, None].float() @ position_ids[:, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+    q_idx = torch.arange(T)[:, None]
+    kv_idx = torch.arange(T)[None, :]
+    allowed = kv_idx <= q_idx
+    window = cfg.get("sliding_window") if cfg["model_type"] == "mistral" else None
+    if window:
+        allowed = allowed & (kv_idx > q_idx - window)
+    mask = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    for i in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        residual = x
+        hs = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = linear(w, p + "self_attn.q_proj", hs).view(1, T, -1, hd).transpose(1, 2)
+        k = linear(w, p + "self_attn.k_proj", hs).view(1, T, -1, hd).transpose(1, 2)
+        v = linear(w, p + "self_attn.v_proj", hs).view(1, T, -1, hd).transpose(1, 2)
+        q = (q * cos) + (rotate_half(q) * sin)
+        k = (k * cos) + (rotate_half(k) * sin)
+        k = repeat_kv(k, heads // kv)
+        v = repeat_kv(v, heads // kv)
+        attn = torch.matmul(q, k.transpose(2, 3)) * hd ** -0.5 + mask
+        attn = torch.nn.functional.softmax(attn, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(attn, v).transpose(1, 2).reshape(1, T, -1)
+        x = residual + linear(w, p + "self_attn.o_proj", out)
+        residual = x
+        hs = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        mlp = linear(w, p + "mlp.down_proj",
+                     torch.nn.functional.silu(linear(w, p + "mlp.gate_proj", hs)) * linear(w, p + "mlp.up_proj", hs))
+        x = residual + mlp
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", False) else w["lm_head.weight"]
+    return torch.nn.functional.linear(x, head)[0]
+
+
+def run(args):
+    with open(os.path.join(args.dir, "config.json")) as f:
+        cfg = json.load(f)
+    eos = cfg.get("eos_token_id")
+    gen_path = os.path.join(args.dir, "generation_config.json")
+    if os.path.exists(gen_path):
+        with open(gen_path) as f:
+            eos = json.load(f).get("eos_token_id", eos)
+    eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    w = {k: v.float() for k, v in read_folder(args.dir).items()}
+    ids = [int(t) for t in args.ids.split(",")]
+    with torch.no_grad():
+        logits = forward(cfg, w, ids)
+        out, completion = list(ids), []
+        for _ in range(args.max_tokens):
+            nxt = int(forward(cfg, w, out)[-1].argmax())
+            completion.append(nxt)
+            out.append(nxt)
+            if nxt in eos:
+                break
+    print(json.dumps({"logits": logits.tolist(), "completion_ids": completion}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("dir")
+    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2"])
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--shards", type=int, default=1)
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    g.add_argument("--tied", action="store_true")
+    g.add_argument("--untied", action="store_true")
+    g.add_argument("--head-dim", type=int, default=0)
+    g.add_argument("--attention-bias", action="store_true")
+    g.add_argument("--mlp-bias", action="store_true")
+    g.add_argument("--sliding-window", type=int, default=0)
+    g.add_argument("--rope-llama3", action="store_true")
+    for k in ("vocab", "hidden", "layers", "heads", "kv-heads", "intermediate"):
+        g.add_argument("--" + k, type=int, default=0)
+    r = sub.add_parser("run")
+    r.add_argument("dir")
+    r.add_argument("--ids", required=True)
+    r.add_argument("--max-tokens", type=int, default=0)
+    args = ap.parse_args()
+    generate(args) if args.cmd == "generate" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

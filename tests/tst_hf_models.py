@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""Hugging Face model folders: Trainbench's logits and greedy decodes against
+the independent reference in tests/reference/hf_reference.py, on tiny random
+checkpoints generated here in the Hub's layout, and one clear error for each
+kind of damaged folder.
+
+  tst_hf_models.py TRAINBENCH_CLI [--seeds N]
+"""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REFERENCE = os.path.join(HERE, "reference", "hf_reference.py")
+CLI = None
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def generate(folder, *options):
+    subprocess.run([sys.executable, REFERENCE, "generate", folder, *options], check=True, stdout=subprocess.DEVNULL)
+    with open(os.path.join(folder, "config.json")) as f:
+        return json.load(f)
+
+
+def reference(folder, ids, max_tokens):
+    out = subprocess.run([sys.executable, REFERENCE, "run", folder, "--ids", ",".join(map(str, ids)),
+                          "--max-tokens", str(max_tokens)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def trainbench(*args):
+    return subprocess.run([CLI, *args], capture_output=True, text=True)
+
+
+def compare(name, folder, cfg, ids, max_tokens=8):
+    ref = reference(folder, ids, max_tokens)
+    got = trainbench("sample", "--model", folder, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens",
+                     str(max_tokens), "--temperature", "0", "--json", "--logits")
+    if got.returncode != 0:
+        check(False, "%s: trainbench-cli failed: %s" % (name, got.stderr.strip()))
+        return
+    out = json.loads(got.stdout)
+    rows_ref, rows = ref["logits"], out["logits"]
+    check(len(rows) == len(ids) and all(len(r) == cfg["vocab_size"] for r in rows),
+          "%s: logits shape %dx%d" % (name, len(rows), len(rows[0]) if rows else 0))
+    worst = max(abs(a - b) for ra, rb in zip(rows_ref, rows) for a, b in zip(ra, rb))
+    check(worst <= 1e-5, "%s: logits differ by up to %.3g (limit 1e-5)" % (name, worst))
+    check(out["completion_ids"] == ref["completion_ids"],
+          "%s: greedy decode %s, reference %s" % (name, out["completion_ids"], ref["completion_ids"]))
+    print("ok %-44s max |dlogit| %.2e, decode %s" % (name, worst, out["completion_ids"]), flush=True)
+
+
+def named_cases(tmp):
+    """Each published trap on its own, then random combinations."""
+    cases = [
+        ("llama untied", ["--family", "llama", "--untied"]),
+        ("llama tied (head absent from the file)", ["--family", "llama", "--tied"]),
+        ("llama attention_bias + mlp_bias", ["--family", "llama", "--attention-bias", "--mlp-bias"]),
+        ("llama head_dim != hidden/heads", ["--family", "llama", "--head-dim", "12", "--heads", "4", "--hidden", "40"]),
+        ("llama3 rope scaling", ["--family", "llama", "--rope-llama3", "--head-dim", "16", "--heads", "2",
+                                 "--hidden", "32"]),
+        ("llama GQA one kv head", ["--family", "llama", "--heads", "4", "--kv-heads", "1"]),
+        ("llama bf16 weights, 3 shards", ["--family", "llama", "--dtype", "bfloat16", "--shards", "3"]),
+        ("llama fp16 weights", ["--family", "llama", "--dtype", "float16"]),
+        ("mistral sliding window 3", ["--family", "mistral", "--sliding-window", "3"]),
+        ("mistral window above the length", ["--family", "mistral", "--sliding-window", "64"]),
+        ("mistral no window (null)", ["--family", "mistral"]),
+        ("qwen2 tied, q/k/v biases", ["--family", "qwen2", "--tied"]),
+        ("qwen2 untied, 2 shards", ["--family", "qwen2", "--untied", "--shards", "2"]),
+    ]
+    for i, (name, options) in enumerate(cases):
+        yield name, os.path.join(tmp, "case%d" % i), options + ["--seed", str(100 + i)]
+
+
+def random_cases(tmp, count, seed):
+    rng = random.Random(seed)
+    for i in range(count):
+        family = rng.choice(["llama", "mistral", "qwen2"])
+        options = ["--family", family, "--seed", str(1000 + i), "--shards", str(rng.choice([1, 1, 2, 3])),
+                   "--dtype", rng.choice(["float32", "float32", "bfloat16"])]
+        if family == "llama" and rng.random() < 0.3:
+            options.append("--rope-llama3")
+        if family == "llama" and rng.random() < 0.3:
+            options += ["--attention-bias"]
+        if family == "mistral":
+            options += ["--sliding-window", str(rng.randint(1, 12))]
+        yield "random %d (%s)" % (i, family), os.path.join(tmp, "random%d" % i), options
+
+
+def expect_error(name, folder, *needles):
+    got = trainbench("sample", "--model", folder, "--prompt-ids", "3,4", "--max-tokens", "1", "--json")
+    message = got.stderr.strip()
+    check(got.returncode == 2, "%s: exit %d, expected 2 (%s)" % (name, got.returncode, message))
+    check(message.count("\n") == 0 and "terminate" not in message and "Traceback" not in message,
+          "%s: not one clear line: %r" % (name, message))
+    for needle in needles:
+        check(needle in message, "%s: message lacks %r: %r" % (name, needle, message))
+    print("ok %-44s %s" % (name, message), flush=True)
+
+
+def damaged_folders(tmp):
+    base = os.path.join(tmp, "base")
+    generate(base, "--family", "llama", "--untied", "--shards", "2", "--seed", "7", "--vocab", "50")
+
+    def copy(name):
+        folder = os.path.join(tmp, name)
+        shutil.copytree(base, folder)
+        return folder
+
+    with open(os.path.join(base, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    shard1 = "model-00001-of-00002.safetensors"
+
+    f = copy("missing_shard")
+    os.remove(os.path.join(f, shard1))
+    expect_error("missing shard", f, shard1, "not in")
+
+    f = copy("index_names_other_file")
+    index2 = json.loads(json.dumps(index))
+    first = next(iter(index2["weight_map"]))
+    index2["weight_map"][first] = "model-elsewhere.safetensors"
+    with open(os.path.join(f, "model.safetensors.index.json"), "w") as out:
+        json.dump(index2, out)
+    expect_error("index naming a file that is not there", f, "model-elsewhere.safetensors")
+
+    f = copy("truncated")
+    path = os.path.join(f, shard1)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as out:
+        out.truncate(size - 100)
+    expect_error("truncated shard", f, shard1, "truncated")
+
+    f = copy("lying_offsets")
+    path = os.path.join(f, shard1)
+    with open(path, "rb") as inp:
+        data = bytearray(inp.read())
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    a, b = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [a, b + 4]
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+    expect_error("header lying about offsets", f, shard1, name)
+
+    f = copy("lying_dtype")
+    path = os.path.join(f, shard1)
+    header[name]["data_offsets"] = [a, b]
+    header[name]["dtype"] = "F64"
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+    expect_error("header lying about a dtype", f, shard1, name)
+
+    f = copy("wrong_shape")
+    with open(os.path.join(f, "config.json")) as inp:
+        cfg = json.load(inp)
+    cfg["intermediate_size"] += 8
+    with open(os.path.join(f, "config.json"), "w") as out:
+        json.dump(cfg, out)
+    expect_error("tensor of the wrong shape (both shapes named)", f, "mlp.gate_proj.weight",
+                 "[%d, %d]" % (cfg["intermediate_size"] - 8, cfg["hidden_size"]),
+                 "[%d, %d]" % (cfg["intermediate_size"], cfg["hidden_size"]))
+
+    f = copy("missing_tensor")
+    with open(os.path.join(f, "config.json")) as inp:
+        cfg = json.load(inp)
+    cfg["num_hidden_layers"] += 1
+    with open(os.path.join(f, "config.json"), "w") as out:
+        json.dump(cfg, out)
+    expect_error("tensor missing", f, "model.layers.%d." % (cfg["num_hidden_layers"] - 1), "has no tensor")
+
+    f = copy("unknown_family")
+    cfg["model_type"] = "falcon"
+    with open(os.path.join(f, "config.json"), "w") as out:
+        json.dump(cfg, out)
+    expect_error("unknown model_type", f, "falcon", "llama, mistral, qwen2")
+
+    f = copy("moe")
+    with open(os.path.join(base, "config.json")) as inp:
+        cfg = json.load(inp)
+    cfg["num_local_experts"] = 8
+    with open(os.path.join(f, "config.json"), "w") as out:
+        json.dump(cfg, out)
+    expect_error("mixture of experts", f, "num_local_experts")
+
+    f = copy("no_weights")
+    for name in os.listdir(f):
+        if "safetensors" in name:
+            os.remove(os.path.join(f, name))
+    expect_error("no weights at all", f, "model.safetensors")
+
+    expect_error("no such folder", os.path.join(tmp, "nowhere"), "not found")
+
+    got = trainbench("sample", "--model", base, "--prompt-ids", "3,50", "--json")
+    check(got.returncode == 2 and "id 50" in got.stderr and "vocabulary of 50" in got.stderr,
+          "an id at the vocabulary size: %r" % got.stderr)
+    got = trainbench("sample", "--model", base, "--prompt", "hello")
+    check(got.returncode == 2 and "--prompt-ids" in got.stderr, "--prompt without a tokenizer: %r" % got.stderr)
+    got = trainbench("sample", "--model", base, "--prompt-ids", "3,x")
+    check(got.returncode == 2 and "entry 2" in got.stderr, "a bad id list: %r" % got.stderr)
+    got = trainbench("sample", "--model", base, "--prompt-ids", "3,4", "--max-tokens", "0", "--json")
+    check(got.returncode == 0 and json.loads(got.stdout)["completion_ids"] == [], "--max-tokens 0: %r" % got.stdout)
+    got = trainbench("sample", "--model", base, "--prompt-ids", "3,4", "--max-tokens", "3", "--precision", "bf16",
+                     "--temperature", "0", "--json")
+    check(got.returncode == 0 and len(json.loads(got.stdout)["completion_ids"]) >= 1, "bf16: %r" % got.stderr)
+
+
+def main():
+    global CLI
+    CLI = os.path.abspath(sys.argv[1])
+    count = int(sys.argv[sys.argv.index("--seeds") + 1]) if "--seeds" in sys.argv else 12
+    tmp = tempfile.mkdtemp(prefix="tb-hf-")
+    try:
+        rng = random.Random(5)
+        for name, folder, options in list(named_cases(tmp)) + list(random_cases(tmp, count, 11)):
+            cfg = generate(folder, *options)
+            ids = [rng.randrange(3, cfg["vocab_size"]) for _ in range(rng.randint(4, 12))]
+            compare(name, folder, cfg, ids)
+        damaged_folders(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
