@@ -31,6 +31,7 @@ private Q_SLOTS:
     void nonUtf8ConfigIsRefusedUntouched();
     void filesThatAreNotConfigsAreRefusedUntouched();
     void ownTorchScriptModel();
+    void openModelFolder();
 
 private:
     QLineEdit* line(const QString& path) { return qobject_cast<QLineEdit*>(m_window->experimentPanel()->fieldEditor(path)); }
@@ -223,6 +224,46 @@ void TestExperimentPanel::ownTorchScriptModel()
     QVERIFY(!line("model.n_layer")->isEnabled()); // the built-in model's size does not apply
     QVERIFY(line("lora.rank")->isEnabled());
     m_window->grab().save(QDir::currentPath() + "/experiment-torchscript.png");
+}
+
+// File › Open model folder…: the folder's config.json decides the
+// architecture, shown read-only; the data becomes token ids.
+void TestExperimentPanel::openModelFolder()
+{
+    const QString folder = m_dir->filePath("TinyLlama-1.1B");
+    QVERIFY(QDir().mkpath(folder));
+    QFile f(folder + "/config.json");
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
+        "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4, "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-05, "tie_word_embeddings": false, "hidden_act": "silu"})");
+    f.close();
+    auto* panel = m_window->experimentPanel();
+    QVERIFY(panel->architectureText().isEmpty()); // a built-in model shows no architecture line
+    panel->openModelFolder(folder);
+    auto* doc = m_window->document();
+    QCOMPARE(doc->value("model.type").toString(), QString("hf"));
+    QCOMPARE(doc->value("model.path").toString(), folder);
+    QCOMPARE(doc->value("data.source").toString(), QString("tokens"));
+    QVERIFY(doc->value("model.n_layer").isUndefined()); // the folder's, not the form's
+    const QString arch = panel->architectureText().simplified();
+    QVERIFY2(arch.contains("llama, 22 layers, hidden 2048") && arch.contains("32 heads (4 key/value)"), qPrintable(arch));
+    QVERIFY(!line("model.n_layer")->isEnabled());
+    QCOMPARE(line("model.n_layer")->placeholderText(), QString("22")); // the folder's, shown where the size was
+    // The data file is still missing: the config says so and Start waits.
+    QVERIFY(panel->fieldMessage("data.path").contains("token ids"));
+    QVERIFY(!m_window->runPanel()->startButton()->isEnabled());
+    // A folder whose config.json is refused says why in the architecture line.
+    QFile bad(m_dir->filePath("moe/config.json"));
+    QVERIFY(QDir().mkpath(m_dir->filePath("moe")));
+    QVERIFY(bad.open(QIODevice::WriteOnly));
+    bad.write(R"({"model_type": "mixtral", "num_local_experts": 8})");
+    bad.close();
+    QTest::qWait(50); // the form lays out the architecture lines
+    m_window->grab().save(QDir::currentPath() + "/experiment-hf-folder.png");
+    panel->openModelFolder(m_dir->filePath("moe"));
+    QVERIFY2(panel->architectureText().contains("mixtral"), qPrintable(panel->architectureText()));
+    QVERIFY(!m_window->runPanel()->startButton()->isEnabled());
 }
 
 QTEST_MAIN(TestExperimentPanel)

@@ -33,10 +33,15 @@ def generate(folder, *options):
         return json.load(f)
 
 
-def reference(folder, ids, max_tokens):
+def reference(folder, ids, max_tokens, adapter=None):
+    extra = ["--adapter", adapter] if adapter else []
     out = subprocess.run([sys.executable, REFERENCE, "run", folder, "--ids", ",".join(map(str, ids)),
-                          "--max-tokens", str(max_tokens)], check=True, capture_output=True, text=True)
+                          "--max-tokens", str(max_tokens), *extra], check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
+
+
+def max_difference(rows_a, rows_b):
+    return max(abs(a - b) for ra, rb in zip(rows_a, rows_b) for a, b in zip(ra, rb))
 
 
 def trainbench(*args):
@@ -220,6 +225,113 @@ def damaged_folders(tmp):
     check(got.returncode == 0 and len(json.loads(got.stdout)["completion_ids"]) >= 1, "bf16: %r" % got.stderr)
 
 
+def write_tokens(path, ids, width=2):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<%d%s" % (len(ids), "H" if width == 2 else "I"), *ids))
+
+
+def train(tmp, name, folder, steps, lr, **extra):
+    cfg = {"name": name, "device": "cpu", "model": {"type": "hf", "path": folder},
+           "data": {"source": "tokens", "path": os.path.join(tmp, "train.bin"), "seq_len": 24},
+           "train": {"batch_size": 8, "steps": steps, "eval_every": steps, "seed": 3},
+           "optim": {"lr": lr, "warmup_steps": 0}}
+    for section, values in extra.items():
+        cfg.setdefault(section, {}).update(values)
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return trainbench("train", "--config", path, "--db", os.path.join(tmp, "runs.db"))
+
+
+def run_id(result):
+    for line in result.stdout.splitlines():
+        if line.startswith("run ") and " finished" in line:
+            return line.split()[1]
+    return None
+
+
+def training(tmp):
+    """Fine-tuning a folder: it starts from the folder's weights, learns, and
+    exports a folder (or a PEFT adapter) that the reference loads and decodes
+    identically."""
+    model = os.path.join(tmp, "tiny")
+    generate(model, "--family", "llama", "--untied", "--seed", "21", "--vocab", "64", "--hidden", "32",
+             "--heads", "4", "--kv-heads", "2", "--layers", "2", "--intermediate", "64", "--shards", "2")
+    pattern = []
+    for i in range(6000):
+        pattern += [3 + i % 7, 10 + i % 5, 20]
+    write_tokens(os.path.join(tmp, "train.bin"), pattern)
+    prompt = [3, 10, 20, 4, 11, 20]
+
+    # 1 step at a learning rate of 1e-30: the exported weights are the folder's.
+    got = train(tmp, "untouched", model, 1, 1e-30)
+    check(got.returncode == 0, "1-step run failed: %s" % got.stderr.strip())
+    out = os.path.join(tmp, "untouched-export")
+    got = trainbench("export-model", run_id(got) or "?", "--output", out, "--db", os.path.join(tmp, "runs.db"))
+    check(got.returncode == 0, "export-model failed: %s" % got.stderr.strip())
+    worst = max_difference(reference(model, prompt, 0)["logits"], reference(out, prompt, 0)["logits"])
+    check(worst <= 1e-6, "an hf run does not start from the folder's weights (logits moved by %.3g)" % worst)
+    print("ok %-44s max |dlogit| %.2e" % ("starts from the folder's weights", worst), flush=True)
+
+    # Full fine-tuning learns the pattern; the export matches the reference.
+    got = train(tmp, "full", model, 80, 3e-3)
+    losses = [float(line.split("loss")[1].split()[0]) for line in got.stdout.splitlines() if line.startswith("step ")]
+    check(got.returncode == 0 and len(losses) >= 2 and losses[-1] < 0.5 * losses[0],
+          "full fine-tuning did not learn: %s %s" % (losses, got.stderr.strip()))
+    out = os.path.join(tmp, "full-export")
+    trainbench("export-model", run_id(got) or "?", "--output", out, "--db", os.path.join(tmp, "runs.db"))
+    check(os.path.exists(os.path.join(out, "generation_config.json")), "the export lacks generation_config.json")
+    compare("full fine-tune export", out, json.load(open(os.path.join(out, "config.json"))), prompt)
+    print("ok %-44s loss %.3f -> %.3f" % ("full fine-tuning learns", losses[0], losses[-1]), flush=True)
+
+    # LoRA: the PEFT adapter on the base equals the merged export, and sampling the run agrees.
+    got = train(tmp, "lora", model, 60, 1e-2, lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj", "mlp"]})
+    check(got.returncode == 0, "LoRA run failed: %s" % got.stderr.strip())
+    rid = run_id(got) or "?"
+    peft, merged = os.path.join(tmp, "lora-peft"), os.path.join(tmp, "lora-merged")
+    trainbench("export-model", rid, "--output", peft, "--db", os.path.join(tmp, "runs.db"))
+    trainbench("export-model", rid, "--output", merged, "--merge-lora", "--db", os.path.join(tmp, "runs.db"))
+    with open(os.path.join(peft, "adapter_config.json")) as f:
+        adapter = json.load(f)
+    check(adapter["r"] == 4 and sorted(adapter["target_modules"]) == ["down_proj", "gate_proj", "q_proj", "up_proj", "v_proj"],
+          "adapter_config.json: %s" % adapter)
+    names = read_header(os.path.join(peft, "adapter_model.safetensors"))
+    check("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" in names, "PEFT names: %s" % names[:3])
+    via_adapter = reference(model, prompt, 8, adapter=peft)
+    via_merged = reference(merged, prompt, 8)
+    worst = max_difference(via_adapter["logits"], via_merged["logits"])
+    check(worst <= 1e-5 and via_adapter["completion_ids"] == via_merged["completion_ids"],
+          "the PEFT adapter differs from the merged export by %.3g" % worst)
+    moved = max_difference(via_merged["logits"], reference(model, prompt, 0)["logits"])
+    check(moved > 1e-3, "LoRA training left the model unchanged (%.3g)" % moved)
+    got = trainbench("sample", rid, "--prompt", ",".join(map(str, prompt)), "--max-tokens", "8", "--temperature", "0",
+                     "--json", "--db", os.path.join(tmp, "runs.db"))
+    ids = json.loads(got.stdout)["completion_ids"] if got.returncode == 0 else got.stderr
+    check(ids == via_merged["completion_ids"], "sample RUN %s, reference on the merged export %s"
+          % (ids, via_merged["completion_ids"]))
+    print("ok %-44s adapter vs merged %.2e, decode %s" % ("LoRA: PEFT adapter = merged export", worst, ids), flush=True)
+
+    # Wrong settings: one clear error each.
+    got = train(tmp, "mismatch", model, 1, 1e-3, model={"n_layer": 5})
+    check(got.returncode == 2 and "model.n_layer: 5 differs from num_hidden_layers 2" in got.stderr,
+          "a size field that differs: %r" % got.stderr)
+    got = train(tmp, "repeat", model, 1, 1e-3, model={"n_layer": 2, "d_model": 32, "n_kv_head": 2})
+    check(got.returncode == 0, "a config repeating the folder's sizes: %r" % got.stderr)
+    bad = list(pattern)
+    bad[1234] = 64
+    write_tokens(os.path.join(tmp, "train.bin"), bad)
+    got = train(tmp, "bad-id", model, 1, 1e-3)
+    check(got.returncode != 0 and "token 1234" in got.stderr and "id 64" in got.stderr,
+          "an id at the vocabulary size: %r" % got.stderr)
+    print("ok %-44s" % "size mismatch, repeated sizes, id out of vocabulary", flush=True)
+
+
+def read_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return [k for k in json.loads(f.read(n)) if k != "__metadata__"]
+
+
 def main():
     global CLI
     CLI = os.path.abspath(sys.argv[1])
@@ -232,6 +344,7 @@ def main():
             ids = [rng.randrange(3, cfg["vocab_size"]) for _ in range(rng.randint(4, 12))]
             compare(name, folder, cfg, ids)
         damaged_folders(tmp)
+        training(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failures" % len(failures))

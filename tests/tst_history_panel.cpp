@@ -361,7 +361,9 @@ void TestHistoryPanel::configColumnsAndAPinnedId()
     QCOMPARE(history()->table()->model()->index(0, RunTableModel::kColumns).data().toString(), QString("8"));
     // Built-in columns can be hidden, but ID and Name offer no "Hide".
     for (int column : {int(RunTableModel::Id), int(RunTableModel::Name)}) {
-        for (QAction* a : history()->headerMenu(column)->actions()) QVERIFY2(!a->text().startsWith("Hide"), qPrintable(a->text()));
+        // The menu is held for the loop: a temporary one would be deleted before its actions are read.
+        const auto header = history()->headerMenu(column);
+        for (QAction* a : header->actions()) QVERIFY2(!a->text().startsWith("Hide"), qPrintable(a->text()));
     }
     // Scrolled to the far right, the ID column is still shown, pinned at the left.
     auto* table = history()->table();

@@ -10,7 +10,9 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonValue>
+#include <QDir>
 #include <QLabel>
+#include <QLocale>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -20,6 +22,8 @@
 #include <QVBoxLayout>
 
 #include "ConfigDocument.h"
+#include "common/Errors.h"
+#include "config/HfArchitecture.h"
 #include "Units.h"
 #include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
@@ -63,22 +67,30 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     addField(form, tr("Name"), "name", Kind::Text);
     addField(form, tr("Device"), "device", Kind::Choice, {"auto", "cpu", "cuda", "cuda:0", "cuda:1"},
              tr("auto uses a CUDA GPU when LibTorch sees one, else the CPU"));
-    addField(form, tr("Model"), "model.type", Kind::Choice, {"gpt", "llama", "torchscript"},
+    addField(form, tr("Model"), "model.type", Kind::Choice, {"gpt", "llama", "torchscript", "hf"},
              tr("gpt or llama: built in, sized by the fields below; torchscript: your own scripted causal LM "
-                "from the model file"));
-    addField(form, tr("Model file (TorchScript)"), "model.path", Kind::Path, {},
-             tr("torchscript only: a module saved with torch.jit.save(torch.jit.script(model), path); forward "
-                "takes token ids [batch, seq] and returns logits [batch, seq, vocab]"));
+                "from the model file; hf: a Hugging Face model folder (File › Open model folder…)"));
+    addField(form, tr("Model file or folder"), "model.path", Kind::Path, {},
+             tr("torchscript: a module saved with torch.jit.save(torch.jit.script(model), path); forward "
+                "takes token ids [batch, seq] and returns logits [batch, seq, vocab]. hf: the model folder "
+                "(config.json and safetensors files)"));
+    m_architecture = plainLabel(this);
+    m_architecture->setObjectName("hfArchitecture");
+    m_architecture->setWordWrap(true);
+    m_architecture->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_architecture->setToolTip(tr("The folder's config.json: the architecture is the folder's and is not edited here"));
+    form->addRow(tr("Architecture"), m_architecture);
     addField(form, tr("Layers"), "model.n_layer", Kind::Integer);
     addField(form, tr("Model width (d_model)"), "model.d_model", Kind::Integer);
     addField(form, tr("Attention heads"), "model.n_head", Kind::Integer);
     addField(form, tr("Positional encoding"), "model.positional_encoding", Kind::Choice,
              {"learned", "sinusoidal", "rope"});
-    addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text"},
-             tr("addition: synthetic a+b=c sums; text: byte-level language modelling on a file"));
+    addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text", "tokens"},
+             tr("addition: synthetic a+b=c sums; text: byte-level language modelling on a file; tokens: a file of "
+                "token ids (uint16 or uint32) for an hf model"));
     addField(form, tr("Digits (addition)"), "data.digits", Kind::Integer);
-    addField(form, tr("Text file"), "data.path", Kind::Path, {},
-             tr("Any text file; leave empty for the bundled sample text"));
+    addField(form, tr("Data file"), "data.path", Kind::Path, {},
+             tr("text: any text file, empty for the bundled sample text; tokens: the token id file"));
     addField(form, tr("Sequence length"), "data.seq_len", Kind::Integer);
     addField(form, tr("Batch size"), "train.batch_size", Kind::Integer);
     addField(form, tr("Steps"), "train.steps", Kind::Integer);
@@ -98,7 +110,7 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     placeholder("model.n_head", QString::number(d.model.nHead));
     placeholder("data.digits", QString::number(d.data.digits));
     placeholder("data.path", tr("bundled sample text"));
-    placeholder("model.path", tr("only for model torchscript"));
+    placeholder("model.path", tr("only for model torchscript or hf"));
     placeholder("data.seq_len", tr("64 for text; fixed for addition"));
     placeholder("train.batch_size", QString::number(d.train.batchSize));
     placeholder("train.steps", QString::number(d.train.steps));
@@ -272,6 +284,17 @@ void ExperimentPanel::browseFile(const QString& field)
 {
     const QString start = m_document->filePath().isEmpty() ? QString() : QFileInfo(m_document->filePath()).absolutePath();
     const bool model = field == "model.path";
+    if (model && m_document->value("model.type").toString() == "hf") {
+        const QString folder = QFileDialog::getExistingDirectory(this, tr("Choose a Hugging Face model folder"), start);
+        if (!folder.isEmpty()) openModelFolder(folder);
+        return;
+    }
+    if (!model && m_document->value("data.source").toString() == "tokens") {
+        const QString file = QFileDialog::getOpenFileName(this, tr("Choose a token id file"), start,
+                                                          tr("Token ids (*.bin);;All files (*)"));
+        if (!file.isEmpty()) m_document->setValue(field, file);
+        return;
+    }
     const QString path = QFileDialog::getOpenFileName(this, model ? tr("Choose a TorchScript model") : tr("Choose a text file"),
                                                       start,
                                                       model ? tr("TorchScript modules (*.pt *.pth *.ts);;All files (*)")
@@ -281,6 +304,71 @@ void ExperimentPanel::browseFile(const QString& field)
     if (model) m_document->setValue("model.type", QString("torchscript"));
     else m_document->setValue("data.source", QString("text"));
     m_document->setValue(field, path);
+}
+
+void ExperimentPanel::openModelFolder(const QString& folder)
+{
+    // One edit (one undo step). The folder's sizes are its config.json's: the
+    // form's own are removed, since a differing one would be refused.
+    std::vector<std::pair<QString, QJsonValue>> values{{"model.type", QString("hf")}, {"model.path", folder}};
+    for (const char* key : {"model.n_layer", "model.d_model", "model.n_head", "model.n_kv_head", "model.d_ff",
+                            "model.positional_encoding", "model.rope_theta", "model.rms_norm_eps",
+                            "model.tie_embeddings", "model.vocab_size"}) {
+        values.emplace_back(key, QJsonValue(QJsonValue::Undefined));
+    }
+    if (m_document->value("data.source").toString() != "tokens") {
+        values.emplace_back("data.source", QString("tokens"));
+        values.emplace_back("data.path", QJsonValue(QJsonValue::Undefined));
+    }
+    m_document->setValues(values);
+}
+
+void ExperimentPanel::refreshArchitecture()
+{
+    const bool hf = m_document->value("model.type").toString() == "hf";
+    m_architecture->setVisible(hf);
+    const RunConfig defaults;
+    QString layers = QString::number(defaults.model.nLayer), width = QString::number(defaults.model.dModel),
+            heads = QString::number(defaults.model.nHead);
+    const auto placeholders = [&] {
+        for (const auto& [path, text] : {std::pair{"model.n_layer", layers}, std::pair{"model.d_model", width},
+                                         std::pair{"model.n_head", heads}}) {
+            if (auto* edit = qobject_cast<QLineEdit*>(fieldEditor(path))) edit->setPlaceholderText(text);
+        }
+        if (auto* edit = qobject_cast<QLineEdit*>(fieldEditor("data.path"))) {
+            edit->setPlaceholderText(m_document->value("data.source").toString() == "tokens" ? tr("the token id file")
+                                                                                              : tr("bundled sample text"));
+        }
+    };
+    if (!hf) return placeholders();
+    const QString path = m_document->value("model.path").toString();
+    if (path.isEmpty()) {
+        m_architecture->setText(tr("choose the model folder (File › Open model folder…)"));
+        return placeholders();
+    }
+    QString folder = path;
+    if (QFileInfo(path).isRelative() && !m_document->filePath().isEmpty()) {
+        folder = QFileInfo(m_document->filePath()).absoluteDir().filePath(path);
+    }
+    try {
+        const auto arch = readHfArchitecture(folder.toStdString());
+        // The summary's parts packed into short lines: the form column is narrow.
+        QStringList lines{QString()};
+        for (const QString& part : QString::fromStdString(arch.summary()).split(", ")) {
+            if (!lines.back().isEmpty() && lines.back().size() + part.size() > 34) lines << QString();
+            lines.back() += (lines.back().isEmpty() ? "" : ", ") + part;
+        }
+        lines << tr("%1 parameters").arg(QLocale().toString(static_cast<qlonglong>(arch.parameterCount())));
+        m_architecture->setText(lines.join('\n'));
+        m_architecture->setStyleSheet({});
+        layers = QString::number(arch.layers);
+        width = QString::number(arch.hiddenSize);
+        heads = QString::number(arch.heads);
+    } catch (const InputError& e) {
+        m_architecture->setText(QString::fromStdString(e.what()));
+        m_architecture->setStyleSheet("color: #c0392b");
+    }
+    placeholders();
 }
 
 void ExperimentPanel::refreshFromDocument()
@@ -298,7 +386,8 @@ void ExperimentPanel::refreshFromDocument()
     QStringList unplaced;
     // Fields that the chosen dataset or model ignores are shown but disabled.
     const bool addition = m_document->value("data.source").toString("addition") == "addition";
-    const bool scripted = m_document->value("model.type").toString() == "torchscript";
+    const QString modelType = m_document->value("model.type").toString();
+    const bool scripted = modelType == "torchscript" || modelType == "hf"; // sized by the file or folder
     // (LoRA and checkpointing stay editable: set with a torchscript model they are errors to correct.)
     static const QStringList builtInOnly{"model.n_layer", "model.d_model", "model.n_head", "model.positional_encoding"};
     for (auto& f : m_fields) {
@@ -306,6 +395,7 @@ void ExperimentPanel::refreshFromDocument()
                                                 : (f.path == "data.path" || f.path == "data.seq_len") ? !addition
                                                                                                       : true;
         if (f.path == "model.path") relevant = scripted;
+        else if (f.path == "data.source" && modelType == "hf") relevant = true;
         else if (builtInOnly.contains(f.path)) relevant = !scripted;
         f.editor->setEnabled(formUsable && relevant);
         const QJsonValue v = m_document->value(f.path);
@@ -341,6 +431,7 @@ void ExperimentPanel::refreshFromDocument()
     }
     m_otherIssues->setText(unplaced.join('\n'));
     m_otherIssues->setVisible(!unplaced.isEmpty());
+    refreshArchitecture();
     updateEstimate();
     m_updating = false;
 }
@@ -353,6 +444,8 @@ void ExperimentPanel::setTarget(const GpuTarget& target)
 }
 
 QString ExperimentPanel::estimateText() const { return m_estimate->text(); }
+
+QString ExperimentPanel::architectureText() const { return m_architecture->isHidden() ? QString() : m_architecture->text(); }
 
 void ExperimentPanel::updateEstimate()
 {
@@ -367,6 +460,16 @@ void ExperimentPanel::updateEstimate()
     }
     // The config as each device resolves it (planOnTarget: "auto" precision
     // decided there), the same plan as the planner's, preflight's and `estimate`'s.
+    try {
+        updateEstimateFor(*config);
+    } catch (const InputError& e) {
+        m_estimate->setText(tr("Memory estimate: not available (%1)").arg(QString::fromStdString(e.what())));
+    }
+}
+
+void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
+{
+    const RunConfig* config = &configValue;
     const TargetPlan here = planOnTarget(*config, std::nullopt);
     const auto cpu = estimateMemory(here.arch, here.setup);
     QString text = tr("Memory estimate: %1 MiB of tensors at the peak (during %2)")

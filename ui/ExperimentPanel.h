@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "config/RunConfig.h"
 #include "gpu/Catalogue.h"
 
 class QComboBox;
@@ -33,6 +34,11 @@ public:
     void setTarget(const GpuTarget& target);
     // The current config's memory estimate, as shown under the form.
     QString estimateText() const;
+    // File › Open model folder…: model.type hf with that folder, its sizes
+    // left to its config.json, and token-id data.
+    void openModelFolder(const QString& folder);
+    // The read-only architecture line of an hf model (empty otherwise).
+    QString architectureText() const;
 
 Q_SIGNALS:
     // "Plan…" next to the estimate: open the memory planner.
@@ -53,12 +59,15 @@ private:
     // A file for a path field (data.path, model.path), which also sets what it is for.
     void browseFile(const QString& field);
     void updateEstimate();
+    void refreshArchitecture();
+    void updateEstimateFor(const RunConfig& config);
 
     ConfigDocument* m_document;
     std::vector<Field> m_fields;
     QPlainTextEdit* m_json;
     QLabel* m_otherIssues;
     QLabel* m_estimate;
+    QLabel* m_architecture;
     GpuTarget m_target;
     bool m_haveTarget = false;
     QTimer m_jsonDebounce;

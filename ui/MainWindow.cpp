@@ -146,6 +146,12 @@ void MainWindow::buildMenus()
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&New"), QKeySequence::New, this, &MainWindow::newConfig);
     file->addAction(tr("&Open config…"), QKeySequence::Open, this, &MainWindow::openConfigDialog);
+    file->addAction(tr("Open model &folder…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this, [this] {
+        const QString folder = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
+        if (folder.isEmpty()) return;
+        m_experiment->openModelFolder(folder);
+        statusBar()->showMessage(tr("Model folder %1: %2").arg(folder, m_experiment->architectureText()), 8000);
+    });
     QMenu* examples = file->addMenu(tr("&Examples"));
     for (const QString& name : QDir(":/examples").entryList({"*.json"}, QDir::Files, QDir::Name)) {
         examples->addAction(name, this, [this, name] {

@@ -16,7 +16,8 @@ int exportModelCommand(const Args& args)
     const auto output = args.value("--output");
     if (!output || output->empty()) throw InputError("'export-model' needs --output DIR (a folder; it is created)");
     auto store = openExistingStore(args.value("--db").value_or(""));
-    for (const char* file : {"model.safetensors", "config.json"}) {
+    for (const char* file : {"model.safetensors", "config.json", "model.safetensors.index.json", "adapter_model.safetensors",
+                             "adapter_config.json"}) {
         refuseStoreOutput(*store, (std::filesystem::path(*output) / file).string());
     }
     const auto run = trainedRun(*store, id, args.value("--checkpoint").value_or(""));
@@ -27,8 +28,16 @@ int exportModelCommand(const Args& args)
     const auto result = exportModel(run.config, run.checkpoint, *output, merge);
     std::cout << "wrote " << result.weightsPath << " (" << result.tensors << " tensors, " << result.parameters
               << " parameters" << (result.mergedLora ? ", LoRA merged" : "") << ")\n";
-    if (!result.configPath.empty()) std::cout << "wrote " << result.configPath << " (LlamaForCausalLM)\n";
-    if (run.config.lora.rank > 0 && !merge) {
+    if (result.format == "peft") {
+        std::cout << "wrote " << result.configPath << " (a PEFT LoRA adapter on " << run.config.model.path
+                  << "; --merge-lora writes the merged model instead)\n";
+    } else if (result.format == "hf") {
+        std::cout << "wrote " << result.configPath << " (the source folder's architecture, with its generation and "
+                     "tokenizer files)\n";
+    } else if (!result.configPath.empty()) {
+        std::cout << "wrote " << result.configPath << " (LlamaForCausalLM)\n";
+    }
+    if (run.config.lora.rank > 0 && !merge && result.format != "peft") {
         std::cout << "note: the adapters are stored as separate *.lora_A / *.lora_B tensors; use --merge-lora for a "
                      "plain model other tools load\n";
     }
@@ -37,7 +46,8 @@ int exportModelCommand(const Args& args)
 
 const CommandRegistration registration{Command{
     "export-model",
-    "Write a run's model weights as model.safetensors (and a Hugging Face config.json for llama models).",
+    "Write a run's model weights as model.safetensors (and a Hugging Face config.json for llama models; an hf run: "
+    "a model folder of its family, or a PEFT adapter folder with LoRA).",
     "RUN_ID --output DIR [--merge-lora] [--checkpoint FILE]",
     {{"--db", true, "experiment database", "FILE"},
      {"--output", true, "the folder to write into (created if missing)", "DIR"},

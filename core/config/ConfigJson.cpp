@@ -1,6 +1,7 @@
 // JSON <-> RunConfig. Parsing checks types and unknown keys; ranges and
 // combinations are checked by validateConfig() so that the GUI's form shares them.
 #include "config/RunConfig.h"
+#include "config/HfArchitecture.h"
 
 #include <algorithm>
 #include <cmath>
@@ -210,6 +211,46 @@ ConfigError::ConfigError(std::string source, std::vector<ConfigIssue> issues)
 {
 }
 
+// model.type "hf": the size fields come from the folder's config.json. A field
+// the config sets itself must agree (a saved config repeats them); one that
+// differs is an issue naming both values. An unreadable folder leaves the
+// fields as they are: validation with files reports it on model.path, and a
+// stored run's config still reads after its folder is gone.
+static void applyHfArchitecture(RunConfig& c, const std::set<std::string>& given, std::vector<ConfigIssue>& issues,
+                         std::set<std::string>& bad)
+{
+    if (c.model.path.empty()) return;
+    HfArchitecture a;
+    try {
+        a = readHfArchitecture(resolvedModelPath(c));
+    } catch (const InputError&) {
+        return;
+    }
+    auto& m = c.model;
+    const auto folderValue = [&](const char* key, auto& field, auto value, const char* hfKey) {
+        const std::string path = std::string("model.") + key;
+        if (given.count(key) && !bad.count(path) && field != value) {
+            std::ostringstream mine, theirs;
+            mine << field;
+            theirs << value;
+            issues.push_back({path, mine.str() + " differs from " + hfKey + " " + theirs.str() + " in " + a.source
+                                        + "; the architecture is the folder's: leave " + key + " out"});
+            bad.insert(path);
+        }
+        field = value;
+    };
+    folderValue("n_layer", m.nLayer, static_cast<int>(a.layers), "num_hidden_layers");
+    folderValue("d_model", m.dModel, static_cast<int>(a.hiddenSize), "hidden_size");
+    folderValue("n_head", m.nHead, static_cast<int>(a.heads), "num_attention_heads");
+    folderValue("n_kv_head", m.nKvHead, static_cast<int>(a.kvHeads), "num_key_value_heads");
+    folderValue("d_ff", m.dFf, static_cast<int>(a.intermediateSize), "intermediate_size");
+    folderValue("rope_theta", m.ropeTheta, a.ropeTheta, "rope_theta");
+    folderValue("rms_norm_eps", m.rmsNormEps, a.rmsNormEps, "rms_norm_eps");
+    folderValue("tie_embeddings", m.tieEmbeddings, a.tieEmbeddings, "tie_word_embeddings");
+    folderValue("positional_encoding", m.positionalEncoding, std::string("rope"), "the family's positions");
+    folderValue("vocab_size", m.vocabSize, static_cast<int>(a.vocabSize), "vocab_size");
+}
+
 RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName,
                       const std::string& baseDir)
 {
@@ -243,6 +284,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
     SectionReader top("", issues, bad);
     top.text("name", c.name);
     top.text("device", c.device);
+    std::set<std::string> hfGiven; // model fields the config sets itself (type hf)
     top.section("model", [&](const json& v, const std::string& p) {
         SectionReader r(p, issues, bad);
         r.text("type", c.model.type);
@@ -258,7 +300,11 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.number("dropout", c.model.dropout);
         r.text("attention", c.model.attention);
         r.boolean("tie_embeddings", c.model.tieEmbeddings);
+        r.integer("vocab_size", c.model.vocabSize);
         r.read(v);
+        if (c.model.type == "hf" && v.is_object()) {
+            for (const auto& [key, value] : v.items()) hfGiven.insert(key);
+        }
         // A Llama-family model defaults to RoPE and an untied output head.
         if (c.model.type == "llama") {
             if (!v.contains("positional_encoding")) c.model.positionalEncoding = "rope";
@@ -271,6 +317,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.text("source", c.data.source);
         r.integer("digits", c.data.digits);
         r.text("path", c.data.path);
+        r.text("token_dtype", c.data.tokenDtype);
         r.integer("seq_len", c.data.seqLen);
         r.number("val_fraction", c.data.valFraction);
         r.read(v);
@@ -317,6 +364,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
     });
     top.read(root);
 
+    if (c.model.type == "hf") applyHfArchitecture(c, hfGiven, issues, bad);
     // An explicit seq_len of 0 is an error; absence means "the dataset's default".
     if (seqLenGiven && c.data.seqLen == 0 && !bad.count("data.seq_len")) {
         issues.push_back({"data.seq_len", "must be a positive integer, got 0"});
@@ -449,7 +497,9 @@ std::string configToJson(const RunConfig& c)
     json data = {{"source", c.data.source}, {"val_fraction", c.data.valFraction}};
     if (c.data.source == "addition") data["digits"] = c.data.digits;
     if (!c.model.path.empty()) j["model"]["path"] = c.model.path;
+    if (c.model.type == "hf") j["model"]["vocab_size"] = c.model.vocabSize;
     if (!c.data.path.empty()) data["path"] = c.data.path;
+    if (c.data.source == "tokens") data["token_dtype"] = c.data.tokenDtype;
     if (c.data.seqLen > 0) data["seq_len"] = c.data.seqLen;
     j["data"] = data;
     j["optim"] = {{"optimizer", c.optim.optimizer},

@@ -1,6 +1,8 @@
 // Range and combination checks shared by every front end. Messages state the
 // allowed range so the user can fix the value without opening the docs.
 #include "config/RunConfig.h"
+#include "common/Errors.h"
+#include "config/HfArchitecture.h"
 
 #include <cmath>
 #include <filesystem>
@@ -114,8 +116,27 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     }
 
     const auto& m = c.model;
-    check.oneOf("model.type", m.type, {"gpt", "llama", "torchscript"});
-    if (m.type == "torchscript") {
+    check.oneOf("model.type", m.type, {"gpt", "llama", "torchscript", "hf"});
+    if (m.type == "hf") {
+        if (m.path.empty()) {
+            check.add("model.path", "an hf model needs its Hugging Face model folder (config.json and safetensors "
+                                    "files), e.g. \"models/TinyLlama-1.1B\"");
+        } else if (checkFiles) {
+            try {
+                const auto arch = readHfArchitecture(resolvedModelPath(c));
+                if (effectiveSeqLen(c) > arch.maxPositions) {
+                    check.add("data.seq_len", std::to_string(effectiveSeqLen(c)) + " tokens is more than the model's "
+                                                  + std::to_string(arch.maxPositions) + " positions (max_position_embeddings)");
+                }
+            } catch (const InputError& e) {
+                check.add("model.path", e.what());
+            }
+        }
+        if (c.data.source != "tokens") {
+            check.add("data.source", "an hf model trains on token ids from its own tokenizer: use \"tokens\" with "
+                                     "data.path (byte-level text and addition are for the built-in models)");
+        }
+    } else if (m.type == "torchscript") {
         if (m.path.empty()) {
             check.add("model.path", "a torchscript model needs the file of the saved module (torch.jit.save), e.g. "
                                     "\"model.pt\"");
@@ -131,8 +152,13 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
             check.add("train.activation_checkpointing", "is for the built-in models; a torchscript model runs its own forward");
         }
         if (!c.train.initFrom.empty()) check.add("train.init_from", "is for the built-in models; a torchscript model brings its weights");
-    } else if (!m.path.empty()) {
-        check.add("model.path", "is only used with model.type \"torchscript\"; remove it or set the type");
+    }
+    if (m.type != "hf" && m.vocabSize != 0) {
+        check.add("model.vocab_size", "is only used with model.type \"hf\" (the folder's vocabulary); the built-in "
+                                      "models take the dataset's");
+    }
+    if (m.type != "hf" && m.type != "torchscript" && !m.path.empty()) {
+        check.add("model.path", "is only used with model.type \"torchscript\" or \"hf\"; remove it or set the type");
     }
     if (m.path.size() > 4096) check.add("model.path", "must be at most 4096 characters");
     check.intRange("model.n_layer", m.nLayer, 1, 256);
@@ -150,12 +176,14 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     if (m.nKvHead > 0 && m.nHead >= 1 && (m.nKvHead > m.nHead || m.nHead % m.nKvHead != 0)) {
         check.add("model.n_kv_head", "must divide model.n_head (" + std::to_string(m.nHead) + "), got "
                                          + std::to_string(m.nKvHead));
-    } else if (m.nKvHead > 0 && m.type != "llama") {
+    } else if (m.nKvHead > 0 && m.type != "llama" && m.type != "hf") {
         check.add("model.n_kv_head", "grouped-query attention is for model.type \"llama\"; leave it out or 0");
     }
     check.realRange("model.dropout", m.dropout, 0.0, 1.0, false, true);
     check.oneOf("model.attention", m.attention, {"eager", "sdpa"});
-    if (m.nHead >= 1 && m.dModel >= 8 && m.dModel % m.nHead != 0) {
+    if (m.type == "hf") {
+        // The folder's config.json was checked when it was read (head_dim may differ from d_model / n_head).
+    } else if (m.nHead >= 1 && m.dModel >= 8 && m.dModel % m.nHead != 0) {
         check.add("model.n_head", "must divide model.d_model (" + std::to_string(m.dModel) + "), got "
                                       + std::to_string(m.nHead));
     } else if (m.positionalEncoding == "rope" && m.nHead >= 1 && (m.dModel / m.nHead) % 2 != 0) {
@@ -164,7 +192,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     }
 
     const auto& d = c.data;
-    check.oneOf("data.source", d.source, {"addition", "text"});
+    check.oneOf("data.source", d.source, {"addition", "text", "tokens"});
     check.realRange("data.val_fraction", d.valFraction, 0.0, 0.5, true, false);
     if (d.source == "addition") {
         check.intRange("data.digits", d.digits, 1, 18);
@@ -174,6 +202,21 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
             check.add("data.seq_len", "addition with " + std::to_string(d.digits) + " digits uses sequences of "
                                           + std::to_string(needed) + " tokens; leave seq_len out or set it to "
                                           + std::to_string(needed) + ", got " + std::to_string(d.seqLen));
+        }
+    } else if (d.source == "tokens") {
+        check.intRange("data.seq_len", d.seqLen, 0, 65536, "an integer (0 = 64)");
+        check.oneOf("data.token_dtype", d.tokenDtype, {"uint16", "uint32"});
+        if (m.type != "hf") {
+            check.add("data.source", "token ids need the model they were made for: use model.type \"hf\" with its folder");
+        }
+        if (d.path.empty()) {
+            check.add("data.path", "\"tokens\" needs the file of little-endian token ids (e.g. nanoGPT's train.bin)");
+        } else if (checkFiles) {
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            const std::string path = resolvedDataPath(c);
+            if (!fs::exists(path, ec)) check.add("data.path", "file not found: " + path);
+            else if (!fs::is_regular_file(path, ec)) check.add("data.path", "is not a regular file: " + path);
         }
     } else if (d.source == "text") {
         check.intRange("data.seq_len", d.seqLen, 0, 65536, "an integer (0 = 64)");
@@ -225,7 +268,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     check.realRange("lora.alpha", l.alpha, 0.0, 1e6, true, false);
     if (l.rank > 0 && l.targets.empty()) check.add("lora.targets", "must name at least one of \"attn\", \"mlp\" when lora.rank > 0");
     std::vector<std::string> targets{"attn", "mlp"};
-    if (m.type == "llama") {
+    if (m.type == "llama" || m.type == "hf") {
         targets.insert(targets.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
     }
     for (std::size_t i = 0; i < l.targets.size(); ++i) {

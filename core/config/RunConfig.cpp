@@ -71,7 +71,7 @@ int effectiveSeqLen(const RunConfig& config)
 
 std::vector<std::string> loraProjections(const std::string& modelType, const std::vector<std::string>& targets)
 {
-    const bool llama = modelType == "llama";
+    const bool llama = modelType == "llama" || modelType == "hf";
     std::vector<std::string> out;
     const auto add = [&](std::initializer_list<const char*> names) {
         for (const char* n : names) {

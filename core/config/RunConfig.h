@@ -12,9 +12,11 @@ namespace tb {
 struct ModelConfig {
     // gpt | llama (built in) | torchscript (a user's scripted causal LM in `path`:
     // forward(int64 token ids [batch, seq]) -> logits [batch, seq, vocab]; the
-    // size fields below do not apply to it)
+    // size fields below do not apply to it) | hf (a Hugging Face model folder in
+    // `path`, Llama family; the size fields are its config.json's, filled in
+    // when the config is read, and a given one that differs is refused)
     std::string type = "gpt";
-    std::string path; // torchscript: the saved module (torch.jit.save); relative to the config's folder
+    std::string path; // torchscript: the saved module (torch.jit.save); hf: the folder; relative to the config's folder
     int nLayer = 2;
     int dModel = 128;
     int nHead = 4;
@@ -26,6 +28,7 @@ struct ModelConfig {
     double dropout = 0.0;
     std::string attention = "eager"; // eager | sdpa (LibTorch >= 2.0)
     bool tieEmbeddings = true;       // default true for gpt, false for llama
+    int vocabSize = 0;               // hf: the folder's vocab_size (filled in when read); else unused (0)
 
     int feedForwardWidth() const
     {
@@ -36,9 +39,10 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-    std::string source = "addition"; // addition | text
+    std::string source = "addition"; // addition | text | tokens (little-endian token ids, nanoGPT's .bin layout)
+    std::string tokenDtype = "uint16"; // tokens: uint16 | uint32
     int digits = 3;                  // addition only
-    std::string path;                // text only; empty = bundled sample text
+    std::string path;                // text: empty = bundled sample text; tokens: the id file
     int seqLen = 0;                  // 0: what the dataset needs (addition), 64 for text
     double valFraction = 0.05;
 };

@@ -1,8 +1,10 @@
 #include "memory/Estimator.h"
 #include "memory/Replay.h"
+#include "memory/Architectures.h"
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <optional>
 #include <string_view>
 
@@ -695,7 +697,7 @@ ArchitectureSpec architectureFor(const RunConfig& c)
     a.intermediate = c.model.feedForwardWidth();
     a.maxPositions = effectiveSeqLen(c);
     a.tieEmbeddings = c.model.tieEmbeddings;
-    a.positional = c.model.type == "llama" ? "rope" : c.model.positionalEncoding;
+    a.positional = c.model.type == "llama" || c.model.type == "hf" ? "rope" : c.model.positionalEncoding;
     return a;
 }
 

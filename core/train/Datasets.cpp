@@ -2,11 +2,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "common/Errors.h"
+#include "config/HfArchitecture.h"
 
 namespace tb {
 namespace {
@@ -262,12 +266,150 @@ std::string TextDataset::describe() const
         + std::to_string(m_trainEnd) + " for training), vocab 256, " + std::to_string(m_seqLen) + " tokens per example";
 }
 
-int datasetVocabSize(const RunConfig& config) { return config.data.source == "addition" ? 13 : 256; }
+std::unique_ptr<TokenDataset> TokenDataset::fromFile(const std::string& path, const std::string& dtype, int vocabSize,
+                                                     int seqLen, double valFraction)
+{
+    const int width = dtype == "uint32" ? 4 : 2;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat info {};
+    if (fd < 0 || ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        if (fd >= 0) ::close(fd);
+        throw InputError("data.path: cannot read " + path + " (does it exist, is it a file, and may this user read it?)");
+    }
+    const auto bytes = static_cast<std::int64_t>(info.st_size);
+    if (bytes % width != 0) {
+        ::close(fd);
+        throw InputError("data.path: " + path + " has " + std::to_string(bytes) + " bytes, not a whole number of "
+                         + dtype + " token ids; is data.token_dtype right (uint16 or uint32)?");
+    }
+    const auto n = bytes / width;
+    const auto valIds = static_cast<std::int64_t>(static_cast<double>(n) * valFraction);
+    if (n - valIds < seqLen + 2 || valIds < seqLen + 2) {
+        ::close(fd);
+        throw InputError("data.path: " + path + " has " + std::to_string(n) + " token ids; with seq_len "
+                         + std::to_string(seqLen) + " and val_fraction " + std::to_string(valFraction)
+                         + " both splits need at least " + std::to_string(seqLen + 2)
+                         + " ids. Use a longer file, a shorter data.seq_len or a larger data.val_fraction");
+    }
+    void* mapped = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ, MAP_PRIVATE, fd, 0);
+    const int error = errno;
+    ::close(fd);
+    if (mapped == MAP_FAILED) throw InputError("data.path: cannot map " + path + " (" + std::strerror(error) + ")");
+    std::unique_ptr<TokenDataset> d(new TokenDataset());
+    d->m_owner = std::shared_ptr<const void>(mapped, [bytes](const void* p) {
+        ::munmap(const_cast<void*>(p), static_cast<std::size_t>(bytes));
+    });
+    d->m_data = torch::from_blob(mapped, {n}, width == 4 ? torch::kInt : torch::kShort);
+    d->m_unsignedMask = width == 4 ? 0xffffffffLL : 0xffffLL;
+    d->m_source = path;
+    d->m_dtype = width == 4 ? "uint32" : "uint16";
+    d->m_vocab = vocabSize;
+    d->m_seqLen = seqLen;
+    d->m_trainEnd = n - valIds;
+    // Every id inside the vocabulary, checked in chunks (a bad id would index
+    // outside the embedding: a crash on the CPU, a device-side assert on a GPU).
+    ::madvise(mapped, static_cast<std::size_t>(bytes), MADV_SEQUENTIAL);
+    constexpr std::int64_t kChunk = 1 << 24;
+    for (std::int64_t from = 0; from < n; from += kChunk) {
+        const auto ids = d->m_data.narrow(0, from, std::min(kChunk, n - from)).to(torch::kLong).bitwise_and(d->m_unsignedMask);
+        const auto bad = (ids >= vocabSize).nonzero();
+        if (bad.size(0) > 0) {
+            const auto at = bad[0][0].item<std::int64_t>();
+            throw InputError("data.path: token " + std::to_string(from + at) + " of " + path + " is id "
+                             + std::to_string(ids[at].item<std::int64_t>()) + ", outside the model's vocabulary of "
+                             + std::to_string(vocabSize) + " (ids 0 to " + std::to_string(vocabSize - 1)
+                             + "); was the file made with this model's tokenizer, and is data.token_dtype right?");
+        }
+    }
+    ::madvise(mapped, static_cast<std::size_t>(bytes), MADV_RANDOM);
+    return d;
+}
+
+Batch TokenDataset::windows(const torch::Tensor& starts) const
+{
+    const auto offsets = torch::arange(m_seqLen + 1, torch::kLong);
+    const auto index = starts.unsqueeze(1) + offsets.unsqueeze(0); // [B, T+1]
+    const auto tokens = m_data.index({index}).to(torch::kLong).bitwise_and(m_unsignedMask);
+    return {tokens.narrow(1, 0, m_seqLen), tokens.narrow(1, 1, m_seqLen), {}};
+}
+
+Batch TokenDataset::trainBatch(int batchSize, at::Generator& gen) const
+{
+    return windows(torch::randint(0, m_trainEnd - m_seqLen - 1, {batchSize}, gen, torch::kLong));
+}
+
+std::vector<Batch> TokenDataset::validationBatches(int batchSize, int maxBatches) const
+{
+    const auto n = m_data.size(0);
+    const auto count = static_cast<std::int64_t>(batchSize) * maxBatches;
+    const auto starts = torch::linspace(static_cast<double>(m_trainEnd), static_cast<double>(n - m_seqLen - 1), count,
+                                        torch::kDouble)
+                            .round()
+                            .to(torch::kLong);
+    std::vector<Batch> batches;
+    for (std::int64_t i = 0; i < count; i += batchSize) {
+        batches.push_back(windows(starts.narrow(0, i, std::min<std::int64_t>(batchSize, count - i))));
+    }
+    return batches;
+}
+
+std::string TokenDataset::describe() const
+{
+    return m_dtype + " token ids from " + m_source + " (" + std::to_string(m_data.size(0)) + " ids, "
+        + std::to_string(m_trainEnd) + " for training), vocab " + std::to_string(m_vocab) + ", "
+        + std::to_string(m_seqLen) + " tokens per example";
+}
+
+std::vector<std::int64_t> TokenDataset::encodePrompt(const std::string& text) const
+{
+    std::vector<std::int64_t> ids;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        auto end = text.find(',', start);
+        if (end == std::string::npos) end = text.size();
+        const auto item = text.substr(start, end - start);
+        std::size_t used = 0;
+        long long v = -1;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (item.empty() || used != item.size() || v < 0 || v >= m_vocab) {
+            throw InputError("a prompt for a token-id model is ids separated by commas, each below "
+                             + std::to_string(m_vocab) + " (e.g. \"1,15043\"); entry " + std::to_string(ids.size() + 1)
+                             + " is \"" + item + "\"");
+        }
+        ids.push_back(v);
+        start = end + 1;
+    }
+    return ids;
+}
+
+std::string TokenDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
+{
+    std::string out;
+    for (const auto id : ids) {
+        if (!out.empty()) out += ',';
+        out += std::to_string(id);
+    }
+    return out;
+}
+
+int datasetVocabSize(const RunConfig& config)
+{
+    if (config.model.type == "hf") return static_cast<int>(readHfArchitecture(resolvedModelPath(config)).vocabSize);
+    return config.data.source == "addition" ? 13 : 256;
+}
 
 std::unique_ptr<Dataset> makeDataset(const RunConfig& config)
 {
     const auto& d = config.data;
     if (d.source == "addition") return std::make_unique<AdditionDataset>(d.digits, d.valFraction);
+    if (d.source == "tokens") {
+        return TokenDataset::fromFile(resolvedDataPath(config), d.tokenDtype, datasetVocabSize(config),
+                                      effectiveSeqLen(config), d.valFraction);
+    }
     if (d.path.empty()) {
         return TextDataset::fromText(bundledSampleText(), "the bundled sample text", effectiveSeqLen(config),
                                      d.valFraction);

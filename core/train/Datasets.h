@@ -111,6 +111,39 @@ private:
     std::int64_t m_trainEnd;
 };
 
+// Token ids from a file of little-endian uint16 or uint32 values (the layout
+// of nanoGPT's train.bin), memory-mapped read-only like TextDataset; the last
+// val_fraction of the ids is the validation split. Every id is checked against
+// the model's vocabulary when the file is opened.
+class TokenDataset final : public Dataset {
+public:
+    // Throws InputError for an unreadable file, a size that is not a whole
+    // number of ids, too few ids, or an id at or above vocabSize (naming the
+    // first such position).
+    static std::unique_ptr<TokenDataset> fromFile(const std::string& path, const std::string& dtype, int vocabSize,
+                                                  int seqLen, double valFraction);
+    int vocabSize() const override { return m_vocab; }
+    int seqLen() const override { return m_seqLen; }
+    Batch trainBatch(int batchSize, at::Generator& gen) const override;
+    std::vector<Batch> validationBatches(int batchSize, int maxBatches) const override;
+    bool hasExactMatch() const override { return false; }
+    std::string describe() const override;
+    // Prompts are token ids written "1,2,3" (no tokenizer here).
+    std::vector<std::int64_t> encodePrompt(const std::string& text) const override;
+    std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
+
+private:
+    TokenDataset() = default;
+    Batch windows(const torch::Tensor& starts) const;
+    std::shared_ptr<const void> m_owner; // the mapping
+    torch::Tensor m_data;                // int16 or int32 view of the ids (no copy)
+    std::int64_t m_unsignedMask = 0;     // 0xffff or 0xffffffff: the ids are unsigned
+    std::string m_source, m_dtype;
+    int m_vocab = 0;
+    int m_seqLen = 0;
+    std::int64_t m_trainEnd = 0;
+};
+
 // The bundled public-domain sample text (compiled into the binary).
 std::string bundledSampleText();
 

@@ -1,6 +1,8 @@
 #include "train/ModelIo.h"
 
 #include <cstdio>
+#include <cstring>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -271,6 +273,111 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
     return result;
 }
 
+namespace {
+
+constexpr std::int64_t kShardBytes = 5'000'000'000; // the Hub's shard size
+
+// Writes the tensors as model.safetensors, or above kShardBytes as
+// model-0000K-of-0000N.safetensors shards with model.safetensors.index.json.
+std::string writeHfWeights(const std::map<std::string, torch::Tensor>& tensors, const fs::path& dir)
+{
+    std::vector<std::map<std::string, torch::Tensor>> shards(1);
+    std::int64_t inShard = 0, total = 0;
+    for (const auto& [name, t] : tensors) {
+        const auto bytes = static_cast<std::int64_t>(t.numel() * t.element_size());
+        if (inShard > 0 && inShard + bytes > kShardBytes) {
+            shards.emplace_back();
+            inShard = 0;
+        }
+        shards.back().emplace(name, t);
+        inShard += bytes;
+        total += bytes;
+    }
+    const std::map<std::string, std::string> meta{{"format", "pt"}, {"producer", "trainbench"}};
+    if (shards.size() == 1) {
+        const auto path = (dir / "model.safetensors").string();
+        writeSafetensors(path, tensors, meta);
+        return path;
+    }
+    nlohmann::json weightMap = nlohmann::json::object();
+    char name[64];
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+        writeSafetensors((dir / name).string(), shards[i], meta);
+        for (const auto& [tensor, t] : shards[i]) weightMap[tensor] = name;
+    }
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}};
+    const auto path = (dir / "model.safetensors.index.json").string();
+    writeTextAtomically(path, index.dump(2) + "\n");
+    return path;
+}
+
+// The files of a model folder besides its weights that an export carries over.
+constexpr const char* kFolderFiles[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "tokenizer.model", "special_tokens_map.json", "vocab.json", "merges.txt",
+                                        "added_tokens.json"};
+
+ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const std::map<std::string, torch::Tensor>& tensors,
+                             const std::string& outputDir, ExportedModel result)
+{
+    const fs::path source = resolvedModelPath(config), dir = outputDir;
+    std::error_code ec;
+    for (const char* file : kFolderFiles) {
+        if (fs::exists(source / file, ec)) fs::copy_file(source / file, dir / file, fs::copy_options::overwrite_existing, ec);
+        if (ec) throw InputError("cannot copy " + (source / file).string() + " to " + outputDir + ": " + ec.message());
+    }
+    std::ifstream in(source / "config.json", std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto hfConfig = nlohmann::json::parse(text.str(), nullptr, false);
+    if (!hfConfig.is_object()) throw InputError("cannot read " + (source / "config.json").string() + " to export the run");
+    const bool adapterOnly = config.lora.rank > 0 && !result.mergedLora;
+    if (!adapterOnly) {
+        hfConfig["torch_dtype"] = "float32"; // what the weights are written in
+        result.configPath = (dir / "config.json").string();
+        writeTextAtomically(result.configPath, hfConfig.dump(2) + "\n");
+        result.weightsPath = writeHfWeights(tensors, dir);
+        result.format = "hf";
+        return result;
+    }
+    // A PEFT adapter folder: the adapters under PEFT's names, on top of the source folder.
+    std::map<std::string, torch::Tensor> adapters;
+    std::set<std::string> targets;
+    for (const auto& [name, t] : tensors) {
+        for (const char* part : {".lora_A", ".lora_B"}) {
+            const auto at = name.rfind(part);
+            if (at == std::string::npos || at + std::strlen(part) != name.size()) continue;
+            adapters["base_model.model." + name + ".weight"] = t;
+            const auto module = name.substr(0, at);
+            targets.insert(module.substr(module.rfind('.') + 1));
+        }
+    }
+    const nlohmann::json adapterConfig = {
+        {"peft_type", "LORA"},
+        {"task_type", "CAUSAL_LM"},
+        {"base_model_name_or_path", source.string()},
+        {"r", config.lora.rank},
+        {"lora_alpha", config.lora.alpha},
+        {"lora_dropout", 0.0},
+        {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
+        {"bias", "none"},
+        {"fan_in_fan_out", false},
+        {"inference_mode", true},
+    };
+    result.configPath = (dir / "adapter_config.json").string();
+    writeTextAtomically(result.configPath, adapterConfig.dump(2) + "\n");
+    result.weightsPath = (dir / "adapter_model.safetensors").string();
+    writeSafetensors(result.weightsPath, adapters, {{"format", "pt"}, {"producer", "trainbench"}});
+    result.tensors = static_cast<std::int64_t>(adapters.size());
+    result.parameters = 0;
+    for (const auto& [name, t] : adapters) result.parameters += t.numel();
+    result.format = "peft";
+    (void)model;
+    return result;
+}
+
+} // namespace
+
 ExportedModel exportModel(const RunConfig& config, const std::string& checkpointPath, const std::string& outputDir,
                           bool mergeLora)
 {
@@ -284,6 +391,7 @@ ExportedModel exportModel(const RunConfig& config, const std::string& checkpoint
     const auto tensors = modelTensors(*model, mergeLora);
     result.tensors = static_cast<std::int64_t>(tensors.size());
     for (const auto& [name, t] : tensors) result.parameters += t.numel();
+    if (config.model.type == "hf") return exportHfFolder(config, *model, tensors, outputDir, result);
     result.weightsPath = (fs::path(outputDir) / "model.safetensors").string();
     writeSafetensors(result.weightsPath, tensors, {{"format", "pt"}, {"producer", "trainbench"}});
     if (config.model.type == "llama") {

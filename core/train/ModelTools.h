@@ -55,15 +55,20 @@ struct FolderSampleResult {
 FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampleRequest& request);
 
 struct ExportedModel {
-    std::string weightsPath;   // <dir>/model.safetensors
-    std::string configPath;    // <dir>/config.json (Llama family), else empty
+    std::string weightsPath;   // <dir>/model.safetensors (sharded: the index), or adapter_model.safetensors
+    std::string configPath;    // <dir>/config.json (Llama family, hf), adapter_config.json (PEFT), else empty
+    std::string format = "safetensors"; // safetensors | hf (a Hugging Face folder) | peft (an adapter folder)
     std::int64_t tensors = 0;
     std::int64_t parameters = 0;
     bool mergedLora = false;
 };
 
 // Writes model.safetensors (and, for a Llama-family model, a Hugging Face
-// config.json for LlamaForCausalLM) into outputDir, each through a temporary
+// config.json for LlamaForCausalLM) into outputDir. A run of a Hugging Face
+// folder (model.type hf) exports a folder of its own family: the source's
+// config.json, generation and tokenizer files, and the weights (sharded above
+// 5 GB); with LoRA and without mergeLora, a PEFT adapter folder instead
+// (adapter_config.json, adapter_model.safetensors with PEFT's names). Each file is written through a temporary
 // file and a rename. With mergeLora, adapters are folded into the base weights
 // (W + alpha/r * B A) and not written.
 ExportedModel exportModel(const RunConfig& config, const std::string& checkpointPath, const std::string& outputDir,

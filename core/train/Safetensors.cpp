@@ -166,8 +166,8 @@ Header readHeader(const std::string& path, std::ifstream& in)
                       + std::to_string(count * dtype->bytes) + " bytes)");
         }
         if (e.end > dataBytes) {
-            throw bad("ends at byte " + std::to_string(e.end) + " of a data section of " + std::to_string(dataBytes)
-                      + " bytes: the file is truncated or its header is wrong");
+            throw bad("has data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "] past the end of the file's "
+                      + std::to_string(dataBytes) + " data bytes: the file is truncated or its header is wrong");
         }
         out.entries.emplace(name, std::move(e));
     }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "train/Gpt.h"
+#include "train/HfModel.h"
 #include "train/Llama.h"
 #include "train/ScriptedModel.h"
 
@@ -43,8 +44,20 @@ ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
 
 ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
 {
-    ModelOptions o;
     const auto& m = config.model;
+    ModelOptions o;
+    if (m.type == "hf") {
+        const auto folder = resolvedModelPath(config);
+        o = hfModelOptions(readHfArchitecture(folder), folder, seqLen);
+        o.dropout = m.dropout;
+        o.attention = m.attention;
+        o.activationCheckpointing = config.train.activationCheckpointing;
+        o.loraRank = config.lora.rank;
+        o.loraAlpha = config.lora.alpha;
+        const auto projections = loraProjections(m.type, config.lora.targets);
+        o.loraTargets = {projections.begin(), projections.end()};
+        return o;
+    }
     o.type = m.type;
     o.scriptPath = resolvedModelPath(config);
     o.vocabSize = vocabSize;

@@ -1,4 +1,5 @@
 #include "train/Trainer.h"
+#include "train/HfModel.h"
 #include "train/TrainerImpl.h"
 
 #include <algorithm>
@@ -138,6 +139,8 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     torch::manual_seed(config.train.seed);
     m->data = makeDataset(config);
     m->model = makeModel(modelOptionsFor(config, *m->data));
+    // A Hugging Face folder brings its weights (a resumed run's come from its checkpoint).
+    if (config.model.type == "hf" && options.resumeFrom.empty()) loadHfFolderWeights(*m->model, resolvedModelPath(config));
     const std::string initFrom = !options.initFrom.empty() ? options.initFrom : config.train.initFrom;
     if (!initFrom.empty() && options.resumeFrom.empty()) {
         // Model weights only; the optimizer, schedule and data order start afresh.

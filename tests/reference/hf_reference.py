@@ -14,7 +14,7 @@ header and the raw bytes). It shares no code with Trainbench.
      writes a tiny random checkpoint in the Hub's layout (config.json,
      generation_config.json, model.safetensors or shards with
      model.safetensors.index.json; a tied head is absent from the files).
-  hf_reference.py run DIR --ids 1,2,3 [--max-tokens N]
+  hf_reference.py run DIR --ids 1,2,3 [--max-tokens N] [--adapter PEFT_DIR]
      prints {"logits": [[...]], "completion_ids": [...]}: fp32 logits of every
      prompt position and a greedy decode that stops at eos_token_id.
 """
@@ -268,6 +268,22 @@ def forward(cfg, w, ids):
     return torch.nn.functional.linear(x, head)[0]
 
 
+def apply_peft_adapter(w, folder):
+    # PEFT's LoRA (peft.tuners.lora.Linear): W + lora_B @ lora_A * (lora_alpha / r),
+    # tensors named base_model.model.<module>.lora_{A,B}.weight.
+    with open(os.path.join(folder, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    scale = cfg["lora_alpha"] / cfg["r"]
+    adapters = read_safetensors(os.path.join(folder, "adapter_model.safetensors"))
+    prefix = "base_model.model."
+    for name, a in adapters.items():
+        if not name.endswith(".lora_A.weight"):
+            continue
+        module = name[len(prefix):-len(".lora_A.weight")]
+        b = adapters[prefix + module + ".lora_B.weight"]
+        w[module + ".weight"] = w[module + ".weight"] + (b.float() @ a.float()) * scale
+
+
 def run(args):
     with open(os.path.join(args.dir, "config.json")) as f:
         cfg = json.load(f)
@@ -278,6 +294,8 @@ def run(args):
             eos = json.load(f).get("eos_token_id", eos)
     eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     w = {k: v.float() for k, v in read_folder(args.dir).items()}
+    if args.adapter:
+        apply_peft_adapter(w, args.adapter)
     ids = [int(t) for t in args.ids.split(",")]
     with torch.no_grad():
         logits = forward(cfg, w, ids)
@@ -313,6 +331,7 @@ def main():
     r.add_argument("dir")
     r.add_argument("--ids", required=True)
     r.add_argument("--max-tokens", type=int, default=0)
+    r.add_argument("--adapter", default="", help="a PEFT LoRA adapter folder applied on top")
     args = ap.parse_args()
     generate(args) if args.cmd == "generate" else run(args)
 
