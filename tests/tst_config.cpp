@@ -24,6 +24,8 @@ private Q_SLOTS:
     void missingFileIsOneClearError();
     void hfParameterCountsMatchPublished_data();
     void hfParameterCountsMatchPublished();
+    void hfParameterCountsMatchPublishedGpt_data();
+    void hfParameterCountsMatchPublishedGpt();
     void hfConfigRefusesWhatIsNotImplemented_data();
     void hfConfigRefusesWhatIsNotImplemented();
 };
@@ -219,6 +221,21 @@ void TestConfig::hfParameterCountsMatchPublished_data()
         "attention_bias": false, "mlp_bias": false, "hidden_act": "silu"})" << qint64(1235814400);
 }
 
+void TestConfig::hfParameterCountsMatchPublishedGpt_data()
+{
+    QTest::addColumn<QString>("json");
+    QTest::addColumn<qint64>("published");
+    QTest::newRow("GPT-2 124M") << R"({"model_type": "gpt2", "vocab_size": 50257, "n_embd": 768, "n_layer": 12,
+        "n_head": 12, "n_positions": 1024, "n_ctx": 1024, "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-05})" << qint64(124439808);
+    QTest::newRow("Pythia-160M") << R"({"model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 768,
+        "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 2048,
+        "rotary_pct": 0.25, "rotary_emb_base": 10000, "use_parallel_residual": true, "hidden_act": "gelu",
+        "tie_word_embeddings": false, "layer_norm_eps": 1e-05})" << qint64(162322944);
+}
+
+void TestConfig::hfParameterCountsMatchPublishedGpt() { hfParameterCountsMatchPublished(); }
+
 void TestConfig::hfParameterCountsMatchPublished()
 {
     QFETCH(QString, json);
@@ -232,7 +249,12 @@ void TestConfig::hfConfigRefusesWhatIsNotImplemented_data()
     QTest::addColumn<QString>("json");
     QTest::addColumn<QString>("named");
     QTest::newRow("unknown family") << R"({"model_type": "falcon"})" << "\"falcon\" is not a family";
-    QTest::newRow("gpt2 not trained yet") << R"({"model_type": "gpt2"})" << "\"gpt2\" is not trained yet";
+    QTest::newRow("gpt2 layer-scaled attention") << R"({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": true})"
+                                                 << "scale_attn_by_inverse_layer_idx";
+    QTest::newRow("neox rope scaling") << R"({"model_type": "gpt_neox", "rope_scaling": {"type": "linear", "factor": 2}})"
+                                       << "rope_scaling";
+    QTest::newRow("gpt2 activation") << R"({"model_type": "gpt2", "activation_function": "relu"})"
+                                     << "activation_function \"relu\"";
     QTest::newRow("mixture of experts") << R"({"model_type": "mistral", "num_local_experts": 8})" << "num_local_experts";
     QTest::newRow("other activation") << R"({"model_type": "llama", "hidden_act": "gelu"})" << "hidden_act \"gelu\"";
     QTest::newRow("yarn scaling") << R"({"model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4}})"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 
 #include <sys/resource.h>
 
@@ -12,8 +13,11 @@
 #include "TestPrinters.h"
 
 #include "memory/MemoryProbe.h"
+#include "config/HfArchitecture.h"
 #include "train/Datasets.h"
 #include "train/Gpt.h"
+#include "train/HfModel.h"
+#include "train/Safetensors.h"
 #include "train/TrainStep.h"
 #include "train/Trainer.h"
 
@@ -297,7 +301,42 @@ void TestEquivalence::weightDecaySkipsBiasesNormsAndEmbeddings_data()
     QTest::newRow("gpt") << "gpt" << false;
     QTest::newRow("gpt, embeddings decayed") << "gpt" << true;
     QTest::newRow("llama") << "llama" << false;
+    // Hugging Face folders name their tables transformer.wte/wpe (GPT-2) and
+    // gpt_neox.embed_in (GPT-NeoX); they were decayed as matrices.
+    QTest::newRow("hf gpt2") << "gpt2" << false;
+    QTest::newRow("hf gpt_neox") << "gpt_neox" << false;
 }
+
+namespace {
+
+// A tiny folder of a GPT-2 or GPT-NeoX model with random weights, and a token file.
+RunConfig hfFolderConfig(const QString& dir, const std::string& family)
+{
+    const std::string folder = dir.toStdString();
+    const std::string json = family == "gpt2"
+        ? R"({"model_type": "gpt2", "vocab_size": 40, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})"
+        : R"({"model_type": "gpt_neox", "vocab_size": 40, "hidden_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64, "rotary_pct": 0.5})";
+    std::ofstream(folder + "/config.json") << json;
+    const auto arch = readHfArchitecture(folder);
+    auto model = makeModel(hfModelOptions(arch, folder, 64));
+    std::map<std::string, torch::Tensor> weights;
+    for (const auto& p : model->named_parameters()) weights[p.key()] = p.value().detach();
+    writeSafetensors(folder + "/model.safetensors", weights);
+    std::vector<std::uint16_t> ids(4000);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint16_t>(3 + (i * 7) % 37);
+    std::ofstream(folder + "/train.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 2));
+    RunConfig c = smallTextConfig();
+    c.model.type = "hf";
+    c.model.path = folder;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    c.data.seqLen = 16;
+    return c;
+}
+
+} // namespace
 
 void TestEquivalence::weightDecaySkipsBiasesNormsAndEmbeddings()
 {
@@ -306,7 +345,12 @@ void TestEquivalence::weightDecaySkipsBiasesNormsAndEmbeddings()
     QFETCH(QString, type);
     QFETCH(bool, decayEmbeddings);
     auto config = smallTextConfig();
-    config.model.type = type.toStdString();
+    QTemporaryDir folder;
+    if (type == "gpt2" || type == "gpt_neox") {
+        config = hfFolderConfig(folder.path(), type.toStdString());
+    } else {
+        config.model.type = type.toStdString();
+    }
     if (config.model.type == "llama") {
         config.model.positionalEncoding = "rope";
         config.model.tieEmbeddings = false;
@@ -326,7 +370,11 @@ void TestEquivalence::weightDecaySkipsBiasesNormsAndEmbeddings()
     for (std::size_t i = 0; i < after[0].size(); ++i) {
         const auto& name = after[0][i].first;
         const bool differs = after[0][i].second != after[1][i].second;
-        const bool embedding = name == "wte.weight" || name == "wpe.weight" || name == "model.embed_tokens.weight";
+        const auto endsWith = [&](const std::string& tail) {
+            return name == tail || (name.size() > tail.size() && name.compare(name.size() - tail.size() - 1, std::string::npos, "." + tail) == 0);
+        };
+        const bool embedding = endsWith("wte.weight") || endsWith("wpe.weight") || endsWith("embed_tokens.weight")
+            || endsWith("embed_in.weight");
         const bool vector = name.find("bias") != std::string::npos || name.find("ln") != std::string::npos
             || name.find("norm") != std::string::npos;
         // Decay scales the starting value, so a matrix that starts at zero (the

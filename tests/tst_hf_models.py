@@ -33,11 +33,20 @@ def generate(folder, *options):
         return json.load(f)
 
 
+def run_line(folder, ids, max_tokens, adapter=None):
+    return ["run", folder, "--ids", ",".join(map(str, ids)), "--max-tokens", str(max_tokens)] + \
+        (["--adapter", adapter] if adapter else [])
+
+
+def reference_batch(lines):
+    """Several reference command lines in one process (importing torch takes 2 s)."""
+    out = subprocess.run([sys.executable, REFERENCE, "batch"], input="".join(json.dumps(l) + "\n" for l in lines),
+                         check=True, capture_output=True, text=True)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
 def reference(folder, ids, max_tokens, adapter=None):
-    extra = ["--adapter", adapter] if adapter else []
-    out = subprocess.run([sys.executable, REFERENCE, "run", folder, "--ids", ",".join(map(str, ids)),
-                          "--max-tokens", str(max_tokens), *extra], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+    return reference_batch([run_line(folder, ids, max_tokens, adapter)])[0]
 
 
 def max_difference(rows_a, rows_b):
@@ -48,8 +57,8 @@ def trainbench(*args):
     return subprocess.run([CLI, *args], capture_output=True, text=True)
 
 
-def compare(name, folder, cfg, ids, max_tokens=8):
-    ref = reference(folder, ids, max_tokens)
+def compare(name, folder, cfg, ids, max_tokens=8, ref=None):
+    ref = ref or reference(folder, ids, max_tokens)
     got = trainbench("sample", "--model", folder, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens",
                      str(max_tokens), "--temperature", "0", "--json", "--logits")
     if got.returncode != 0:
@@ -83,6 +92,15 @@ def named_cases(tmp):
         ("mistral no window (null)", ["--family", "mistral"]),
         ("qwen2 tied, q/k/v biases", ["--family", "qwen2", "--tied"]),
         ("qwen2 untied, 2 shards", ["--family", "qwen2", "--untied", "--shards", "2"]),
+        ("gpt2 tied (head absent), Conv1D", ["--family", "gpt2", "--tied"]),
+        ("gpt2 original names and mask buffers", ["--family", "gpt2", "--tied", "--legacy-names"]),
+        ("gpt2 untied, bf16, 2 shards", ["--family", "gpt2", "--untied", "--dtype", "bfloat16", "--shards", "2"]),
+        ("neox rotary 0.25, parallel residual", ["--family", "gpt_neox", "--rotary-pct", "0.25", "--heads", "2",
+                                                 "--hidden", "32"]),
+        ("neox rotary 1.0, sequential residual", ["--family", "gpt_neox", "--rotary-pct", "1.0",
+                                                  "--sequential-residual"]),
+        ("neox tied, rotary 0.5", ["--family", "gpt_neox", "--tied", "--rotary-pct", "0.5", "--heads", "2",
+                                   "--hidden", "32"]),
     ]
     for i, (name, options) in enumerate(cases):
         yield name, os.path.join(tmp, "case%d" % i), options + ["--seed", str(100 + i)]
@@ -91,7 +109,7 @@ def named_cases(tmp):
 def random_cases(tmp, count, seed):
     rng = random.Random(seed)
     for i in range(count):
-        family = rng.choice(["llama", "mistral", "qwen2"])
+        family = rng.choice(["llama", "mistral", "qwen2", "gpt2", "gpt_neox"])
         options = ["--family", family, "--seed", str(1000 + i), "--shards", str(rng.choice([1, 1, 2, 3])),
                    "--dtype", rng.choice(["float32", "float32", "bfloat16"])]
         if family == "llama" and rng.random() < 0.3:
@@ -243,6 +261,13 @@ def train(tmp, name, folder, steps, lr, **extra):
     return trainbench("train", "--config", path, "--db", os.path.join(tmp, "runs.db"))
 
 
+def final_val_loss(result):
+    for line in result.stdout.splitlines():
+        if " finished" in line and "val loss" in line:
+            return float(line.rsplit("val loss", 1)[1].split()[0].rstrip(","))
+    return None
+
+
 def run_id(result):
     for line in result.stdout.splitlines():
         if line.startswith("run ") and " finished" in line:
@@ -250,13 +275,28 @@ def run_id(result):
     return None
 
 
-def training(tmp):
+FAMILIES = {
+    # family: (generate options, LoRA targets, the adapted modules PEFT lists, one PEFT tensor name)
+    "llama": (["--kv-heads", "2", "--shards", "2"], ["q_proj", "v_proj", "mlp"],
+              ["down_proj", "gate_proj", "q_proj", "up_proj", "v_proj"],
+              "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"),
+    "gpt2": (["--tied"], ["c_attn", "mlp"], ["c_attn", "c_fc", "c_proj"],
+             "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"),
+    "gpt_neox": (["--rotary-pct", "0.25"], ["query_key_value", "dense_4h_to_h"], ["dense_4h_to_h", "query_key_value"],
+                 "base_model.model.gpt_neox.layers.0.attention.query_key_value.lora_A.weight"),
+}
+
+
+def training(tmp, family):
     """Fine-tuning a folder: it starts from the folder's weights, learns, and
     exports a folder (or a PEFT adapter) that the reference loads and decodes
     identically."""
+    options, targets, modules, peft_name = FAMILIES[family]
+    tmp = os.path.join(tmp, "train-" + family)
+    os.makedirs(tmp)
     model = os.path.join(tmp, "tiny")
-    generate(model, "--family", "llama", "--untied", "--seed", "21", "--vocab", "64", "--hidden", "32",
-             "--heads", "4", "--kv-heads", "2", "--layers", "2", "--intermediate", "64", "--shards", "2")
+    generate(model, "--family", family, "--untied", "--seed", "21", "--vocab", "64", "--hidden", "32",
+             "--heads", "4", "--layers", "2", "--intermediate", "64", *options)
     pattern = []
     for i in range(6000):
         pattern += [3 + i % 7, 10 + i % 5, 20]
@@ -269,9 +309,10 @@ def training(tmp):
     out = os.path.join(tmp, "untouched-export")
     got = trainbench("export-model", run_id(got) or "?", "--output", out, "--db", os.path.join(tmp, "runs.db"))
     check(got.returncode == 0, "export-model failed: %s" % got.stderr.strip())
-    worst = max_difference(reference(model, prompt, 0)["logits"], reference(out, prompt, 0)["logits"])
+    before, after = reference_batch([run_line(model, prompt, 0), run_line(out, prompt, 0)])
+    worst = max_difference(before["logits"], after["logits"])
     check(worst <= 1e-6, "an hf run does not start from the folder's weights (logits moved by %.3g)" % worst)
-    print("ok %-44s max |dlogit| %.2e" % ("starts from the folder's weights", worst), flush=True)
+    print("ok %-44s max |dlogit| %.2e" % (family + ": starts from the folder's weights", worst), flush=True)
 
     # Full fine-tuning learns the pattern; the export matches the reference.
     got = train(tmp, "full", model, 80, 3e-3)
@@ -281,11 +322,11 @@ def training(tmp):
     out = os.path.join(tmp, "full-export")
     trainbench("export-model", run_id(got) or "?", "--output", out, "--db", os.path.join(tmp, "runs.db"))
     check(os.path.exists(os.path.join(out, "generation_config.json")), "the export lacks generation_config.json")
-    compare("full fine-tune export", out, json.load(open(os.path.join(out, "config.json"))), prompt)
-    print("ok %-44s loss %.3f -> %.3f" % ("full fine-tuning learns", losses[0], losses[-1]), flush=True)
+    compare(family + ": full fine-tune export", out, json.load(open(os.path.join(out, "config.json"))), prompt)
+    print("ok %-44s loss %.3f -> %.3f" % (family + ": full fine-tuning learns", losses[0], losses[-1]), flush=True)
 
     # LoRA: the PEFT adapter on the base equals the merged export, and sampling the run agrees.
-    got = train(tmp, "lora", model, 60, 1e-2, lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj", "mlp"]})
+    got = train(tmp, "lora", model, 60, 1e-2, lora={"rank": 4, "alpha": 8, "targets": targets})
     check(got.returncode == 0, "LoRA run failed: %s" % got.stderr.strip())
     rid = run_id(got) or "?"
     peft, merged = os.path.join(tmp, "lora-peft"), os.path.join(tmp, "lora-merged")
@@ -293,25 +334,72 @@ def training(tmp):
     trainbench("export-model", rid, "--output", merged, "--merge-lora", "--db", os.path.join(tmp, "runs.db"))
     with open(os.path.join(peft, "adapter_config.json")) as f:
         adapter = json.load(f)
-    check(adapter["r"] == 4 and sorted(adapter["target_modules"]) == ["down_proj", "gate_proj", "q_proj", "up_proj", "v_proj"],
-          "adapter_config.json: %s" % adapter)
+    check(adapter["r"] == 4 and sorted(adapter["target_modules"]) == modules
+          and adapter["fan_in_fan_out"] == (family == "gpt2"), "adapter_config.json: %s" % adapter)
     names = read_header(os.path.join(peft, "adapter_model.safetensors"))
-    check("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" in names, "PEFT names: %s" % names[:3])
-    via_adapter = reference(model, prompt, 8, adapter=peft)
-    via_merged = reference(merged, prompt, 8)
+    check(peft_name in names, "PEFT names: %s" % names[:3])
+    via_adapter, via_merged = reference_batch([run_line(model, prompt, 8, peft), run_line(merged, prompt, 8)])
     worst = max_difference(via_adapter["logits"], via_merged["logits"])
     check(worst <= 1e-5 and via_adapter["completion_ids"] == via_merged["completion_ids"],
           "the PEFT adapter differs from the merged export by %.3g" % worst)
-    moved = max_difference(via_merged["logits"], reference(model, prompt, 0)["logits"])
+    moved = max_difference(via_merged["logits"], before["logits"])
     check(moved > 1e-3, "LoRA training left the model unchanged (%.3g)" % moved)
     got = trainbench("sample", rid, "--prompt", ",".join(map(str, prompt)), "--max-tokens", "8", "--temperature", "0",
                      "--json", "--db", os.path.join(tmp, "runs.db"))
     ids = json.loads(got.stdout)["completion_ids"] if got.returncode == 0 else got.stderr
     check(ids == via_merged["completion_ids"], "sample RUN %s, reference on the merged export %s"
           % (ids, via_merged["completion_ids"]))
-    print("ok %-44s adapter vs merged %.2e, decode %s" % ("LoRA: PEFT adapter = merged export", worst, ids), flush=True)
+    print("ok %-44s adapter vs merged %.2e, decode %s" % (family + ": PEFT adapter = merged export", worst, ids),
+          flush=True)
+
+    # train.init_from: the PEFT adapter into this run's adapters, the same adapter
+    # merged into a run without LoRA, and a model folder of the family. Each run is
+    # one step at a learning rate of 1e-30, so its export is where it started.
+    db = os.path.join(tmp, "runs.db")
+    starts = [("adapter into LoRA", {"lora": {"rank": 4, "alpha": 8, "targets": targets}, "train": {"init_from": peft}}),
+              ("adapter merged", {"train": {"init_from": peft}}),
+              ("model folder", {"train": {"init_from": merged}})]
+    exports = []
+    for i, (what, extra) in enumerate(starts):
+        got = train(tmp, "init%d" % i, model, 1, 1e-30, **extra)
+        check(got.returncode == 0, "init_from %s failed: %s" % (what, got.stderr.strip()))
+        out = os.path.join(tmp, "init%d-export" % i)
+        trainbench("export-model", run_id(got) or "?", "--output", out, "--merge-lora", "--db", db)
+        exports.append(out if os.path.exists(os.path.join(out, "config.json")) else None)
+    refs = reference_batch([run_line(out, prompt, 0) for out in exports if out])
+    for (what, _), out in zip(starts, exports):
+        worst = max_difference(refs.pop(0)["logits"], via_merged["logits"]) if out else float("inf")
+        check(worst <= 1e-5, "%s: init_from %s starts %.3g away from the trained model" % (family, what, worst))
+        print("ok %-44s max |dlogit| %.2e" % (family + ": init_from " + what, worst), flush=True)
+    # Pure bf16 (weights, gradients and AdamW's moments in bf16) learns like mixed
+    # precision: rounded to nearest, small updates were lost (33% behind at lr 1e-3).
+    finals = {}
+    for precision in ("bf16", "bf16-pure"):
+        got = train(tmp, precision, model, 100, 1e-3, train={"precision": precision, "seed": 5})
+        finals[precision] = final_val_loss(got)
+    gap = finals["bf16-pure"] / finals["bf16"] - 1 if None not in finals.values() else float("inf")
+    check(abs(gap) <= 0.05, "%s: pure bf16 val loss %s against mixed %s" % (family, finals["bf16-pure"], finals["bf16"]))
+    print("ok %-44s val %.4f vs %.4f (%+.1f%%)" % (family + ": pure bf16 learns like mixed", finals["bf16-pure"],
+                                                    finals["bf16"], 100 * gap), flush=True)
+    if family != "llama":
+        return
 
     # Wrong settings: one clear error each.
+    got = train(tmp, "wrong-rank", model, 1, 1e-3, lora={"rank": 2, "alpha": 8, "targets": targets},
+                train={"init_from": os.path.join(tmp, "lora-peft")})
+    # A start that does not fit fails the run (recorded, as for a checkpoint of
+    # another model), with the reason said once.
+    check(got.returncode == 1 and got.stderr.count("has r 4 and lora_alpha 8") == 1 and "rank 2" in got.stderr,
+          "an adapter of another rank: %r" % got.stderr)
+    other = os.path.join(tmp, "wider")
+    generate(other, "--family", family, "--untied", "--seed", "22", "--vocab", "64", "--hidden", "32",
+             "--heads", "4", "--layers", "2", "--intermediate", "48", *options)
+    got = train(tmp, "wrong-folder", model, 1, 1e-3, train={"init_from": other})
+    check(got.returncode == 1 and "[48, 32]" in got.stderr and "[64, 32]" in got.stderr and "more tensors do not fit" in got.stderr,
+          "a model folder of other sizes: %r" % got.stderr)
+    got = train(tmp, "wrong-target", model, 1, 1e-3, lora={"rank": 2, "targets": ["c_attn"]})
+    check(got.returncode == 2 and "\"c_attn\" is not a projection of a llama model" in got.stderr,
+          "a LoRA target of another family: %r" % got.stderr)
     got = train(tmp, "mismatch", model, 1, 1e-3, model={"n_layer": 5})
     check(got.returncode == 2 and "model.n_layer: 5 differs from num_hidden_layers 2" in got.stderr,
           "a size field that differs: %r" % got.stderr)
@@ -323,7 +411,7 @@ def training(tmp):
     got = train(tmp, "bad-id", model, 1, 1e-3)
     check(got.returncode != 0 and "token 1234" in got.stderr and "id 64" in got.stderr,
           "an id at the vocabulary size: %r" % got.stderr)
-    print("ok %-44s" % "size mismatch, repeated sizes, id out of vocabulary", flush=True)
+    print("ok %-44s" % "size mismatch, repeats, other family's target, bad id", flush=True)
 
 
 def read_header(path):
@@ -339,12 +427,19 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tb-hf-")
     try:
         rng = random.Random(5)
-        for name, folder, options in list(named_cases(tmp)) + list(random_cases(tmp, count, 11)):
-            cfg = generate(folder, *options)
-            ids = [rng.randrange(3, cfg["vocab_size"]) for _ in range(rng.randint(4, 12))]
-            compare(name, folder, cfg, ids)
+        cases = list(named_cases(tmp)) + list(random_cases(tmp, count, 11))
+        reference_batch([["generate", folder, *options] for _, folder, options in cases])
+        prompts = []
+        for _, folder, _ in cases:
+            with open(os.path.join(folder, "config.json")) as f:
+                cfg = json.load(f)
+            prompts.append((cfg, [rng.randrange(3, cfg["vocab_size"]) for _ in range(rng.randint(4, 12))]))
+        refs = reference_batch([run_line(folder, ids, 8) for (_, folder, _), (_, ids) in zip(cases, prompts)])
+        for (name, folder, _), (cfg, ids), ref in zip(cases, prompts, refs):
+            compare(name, folder, cfg, ids, ref=ref)
         damaged_folders(tmp)
-        training(tmp)
+        for family in FAMILIES:
+            training(tmp, family)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failures" % len(failures))

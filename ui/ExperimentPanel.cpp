@@ -96,8 +96,9 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     addField(form, tr("Steps"), "train.steps", Kind::Integer);
     addField(form, tr("Learning rate"), "optim.lr", Kind::Number);
     addField(form, tr("Optimizer"), "optim.optimizer", Kind::Choice, {"adamw", "sgd"});
-    addField(form, tr("Precision"), "train.precision", Kind::Choice, {"auto", "fp32", "fp16", "bf16"},
-             tr("auto: fp32 on CPU; bf16 on GPUs with compute capability 8.0+, else fp16 with loss scaling"));
+    addField(form, tr("Precision"), "train.precision", Kind::Choice, {"auto", "fp32", "fp16", "bf16", "bf16-pure"},
+             tr("auto: fp32 on CPU; bf16 on GPUs with compute capability 8.0+, else fp16 with loss scaling; "
+                "bf16-pure: weights, gradients and optimizer state in bf16"));
     addField(form, tr("Activation checkpointing"), "train.activation_checkpointing", Kind::Flag, {},
              tr("Recompute each block in backward: less memory, about a third more compute"));
     addField(form, tr("LoRA rank"), "lora.rank", Kind::Integer, {}, tr("0 = off; >0 trains only low-rank adapters"));

@@ -47,10 +47,7 @@ QString MemoryPlannerPanel::applyToExperiment()
     const QString optimizer = m_optimizer->currentData().toString();
     // What the config cannot express is said, not dropped.
     QString refused;
-    if (precision == "bf16-pure") {
-        refused = tr("Pure bf16 is a planning option: the trainer keeps fp32 master weights. Choose fp16 or bf16 "
-                     "mixed precision to apply it.");
-    } else if (optimizer == "adamw8bit") {
+    if (optimizer == "adamw8bit") {
         refused = tr("8-bit AdamW is a planning option: the trainer has AdamW and SGD. Choose one of them to apply it.");
     }
     if (!refused.isEmpty()) {

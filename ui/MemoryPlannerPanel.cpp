@@ -102,8 +102,8 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_precision->addItem(tr("fp16 mixed"), "fp16");
     m_precision->addItem(tr("bf16 mixed"), "bf16");
     m_precision->addItem(tr("bf16 pure"), "bf16-pure");
-    m_precision->setToolTip(tr("Mixed: fp16/bf16 compute with fp32 master weights. Pure bf16 (weights, gradients and "
-                               "optimizer state in bf16) is a planning option; the trainer does not run it."));
+    m_precision->setToolTip(tr("Mixed: fp16/bf16 compute with fp32 master weights. Pure bf16: weights, gradients and "
+                               "optimizer state in bf16 (train.precision \"bf16-pure\")."));
     form->addRow(tr("Precision"), m_precision);
     m_optimizer = new QComboBox(inputs);
     m_optimizer->setObjectName("plannerOptimizer");

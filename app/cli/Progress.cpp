@@ -78,8 +78,10 @@ int runWithProgress(RunSession& session, bool quiet)
         if (!quiet) std::cout << "run " << runId << " started: " << description << std::endl;
     };
     callbacks.onEval = [&](const EvalMetrics& e) { lastVal = e.valLoss; };
+    std::string printedError; // the failure's own event, so that the closing line does not repeat it
     callbacks.onEvent = [&](const TrainerEvent& e) {
         if (!quiet && e.severity != "info") std::cerr << e.severity << ": " << e.message << std::endl;
+        if (!quiet && e.severity == "error") printedError = e.message;
     };
     callbacks.onStep = [&](const StepMetrics& s) {
         if (firstStep < 0) firstStep = s.step - 1;
@@ -133,7 +135,7 @@ int runWithProgress(RunSession& session, bool quiet)
         std::cout << line;
     }
     if (outcome.status == RunStatus::Failed) {
-        std::cerr << "error: " << outcome.message << "\n";
+        if (outcome.message != printedError) std::cerr << "error: " << outcome.message << "\n";
         // The explanation, as 'trainbench-cli explain' gives it (kept with the run).
         if (!outcome.failureFindings.empty() && outcome.failureFindings.front().kind != "unknown") {
             std::cerr << findingText(outcome.failureFindings.front());

@@ -4,6 +4,7 @@
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -124,6 +125,22 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
         } else if (checkFiles) {
             try {
                 const auto arch = readHfArchitecture(resolvedModelPath(c));
+                // A LoRA target must be one of the family's own projections.
+                std::vector<std::string> own{"attn", "mlp"};
+                if (arch.llamaFamily()) own.insert(own.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
+                else if (arch.modelType == "gpt2") own.insert(own.end(), {"c_attn", "c_proj", "c_fc"});
+                else own.insert(own.end(), {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"});
+                for (std::size_t i = 0; c.lora.rank > 0 && i < c.lora.targets.size(); ++i) {
+                    if (std::find(own.begin(), own.end(), c.lora.targets[i]) == own.end()) {
+                        std::string list;
+                        for (const auto& name : own) {
+                            if (!list.empty()) list += ", ";
+                            list += name;
+                        }
+                        check.add("lora.targets[" + std::to_string(i) + "]", "\"" + c.lora.targets[i] + "\" is not a projection of a "
+                                  + arch.modelType + " model; use one of " + list);
+                    }
+                }
                 if (effectiveSeqLen(c) > arch.maxPositions) {
                     check.add("data.seq_len", std::to_string(effectiveSeqLen(c)) + " tokens is more than the model's "
                                                   + std::to_string(arch.maxPositions) + " positions (max_position_embeddings)");
@@ -247,7 +264,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     check.intRange("train.batch_size", t.batchSize, 1, 65536);
     check.intRange("train.grad_accum", t.gradAccum, 1, 4096);
     check.intRange("train.steps", t.steps, 1, 1000000000);
-    check.oneOf("train.precision", t.precision, {"auto", "fp32", "fp16", "bf16"});
+    check.oneOf("train.precision", t.precision, {"auto", "fp32", "fp16", "bf16", "bf16-pure"});
     check.intRange("train.eval_every", t.evalEvery, 0, 1000000000, "an integer (0 = ten evaluations per run)");
     check.intRange("train.eval_batches", t.evalBatches, 1, 10000);
     check.intRange("train.log_every", t.logEvery, 1, 1000000000);
@@ -268,6 +285,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     check.realRange("lora.alpha", l.alpha, 0.0, 1e6, true, false);
     if (l.rank > 0 && l.targets.empty()) check.add("lora.targets", "must name at least one of \"attn\", \"mlp\" when lora.rank > 0");
     std::vector<std::string> targets{"attn", "mlp"};
+    if (m.type == "hf") targets.insert(targets.end(), {"c_attn", "c_proj", "c_fc", "query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"});
     if (m.type == "llama" || m.type == "hf") {
         targets.insert(targets.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
     }

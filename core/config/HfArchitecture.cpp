@@ -79,6 +79,79 @@ private:
     std::string m_source;
 };
 
+// GELU flavours: the exact erf form, or the tanh approximation under its names.
+bool geluIsTanh(const std::string& act, const std::string& source, const std::string& key)
+{
+    if (act == "gelu") return false;
+    if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return true;
+    throw InputError(source + ": " + key + " \"" + act + "\" is not implemented (gelu, gelu_new, gelu_pytorch_tanh "
+                     "and gelu_fast are)");
+}
+
+std::string familyList();
+
+HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
+{
+    const auto& source = a.source;
+    if (a.modelType == "gpt2") {
+        // GPT2Config's defaults; Conv1D weights stored [in, out], fused c_attn.
+        a.vocabSize = r.positive("vocab_size", 50257);
+        a.hiddenSize = r.positive("n_embd", 768);
+        a.layers = r.positive("n_layer", 12);
+        a.heads = r.positive("n_head", 12);
+        a.intermediateSize = r.positive("n_inner", 4 * a.hiddenSize);
+        a.maxPositions = r.positive("n_positions", 1024);
+        a.layerNormEps = r.number("layer_norm_epsilon", 1e-5, 0.0, 0.1);
+        const auto act = r.text("activation_function");
+        a.geluTanh = geluIsTanh(act.empty() ? "gelu_new" : act, source, "activation_function");
+        a.tieEmbeddings = r.flag("tie_word_embeddings", true);
+        a.learnedPositions = true;
+        a.qkvBias = a.outputBias = a.mlpBias = true;
+        if (r.flag("scale_attn_by_inverse_layer_idx", false)) {
+            throw InputError(source + ": scale_attn_by_inverse_layer_idx true is not implemented for gpt2");
+        }
+        if (r.flag("add_cross_attention", false)) throw InputError(source + ": add_cross_attention is not a decoder-only model");
+        if (!r.flag("scale_attn_weights", true)) throw InputError(source + ": scale_attn_weights false is not implemented for gpt2");
+    } else {
+        // GPTNeoXConfig's defaults; fused query_key_value interleaved per head.
+        a.vocabSize = r.positive("vocab_size", 50432);
+        a.hiddenSize = r.positive("hidden_size", 6144);
+        a.layers = r.positive("num_hidden_layers", 44);
+        a.heads = r.positive("num_attention_heads", 64);
+        a.intermediateSize = r.positive("intermediate_size", 24576);
+        a.maxPositions = r.positive("max_position_embeddings", 2048);
+        a.layerNormEps = r.number("layer_norm_eps", 1e-5, 0.0, 0.1);
+        const auto act = r.text("hidden_act");
+        a.geluTanh = geluIsTanh(act.empty() ? "gelu" : act, source, "hidden_act");
+        a.tieEmbeddings = r.flag("tie_word_embeddings", false);
+        a.parallelResidual = r.flag("use_parallel_residual", true);
+        const bool bias = r.flag("attention_bias", true);
+        a.qkvBias = a.outputBias = bias;
+        a.mlpBias = true;
+        a.ropeTheta = r.find("rope_theta") ? r.number("rope_theta", 10000.0, 1.0, 1e12)
+                                           : r.number("rotary_emb_base", 10000.0, 1.0, 1e12);
+        const double pct = r.number("rotary_pct", 0.25, 0.0, 1.0);
+        if (a.hiddenSize % a.heads != 0) {
+            throw InputError(source + ": hidden_size " + std::to_string(a.hiddenSize) + " is not a multiple of "
+                             + std::to_string(a.heads) + " heads");
+        }
+        a.rotaryDims = static_cast<std::int64_t>(static_cast<double>(a.hiddenSize / a.heads) * pct);
+        if (a.rotaryDims % 2 != 0) throw InputError(source + ": rotary_pct gives an odd number of rotated dimensions");
+        if (const auto* s = r.find("rope_scaling")) {
+            throw InputError(source + ": rope_scaling " + s->dump() + " is not implemented for gpt_neox");
+        }
+    }
+    a.kvHeads = a.heads;
+    if (a.hiddenSize % a.heads != 0) {
+        throw InputError(source + ": the hidden size " + std::to_string(a.hiddenSize) + " is not a multiple of "
+                         + std::to_string(a.heads) + " heads");
+    }
+    a.headDim = a.hiddenSize / a.heads;
+    a.torchDtype = r.text("torch_dtype");
+    (void)j;
+    return a;
+}
+
 std::string familyList()
 {
     std::string out;
@@ -90,7 +163,7 @@ std::string familyList()
 
 const std::vector<std::string>& hfFamilies()
 {
-    static const std::vector<std::string> families{"llama", "mistral", "qwen2"};
+    static const std::vector<std::string> families{"llama", "mistral", "qwen2", "gpt2", "gpt_neox"};
     return families;
 }
 
@@ -110,10 +183,6 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
     if (a.modelType.empty()) {
         throw InputError(source + " has no \"model_type\"; Trainbench trains the families " + familyList());
     }
-    if (a.modelType == "gpt2" || a.modelType == "gpt_neox") {
-        throw InputError(source + ": model_type \"" + a.modelType + "\" is not trained yet (its planning works: "
-                         "'trainbench-cli estimate --hf-config'); the families trained are " + familyList());
-    }
     bool known = false;
     for (const auto& f : hfFamilies()) known = known || f == a.modelType;
     if (!known) {
@@ -128,6 +197,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
                              "Trainbench does not train");
         }
     }
+    if (a.modelType == "gpt2" || a.modelType == "gpt_neox") return gptFamily(a, j, r);
     const auto act = r.text("hidden_act");
     if (!act.empty() && act != "silu") {
         throw InputError(source + ": hidden_act \"" + act + "\" is not implemented for " + a.modelType
@@ -215,6 +285,14 @@ HfArchitecture readHfArchitecture(const std::string& folder)
 
 std::int64_t HfArchitecture::parameterCount() const
 {
+    if (!llamaFamily()) {
+        // LayerNorm (weight, bias) x 2, fused qkv and output with biases, a 2-layer GELU MLP with biases.
+        const std::int64_t h = hiddenSize, ff = intermediateSize;
+        std::int64_t attention = 4 * h * h + (qkvBias ? 3 * h : 0) + (outputBias ? h : 0);
+        const std::int64_t perLayer = attention + 2 * h * ff + ff + h + 4 * h;
+        return vocabSize * h + (learnedPositions ? maxPositions * h : 0) + layers * perLayer + 2 * h
+            + (tieEmbeddings ? 0 : vocabSize * h);
+    }
     const std::int64_t h = hiddenSize, q = heads * headDim, kv = kvHeads * headDim, ff = intermediateSize;
     std::int64_t attention = h * q + 2 * h * kv + q * h;
     if (qkvBias) attention += q + 2 * kv;
@@ -232,9 +310,12 @@ std::string HfArchitecture::summary() const
     if (kvHeads != heads) s << " (" << kvHeads << " key/value)";
     s << " of " << headDim << ", MLP " << intermediateSize << ", vocab " << vocabSize;
     s << (tieEmbeddings ? ", tied head" : ", untied head");
-    if (qkvBias) s << ", q/k/v bias";
-    if (mlpBias) s << ", MLP bias";
+    if (qkvBias && llamaFamily()) s << ", q/k/v bias";
+    if (mlpBias && llamaFamily()) s << ", MLP bias";
     if (slidingWindow > 0) s << ", sliding window " << slidingWindow;
+    if (rotaryDims > 0) s << ", rotary " << rotaryDims << " of " << headDim;
+    if (parallelResidual) s << ", parallel residual";
+    if (learnedPositions) s << ", learned positions";
     if (!ropeScalingType.empty()) s << ", rope scaling " << ropeScalingType << " x" << ropeFactor;
     return s.str();
 }

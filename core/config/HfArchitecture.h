@@ -11,7 +11,7 @@
 namespace tb {
 
 struct HfArchitecture {
-    std::string modelType; // llama | mistral | qwen2 (config.json "model_type")
+    std::string modelType; // llama | mistral | qwen2 | gpt2 | gpt_neox (config.json "model_type")
     std::string source;    // the config.json it came from
     std::int64_t vocabSize = 0;
     std::int64_t hiddenSize = 0;
@@ -35,6 +35,14 @@ struct HfArchitecture {
     double ropeHighFreqFactor = 4.0;
     std::int64_t ropeOriginalMaxPositions = 0;
     std::string torchDtype; // "float32", "bfloat16", ... as stored; informational
+    // GPT-2 and GPT-NeoX: LayerNorm with biases, a GELU MLP with biases.
+    double layerNormEps = 1e-5;
+    bool geluTanh = false;          // gelu_new (GPT-2's tanh approximation) rather than the exact GELU
+    bool learnedPositions = false;  // GPT-2's wpe table of maxPositions rows
+    std::int64_t rotaryDims = 0;    // GPT-NeoX: the leading head dimensions that RoPE rotates (rotary_pct)
+    bool parallelResidual = false;  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+
+    bool llamaFamily() const { return modelType == "llama" || modelType == "mistral" || modelType == "qwen2"; }
 
     // Parameters of the model it describes, counted from the shapes.
     std::int64_t parameterCount() const;

@@ -78,10 +78,21 @@ std::vector<std::string> loraProjections(const std::string& modelType, const std
             if (std::find(out.begin(), out.end(), n) == out.end()) out.emplace_back(n);
         }
     };
+    const bool hf = modelType == "hf";
     for (const auto& t : targets) {
-        if (t == "attn") llama ? add({"q_proj", "k_proj", "v_proj", "o_proj"}) : add({"qkv", "proj"});
-        else if (t == "mlp") llama ? add({"gate_proj", "up_proj", "down_proj"}) : add({"fc", "out"});
-        else add({t.c_str()});
+        // hf: every family's projections; a model has only its own family's. GPT-2's
+        // c_proj is in both attn and mlp, so the groups name them qualified.
+        if (t == "attn" && hf) {
+            add({"q_proj", "k_proj", "v_proj", "o_proj", "attn.c_attn", "attn.c_proj", "attn.query_key_value", "attn.dense"});
+        } else if (t == "mlp" && hf) {
+            add({"gate_proj", "up_proj", "down_proj", "mlp.c_fc", "mlp.c_proj", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"});
+        } else if (t == "attn") {
+            llama ? add({"q_proj", "k_proj", "v_proj", "o_proj"}) : add({"qkv", "proj"});
+        } else if (t == "mlp") {
+            llama ? add({"gate_proj", "up_proj", "down_proj"}) : add({"fc", "out"});
+        } else {
+            add({t.c_str()});
+        }
     }
     return out;
 }

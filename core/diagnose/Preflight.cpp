@@ -117,8 +117,9 @@ void precisionRules(const RunConfig& c, const Target& target, std::vector<Findin
     if (target.gpu && !cc) return; // capability unknown: nothing to decide on
     const bool noBf16 = cc && !cc->atLeast(8, 0);
     const bool bf16Weights = c.train.weightsDtype == "bf16";
-    if (noBf16 && (c.train.precision == "bf16" || bf16Weights)) {
-        const std::string what = c.train.precision == "bf16" ? "train.precision is \"bf16\"" : "the weights are loaded in bf16";
+    const bool bf16Precision = c.train.precision == "bf16" || c.train.precision == "bf16-pure";
+    if (noBf16 && (bf16Precision || bf16Weights)) {
+        const std::string what = bf16Precision ? "train.precision is \"" + c.train.precision + "\"" : "the weights are loaded in bf16";
         auto f = make("bf16_unsupported", Severity::Error, "bf16 on " + target.label + ", which lacks native bf16",
                       what + ", but " + target.label + " has compute capability " + cc->text()
                           + "; native bf16 starts at 8.0 (Ampere). Kernels such as the gradient scaler's unscale are "
@@ -127,15 +128,15 @@ void precisionRules(const RunConfig& c, const Target& target, std::vector<Findin
                       "(train.precision \"fp16\" or \"auto\").");
         // "auto", not "fp16": it picks fp16 with loss scaling on this GPU and
         // stays valid where fp16 is not (a launch on a machine without CUDA).
-        if (c.train.precision == "bf16") f.autoFix.push_back({"train.precision", "\"auto\""});
+        if (bf16Precision) f.autoFix.push_back({"train.precision", "\"auto\""});
         if (bf16Weights) f.autoFix.push_back({"train.weights_dtype", c.lora.rank > 0 ? "\"fp16\"" : "\"fp32\""});
-        f.autoFixLabel = c.train.precision == "bf16" ? "Use precision \"auto\" (fp16 with loss scaling here)"
+        f.autoFixLabel = bf16Precision ? "Use precision \"auto\" (fp16 with loss scaling here)"
                                                      : "Load the weights in a precision this GPU has";
         f.text["compute_capability"] = cc->text();
         out.push_back(std::move(f));
     }
     const PrecisionDecision decision = decidePrecision(c.train.precision, cc);
-    if (!decision.error.empty() && !(noBf16 && c.train.precision == "bf16")) {
+    if (!decision.error.empty() && !(noBf16 && bf16Precision)) {
         auto f = make("precision_unsupported", Severity::Error, "This precision cannot run on " + target.label,
                       decision.error, "Use train.precision \"auto\": it picks what the target supports.");
         f.autoFix = {{"train.precision", "\"auto\""}};

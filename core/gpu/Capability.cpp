@@ -75,17 +75,22 @@ PrecisionDecision decidePrecision(const std::string& requested, std::optional<Co
             d.shortfall = "needs a CUDA device";
             d.error = "train.precision: fp16 " + d.shortfall + "; on the CPU use \"fp32\" or \"bf16\"";
         }
-        d.precision = requested == "auto" || requested == "fp16" ? "fp32" : requested;
+        d.precision = requested == "auto" || requested == "fp16" ? "fp32" : requested; // bf16-pure stays itself
         d.reason = requested == "auto" ? "auto on the CPU: fp32" : requested + " as requested";
         return d;
     }
     const auto bf16 = capability(*cuda, "bf16");
-    if (requested == "bf16" && cuda->known() && !bf16.supported) {
+    if ((requested == "bf16" || requested == "bf16-pure") && cuda->known() && !bf16.supported) {
         d.shortfall = "needs compute capability 8.0 or newer, this GPU has " + cuda->text();
-        d.error = "train.precision: bf16 " + d.shortfall
+        d.error = "train.precision: " + requested + " " + d.shortfall
             + "; use \"fp16\" (with loss scaling) or \"auto\"";
     }
-    if (requested == "fp32") {
+    if (requested == "bf16-pure") {
+        // Weights, gradients and optimizer state in bf16 (torchtune, Lightning's bf16-true).
+        d.precision = "bf16-pure";
+        d.fp32TrainableWeights = false;
+        d.reason = "bf16-pure as requested: weights, gradients and optimizer state in bf16";
+    } else if (requested == "fp32") {
         d.precision = "fp32";
         d.reason = "fp32 as requested";
     } else if (requested == "bf16" || (requested == "auto" && bf16.supported)) {

@@ -36,7 +36,7 @@ CapabilityAnswer capability(ComputeCapability cc, const std::string& feature);
 
 // The precision a run will use, decided before any model is built.
 struct PrecisionDecision {
-    std::string precision; // fp32 | fp16 | bf16
+    std::string precision; // fp32 | fp16 | bf16 (mixed) | bf16-pure
     bool lossScaling = false;
     bool fp32TrainableWeights = true;
     std::string reason;

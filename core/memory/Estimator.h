@@ -42,6 +42,7 @@ struct ArchitectureSpec {
     bool parallelResidual = false; // GPT-NeoX: attention and MLP both read the block input
     int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
+    bool fromHfFolder = false; // a run's Hugging Face model folder (model.type hf)
 
     std::int64_t headDim() const { return hidden / heads; }
 };

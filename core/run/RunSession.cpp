@@ -185,7 +185,8 @@ void RunSession::resolveInitFrom()
     std::error_code ec;
     if (!std::filesystem::exists(from, ec)) {
         throw InputError("train.init_from: " + from + " does not exist; give a run id (\"run:12\"), a checkpoint, a "
-                         ".safetensors file or a folder with model.safetensors");
+                         ".safetensors file, a folder with model.safetensors, or (model.type \"hf\") a model folder "
+                         "or a PEFT adapter folder");
     }
     m_initFromPath = from;
     m_initFromLabel = from;

@@ -1,7 +1,9 @@
 #include "train/HfModel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -26,7 +28,7 @@ struct FolderTensors {
     std::map<std::string, std::pair<torch::Tensor, std::string>> byName; // name -> (view, file name)
 };
 
-FolderTensors mapFolder(const std::string& folder)
+FolderTensors mapFolder(const std::string& folder, const std::function<std::string(const std::string&)>& canonical)
 {
     FolderTensors out;
     const auto single = fs::path(folder) / "model.safetensors";
@@ -74,11 +76,11 @@ FolderTensors mapFolder(const std::string& folder)
         for (const auto& [name, view] : out.files.back()->tensors()) {
             const auto it = expected.find(name);
             if (!expected.empty() && (it == expected.end() || it->second != shard)) continue; // the index decides
-            out.byName.emplace(name, std::make_pair(view, shard));
+            out.byName.emplace(canonical(name), std::make_pair(view, shard));
         }
     }
     for (const auto& [name, shard] : expected) {
-        if (!out.byName.count(name)) {
+        if (!out.byName.count(canonical(name))) {
             throw InputError("the index of " + folder + " puts tensor " + name + " in " + shard
                              + ", which does not hold it");
         }
@@ -86,11 +88,30 @@ FolderTensors mapFolder(const std::string& folder)
     return out;
 }
 
-// Tensors a Hub file may hold that the model computes itself.
+bool endsWith(const std::string& s, const std::string& tail)
+{
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Buffers a Hub file may hold that the model computes itself: RoPE tables and
+// the causal masks older GPT-2 and GPT-NeoX files stored.
 bool ignoredTensor(const std::string& name, const ModelOptions& o)
 {
-    if (name.size() > 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0) return true;
-    return o.tieEmbeddings && name == "lm_head.weight"; // tied: the embedding is the head
+    if (endsWith(name, "rotary_emb.inv_freq") || endsWith(name, ".attn.bias") || endsWith(name, ".attn.masked_bias")
+        || endsWith(name, ".attention.bias") || endsWith(name, ".attention.masked_bias")) {
+        return true;
+    }
+    return o.tieEmbeddings && (name == "lm_head.weight" || name == "embed_out.weight"); // tied: the embedding is the head
+}
+
+// The original GPT-2 files name tensors without the "transformer." prefix
+// that GPT2LMHeadModel's own save adds ("h.0.attn.c_attn.weight").
+std::string canonicalName(const std::string& name, const ModelOptions& o)
+{
+    if (o.type == "gpt2" && name.rfind("transformer.", 0) != 0 && name.rfind("lm_head.", 0) != 0) {
+        return "transformer." + name;
+    }
+    return name;
 }
 
 } // namespace
@@ -98,7 +119,7 @@ bool ignoredTensor(const std::string& name, const ModelOptions& o)
 ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, int maxLen)
 {
     ModelOptions o;
-    o.type = "llama";
+    o.type = a.llamaFamily() ? "llama" : a.modelType; // llama | gpt2 | gpt_neox
     o.hfFamily = a.modelType;
     o.scriptPath = folder;
     o.vocabSize = static_cast<int>(a.vocabSize);
@@ -109,7 +130,12 @@ ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, 
     o.nKvHead = static_cast<int>(a.kvHeads);
     o.dFf = static_cast<int>(a.intermediateSize);
     o.headDimOverride = a.headDim * a.heads == a.hiddenSize ? 0 : static_cast<int>(a.headDim);
-    o.positionalEncoding = "rope";
+    o.positionalEncoding = a.learnedPositions ? "learned" : "rope";
+    if (a.learnedPositions) o.maxLen = static_cast<int>(a.maxPositions); // the wpe table is the file's
+    o.layerNormEps = a.layerNormEps;
+    o.geluTanh = a.geluTanh;
+    o.rotaryDims = static_cast<int>(a.rotaryDims);
+    o.parallelResidual = a.parallelResidual;
     o.ropeTheta = a.ropeTheta;
     o.rmsNormEps = a.rmsNormEps;
     o.tieEmbeddings = a.tieEmbeddings;
@@ -126,41 +152,222 @@ ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, 
     return o;
 }
 
-void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder)
+void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const std::string& describedBy)
 {
-    const auto mapped = mapFolder(folder);
     const auto& o = model.options();
+    const auto mapped = mapFolder(folder, [&](const std::string& name) { return canonicalName(name, o); });
     torch::NoGradGuard noGrad;
     const auto params = model.named_parameters();
+    // Every problem is found before anything is copied; the first is told in
+    // full and the others are named, so one attempt shows all that differs.
+    std::vector<std::string> problems, names;
+    const auto problem = [&](const std::string& name, std::string text) {
+        problems.push_back(std::move(text));
+        names.push_back(name);
+    };
     for (const auto& p : params) {
         const auto found = mapped.byName.find(p.key());
         if (found == mapped.byName.end()) {
             if (isAdapter(p.key())) continue;
-            throw InputError("the model folder " + folder + " has no tensor " + p.key() + " "
-                             + shapeText(p.value().sizes()) + ", which its config.json's " + o.hfFamily
-                             + " architecture needs (is a shard missing, or config.json from another model?)");
+            problem(p.key(), "the model folder " + folder + " has no tensor " + p.key() + " " + shapeText(p.value().sizes())
+                                 + ", which its config.json's " + o.hfFamily
+                                 + " architecture needs (is a shard missing, or config.json from another model?)");
+            continue;
         }
         const auto& t = found->second.first;
         if (t.sizes() != p.value().sizes()) {
-            throw InputError(found->second.second + " in " + folder + ": tensor " + p.key() + " has shape "
-                             + shapeText(t.sizes()) + ", but config.json describes " + shapeText(p.value().sizes()));
-        }
-        if (!t.is_floating_point()) {
-            throw InputError(found->second.second + " in " + folder + ": tensor " + p.key() + " is stored as "
-                             + std::string(c10::toString(t.scalar_type())) + ", not as floating point weights");
+            problem(p.key(), found->second.second + " in " + folder + ": tensor " + p.key() + " has shape "
+                                 + shapeText(t.sizes()) + ", but " + describedBy + " describes " + shapeText(p.value().sizes()));
+        } else if (!t.is_floating_point()) {
+            problem(p.key(), found->second.second + " in " + folder + ": tensor " + p.key() + " is stored as "
+                                 + std::string(c10::toString(t.scalar_type())) + ", not as floating point weights");
         }
     }
     for (const auto& [name, entry] : mapped.byName) {
         if (params.contains(name) || ignoredTensor(name, o)) continue;
-        throw InputError(entry.second + " in " + folder + " holds tensor " + name + " " + shapeText(entry.first.sizes())
-                         + ", which a " + o.hfFamily + " model of this config.json does not have (is config.json "
-                         "from another model?)");
+        problem(name, entry.second + " in " + folder + " holds tensor " + name + " " + shapeText(entry.first.sizes())
+                          + ", which a " + o.hfFamily + " model of this config.json does not have (is config.json "
+                          "from another model?)");
+    }
+    if (!problems.empty()) {
+        std::string text = problems.front();
+        if (problems.size() > 1) {
+            text += "; " + std::to_string(problems.size() - 1) + " more tensor" + (problems.size() > 2 ? "s" : "")
+                + " do not fit:";
+            for (std::size_t i = 1; i < names.size() && i <= 8; ++i) text += (i > 1 ? ", " : " ") + names[i];
+            if (names.size() > 9) text += ", ...";
+        }
+        throw InputError(text);
     }
     // One tensor at a time, converted to the parameter's dtype by copy_.
     for (auto& p : params) {
         const auto found = mapped.byName.find(p.key());
         if (found != mapped.byName.end()) p.value().copy_(found->second.first);
     }
+}
+
+namespace {
+
+nlohmann::json readSmallJson(const fs::path& path)
+{
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw InputError("cannot read " + path.string());
+    if (size > (16u << 20)) throw InputError(path.string() + " is larger than 16 MB; it is not an adapter configuration");
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+        auto j = nlohmann::json::parse(text.str());
+        if (!j.is_object()) throw InputError(path.string() + " is not a JSON object");
+        return j;
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(path.string() + " is not valid JSON (" + std::string(e.what()).substr(0, 200) + ")");
+    }
+}
+
+// A PEFT LoRA adapter folder on top of the model's base weights.
+void loadPeftAdapter(CausalLmImpl& model, const std::string& folder)
+{
+    const auto& o = model.options();
+    const auto configPath = fs::path(folder) / "adapter_config.json";
+    const auto j = readSmallJson(configPath);
+    const std::string where = configPath.string();
+    const auto type = j.contains("peft_type") && j["peft_type"].is_string() ? j["peft_type"].get<std::string>() : "";
+    if (type != "LORA") {
+        throw InputError(where + ": peft_type \"" + type.substr(0, 40) + "\" is not LORA; train.init_from loads LoRA adapters");
+    }
+    if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<std::int64_t>() <= 0 || j["r"].get<std::int64_t>() > 65536) {
+        throw InputError(where + ": \"r\" must be a positive integer (the adapter's rank)");
+    }
+    const auto rank = j["r"].get<std::int64_t>();
+    const double alpha = j.contains("lora_alpha") && j["lora_alpha"].is_number() ? j["lora_alpha"].get<double>() : 8.0;
+    for (const char* key : {"use_dora", "use_rslora"}) {
+        if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>()) {
+            throw InputError(where + ": " + key + " is true; Trainbench loads plain LoRA adapters (W + alpha/r B A)");
+        }
+    }
+    for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+        if (j.contains(key) && j[key].is_object() && !j[key].empty()) {
+            throw InputError(where + ": " + key + " gives some modules another rank or alpha; Trainbench loads adapters "
+                             "of one rank and alpha");
+        }
+    }
+    if (j.contains("bias") && j["bias"].is_string() && j["bias"].get<std::string>() != "none") {
+        throw InputError(where + ": bias \"" + j["bias"].get<std::string>().substr(0, 40)
+                         + "\" trains biases too; Trainbench loads adapters with bias \"none\"");
+    }
+    const auto weightsPath = fs::path(folder) / "adapter_model.safetensors";
+    std::error_code ec;
+    if (!fs::exists(weightsPath, ec)) {
+        throw InputError("the adapter folder " + folder + " has no adapter_model.safetensors"
+                         + std::string(fs::exists(fs::path(folder) / "adapter_model.bin", ec)
+                                           ? " (adapter_model.bin is a pickle, which Trainbench does not read; save with "
+                                             "safe_serialization)"
+                                           : ""));
+    }
+    const MappedSafetensors file(weightsPath.string());
+    // PEFT's names: base_model.model.<module>.lora_A.weight -> <module>.lora_A.
+    const std::string prefix = "base_model.model.";
+    std::map<std::string, torch::Tensor> adapters;
+    for (const auto& [name, view] : file.tensors()) {
+        std::string inner;
+        for (const char* part : {".lora_A.weight", ".lora_B.weight"}) {
+            if (name.rfind(prefix, 0) == 0 && endsWith(name, part)) {
+                inner = canonicalName(name.substr(prefix.size(), name.size() - prefix.size() - 7), o);
+            }
+        }
+        if (inner.empty()) {
+            throw InputError(weightsPath.string() + " holds " + name.substr(0, 200) + ", which is not a PEFT LoRA tensor "
+                             "(base_model.model.<module>.lora_A.weight or .lora_B.weight)");
+        }
+        adapters.emplace(inner, view);
+    }
+    if (adapters.empty()) throw InputError(weightsPath.string() + " holds no LoRA tensors");
+    torch::NoGradGuard noGrad;
+    const auto params = model.named_parameters();
+    if (o.loraRank > 0) {
+        // Into this run's own adapters: the same rank, scale and modules.
+        if (rank != o.loraRank || std::abs(alpha - o.loraAlpha) > 1e-9 * std::max(1.0, std::abs(alpha))) {
+            throw InputError(where + " has r " + std::to_string(rank) + " and lora_alpha " + c10::str(alpha) + ", this run's lora has rank "
+                             + std::to_string(o.loraRank) + " and alpha " + c10::str(o.loraAlpha)
+                             + ": set lora.rank and lora.alpha to the adapter's");
+        }
+        std::vector<std::string> missing;
+        for (const auto& p : params) {
+            if (isAdapter(p.key()) && !adapters.count(p.key())) missing.push_back(p.key());
+        }
+        for (const auto& [name, t] : adapters) {
+            if (!params.contains(name)) {
+                throw InputError(weightsPath.string() + " adapts " + name.substr(0, name.rfind('.'))
+                                 + ", which this run's lora.targets do not name: add its projection to lora.targets");
+            }
+            if (t.sizes() != params[name].sizes()) {
+                throw InputError(weightsPath.string() + ": " + name + " has shape " + shapeText(t.sizes()) + ", this run's "
+                                 + shapeText(params[name].sizes()) + " (an adapter of another model?)");
+            }
+        }
+        if (!missing.empty()) {
+            throw InputError(folder + " has no adapter for " + missing.front().substr(0, missing.front().rfind('.'))
+                             + (missing.size() > 1 ? " (and " + std::to_string(missing.size() - 1) + " more tensors)" : "")
+                             + ", which this run's lora.targets name: give the adapter's target_modules as lora.targets");
+        }
+        for (const auto& [name, t] : adapters) params[name].copy_(t);
+        return;
+    }
+    // Without LoRA in this run: fold each adapter into its base weight, W + alpha/r B A.
+    const auto modules = model.named_modules();
+    std::map<std::string, const LoraLinearImpl*> linears;
+    for (const auto& m : modules) {
+        if (const auto* l = dynamic_cast<const LoraLinearImpl*>(m.value().get())) linears[m.key()] = l;
+    }
+    for (const auto& [name, a] : adapters) {
+        if (!endsWith(name, ".lora_A")) continue;
+        const auto module = name.substr(0, name.size() - 7);
+        const auto b = adapters.find(module + ".lora_B");
+        const auto linear = linears.find(module);
+        if (b == adapters.end()) throw InputError(weightsPath.string() + " has " + name + " without its lora_B");
+        if (linear == linears.end()) {
+            throw InputError(weightsPath.string() + " adapts " + module + ", which this " + o.hfFamily + " model does not have");
+        }
+        auto weight = linear->second->weight;
+        const auto out = linear->second->transposedWeight() ? weight.size(1) : weight.size(0);
+        const auto in = linear->second->transposedWeight() ? weight.size(0) : weight.size(1);
+        if (a.dim() != 2 || b->second.dim() != 2 || a.size(0) != rank || a.size(1) != in || b->second.size(0) != out
+            || b->second.size(1) != rank) {
+            throw InputError(weightsPath.string() + ": the adapter of " + module + " has lora_A " + shapeText(a.sizes())
+                             + " and lora_B " + shapeText(b->second.sizes()) + ", which do not fit its weight "
+                             + shapeText(weight.sizes()) + " at r " + std::to_string(rank));
+        }
+        auto delta = torch::matmul(b->second.to(torch::kFloat), a.to(torch::kFloat)) * (alpha / static_cast<double>(rank));
+        if (linear->second->transposedWeight()) delta = delta.t(); // Conv1D stores [in, out]
+        weight.add_(delta.to(weight.scalar_type()));
+    }
+}
+
+} // namespace
+
+bool loadHfInitFrom(CausalLmImpl& model, const std::string& path)
+{
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) return false;
+    if (fs::exists(fs::path(path) / "adapter_config.json", ec)) {
+        loadPeftAdapter(model, path);
+        return true;
+    }
+    if (!fs::exists(fs::path(path) / "config.json", ec)) return false;
+    const auto arch = readHfArchitecture(path);
+    const auto& o = model.options();
+    if (arch.modelType != o.hfFamily) {
+        throw InputError("train.init_from: " + path + " holds a " + arch.modelType + " model and model.path a " + o.hfFamily
+                         + " model; give a folder of the same family and sizes");
+    }
+    try {
+        loadHfFolderWeights(model, path, "model.path's config.json");
+    } catch (const InputError& e) {
+        throw InputError("train.init_from: " + std::string(e.what()));
+    }
+    return true;
 }
 
 } // namespace tb

@@ -21,6 +21,16 @@ ModelOptions hfModelOptions(const HfArchitecture& arch, const std::string& folde
 // is wrong: a missing shard, an index naming a file that is not there, a
 // damaged or truncated file, a tensor missing or of the wrong shape (both
 // shapes), or a tensor this architecture does not have.
-void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder);
+void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder,
+                         const std::string& describedBy = "config.json");
+
+// train.init_from of an hf run, when it names a folder: another model folder
+// of the same family and shapes (every tensor that does not fit is named), or
+// a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors)
+// trained on model.path. The adapter goes into this run's adapters when it
+// has LoRA of the same rank and alpha, and is merged into the base weights
+// when it has none. Returns false when the path is neither (a Trainbench
+// checkpoint or safetensors file, which the caller reads).
+bool loadHfInitFrom(CausalLmImpl& model, const std::string& path);
 
 } // namespace tb

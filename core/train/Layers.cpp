@@ -61,6 +61,29 @@ struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
 
 } // namespace
 
+namespace {
+thread_local std::optional<at::ScalarType> tWeightsFromFile;
+}
+
+WeightsFromFile::WeightsFromFile(at::ScalarType dtype) : m_previous(tWeightsFromFile) { tWeightsFromFile = dtype; }
+
+WeightsFromFile::~WeightsFromFile() { tWeightsFromFile = m_previous; }
+
+std::optional<at::ScalarType> WeightsFromFile::active() { return tWeightsFromFile; }
+
+torch::nn::Embedding makeEmbedding(int num, int dim, double std)
+{
+    if (const auto dtype = WeightsFromFile::active()) {
+        return torch::nn::Embedding(
+            torch::nn::EmbeddingOptions(num, dim)._weight(torch::empty({num, dim}, torch::TensorOptions().dtype(*dtype))));
+    }
+    // The same draws as before this helper: the table's default N(0, 1), then N(0, std).
+    torch::nn::Embedding table(num, dim);
+    torch::NoGradGuard noGrad;
+    torch::nn::init::normal_(table->weight, 0.0, std);
+    return table;
+}
+
 double tokenEmbeddingStd(const ModelOptions& o)
 {
     // With RoPE only the token table feeds the residual stream (position lives
@@ -87,9 +110,16 @@ double tokenEmbeddingStd(const ModelOptions& o)
 LoraLinearImpl::LoraLinearImpl(int in, int out, int rank, double alpha, bool withBias, LinearInit init)
     : m_rank(rank), m_scale(rank > 0 ? alpha / rank : 0.0)
 {
-    weight = register_parameter("weight", torch::empty({out, in}));
-    if (withBias) bias = register_parameter("bias", torch::empty({out}));
-    if (init == LinearInit::Uniform) {
+    if (const auto dtype = WeightsFromFile::active()) {
+        weight = register_parameter("weight", torch::empty({out, in}, torch::TensorOptions().dtype(*dtype)));
+        if (withBias) bias = register_parameter("bias", torch::empty({out}, torch::TensorOptions().dtype(*dtype)));
+    } else {
+        weight = register_parameter("weight", torch::empty({out, in}));
+        if (withBias) bias = register_parameter("bias", torch::empty({out}));
+    }
+    if (WeightsFromFile::active()) {
+        // filled from the file by the caller
+    } else if (init == LinearInit::Uniform) {
         const double bound = 1.0 / std::sqrt(static_cast<double>(in));
         torch::nn::init::uniform_(weight, -bound, bound);
         if (withBias) torch::nn::init::uniform_(bias, -bound, bound);
@@ -107,8 +137,25 @@ LoraLinearImpl::LoraLinearImpl(int in, int out, int rank, double alpha, bool wit
     }
 }
 
+std::shared_ptr<LoraLinearImpl> LoraLinearImpl::conv1d(int in, int out, int rank, double alpha)
+{
+    auto layer = std::make_shared<LoraLinearImpl>(in, out, rank, alpha, true, LinearInit::Normal);
+    torch::NoGradGuard noGrad;
+    layer->weight.set_data(layer->weight.detach().t().contiguous()); // [in, out]
+    layer->m_transposed = true;
+    return layer;
+}
+
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
 {
+    if (m_transposed) {
+        // Conv1D: addmm over [B*T, in], as transformers' Conv1D computes it.
+        auto shape = x.sizes().vec();
+        shape.back() = weight.size(1);
+        auto y = at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(shape);
+        if (m_rank > 0) y = y + at::linear(at::linear(x, loraA), loraB) * m_scale;
+        return y;
+    }
     // at::linear, not torch::nn::functional::linear: for a 3-D input the
     // latter runs matmul then add_, the former one fused addmm over [B*T, in].
     auto y = at::linear(x, weight, bias);

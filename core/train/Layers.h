@@ -3,6 +3,7 @@
 // both are built from, a linear layer with an optional LoRA adapter, causal
 // attention (eager or fused), RoPE, and activation checkpointing of a block.
 
+#include <optional>
 #include <set>
 #include <string>
 
@@ -22,6 +23,11 @@ struct ModelOptions {
     int nKvHead = 0; // llama: grouped-query attention; 0 = nHead
     int dFf = 512;
     std::string positionalEncoding = "learned"; // gpt only; llama is always rope
+    // Hugging Face GPT-2 / GPT-NeoX (types "gpt2", "gpt_neox"):
+    double layerNormEps = 1e-5;
+    bool geluTanh = false;      // gelu_new rather than the exact GELU
+    int rotaryDims = 0;         // GPT-NeoX: head dimensions RoPE rotates; the rest pass through
+    bool parallelResidual = false;
     double ropeTheta = 10000.0;
     double rmsNormEps = 1e-5;
     double dropout = 0.0;
@@ -48,6 +54,29 @@ struct ModelOptions {
     int adapterRank(const std::string& projection) const { return loraTargets.count(projection) ? loraRank : 0; }
 };
 
+// While one is alive on this thread, the layers built allocate their base
+// weights (linear layers, embedding tables) in `dtype` and draw nothing into
+// them: the caller fills every one from a file (a model folder, a checkpoint).
+// A 7B folder then builds in bf16 without a transient fp32 copy and without
+// seconds of random draws. LoRA adapters are initialised as usual, since no
+// base file holds them. Outside a guard nothing changes, the draws included.
+class WeightsFromFile final {
+public:
+    explicit WeightsFromFile(at::ScalarType dtype);
+    ~WeightsFromFile();
+    WeightsFromFile(const WeightsFromFile&) = delete;
+    WeightsFromFile& operator=(const WeightsFromFile&) = delete;
+    // The dtype of base weights being built on this thread, when they come from a file.
+    static std::optional<at::ScalarType> active();
+
+private:
+    std::optional<at::ScalarType> m_previous;
+};
+
+// An embedding table [num, dim] drawn N(0, std), or left for a file to fill
+// under WeightsFromFile.
+torch::nn::Embedding makeEmbedding(int num, int dim, double std);
+
 // y = x W^T + b (+ (alpha/r) x A^T B^T). The base weight is registered as
 // "weight" (and "bias"), so parameter names match the usual checkpoint names
 // ("...q_proj.weight"); adapters are "lora_A" [r, in] and "lora_B" [out, r].
@@ -67,15 +96,20 @@ double tokenEmbeddingStd(const ModelOptions& o);
 class LoraLinearImpl : public torch::nn::Module {
 public:
     LoraLinearImpl(int in, int out, int rank, double alpha, bool bias, LinearInit init = LinearInit::Normal);
+    // GPT-2's Conv1D: the same layer with its weight stored [in, out] (y = x W + b),
+    // the layout of its checkpoints. Adapters keep lora_A [r, in], lora_B [out, r], as PEFT's.
+    static std::shared_ptr<LoraLinearImpl> conv1d(int in, int out, int rank, double alpha);
     torch::Tensor forward(const torch::Tensor& x);
     bool hasAdapter() const { return m_rank > 0; }
     double adapterScale() const { return m_scale; }
+    bool transposedWeight() const { return m_transposed; }
 
     torch::Tensor weight, bias, loraA, loraB;
 
 private:
     int m_rank;
     double m_scale;
+    bool m_transposed = false;
 };
 TORCH_MODULE(LoraLinear);
 

@@ -76,8 +76,7 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const AttentionTab
 
 LlamaBodyImpl::LlamaBodyImpl(const ModelOptions& o)
 {
-    embedTokens = register_module("embed_tokens", torch::nn::Embedding(o.vocabSize, o.dModel));
-    torch::nn::init::normal_(embedTokens->weight, 0.0, tokenEmbeddingStd(o));
+    embedTokens = register_module("embed_tokens", makeEmbedding(o.vocabSize, o.dModel, tokenEmbeddingStd(o)));
     layers = register_module("layers", torch::nn::ModuleList());
     for (int i = 0; i < o.nLayer; ++i) layers->push_back(LlamaBlock(o));
     norm = register_module("norm", RmsNorm(o.dModel, o.rmsNormEps));

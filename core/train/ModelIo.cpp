@@ -37,8 +37,13 @@ std::shared_ptr<CausalLmImpl> trainedModel(const RunConfig& config, const Datase
 {
     auto options = modelOptionsFor(config, data);
     options.activationCheckpointing = false;
-    auto model = makeModel(options);
-    loadModelWeights(*model, readModelWeights(checkpoint), checkpoint);
+    const auto weights = readModelWeights(checkpoint);
+    std::shared_ptr<CausalLmImpl> model;
+    {
+        const WeightsFromFile fromFile(torch::kFloat); // every base weight comes from the checkpoint
+        model = makeModel(options);
+    }
+    loadModelWeights(*model, weights, checkpoint);
     model->eval();
     return model;
 }
@@ -138,7 +143,8 @@ std::map<std::string, torch::Tensor> modelTensors(CausalLmImpl& model, bool merg
         const auto* linear = dynamic_cast<const LoraLinearImpl*>(m.value().get());
         if (!linear || !linear->hasAdapter()) continue;
         auto& weight = out.at(m.key() + ".weight");
-        weight += torch::matmul(linear->loraB.detach().cpu(), linear->loraA.detach().cpu()) * linear->adapterScale();
+        const auto delta = torch::matmul(linear->loraB.detach().cpu(), linear->loraA.detach().cpu()) * linear->adapterScale();
+        weight += linear->transposedWeight() ? delta.t() : delta; // Conv1D stores [in, out]
     }
     return out;
 }
@@ -229,9 +235,14 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
                          + std::to_string(arch.maxPositions) + " positions (max_position_embeddings)");
     }
     auto options = hfModelOptions(arch, folder, static_cast<int>(std::max<std::int64_t>(total, 1)));
-    auto model = makeModel(options);
+    std::shared_ptr<CausalLmImpl> model;
+    {
+        // Built in the compute dtype and filled from the mapped files: no fp32 copy of a bf16 model.
+        const WeightsFromFile fromFile(dtype);
+        model = makeModel(options);
+    }
     loadHfFolderWeights(*model, folder);
-    if (dtype != torch::kFloat) model->to(dtype);
+    if (dtype != torch::kFloat) model->to(dtype); // the norms' small fp32 weights
     model->eval();
     const auto eos = eosTokens(folder);
     torch::NoGradGuard noGrad;
@@ -361,7 +372,7 @@ ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const
         {"lora_dropout", 0.0},
         {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
         {"bias", "none"},
-        {"fan_in_fan_out", false},
+        {"fan_in_fan_out", model.options().type == "gpt2"}, // GPT-2's Conv1D stores [in, out]
         {"inference_mode", true},
     };
     result.configPath = (dir / "adapter_config.json").string();
@@ -372,7 +383,6 @@ ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const
     result.parameters = 0;
     for (const auto& [name, t] : adapters) result.parameters += t.numel();
     result.format = "peft";
-    (void)model;
     return result;
 }
 

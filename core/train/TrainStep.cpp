@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "train/Gpt.h"
+#include "train/HfGpt.h"
 #include "train/HfModel.h"
 #include "train/Llama.h"
 #include "train/ScriptedModel.h"
@@ -85,6 +86,8 @@ ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
 std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options)
 {
     if (options.type == "llama") return std::make_shared<LlamaImpl>(options);
+    if (options.type == "gpt2") return std::make_shared<Gpt2LmImpl>(options);
+    if (options.type == "gpt_neox") return std::make_shared<GptNeoXLmImpl>(options);
     if (options.type == "torchscript") return std::make_shared<ScriptedLmImpl>(options);
     return std::make_shared<GptImpl>(options);
 }

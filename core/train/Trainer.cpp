@@ -1,4 +1,5 @@
 #include "train/Trainer.h"
+#include "train/Bf16AdamW.h"
 #include "train/HfModel.h"
 #include "train/TrainerImpl.h"
 
@@ -40,9 +41,18 @@ std::string fixed(double v, int digits)
     return out.str();
 }
 
+// The embedding tables of every family: the built-in GPT's wte/wpe, the Llama
+// family's model.embed_tokens, GPT-2's transformer.wte/wpe, GPT-NeoX's
+// gpt_neox.embed_in (its untied embed_out is a head, decayed like lm_head).
 bool isEmbedding(const std::string& name)
 {
-    return name == "wte.weight" || name == "wpe.weight" || name == "model.embed_tokens.weight";
+    for (const std::string table : {"wte.weight", "wpe.weight", "embed_tokens.weight", "embed_in.weight"}) {
+        if (name == table) return true;
+        if (name.size() > table.size() && name.compare(name.size() - table.size() - 1, table.size() + 1, "." + table) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
 
@@ -138,16 +148,27 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
 
     torch::manual_seed(config.train.seed);
     m->data = makeDataset(config);
-    m->model = makeModel(modelOptionsFor(config, *m->data));
+    if (config.model.type == "hf") {
+        // The folder (or the checkpoint resumed) fills every base weight: build
+        // them in the dtype they train in, without random draws.
+        const WeightsFromFile fromFile(m->precision == "bf16-pure" ? torch::kBFloat16 : torch::kFloat);
+        m->model = makeModel(modelOptionsFor(config, *m->data));
+    } else {
+        m->model = makeModel(modelOptionsFor(config, *m->data));
+    }
     // A Hugging Face folder brings its weights (a resumed run's come from its checkpoint).
     if (config.model.type == "hf" && options.resumeFrom.empty()) loadHfFolderWeights(*m->model, resolvedModelPath(config));
     const std::string initFrom = !options.initFrom.empty() ? options.initFrom : config.train.initFrom;
     if (!initFrom.empty() && options.resumeFrom.empty()) {
         // Model weights only; the optimizer, schedule and data order start afresh.
-        loadModelWeights(*m->model, readModelWeights(initFrom), initFrom);
+        if (config.model.type != "hf" || !loadHfInitFrom(*m->model, initFrom)) {
+            loadModelWeights(*m->model, readModelWeights(initFrom), initFrom);
+        }
     }
     m->prepareCheckpointDir();
     m->model->freezeBaseForLora();
+    // Pure bf16: weights (so gradients and AdamW's state) in bf16, no autocast; the loss is fp32.
+    if (m->precision == "bf16-pure") m->model->to(torch::kBFloat16);
     if (config.model.type == "torchscript") {
         // Tensor by tensor: a meta tensor stays where it is, and the audit below names it.
         moveModel(*m->model, m->torchDevice);
@@ -181,7 +202,11 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     } else {
         const auto defaults =
             torch::optim::AdamWOptions(o.lr).betas({o.betas[0], o.betas[1]}).weight_decay(o.weightDecay);
-        m->optimizer = std::make_unique<torch::optim::AdamW>(groups(defaults), defaults);
+        if (m->precision == "bf16-pure") {
+            m->optimizer = std::make_unique<Bf16AdamW>(groups(defaults), defaults, config.train.seed * 0xd1b54a32d192ed03ULL + 7);
+        } else {
+            m->optimizer = std::make_unique<torch::optim::AdamW>(groups(defaults), defaults);
+        }
     }
     m->dataGen = at::make_generator<at::CPUGeneratorImpl>(config.train.seed * 0x9e3779b97f4a7c15ULL + 17);
     m->validation = m->data->validationBatches(config.train.batchSize, config.train.evalBatches);

@@ -3,11 +3,12 @@
 
 Written from the published `transformers` modeling code (LlamaForCausalLM,
 MistralForCausalLM, Qwen2ForCausalLM and their rotary embedding, including
-`_compute_llama3_parameters`), in plain PyTorch, with its own safetensors
+`_compute_llama3_parameters`; GPT2LMHeadModel with Conv1D and NewGELU;
+GPTNeoXForCausalLM with partial rotary and parallel residual), in plain PyTorch, with its own safetensors
 reader and writer (the format is an 8-byte little-endian header length, a JSON
 header and the raw bytes). It shares no code with Trainbench.
 
-  hf_reference.py generate DIR --family llama|mistral|qwen2 [--seed S] [--shards N]
+  hf_reference.py generate DIR --family llama|mistral|qwen2|gpt2|gpt_neox [--seed S] [--shards N]
         [--dtype float32|bfloat16|float16] [--tied] [--untied] [--head-dim D]
         [--attention-bias] [--mlp-bias] [--sliding-window W] [--rope-llama3]
         [--vocab V --hidden H --layers L --heads A --kv-heads K --intermediate I]
@@ -17,6 +18,9 @@ header and the raw bytes). It shares no code with Trainbench.
   hf_reference.py run DIR --ids 1,2,3 [--max-tokens N] [--adapter PEFT_DIR]
      prints {"logits": [[...]], "completion_ids": [...]}: fp32 logits of every
      prompt position and a greedy decode that stops at eos_token_id.
+  hf_reference.py batch
+     reads command lines as JSON lists (["generate", DIR, ...], ["run", DIR, ...])
+     from standard input, one a line, and prints one JSON result a line.
 """
 import argparse
 import json
@@ -86,6 +90,8 @@ def generate(args):
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
     family = args.family
+    if family in ("gpt2", "gpt_neox"):
+        return generate_gpt(args, rng)
     heads = args.heads or rng.choice([2, 4])
     kv = args.kv_heads or rng.choice([k for k in (1, 2, heads) if heads % k == 0])
     head_dim = args.head_dim or rng.choice([8, 12, 16])
@@ -120,7 +126,10 @@ def generate(args):
     if args.rope_llama3:
         cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                "original_max_position_embeddings": 16}
-    weights = random_weights(cfg)
+    write_folder(args, cfg, random_weights(cfg))
+
+
+def write_folder(args, cfg, weights):
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     weights = {k: v.to(dtype) for k, v in weights.items()}
     os.makedirs(args.dir, exist_ok=True)
@@ -143,6 +152,85 @@ def generate(args):
         with open(os.path.join(args.dir, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
     print(json.dumps(cfg))
+
+
+def generate_gpt(args, rng):
+    heads = args.heads or rng.choice([2, 4])
+    head_dim = rng.choice([8, 12, 16])
+    hidden = args.hidden or heads * head_dim
+    vocab = args.vocab or rng.randint(40, 300)
+    layers = args.layers or rng.randint(1, 3)
+    inner = args.intermediate or rng.choice([40, 64, 96])
+    tied = bool(args.tied) or (not args.untied and rng.random() < 0.5)
+    if args.family == "gpt2":
+        cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab, "n_embd": hidden,
+               "n_layer": layers, "n_head": heads, "n_inner": inner, "n_positions": 64,
+               "layer_norm_epsilon": rng.choice([1e-5, 1e-6]),
+               "activation_function": rng.choice(["gelu_new", "gelu_new", "gelu"]),
+               "tie_word_embeddings": tied, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": args.dtype}
+    else:
+        cfg = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": vocab,
+               "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+               "intermediate_size": inner, "max_position_embeddings": 128,
+               "rotary_pct": args.rotary_pct or rng.choice([0.25, 0.5, 1.0]),
+               "rotary_emb_base": rng.choice([10000, 500000]), "layer_norm_eps": rng.choice([1e-5, 1e-6]),
+               "use_parallel_residual": not args.sequential_residual, "hidden_act": "gelu",
+               "tie_word_embeddings": tied, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": args.dtype}
+        if int(head_dim * cfg["rotary_pct"]) % 2:
+            cfg["rotary_pct"] = 1.0
+    weights = random_gpt_weights(cfg)
+    if args.legacy_names and args.family == "gpt2":
+        # As the original openai-community/gpt2 files: no "transformer." prefix, and the causal-mask buffers.
+        weights = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in weights.items()}
+        for i in range(cfg["n_layer"]):
+            weights["h.%d.attn.bias" % i] = torch.tril(torch.ones(1, 1, 64, 64))
+    write_folder(args, cfg, weights)
+
+
+def random_gpt_weights(cfg):
+    v = cfg["vocab_size"]
+    gpt2 = cfg["model_type"] == "gpt2"
+    h = cfg["n_embd"] if gpt2 else cfg["hidden_size"]
+    ff = cfg["n_inner"] if gpt2 else cfg["intermediate_size"]
+    w = {}
+
+    def norm(name):
+        w[name + ".weight"] = 1.0 + 0.2 * torch.randn(h)
+        w[name + ".bias"] = 0.1 * torch.randn(h)
+
+    def dense(name, fan_in, fan_out, conv1d):
+        weight = torch.randn(fan_out, fan_in) / math.sqrt(fan_in)
+        w[name + ".weight"] = weight.T.contiguous() if conv1d else weight  # Conv1D stores [in, out]
+        w[name + ".bias"] = 0.1 * torch.randn(fan_out)
+
+    if gpt2:
+        w["transformer.wte.weight"] = torch.randn(v, h) * 0.5
+        w["transformer.wpe.weight"] = torch.randn(cfg["n_positions"], h) * 0.5
+        for i in range(cfg["n_layer"]):
+            p = "transformer.h.%d." % i
+            norm(p + "ln_1")
+            dense(p + "attn.c_attn", h, 3 * h, True)
+            dense(p + "attn.c_proj", h, h, True)
+            norm(p + "ln_2")
+            dense(p + "mlp.c_fc", h, ff, True)
+            dense(p + "mlp.c_proj", ff, h, True)
+        norm("transformer.ln_f")
+        if not cfg["tie_word_embeddings"]:
+            w["lm_head.weight"] = torch.randn(v, h) / math.sqrt(h)
+    else:
+        w["gpt_neox.embed_in.weight"] = torch.randn(v, h) * 0.5
+        for i in range(cfg["num_hidden_layers"]):
+            p = "gpt_neox.layers.%d." % i
+            norm(p + "input_layernorm")
+            norm(p + "post_attention_layernorm")
+            dense(p + "attention.query_key_value", h, 3 * h, False)
+            dense(p + "attention.dense", h, h, False)
+            dense(p + "mlp.dense_h_to_4h", h, ff, False)
+            dense(p + "mlp.dense_4h_to_h", ff, h, False)
+        norm("gpt_neox.final_layer_norm")
+        if not cfg["tie_word_embeddings"]:
+            w["embed_out.weight"] = torch.randn(v, h) / math.sqrt(h)
+    return w
 
 
 def random_weights(cfg):
@@ -281,7 +369,91 @@ def apply_peft_adapter(w, folder):
             continue
         module = name[len(prefix):-len(".lora_A.weight")]
         b = adapters[prefix + module + ".lora_B.weight"]
-        w[module + ".weight"] = w[module + ".weight"] + (b.float() @ a.float()) * scale
+        delta = (b.float() @ a.float()) * scale
+        if cfg.get("fan_in_fan_out", False):  # Conv1D weights [in, out]
+            delta = delta.T
+        w[module + ".weight"] = w[module + ".weight"] + delta
+
+
+def gelu_new(x):
+    # transformers' NewGELUActivation
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def layer_norm(w, name, x, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w[name + ".weight"], w[name + ".bias"], eps)
+
+
+def conv1d(w, name, x):
+    # transformers' Conv1D: torch.addmm(bias, x.view(-1, x.size(-1)), weight), weight [in, out]
+    out = torch.addmm(w[name + ".bias"], x.reshape(-1, x.size(-1)), w[name + ".weight"])
+    return out.view(x.shape[:-1] + (w[name + ".weight"].shape[1],))
+
+
+def forward_gpt2(cfg, w, ids):
+    T, h, heads = len(ids), cfg["n_embd"], cfg["n_head"]
+    hd = h // heads
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    act = gelu_new if cfg.get("activation_function", "gelu_new") in ("gelu_new", "gelu_pytorch_tanh") else \
+        torch.nn.functional.gelu
+    x = w["transformer.wte.weight"][torch.tensor([ids])] + w["transformer.wpe.weight"][torch.arange(T)][None]
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for i in range(cfg["n_layer"]):
+        p = "transformer.h.%d." % i
+        residual = x
+        hs = layer_norm(w, p + "ln_1", x, eps)
+        q, k, v = conv1d(w, p + "attn.c_attn", hs).split(h, dim=2)
+        q, k, v = (t.view(1, T, heads, hd).permute(0, 2, 1, 3) for t in (q, k, v))
+        att = torch.matmul(q, k.transpose(-1, -2)) / torch.full([], v.size(-1) ** 0.5)
+        att = torch.where(causal, att, torch.full([], torch.finfo(att.dtype).min))
+        att = torch.nn.functional.softmax(att, dim=-1)
+        out = torch.matmul(att, v).permute(0, 2, 1, 3).contiguous().view(1, T, h)
+        x = conv1d(w, p + "attn.c_proj", out) + residual
+        residual = x
+        hs = layer_norm(w, p + "ln_2", x, eps)
+        x = residual + conv1d(w, p + "mlp.c_proj", act(conv1d(w, p + "mlp.c_fc", hs)))
+    x = layer_norm(w, "transformer.ln_f", x, eps)
+    head = w["transformer.wte.weight"] if cfg.get("tie_word_embeddings", True) else w["lm_head.weight"]
+    return torch.nn.functional.linear(x, head)[0]
+
+
+def forward_neox(cfg, w, ids):
+    T, h, heads = len(ids), cfg["hidden_size"], cfg["num_attention_heads"]
+    hd = h // heads
+    eps = cfg.get("layer_norm_eps", 1e-5)
+    rot = int(hd * cfg.get("rotary_pct", 0.25))
+    base = cfg.get("rope_theta", cfg.get("rotary_emb_base", 10000))
+    inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).float() / rot))
+    freqs = (inv_freq[None, :, None].float() @ torch.arange(T)[None, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+    mask = torch.zeros(T, T).masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), torch.finfo(torch.float32).min)
+    act = gelu_new if cfg.get("hidden_act", "gelu") in ("gelu_new", "gelu_fast", "gelu_pytorch_tanh") else \
+        torch.nn.functional.gelu
+    x = w["gpt_neox.embed_in.weight"][torch.tensor([ids])]
+    for i in range(cfg["num_hidden_layers"]):
+        p = "gpt_neox.layers.%d." % i
+        hs = layer_norm(w, p + "input_layernorm", x, eps)
+        qkv = linear(w, p + "attention.query_key_value", hs).view(1, T, -1, 3 * hd).transpose(1, 2)
+        q, k, v = qkv.chunk(3, dim=-1)
+        q_rot, q_pass = q[..., :rot], q[..., rot:]
+        k_rot, k_pass = k[..., :rot], k[..., rot:]
+        q = torch.cat(((q_rot * cos) + (rotate_half(q_rot) * sin), q_pass), dim=-1)
+        k = torch.cat(((k_rot * cos) + (rotate_half(k_rot) * sin), k_pass), dim=-1)
+        att = torch.matmul(q, k.transpose(2, 3)) * hd ** -0.5 + mask
+        att = torch.nn.functional.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(att, v).transpose(1, 2).reshape(1, T, h)
+        attn_out = linear(w, p + "attention.dense", out)
+        if cfg.get("use_parallel_residual", True):
+            mlp_in = layer_norm(w, p + "post_attention_layernorm", x, eps)
+            x = linear(w, p + "mlp.dense_4h_to_h", act(linear(w, p + "mlp.dense_h_to_4h", mlp_in))) + attn_out + x
+        else:
+            attn_out = attn_out + x
+            mlp_in = layer_norm(w, p + "post_attention_layernorm", attn_out, eps)
+            x = linear(w, p + "mlp.dense_4h_to_h", act(linear(w, p + "mlp.dense_h_to_4h", mlp_in))) + attn_out
+    x = layer_norm(w, "gpt_neox.final_layer_norm", x, eps)
+    head = w["gpt_neox.embed_in.weight"] if cfg.get("tie_word_embeddings", False) else w["embed_out.weight"]
+    return torch.nn.functional.linear(x, head)[0]
 
 
 def run(args):
@@ -294,19 +466,41 @@ def run(args):
             eos = json.load(f).get("eos_token_id", eos)
     eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     w = {k: v.float() for k, v in read_folder(args.dir).items()}
+    if cfg["model_type"] == "gpt2":  # GPT2LMHeadModel accepts its base model's names without the prefix
+        w = {k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v for k, v in w.items()}
     if args.adapter:
         apply_peft_adapter(w, args.adapter)
     ids = [int(t) for t in args.ids.split(",")]
+    model = {"gpt2": forward_gpt2, "gpt_neox": forward_neox}.get(cfg["model_type"], forward)
     with torch.no_grad():
-        logits = forward(cfg, w, ids)
+        logits = model(cfg, w, ids)
         out, completion = list(ids), []
         for _ in range(args.max_tokens):
-            nxt = int(forward(cfg, w, out)[-1].argmax())
+            nxt = int(model(cfg, w, out)[-1].argmax())
             completion.append(nxt)
             out.append(nxt)
             if nxt in eos:
                 break
-    print(json.dumps({"logits": logits.tolist(), "completion_ids": completion}))
+    return {"logits": logits.tolist(), "completion_ids": completion}
+
+
+def batch(parser):
+    # One command line a line of standard input (a JSON list: ["generate", DIR, ...]
+    # or ["run", DIR, ...]), one JSON result a line out: torch is imported once.
+    import contextlib
+    import io
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        args = parser.parse_args(json.loads(line))
+        if args.cmd == "generate":
+            with contextlib.redirect_stdout(io.StringIO()):
+                generate(args)
+            print(json.dumps({"generated": args.dir}), flush=True)
+        elif args.cmd == "run":
+            print(json.dumps(run(args)), flush=True)
+        else:
+            raise SystemExit("batch: only generate and run lines")
 
 
 def main():
@@ -314,7 +508,10 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("dir")
-    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2"])
+    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2", "gpt2", "gpt_neox"])
+    g.add_argument("--rotary-pct", type=float, default=0.0)
+    g.add_argument("--sequential-residual", action="store_true")
+    g.add_argument("--legacy-names", action="store_true", help="gpt2: the original files' names and mask buffers")
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("--shards", type=int, default=1)
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -332,8 +529,14 @@ def main():
     r.add_argument("--ids", required=True)
     r.add_argument("--max-tokens", type=int, default=0)
     r.add_argument("--adapter", default="", help="a PEFT LoRA adapter folder applied on top")
+    sub.add_parser("batch", help="command lines as JSON lists on standard input, one a line")
     args = ap.parse_args()
-    generate(args) if args.cmd == "generate" else run(args)
+    if args.cmd == "generate":
+        generate(args)
+    elif args.cmd == "run":
+        print(json.dumps(run(args)))
+    else:
+        batch(ap)
 
 
 if __name__ == "__main__":
