@@ -262,6 +262,11 @@ QString ExperimentPanel::fieldMessage(const QString& path) const
     return {};
 }
 
+QString ExperimentPanel::otherIssuesText() const
+{
+    return m_otherIssues->isVisibleTo(this) ? m_otherIssues->text() : QString();
+}
+
 void ExperimentPanel::fieldEdited(const Field& field)
 {
     QJsonValue value;
@@ -328,6 +333,12 @@ void ExperimentPanel::refreshArchitecture()
 {
     const bool hf = m_document->value("model.type").toString() == "hf";
     m_architecture->setVisible(hf);
+    // A folder's or script's positions are its own: the disabled choice shows
+    // the folder's (rope, or GPT-2's learned table), or nothing for a script,
+    // never the built-in default (runs inside refreshFromDocument's update guard).
+    auto* positional = qobject_cast<QComboBox*>(fieldEditor("model.positional_encoding"));
+    const bool scripted = hf || m_document->value("model.type").toString() == "torchscript";
+    if (positional && scripted) positional->setCurrentIndex(-1);
     const RunConfig defaults;
     QString layers = QString::number(defaults.model.nLayer), width = QString::number(defaults.model.dModel),
             heads = QString::number(defaults.model.nHead);
@@ -362,6 +373,7 @@ void ExperimentPanel::refreshArchitecture()
         lines << tr("%1 parameters").arg(QLocale().toString(static_cast<qlonglong>(arch.parameterCount())));
         m_architecture->setText(lines.join('\n'));
         m_architecture->setStyleSheet({});
+        if (positional) positional->setCurrentIndex(positional->findText(arch.learnedPositions ? "learned" : "rope"));
         layers = QString::number(arch.layers);
         width = QString::number(arch.hiddenSize);
         heads = QString::number(arch.heads);

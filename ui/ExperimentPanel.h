@@ -29,6 +29,8 @@ public:
     // For tests and keyboard users: the editor of a JSON path, and its message.
     QWidget* fieldEditor(const QString& path) const;
     QString fieldMessage(const QString& path) const;
+    // Problems of settings the form has no field for (shown under the JSON).
+    QString otherIssuesText() const;
     QPlainTextEdit* jsonView() const { return m_json; }
     // The GPU the estimate line plans for (the Hardware panel's target).
     void setTarget(const GpuTarget& target);

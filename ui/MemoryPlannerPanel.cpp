@@ -178,6 +178,7 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_answers->setWordWrap(true);
     m_answers->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_notes = plainLabel(this);
+    m_notes->setObjectName("plannerNotes");
     m_notes->setWordWrap(true);
     m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);
     QFont small = m_notes->font();
@@ -446,7 +447,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
         const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(m_target));
         plan.arch = resolved.arch;
         plan.setup = resolved.setup;
-        plan.setup.loraTargets = loraProjections(config->model.type, targets);
+        plan.setup.loraTargets = plannedLoraTargets(config->model.type, targets);
     } else {
         if (src == "imported") {
             if (!m_imported) return std::nullopt;

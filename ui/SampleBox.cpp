@@ -71,6 +71,10 @@ void SampleBox::setModel(const RunConfig& config, const QString& checkpoint, qin
     setEnabled(!checkpoint.isEmpty());
     setTitle(checkpoint.isEmpty() ? tr("Sample") : tr("Sample from run %1").arg(runId));
     setToolTip(checkpoint.isEmpty() ? tr("This run has no checkpoint to sample from") : checkpoint);
+    // A model of token ids (a Hugging Face folder trained on data.source "tokens") takes ids.
+    m_prompt->setPlaceholderText(config.data.source == "tokens"     ? tr("token ids, e.g. 1,15043,29892")
+                                 : config.data.source == "addition" ? tr("prompt, e.g. 12+34= for the addition task")
+                                                                    : tr("prompt text"));
     if (m_prompt->text().isEmpty() && config.data.source == "addition") {
         m_prompt->setText(QString("%1+%2=").arg(QString(config.data.digits, '1'), QString(config.data.digits, '2')));
     }

@@ -726,6 +726,27 @@ ArchitectureSpec architectureFor(const RunConfig& c)
     return a;
 }
 
+std::vector<std::string> plannedLoraTargets(const std::string& modelType, const std::vector<std::string>& targets)
+{
+    auto projections = loraProjections(modelType, targets);
+    if (modelType != "hf") return projections;
+    // GPT-2's and GPT-NeoX's projections under the names the planner's GPT
+    // family uses (qkv, proj, fc, out); the Llama family's are its own.
+    static const std::map<std::string, std::vector<std::string>> kPlannerNames{
+        {"c_attn", {"qkv"}}, {"attn.c_attn", {"qkv"}}, {"query_key_value", {"qkv"}}, {"attn.query_key_value", {"qkv"}},
+        {"attn.c_proj", {"proj"}}, {"dense", {"proj"}}, {"attn.dense", {"proj"}}, {"c_proj", {"proj", "out"}},
+        {"c_fc", {"fc"}}, {"mlp.c_fc", {"fc"}}, {"dense_h_to_4h", {"fc"}}, {"mlp.dense_h_to_4h", {"fc"}},
+        {"mlp.c_proj", {"out"}}, {"dense_4h_to_h", {"out"}}, {"mlp.dense_4h_to_h", {"out"}}};
+    std::vector<std::string> names;
+    for (const auto& t : projections) {
+        const auto it = kPlannerNames.find(t);
+        for (const auto& n : it == kPlannerNames.end() ? std::vector<std::string>{t} : it->second) {
+            if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+        }
+    }
+    return names;
+}
+
 TrainingSetup setupFor(const RunConfig& c)
 {
     TrainingSetup s;
@@ -744,24 +765,7 @@ TrainingSetup setupFor(const RunConfig& c)
     }
     s.attention = c.model.attention == "sdpa" ? "fused" : "eager";
     s.loraRank = c.lora.rank;
-    s.loraTargets = loraProjections(c.model.type, c.lora.targets);
-    if (c.model.type == "hf") {
-        // GPT-2's and GPT-NeoX's projections under the names the planner's GPT
-        // family uses (qkv, proj, fc, out); the Llama family's are its own.
-        static const std::map<std::string, std::vector<std::string>> kPlannerNames{
-            {"c_attn", {"qkv"}}, {"attn.c_attn", {"qkv"}}, {"query_key_value", {"qkv"}}, {"attn.query_key_value", {"qkv"}},
-            {"attn.c_proj", {"proj"}}, {"dense", {"proj"}}, {"attn.dense", {"proj"}}, {"c_proj", {"proj", "out"}},
-            {"c_fc", {"fc"}}, {"mlp.c_fc", {"fc"}}, {"dense_h_to_4h", {"fc"}}, {"mlp.dense_h_to_4h", {"fc"}},
-            {"mlp.c_proj", {"out"}}, {"dense_4h_to_h", {"out"}}, {"mlp.dense_4h_to_h", {"out"}}};
-        std::vector<std::string> names;
-        for (const auto& t : s.loraTargets) {
-            const auto it = kPlannerNames.find(t);
-            for (const auto& n : it == kPlannerNames.end() ? std::vector<std::string>{t} : it->second) {
-                if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-            }
-        }
-        s.loraTargets = names;
-    }
+    s.loraTargets = plannedLoraTargets(c.model.type, c.lora.targets);
     s.dropout = c.model.dropout;
     s.dataset = c.data.source == "tokens" ? "text" : c.data.source; // both are windows of a mapped file
     s.evalBatches = c.train.evalBatches;

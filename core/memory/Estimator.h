@@ -111,6 +111,10 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup&
 // The built-in model a config trains, and its training setup.
 ArchitectureSpec architectureFor(const RunConfig& config);
 TrainingSetup setupFor(const RunConfig& config);
+// The projections the planner adapts for a config's lora.targets (groups
+// expanded; a Hugging Face GPT-2's or GPT-NeoX's names as the planner's GPT
+// family names them). setupFor and the Memory planner's target choice both use it.
+std::vector<std::string> plannedLoraTargets(const std::string& modelType, const std::vector<std::string>& targets);
 
 // Exact parameter count of the built-in model (checked against LibTorch in tests).
 std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank = 0,
