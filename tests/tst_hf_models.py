@@ -349,6 +349,10 @@ def training(tmp, family):
     ids = json.loads(got.stdout)["completion_ids"] if got.returncode == 0 else got.stderr
     check(ids == via_merged["completion_ids"], "sample RUN %s, reference on the merged export %s"
           % (ids, via_merged["completion_ids"]))
+    got = trainbench("sample", rid, "--prompt", ",".join(map(str, prompt)), "--max-tokens", "8", "--temperature", "0",
+                     "--db", os.path.join(tmp, "runs.db"))
+    check(got.stdout.strip() == ",".join(map(str, prompt + via_merged["completion_ids"])),
+          "sample RUN prints the prompt and its continuation as one id list: %r" % got.stdout)
     print("ok %-44s adapter vs merged %.2e, decode %s" % (family + ": PEFT adapter = merged export", worst, ids),
           flush=True)
 

@@ -88,7 +88,9 @@ int sampleFolder(const Args& args, const std::string& folder)
                               {"prompt_ids", request.promptIds},
                               {"completion_ids", result.completionIds},
                               {"stopped_at_eos", result.stoppedAtEos},
-                              {"precision", request.precision}};
+                              {"precision", request.precision},
+                              {"load_seconds", result.loadSeconds},
+                              {"compute_seconds", result.computeSeconds}};
         if (request.logits) out["logits"] = result.logits;
         std::cout << out.dump() << "\n";
     } else {

@@ -388,11 +388,10 @@ std::vector<std::int64_t> TokenDataset::encodePrompt(const std::string& text) co
 
 std::string TokenDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
 {
+    // The continuation of the prompt's list ("3,10,20" + ",4,13"): prompt and
+    // completion are shown joined, and a prompt always holds an id.
     std::string out;
-    for (const auto id : ids) {
-        if (!out.empty()) out += ',';
-        out += std::to_string(id);
-    }
+    for (const auto id : ids) out += ',' + std::to_string(id);
     return out;
 }
 

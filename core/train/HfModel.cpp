@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <memory>
 #include <sstream>
+
+#include <sys/mman.h>
 
 #include <nlohmann/json.hpp>
 
@@ -86,6 +89,21 @@ FolderTensors mapFolder(const std::string& folder, const std::function<std::stri
         }
     }
     return out;
+}
+
+// Asks for transparent huge pages under a large CPU tensor about to be filled
+// for the first time. Filling 13.5 GB of fresh 4 KB pages took 3.3 million
+// page faults and about 24 s of system time for a 7B folder; with 2 MB pages
+// the faults are 512 times fewer. Only whole 2 MB pages inside the tensor are
+// advised; where THP is off this does nothing.
+void adviseHugePages(const torch::Tensor& t)
+{
+    constexpr std::uintptr_t kHuge = 2u << 20;
+    const auto bytes = static_cast<std::uintptr_t>(t.numel()) * t.element_size();
+    if (!t.device().is_cpu() || bytes < 2 * kHuge) return;
+    const auto begin = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+    const auto first = (begin + kHuge - 1) & ~(kHuge - 1), last = (begin + bytes) & ~(kHuge - 1);
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 }
 
 bool endsWith(const std::string& s, const std::string& tail)
@@ -200,9 +218,13 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
         throw InputError(text);
     }
     // One tensor at a time, converted to the parameter's dtype by copy_.
+    // (Asking for the next tensor's pages with MADV_WILLNEED while one copies
+    // made a cold 7B load slower here: 30-46 s against 14-20 s.)
     for (auto& p : params) {
         const auto found = mapped.byName.find(p.key());
-        if (found != mapped.byName.end()) p.value().copy_(found->second.first);
+        if (found == mapped.byName.end()) continue;
+        adviseHugePages(p.value());
+        p.value().copy_(found->second.first);
     }
 }
 

@@ -1,5 +1,6 @@
 #include "train/ModelIo.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -221,6 +222,7 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
     if (request.precision == "bf16") dtype = torch::kBFloat16;
     else if (request.precision == "fp16") dtype = torch::kHalf;
     else if (request.precision != "fp32") throw InputError("precision must be fp32, bf16 or fp16, got \"" + request.precision + "\"");
+    const auto started = std::chrono::steady_clock::now();
     const auto arch = readHfArchitecture(folder);
     for (std::size_t i = 0; i < request.promptIds.size(); ++i) {
         const auto id = request.promptIds[i];
@@ -249,6 +251,8 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
     auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
     FolderSampleResult result;
     result.architecture = arch.summary();
+    const auto loaded = std::chrono::steady_clock::now();
+    result.loadSeconds = std::chrono::duration<double>(loaded - started).count();
     std::vector<std::int64_t> ids = request.promptIds;
     const auto forward = [&] {
         return model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).squeeze(0).to(torch::kFloat);
@@ -281,6 +285,7 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
             break;
         }
     }
+    result.computeSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loaded).count();
     return result;
 }
 

@@ -47,6 +47,8 @@ struct FolderSampleResult {
     std::vector<std::vector<float>> logits;   // [prompt position][vocab], before the first generated token
     bool stoppedAtEos = false;
     std::string architecture;                 // HfArchitecture::summary()
+    double loadSeconds = 0.0;    // reading config.json, building the model and copying the weights in
+    double computeSeconds = 0.0; // the forward passes
 };
 
 // Builds the folder's model in the requested precision on the CPU and
