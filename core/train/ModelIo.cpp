@@ -33,6 +33,19 @@ std::string firstLine(const std::string& text)
     return nl == std::string::npos ? text : text.substr(0, nl);
 }
 
+// The next token from the last position's fp32 logits: the most likely at
+// temperature 0, else drawn from softmax(logits / T), among the top k if k > 0.
+std::int64_t pickToken(torch::Tensor logits, double temperature, int topK, at::Generator& gen)
+{
+    if (temperature == 0.0) return logits.argmax().item<std::int64_t>();
+    logits = logits / temperature;
+    if (topK > 0 && topK < logits.size(0)) {
+        const auto kth = std::get<0>(logits.topk(topK)).min();
+        logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+    }
+    return torch::multinomial(torch::softmax(logits, 0), 1, false, gen).item<std::int64_t>();
+}
+
 // Builds the config's model with the checkpoint's weights, in eval mode, on the CPU.
 std::shared_ptr<CausalLmImpl> trainedModel(const RunConfig& config, const Dataset& data, const std::string& checkpoint)
 {
@@ -166,18 +179,8 @@ SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& ch
     for (int i = 0; i < request.maxTokens; ++i) {
         const auto from = ids.size() > maxLen ? ids.size() - maxLen : 0;
         const auto window = torch::tensor(std::vector<std::int64_t>(ids.begin() + from, ids.end()), torch::kLong);
-        auto logits = model->forward(window.unsqueeze(0)).select(1, -1).squeeze(0).to(torch::kFloat);
-        std::int64_t next;
-        if (request.temperature == 0.0) {
-            next = logits.argmax().item<std::int64_t>();
-        } else {
-            logits = logits / request.temperature;
-            if (request.topK > 0 && request.topK < logits.size(0)) {
-                const auto kth = std::get<0>(logits.topk(request.topK)).min();
-                logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
-            }
-            next = torch::multinomial(torch::softmax(logits, 0), 1, false, gen).item<std::int64_t>();
-        }
+        const auto logits = model->forward(window.unsqueeze(0)).select(1, -1).squeeze(0).to(torch::kFloat);
+        const std::int64_t next = pickToken(logits, request.temperature, request.topK, gen);
         generated.push_back(next);
         ids.push_back(next);
         if (next == data->endToken()) break;
@@ -266,18 +269,8 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
         }
     }
     for (int i = 0; i < request.maxTokens; ++i) {
-        auto logits = forward().select(0, -1);
-        std::int64_t next;
-        if (request.temperature == 0.0) {
-            next = logits.argmax().item<std::int64_t>();
-        } else {
-            logits = logits / request.temperature;
-            if (request.topK > 0 && request.topK < logits.size(0)) {
-                const auto kth = std::get<0>(logits.topk(request.topK)).min();
-                logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
-            }
-            next = torch::multinomial(torch::softmax(logits, 0), 1, false, gen).item<std::int64_t>();
-        }
+        const auto logits = forward().select(0, -1);
+        const std::int64_t next = pickToken(logits, request.temperature, request.topK, gen);
         result.completionIds.push_back(next);
         ids.push_back(next);
         if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
