@@ -29,7 +29,12 @@ torch::Tensor stochasticRoundToBf16(const torch::Tensor& x, at::Generator& gen)
     // bits carries into the kept bits with probability equal to the dropped
     // fraction, in magnitude (the sign bit is apart), then truncating is exact.
     const auto bits = x.contiguous().view(torch::kInt);
-    const auto noise = torch::randint(0, 1 << 16, x.sizes(), gen, torch::TensorOptions().dtype(torch::kInt));
+    // The noise is drawn where the weight lives: from `gen` on the CPU, from the
+    // device's own generator elsewhere (a CPU generator cannot fill a CUDA tensor,
+    // and copying 4 bytes a parameter to the GPU each step would cost more than the step).
+    const auto noise = x.device().is_cpu()
+        ? torch::randint(0, 1 << 16, x.sizes(), gen, torch::TensorOptions().dtype(torch::kInt))
+        : torch::randint(0, 1 << 16, x.sizes(), torch::TensorOptions().dtype(torch::kInt).device(x.device()));
     const auto kept = (bits + noise).bitwise_and(static_cast<std::int64_t>(static_cast<std::int32_t>(0xFFFF0000u)));
     return kept.view(torch::kFloat).to(torch::kBFloat16);
 }

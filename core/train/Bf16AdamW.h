@@ -8,8 +8,9 @@
 // behind mixed precision on the same run (docs/hf-models.md).
 //
 // The state is AdamW's own (exp_avg, exp_avg_sq, step), so checkpoints save
-// and load it unchanged. The rounding noise is drawn from a generator seeded
-// by (seed, step, parameter index): a resumed run rounds as the original did.
+// and load it unchanged. On the CPU the rounding noise is drawn from a
+// generator seeded by (seed, step, parameter index): a resumed run rounds as
+// the original did. On a GPU it comes from the device's generator.
 
 #include <cstdint>
 

@@ -110,15 +110,12 @@ double tokenEmbeddingStd(const ModelOptions& o)
 LoraLinearImpl::LoraLinearImpl(int in, int out, int rank, double alpha, bool withBias, LinearInit init)
     : m_rank(rank), m_scale(rank > 0 ? alpha / rank : 0.0)
 {
-    if (const auto dtype = WeightsFromFile::active()) {
-        weight = register_parameter("weight", torch::empty({out, in}, torch::TensorOptions().dtype(*dtype)));
-        if (withBias) bias = register_parameter("bias", torch::empty({out}, torch::TensorOptions().dtype(*dtype)));
-    } else {
-        weight = register_parameter("weight", torch::empty({out, in}));
-        if (withBias) bias = register_parameter("bias", torch::empty({out}));
-    }
-    if (WeightsFromFile::active()) {
-        // filled from the file by the caller
+    const auto fromFile = WeightsFromFile::active();
+    const auto options = fromFile ? torch::TensorOptions().dtype(*fromFile) : torch::TensorOptions();
+    weight = register_parameter("weight", torch::empty({out, in}, options));
+    if (withBias) bias = register_parameter("bias", torch::empty({out}, options));
+    if (fromFile) {
+        // left for the caller to fill from the file
     } else if (init == LinearInit::Uniform) {
         const double bound = 1.0 / std::sqrt(static_cast<double>(in));
         torch::nn::init::uniform_(weight, -bound, bound);
