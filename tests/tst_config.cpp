@@ -118,6 +118,8 @@ void TestConfig::invalidConfigsNameFieldAndReason_data()
     row("path with addition", R"({"data": {"source": "addition", "path": "x.txt"}})", "data.path", "only used with data.source \"text\"");
     row("precision unknown", R"({"train": {"precision": "fp8"}})", "train.precision", "\"auto\", \"fp32\", \"fp16\", \"bf16\"");
     row("fp16 on cpu", R"({"device": "cpu", "train": {"precision": "fp16"}})", "train.precision", "fp16 needs a CUDA device");
+    row("sgd in pure bf16", R"({"train": {"precision": "bf16-pure"}, "optim": {"optimizer": "sgd"}})", "optim.optimizer",
+        "loses the small ones");
     row("device unknown", R"({"device": "tpu"})", "device", "\"cuda:N\"");
     row("device malformed", R"({"device": "cuda:x"})", "device", "got \"cuda:x\"");
     row("grad accum zero", R"({"train": {"grad_accum": 0}})", "train.grad_accum", "up to 4096");
@@ -256,6 +258,11 @@ void TestConfig::hfConfigRefusesWhatIsNotImplemented_data()
     QTest::newRow("gpt2 activation") << R"({"model_type": "gpt2", "activation_function": "relu"})"
                                      << "activation_function \"relu\"";
     QTest::newRow("mixture of experts") << R"({"model_type": "mistral", "num_local_experts": 8})" << "num_local_experts";
+    QTest::newRow("transformers 5 rope_parameters")
+        << R"({"model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}})"
+        << "\"rope_parameters\"";
+    QTest::newRow("llama partial rotary") << R"({"model_type": "llama", "partial_rotary_factor": 0.5})"
+                                          << "\"partial_rotary_factor\"";
     QTest::newRow("other activation") << R"({"model_type": "llama", "hidden_act": "gelu"})" << "hidden_act \"gelu\"";
     QTest::newRow("yarn scaling") << R"({"model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4}})"
                                   << "rope_scaling type \"yarn\"";

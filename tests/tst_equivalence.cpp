@@ -16,6 +16,7 @@
 #include "config/HfArchitecture.h"
 #include "train/Datasets.h"
 #include "train/Gpt.h"
+#include "train/Bf16AdamW.h"
 #include "train/HfModel.h"
 #include "train/Safetensors.h"
 #include "train/TrainStep.h"
@@ -89,6 +90,7 @@ private Q_SLOTS:
     void checkpointingReplaysDropout();
     void weightDecaySkipsBiasesNormsAndEmbeddings_data();
     void weightDecaySkipsBiasesNormsAndEmbeddings();
+    void pureBf16MomentsDecayAsInFp32();
     void fp16OverflowSkipsTheStepAndHalvesTheScale();
     void checkpointsOfEitherLibTorchResume_data();
     void checkpointsOfEitherLibTorchResume();
@@ -386,6 +388,28 @@ void TestEquivalence::weightDecaySkipsBiasesNormsAndEmbeddings()
         decayed += differs;
     }
     QVERIFY(decayed > 0);
+}
+
+void TestEquivalence::pureBf16MomentsDecayAsInFp32()
+{
+    // One gradient of 1, then 999 steps of none: AdamW's second moment is
+    // (1 - beta2) * beta2^999 = 3.7e-4. Kept in bf16 and rounded to nearest,
+    // 0.999 v rounded back to v and it stayed at 1e-3; stochastic rounding
+    // decays it on average as fp32 does.
+    auto w = torch::zeros({4096}, torch::kBFloat16).requires_grad_(true);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{w});
+    Bf16AdamW optimizer(std::move(groups), torch::optim::AdamWOptions(1e-3).betas({0.9, 0.999}).weight_decay(0.0), 7);
+    for (int step = 0; step < 1000; ++step) {
+        w.mutable_grad() = torch::full({4096}, step == 0 ? 1.0 : 0.0, torch::kBFloat16);
+        optimizer.step();
+    }
+    double v = -1.0;
+    for (auto& entry : optimizer.state()) {
+        v = static_cast<torch::optim::AdamWParamState&>(*entry.second).exp_avg_sq().to(torch::kFloat).mean().item<double>();
+    }
+    const double expected = 0.001 * std::pow(0.999, 999);
+    QVERIFY2(std::abs(v / expected - 1.0) < 0.05, qPrintable(QString("v %1, fp32 AdamW %2").arg(v).arg(expected)));
 }
 
 void TestEquivalence::fp16OverflowSkipsTheStepAndHalvesTheScale()

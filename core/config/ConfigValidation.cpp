@@ -252,6 +252,10 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
 
     const auto& o = c.optim;
     check.oneOf("optim.optimizer", o.optimizer, {"adamw", "sgd"});
+    if (c.train.precision == "bf16-pure" && o.optimizer == "sgd") {
+        check.add("optim.optimizer", "\"sgd\" with train.precision \"bf16-pure\" rounds each update to bf16 and loses the "
+                                     "small ones; use \"adamw\" (its updates are rounded stochastically) or bf16 mixed precision");
+    }
     check.realRange("optim.lr", o.lr, 0.0, 10.0, true, false);
     check.realRange("optim.weight_decay", o.weightDecay, 0.0, 1.0, false, false);
     check.realRange("optim.betas[0]", o.betas[0], 0.0, 1.0, false, true);

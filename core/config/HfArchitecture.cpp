@@ -11,6 +11,13 @@
 namespace tb {
 namespace {
 
+// JSON from a file, shown in a message: at most 120 characters of it.
+std::string shown(const nlohmann::json& v)
+{
+    auto text = v.dump();
+    return text.size() > 120 ? text.substr(0, 117) + "..." : text;
+}
+
 using nlohmann::json;
 
 struct Defaults {
@@ -46,7 +53,7 @@ public:
         const auto* v = find(key);
         if (!v) return fallback;
         if (!v->is_number_integer() || v->get<std::int64_t>() <= 0 || v->get<std::int64_t>() > (1LL << 40)) {
-            fail(key, "must be a positive integer, got " + v->dump());
+            fail(key, "must be a positive integer, got " + shown(*v));
         }
         return v->get<std::int64_t>();
     }
@@ -55,7 +62,7 @@ public:
         const auto* v = find(key);
         if (!v) return fallback;
         if (!v->is_number() || !(v->get<double>() > low && v->get<double>() <= high)) {
-            fail(key, "must be a number above " + json(low).dump() + ", got " + v->dump());
+            fail(key, "must be a number above " + json(low).dump() + ", got " + shown(*v));
         }
         return v->get<double>();
     }
@@ -63,14 +70,14 @@ public:
     {
         const auto* v = find(key);
         if (!v) return fallback;
-        if (!v->is_boolean()) fail(key, "must be true or false, got " + v->dump());
+        if (!v->is_boolean()) fail(key, "must be true or false, got " + shown(*v));
         return v->get<bool>();
     }
     std::string text(const std::string& key) const
     {
         const auto* v = find(key);
         if (!v) return {};
-        if (!v->is_string()) fail(key, "must be a string, got " + v->dump());
+        if (!v->is_string()) fail(key, "must be a string, got " + shown(*v));
         return v->get<std::string>();
     }
 
@@ -130,7 +137,9 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
         a.mlpBias = true;
         a.ropeTheta = r.find("rope_theta") ? r.number("rope_theta", 10000.0, 1.0, 1e12)
                                            : r.number("rotary_emb_base", 10000.0, 1.0, 1e12);
-        const double pct = r.number("rotary_pct", 0.25, 0.0, 1.0);
+        // rotary_pct, or the same fraction under the name later transformers versions write.
+        const double pct = r.find("partial_rotary_factor") ? r.number("partial_rotary_factor", 0.25, 0.0, 1.0)
+                                                           : r.number("rotary_pct", 0.25, 0.0, 1.0);
         if (a.hiddenSize % a.heads != 0) {
             throw InputError(source + ": hidden_size " + std::to_string(a.hiddenSize) + " is not a multiple of "
                              + std::to_string(a.heads) + " heads");
@@ -138,7 +147,7 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
         a.rotaryDims = static_cast<std::int64_t>(static_cast<double>(a.hiddenSize / a.heads) * pct);
         if (a.rotaryDims % 2 != 0) throw InputError(source + ": rotary_pct gives an odd number of rotated dimensions");
         if (const auto* s = r.find("rope_scaling")) {
-            throw InputError(source + ": rope_scaling " + s->dump() + " is not implemented for gpt_neox");
+            throw InputError(source + ": rope_scaling " + shown(*s) + " is not implemented for gpt_neox");
         }
     }
     a.kvHeads = a.heads;
@@ -185,9 +194,20 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
     }
     bool known = false;
     for (const auto& f : hfFamilies()) known = known || f == a.modelType;
+    if (a.modelType.size() > 40) a.modelType = a.modelType.substr(0, 37) + "...";
     if (!known) {
         throw InputError(source + ": model_type \"" + a.modelType + "\" is not a family Trainbench trains ("
                          + familyList() + "); it is refused rather than trained as something it is not");
+    }
+    // transformers 5 writes rope_theta, the rotary fraction and the scaling
+    // into one rope_parameters object; read as the older fields it would
+    // train with the wrong rotary, so it is refused until it is read.
+    for (const char* newer : {"rope_parameters", "partial_rotary_factor"}) {
+        if (r.find(newer) && !(a.modelType == "gpt_neox" && std::string(newer) == "partial_rotary_factor")) {
+            throw InputError(source + ": \"" + newer + "\" (the newer transformers layout of the rotary settings) is "
+                             "not read yet; write the config with rope_theta, rope_scaling and rotary_pct, as "
+                             "transformers 4.x does, rather than train with the wrong rotary");
+        }
     }
     // Fields that change the math and are not implemented: refused by name.
     for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
@@ -204,7 +224,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
                          + " (only \"silu\", the published SwiGLU)");
     }
     if (const auto* v = r.find("partial_rotary_factor"); v && !(v->is_number() && v->get<double>() == 1.0)) {
-        throw InputError(source + ": partial_rotary_factor " + v->dump() + " is not implemented for " + a.modelType);
+        throw InputError(source + ": partial_rotary_factor " + shown(*v) + " is not implemented for " + a.modelType);
     }
     if (a.modelType == "qwen2" && r.flag("use_sliding_window", false)) {
         throw InputError(source + ": use_sliding_window true (Qwen2's per-layer window) is not implemented; "
@@ -245,7 +265,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
                          + std::to_string(a.heads) + " heads, and no head_dim is given");
     }
     if (const auto* s = r.find("rope_scaling")) {
-        if (!s->is_object()) throw InputError(source + ": \"rope_scaling\" must be an object or null, got " + s->dump());
+        if (!s->is_object()) throw InputError(source + ": \"rope_scaling\" must be an object or null, got " + shown(*s));
         const Reader rs(*s, source + " rope_scaling");
         auto type = rs.text("rope_type");
         if (type.empty()) type = rs.text("type");

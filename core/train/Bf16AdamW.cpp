@@ -78,8 +78,17 @@ torch::Tensor Bf16AdamW::step(LossClosure closure)
             if (o.weight_decay() != 0.0) w.mul_(1.0 - o.lr() * o.weight_decay());
             const auto m = state.exp_avg().to(torch::kFloat).mul_(beta1).add_(g, 1.0 - beta1);
             const auto v = state.exp_avg_sq().to(torch::kFloat).mul_(beta2).addcmul_(g, g, 1.0 - beta2);
-            state.exp_avg().copy_(m);
-            state.exp_avg_sq().copy_(v);
+            // The moments are bf16 state too and take the same unbiased rounding: rounded to
+            // nearest, 0.999 v rounds back to v (a bf16 half-step is >= 0.2%), so v never decays.
+            if (state.exp_avg().scalar_type() == torch::kBFloat16) {
+                gen.set_current_seed(m_seed ^ (static_cast<std::uint64_t>(state.step()) * 0x9e3779b97f4a7c15ULL + index
+                                               + 0x5851f42d4c957f2dULL));
+                state.exp_avg().copy_(stochasticRoundToBf16(m, gen));
+                state.exp_avg_sq().copy_(stochasticRoundToBf16(v, gen));
+            } else {
+                state.exp_avg().copy_(m);
+                state.exp_avg_sq().copy_(v);
+            }
             const double correction1 = 1.0 - std::pow(beta1, stepCount);
             const double correction2 = 1.0 - std::pow(beta2, stepCount);
             const auto denom = (v.sqrt() / std::sqrt(correction2)).add_(o.eps());

@@ -2,7 +2,7 @@
 // AdamW for pure bf16 training (train.precision "bf16-pure"): weights,
 // gradients and both moments stay bf16 tensors, as torchtune and Lightning's
 // bf16-true keep them, but each update is computed in fp32 and written back
-// to the bf16 weight with stochastic rounding. Rounded to nearest, an update
+// to the bf16 weight and moments with stochastic rounding. Rounded to nearest, an update
 // smaller than half a bf16 step (lr 1e-3 on a weight of 0.2 is about 1.5
 // steps; lr 1e-4 is a fifth of one) is lost, and plain bf16 AdamW fell 29-33%
 // behind mixed precision on the same run (docs/hf-models.md).

@@ -214,9 +214,15 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : m_path(path)
     m_base = base;
     ::madvise(m_base, m_bytes, MADV_SEQUENTIAL);
     auto* data = static_cast<std::uint8_t*>(m_base) + header.dataStart;
-    if (header.dataStart > m_bytes) throw InputError("safetensors file " + path + " changed while it was read");
+    const auto changed = [&] {
+        // The destructor does not run for a constructor that throws: unmap here.
+        ::munmap(m_base, m_bytes);
+        m_base = nullptr;
+        return InputError("safetensors file " + path + " changed while it was read");
+    };
+    if (header.dataStart > m_bytes) throw changed();
     for (const auto& [name, e] : header.entries) {
-        if (header.dataStart + e.end > m_bytes) throw InputError("safetensors file " + path + " changed while it was read");
+        if (header.dataStart + e.end > m_bytes) throw changed();
         m_tensors.emplace(name, torch::from_blob(data + e.begin, e.shape, torch::TensorOptions().dtype(e.type)));
     }
 }

@@ -41,18 +41,15 @@ std::string fixed(double v, int digits)
     return out.str();
 }
 
-// The embedding tables of every family: the built-in GPT's wte/wpe, the Llama
-// family's model.embed_tokens, GPT-2's transformer.wte/wpe, GPT-NeoX's
-// gpt_neox.embed_in (its untied embed_out is a head, decayed like lm_head).
-bool isEmbedding(const std::string& name)
+// The embedding tables: the built-in GPT's wte/wpe and Llama's
+// model.embed_tokens; in a Hugging Face folder also GPT-2's transformer.wte/wpe
+// and GPT-NeoX's gpt_neox.embed_in (its untied embed_out is a head, decayed
+// like lm_head). A TorchScript model's names are its own and keep the exact match.
+bool isEmbedding(const std::string& name, bool hfFolder)
 {
-    for (const std::string table : {"wte.weight", "wpe.weight", "embed_tokens.weight", "embed_in.weight"}) {
-        if (name == table) return true;
-        if (name.size() > table.size() && name.compare(name.size() - table.size() - 1, table.size() + 1, "." + table) == 0) {
-            return true;
-        }
-    }
-    return false;
+    if (name == "wte.weight" || name == "wpe.weight" || name == "model.embed_tokens.weight") return true;
+    return hfFolder
+        && (name == "transformer.wte.weight" || name == "transformer.wpe.weight" || name == "gpt_neox.embed_in.weight");
 }
 
 
@@ -185,7 +182,7 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     for (auto& p : m->model->named_parameters()) {
         if (!p.value().requires_grad()) continue;
         m->trainable.push_back(p.value());
-        const bool matrix = p.value().dim() >= 2 && (config.optim.decayEmbeddings || !isEmbedding(p.key()));
+        const bool matrix = p.value().dim() >= 2 && (config.optim.decayEmbeddings || !isEmbedding(p.key(), config.model.type == "hf"));
         (matrix ? decay : noDecay).push_back(p.value());
     }
     const auto& o = config.optim;
