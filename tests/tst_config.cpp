@@ -1,5 +1,6 @@
 // Config parsing and validation: what a user sees when a config is wrong.
 #include <QtTest>
+#include <QTemporaryDir>
 
 #include <filesystem>
 
@@ -72,6 +73,24 @@ void TestConfig::roundTripThroughJson()
     QCOMPARE(again.train.seed, std::uint64_t(12345678901ULL));
     QCOMPARE(again.lora.targets.size(), std::size_t(1));
     QCOMPARE(again.optim.betas[0], 0.8);
+
+    // jsonl's field and skip_bad_lines survive the trip.
+    QTemporaryDir dir;
+    QFile config(dir.filePath("config.json"));
+    QVERIFY(config.open(QIODevice::WriteOnly));
+    config.write(R"({"model_type": "llama", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 128})");
+    config.close();
+    for (const char* name : {"tokenizer.json", "d.jsonl"}) { // validation looks for them
+        QFile f(dir.filePath(name));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+    }
+    const RunConfig j = parseConfig(R"({"model": {"type": "hf", "path": ")" + dir.path().toStdString() + R"("},
+        "data": {"source": "jsonl", "path": ")" + dir.filePath("d.jsonl").toStdString() + R"(", "field": "body", "skip_bad_lines": true}})");
+    const RunConfig jAgain = parseConfig(configToJson(j));
+    QCOMPARE(jAgain.data.field, std::string("body"));
+    QVERIFY(jAgain.data.skipBadLines);
+    QCOMPARE(configToJson(jAgain), configToJson(j));
 }
 
 void TestConfig::invalidConfigsNameFieldAndReason_data()
@@ -115,6 +134,18 @@ void TestConfig::invalidConfigsNameFieldAndReason_data()
     row("seq_len zero", R"({"data": {"source": "text", "seq_len": 0}})", "data.seq_len", "got 0");
     row("val fraction zero", R"({"data": {"val_fraction": 0}})", "data.val_fraction", "(0, 0.5]");
     row("missing data file", R"({"data": {"source": "text", "path": "/nonexistent/corpus.txt"}})", "data.path", "file not found: /nonexistent/corpus.txt");
+    row("jsonl needs an hf model", R"({"data": {"source": "jsonl", "path": "x.jsonl"}})", "data.source",
+        "tokenized with a model folder's tokenizer");
+    row("jsonl needs a file", R"({"model": {"type": "hf", "path": "m"}, "data": {"source": "jsonl"}})", "data.path",
+        "needs the file of JSON records");
+    row("field without jsonl", R"({"data": {"source": "text", "field": "body"}})", "data.field", "only used with data.source \"jsonl\"");
+    row("field empty", R"({"model": {"type": "hf", "path": "m"}, "data": {"source": "jsonl", "path": "x", "field": ""}})",
+        "data.field", "must name the JSON field");
+    row("skip bad lines with addition", R"({"data": {"skip_bad_lines": true}})", "data.skip_bad_lines", "only used with");
+    row("skip bad lines not bool", R"({"data": {"source": "text", "skip_bad_lines": "yes"}})", "data.skip_bad_lines",
+        "must be true or false");
+    row("hf with addition", R"({"model": {"type": "hf", "path": "m"}, "data": {"source": "addition"}})", "data.source",
+        "its own tokenizer's ids");
     row("path with addition", R"({"data": {"source": "addition", "path": "x.txt"}})", "data.path", "only used with data.source \"text\"");
     row("precision unknown", R"({"train": {"precision": "fp8"}})", "train.precision", "\"auto\", \"fp32\", \"fp16\", \"bf16\"");
     row("fp16 on cpu", R"({"device": "cpu", "train": {"precision": "fp16"}})", "train.precision", "fp16 needs a CUDA device");

@@ -423,6 +423,167 @@ def read_header(path):
         n = struct.unpack("<Q", f.read(8))[0]
         return [k for k in json.loads(f.read(n)) if k != "__metadata__"]
 
+def byte_level_tokenizer(folder, texts, merges_wanted=60):
+    """A small byte-level BPE tokenizer.json learnt from `texts` (GPT-2's byte
+    alphabet, the Llama 3 split regex), with <s> and </s>: 256 + merges + 2 ids.
+    Writes tokenizer.json and tokenizer_config.json; returns the vocabulary size."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    byte_char = {b: chr(c) for b, c in zip(bs, cs)}
+    vocab = {byte_char[b]: i for i, b in enumerate(range(256))}
+    words = {}
+    for t in texts:
+        for w in t.split(" "):
+            key = tuple(byte_char[b] for b in (" " + w).encode())
+            words[key] = words.get(key, 0) + 1
+    merges = []
+    for _ in range(merges_wanted):
+        pairs = {}
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + c
+        if not pairs:
+            break
+        best = max(sorted(pairs), key=lambda p: pairs[p])
+        merges.append(best)
+        vocab.setdefault(best[0] + best[1], len(vocab))
+        merged = {}
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + c
+        words = merged
+    bos, eos = len(vocab), len(vocab) + 1
+    special = lambda i, c: {"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True}
+    tok = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [special(bos, "<s>"), special(eos, "</s>")], "normalizer": None,
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+                "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+           "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                        {"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<s>": {"id": "<s>", "ids": [bos], "tokens": ["<s>"]}}},
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": vocab, "merges": [[a, b] for a, b in merges]}}
+    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
+    return len(vocab) + 2
+
+
+def corpus_training(tmp):
+    """text and jsonl data tokenized with the folder's own tokenizer: bad lines
+    are named (or skipped and counted), the corpus is tokenized once into the
+    token cache, a changed file is tokenized again, and the run learns."""
+    tmp = os.path.join(tmp, "corpus")
+    os.makedirs(tmp)
+    rng = random.Random(9)
+    words = "the cat sat on a mat and then the dog ran to the red ball while birds sang".split()
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) + "." for _ in range(400)]
+    model = os.path.join(tmp, "tiny")
+    os.makedirs(model)
+    vocab = byte_level_tokenizer(model, docs)
+    generate(model, "--family", "llama", "--seed", "4", "--vocab", str(vocab), "--hidden", "32", "--heads", "4",
+             "--layers", "2", "--intermediate", "64")
+    data = os.path.join(tmp, "docs.jsonl")
+    lines = [json.dumps({"text": d, "id": i}) for i, d in enumerate(docs)]
+    lines.insert(10, '{"text": "unterminated')        # line 11: not JSON
+    lines.insert(20, json.dumps({"body": "x"}))       # line 21: no "text"
+    lines.insert(30, json.dumps({"text": 42}))        # line 31: not a string
+    lines.insert(40, json.dumps(["a", "list"]))       # line 41: not an object
+    with open(data, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    cache = os.path.join(tmp, "token-cache")
+    env = dict(os.environ, TRAINBENCH_TOKEN_CACHE=cache)
+
+    def run(name, steps, **data_extra):
+        cfg = {"name": name, "device": "cpu", "model": {"type": "hf", "path": model},
+               "data": dict({"source": "jsonl", "path": data, "seq_len": 32, "val_fraction": 0.1}, **data_extra),
+               "train": {"batch_size": 8, "steps": steps, "eval_every": steps, "seed": 3},
+               "optim": {"lr": 3e-3, "warmup_steps": 0}}
+        path = os.path.join(tmp, name + ".json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        return subprocess.run([CLI, "train", "--config", path, "--db", os.path.join(tmp, "runs.db")],
+                              capture_output=True, text=True, env=env)
+
+    got = run("stops", 2)
+    check(got.returncode == 1 and "line 11: not valid JSON" in got.stderr and "skip_bad_lines" in got.stderr,
+          "a bad JSONL line is not named: exit %d, %s" % (got.returncode, got.stderr.strip()))
+    check(not os.path.isdir(cache) or not [e for e in os.listdir(cache) if "partial" in e or len(e) == 16],
+          "a failed tokenization left a cache entry: %s" % (os.listdir(cache) if os.path.isdir(cache) else []))
+
+    got = run("skips", 60, skip_bad_lines=True)
+    check(got.returncode == 0, "a jsonl run with skip_bad_lines failed: %s" % got.stderr.strip())
+    check("skipped 4 bad lines" in got.stderr and "line 21: no field \"text\"" in got.stderr and
+          "line 31: field \"text\" is a number" in got.stderr and "line 41: not a JSON object" in got.stderr,
+          "the skipped lines are not counted and named: %s" % got.stderr.strip())
+    losses = [float(line.split("loss")[1].split()[0]) for line in got.stdout.splitlines() if line.startswith("step ")]
+    check(len(losses) >= 2 and losses[-1] < 0.6 * losses[0], "the jsonl run did not learn: %s" % losses)
+    entries = [e for e in os.listdir(cache) if len(e) == 16]
+    check(len(entries) == 1, "expected one token cache entry, found %s" % os.listdir(cache))
+    entry = os.path.join(cache, entries[0]) if entries else cache
+    meta = json.load(open(os.path.join(entry, "meta.json")))
+    check(meta["documents"] == 400 and meta["skipped_lines"] == 4, "token cache meta: %s" % meta)
+    # The cache holds each document's ids as `tokenize --add-special-tokens` gives them, then </s>.
+    enc = subprocess.run([CLI, "tokenize", "--model", model, "--jsonl", "--add-special-tokens"],
+                         input="".join(json.dumps(d) + "\n" for d in docs), capture_output=True, text=True)
+    expected = []
+    for line in enc.stdout.splitlines():
+        expected += json.loads(line) + [vocab - 1]
+    with open(os.path.join(entry, "tokens.bin"), "rb") as f:
+        raw = f.read()
+    cached = list(struct.unpack("<%dH" % (len(raw) // 2), raw))
+    check(cached == expected, "the token cache is not the documents' ids with EOS between them (%d vs %d ids)" % (
+        len(cached), len(expected)))
+    stamp = os.path.getmtime(os.path.join(entry, "meta.json"))
+
+    # The same file again: the cache is reused, not rebuilt.
+    got = run("again", 2, skip_bad_lines=True)
+    check(got.returncode == 0 and os.path.getmtime(os.path.join(entry, "meta.json")) == stamp,
+          "an unchanged file was tokenized again: %s" % got.stderr.strip())
+    # A changed file: tokenized again, and the old entry removed.
+    with open(data, "a") as f:
+        f.write(json.dumps({"text": "one more document about the cat."}) + "\n")
+    got = run("changed", 2, skip_bad_lines=True)
+    now = [e for e in os.listdir(cache) if len(e) == 16]
+    check(got.returncode == 0 and len(now) == 1 and now != entries,
+          "a changed file was not tokenized again: %s %s" % (now, got.stderr.strip()))
+    if now:
+        meta = json.load(open(os.path.join(cache, now[0], "meta.json")))
+        check(meta["documents"] == 401, "the changed file's cache has %d documents" % meta["documents"])
+
+    # Plain text, documents separated by blank lines; sampling takes a text prompt.
+    text = os.path.join(tmp, "docs.txt")
+    with open(text, "w") as f:
+        f.write("\n\n".join(docs) + "\n")
+    got = run("text", 40, source="text", path=text)
+    check(got.returncode == 0 and "400 documents" in got.stdout + got.stderr,
+          "a text run failed or did not split documents at blank lines: %s %s" % (got.stdout[-300:], got.stderr.strip()))
+    rid = run_id(got)
+    got = subprocess.run([CLI, "sample", rid or "?", "--prompt", "the cat", "--max-tokens", "8", "--db",
+                          os.path.join(tmp, "runs.db")], capture_output=True, text=True, env=env)
+    check(got.returncode == 0 and "the cat" in got.stdout, "sampling a text prompt failed: %s %s" % (got.stdout, got.stderr))
+    print("ok %-44s 4 bad lines named and skipped, cache reused, loss %.3f -> %.3f" % (
+        "jsonl data through the folder's tokenizer", losses[0] if losses else -1, losses[-1] if losses else -1), flush=True)
+
 
 def main():
     global CLI
@@ -442,6 +603,7 @@ def main():
         for (name, folder, _), (cfg, ids), ref in zip(cases, prompts, refs):
             compare(name, folder, cfg, ids, ref=ref)
         damaged_folders(tmp)
+        corpus_training(tmp)
         for family in FAMILIES:
             training(tmp, family)
     finally:

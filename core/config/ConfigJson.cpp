@@ -318,6 +318,8 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.integer("digits", c.data.digits);
         r.text("path", c.data.path);
         r.text("token_dtype", c.data.tokenDtype);
+        r.text("field", c.data.field);
+        r.boolean("skip_bad_lines", c.data.skipBadLines);
         r.integer("seq_len", c.data.seqLen);
         r.number("val_fraction", c.data.valFraction);
         r.read(v);
@@ -500,6 +502,8 @@ std::string configToJson(const RunConfig& c)
     if (c.model.type == "hf") j["model"]["vocab_size"] = c.model.vocabSize;
     if (!c.data.path.empty()) data["path"] = c.data.path;
     if (c.data.source == "tokens") data["token_dtype"] = c.data.tokenDtype;
+    if (c.data.source == "jsonl") data["field"] = c.data.field;
+    if (c.data.skipBadLines) data["skip_bad_lines"] = true;
     if (c.data.seqLen > 0) data["seq_len"] = c.data.seqLen;
     j["data"] = data;
     j["optim"] = {{"optimizer", c.optim.optimizer},

@@ -149,9 +149,16 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
                 check.add("model.path", e.what());
             }
         }
-        if (c.data.source != "tokens") {
-            check.add("data.source", "an hf model trains on token ids from its own tokenizer: use \"tokens\" with "
-                                     "data.path (byte-level text and addition are for the built-in models)");
+        if (c.data.source == "addition") {
+            check.add("data.source", "an hf model trains on its own tokenizer's ids: use \"text\" or \"jsonl\" (tokenized "
+                                     "with the folder's tokenizer.json) or \"tokens\" (ids already made); addition is for "
+                                     "the built-in models");
+        } else if ((c.data.source == "text" || c.data.source == "jsonl") && checkFiles && !m.path.empty()) {
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            if (fs::is_directory(resolvedModelPath(c), ec) && !fs::is_regular_file(fs::path(resolvedModelPath(c)) / "tokenizer.json", ec))
+                check.add("data.source", "\"" + c.data.source + "\" is tokenized with the model folder's tokenizer.json, and " +
+                                             resolvedModelPath(c) + " has none; add it, or give token ids with \"tokens\"");
         }
     } else if (m.type == "torchscript") {
         if (m.path.empty()) {
@@ -209,7 +216,10 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     }
 
     const auto& d = c.data;
-    check.oneOf("data.source", d.source, {"addition", "text", "tokens"});
+    check.oneOf("data.source", d.source, {"addition", "text", "jsonl", "tokens"});
+    if (d.source != "jsonl" && d.field != "text") check.add("data.field", "is only used with data.source \"jsonl\"");
+    if (d.skipBadLines && d.source != "text" && d.source != "jsonl")
+        check.add("data.skip_bad_lines", "is only used with data.source \"text\" or \"jsonl\"");
     check.realRange("data.val_fraction", d.valFraction, 0.0, 0.5, true, false);
     if (d.source == "addition") {
         check.intRange("data.digits", d.digits, 1, 18);
@@ -228,6 +238,22 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
         }
         if (d.path.empty()) {
             check.add("data.path", "\"tokens\" needs the file of little-endian token ids (e.g. nanoGPT's train.bin)");
+        } else if (checkFiles) {
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            const std::string path = resolvedDataPath(c);
+            if (!fs::exists(path, ec)) check.add("data.path", "file not found: " + path);
+            else if (!fs::is_regular_file(path, ec)) check.add("data.path", "is not a regular file: " + path);
+        }
+    } else if (d.source == "jsonl") {
+        check.intRange("data.seq_len", d.seqLen, 0, 65536, "an integer (0 = 64)");
+        if (m.type != "hf") {
+            check.add("data.source", "\"jsonl\" is tokenized with a model folder's tokenizer: use model.type \"hf\", or "
+                                     "\"text\" for a built-in model");
+        }
+        if (d.field.empty()) check.add("data.field", "must name the JSON field that holds each document, e.g. \"text\"");
+        if (d.path.empty()) {
+            check.add("data.path", "\"jsonl\" needs the file of JSON records, one per line");
         } else if (checkFiles) {
             namespace fs = std::filesystem;
             std::error_code ec;

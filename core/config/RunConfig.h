@@ -39,10 +39,15 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-    std::string source = "addition"; // addition | text | tokens (little-endian token ids, nanoGPT's .bin layout)
+    // addition | text | jsonl (one JSON object per line; hf models) | tokens (little-endian
+    // token ids, nanoGPT's .bin layout). text and jsonl train an hf model on its own tokenizer's
+    // ids (tokenized once into a cache); a built-in model reads text byte by byte.
+    std::string source = "addition";
     std::string tokenDtype = "uint16"; // tokens: uint16 | uint32
     int digits = 3;                  // addition only
-    std::string path;                // text: empty = bundled sample text; tokens: the id file
+    std::string path;                // text: empty = bundled sample text; jsonl: the records; tokens: the id file
+    std::string field = "text";      // jsonl: the string field holding each document
+    bool skipBadLines = false;       // text, jsonl: skip and count bad lines instead of stopping at the first
     int seqLen = 0;                  // 0: what the dataset needs (addition), 64 for text
     double valFraction = 0.05;
 };

@@ -305,6 +305,15 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         to.resumeFrom = m_resumeCheckpoint;
         to.initFrom = m_initFromPath;
         to.measureMemory = m_options.measureMemory && !m_options.bare;
+        // Tokenizing the data: progress goes to the front end only; the summary
+        // and any skipped lines are the run's events.
+        to.data.cancel = &m_cancel;
+        to.data.onEvent = [&](const std::string& severity, const std::string& kind, const std::string& message) {
+            if (severity != "progress") {
+                retryWhileBusy([&] { m_store->addEvent({m_runId, wallClockNow(), severity, kind, message}); }, kStoreGiveUp);
+            }
+            if (callbacks.onEvent) callbacks.onEvent({severity, kind, message});
+        };
         RunConfig config = m_config;
         if (m_options.bare) config.train.logEvery = config.train.steps;
         trainer = std::make_unique<Trainer>(config, to);

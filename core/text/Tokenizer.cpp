@@ -1153,4 +1153,72 @@ std::int32_t Tokenizer::vocabLimit() const { return m->limit; }
 const std::string& Tokenizer::source() const { return m->source; }
 const std::string& Tokenizer::contentHash() const { return m->hash; }
 
+namespace {
+
+std::optional<json> readJsonFile(const std::filesystem::path& file)
+{
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+    if (std::filesystem::file_size(file, ec) > (64u << 20)) throw InputError(file.string() + " is larger than 64 MiB");
+    std::ifstream in(file, std::ios::binary);
+    try {
+        return json::parse(in);
+    } catch (const json::parse_error& e) {
+        throw InputError(file.string() + ": not valid JSON at byte " + std::to_string(e.byte));
+    }
+}
+
+// "eos_token": "</s>" or {"content": "</s>", ...}
+std::optional<std::string> tokenText(const json& config, const char* key)
+{
+    const auto it = config.find(key);
+    if (it == config.end()) return std::nullopt;
+    if (it->is_string()) return it->get<std::string>();
+    if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+    return std::nullopt;
+}
+
+std::int32_t tokenIdField(const json& config, const char* key)
+{
+    const auto it = config.find(key);
+    if (it == config.end()) return -1;
+    if (it->is_number_integer()) return it->get<std::int32_t>();
+    if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) return (*it)[0].get<std::int32_t>();
+    return -1;
+}
+
+} // namespace
+
+FolderSpecialTokens readFolderSpecialTokens(const std::filesystem::path& dir, const Tokenizer& tok)
+{
+    FolderSpecialTokens out;
+    if (const auto config = readJsonFile(dir / "tokenizer_config.json"); config && config->is_object()) {
+        for (const auto& [key, target] : {std::pair<const char*, std::int32_t*>{"bos_token", &out.bos}, {"eos_token", &out.eos}}) {
+            if (const auto text = tokenText(*config, key)) {
+                const auto id = tok.tokenToId(*text);
+                if (!id) throw InputError((dir / "tokenizer_config.json").string() + ": " + key + " \"" + clipForMessage(*text) +
+                                          "\" is not a token of tokenizer.json");
+                *target = *id;
+            }
+        }
+        if (const auto t = config->find("chat_template"); t != config->end()) {
+            if (t->is_string()) out.chatTemplate = t->get<std::string>();
+            else if (t->is_array())
+                for (const auto& named : *t)
+                    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string())
+                        out.chatTemplate = named["template"].get<std::string>();
+        }
+    }
+    for (const char* file : {"config.json", "generation_config.json"}) {
+        if (out.bos >= 0 && out.eos >= 0) break;
+        if (const auto config = readJsonFile(dir / file); config && config->is_object()) {
+            if (out.bos < 0) out.bos = tokenIdField(*config, "bos_token_id");
+            if (out.eos < 0) out.eos = tokenIdField(*config, "eos_token_id");
+        }
+    }
+    if (out.eos >= tok.vocabLimit()) out.eos = -1;
+    if (out.bos >= tok.vocabLimit()) out.bos = -1;
+    return out;
+}
+
 } // namespace tb::text

@@ -9,8 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
+#include "text/Corpus.h"
+#include "text/Tokenizer.h"
 
 namespace tb {
 namespace {
@@ -266,8 +273,8 @@ std::string TextDataset::describe() const
         + std::to_string(m_trainEnd) + " for training), vocab 256, " + std::to_string(m_seqLen) + " tokens per example";
 }
 
-std::unique_ptr<TokenDataset> TokenDataset::fromFile(const std::string& path, const std::string& dtype, int vocabSize,
-                                                     int seqLen, double valFraction)
+std::unique_ptr<TokenDataset> TokenDataset::map(const std::string& path, const std::string& dtype, int vocabSize,
+                                                int seqLen, const std::string& shownAs)
 {
     const int width = dtype == "uint32" ? 4 : 2;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -283,29 +290,25 @@ std::unique_ptr<TokenDataset> TokenDataset::fromFile(const std::string& path, co
                          + dtype + " token ids; is data.token_dtype right (uint16 or uint32)?");
     }
     const auto n = bytes / width;
-    const auto valIds = static_cast<std::int64_t>(static_cast<double>(n) * valFraction);
-    if (n - valIds < seqLen + 2 || valIds < seqLen + 2) {
+    std::unique_ptr<TokenDataset> d(new TokenDataset());
+    d->m_source = shownAs;
+    d->m_dtype = width == 4 ? "uint32" : "uint16";
+    d->m_vocab = vocabSize;
+    d->m_seqLen = seqLen;
+    if (n == 0) {
         ::close(fd);
-        throw InputError("data.path: " + path + " has " + std::to_string(n) + " token ids; with seq_len "
-                         + std::to_string(seqLen) + " and val_fraction " + std::to_string(valFraction)
-                         + " both splits need at least " + std::to_string(seqLen + 2)
-                         + " ids. Use a longer file, a shorter data.seq_len or a larger data.val_fraction");
+        d->m_data = torch::zeros({0}, width == 4 ? torch::kInt : torch::kShort);
+        return d;
     }
     void* mapped = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ, MAP_PRIVATE, fd, 0);
     const int error = errno;
     ::close(fd);
     if (mapped == MAP_FAILED) throw InputError("data.path: cannot map " + path + " (" + std::strerror(error) + ")");
-    std::unique_ptr<TokenDataset> d(new TokenDataset());
     d->m_owner = std::shared_ptr<const void>(mapped, [bytes](const void* p) {
         ::munmap(const_cast<void*>(p), static_cast<std::size_t>(bytes));
     });
     d->m_data = torch::from_blob(mapped, {n}, width == 4 ? torch::kInt : torch::kShort);
     d->m_unsignedMask = width == 4 ? 0xffffffffLL : 0xffffLL;
-    d->m_source = path;
-    d->m_dtype = width == 4 ? "uint32" : "uint16";
-    d->m_vocab = vocabSize;
-    d->m_seqLen = seqLen;
-    d->m_trainEnd = n - valIds;
     // Every id inside the vocabulary, checked in chunks (a bad id would index
     // outside the embedding: a crash on the CPU, a device-side assert on a GPU).
     ::madvise(mapped, static_cast<std::size_t>(bytes), MADV_SEQUENTIAL);
@@ -315,13 +318,59 @@ std::unique_ptr<TokenDataset> TokenDataset::fromFile(const std::string& path, co
         const auto bad = (ids >= vocabSize).nonzero();
         if (bad.size(0) > 0) {
             const auto at = bad[0][0].item<std::int64_t>();
-            throw InputError("data.path: token " + std::to_string(from + at) + " of " + path + " is id "
+            throw InputError("data.path: token " + std::to_string(from + at) + " of " + shownAs + " is id "
                              + std::to_string(ids[at].item<std::int64_t>()) + ", outside the model's vocabulary of "
                              + std::to_string(vocabSize) + " (ids 0 to " + std::to_string(vocabSize - 1)
-                             + "); was the file made with this model's tokenizer, and is data.token_dtype right?");
+                             + "); was it made with this model's tokenizer, and is data.token_dtype right?");
         }
     }
     ::madvise(mapped, static_cast<std::size_t>(bytes), MADV_RANDOM);
+    return d;
+}
+
+std::unique_ptr<TokenDataset> TokenDataset::fromFile(const std::string& path, const std::string& dtype, int vocabSize,
+                                                     int seqLen, double valFraction)
+{
+    auto d = map(path, dtype, vocabSize, seqLen, path);
+    const auto n = d->m_data.size(0);
+    const auto valIds = static_cast<std::int64_t>(static_cast<double>(n) * valFraction);
+    if (n - valIds < seqLen + 2 || valIds < seqLen + 2) {
+        throw InputError("data.path: " + path + " has " + std::to_string(n) + " token ids; with seq_len "
+                         + std::to_string(seqLen) + " and val_fraction " + std::to_string(valFraction)
+                         + " both splits need at least " + std::to_string(seqLen + 2)
+                         + " ids. Use a longer file, a shorter data.seq_len or a larger data.val_fraction");
+    }
+    d->m_trainEnd = n - valIds;
+    return d;
+}
+
+std::unique_ptr<TokenDataset> TokenDataset::fromCorpus(const text::CorpusCache& corpus, const std::string& source,
+                                                       std::shared_ptr<const text::Tokenizer> tokenizer, std::int32_t eos,
+                                                       int vocabSize, int seqLen, double valFraction)
+{
+    auto d = map(corpus.tokensPath, corpus.dtype, vocabSize, seqLen, source);
+    const auto n = d->m_data.size(0);
+    // The held-out split is by document: the first document that starts at or
+    // after (1 - val_fraction) of the ids begins the validation split.
+    const auto starts = text::readDocumentStarts(corpus);
+    const double cut = static_cast<double>(n) * (1.0 - valFraction);
+    std::size_t first = 0;
+    while (first < corpus.documents && static_cast<double>(starts[first]) < cut) ++first;
+    if (first == 0 && corpus.documents > 1) first = 1;
+    const auto trainEnd = static_cast<std::int64_t>(first < corpus.documents ? starts[first] : n);
+    if (trainEnd < seqLen + 2 || n - trainEnd < seqLen + 2) {
+        throw InputError("data.path: " + source + " has " + std::to_string(corpus.documents) + " documents of "
+                         + std::to_string(n) + " tokens in all; split by document with val_fraction "
+                         + std::to_string(valFraction) + ", the training part has " + std::to_string(trainEnd)
+                         + " and the held-out part " + std::to_string(n - trainEnd) + ", and each needs at least "
+                         + std::to_string(seqLen + 2) + " (seq_len + 2). Use more documents, a shorter data.seq_len or "
+                         + "another data.val_fraction");
+    }
+    d->m_trainEnd = trainEnd;
+    d->m_tokenizer = std::move(tokenizer);
+    d->m_eos = eos;
+    d->m_documents = static_cast<std::int64_t>(corpus.documents);
+    d->m_heldOutDocuments = static_cast<std::int64_t>(corpus.documents - first);
     return d;
 }
 
@@ -355,6 +404,11 @@ std::vector<Batch> TokenDataset::validationBatches(int batchSize, int maxBatches
 
 std::string TokenDataset::describe() const
 {
+    if (m_tokenizer) {
+        return m_source + " tokenized (" + std::to_string(m_documents) + " documents, " + std::to_string(m_data.size(0))
+            + " tokens; " + std::to_string(m_heldOutDocuments) + " documents held out), vocab " + std::to_string(m_vocab)
+            + ", " + std::to_string(m_seqLen) + " tokens per example";
+    }
     return m_dtype + " token ids from " + m_source + " (" + std::to_string(m_data.size(0)) + " ids, "
         + std::to_string(m_trainEnd) + " for training), vocab " + std::to_string(m_vocab) + ", "
         + std::to_string(m_seqLen) + " tokens per example";
@@ -362,6 +416,20 @@ std::string TokenDataset::describe() const
 
 std::vector<std::int64_t> TokenDataset::encodePrompt(const std::string& text) const
 {
+    if (m_tokenizer) {
+        // The template's BOS, as in training; an EOS it appends would end the prompt before it starts.
+        auto ids = m_tokenizer->encode(text, true);
+        if (!ids.empty() && ids.back() == m_eos) ids.pop_back();
+        std::vector<std::int64_t> out;
+        for (const auto id : ids) {
+            if (id >= m_vocab)
+                throw InputError("the prompt's token " + std::to_string(id) + " is outside the model's vocabulary of "
+                                 + std::to_string(m_vocab));
+            out.push_back(id);
+        }
+        if (out.empty()) throw InputError("the prompt is empty; give some text to continue");
+        return out;
+    }
     std::vector<std::int64_t> ids;
     std::size_t start = 0;
     while (start <= text.size()) {
@@ -388,6 +456,10 @@ std::vector<std::int64_t> TokenDataset::encodePrompt(const std::string& text) co
 
 std::string TokenDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
 {
+    if (m_tokenizer) {
+        std::vector<std::int32_t> narrow(ids.begin(), ids.end());
+        return m_tokenizer->decode(narrow);
+    }
     // The continuation of the prompt's list ("3,10,20" + ",4,13"): prompt and
     // completion are shown joined, and a prompt always holds an id.
     std::string out;
@@ -401,7 +473,82 @@ int datasetVocabSize(const RunConfig& config)
     return config.data.source == "addition" ? 13 : 256;
 }
 
-std::unique_ptr<Dataset> makeDataset(const RunConfig& config)
+namespace {
+
+// An hf model's text or jsonl data: tokenized with the folder's tokenizer into
+// the token cache (once), then mapped like a token file.
+std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPreparation& prep)
+{
+    const auto& d = config.data;
+    const std::string folder = resolvedModelPath(config);
+    auto tokenizer = std::make_shared<const text::Tokenizer>(text::Tokenizer::fromModelFolder(folder));
+    const auto special = text::readFolderSpecialTokens(folder, *tokenizer);
+    text::CorpusSpec spec;
+    spec.format = d.source;
+    spec.field = d.field;
+    spec.skipBadLines = d.skipBadLines;
+    spec.eos = special.eos;
+    std::string shown;
+    const std::string root = prep.tokenCacheRoot.empty() ? text::defaultTokenCacheRoot() : prep.tokenCacheRoot;
+    if (d.path.empty()) {
+        // The bundled sample, written once beside the cache so it is keyed like any file.
+        std::filesystem::create_directories(root);
+        spec.path = (std::filesystem::path(root) / "bundled-sample.txt").string();
+        const std::string text = bundledSampleText();
+        std::error_code ec;
+        if (std::filesystem::file_size(spec.path, ec) != text.size()) {
+            std::ofstream out(spec.path, std::ios::binary | std::ios::trunc);
+            out << text;
+            if (!out) throw RunError("cannot write " + spec.path);
+        }
+        shown = "the bundled sample text";
+    } else {
+        spec.path = resolvedDataPath(config);
+        shown = spec.path;
+    }
+    auto say = [&](const std::string& severity, const std::string& message) {
+        if (prep.onEvent) prep.onEvent(severity, "tokenize", message);
+    };
+    const auto started = std::chrono::steady_clock::now();
+    auto last = started - std::chrono::seconds(10);
+    int lastTenth = -1;
+    const auto corpus = text::tokenizeCorpus(spec, *tokenizer, root,
+        [&](std::uint64_t done, std::uint64_t total) {
+            const auto now = std::chrono::steady_clock::now();
+            const int tenth = total ? static_cast<int>(done * 10 / total) : 10;
+            if (tenth == lastTenth || (now - last < std::chrono::seconds(2) && done < total)) return;
+            lastTenth = tenth;
+            last = now;
+            char line[160];
+            std::snprintf(line, sizeof line, "tokenizing %s: %d%% (%.1f of %.1f MB)", shown.c_str(),
+                          total ? static_cast<int>(done * 100 / total) : 100, done / 1e6, total / 1e6);
+            say("progress", line);
+        },
+        prep.cancel);
+    if (corpus.reused) {
+        say("info", "tokenized " + shown + " before: " + std::to_string(corpus.documents) + " documents, "
+                        + std::to_string(corpus.tokens) + " tokens (token cache " + corpus.dir + ")");
+    } else {
+        char rate[64];
+        std::snprintf(rate, sizeof rate, "%.1f s, %.1f MB/s", corpus.seconds,
+                      corpus.seconds > 0 ? corpus.fileBytes / corpus.seconds / 1e6 : 0.0);
+        say("info", "tokenized " + shown + ": " + std::to_string(corpus.documents) + " documents, "
+                        + std::to_string(corpus.tokens) + " tokens in " + rate + " (token cache " + corpus.dir + ")");
+    }
+    if (corpus.skippedLines > 0) {
+        std::string examples;
+        for (const auto& e : corpus.skippedExamples) examples += (examples.empty() ? "" : "; ") + e;
+        say("warning", "skipped " + std::to_string(corpus.skippedLines) + " bad line" + (corpus.skippedLines == 1 ? "" : "s")
+                           + " of " + shown + " (data.skip_bad_lines): " + examples
+                           + (corpus.skippedLines > corpus.skippedExamples.size() ? "; ..." : ""));
+    }
+    return TokenDataset::fromCorpus(corpus, shown, std::move(tokenizer), special.eos, datasetVocabSize(config),
+                                    effectiveSeqLen(config), d.valFraction);
+}
+
+} // namespace
+
+std::unique_ptr<Dataset> makeDataset(const RunConfig& config, const DataPreparation& prep)
 {
     const auto& d = config.data;
     if (d.source == "addition") return std::make_unique<AdditionDataset>(d.digits, d.valFraction);
@@ -409,6 +556,7 @@ std::unique_ptr<Dataset> makeDataset(const RunConfig& config)
         return TokenDataset::fromFile(resolvedDataPath(config), d.tokenDtype, datasetVocabSize(config),
                                       effectiveSeqLen(config), d.valFraction);
     }
+    if (config.model.type == "hf" && (d.source == "text" || d.source == "jsonl")) return tokenizedDataset(config, prep);
     if (d.path.empty()) {
         return TextDataset::fromText(bundledSampleText(), "the bundled sample text", effectiveSeqLen(config),
                                      d.valFraction);

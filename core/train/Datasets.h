@@ -1,6 +1,8 @@
 #pragma once
 // Datasets the trainer samples from. Each yields (inputs, targets, loss mask).
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,6 +10,12 @@
 #include <torch/torch.h>
 
 #include "config/RunConfig.h"
+#include "train/DataPreparation.h"
+
+namespace tb::text {
+class Tokenizer;
+struct CorpusCache;
+} // namespace tb::text
 
 namespace tb {
 
@@ -46,7 +54,7 @@ public:
 };
 
 // Throws InputError (e.g. unreadable or too short text file).
-std::unique_ptr<Dataset> makeDataset(const RunConfig& config);
+std::unique_ptr<Dataset> makeDataset(const RunConfig& config, const DataPreparation& prep = {});
 // The vocabulary of the dataset a config names, without reading its data.
 int datasetVocabSize(const RunConfig& config);
 
@@ -122,18 +130,30 @@ public:
     // first such position).
     static std::unique_ptr<TokenDataset> fromFile(const std::string& path, const std::string& dtype, int vocabSize,
                                                   int seqLen, double valFraction);
+    // A tokenized corpus (text::tokenizeCorpus): the held-out split is by
+    // document, the last documents making up about val_fraction of the ids;
+    // prompts are text through `tokenizer`, completions decode back to text.
+    static std::unique_ptr<TokenDataset> fromCorpus(const text::CorpusCache& corpus, const std::string& source,
+                                                    std::shared_ptr<const text::Tokenizer> tokenizer, std::int32_t eos,
+                                                    int vocabSize, int seqLen, double valFraction);
     int vocabSize() const override { return m_vocab; }
     int seqLen() const override { return m_seqLen; }
     Batch trainBatch(int batchSize, at::Generator& gen) const override;
     std::vector<Batch> validationBatches(int batchSize, int maxBatches) const override;
     bool hasExactMatch() const override { return false; }
     std::string describe() const override;
-    // Prompts are token ids written "1,2,3" (no tokenizer here).
+    // Prompts are token ids written "1,2,3" for an id file; text for a tokenized corpus.
     std::vector<std::int64_t> encodePrompt(const std::string& text) const override;
     std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
+    std::int64_t endToken() const override { return m_eos; }
 
 private:
     TokenDataset() = default;
+    static std::unique_ptr<TokenDataset> map(const std::string& path, const std::string& dtype, int vocabSize, int seqLen,
+                                             const std::string& shownAs);
+    std::shared_ptr<const text::Tokenizer> m_tokenizer; // a tokenized corpus: prompts are text
+    std::int64_t m_eos = -1;
+    std::int64_t m_documents = 0, m_heldOutDocuments = 0;
     Batch windows(const torch::Tensor& starts) const;
     std::shared_ptr<const void> m_owner; // the mapping
     torch::Tensor m_data;                // int16 or int32 view of the ids (no copy)

@@ -144,7 +144,7 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     }
 
     torch::manual_seed(config.train.seed);
-    m->data = makeDataset(config);
+    m->data = makeDataset(config, options.data);
     if (config.model.type == "hf") {
         // The folder (or the checkpoint resumed) fills every base weight: build
         // them in the dtype they train in, without random draws.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/RunConfig.h"
+#include "train/DataPreparation.h"
 #include "train/DeviceAudit.h"
 #include "gpu/Discovery.h"
 
@@ -72,6 +73,8 @@ struct TrainerOptions {
     // scaling in any precision, and a non-finite gradient injected at a step.
     bool forceLossScaling = false;
     int injectNonFiniteGradientAtStep = 0;
+    // Tokenizing a corpus before the first step: its progress, summary and cancellation.
+    DataPreparation data;
 };
 
 struct TrainResult {

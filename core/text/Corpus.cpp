@@ -1,0 +1,353 @@
+#include "text/Corpus.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include "common/Errors.h"
+#include "text/Regex.h"
+#include "text/Unicode.h"
+
+namespace tb::text {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int kFormatVersion = 1;
+constexpr std::size_t kBlock = 8u << 20;              // bytes read at a time
+constexpr std::size_t kMaxDocument = 256u << 20;      // one document (a paragraph, a JSON line)
+constexpr std::size_t kHeadBytes = 1u << 20;          // hashed into the key
+constexpr std::size_t kSkippedExamples = 5;
+
+struct Fnv {
+    std::uint64_t h = 1469598103934665603ull;
+    void add(const void* data, std::size_t n)
+    {
+        const auto* p = static_cast<const unsigned char*>(data);
+        for (std::size_t i = 0; i < n; ++i) {
+            h ^= p[i];
+            h *= 1099511628211ull;
+        }
+    }
+    void add(const std::string& s)
+    {
+        add(s.data(), s.size());
+        add("\0", 1);
+    }
+    std::string hex() const
+    {
+        char buf[17];
+        std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+        return buf;
+    }
+};
+
+struct FileCloser {
+    void operator()(std::FILE* f) const
+    {
+        if (f) std::fclose(f);
+    }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+// Buffered little-endian writer of fixed-width values.
+class Writer {
+public:
+    Writer(const std::string& path, const std::string& what) : m_path(path), m_what(what)
+    {
+        m_file.reset(std::fopen(path.c_str(), "wb"));
+        if (!m_file) throw RunError("cannot write the token cache " + path);
+        m_buffer.reserve(kBlock);
+    }
+    template <typename T>
+    void put(T v)
+    {
+        const auto* p = reinterpret_cast<const char*>(&v); // little-endian hosts only (x86-64, aarch64)
+        m_buffer.insert(m_buffer.end(), p, p + sizeof(T));
+        if (m_buffer.size() >= kBlock) flush();
+    }
+    void flush()
+    {
+        if (!m_buffer.empty() && std::fwrite(m_buffer.data(), 1, m_buffer.size(), m_file.get()) != m_buffer.size())
+            throw RunError("cannot write the token cache " + m_path + " (is the disk full?)");
+        m_buffer.clear();
+    }
+    void close()
+    {
+        flush();
+        if (std::fflush(m_file.get()) != 0 || std::fclose(m_file.release()) != 0)
+            throw RunError("cannot write the token cache " + m_path + " (is the disk full?)");
+    }
+
+private:
+    std::string m_path, m_what;
+    File m_file;
+    std::vector<char> m_buffer;
+};
+
+std::string jsonTypeName(const json& j)
+{
+    return j.is_number() ? "a number" : j.is_boolean() ? "true/false" : j.is_null() ? "null" : j.is_array() ? "an array" : j.is_object() ? "an object" : "a string";
+}
+
+bool blank(std::string_view line)
+{
+    for (const char c : line)
+        if (c != ' ' && c != '\t' && c != '\r') return false;
+    return true;
+}
+
+} // namespace
+
+std::string defaultTokenCacheRoot()
+{
+    if (const char* e = std::getenv("TRAINBENCH_TOKEN_CACHE"); e && *e) return e;
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "trainbench" / "token-cache").string();
+    const char* home = std::getenv("HOME");
+    return (fs::path(home && *home ? home : "/tmp") / ".cache" / "trainbench" / "token-cache").string();
+}
+
+std::vector<std::uint64_t> readDocumentStarts(const CorpusCache& cache)
+{
+    std::ifstream in(cache.documentsPath, std::ios::binary);
+    std::vector<std::uint64_t> starts(cache.documents + 1);
+    in.read(reinterpret_cast<char*>(starts.data()), std::streamsize(starts.size() * sizeof(std::uint64_t)));
+    if (!in) throw RunError("the token cache " + cache.documentsPath + " is incomplete; delete " + cache.dir + " and run again");
+    return starts;
+}
+
+CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const std::string& root, const CorpusProgress& progress,
+                           const std::atomic<bool>* cancel)
+{
+    if (spec.format != "text" && spec.format != "jsonl")
+        throw InputError("data.source \"" + spec.format + "\" cannot be tokenized (text or jsonl)");
+    std::error_code ec;
+    const fs::path path = fs::weakly_canonical(spec.path, ec);
+    struct stat st {};
+    if (::stat(spec.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw InputError("data.path: cannot read " + spec.path + " (does it exist, is it a file, and may this user read it?)");
+    const auto size = std::uint64_t(st.st_size);
+    const auto mtimeNs = std::uint64_t(st.st_mtim.tv_sec) * 1000000000ull + std::uint64_t(st.st_mtim.tv_nsec);
+
+    File in(std::fopen(spec.path.c_str(), "rb"));
+    if (!in) throw InputError("data.path: cannot open " + spec.path);
+    std::string head(std::min<std::uint64_t>(size, kHeadBytes), '\0');
+    if (std::fread(head.data(), 1, head.size(), in.get()) != head.size()) throw InputError("data.path: cannot read " + spec.path);
+
+    Fnv key;
+    key.add("trainbench token cache " + std::to_string(kFormatVersion));
+    key.add(tok.contentHash());
+    key.add(spec.format);
+    key.add(spec.format == "jsonl" ? spec.field : "");
+    key.add(spec.skipBadLines ? "skip" : "stop");
+    key.add(std::to_string(spec.eos));
+    key.add(path.string());
+    key.add(std::to_string(size));
+    key.add(std::to_string(mtimeNs));
+    key.add(head.data(), head.size());
+    const std::string name = key.hex();
+    const fs::path entry = fs::path(root) / name;
+
+    CorpusCache out;
+    out.dir = entry.string();
+    out.tokensPath = (entry / "tokens.bin").string();
+    out.documentsPath = (entry / "documents.bin").string();
+    out.fileBytes = size;
+    out.dtype = tok.vocabLimit() <= 65536 ? "uint16" : "uint32";
+
+    auto readMeta = [&](const fs::path& metaPath) {
+        std::ifstream m(metaPath);
+        const json meta = json::parse(m);
+        out.tokens = meta.at("tokens").get<std::uint64_t>();
+        out.documents = meta.at("documents").get<std::uint64_t>();
+        out.skippedLines = meta.at("skipped_lines").get<std::uint64_t>();
+        out.skippedExamples = meta.at("skipped_examples").get<std::vector<std::string>>();
+        out.dtype = meta.at("dtype").get<std::string>();
+    };
+    if (fs::is_regular_file(entry / "meta.json", ec)) {
+        try {
+            readMeta(entry / "meta.json");
+            const auto width = out.dtype == "uint32" ? 4u : 2u;
+            if (fs::file_size(out.tokensPath, ec) == out.tokens * width &&
+                fs::file_size(out.documentsPath, ec) == (out.documents + 1) * 8) {
+                out.reused = true;
+                if (progress) progress(size, size);
+                return out;
+            }
+        } catch (const std::exception&) {
+        }
+        fs::remove_all(entry, ec); // damaged: make it again
+    }
+
+    fs::create_directories(root, ec);
+    if (ec) throw RunError("cannot create the token cache folder " + root + " (" + ec.message() + ")");
+    std::random_device rd;
+    const fs::path partial = fs::path(root) / (name + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+    fs::create_directories(partial, ec);
+    if (ec) throw RunError("cannot create " + partial.string() + " (" + ec.message() + ")");
+    struct Cleanup {
+        fs::path dir;
+        bool keep = false;
+        ~Cleanup()
+        {
+            std::error_code e;
+            if (!keep) fs::remove_all(dir, e);
+        }
+    } cleanup{partial};
+
+    const auto started = std::chrono::steady_clock::now();
+    Writer tokens((partial / "tokens.bin").string(), "tokens");
+    Writer documents((partial / "documents.bin").string(), "documents");
+    const bool wide = out.dtype == "uint32";
+    std::uint64_t written = 0;
+
+    auto bad = [&](std::uint64_t lineNo, const std::string& why) {
+        const std::string where = "line " + std::to_string(lineNo) + ": " + why;
+        if (!spec.skipBadLines)
+            throw InputError("data.path: " + spec.path + " " + where + ". Fix the line, or set data.skip_bad_lines to true to skip and count such lines");
+        ++out.skippedLines;
+        if (out.skippedExamples.size() < kSkippedExamples) out.skippedExamples.push_back(where);
+    };
+    auto emit = [&](const std::string& text) {
+        auto ids = tok.encode(text, true);
+        if (spec.eos >= 0 && (ids.empty() || ids.back() != spec.eos)) ids.push_back(spec.eos);
+        if (ids.empty()) return;
+        documents.put<std::uint64_t>(written);
+        for (const auto id : ids) {
+            if (wide) tokens.put<std::uint32_t>(std::uint32_t(id));
+            else tokens.put<std::uint16_t>(std::uint16_t(id));
+        }
+        written += ids.size();
+        ++out.documents;
+    };
+
+    std::string document;   // text: the paragraph being gathered
+    std::uint64_t documentLine = 0;
+    auto line = [&](std::string_view text, std::uint64_t lineNo) {
+        if (cancel && cancel->load()) throw RunError("cancelled while tokenizing " + spec.path);
+        if (const auto badAt = firstInvalidUtf8(text); badAt != std::string_view::npos) {
+            bad(lineNo, "not valid UTF-8 (byte " + std::to_string(badAt + 1) + " of the line)");
+            return;
+        }
+        if (spec.format == "text") {
+            if (blank(text)) {
+                if (!document.empty()) emit(document);
+                document.clear();
+                return;
+            }
+            if (document.size() + text.size() > kMaxDocument)
+                throw InputError("data.path: " + spec.path + " line " + std::to_string(lineNo) + ": the paragraph starting at line " +
+                                 std::to_string(documentLine) + " is longer than 256 MiB; separate documents with blank lines");
+            if (document.empty()) documentLine = lineNo;
+            else document.push_back('\n');
+            document.append(text);
+            return;
+        }
+        if (blank(text)) return; // an empty line holds no record
+        json record;
+        try {
+            record = json::parse(text);
+        } catch (const json::parse_error& e) {
+            bad(lineNo, "not valid JSON (at byte " + std::to_string(e.byte) + ")");
+            return;
+        }
+        if (!record.is_object()) {
+            bad(lineNo, "not a JSON object (it is " + jsonTypeName(record) + ")");
+            return;
+        }
+        const auto f = record.find(spec.field);
+        if (f == record.end()) {
+            bad(lineNo, "no field \"" + clipForMessage(spec.field, 40) + "\" (set data.field to the field that holds the text)");
+            return;
+        }
+        if (!f->is_string()) {
+            bad(lineNo, "field \"" + clipForMessage(spec.field, 40) + "\" is " + jsonTypeName(*f) + ", not a string");
+            return;
+        }
+        if (f->get_ref<const std::string&>().empty()) {
+            bad(lineNo, "field \"" + clipForMessage(spec.field, 40) + "\" is empty");
+            return;
+        }
+        emit(f->get_ref<const std::string&>());
+    };
+
+    // The file, line by line, a block at a time: memory holds one block and one document.
+    std::fseek(in.get(), 0, SEEK_SET);
+    std::vector<char> block(kBlock);
+    std::string carry;
+    std::uint64_t lineNo = 0, done = 0;
+    while (true) {
+        const std::size_t n = std::fread(block.data(), 1, block.size(), in.get());
+        if (n == 0) break;
+        done += n;
+        std::size_t begin = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (block[i] != '\n') continue;
+            ++lineNo;
+            if (!carry.empty()) {
+                carry.append(block.data() + begin, i - begin);
+                line(carry, lineNo);
+                carry.clear();
+            } else {
+                line(std::string_view(block.data() + begin, i - begin), lineNo);
+            }
+            begin = i + 1;
+        }
+        if (carry.size() + (n - begin) > kMaxDocument)
+            throw InputError("data.path: " + spec.path + " line " + std::to_string(lineNo + 1) + " is longer than 256 MiB");
+        carry.append(block.data() + begin, n - begin);
+        if (progress) progress(done, size);
+    }
+    if (std::ferror(in.get())) throw InputError("data.path: error reading " + spec.path);
+    if (!carry.empty()) line(carry, ++lineNo);
+    if (spec.format == "text" && !document.empty()) emit(document);
+    documents.put<std::uint64_t>(written);
+    tokens.close();
+    documents.close();
+    out.tokens = written;
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+    const json meta = {{"version", kFormatVersion},   {"path", path.string()},          {"format", spec.format},
+                       {"field", spec.field},         {"tokenizer", tok.source()},      {"tokenizer_hash", tok.contentHash()},
+                       {"eos", spec.eos},             {"size", size},                   {"mtime_ns", mtimeNs},
+                       {"tokens", out.tokens},        {"documents", out.documents},     {"skipped_lines", out.skippedLines},
+                       {"skipped_examples", out.skippedExamples}, {"dtype", out.dtype}, {"seconds", out.seconds}};
+    {
+        std::ofstream m(partial / "meta.json");
+        m << meta.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
+        if (!m) throw RunError("cannot write the token cache " + (partial / "meta.json").string());
+    }
+    fs::rename(partial, entry, ec);
+    if (ec) {
+        // Another run finished the same entry first: use it.
+        if (!fs::is_regular_file(entry / "meta.json")) throw RunError("cannot store the token cache in " + entry.string() + " (" + ec.message() + ")");
+    } else {
+        cleanup.keep = true;
+    }
+    // Older entries of the same file (it changed since) are of no further use.
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+        if (e.path() == entry || !e.is_directory() || e.path().filename().string().find(".partial-") != std::string::npos) continue;
+        try {
+            std::ifstream m(e.path() / "meta.json");
+            if (!m) continue;
+            const json other = json::parse(m);
+            if (other.value("path", "") == path.string() && other.value("tokenizer_hash", "") == tok.contentHash() &&
+                other.value("format", "") == spec.format && other.value("field", "") == spec.field)
+                fs::remove_all(e.path(), ec);
+        } catch (const std::exception&) {
+        }
+    }
+    return out;
+}
+
+} // namespace tb::text

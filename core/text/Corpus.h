@@ -1,0 +1,62 @@
+#pragma once
+// A data file tokenized once into a memory-mappable token cache.
+//
+// Formats: "text" (documents separated by blank lines) and "jsonl" (one JSON
+// object per line, the document in a string field). Each document becomes
+// its ids (the tokenizer's template adds BOS where it says so) followed by
+// EOS, so documents pack into training windows with EOS between them.
+//
+// The cache entry is keyed by the tokenizer's content hash, the format and
+// its options, and the file's size, modification time and the hash of its
+// first MiB: a changed file is tokenized again, an unchanged one never.
+// An entry is written under a temporary name and renamed when complete, so
+// an interrupted run leaves nothing that a later run would trust.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "text/Tokenizer.h"
+
+namespace tb::text {
+
+struct CorpusSpec {
+    std::string path;
+    std::string format = "text"; // text | jsonl
+    std::string field = "text";  // jsonl: the string field holding a document
+    bool skipBadLines = false;   // count and skip bad lines instead of stopping at the first
+    std::int32_t eos = -1;       // appended after each document; -1: none
+};
+
+struct CorpusCache {
+    std::string dir;
+    std::string tokensPath;      // little-endian ids, `dtype` wide
+    std::string dtype;           // uint16 | uint32
+    std::string documentsPath;   // little-endian uint64: the first id of each document, then the total
+    std::uint64_t tokens = 0;
+    std::uint64_t documents = 0;
+    std::uint64_t skippedLines = 0;
+    std::vector<std::string> skippedExamples; // the first few reasons, "line 12: ..."
+    std::uint64_t fileBytes = 0;
+    double seconds = 0;          // tokenizing time (0 when reused)
+    bool reused = false;
+};
+
+// Progress: bytes of the data file read so far, and its size.
+using CorpusProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+// $TRAINBENCH_TOKEN_CACHE, else $XDG_CACHE_HOME/trainbench/token-cache, else ~/.cache/trainbench/token-cache.
+std::string defaultTokenCacheRoot();
+
+// Tokenizes spec.path into a cache entry under `root`, or reuses the entry a
+// previous call made. Throws InputError naming the file, line and field of bad
+// data (unless skipBadLines), and RunError("cancelled") when *cancel turns true.
+CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tokenizer, const std::string& root,
+                           const CorpusProgress& progress = {}, const std::atomic<bool>* cancel = nullptr);
+
+// The document starts of an entry (documents + 1 values, the last = tokens).
+std::vector<std::uint64_t> readDocumentStarts(const CorpusCache& cache);
+
+} // namespace tb::text
