@@ -35,6 +35,7 @@ private Q_SLOTS:
     void ownTorchScriptModel();
     void openModelFolder();
     void openPythiaFolder();
+    void dataPreviewTokenizesTheFirstDocument();
 
 private:
     QLineEdit* line(const QString& path) { return qobject_cast<QLineEdit*>(m_window->experimentPanel()->fieldEditor(path)); }
@@ -322,6 +323,61 @@ void TestExperimentPanel::openPythiaFolder()
     QVERIFY2(inForm.hasMatch() && inPlanner.hasMatch() && inForm.captured(0) == inPlanner.captured(0),
              qPrintable(panel->estimateText() + " | " + m_window->plannerPanel()->verdictText()));
     m_window->grab().save(QDir::currentPath() + "/planner-pythia-folder.png");
+}
+
+// A folder with a tokenizer.json trains on text: opening it picks text data,
+// and the preview shows the first document tokenized as training sees it
+// (BOS from the template, EOS from tokenizer_config.json), off the GUI thread.
+void TestExperimentPanel::dataPreviewTokenizesTheFirstDocument()
+{
+    const QString folder = m_dir->filePath("tiny-llama");
+    QVERIFY(QDir().mkpath(folder));
+    auto write = [](const QString& path, const QByteArray& text) {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(text);
+    };
+    write(folder + "/config.json", R"({"model_type": "llama", "vocab_size": 16, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 256})");
+    write(folder + "/tokenizer.json", R"({"version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [{"id": 0, "content": "<s>", "special": true, "normalized": false},
+                         {"id": 1, "content": "</s>", "special": true, "normalized": false}],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithNext", "invert": false},
+        "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Fuse"},
+        "model": {"type": "BPE", "unk_token": null, "vocab": {"<s>": 0, "</s>": 1, "h": 2, "e": 3, "l": 4, "o": 5,
+            " ": 6, "w": 7, "r": 8, "d": 9, "he": 10, "ll": 11, "hell": 12, "hello": 13, "\n": 14, ".": 15},
+            "merges": ["h e", "l l", "he ll", "hell o"]}})");
+    write(folder + "/tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
+    auto* panel = m_window->experimentPanel();
+    auto* doc = m_window->document();
+    panel->openModelFolder(folder);
+    QCOMPARE(doc->value("data.source").toString(), QString("text"));
+    QVERIFY(doc->value("data.path").isUndefined());
+
+    write(m_dir->filePath("chat.jsonl"), "\n{\"text\": \"hello world\"}\n{\"text\": \"hello\"}\n");
+    doc->setValues({{"data.source", QString("jsonl")}, {"data.path", m_dir->filePath("chat.jsonl")},
+                    {"data.seq_len", 8}});
+    QTRY_VERIFY2(panel->dataPreviewHeader().contains("(line 2): 9 tokens"), qPrintable(panel->dataPreviewHeader()));
+    // <s> hello " " w o r l d </s>: each token its own shaded run.
+    QCOMPARE(panel->dataPreviewTokens(), QString("<s>hello world</s>"));
+    QVERIFY(panel->fieldEditor("data.field")->isEnabled());
+
+    // A missing field is named, with its line.
+    doc->setValue("data.field", QString("body"));
+    QTRY_VERIFY2(panel->dataPreviewHeader().contains("line 2: no string field \"body\""), qPrintable(panel->dataPreviewHeader()));
+    doc->setValue("data.field", QJsonValue(QJsonValue::Undefined));
+    QTRY_VERIFY2(panel->dataPreviewHeader().contains("9 tokens"), qPrintable(panel->dataPreviewHeader()));
+    QTest::qWait(50);
+    m_window->grab().save(QDir::currentPath() + "/experiment-data-preview.png");
+
+    // Built-in models have no preview.
+    doc->setValues({{"model.type", QString("gpt")}, {"model.path", QJsonValue(QJsonValue::Undefined)},
+                    {"data.source", QString("text")}, {"data.path", QJsonValue(QJsonValue::Undefined)}});
+    QTRY_VERIFY(panel->dataPreviewHeader().isEmpty());
 }
 
 QTEST_MAIN(TestExperimentPanel)

@@ -18,8 +18,14 @@
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSplitter>
+#include <QDateTime>
+#include <QTextBrowser>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include <filesystem>
+#include <mutex>
 
 #include "ConfigDocument.h"
 #include "common/Errors.h"
@@ -27,6 +33,9 @@
 #include "Units.h"
 #include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
+#include "text/Corpus.h"
+#include "text/Tokenizer.h"
+#include "train/SampleText.h"
 
 namespace tb::ui {
 namespace {
@@ -85,12 +94,18 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     addField(form, tr("Attention heads"), "model.n_head", Kind::Integer);
     addField(form, tr("Positional encoding"), "model.positional_encoding", Kind::Choice,
              {"learned", "sinusoidal", "rope"});
-    addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text", "tokens"},
-             tr("addition: synthetic a+b=c sums; text: byte-level language modelling on a file; tokens: a file of "
-                "token ids (uint16 or uint32) for an hf model"));
+    addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text", "jsonl", "tokens"},
+             tr("addition: synthetic a+b=c sums; text: a text file, documents separated by blank lines (byte-level "
+                "for the built-in models, the folder's tokenizer for an hf model); jsonl: one JSON record per line "
+                "(hf models); tokens: a file of token ids (uint16 or uint32) for an hf model"));
     addField(form, tr("Digits (addition)"), "data.digits", Kind::Integer);
     addField(form, tr("Data file"), "data.path", Kind::Path, {},
-             tr("text: any text file, empty for the bundled sample text; tokens: the token id file"));
+             tr("text: any text file, empty for the bundled sample text; jsonl: the records; tokens: the token id file"));
+    addField(form, tr("JSONL text field"), "data.field", Kind::Text, {},
+             tr("jsonl: the string field of each record that holds its text"));
+    addField(form, tr("Skip bad lines"), "data.skip_bad_lines", Kind::Flag, {},
+             tr("text and jsonl: skip lines that are not valid UTF-8 or JSON, or lack the field, and count them in "
+                "the run's events, instead of stopping at the first"));
     addField(form, tr("Sequence length"), "data.seq_len", Kind::Integer);
     addField(form, tr("Batch size"), "train.batch_size", Kind::Integer);
     addField(form, tr("Steps"), "train.steps", Kind::Integer);
@@ -111,6 +126,7 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     placeholder("model.n_head", QString::number(d.model.nHead));
     placeholder("data.digits", QString::number(d.data.digits));
     placeholder("data.path", tr("bundled sample text"));
+    placeholder("data.field", QString::fromStdString(d.data.field));
     placeholder("model.path", tr("only for model torchscript or hf"));
     placeholder("data.seq_len", tr("64 for text; fixed for addition"));
     placeholder("train.batch_size", QString::number(d.train.batchSize));
@@ -157,11 +173,37 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     estimateRow->addWidget(plan, 0, Qt::AlignTop);
     formLayout->addLayout(estimateRow);
 
+    // The first document of the data, tokenized as training will see it.
+    m_previewHost = new QWidget(this);
+    auto* previewLayout = new QVBoxLayout(m_previewHost);
+    previewLayout->setContentsMargins(0, 0, 0, 0);
+    m_previewHeader = plainLabel(this);
+    m_previewHeader->setObjectName("dataPreviewHeader");
+    m_previewHeader->setWordWrap(true);
+    m_previewHeader->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_preview = new QTextBrowser(this);
+    m_preview->setObjectName("dataPreview");
+    m_preview->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_preview->setToolTip(tr("The first document tokenized with the model folder's tokenizer: each token shaded in "
+                             "turn, special tokens (BOS, EOS) in grey, line breaks as ↵"));
+    previewLayout->addWidget(m_previewHeader);
+    previewLayout->addWidget(m_preview, 1);
+    m_previewHost->hide();
+    connect(&m_previewWatcher, &QFutureWatcher<DataPreview>::finished, this, [this] {
+        const DataPreview p = m_previewWatcher.result();
+        if (p.key != m_previewKey) return; // made for a config since edited
+        m_previewHeader->setText(p.header);
+        m_previewHeader->setStyleSheet(p.error ? "color: #c0392b" : "");
+        m_preview->setHtml(p.html);
+    });
+
     auto* splitter = new QSplitter(Qt::Vertical, this);
     splitter->addWidget(formSide);
     splitter->addWidget(jsonHost);
+    splitter->addWidget(m_previewHost);
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 2);
+    splitter->setStretchFactor(2, 1);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     layout->addWidget(splitter);
@@ -295,6 +337,15 @@ void ExperimentPanel::browseFile(const QString& field)
         if (!folder.isEmpty()) openModelFolder(folder);
         return;
     }
+    if (!model && m_document->value("model.type").toString() == "hf" && m_document->value("data.source").toString() != "tokens") {
+        const QString file = QFileDialog::getOpenFileName(this, tr("Choose a text or JSON lines file"), start,
+                                                          tr("Text and JSON lines (*.txt *.md *.jsonl *.json);;All files (*)"));
+        if (file.isEmpty()) return;
+        // A .jsonl file is records; anything else is text.
+        const bool jsonl = file.endsWith(".jsonl", Qt::CaseInsensitive) || file.endsWith(".json", Qt::CaseInsensitive);
+        m_document->setValues({{"data.source", QString(jsonl ? "jsonl" : "text")}, {field, file}});
+        return;
+    }
     if (!model && m_document->value("data.source").toString() == "tokens") {
         const QString file = QFileDialog::getOpenFileName(this, tr("Choose a token id file"), start,
                                                           tr("Token ids (*.bin);;All files (*)"));
@@ -322,7 +373,14 @@ void ExperimentPanel::openModelFolder(const QString& folder)
                             "model.tie_embeddings", "model.vocab_size"}) {
         values.emplace_back(key, QJsonValue(QJsonValue::Undefined));
     }
-    if (m_document->value("data.source").toString() != "tokens") {
+    // With a tokenizer.json the folder trains on text (the bundled sample until
+    // a file is chosen); without one, on token ids.
+    const QString source = m_document->value("data.source").toString();
+    const bool tokenizer = QFileInfo(QDir(folder).filePath("tokenizer.json")).isFile();
+    if (tokenizer && source != "text" && source != "jsonl" && source != "tokens") {
+        values.emplace_back("data.source", QString("text"));
+        values.emplace_back("data.path", QJsonValue(QJsonValue::Undefined));
+    } else if (!tokenizer && source != "tokens") {
         values.emplace_back("data.source", QString("tokens"));
         values.emplace_back("data.path", QJsonValue(QJsonValue::Undefined));
     }
@@ -404,9 +462,12 @@ void ExperimentPanel::refreshFromDocument()
     // (LoRA and checkpointing stay editable: set with a torchscript model they are errors to correct.)
     static const QStringList builtInOnly{"model.n_layer", "model.d_model", "model.n_head", "model.positional_encoding"};
     for (auto& f : m_fields) {
+        const QString source = m_document->value("data.source").toString("addition");
         bool relevant = f.path == "data.digits" ? addition
                                                 : (f.path == "data.path" || f.path == "data.seq_len") ? !addition
                                                                                                       : true;
+        if (f.path == "data.field") relevant = source == "jsonl";
+        else if (f.path == "data.skip_bad_lines") relevant = source == "text" || source == "jsonl";
         if (f.path == "model.path") relevant = scripted;
         else if (f.path == "data.source" && modelType == "hf") relevant = true;
         else if (builtInOnly.contains(f.path)) relevant = !scripted;
@@ -446,6 +507,7 @@ void ExperimentPanel::refreshFromDocument()
     m_otherIssues->setVisible(!unplaced.isEmpty());
     refreshArchitecture();
     updateEstimate();
+    updatePreview();
     m_updating = false;
 }
 
@@ -459,6 +521,104 @@ void ExperimentPanel::setTarget(const GpuTarget& target)
 QString ExperimentPanel::estimateText() const { return m_estimate->text(); }
 
 QString ExperimentPanel::architectureText() const { return m_architecture->isHidden() ? QString() : m_architecture->text(); }
+
+QString ExperimentPanel::dataPreviewHeader() const { return m_previewHost->isHidden() ? QString() : m_previewHeader->text(); }
+
+QString ExperimentPanel::dataPreviewTokens() const { return m_preview->toPlainText(); }
+
+namespace {
+
+// The folder's tokenizer, loaded once per tokenizer.json version (a large one takes a second).
+std::shared_ptr<const text::Tokenizer> previewTokenizer(const std::string& folder)
+{
+    static std::mutex mutex;
+    static std::string loadedKey;
+    static std::shared_ptr<const text::Tokenizer> loaded;
+    std::error_code ec;
+    const auto file = std::filesystem::path(folder) / "tokenizer.json";
+    const std::string key = file.string() + "|" + std::to_string(std::filesystem::file_size(file, ec)) + "|" +
+                            std::to_string(std::filesystem::last_write_time(file, ec).time_since_epoch().count());
+    std::lock_guard lock(mutex);
+    if (!loaded || key != loadedKey) {
+        loaded = std::make_shared<const text::Tokenizer>(text::Tokenizer::fromModelFolder(folder));
+        loadedKey = key;
+    }
+    return loaded;
+}
+
+DataPreview makePreview(const QString& key, const std::string& folder, const std::string& dataPath, const std::string& format,
+                        const std::string& field)
+{
+    DataPreview out;
+    out.key = key;
+    try {
+        const auto tok = previewTokenizer(folder);
+        text::CorpusSpec spec;
+        spec.path = dataPath.empty() ? bundledSampleFile(text::defaultTokenCacheRoot()) : dataPath;
+        spec.format = format;
+        spec.field = field;
+        spec.eos = text::readFolderSpecialTokens(folder, *tok).eos;
+        const auto p = text::previewFirstDocument(spec, *tok);
+        if (!p.error.empty()) {
+            out.error = true;
+            out.header = QObject::tr("No preview: %1").arg(QString::fromStdString(p.error));
+            return out;
+        }
+        const QString where = dataPath.empty() ? QObject::tr("the bundled sample text") : QFileInfo(QString::fromStdString(dataPath)).fileName();
+        out.header = QObject::tr("First document of %1 (line %2): %3 tokens").arg(where).arg(p.line).arg(p.tokens);
+        if (p.ids.size() < p.tokens) out.header += QObject::tr(", the first %1 shown").arg(p.ids.size());
+        if (spec.eos < 0) out.header += QObject::tr("; the folder names no EOS, so documents are packed without one");
+        QString html = "<div style=\"white-space: pre-wrap\">";
+        for (std::size_t i = 0; i < p.ids.size(); ++i) {
+            QString piece = QString::fromStdString(p.pieces[i]).toHtmlEscaped();
+            piece.replace("\n", "\u21b5<br>");
+            const bool special = tok->isSpecial(p.ids[i]);
+            const char* style = special ? "background:#e5e7eb;color:#374151;font-weight:bold"
+                                        : (i % 2 ? "background:#fde68a" : "background:#bfdbfe");
+            html += QString("<span style=\"%1\" title=\"%2\">%3</span>").arg(style).arg(p.ids[i]).arg(piece);
+        }
+        out.html = html + "</div>";
+    } catch (const std::exception& e) {
+        out.error = true;
+        out.header = QObject::tr("No preview: %1").arg(QString::fromStdString(e.what()));
+    }
+    return out;
+}
+
+} // namespace
+
+void ExperimentPanel::updatePreview()
+{
+    const std::optional<RunConfig> config = m_document->config();
+    const QString type = m_document->value("model.type").toString();
+    const QString source = m_document->value("data.source").toString();
+    if (type != "hf" || (source != "text" && source != "jsonl")) {
+        m_previewHost->hide();
+        m_previewKey.clear();
+        return;
+    }
+    m_previewHost->show();
+    if (!config) {
+        m_previewKey.clear();
+        m_previewHeader->setText(tr("The data preview appears when the config is valid."));
+        m_previewHeader->setStyleSheet({});
+        m_preview->clear();
+        return;
+    }
+    const std::string folder = resolvedModelPath(*config);
+    const std::string data = config->data.path.empty() ? std::string() : resolvedDataPath(*config);
+    auto stamp = [](const std::string& path) {
+        const QFileInfo info(QString::fromStdString(path));
+        return QString::number(info.size()) + "@" + QString::number(info.lastModified().toMSecsSinceEpoch());
+    };
+    const QString key = QString::fromStdString(folder + "|" + data + "|" + config->data.source + "|" + config->data.field) + "|" +
+                        stamp(data) + "|" + stamp(folder + "/tokenizer.json");
+    if (key == m_previewKey) return;
+    m_previewKey = key;
+    m_previewHeader->setText(tr("Tokenizing the first document…"));
+    m_previewHeader->setStyleSheet({});
+    m_previewWatcher.setFuture(QtConcurrent::run(makePreview, key, folder, data, config->data.source, config->data.field));
+}
 
 void ExperimentPanel::updateEstimate()
 {

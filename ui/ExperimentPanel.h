@@ -3,6 +3,7 @@
 // whole config, kept in sync both ways through the ConfigDocument. Each
 // field shows core's validation message beside it as you type.
 
+#include <QFutureWatcher>
 #include <QTimer>
 #include <QWidget>
 
@@ -15,10 +16,19 @@ class QComboBox;
 class QFormLayout;
 class QLabel;
 class QPlainTextEdit;
+class QTextBrowser;
 
 namespace tb::ui {
 
 class ConfigDocument;
+
+// The data preview of an hf model with text or jsonl data, made off the GUI thread.
+struct DataPreview {
+    QString key;    // what it was made for
+    QString header; // "First document (line 1): 57 tokens ..." or the error
+    QString html;   // the tokens, alternately shaded
+    bool error = false;
+};
 
 class ExperimentPanel final : public QWidget {
     Q_OBJECT
@@ -41,6 +51,11 @@ public:
     void openModelFolder(const QString& folder);
     // The read-only architecture line of an hf model (empty otherwise).
     QString architectureText() const;
+    // The data preview's header line (empty while hidden): the first document's
+    // token count, or why there is none.
+    QString dataPreviewHeader() const;
+    // The preview's tokens as plain text.
+    QString dataPreviewTokens() const;
 
 Q_SIGNALS:
     // "Plan…" next to the estimate: open the memory planner.
@@ -63,6 +78,7 @@ private:
     void updateEstimate();
     void refreshArchitecture();
     void updateEstimateFor(const RunConfig& config);
+    void updatePreview();
 
     ConfigDocument* m_document;
     std::vector<Field> m_fields;
@@ -70,6 +86,11 @@ private:
     QLabel* m_otherIssues;
     QLabel* m_estimate;
     QLabel* m_architecture;
+    QWidget* m_previewHost;
+    QLabel* m_previewHeader;
+    QTextBrowser* m_preview;
+    QString m_previewKey;
+    QFutureWatcher<DataPreview> m_previewWatcher;
     GpuTarget m_target;
     bool m_haveTarget = false;
     QTimer m_jsonDebounce;

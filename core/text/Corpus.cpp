@@ -350,4 +350,81 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     return out;
 }
 
+DocumentPreview previewFirstDocument(const CorpusSpec& spec, const Tokenizer& tok, std::size_t maxShown)
+{
+    DocumentPreview out;
+    File in(std::fopen(spec.path.c_str(), "rb"));
+    if (!in) {
+        out.error = "cannot read " + spec.path;
+        return out;
+    }
+    // Lines up to the end of the first document, reading at most 4 MiB.
+    constexpr std::size_t kLimit = 4u << 20;
+    std::string buffer(kLimit, '\0');
+    buffer.resize(std::fread(buffer.data(), 1, kLimit, in.get()));
+    std::string document;
+    std::uint64_t lineNo = 0;
+    std::size_t at = 0;
+    while (at < buffer.size()) {
+        std::size_t end = buffer.find('\n', at);
+        const bool complete = end != std::string::npos;
+        if (!complete) end = buffer.size();
+        const std::string_view text(buffer.data() + at, end - at);
+        at = end + 1;
+        ++lineNo;
+        if (!complete && buffer.size() == kLimit) break; // a cut line: what was read so far is the preview
+        if (firstInvalidUtf8(text) != std::string_view::npos) {
+            out.error = "line " + std::to_string(lineNo) + ": not valid UTF-8";
+            return out;
+        }
+        if (spec.format == "text") {
+            if (blank(text)) {
+                if (!document.empty()) break;
+                continue;
+            }
+            if (document.empty()) out.line = lineNo;
+            else document.push_back('\n');
+            document.append(text);
+            continue;
+        }
+        if (blank(text)) continue;
+        out.line = lineNo;
+        json record;
+        try {
+            record = json::parse(text);
+        } catch (const json::parse_error& e) {
+            out.error = "line " + std::to_string(lineNo) + ": not valid JSON (at byte " + std::to_string(e.byte) + ")";
+            return out;
+        }
+        const auto f = record.is_object() ? record.find(spec.field) : record.end();
+        if (!record.is_object() || f == record.end() || !f->is_string()) {
+            out.error = "line " + std::to_string(lineNo) + ": no string field \"" + clipForMessage(spec.field, 40) + "\"";
+            return out;
+        }
+        document = f->get<std::string>();
+        break;
+    }
+    if (document.empty()) {
+        out.error = spec.path + " holds no document";
+        return out;
+    }
+    auto ids = tok.encode(document, true);
+    if (spec.eos >= 0 && (ids.empty() || ids.back() != spec.eos)) ids.push_back(spec.eos);
+    out.tokens = ids.size();
+    ids.resize(std::min(ids.size(), maxShown));
+    // Each token's text: the growth of the decoded prefix, or the token decoded
+    // alone where a token ends inside a character.
+    std::string before;
+    std::vector<std::int32_t> prefix;
+    for (const auto id : ids) {
+        prefix.push_back(id);
+        std::string now = tok.decode(prefix);
+        if (now.size() >= before.size() && now.compare(0, before.size(), before) == 0) out.pieces.push_back(now.substr(before.size()));
+        else out.pieces.push_back(tok.decode({id}));
+        before = std::move(now);
+    }
+    out.ids = std::move(ids);
+    return out;
+}
+
 } // namespace tb::text

@@ -59,4 +59,17 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tokenizer, c
 // The document starts of an entry (documents + 1 values, the last = tokens).
 std::vector<std::uint64_t> readDocumentStarts(const CorpusCache& cache);
 
+// The first document of a data file, tokenized, for a preview: its text (at
+// most `maxShownTokens` tokens of it), each of those tokens' text, and the
+// token count of the whole document. `error` says why there is none (an empty
+// file, a bad first line: the message tokenizeCorpus would give).
+struct DocumentPreview {
+    std::string error;
+    std::uint64_t line = 0;              // the line it starts on
+    std::vector<std::int32_t> ids;       // the shown ones
+    std::vector<std::string> pieces;     // each shown id's text
+    std::uint64_t tokens = 0;            // the whole document, with BOS/EOS as training sees it
+};
+DocumentPreview previewFirstDocument(const CorpusSpec& spec, const Tokenizer& tokenizer, std::size_t maxShownTokens = 400);
+
 } // namespace tb::text

@@ -473,6 +473,26 @@ int datasetVocabSize(const RunConfig& config)
     return config.data.source == "addition" ? 13 : 256;
 }
 
+std::string bundledSampleFile(const std::string& root)
+{
+    // Written beside the cache so it is keyed like any file; rewritten only when it differs.
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    const std::string path = (std::filesystem::path(root) / "bundled-sample.txt").string();
+    const std::string text = bundledSampleText();
+    if (std::filesystem::file_size(path, ec) != text.size()) {
+        const std::string partial = path + ".partial-" + std::to_string(::getpid());
+        {
+            std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+            out << text;
+            if (!out) throw RunError("cannot write " + partial);
+        }
+        std::filesystem::rename(partial, path, ec);
+        if (ec) throw RunError("cannot write " + path + " (" + ec.message() + ")");
+    }
+    return path;
+}
+
 namespace {
 
 // An hf model's text or jsonl data: tokenized with the folder's tokenizer into
@@ -491,16 +511,7 @@ std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPre
     std::string shown;
     const std::string root = prep.tokenCacheRoot.empty() ? text::defaultTokenCacheRoot() : prep.tokenCacheRoot;
     if (d.path.empty()) {
-        // The bundled sample, written once beside the cache so it is keyed like any file.
-        std::filesystem::create_directories(root);
-        spec.path = (std::filesystem::path(root) / "bundled-sample.txt").string();
-        const std::string text = bundledSampleText();
-        std::error_code ec;
-        if (std::filesystem::file_size(spec.path, ec) != text.size()) {
-            std::ofstream out(spec.path, std::ios::binary | std::ios::trunc);
-            out << text;
-            if (!out) throw RunError("cannot write " + spec.path);
-        }
+        spec.path = bundledSampleFile(root);
         shown = "the bundled sample text";
     } else {
         spec.path = resolvedDataPath(config);

@@ -11,6 +11,7 @@
 
 #include "config/RunConfig.h"
 #include "train/DataPreparation.h"
+#include "train/SampleText.h"
 
 namespace tb::text {
 class Tokenizer;
@@ -164,7 +165,5 @@ private:
     std::int64_t m_trainEnd = 0;
 };
 
-// The bundled public-domain sample text (compiled into the binary).
-std::string bundledSampleText();
 
 } // namespace tb
