@@ -374,6 +374,18 @@ void TestExperimentPanel::dataPreviewTokenizesTheFirstDocument()
     QTest::qWait(50);
     m_window->grab().save(QDir::currentPath() + "/experiment-data-preview.png");
 
+    // Chat data: the first conversation rendered with the folder's template, the
+    // assistant's tokens (and the </s> ending its turn) counted as trained.
+    write(folder + "/tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template":
+        "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% else %}{{ ' ' + m.content + eos_token }}{% endif %}{% endfor %}"})");
+    write(m_dir->filePath("chat-data.jsonl"),
+          R"({"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]})" "\n");
+    doc->setValues({{"data.source", QString("chat")}, {"data.path", m_dir->filePath("chat-data.jsonl")}});
+    QTRY_VERIFY2(panel->dataPreviewHeader().contains("9 tokens, 6 of them the assistant's"), qPrintable(panel->dataPreviewHeader()));
+    QCOMPARE(panel->dataPreviewTokens(), QString("<s>hello world</s>"));
+    QTest::qWait(50);
+    m_window->grab().save(QDir::currentPath() + "/experiment-chat-preview.png");
+
     // Built-in models have no preview.
     doc->setValues({{"model.type", QString("gpt")}, {"model.path", QJsonValue(QJsonValue::Undefined)},
                     {"data.source", QString("text")}, {"data.path", QJsonValue(QJsonValue::Undefined)}});

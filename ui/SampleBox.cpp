@@ -72,7 +72,8 @@ void SampleBox::setModel(const RunConfig& config, const QString& checkpoint, qin
     setTitle(checkpoint.isEmpty() ? tr("Sample") : tr("Sample from run %1").arg(runId));
     setToolTip(checkpoint.isEmpty() ? tr("This run has no checkpoint to sample from") : checkpoint);
     // A model of token ids (a Hugging Face folder trained on data.source "tokens") takes ids.
-    m_prompt->setPlaceholderText(config.data.source == "tokens"     ? tr("token ids, e.g. 1,15043,29892")
+    m_prompt->setPlaceholderText(config.data.source == "chat"         ? tr("a user message; the reply follows the chat template")
+                                 : config.data.source == "tokens"     ? tr("token ids, e.g. 1,15043,29892")
                                  : config.data.source == "addition" ? tr("prompt, e.g. 12+34= for the addition task")
                                                                     : tr("prompt text"));
     if (m_prompt->text().isEmpty() && config.data.source == "addition") {
@@ -89,6 +90,7 @@ void SampleBox::generate()
     request.prompt = m_prompt->text().toStdString();
     request.temperature = m_temperature->value();
     request.maxTokens = m_config.data.source == "addition" ? m_config.data.digits + 2 : 200;
+    request.chat = m_config.data.source == "chat"; // a chat run answers the prompt as the user's message
     m_job.reset(); // joins the previous generation
     m_job = std::make_shared<Job>();
     QPointer<SampleBox> self(this);
@@ -98,7 +100,8 @@ void SampleBox::generate()
         bool error = false;
         try {
             const auto result = sampleFromCheckpoint(config, checkpoint, request);
-            text = QString::fromStdString(result.prompt + result.completion);
+            text = QString::fromStdString(request.chat ? "User: " + result.prompt + "\nAssistant: " + result.completion
+                                                       : result.prompt + result.completion);
         } catch (const std::exception& e) {
             text = QString::fromUtf8(e.what());
             error = true;

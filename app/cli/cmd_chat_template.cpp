@@ -4,10 +4,13 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 
 #include "Command.h"
 #include "common/Errors.h"
 #include "text/ChatTemplate.h"
+#include "text/Corpus.h"
+#include "text/Tokenizer.h"
 #include "text/Regex.h"
 
 namespace tb::cli {
@@ -28,6 +31,19 @@ int chatTemplate(const Args& args)
     }
     const text::ChatTemplate tmpl(folder.source, folder.where);
     const bool generation = args.flag("--add-generation-prompt");
+    const bool tokenize = args.flag("--tokenize");
+    if (tokenize && generation) throw InputError("--tokenize shows training data: leave out --add-generation-prompt");
+    std::optional<text::Tokenizer> tok;
+    text::CorpusSpec spec;
+    if (tokenize) {
+        tok = text::Tokenizer::fromModelFolder(*model);
+        const auto special = text::readFolderSpecialTokens(*model, *tok);
+        spec.format = "chat";
+        spec.bos = special.bos;
+        spec.eos = special.eos;
+        spec.chat = &tmpl;
+        spec.chatVariables = folder.variables;
+    }
     std::string line;
     std::size_t lineNo = 0;
     while (std::getline(std::cin, line)) {
@@ -48,6 +64,15 @@ int chatTemplate(const Args& args)
         } else {
             throw InputError(where + ": each line must be {\"messages\": [...]} or a list of messages");
         }
+        if (tokenize) {
+            text::EncodedConversation c;
+            const json conversation = record.is_array() ? json{{"messages", record}} : record;
+            if (const std::string why = text::encodeConversation(conversation, spec, *tok, c); !why.empty())
+                throw InputError(where + ": " + why);
+            const json out = {{"text", c.text}, {"ids", c.ids}, {"mask", c.mask}};
+            std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+            continue;
+        }
         if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = generation;
         std::string rendered;
         try {
@@ -66,10 +91,12 @@ const CommandRegistration registration{Command{
     "apply_chat_template renders them: each standard-input line is {\"messages\": [{\"role\", \"content\"}, ...], ...} "
     "(other keys become template variables) or a bare list of messages; each output line is the rendered text as a "
     "JSON string.",
-    "--model DIR [--template FILE] [--add-generation-prompt]",
+    "--model DIR [--template FILE] [--add-generation-prompt | --tokenize]",
     {{"--model", true, "a model folder with tokenizer_config.json", "DIR"},
      {"--template", true, "a template file to use instead of the folder's", "FILE"},
-     {"--add-generation-prompt", false, "end with the assistant header, as for generation"}},
+     {"--add-generation-prompt", false, "end with the assistant header, as for generation"},
+     {"--tokenize", false, "print {\"text\", \"ids\", \"mask\"} as training sees the conversation: mask 1 on the "
+                           "assistant tokens the loss is on"}},
     &chatTemplate,
     0}};
 

@@ -8,6 +8,7 @@
 #include "Command.h"
 #include "StoreAccess.h"
 #include "common/Errors.h"
+#include "text/Corpus.h"
 #include "text/Tokenizer.h"
 #include "train/ModelTools.h"
 
@@ -71,6 +72,7 @@ int sampleFolder(const Args& args, const std::string& folder)
     const auto ids = args.value("--prompt-ids");
     const auto promptText = args.value("--prompt");
     if (promptText && ids) throw InputError("give the prompt once: --prompt TEXT or --prompt-ids 1,2,3");
+    if (args.flag("--chat") && !promptText) throw InputError("--chat takes the user's message as --prompt TEXT");
     if (!ids && !promptText) throw InputError("'sample --model DIR' needs --prompt TEXT (with the folder's tokenizer.json) or --prompt-ids 1,2,3");
     FolderSampleRequest request;
     std::optional<text::Tokenizer> tokenizer;
@@ -78,10 +80,16 @@ int sampleFolder(const Args& args, const std::string& folder)
         if (!text::Tokenizer::folderHasTokenizer(folder))
             throw InputError(folder + " has no tokenizer.json, so a text prompt cannot be tokenized; give --prompt-ids 1,2,3");
         tokenizer = text::Tokenizer::fromModelFolder(folder);
-        // The template's BOS, as in training; an EOS the template appends would end the prompt.
-        auto encoded = tokenizer->encode(*promptText, true);
-        const auto eos = text::readFolderSpecialTokens(folder, *tokenizer).eos;
-        if (!encoded.empty() && encoded.back() == eos) encoded.pop_back();
+        const auto special = text::readFolderSpecialTokens(folder, *tokenizer);
+        std::vector<std::int32_t> encoded;
+        if (args.flag("--chat")) {
+            // One user message through the folder's chat template, ready for the reply.
+            encoded = text::encodeChatPrompt(*promptText, folder, *tokenizer, special.bos);
+        } else {
+            // The template's BOS, as in training; an EOS the template appends would end the prompt.
+            encoded = tokenizer->encode(*promptText, true);
+            if (!encoded.empty() && encoded.back() == special.eos) encoded.pop_back();
+        }
         if (encoded.empty()) throw InputError("--prompt is empty; give some text to continue");
         request.promptIds.assign(encoded.begin(), encoded.end());
     } else {
@@ -110,6 +118,10 @@ int sampleFolder(const Args& args, const std::string& folder)
             out["completion"] = tokenizer->decode(std::vector<std::int32_t>(result.completionIds.begin(), result.completionIds.end()));
         }
         std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (tokenizer && args.flag("--chat")) {
+        // The reply alone, without the token that ended the turn.
+        std::vector<std::int32_t> reply(result.completionIds.begin(), result.completionIds.end());
+        std::cout << tokenizer->decode(reply, true) << "\n";
     } else if (tokenizer) {
         // The prompt and its continuation decoded together, as one text.
         std::vector<std::int32_t> all(request.promptIds.begin(), request.promptIds.end());
@@ -139,6 +151,7 @@ int sample(const Args& args)
     if (!prompt) throw InputError("'sample' needs --prompt TEXT (for the addition task e.g. --prompt \"12+34=\")");
     SampleRequest request;
     request.prompt = *prompt;
+    request.chat = args.flag("--chat");
     request.maxTokens = static_cast<int>(args.integer("--max-tokens", 1, 100000).value_or(64));
     request.topK = static_cast<int>(args.integer("--top-k", 0, 1000000).value_or(0));
     request.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 1LL << 62).value_or(1));
@@ -152,6 +165,8 @@ int sample(const Args& args)
                                     {"completion_ids", result.completionIds}};
         // Byte-level models can emit invalid UTF-8: replace it rather than fail.
         std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (request.chat) {
+        std::cout << result.completion << "\n"; // the assistant's reply
     } else {
         std::cout << result.prompt << result.completion << "\n";
     }
@@ -162,13 +177,14 @@ const CommandRegistration registration{Command{
     "sample",
     "Generate from a trained run (its latest checkpoint, or --checkpoint FILE), or from a Hugging Face model folder.",
     "(RUN_ID --prompt TEXT | --model DIR (--prompt TEXT | --prompt-ids 1,2,3)) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] "
-    "[--checkpoint FILE] [--precision fp32|bf16|fp16] [--json [--logits]]",
+    "[--chat] [--checkpoint FILE] [--precision fp32|bf16|fp16] [--json [--logits]]",
     {{"--db", true, "experiment database", "FILE"},
      {"--model", true, "a Hugging Face model folder (config.json and safetensors) to run without a run", "DIR"},
      {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round); "
                         "--model: tokenized with the folder's tokenizer.json",
       "TEXT", true /* empty: the dataset says what a prompt needs */},
      {"--prompt-ids", true, "--model: the prompt as token ids, e.g. 1,15043,29892", "IDS"},
+     {"--chat", false, "the prompt is a user message, rendered with the model folder's chat template; prints the reply"},
      {"--max-tokens", true, "tokens to generate at most (default 64; addition stops at its end marker; "
                             "--model: 0 = a forward pass only, stops at the folder's eos_token_id)", "N"},
      {"--temperature", true, "0 = greedy, default 1", "T"},

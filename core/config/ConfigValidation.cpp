@@ -153,7 +153,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
             check.add("data.source", "an hf model trains on its own tokenizer's ids: use \"text\" or \"jsonl\" (tokenized "
                                      "with the folder's tokenizer.json) or \"tokens\" (ids already made); addition is for "
                                      "the built-in models");
-        } else if ((c.data.source == "text" || c.data.source == "jsonl") && checkFiles && !m.path.empty()) {
+        } else if ((c.data.source == "text" || c.data.source == "jsonl" || c.data.source == "chat") && checkFiles && !m.path.empty()) {
             namespace fs = std::filesystem;
             std::error_code ec;
             if (fs::is_directory(resolvedModelPath(c), ec) && !fs::is_regular_file(fs::path(resolvedModelPath(c)) / "tokenizer.json", ec))
@@ -216,10 +216,10 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     }
 
     const auto& d = c.data;
-    check.oneOf("data.source", d.source, {"addition", "text", "jsonl", "tokens"});
+    check.oneOf("data.source", d.source, {"addition", "text", "jsonl", "chat", "tokens"});
     if (d.source != "jsonl" && d.field != "text") check.add("data.field", "is only used with data.source \"jsonl\"");
-    if (d.skipBadLines && d.source != "text" && d.source != "jsonl")
-        check.add("data.skip_bad_lines", "is only used with data.source \"text\" or \"jsonl\"");
+    if (d.skipBadLines && d.source != "text" && d.source != "jsonl" && d.source != "chat")
+        check.add("data.skip_bad_lines", "is only used with data.source \"text\", \"jsonl\" or \"chat\"");
     check.realRange("data.val_fraction", d.valFraction, 0.0, 0.5, true, false);
     if (d.source == "addition") {
         check.intRange("data.digits", d.digits, 1, 18);
@@ -245,15 +245,15 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
             if (!fs::exists(path, ec)) check.add("data.path", "file not found: " + path);
             else if (!fs::is_regular_file(path, ec)) check.add("data.path", "is not a regular file: " + path);
         }
-    } else if (d.source == "jsonl") {
+    } else if (d.source == "jsonl" || d.source == "chat") {
         check.intRange("data.seq_len", d.seqLen, 0, 65536, "an integer (0 = 64)");
         if (m.type != "hf") {
-            check.add("data.source", "\"jsonl\" is tokenized with a model folder's tokenizer: use model.type \"hf\", or "
+            check.add("data.source", "\"" + d.source + "\" is tokenized with a model folder's tokenizer: use model.type \"hf\", or "
                                      "\"text\" for a built-in model");
         }
-        if (d.field.empty()) check.add("data.field", "must name the JSON field that holds each document, e.g. \"text\"");
+        if (d.source == "jsonl" && d.field.empty()) check.add("data.field", "must name the JSON field that holds each document, e.g. \"text\"");
         if (d.path.empty()) {
-            check.add("data.path", "\"jsonl\" needs the file of JSON records, one per line");
+            check.add("data.path", "\"" + d.source + "\" needs the file of JSON records, one per line");
         } else if (checkFiles) {
             namespace fs = std::filesystem;
             std::error_code ec;

@@ -107,7 +107,162 @@ bool blank(std::string_view line)
     return true;
 }
 
+using ojson = nlohmann::ordered_json;
+
+const std::string kOpen = "\xEE\x80\x80";  // U+E000, around assistant text while locating it
+const std::string kClose = "\xEE\x80\x81"; // U+E001
+
+std::string stripWhite(const std::string& s)
+{
+    std::size_t b = 0, e = s.size();
+    while (b < e) {
+        std::size_t i = b;
+        if (!isWhiteSpace(nextCodePoint(s, i))) break;
+        b = i;
+    }
+    while (e > b) {
+        std::size_t st = e - 1;
+        while (st > b && (static_cast<unsigned char>(s[st]) & 0xC0) == 0x80) --st;
+        std::size_t i = st;
+        if (!isWhiteSpace(nextCodePoint(s, i))) break;
+        e = st;
+    }
+    return s.substr(b, e - b);
+}
+
+// BOS first when the tokenizer's own template adds one and the chat template did not write it.
+void prependBos(std::vector<std::int32_t>& ids, const Tokenizer& tok, std::int32_t bos)
+{
+    if (bos < 0 || (!ids.empty() && ids.front() == bos)) return;
+    const auto probe = tok.encode("", true);
+    if (!probe.empty() && probe.front() == bos) ids.insert(ids.begin(), bos);
+}
+
+// How many leading ids of `whole` the ids of a prefix of its text share.
+std::size_t sharedPrefix(const std::vector<std::int32_t>& whole, const std::vector<std::int32_t>& prefix)
+{
+    std::size_t n = 0;
+    while (n < whole.size() && n < prefix.size() && whole[n] == prefix[n]) ++n;
+    return n;
+}
+
 } // namespace
+
+std::string encodeConversation(const ojson& record, const CorpusSpec& spec, const Tokenizer& tok, EncodedConversation& out)
+{
+    if (!spec.chat) return "no chat template";
+    if (!record.is_object()) return "not a JSON object";
+    const auto it = record.find("messages");
+    if (it == record.end() || !it->is_array()) return "no \"messages\" list";
+    const ojson& messages = *it;
+    if (messages.empty()) return "an empty conversation";
+    std::string prev;
+    bool assistant = false;
+    for (std::size_t k = 0; k < messages.size(); ++k) {
+        const ojson& m = messages[k];
+        const std::string n = "message " + std::to_string(k + 1);
+        if (!m.is_object()) return n + " is not an object";
+        const auto role = m.find("role");
+        if (role == m.end() || !role->is_string()) return n + " has no \"role\"";
+        const auto content = m.find("content");
+        if (content == m.end() || !(content->is_string() || content->is_array())) return n + " has no \"content\" (a string)";
+        const std::string r = role->get<std::string>();
+        if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+            return n + " has the role \"" + clipForMessage(r, 40) + "\" (system, user, assistant or tool)";
+        if (r == "system" && !prev.empty() && prev != "system") return "a wrong role order: " + n + " is a system message after the conversation started";
+        if (r == "user" && prev == "user") return "a wrong role order: messages " + std::to_string(k) + " and " + std::to_string(k + 1) + " are both user messages";
+        if (r == "assistant" && prev != "user" && prev != "tool") return "a wrong role order: " + n + " is an assistant message without a user message before it";
+        if (r == "tool" && prev != "assistant" && prev != "tool") return "a wrong role order: " + n + " is a tool message that does not follow an assistant message";
+        if (r == "assistant") assistant = true;
+        prev = r;
+    }
+    if (!assistant) return "no assistant message to train on";
+
+    ojson context = spec.chatVariables;
+    for (const auto& [k, v] : record.items()) context[k] = v;
+    context["add_generation_prompt"] = false;
+    try {
+        out.text = spec.chat->render(context);
+    } catch (const InputError& e) {
+        return e.what();
+    }
+    // Where each assistant message's text lands: render again with it between
+    // two private-use marks and check that, marks removed, the text is the same
+    // (as given, or stripped, for templates that trim it).
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    for (const bool stripped : {false, true}) {
+        ojson marked = context;
+        for (auto& m : marked["messages"])
+            if (m["role"] == "assistant" && m["content"].is_string()) {
+                const std::string c = m["content"].get<std::string>();
+                m["content"] = kOpen + (stripped ? stripWhite(c) : c) + kClose;
+            }
+        std::string rendered;
+        try {
+            rendered = spec.chat->render(marked);
+        } catch (const InputError&) {
+            continue;
+        }
+        std::string plain;
+        std::vector<std::pair<std::size_t, std::size_t>> found;
+        std::size_t open = std::string::npos;
+        bool ok = true;
+        for (std::size_t i = 0; i < rendered.size();) {
+            if (rendered.compare(i, 3, kOpen) == 0) {
+                if (open != std::string::npos) ok = false;
+                open = plain.size();
+                i += 3;
+            } else if (rendered.compare(i, 3, kClose) == 0) {
+                if (open == std::string::npos) ok = false;
+                else found.emplace_back(open, plain.size());
+                open = std::string::npos;
+                i += 3;
+            } else {
+                plain.push_back(rendered[i++]);
+            }
+        }
+        if (ok && open == std::string::npos && plain == out.text) {
+            spans = std::move(found);
+            break;
+        }
+    }
+    if (spans.empty()) return "the chat template changes the assistant text in a way Trainbench cannot follow";
+    // Each turn's end-of-turn token is trained on too: a special token right after the text.
+    for (auto& [b, e] : spans) e += tok.specialTokenAt(std::string_view(out.text).substr(e));
+
+    out.ids = tok.encode(out.text, false);
+    const std::size_t before = out.ids.size();
+    prependBos(out.ids, tok, spec.bos);
+    const std::size_t shift = out.ids.size() - before;
+    out.mask.assign(out.ids.size(), 0);
+    const std::vector<std::int32_t> body(out.ids.begin() + std::ptrdiff_t(shift), out.ids.end());
+    for (const auto& [b, e] : spans) {
+        // Token boundaries from the ids of the text before each end: a token
+        // that straddles the start belongs to the prompt.
+        const std::size_t first = sharedPrefix(body, tok.encode(std::string_view(out.text).substr(0, b), false));
+        const std::size_t last = e >= out.text.size() ? body.size() : sharedPrefix(body, tok.encode(std::string_view(out.text).substr(0, e), false));
+        for (std::size_t i = first; i < last; ++i) out.mask[i + shift] = 1;
+    }
+    return {};
+}
+
+std::vector<std::int32_t> encodeRendered(const std::string& text, const Tokenizer& tok, std::int32_t bos)
+{
+    auto ids = tok.encode(text, false);
+    prependBos(ids, tok, bos);
+    return ids;
+}
+
+std::vector<std::int32_t> encodeChatPrompt(const std::string& text, const std::filesystem::path& folder, const Tokenizer& tok,
+                                           std::int32_t bos)
+{
+    const auto t = readFolderChatTemplate(folder);
+    const ChatTemplate tmpl(t.source, t.where);
+    ojson context = t.variables;
+    context["messages"] = ojson::array({ojson{{"role", "user"}, {"content", text}}});
+    context["add_generation_prompt"] = true;
+    return encodeRendered(tmpl.render(context), tok, bos);
+}
 
 std::string defaultTokenCacheRoot()
 {
@@ -129,8 +284,9 @@ std::vector<std::uint64_t> readDocumentStarts(const CorpusCache& cache)
 CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const std::string& root, const CorpusProgress& progress,
                            const std::atomic<bool>* cancel)
 {
-    if (spec.format != "text" && spec.format != "jsonl")
-        throw InputError("data.source \"" + spec.format + "\" cannot be tokenized (text or jsonl)");
+    if (spec.format != "text" && spec.format != "jsonl" && spec.format != "chat")
+        throw InputError("data.source \"" + spec.format + "\" cannot be tokenized (text, jsonl or chat)");
+    if (spec.format == "chat" && !spec.chat) throw InputError("data.source \"chat\" needs the model's chat template");
     std::error_code ec;
     const fs::path path = fs::weakly_canonical(spec.path, ec);
     struct stat st {};
@@ -151,6 +307,8 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     key.add(spec.format == "jsonl" ? spec.field : "");
     key.add(spec.skipBadLines ? "skip" : "stop");
     key.add(std::to_string(spec.eos));
+    key.add(std::to_string(spec.bos));
+    key.add(spec.format == "chat" ? spec.chatSource + spec.chatVariables.dump() : "");
     key.add(path.string());
     key.add(std::to_string(size));
     key.add(std::to_string(mtimeNs));
@@ -162,6 +320,7 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     out.dir = entry.string();
     out.tokensPath = (entry / "tokens.bin").string();
     out.documentsPath = (entry / "documents.bin").string();
+    if (spec.format == "chat") out.maskPath = (entry / "mask.bin").string();
     out.fileBytes = size;
     out.dtype = tok.vocabLimit() <= 65536 ? "uint16" : "uint32";
 
@@ -179,7 +338,8 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
             readMeta(entry / "meta.json");
             const auto width = out.dtype == "uint32" ? 4u : 2u;
             if (fs::file_size(out.tokensPath, ec) == out.tokens * width &&
-                fs::file_size(out.documentsPath, ec) == (out.documents + 1) * 8) {
+                fs::file_size(out.documentsPath, ec) == (out.documents + 1) * 8 &&
+                (out.maskPath.empty() || fs::file_size(out.maskPath, ec) == out.tokens)) {
                 out.reused = true;
                 if (progress) progress(size, size);
                 return out;
@@ -208,6 +368,8 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     const auto started = std::chrono::steady_clock::now();
     Writer tokens((partial / "tokens.bin").string(), "tokens");
     Writer documents((partial / "documents.bin").string(), "documents");
+    std::unique_ptr<Writer> mask;
+    if (spec.format == "chat") mask = std::make_unique<Writer>((partial / "mask.bin").string(), "mask");
     const bool wide = out.dtype == "uint32";
     std::uint64_t written = 0;
 
@@ -218,18 +380,23 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
         ++out.skippedLines;
         if (out.skippedExamples.size() < kSkippedExamples) out.skippedExamples.push_back(where);
     };
-    auto emit = [&](const std::string& text) {
-        auto ids = tok.encode(text, true);
-        if (spec.eos >= 0 && (ids.empty() || ids.back() != spec.eos)) ids.push_back(spec.eos);
+    auto put = [&](std::vector<std::int32_t> ids, std::vector<std::uint8_t>* loss) {
+        if (spec.eos >= 0 && (ids.empty() || ids.back() != spec.eos)) {
+            ids.push_back(spec.eos);
+            if (loss) loss->push_back(0); // the separator after a conversation is not the assistant's
+        }
         if (ids.empty()) return;
         documents.put<std::uint64_t>(written);
         for (const auto id : ids) {
             if (wide) tokens.put<std::uint32_t>(std::uint32_t(id));
             else tokens.put<std::uint16_t>(std::uint16_t(id));
         }
+        if (mask && loss)
+            for (const auto b : *loss) mask->put<std::uint8_t>(b);
         written += ids.size();
         ++out.documents;
     };
+    auto emit = [&](const std::string& text) { put(tok.encode(text, true), nullptr); };
 
     std::string document;   // text: the paragraph being gathered
     std::uint64_t documentLine = 0;
@@ -254,6 +421,22 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
             return;
         }
         if (blank(text)) return; // an empty line holds no record
+        if (spec.format == "chat") {
+            ojson record;
+            try {
+                record = ojson::parse(text);
+            } catch (const ojson::parse_error& e) {
+                bad(lineNo, "not valid JSON (at byte " + std::to_string(e.byte) + ")");
+                return;
+            }
+            EncodedConversation conversation;
+            if (const std::string why = encodeConversation(record, spec, tok, conversation); !why.empty()) {
+                bad(lineNo, why);
+                return;
+            }
+            put(std::move(conversation.ids), &conversation.mask);
+            return;
+        }
         json record;
         try {
             record = json::parse(text);
@@ -314,6 +497,7 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     documents.put<std::uint64_t>(written);
     tokens.close();
     documents.close();
+    if (mask) mask->close();
     out.tokens = written;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
@@ -321,7 +505,8 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
                        {"field", spec.field},         {"tokenizer", tok.source()},      {"tokenizer_hash", tok.contentHash()},
                        {"eos", spec.eos},             {"size", size},                   {"mtime_ns", mtimeNs},
                        {"tokens", out.tokens},        {"documents", out.documents},     {"skipped_lines", out.skippedLines},
-                       {"skipped_examples", out.skippedExamples}, {"dtype", out.dtype}, {"seconds", out.seconds}};
+                       {"skipped_examples", out.skippedExamples}, {"dtype", out.dtype}, {"seconds", out.seconds},
+                       {"mask", !out.maskPath.empty()}};
     {
         std::ofstream m(partial / "meta.json");
         m << meta.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
@@ -389,6 +574,31 @@ DocumentPreview previewFirstDocument(const CorpusSpec& spec, const Tokenizer& to
         }
         if (blank(text)) continue;
         out.line = lineNo;
+        if (spec.format == "chat") {
+            ojson record;
+            try {
+                record = ojson::parse(text);
+            } catch (const ojson::parse_error& e) {
+                out.error = "line " + std::to_string(lineNo) + ": not valid JSON (at byte " + std::to_string(e.byte) + ")";
+                return out;
+            }
+            EncodedConversation c;
+            if (const std::string why = encodeConversation(record, spec, tok, c); !why.empty()) {
+                out.error = "line " + std::to_string(lineNo) + ": " + why;
+                return out;
+            }
+            if (spec.eos >= 0 && (c.ids.empty() || c.ids.back() != spec.eos)) {
+                c.ids.push_back(spec.eos);
+                c.mask.push_back(0);
+            }
+            out.tokens = c.ids.size();
+            c.ids.resize(std::min(c.ids.size(), maxShown));
+            c.mask.resize(c.ids.size());
+            out.mask = std::move(c.mask);
+            out.ids = std::move(c.ids);
+            document.clear();
+            break;
+        }
         json record;
         try {
             record = json::parse(text);
@@ -404,14 +614,23 @@ DocumentPreview previewFirstDocument(const CorpusSpec& spec, const Tokenizer& to
         document = f->get<std::string>();
         break;
     }
-    if (document.empty()) {
-        out.error = spec.path + " holds no document";
-        return out;
+    std::vector<std::int32_t> ids;
+    if (spec.format == "chat") {
+        if (out.ids.empty()) {
+            out.error = spec.path + " holds no conversation";
+            return out;
+        }
+        ids = std::move(out.ids);
+    } else {
+        if (document.empty()) {
+            out.error = spec.path + " holds no document";
+            return out;
+        }
+        ids = tok.encode(document, true);
+        if (spec.eos >= 0 && (ids.empty() || ids.back() != spec.eos)) ids.push_back(spec.eos);
+        out.tokens = ids.size();
+        ids.resize(std::min(ids.size(), maxShown));
     }
-    auto ids = tok.encode(document, true);
-    if (spec.eos >= 0 && (ids.empty() || ids.back() != spec.eos)) ids.push_back(spec.eos);
-    out.tokens = ids.size();
-    ids.resize(std::min(ids.size(), maxShown));
     // Each token's text: the growth of the decoded prefix, or the token decoded
     // alone where a token ends inside a character.
     std::string before;

@@ -1143,6 +1143,14 @@ std::optional<std::int32_t> Tokenizer::tokenToId(std::string_view token) const
     return m->model->tokenToId(token);
 }
 
+std::size_t Tokenizer::specialTokenAt(std::string_view text) const
+{
+    std::size_t best = 0;
+    for (const auto& content : m->specialContents)
+        if (content.size() > best && text.substr(0, content.size()) == content) best = content.size();
+    return best;
+}
+
 bool Tokenizer::isSpecial(std::int32_t id) const
 {
     const auto t = idToToken(id);

@@ -35,6 +35,8 @@ public:
     std::string decode(const std::vector<std::int32_t>& ids, bool skipSpecialTokens = false) const;
 
     std::optional<std::int32_t> tokenToId(std::string_view token) const;
+    // The length of the longest special added token whose text starts `text` (0: none).
+    std::size_t specialTokenAt(std::string_view text) const;
     std::optional<std::string> idToToken(std::int32_t id) const;
     bool isSpecial(std::int32_t id) const;
     // Ids run from 0 to vocabLimit() - 1 (model vocabulary and added tokens).

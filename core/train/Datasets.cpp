@@ -16,6 +16,7 @@
 
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
+#include "text/ChatTemplate.h"
 #include "text/Corpus.h"
 #include "text/Tokenizer.h"
 
@@ -367,6 +368,24 @@ std::unique_ptr<TokenDataset> TokenDataset::fromCorpus(const text::CorpusCache& 
                          + "another data.val_fraction");
     }
     d->m_trainEnd = trainEnd;
+    if (!corpus.maskPath.empty()) {
+        const int fd = ::open(corpus.maskPath.c_str(), O_RDONLY | O_CLOEXEC);
+        struct stat info {};
+        if (fd < 0 || ::fstat(fd, &info) != 0 || info.st_size != n) {
+            if (fd >= 0) ::close(fd);
+            throw RunError("the token cache's loss mask " + corpus.maskPath + " does not match its ids; delete " + corpus.dir
+                           + " and run again");
+        }
+        void* mapped = ::mmap(nullptr, static_cast<std::size_t>(n), PROT_READ, MAP_PRIVATE, fd, 0);
+        const int error = errno;
+        ::close(fd);
+        if (mapped == MAP_FAILED) throw RunError("cannot map " + corpus.maskPath + " (" + std::strerror(error) + ")");
+        d->m_maskOwner = std::shared_ptr<const void>(mapped, [n](const void* p) {
+            ::munmap(const_cast<void*>(p), static_cast<std::size_t>(n));
+        });
+        d->m_mask = torch::from_blob(mapped, {n}, torch::kByte);
+        ::madvise(mapped, static_cast<std::size_t>(n), MADV_RANDOM);
+    }
     d->m_tokenizer = std::move(tokenizer);
     d->m_eos = eos;
     d->m_documents = static_cast<std::int64_t>(corpus.documents);
@@ -379,6 +398,11 @@ Batch TokenDataset::windows(const torch::Tensor& starts) const
     const auto offsets = torch::arange(m_seqLen + 1, torch::kLong);
     const auto index = starts.unsqueeze(1) + offsets.unsqueeze(0); // [B, T+1]
     const auto tokens = m_data.index({index}).to(torch::kLong).bitwise_and(m_unsignedMask);
+    if (m_mask.defined()) {
+        // A target counts where its id is an assistant token.
+        const auto mask = m_mask.index({index}).narrow(1, 1, m_seqLen).to(torch::kFloat);
+        return {tokens.narrow(1, 0, m_seqLen), tokens.narrow(1, 1, m_seqLen), mask};
+    }
     return {tokens.narrow(1, 0, m_seqLen), tokens.narrow(1, 1, m_seqLen), {}};
 }
 
@@ -454,6 +478,30 @@ std::vector<std::int64_t> TokenDataset::encodePrompt(const std::string& text) co
     return ids;
 }
 
+std::vector<std::int64_t> Dataset::encodeChatPrompt(const std::string&) const
+{
+    throw InputError("a chat prompt needs a run of an hf model folder trained on text, jsonl or chat data, and a folder "
+                     "with a chat template");
+}
+
+std::vector<std::int64_t> TokenDataset::encodeChatPrompt(const std::string& text) const
+{
+    if (!m_tokenizer || m_chatFolder.empty()) return Dataset::encodeChatPrompt(text);
+    const auto ids = text::encodeChatPrompt(text, m_chatFolder, *m_tokenizer, m_bos);
+    std::vector<std::int64_t> out;
+    for (const auto id : ids) {
+        if (id >= m_vocab)
+            throw InputError("the prompt's token " + std::to_string(id) + " is outside the model's vocabulary of " + std::to_string(m_vocab));
+        out.push_back(id);
+    }
+    return out;
+}
+
+bool TokenDataset::endsTurn(std::int64_t id) const
+{
+    return id == m_eos || (m_tokenizer && id != m_bos && m_tokenizer->isSpecial(static_cast<std::int32_t>(id)));
+}
+
 std::string TokenDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
 {
     if (m_tokenizer) {
@@ -508,6 +556,15 @@ std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPre
     spec.field = d.field;
     spec.skipBadLines = d.skipBadLines;
     spec.eos = special.eos;
+    spec.bos = special.bos;
+    std::unique_ptr<text::ChatTemplate> chat;
+    if (d.source == "chat") {
+        const auto folderTemplate = text::readFolderChatTemplate(folder);
+        chat = std::make_unique<text::ChatTemplate>(folderTemplate.source, folderTemplate.where);
+        spec.chat = chat.get();
+        spec.chatVariables = folderTemplate.variables;
+        spec.chatSource = folderTemplate.source;
+    }
     std::string shown;
     const std::string root = prep.tokenCacheRoot.empty() ? text::defaultTokenCacheRoot() : prep.tokenCacheRoot;
     if (d.path.empty()) {
@@ -543,7 +600,7 @@ std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPre
         char rate[64];
         std::snprintf(rate, sizeof rate, "%.1f s, %.1f MB/s", corpus.seconds,
                       corpus.seconds > 0 ? corpus.fileBytes / corpus.seconds / 1e6 : 0.0);
-        say("info", "tokenized " + shown + ": " + std::to_string(corpus.documents) + " documents, "
+        say("info", "tokenized " + shown + ": " + std::to_string(corpus.documents) + (d.source == "chat" ? " conversations, " : " documents, ")
                         + std::to_string(corpus.tokens) + " tokens in " + rate + " (token cache " + corpus.dir + ")");
     }
     if (corpus.skippedLines > 0) {
@@ -553,8 +610,10 @@ std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPre
                            + " of " + shown + " (data.skip_bad_lines): " + examples
                            + (corpus.skippedLines > corpus.skippedExamples.size() ? "; ..." : ""));
     }
-    return TokenDataset::fromCorpus(corpus, shown, std::move(tokenizer), special.eos, datasetVocabSize(config),
-                                    effectiveSeqLen(config), d.valFraction);
+    auto dataset = TokenDataset::fromCorpus(corpus, shown, std::move(tokenizer), special.eos, datasetVocabSize(config),
+                                            effectiveSeqLen(config), d.valFraction);
+    dataset->setChatFolder(folder, special.bos);
+    return dataset;
 }
 
 } // namespace
@@ -567,7 +626,9 @@ std::unique_ptr<Dataset> makeDataset(const RunConfig& config, const DataPreparat
         return TokenDataset::fromFile(resolvedDataPath(config), d.tokenDtype, datasetVocabSize(config),
                                       effectiveSeqLen(config), d.valFraction);
     }
-    if (config.model.type == "hf" && (d.source == "text" || d.source == "jsonl")) return tokenizedDataset(config, prep);
+    if (config.model.type == "hf" && (d.source == "text" || d.source == "jsonl" || d.source == "chat")) {
+        return tokenizedDataset(config, prep);
+    }
     if (d.path.empty()) {
         return TextDataset::fromText(bundledSampleText(), "the bundled sample text", effectiveSeqLen(config),
                                      d.valFraction);

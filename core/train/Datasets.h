@@ -52,6 +52,11 @@ public:
     virtual std::string decodeCompletion(const std::vector<std::int64_t>& ids) const = 0;
     // The token that ends a completion, or -1.
     virtual std::int64_t endToken() const { return -1; }
+    // A chat prompt: `text` as one user message through the model's chat
+    // template, ready for the assistant's reply. InputError where the data has no chat template.
+    virtual std::vector<std::int64_t> encodeChatPrompt(const std::string& text) const;
+    // Whether a generated id ends an assistant turn (a special token).
+    virtual bool endsTurn(std::int64_t id) const { return id == endToken(); }
 };
 
 // Throws InputError (e.g. unreadable or too short text file).
@@ -137,6 +142,8 @@ public:
     static std::unique_ptr<TokenDataset> fromCorpus(const text::CorpusCache& corpus, const std::string& source,
                                                     std::shared_ptr<const text::Tokenizer> tokenizer, std::int32_t eos,
                                                     int vocabSize, int seqLen, double valFraction);
+    // The model folder whose chat template chat prompts use, and its BOS.
+    void setChatFolder(std::string folder, std::int32_t bos) { m_chatFolder = std::move(folder); m_bos = bos; }
     int vocabSize() const override { return m_vocab; }
     int seqLen() const override { return m_seqLen; }
     Batch trainBatch(int batchSize, at::Generator& gen) const override;
@@ -147,12 +154,18 @@ public:
     std::vector<std::int64_t> encodePrompt(const std::string& text) const override;
     std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
     std::int64_t endToken() const override { return m_eos; }
+    std::vector<std::int64_t> encodeChatPrompt(const std::string& text) const override;
+    bool endsTurn(std::int64_t id) const override;
 
 private:
     TokenDataset() = default;
     static std::unique_ptr<TokenDataset> map(const std::string& path, const std::string& dtype, int vocabSize, int seqLen,
                                              const std::string& shownAs);
     std::shared_ptr<const text::Tokenizer> m_tokenizer; // a tokenized corpus: prompts are text
+    std::string m_chatFolder;                            // the model folder (its chat template), when it has one
+    std::int32_t m_bos = -1;
+    std::shared_ptr<const void> m_maskOwner;             // chat: the loss mask's mapping
+    torch::Tensor m_mask;                                // chat: uint8 per id, 1 where the loss counts
     std::int64_t m_eos = -1;
     std::int64_t m_documents = 0, m_heldOutDocuments = 0;
     Batch windows(const torch::Tensor& starts) const;

@@ -170,7 +170,7 @@ SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& ch
     if (!(request.temperature >= 0.0) || request.temperature > 100.0) throw InputError("temperature must be from 0 to 100");
     if (request.topK < 0) throw InputError("top-k must be 0 (off) or positive");
     const auto data = makeDataset(config);
-    const auto prompt = data->encodePrompt(request.prompt);
+    const auto prompt = request.chat ? data->encodeChatPrompt(request.prompt) : data->encodePrompt(request.prompt);
     auto model = trainedModel(config, *data, checkpointPath);
     torch::NoGradGuard noGrad;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
@@ -183,9 +183,12 @@ SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& ch
         const std::int64_t next = pickToken(logits, request.temperature, request.topK, gen);
         generated.push_back(next);
         ids.push_back(next);
-        if (next == data->endToken()) break;
+        if (next == data->endToken() || (request.chat && data->endsTurn(next))) break;
     }
-    return {request.prompt, data->decodeCompletion(generated), generated};
+    // A chat reply is shown without the token that ended the turn.
+    std::vector<std::int64_t> shown = generated;
+    if (request.chat && !shown.empty() && data->endsTurn(shown.back())) shown.pop_back();
+    return {request.prompt, data->decodeCompletion(shown), generated};
 }
 
 namespace {

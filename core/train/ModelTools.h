@@ -17,6 +17,7 @@ struct SampleRequest {
     double temperature = 1.0; // 0: greedy
     int topK = 0;             // 0: no top-k filter
     std::uint64_t seed = 1;
+    bool chat = false; // the prompt is one user message, rendered with the model's chat template
 };
 
 struct SampleResult {
