@@ -1,15 +1,19 @@
 // Tokenizing and packing a corpus into the token cache, as a run does before
 // its first step: prints {"seconds", "bytes", "tokens", "documents",
 // "peak_rss_bytes", "tokenizer_rss_bytes"}. The cache goes to CACHE_DIR (emptied first).
-// usage: bench_tokenize_corpus TOKENIZER_JSON DATA_FILE text|jsonl CACHE_DIR [EOS_ID]
+// usage: bench_tokenize_corpus TOKENIZER_JSON DATA_FILE text|jsonl|chat CACHE_DIR [EOS_ID [TEMPLATE_DIR]]
+// (chat: TEMPLATE_DIR holds the tokenizer_config.json with the chat template)
 #include <sys/resource.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
+#include "text/ChatTemplate.h"
 #include "text/Corpus.h"
 #include "text/Tokenizer.h"
 
@@ -47,6 +51,15 @@ int main(int argc, char** argv)
         spec.path = argv[2];
         spec.format = argv[3];
         spec.eos = argc > 5 ? std::stoi(argv[5]) : -1;
+        std::unique_ptr<tb::text::ChatTemplate> chat;
+        if (spec.format == "chat") {
+            if (argc < 7) throw std::runtime_error("chat needs TEMPLATE_DIR");
+            const auto t = tb::text::readFolderChatTemplate(argv[6]);
+            chat = std::make_unique<tb::text::ChatTemplate>(t.source, t.where);
+            spec.chat = chat.get();
+            spec.chatVariables = t.variables;
+            spec.chatSource = t.source;
+        }
         const auto t0 = std::chrono::steady_clock::now();
         const auto cache = tb::text::tokenizeCorpus(spec, tok, argv[4]);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

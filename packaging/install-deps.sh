@@ -9,13 +9,14 @@ packages=(
   libtorch-dev libopenblas0-pthread     # LibTorch 1.13 (CPU); OpenBLAS: ~8x faster than reference BLAS
   qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6
   libsqlite3-dev nlohmann-json3-dev
-  libonig-dev libicu-dev libsentencepiece-dev  # tokenizers: the regex engine of Hugging Face's tokenizers, Unicode normalisation, tokenizer.model files
+  libonig-dev libicu-dev                # tokenizers: the regex engine of Hugging Face's tokenizers; Unicode normalisation
   xvfb xauth                            # GUI tests and screenshots under a real X server
   util-linux                            # setpriv: tests drop root to check read-only databases
   debootstrap                           # the Debian 13 chroot of the LibTorch 2.x tree (scripts/torch2.sh)
 )
 if [[ "${1:-}" == "--tests" || "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)             # test-only: the plain-PyTorch references (tests/reference/, bench/)
+  packages+=(python3-jinja2)            # test-only: chat templates rendered as transformers renders them
 fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(valgrind)                  # callgrind, for bench/overhead_instructions

@@ -92,6 +92,15 @@ private:
     std::vector<ConfigIssue>& m_issues;
 };
 
+// A file the config names must exist and be a regular file.
+void checkFile(Checker& check, const std::string& key, const std::string& path, const std::string& hint = {})
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) check.add(key, "file not found: " + path + hint);
+    else if (!fs::is_regular_file(path, ec)) check.add(key, "is not a regular file: " + path);
+}
+
 bool validDevice(const std::string& device)
 {
     if (device == "auto" || device == "cpu" || device == "cuda") return true;
@@ -150,9 +159,9 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
             }
         }
         if (c.data.source == "addition") {
-            check.add("data.source", "an hf model trains on its own tokenizer's ids: use \"text\" or \"jsonl\" (tokenized "
-                                     "with the folder's tokenizer.json) or \"tokens\" (ids already made); addition is for "
-                                     "the built-in models");
+            check.add("data.source", "an hf model trains on its own tokenizer's ids: use \"text\", \"jsonl\" or \"chat\" "
+                                     "(tokenized with the folder's tokenizer.json) or \"tokens\" (ids already made); addition "
+                                     "is for the built-in models");
         } else if ((c.data.source == "text" || c.data.source == "jsonl" || c.data.source == "chat") && checkFiles && !m.path.empty()) {
             namespace fs = std::filesystem;
             std::error_code ec;
@@ -165,11 +174,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
             check.add("model.path", "a torchscript model needs the file of the saved module (torch.jit.save), e.g. "
                                     "\"model.pt\"");
         } else if (checkFiles) {
-            namespace fs = std::filesystem;
-            std::error_code ec;
-            const std::string path = resolvedModelPath(c);
-            if (!fs::exists(path, ec)) check.add("model.path", "file not found: " + path);
-            else if (!fs::is_regular_file(path, ec)) check.add("model.path", "is not a regular file: " + path);
+            checkFile(check, "model.path", resolvedModelPath(c));
         }
         if (c.lora.rank > 0) check.add("lora.rank", "LoRA adapters are for the built-in models; use 0 with a torchscript model");
         if (c.train.activationCheckpointing) {
@@ -239,11 +244,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
         if (d.path.empty()) {
             check.add("data.path", "\"tokens\" needs the file of little-endian token ids (e.g. nanoGPT's train.bin)");
         } else if (checkFiles) {
-            namespace fs = std::filesystem;
-            std::error_code ec;
-            const std::string path = resolvedDataPath(c);
-            if (!fs::exists(path, ec)) check.add("data.path", "file not found: " + path);
-            else if (!fs::is_regular_file(path, ec)) check.add("data.path", "is not a regular file: " + path);
+            checkFile(check, "data.path", resolvedDataPath(c));
         }
     } else if (d.source == "jsonl" || d.source == "chat") {
         check.intRange("data.seq_len", d.seqLen, 0, 65536, "an integer (0 = 64)");
@@ -255,24 +256,12 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
         if (d.path.empty()) {
             check.add("data.path", "\"" + d.source + "\" needs the file of JSON records, one per line");
         } else if (checkFiles) {
-            namespace fs = std::filesystem;
-            std::error_code ec;
-            const std::string path = resolvedDataPath(c);
-            if (!fs::exists(path, ec)) check.add("data.path", "file not found: " + path);
-            else if (!fs::is_regular_file(path, ec)) check.add("data.path", "is not a regular file: " + path);
+            checkFile(check, "data.path", resolvedDataPath(c));
         }
     } else if (d.source == "text") {
         check.intRange("data.seq_len", d.seqLen, 0, 65536, "an integer (0 = 64)");
         if (checkFiles && !d.path.empty()) {
-            namespace fs = std::filesystem;
-            std::error_code ec;
-            const std::string path = resolvedDataPath(c);
-            if (!fs::exists(path, ec)) {
-                check.add("data.path", "file not found: " + path
-                                           + " (give an existing text file, or leave path out for the bundled sample)");
-            } else if (!fs::is_regular_file(path, ec)) {
-                check.add("data.path", "is not a regular file: " + path);
-            }
+            checkFile(check, "data.path", resolvedDataPath(c), " (give an existing text file, or leave path out for the bundled sample)");
         }
     }
 

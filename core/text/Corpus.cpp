@@ -112,24 +112,6 @@ using ojson = nlohmann::ordered_json;
 const std::string kOpen = "\xEE\x80\x80";  // U+E000, around assistant text while locating it
 const std::string kClose = "\xEE\x80\x81"; // U+E001
 
-std::string stripWhite(const std::string& s)
-{
-    std::size_t b = 0, e = s.size();
-    while (b < e) {
-        std::size_t i = b;
-        if (!isWhiteSpace(nextCodePoint(s, i))) break;
-        b = i;
-    }
-    while (e > b) {
-        std::size_t st = e - 1;
-        while (st > b && (static_cast<unsigned char>(s[st]) & 0xC0) == 0x80) --st;
-        std::size_t i = st;
-        if (!isWhiteSpace(nextCodePoint(s, i))) break;
-        e = st;
-    }
-    return s.substr(b, e - b);
-}
-
 // BOS first when the tokenizer's own template adds one and the chat template did not write it.
 void prependBos(std::vector<std::int32_t>& ids, const Tokenizer& tok, std::int32_t bos)
 {
@@ -195,7 +177,7 @@ std::string encodeConversation(const ojson& record, const CorpusSpec& spec, cons
         for (auto& m : marked["messages"])
             if (m["role"] == "assistant" && m["content"].is_string()) {
                 const std::string c = m["content"].get<std::string>();
-                m["content"] = kOpen + (stripped ? stripWhite(c) : c) + kClose;
+                m["content"] = kOpen + (stripped ? stripWhiteSpace(c) : c) + kClose;
             }
         std::string rendered;
         try {

@@ -247,25 +247,7 @@ struct LowercaseNormalizer final : Normalizer {
 
 struct StripNormalizer final : Normalizer {
     bool left = true, right = true;
-    void apply(std::string& s) const override
-    {
-        std::size_t b = 0, e = s.size();
-        if (left)
-            while (b < e) {
-                std::size_t i = b;
-                if (!isWhiteSpace(nextCodePoint(s, i))) break;
-                b = i;
-            }
-        if (right)
-            while (e > b) {
-                std::size_t st = e - 1;
-                while (st > b && (static_cast<unsigned char>(s[st]) & 0xC0) == 0x80) --st;
-                std::size_t i = st;
-                if (!isWhiteSpace(nextCodePoint(s, i))) break;
-                e = st;
-            }
-        s = s.substr(b, e - b);
-    }
+    void apply(std::string& s) const override { s = stripWhiteSpace(s, left, right); }
 };
 
 struct StripAccentsNormalizer final : Normalizer {

@@ -8,6 +8,26 @@
 #include <vector>
 
 namespace tb::text {
+namespace {
+
+// The length of the UTF-8 sequence a non-ASCII lead byte starts (0: not a lead
+// byte) and the range its second byte must be in (no overlong forms, no surrogates).
+std::size_t leadByte(unsigned char b, unsigned char& lo, unsigned char& hi)
+{
+    lo = 0x80;
+    hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) return 2;
+    if (b == 0xE0) { lo = 0xA0; return 3; }
+    if (b >= 0xE1 && b <= 0xEC) return 3;
+    if (b == 0xED) { hi = 0x9F; return 3; }
+    if (b >= 0xEE && b <= 0xEF) return 3;
+    if (b == 0xF0) { lo = 0x90; return 4; }
+    if (b >= 0xF1 && b <= 0xF3) return 4;
+    if (b == 0xF4) { hi = 0x8F; return 4; }
+    return 0;
+}
+
+} // namespace
 
 std::size_t firstInvalidUtf8(std::string_view s)
 {
@@ -20,17 +40,9 @@ std::size_t firstInvalidUtf8(std::string_view s)
             ++i;
             continue;
         }
-        std::size_t len = 0;
         unsigned char lo = 0x80, hi = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) len = 2;
-        else if (b == 0xE0) { len = 3; lo = 0xA0; }
-        else if (b >= 0xE1 && b <= 0xEC) len = 3;
-        else if (b == 0xED) { len = 3; hi = 0x9F; }
-        else if (b >= 0xEE && b <= 0xEF) len = 3;
-        else if (b == 0xF0) { len = 4; lo = 0x90; }
-        else if (b >= 0xF1 && b <= 0xF3) len = 4;
-        else if (b == 0xF4) { len = 4; hi = 0x8F; }
-        else return i;
+        const std::size_t len = leadByte(b, lo, hi);
+        if (len == 0) return i;
         if (i + len > n) return i;
         if (p[i + 1] < lo || p[i + 1] > hi) return i;
         for (std::size_t k = 2; k < len; ++k)
@@ -97,16 +109,8 @@ std::string utf8Lossy(std::string_view s)
             ++i;
             continue;
         }
-        std::size_t len = 0;
         unsigned char lo = 0x80, hi = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) len = 2;
-        else if (b == 0xE0) { len = 3; lo = 0xA0; }
-        else if (b >= 0xE1 && b <= 0xEC) len = 3;
-        else if (b == 0xED) { len = 3; hi = 0x9F; }
-        else if (b >= 0xEE && b <= 0xEF) len = 3;
-        else if (b == 0xF0) { len = 4; lo = 0x90; }
-        else if (b >= 0xF1 && b <= 0xF3) len = 4;
-        else if (b == 0xF4) { len = 4; hi = 0x8F; }
+        const std::size_t len = leadByte(b, lo, hi);
         if (len == 0) { // not a lead byte: one replacement for this byte
             out += "\xEF\xBF\xBD";
             ++i;
@@ -168,6 +172,26 @@ std::string normalize(std::string_view s, NormalForm form)
 }
 
 bool isWhiteSpace(char32_t c) { return u_hasBinaryProperty(UChar32(c), UCHAR_WHITE_SPACE); }
+
+std::string stripWhiteSpace(std::string_view s, bool left, bool right)
+{
+    std::size_t b = 0, e = s.size();
+    if (left)
+        while (b < e) {
+            std::size_t i = b;
+            if (!isWhiteSpace(nextCodePoint(s, i))) break;
+            b = i;
+        }
+    if (right)
+        while (e > b) {
+            std::size_t st = e - 1;
+            while (st > b && (static_cast<unsigned char>(s[st]) & 0xC0) == 0x80) --st;
+            std::size_t i = st;
+            if (!isWhiteSpace(nextCodePoint(s, i))) break;
+            e = st;
+        }
+    return std::string(s.substr(b, e - b));
+}
 
 bool isNumeric(char32_t c)
 {

@@ -28,6 +28,8 @@ enum class NormalForm { NFC, NFD, NFKC, NFKD };
 std::string normalize(std::string_view s, NormalForm form);
 
 bool isWhiteSpace(char32_t c);   // the White_Space property (Rust's char::is_whitespace, regex \s)
+// s without the White_Space characters at its start (left) and end (right).
+std::string stripWhiteSpace(std::string_view s, bool left = true, bool right = true);
 bool isNumeric(char32_t c);      // general category Nd, Nl or No (Rust's char::is_numeric)
 bool isWordChar(char32_t c);     // regex \w: Alphabetic, M, Nd, Pc, Join_Control
 bool isCombiningMark(char32_t c); // general category Mn, Mc or Me
