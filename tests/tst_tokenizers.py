@@ -593,6 +593,25 @@ def chat_training_run(tmp, modules):
                              "--temperature", "0", "--db", db], capture_output=True, text=True, env=env)
     if sample.returncode != 0 or not sample.stdout.strip() or "[INST]" in sample.stdout:
         failures.append("sample --chat: exit %d, %r %s" % (sample.returncode, sample.stdout, sample.stderr.strip()))
+    # A plain text prompt: the completion is the text it adds to the prompt's.
+    # Mistral's decoder strips the leading space of a text's first token, so
+    # decoding the completion alone lost the space between prompt and reply.
+    plain = subprocess.run([CLI, "sample", rid, "--prompt", "What is 2 plus 3", "--max-tokens", "6", "--temperature", "0",
+                            "--json", "--db", db], capture_output=True, text=True, env=env)
+    if plain.returncode != 0:
+        failures.append("sample RUN --prompt: %s" % plain.stderr.strip())
+    else:
+        result = json.loads(plain.stdout)
+        prompt_ids = json.loads(subprocess.run([CLI, "tokenize", "--model", folder, "--add-special-tokens", "--jsonl"],
+                                               input=json.dumps("What is 2 plus 3") + "\n", capture_output=True,
+                                               text=True).stdout)
+        before, whole, alone = run_ref(os.path.join(folder, "tokenizer.json"),
+                                       [json.dumps(prompt_ids), json.dumps(prompt_ids + result["completion_ids"]),
+                                        json.dumps(result["completion_ids"])], "decode")
+        expected = whole[len(before):]
+        if result["completion"] != expected:
+            failures.append("sample RUN --prompt: the completion %r is not the text it adds to the prompt, %r%s" % (
+                result["completion"], expected, " (decoded alone it is %r)" % alone if alone != expected else ""))
     print("chat run: 4 bad lines named and skipped, loss %.3f -> %.3f on assistant tokens, sample --chat: %r" % (
         losses[0] if losses else -1, losses[-1] if losses else -1, sample.stdout.strip()[:60]))
     return failures

@@ -502,6 +502,19 @@ bool TokenDataset::endsTurn(std::int64_t id) const
     return id == m_eos || (m_tokenizer && id != m_bos && m_tokenizer->isSpecial(static_cast<std::int32_t>(id)));
 }
 
+std::string TokenDataset::decodeContinuation(const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& ids) const
+{
+    if (!m_tokenizer) return decodeCompletion(ids);
+    // Decoded after the prompt, then the prompt's own text taken off: Llama 2
+    // style decoders drop the leading space of a text's first token.
+    std::vector<std::int32_t> all(prompt.begin(), prompt.end());
+    const std::string before = m_tokenizer->decode(all);
+    all.insert(all.end(), ids.begin(), ids.end());
+    const std::string whole = m_tokenizer->decode(all);
+    if (whole.compare(0, before.size(), before) == 0) return whole.substr(before.size());
+    return decodeCompletion(ids);
+}
+
 std::string TokenDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
 {
     if (m_tokenizer) {

@@ -50,6 +50,13 @@ public:
     // encodePrompt throws InputError for a prompt the task cannot read.
     virtual std::vector<std::int64_t> encodePrompt(const std::string& text) const = 0;
     virtual std::string decodeCompletion(const std::vector<std::int64_t>& ids) const = 0;
+    // The completion's text as it continues the prompt's (a tokenizer's decoder
+    // may treat the first token of a text differently, e.g. strip its space).
+    virtual std::string decodeContinuation(const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& ids) const
+    {
+        (void)prompt;
+        return decodeCompletion(ids);
+    }
     // The token that ends a completion, or -1.
     virtual std::int64_t endToken() const { return -1; }
     // A chat prompt: `text` as one user message through the model's chat
@@ -153,6 +160,7 @@ public:
     // Prompts are token ids written "1,2,3" for an id file; text for a tokenized corpus.
     std::vector<std::int64_t> encodePrompt(const std::string& text) const override;
     std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
+    std::string decodeContinuation(const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& ids) const override;
     std::int64_t endToken() const override { return m_eos; }
     std::vector<std::int64_t> encodeChatPrompt(const std::string& text) const override;
     bool endsTurn(std::int64_t id) const override;
