@@ -1191,13 +1191,6 @@ FolderSpecialTokens readFolderSpecialTokens(const std::filesystem::path& dir, co
                 *target = *id;
             }
         }
-        if (const auto t = config->find("chat_template"); t != config->end()) {
-            if (t->is_string()) out.chatTemplate = t->get<std::string>();
-            else if (t->is_array())
-                for (const auto& named : *t)
-                    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string())
-                        out.chatTemplate = named["template"].get<std::string>();
-        }
     }
     for (const char* file : {"config.json", "generation_config.json"}) {
         if (out.bos >= 0 && out.eos >= 0) break;

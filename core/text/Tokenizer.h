@@ -58,13 +58,12 @@ private:
     std::shared_ptr<const Impl> m;
 };
 
-// The special tokens and chat template a model folder declares: BOS and EOS
+// The special tokens a model folder declares (its chat template: text::readFolderChatTemplate): BOS and EOS
 // from tokenizer_config.json (bos_token, eos_token), else config.json's or
 // generation_config.json's bos_token_id / eos_token_id; -1 when none says.
 struct FolderSpecialTokens {
     std::int32_t bos = -1;
     std::int32_t eos = -1;
-    std::string chatTemplate; // tokenizer_config.json "chat_template" (the default one of a list); empty if none
 };
 FolderSpecialTokens readFolderSpecialTokens(const std::filesystem::path& dir, const Tokenizer& tokenizer);
 

@@ -29,25 +29,38 @@ std::size_t leadByte(unsigned char b, unsigned char& lo, unsigned char& hi)
 
 } // namespace
 
+// The UTF-8 sequence at p[i] (p[i] >= 0x80): how many bytes it takes, and
+// whether they form a whole character. A broken one takes its maximal valid
+// subpart (at least one byte), which Rust's from_utf8_lossy replaces by one U+FFFD.
+static std::size_t sequenceAt(const unsigned char* p, std::size_t n, std::size_t i, bool& whole)
+{
+    unsigned char lo = 0x80, hi = 0xBF;
+    const std::size_t len = leadByte(p[i], lo, hi);
+    whole = false;
+    if (len == 0) return 1;
+    std::size_t k = 1;
+    while (k < len && i + k < n) {
+        const unsigned char c = p[i + k];
+        if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) break;
+        ++k;
+    }
+    whole = k == len;
+    return k;
+}
+
 std::size_t firstInvalidUtf8(std::string_view s)
 {
     const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    const std::size_t n = s.size();
     std::size_t i = 0;
-    while (i < n) {
-        const unsigned char b = p[i];
-        if (b < 0x80) {
+    while (i < s.size()) {
+        if (p[i] < 0x80) {
             ++i;
             continue;
         }
-        unsigned char lo = 0x80, hi = 0xBF;
-        const std::size_t len = leadByte(b, lo, hi);
-        if (len == 0) return i;
-        if (i + len > n) return i;
-        if (p[i + 1] < lo || p[i + 1] > hi) return i;
-        for (std::size_t k = 2; k < len; ++k)
-            if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-        i += len;
+        bool whole = false;
+        const std::size_t k = sequenceAt(p, s.size(), i, whole);
+        if (!whole) return i;
+        i += k;
     }
     return std::string_view::npos;
 }
@@ -100,31 +113,15 @@ std::string utf8Lossy(std::string_view s)
     std::string out;
     out.reserve(s.size());
     const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-    const std::size_t n = s.size();
     std::size_t i = 0;
-    while (i < n) {
-        const unsigned char b = p[i];
-        if (b < 0x80) {
-            out.push_back(char(b));
-            ++i;
+    while (i < s.size()) {
+        if (p[i] < 0x80) {
+            out.push_back(s[i++]);
             continue;
         }
-        unsigned char lo = 0x80, hi = 0xBF;
-        const std::size_t len = leadByte(b, lo, hi);
-        if (len == 0) { // not a lead byte: one replacement for this byte
-            out += "\xEF\xBF\xBD";
-            ++i;
-            continue;
-        }
-        // The maximal subpart: the lead byte and as many valid continuation bytes as follow.
-        std::size_t k = 1;
-        while (k < len && i + k < n) {
-            const unsigned char c = p[i + k];
-            const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-            if (c < l || c > h) break;
-            ++k;
-        }
-        if (k == len) out.append(s.substr(i, len));
+        bool whole = false;
+        const std::size_t k = sequenceAt(p, s.size(), i, whole);
+        if (whole) out.append(s.substr(i, k));
         else out += "\xEF\xBF\xBD";
         i += k;
     }
