@@ -17,6 +17,7 @@ packages=(
 if [[ "${1:-}" == "--tests" || "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)             # test-only: the plain-PyTorch references (tests/reference/, bench/)
   packages+=(python3-jinja2)            # test-only: chat templates rendered as transformers renders them
+  packages+=(openssh-server)            # test-only: remote runs against a real sshd on loopback (tests start their own)
 fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(valgrind)                  # callgrind, for bench/overhead_instructions

@@ -45,7 +45,7 @@ std::string rate(double tokensPerSecond)
 
 } // namespace
 
-int runWithProgress(RunSession& session, bool quiet)
+int runWithProgress(RunSession& session, bool quiet, const std::function<void(std::int64_t runId)>& onStarted)
 {
     struct sigaction action {};
     action.sa_handler = onSignal;
@@ -76,6 +76,7 @@ int runWithProgress(RunSession& session, bool quiet)
     SessionCallbacks callbacks;
     callbacks.onStarted = [&](std::int64_t runId, const std::string& description) {
         if (!quiet) std::cout << "run " << runId << " started: " << description << std::endl;
+        if (onStarted) onStarted(runId);
     };
     callbacks.onEval = [&](const EvalMetrics& e) { lastVal = e.valLoss; };
     std::string printedError; // the failure's own event, so that the closing line does not repeat it

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "run/RunSession.h"
 
 namespace tb::cli {
@@ -7,6 +10,7 @@ namespace tb::cli {
 // Runs a session with a progress line at most once a second; SIGINT/SIGTERM
 // finish the current step, checkpoint and end the run "cancelled".
 // Returns the exit status for the outcome.
-int runWithProgress(RunSession& session, bool quiet);
+// `onStarted` gets the run's id once it trains.
+int runWithProgress(RunSession& session, bool quiet, const std::function<void(std::int64_t runId)>& onStarted = {});
 
 } // namespace tb::cli

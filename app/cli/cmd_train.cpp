@@ -1,15 +1,152 @@
-// trainbench-cli train: start a run from a config file.
+// trainbench-cli train: start a run from a config file, here (in the
+// foreground or detached) or on a GPU server over ssh.
 #include "Command.h"
+#include "Follow.h"
 #include "Progress.h"
+#include "Remote.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
 #include "train/OpCounter.h"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <memory>
+#include <regex>
+#include <sstream>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace tb::cli {
 namespace {
+
+std::string readConfigText(const std::string& path)
+{
+    std::stringstream text;
+    if (path == "-") {
+        text << std::cin.rdbuf();
+        return text.str();
+    }
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+        throw InputError("config file not found: " + path + " (check the path; bundled examples are in resources/examples/)");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError("cannot read config file " + path + " (check its permissions)");
+    text << in.rdbuf();
+    return text.str();
+}
+
+// The config as sent to a host: data and model paths in it name files there.
+int trainRemote(const Args& args, const std::string& path)
+{
+    if (args.value("--db")) throw InputError("--db names a local store; with --host use --remote-db");
+    if (args.flag("--count-ops") || args.flag("--bare")) throw InputError("--count-ops and --bare are for local benchmarks");
+    const auto host = hostOf(args);
+    const std::string text = readConfigText(path);
+    checkRemoteVersion(host);
+    std::vector<std::string> remoteArgs{"train", "--config", "-", "--detach"};
+    for (const char* option : {"--device", "--steps", "--name", "--threads"}) {
+        if (auto v = args.value(option)) {
+            remoteArgs.push_back(option);
+            remoteArgs.push_back(*v);
+        }
+    }
+    for (const char* flag : {"--force", "--no-metrics", "--no-memory-probe"}) {
+        if (args.flag(flag)) remoteArgs.push_back(flag);
+    }
+    const auto r = runRemote(host, remoteArgs, text);
+    std::smatch m;
+    if (r.exitCode != 0 || !std::regex_search(r.out, m, std::regex("run ([0-9]+) started"))) {
+        std::cerr << r.out << remote::sshMessages(r.err) << "\n";
+        return r.exitCode != 0 ? r.exitCode : kExitFailed;
+    }
+    const std::int64_t runId = std::stoll(m[1]);
+    std::cout << "run " << runId << " started on " << host.label() << " (remote run id " << runId << ")" << std::endl;
+    if (args.flag("--detach")) {
+        std::cout << "follow it with: trainbench-cli follow " << runId << " --host " << host.label()
+                  << "\nstop it with:   trainbench-cli stop " << runId << " --host " << host.label() << "\n";
+        return kExitOk;
+    }
+    FollowOptions follow;
+    return followRemote(host, runId, follow);
+}
+
+// Starts the run in a child process of its own session (no terminal, stdin
+// from /dev/null, output to a log file), waits until it trains and prints its
+// id. It survives the end of this process, a closed terminal or ssh link.
+template <typename Train>
+int detach(const std::string& dbPath, Train&& trainHere)
+{
+    const std::string db = dbPath.empty() ? RunStore::defaultPath() : dbPath;
+    const std::string logFolder = db + "-runs";
+    std::error_code ec;
+    std::filesystem::create_directories(logFolder, ec);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("cannot create a pipe to start the run");
+    std::cout.flush();
+    std::cerr.flush();
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("cannot start the run in the background (fork failed)");
+    const std::string log = logFolder + "/detached-" + std::to_string(pid > 0 ? pid : getpid()) + ".log";
+    if (pid == 0) {
+        close(fds[0]);
+        setsid();
+        const int null = open("/dev/null", O_RDONLY);
+        const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+        if (null >= 0) dup2(null, 0);
+        if (out >= 0) {
+            dup2(out, 1);
+            dup2(out, 2);
+        }
+        const int code = trainHere([&](std::int64_t runId) {
+            // The log moves into the run's folder; the parent learns the id.
+            std::string moved = log;
+            std::error_code e;
+            std::filesystem::create_directories(logFolder + "/" + std::to_string(runId), e);
+            if (!e) {
+                moved = logFolder + "/" + std::to_string(runId) + "/output.log";
+                std::filesystem::rename(log, moved, e);
+                if (e) moved = log;
+            }
+            const std::string line = "started " + std::to_string(runId) + " " + std::to_string(getpid()) + " " + moved + "\n";
+            (void)!write(fds[1], line.data(), line.size());
+            close(fds[1]);
+        });
+        std::cout.flush();
+        std::cerr.flush();
+        _exit(code);
+    }
+    close(fds[1]);
+    std::string reply;
+    char buffer[512];
+    for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        reply.append(buffer, static_cast<std::size_t>(n));
+    }
+    close(fds[0]);
+    std::istringstream in(reply);
+    std::string word, where;
+    long long runId = 0, childPid = 0;
+    if (in >> word >> runId >> childPid >> where && word == "started") {
+        std::cout << "run " << runId << " started in the background (pid " << childPid << "); output in " << where
+                  << "\nfollow it with: trainbench-cli follow " << runId << (dbPath.empty() ? "" : " --db " + dbPath)
+                  << "\nstop it with:   trainbench-cli stop " << runId << (dbPath.empty() ? "" : " --db " + dbPath) << "\n";
+        return kExitOk;
+    }
+    // It ended before training: its output says why.
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    std::ifstream output(log);
+    std::cerr << output.rdbuf();
+    std::filesystem::remove(log, ec);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailed;
+}
 
 int train(const Args& args)
 {
@@ -19,7 +156,9 @@ int train(const Args& args)
     }
     const auto path = args.value("--config");
     if (!path) throw InputError("'train' needs --config FILE (examples are in resources/examples/)");
-    RunConfig config = loadConfigFile(*path);
+    if (args.value("--host")) return trainRemote(args, *path);
+    if (args.value("--remote-cli") || args.value("--remote-db")) throw InputError("--remote-cli and --remote-db need --host");
+    RunConfig config = *path == "-" ? parseConfig(readConfigText("-"), "the config read from stdin") : loadConfigFile(*path);
     if (auto device = args.value("--device")) config.device = *device;
     if (auto steps = args.integer("--steps", 1, 1000000000)) {
         config.train.steps = static_cast<int>(*steps);
@@ -33,46 +172,71 @@ int train(const Args& args)
     options.measureMemory = !args.flag("--no-memory-probe");
     options.bare = args.flag("--bare");
     options.force = args.flag("--force");
-    std::unique_ptr<RunSession> session;
-    try {
-        session = std::make_unique<RunSession>(config, options);
-    } catch (const PreflightError& e) {
-        std::fprintf(stderr, "trainbench-cli: %s\n", e.what());
-        return kExitFindings;
-    }
-    for (const auto& f : session->preflight()) {
-        if (f.severity != Severity::Info && !args.flag("--quiet")) {
-            std::fprintf(stderr, "preflight: %s: %s (%s)\n", severityName(f.severity), f.title.c_str(), f.kind.c_str());
+    const auto trainHere = [&](const std::function<void(std::int64_t)>& onStarted) {
+        std::unique_ptr<RunSession> session;
+        try {
+            session = std::make_unique<RunSession>(config, options);
+        } catch (const PreflightError& e) {
+            std::fprintf(stderr, "trainbench-cli: %s\n", e.what());
+            return kExitFindings;
         }
+        for (const auto& f : session->preflight()) {
+            if (f.severity != Severity::Info && !args.flag("--quiet")) {
+                std::fprintf(stderr, "preflight: %s: %s (%s)\n", severityName(f.severity), f.title.c_str(), f.kind.c_str());
+            }
+        }
+        // Training runs on this thread, so the counter sees every operator of the run.
+        auto counter = args.flag("--count-ops") ? std::make_unique<OpCounter>() : nullptr;
+        const int code = runWithProgress(*session, args.flag("--quiet"), onStarted);
+        if (counter) {
+            std::printf("ops: %lld ATen operators dispatched on the training thread\n",
+                        static_cast<long long>(counter->total()));
+            for (const auto& [name, n] : counter->counts()) std::printf("op %s %lld\n", name.c_str(), static_cast<long long>(n));
+        }
+        return code;
+    };
+    if (args.flag("--detach")) {
+        return detach(options.dbPath, [&](const std::function<void(std::int64_t)>& onStarted) {
+            try {
+                return trainHere(onStarted);
+            } catch (const InputError& e) {
+                std::cerr << "trainbench-cli: error: " << e.what() << "\n";
+                return kExitBadInput;
+            } catch (const std::exception& e) {
+                std::cerr << "trainbench-cli: failed: " << e.what() << "\n";
+                return kExitFailed;
+            }
+        });
     }
-    // Training runs on this thread, so the counter sees every operator of the run.
-    auto counter = args.flag("--count-ops") ? std::make_unique<OpCounter>() : nullptr;
-    const int code = runWithProgress(*session, args.flag("--quiet"));
-    if (counter) {
-        std::printf("ops: %lld ATen operators dispatched on the training thread\n",
-                    static_cast<long long>(counter->total()));
-        for (const auto& [name, n] : counter->counts()) std::printf("op %s %lld\n", name.c_str(), static_cast<long long>(n));
-    }
-    return code;
+    return trainHere({});
+}
+
+std::vector<OptionSpec> options()
+{
+    std::vector<OptionSpec> o{
+        {"--config", true, "the experiment config (JSON); '-' reads it from stdin", "FILE"},
+        {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)",
+         "FILE"},
+        {"--device", true, "override the config's device: auto, cpu, cuda, cuda:N", "D"},
+        {"--steps", true, "override train.steps", "N"},
+        {"--name", true, "override the run name", "S"},
+        {"--threads", true, "override train.threads (0 = automatic)", "N"},
+        {"--detach", false, "start the run in the background, print its id and return (it outlives this terminal)"},
+        {"--quiet", false, "print only the final summary"},
+        {"--force", false, "launch even if preflight finds errors (recorded with the run)"},
+        {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
+        {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"},
+        {"--bare", false, "benchmark baseline: no metrics writer, no per-step callback or loss read, no memory probe"},
+        {"--count-ops", false, "benchmark: count the ATen operators the run dispatches and print them at the end"}};
+    for (auto& h : hostOptions()) o.push_back(std::move(h));
+    return o;
 }
 
 const CommandRegistration registration{Command{
     "train",
-    "Train a model from a JSON config and store the run.",
-    "--config FILE [--db FILE] [--device D] [--steps N] [--name S] [--force]",
-    {{"--config", true, "the experiment config (JSON)", "FILE"},
-     {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)",
-      "FILE"},
-     {"--device", true, "override the config's device: auto, cpu, cuda, cuda:N", "D"},
-     {"--steps", true, "override train.steps", "N"},
-     {"--name", true, "override the run name", "S"},
-     {"--threads", true, "override train.threads (0 = automatic)", "N"},
-     {"--quiet", false, "print only the final summary"},
-     {"--force", false, "launch even if preflight finds errors (recorded with the run)"},
-     {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
-     {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"},
-     {"--bare", false, "benchmark baseline: no metrics writer, no per-step callback or loss read, no memory probe"},
-     {"--count-ops", false, "benchmark: count the ATen operators the run dispatches and print them at the end"}},
+    "Train a model from a JSON config and store the run (here, or on a host over ssh).",
+    "--config FILE [--db FILE | --host H] [--detach] [--device D] [--steps N] [--name S] [--force]",
+    options(),
     &train}};
 
 } // namespace

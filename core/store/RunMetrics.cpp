@@ -147,6 +147,19 @@ std::vector<MetricPoint> RunStore::metrics(std::int64_t runId, const std::string
     return points;
 }
 
+std::vector<MetricPoint> RunStore::metricsFrom(std::int64_t runId, const std::string& key, int firstStep)
+{
+    Statement s(*m_db, "SELECT run_id, step, key, value, wall_time FROM metrics WHERE run_id=? AND key=? AND step>=? "
+                       "ORDER BY step");
+    s.bind(1, runId).bind(2, key).bind(3, static_cast<std::int64_t>(firstStep));
+    std::vector<MetricPoint> points;
+    while (s.step()) {
+        points.push_back({s.columnInt(0), static_cast<int>(s.columnInt(1)), s.columnText(2), s.columnDouble(3),
+                          s.columnDouble(4)});
+    }
+    return points;
+}
+
 std::vector<MetricPoint> RunStore::metricSeries(std::int64_t runId, const std::string& key, int buckets)
 {
     // The step range from the primary key; steps are unique per key, so a

@@ -504,12 +504,16 @@ std::optional<RunRecord> RunStore::run(std::int64_t runId)
 
 
 
-std::vector<EventRecord> RunStore::events(std::int64_t runId)
+std::vector<EventRecord> RunStore::events(std::int64_t runId) { return eventsAfter(runId, -1); }
+
+std::vector<EventRecord> RunStore::eventsAfter(std::int64_t runId, std::int64_t afterId)
 {
-    Statement s(*m_db, "SELECT run_id, time, severity, kind, message FROM events WHERE run_id=? ORDER BY time, id");
-    s.bind(1, runId);
+    Statement s(*m_db, "SELECT run_id, time, severity, kind, message, id FROM events WHERE run_id=? AND id>? ORDER BY time, id");
+    s.bind(1, runId).bind(2, afterId);
     std::vector<EventRecord> out;
-    while (s.step()) out.push_back({s.columnInt(0), s.columnDouble(1), s.columnText(2), s.columnText(3), s.columnText(4)});
+    while (s.step()) {
+        out.push_back({s.columnInt(0), s.columnDouble(1), s.columnText(2), s.columnText(3), s.columnText(4), s.columnInt(5)});
+    }
     return out;
 }
 
@@ -592,6 +596,36 @@ int RunStore::reconcileInterrupted()
     }
     tx.commit();
     return changed;
+}
+
+long RunStore::signalOwner(std::int64_t runId, int signal)
+{
+    const std::string label = "run " + std::to_string(runId);
+    Statement q(*m_db, "SELECT status, owner_pid, owner_start, owner_host, owner_pidns FROM runs WHERE id=?");
+    q.bind(1, runId);
+    if (!q.step()) throw InputError(label + " does not exist in " + m_path + "; 'trainbench-cli runs' lists the runs");
+    const auto status = q.columnText(0);
+    if ((status != "running" && status != "created") || q.columnIsNull(1)) {
+        throw InputError(label + " is not running (it is " + status + "); there is nothing to stop");
+    }
+    const long pid = static_cast<long>(q.columnInt(1));
+    const std::string host = q.columnText(3);
+    if (host != hostName()) {
+        throw InputError(label + " runs on " + host + " (pid " + std::to_string(pid)
+                         + "): stop it there, or with 'trainbench-cli stop " + std::to_string(runId) + " --host HOST'");
+    }
+    switch (processLiveness(pid, q.columnText(2), q.columnText(4))) {
+    case Liveness::Dead: throw InputError(label + " is not running: its process (pid " + std::to_string(pid) + ") is gone");
+    case Liveness::Unknown:
+        throw InputError(label + " was started in another PID namespace (a container?) or /proc is hidden: its pid "
+                         + std::to_string(pid) + " cannot be checked from here; stop it where it runs");
+    case Liveness::Alive: break;
+    }
+    if (::kill(static_cast<pid_t>(pid), signal) != 0) {
+        throw InputError("cannot signal the process of " + label + " (pid " + std::to_string(pid) + "): "
+                         + std::strerror(errno));
+    }
+    return pid;
 }
 
 void RunStore::dropMissingArtifacts(std::int64_t runId)

@@ -45,6 +45,9 @@ struct RunRecord {
     std::optional<double> bestValLoss;
     std::optional<double> tokensPerSecond;
     std::optional<std::int64_t> parentRunId;
+    // The process training it, while it runs (as judged when read).
+    std::optional<std::int64_t> ownerPid;
+    std::string ownerHost;
     // (estimated - measured) / measured peak, when both are known.
     std::optional<double> estimateError() const
     {
@@ -90,6 +93,7 @@ struct EventRecord {
     std::string severity;
     std::string kind;
     std::string message;
+    std::int64_t id = 0; // the row's id, in the order events were stored (0 for a new event)
 };
 
 struct ArtifactRecord {
@@ -177,6 +181,10 @@ public:
     std::vector<MetricPoint> metricSeries(std::int64_t runId, const std::string& key, int buckets);
     std::map<std::string, MetricPoint> latestMetrics(std::int64_t runId);
     std::vector<EventRecord> events(std::int64_t runId);
+    // What a follower has not seen yet: the points of one series from
+    // `firstStep` on, and the events stored after event row `afterId`.
+    std::vector<MetricPoint> metricsFrom(std::int64_t runId, const std::string& key, int firstStep);
+    std::vector<EventRecord> eventsAfter(std::int64_t runId, std::int64_t afterId);
     std::vector<FindingSetRecord> findings(std::int64_t runId);
     std::vector<ArtifactRecord> artifacts(std::int64_t runId);
     std::optional<ArtifactRecord> latestCheckpoint(std::int64_t runId);
@@ -188,6 +196,11 @@ public:
     // owner's pid cannot be checked from here (another host or PID namespace,
     // /proc hidden), a heartbeat older than this many seconds decides.
     int reconcileInterrupted();
+    // Sends `signal` to the process training run `runId` (SIGINT: stop after
+    // the current step, as Ctrl-C does) and returns its pid. InputError, with
+    // what to do, when the run is not running, or runs on another host or in
+    // another PID namespace (its pid means nothing here).
+    long signalOwner(std::int64_t runId, int signal);
     static constexpr double kHeartbeatTimeoutSeconds = 120.0;
 
     Database& database();

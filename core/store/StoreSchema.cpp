@@ -222,6 +222,9 @@ RunRecord readRun(const Statement& s)
         if (ownerGone(owner, wallClockNow())) {
             r.status = RunStatus::Interrupted;
             r.message = interruptedMessage(r.id, owner.pid);
+        } else {
+            r.ownerPid = owner.pid;
+            r.ownerHost = owner.host.value_or("");
         }
     }
     return r;

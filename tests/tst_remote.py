@@ -1,0 +1,322 @@
+#!/usr/bin/python3
+"""Remote runs over a real OpenSSH server on loopback: Debian's sshd, started
+here as this test's own child with generated host and user keys, and killed
+by its pid at the end. The "remote" is this machine with another store.
+
+  tst_remote.py TRAINBENCH_CLI
+
+Cases: hosts add/list/test/remove (an unknown host key is refused with its
+fingerprint, then accepted), a changed host key, a refused user key, a
+missing and a mismatched remote trainbench-cli; a 300-step run launched over
+ssh and followed, its ssh client killed mid-run (the follow reconnects, the
+run goes on), the follower itself killed, a second follow from the start
+(exactly one point per step); stop over ssh; a remote run killed with
+kill -9 (follow ends "interrupted").
+"""
+import getpass
+import json
+import os
+import re
+import select
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+CLI = None
+failures = []
+TMP = None
+ENV = None
+SSHD = None
+
+
+def check(cond, what):
+    print(("ok:   " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def cli(*args, input=None, timeout=120):
+    return subprocess.run([CLI, *args], capture_output=True, text=True, env=ENV, input=input, timeout=timeout)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(path):
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True)
+
+
+def start_sshd(port):
+    keygen(f"{TMP}/host_key")
+    keygen(f"{TMP}/user_key")
+    keygen(f"{TMP}/stranger_key")
+    with open(f"{TMP}/user_key.pub") as f, open(f"{TMP}/authorized_keys", "w") as out:
+        out.write(f.read())
+    with open(f"{TMP}/sshd_config", "w") as f:
+        f.write(f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {TMP}/host_key
+AuthorizedKeysFile {TMP}/authorized_keys
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+PidFile none
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+""")
+    os.makedirs("/run/sshd", exist_ok=True) if os.geteuid() == 0 else None
+    log = open(f"{TMP}/sshd.log", "w")
+    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", f"{TMP}/sshd_config"], stdout=log, stderr=log)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("sshd did not start: " + open(f"{TMP}/sshd.log").read())
+
+
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def read_jsonl_until(proc, stop, timeout=120):
+    """Records from a --jsonl follow until stop(record) is true (or its end)."""
+    records = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        records.append(r)
+        if stop(r) or r.get("type") == "end":
+            break
+    return records
+
+
+def owner_pid(db, run):
+    with sqlite3.connect(db) as c:
+        row = c.execute("SELECT owner_pid FROM runs WHERE id=?", (run,)).fetchone()
+    return row[0] if row else None
+
+
+def wait_for_step(db, run, step, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+                row = c.execute("SELECT max(step) FROM metrics WHERE run_id=? AND key='loss'", (run,)).fetchone()
+            if row and row[0] is not None and row[0] >= step:
+                return True
+        except sqlite3.Error:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def main():
+    global CLI, TMP, ENV, SSHD
+    CLI = os.path.abspath(sys.argv[1])
+    tmp = tempfile.TemporaryDirectory(prefix="tb-remote-")
+    TMP = tmp.name
+    ENV = dict(os.environ, XDG_CONFIG_HOME=f"{TMP}/config", TRAINBENCH_DB=f"{TMP}/local.db")
+    ENV.pop("TRAINBENCH_HOSTS", None)
+    port = free_port()
+    SSHD = start_sshd(port)
+    try:
+        run_cases(port)
+    finally:
+        SSHD.terminate()
+        SSHD.wait(timeout=10)
+    if failures:
+        print(f"{len(failures)} failure(s):\n  " + "\n  ".join(failures))
+        return 1
+    print("all remote checks passed")
+    return 0
+
+
+def run_cases(port):
+    user = getpass.getuser()
+    dest = f"{user}@127.0.0.1:{port}"
+    known = f"{TMP}/known_hosts"
+    remote_db = f"{TMP}/remote.db"
+    options = f"-i {TMP}/user_key -o IdentitiesOnly=yes -o IdentityAgent=none -o UserKnownHostsFile={known}"
+
+    # --- hosts ---------------------------------------------------------
+    r = cli("hosts", "add", "gpu", dest, "--remote-cli", CLI, "--remote-db", remote_db, "--ssh-options", options)
+    check(r.returncode == 2 and "is not known yet" in r.stderr and "SHA256:" in r.stderr,
+          "an unknown host key is refused, with its fingerprint: " + r.stderr.strip())
+    check(cli("hosts", "list").stdout.startswith("no saved hosts"), "a refused host is not saved")
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{TMP}/host_key.pub"], capture_output=True, text=True).stdout.split()[1]
+    r = cli("hosts", "add", "gpu", dest, "--remote-cli", CLI, "--remote-db", remote_db, "--ssh-options", options,
+            "--accept-new-host-key")
+    check(r.returncode == 0 and fingerprint in r.stdout and "accepted" in r.stdout and "saved host gpu" in r.stdout,
+          "hosts add --accept-new-host-key records the key and shows its fingerprint: " + r.stdout + r.stderr)
+    r = cli("hosts", "test", "gpu")
+    check(r.returncode == 0 and "already known" in r.stdout and "trainbench-cli" in r.stdout,
+          "hosts test connects with the saved key: " + r.stdout + r.stderr)
+    r = cli("hosts", "list")
+    check("gpu" in r.stdout and dest in r.stdout, "hosts list shows it: " + r.stdout)
+    r = cli("hosts", "add", "gpu", dest, "--remote-cli", CLI, "--remote-db", remote_db, "--ssh-options", options)
+    check(r.returncode == 2 and "already saved" in r.stderr, "a taken name is refused: " + r.stderr.strip())
+
+    # A changed host key: another key recorded for the same address.
+    keygen(f"{TMP}/other_host_key")
+    with open(f"{TMP}/other_host_key.pub") as f:
+        other = f.read().split()
+    with open(f"{TMP}/known_hosts_changed", "w") as f:
+        f.write(f"[127.0.0.1]:{port} {other[0]} {other[1]}\n")
+    changed = options.replace(known, f"{TMP}/known_hosts_changed")
+    r = cli("hosts", "add", "changed", dest, "--remote-cli", CLI, "--ssh-options", changed)
+    check(r.returncode == 2 and "has changed" in r.stderr and "ssh-keygen -R" in r.stderr,
+          "a changed host key is named, with what to do: " + r.stderr.strip())
+    # A key the server does not accept.
+    stranger = options.replace(f"{TMP}/user_key", f"{TMP}/stranger_key")
+    r = cli("hosts", "add", "stranger", dest, "--remote-cli", CLI, "--ssh-options", stranger)
+    check(r.returncode == 2 and "refused authentication" in r.stderr, "a refused key is named: " + r.stderr.strip())
+    # Nothing listening.
+    r = cli("hosts", "test", f"{user}@127.0.0.1:{free_port()}", "--remote-cli", CLI)
+    check(r.returncode == 2 and "refused the connection" in r.stderr, "a closed port is named: " + r.stderr.strip())
+    # trainbench-cli missing there, or of another version.
+    r = cli("hosts", "add", "missing", dest, "--remote-cli", f"{TMP}/no/trainbench-cli", "--ssh-options", options)
+    check(r.returncode == 2 and "was not found" in r.stderr and "--remote-cli" in r.stderr,
+          "a missing remote trainbench-cli is named: " + r.stderr.strip())
+    fake = f"{TMP}/old-trainbench-cli"
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\necho 'trainbench-cli 0.0.1 (LibTorch 1.0.0)'\n")
+    os.chmod(fake, 0o755)
+    ours = cli("--version").stdout.split()[1]
+    r = cli("hosts", "add", "old", dest, "--remote-cli", fake, "--ssh-options", options)
+    check(r.returncode == 2 and "0.0.1" in r.stderr and ours in r.stderr,
+          "another remote version is named with both versions: " + r.stderr.strip())
+    r = cli("hosts", "add", "bad name", dest)
+    check(r.returncode == 2 and "not usable" in r.stderr, "a bad host name is refused: " + r.stderr.strip())
+
+    # --- a 300-step run, followed across a dropped link ------------------
+    config = {
+        "name": "remote-addition",
+        "device": "cpu",
+        "model": {"type": "gpt", "n_layer": 1, "d_model": 64, "n_head": 2, "positional_encoding": "learned"},
+        "data": {"source": "addition", "digits": 2},
+        "optim": {"lr": 0.001, "warmup_steps": 10},
+        "train": {"batch_size": 64, "steps": 300, "seed": 1, "eval_every": 100, "checkpoint_every": 100, "threads": 1},
+    }
+    with open(f"{TMP}/run.json", "w") as f:
+        json.dump(config, f)
+    launcher = subprocess.Popen([CLI, "train", "--config", f"{TMP}/run.json", "--host", "gpu"], env=ENV,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = launcher.stdout.readline()
+    m = re.search(r"run (\d+) started on gpu", first)
+    check(m is not None, "train --host prints the remote run id: " + first.strip())
+    run = int(m.group(1)) if m else 1
+    # Wait for a few steps on the text follow, then cut its link.
+    seen = []
+    while len(seen) < 5:
+        line = launcher.stdout.readline()
+        if not line:
+            break
+        if line.startswith("step "):
+            seen.append(line)
+    ssh = children(launcher.pid)
+    check(len(ssh) == 1, f"the follow runs one ssh client ({ssh})")
+    for pid in ssh:
+        os.kill(pid, signal.SIGKILL)
+    said = ""
+    if select.select([launcher.stderr], [], [], 30)[0]:
+        said = launcher.stderr.readline()
+    check("reconnecting" in said, "the dropped link is reported: " + said.strip())
+    # It reconnects; let it print more, then kill the follower itself.
+    more = []
+    deadline = time.time() + 60
+    while time.time() < deadline and len(more) < 20:
+        line = launcher.stdout.readline()
+        if not line:
+            break
+        if line.startswith("step "):
+            more.append(line)
+    steps = [int(l.split()[1]) for l in seen + more if "  loss " in l]
+    check(len(more) >= 20 and steps == list(range(steps[0], steps[0] + len(steps))),
+          f"after the ssh client was killed the follow reconnected, no step twice or missing ({steps[:3]}..{steps[-3:]})")
+    for pid in children(launcher.pid):
+        os.kill(pid, signal.SIGKILL)
+    launcher.kill()
+    launcher.wait()
+    # The run goes on without anyone connected.
+    at = max(steps) if steps else 0
+    check(wait_for_step(remote_db, run, at + 20), "the remote run continued after its ssh clients were killed")
+    follow = subprocess.Popen([CLI, "follow", str(run), "--host", "gpu", "--jsonl"], env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    records = read_jsonl_until(follow, lambda r: False, timeout=180)
+    follow.wait(timeout=30)
+    loss_steps = [r["step"] for r in records if r.get("type") == "metric" and r["key"] == "loss"]
+    end = records[-1] if records else {}
+    check(loss_steps == list(range(1, 301)), f"follow again: exactly one loss point per step 1..300 ({len(loss_steps)} points)")
+    check(end.get("type") == "end" and end.get("status") == "finished" and follow.returncode == 0,
+          f"the follow ends with the final status: {end}")
+    with sqlite3.connect(remote_db) as c:
+        stored = c.execute("SELECT count(*) FROM metrics WHERE run_id=? AND key='loss'", (run,)).fetchone()[0]
+    check(stored == 300, f"the remote store holds each step once ({stored})")
+
+    # --- stop over ssh -------------------------------------------------------
+    config["train"]["steps"] = 100000
+    with open(f"{TMP}/long.json", "w") as f:
+        json.dump(config, f)
+    r = cli("train", "--config", f"{TMP}/long.json", "--host", "gpu", "--detach")
+    m = re.search(r"run (\d+) started on gpu", r.stdout)
+    check(r.returncode == 0 and m is not None, "train --host --detach returns with the run id: " + r.stdout + r.stderr)
+    long_run = int(m.group(1)) if m else 0
+    wait_for_step(remote_db, long_run, 5)
+    r = cli("stop", str(long_run), "--host", "gpu")
+    check(r.returncode == 0 and "cancelled" in r.stdout, "stop --host ends the run cleanly: " + r.stdout + r.stderr)
+    r = cli("follow", str(long_run), "--host", "gpu")
+    check(r.returncode == 130 and f"run {long_run} cancelled" in r.stdout, "follow of a stopped run: " + r.stdout[-200:])
+    r = cli("stop", str(long_run), "--host", "gpu")
+    check(r.returncode == 2 and "not running" in r.stderr, "stopping it again says it is not running: " + r.stderr.strip())
+
+    # --- a remote run killed with kill -9 ------------------------------------
+    r = cli("train", "--config", f"{TMP}/long.json", "--host", "gpu", "--detach")
+    m = re.search(r"run (\d+) started on gpu", r.stdout)
+    killed = int(m.group(1)) if m else 0
+    wait_for_step(remote_db, killed, 3)
+    pid = owner_pid(remote_db, killed)
+    check(pid is not None, "the remote run records its process")
+    follow = subprocess.Popen([CLI, "follow", str(killed), "--host", "gpu", "--jsonl"], env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    read_jsonl_until(follow, lambda r: r.get("type") == "metric")
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    records = read_jsonl_until(follow, lambda r: False, timeout=60)
+    follow.wait(timeout=30)
+    end = records[-1] if records else {}
+    check(end.get("type") == "end" and end.get("status") == "interrupted" and follow.returncode == 1,
+          f"a run killed with kill -9 ends the follow with 'interrupted': {end}")
+
+    # Errors of the follow itself.
+    r = cli("follow", "999", "--host", "gpu")
+    check(r.returncode == 2 and "run 999 does not exist" in r.stderr, "follow of an unknown remote run: " + r.stderr.strip())
+    r = cli("follow", "1", "--host", "nowhere.invalid")
+    check(r.returncode == 2 and "does not resolve" in r.stderr, "an unknown host name: " + r.stderr.strip())
+
+    r = cli("hosts", "remove", "gpu")
+    check(r.returncode == 0 and cli("hosts", "list").stdout.startswith("no saved hosts"), "hosts remove")
+    r = cli("hosts", "remove", "gpu")
+    check(r.returncode == 2 and "no saved host" in r.stderr, "removing an unknown host: " + r.stderr.strip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
