@@ -272,6 +272,43 @@ def run_cases(port):
         stored = c.execute("SELECT count(*) FROM metrics WHERE run_id=? AND key='loss'", (run,)).fetchone()[0]
     check(stored == 300, f"the remote store holds each step once ({stored})")
 
+    # --- fetch: the remote run into the local store ------------------------
+    local_db = f"{TMP}/local.db"
+    r = cli("fetch", str(run), "--host", "gpu", "--checkpoint")
+    check(r.returncode == 0 and f"copied gpu run {run}" in r.stdout, "fetch copies the run: " + r.stdout + r.stderr)
+
+    def series(db, run_id):
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT key, step, value FROM metrics WHERE run_id=? ORDER BY key, step", (run_id,)).fetchall()
+
+    fetched = json.loads(cli("runs", "--json").stdout)
+    check(len(fetched) == 1 and fetched[0]["origin"]["run_id"] == run and fetched[0]["origin"]["via"] == "gpu"
+          and fetched[0]["status"] == "finished", f"the copy keeps its origin: {fetched}")
+    local_id = fetched[0]["id"] if fetched else 0
+    check(series(local_db, local_id) == series(remote_db, run), "the fetched metrics equal the remote ones")
+    with sqlite3.connect(local_db) as c:
+        ckpt = c.execute("SELECT path FROM artifacts WHERE run_id=? AND kind='checkpoint'", (local_id,)).fetchall()
+    check(len(ckpt) == 1 and os.path.exists(ckpt[0][0]) and ckpt[0][0].startswith(local_db + "-runs/"),
+          f"--checkpoint copies its last checkpoint into the local run folder: {ckpt}")
+    r = cli("fetch", str(run), "--host", "gpu")
+    check(r.returncode == 0 and "nothing new" in r.stdout and len(json.loads(cli("runs", "--json").stdout)) == 1,
+          "fetching twice adds nothing: " + r.stdout + r.stderr)
+    r = cli("sample", str(local_id), "--prompt", "12+34=", "--max-tokens", "4")
+    check(r.returncode == 0, "the fetched checkpoint samples here: " + r.stdout[-200:] + r.stderr[-300:])
+    # The same bundle as a file.
+    bundle = f"{TMP}/run.bundle.json"
+    r = cli("export-run", str(run), "--db", remote_db, "--output", bundle)
+    check(r.returncode == 0 and os.path.exists(bundle), "export-run writes a bundle: " + r.stdout + r.stderr)
+    other_db = f"{TMP}/other.db"
+    r = cli("import-run", bundle, "--db", other_db)
+    r2 = cli("import-run", bundle, "--db", other_db)
+    check(r.returncode == 0 and "nothing new" in r2.stdout and series(other_db, 1) == series(remote_db, run),
+          "import-run adds the run once, with the same metrics: " + r.stdout + r2.stdout + r2.stderr)
+    r = cli("import-run", bundle, "--db", local_db)
+    check("nothing new" in r.stdout, "a bundle of a run already fetched adds nothing: " + r.stdout + r.stderr)
+    r = cli("fetch", "999", "--host", "gpu")
+    check(r.returncode == 2 and "run 999 does not exist" in r.stderr, "fetch of an unknown run: " + r.stderr.strip())
+
     # --- stop over ssh -------------------------------------------------------
     config["train"]["steps"] = 100000
     with open(f"{TMP}/long.json", "w") as f:
@@ -281,10 +318,18 @@ def run_cases(port):
     check(r.returncode == 0 and m is not None, "train --host --detach returns with the run id: " + r.stdout + r.stderr)
     long_run = int(m.group(1)) if m else 0
     wait_for_step(remote_db, long_run, 5)
+    r = cli("fetch", str(long_run), "--host", "gpu")
+    copy = [x for x in json.loads(cli("runs", "--json").stdout) if x.get("origin", {}).get("run_id") == long_run]
+    check(r.returncode == 0 and len(copy) == 1 and copy[0]["status"] == "interrupted" and "while it was running" in copy[0]["message"],
+          f"a run fetched while it runs is stored as such: {copy}")
     r = cli("stop", str(long_run), "--host", "gpu")
     check(r.returncode == 0 and "cancelled" in r.stdout, "stop --host ends the run cleanly: " + r.stdout + r.stderr)
     r = cli("follow", str(long_run), "--host", "gpu")
     check(r.returncode == 130 and f"run {long_run} cancelled" in r.stdout, "follow of a stopped run: " + r.stdout[-200:])
+    r = cli("fetch", str(long_run), "--host", "gpu")
+    copy = [x for x in json.loads(cli("runs", "--json").stdout) if x.get("origin", {}).get("run_id") == long_run]
+    check("updated run" in r.stdout and len(copy) == 1 and copy[0]["status"] == "cancelled",
+          "fetching it again after it ended updates the same copy: " + r.stdout + r.stderr)
     r = cli("stop", str(long_run), "--host", "gpu")
     check(r.returncode == 2 and "not running" in r.stderr, "stopping it again says it is not running: " + r.stderr.strip())
 

@@ -45,6 +45,11 @@ int runs(const Args& args)
             j["estimated_peak_bytes"] = r.estimatedPeakBytes ? nlohmann::json(*r.estimatedPeakBytes) : nlohmann::json();
             j["measured_peak_bytes"] = r.measuredPeakBytes ? nlohmann::json(*r.measuredPeakBytes) : nlohmann::json();
             j["estimate_error"] = r.estimateError() ? nlohmann::json(*r.estimateError()) : nlohmann::json();
+            // A run copied from another store (fetch, import-run): where it came from.
+            if (r.origin.runId != 0) {
+                j["origin"] = {{"host", r.origin.host}, {"store", r.origin.store}, {"run_id", r.origin.runId},
+                               {"via", r.origin.label}};
+            }
             list.push_back(j);
         }
         std::cout << list.dump(2) << "\n";
@@ -70,9 +75,11 @@ int runs(const Args& args)
         } else if (r.estimatedPeakBytes) {
             std::snprintf(memory, sizeof memory, "%.1f/-", mib(r.estimatedPeakBytes));
         }
+        std::string created = formatTime(r.createdAt);
+        if (r.origin.runId != 0) created += "  (from " + r.origin.label + ", run " + std::to_string(r.origin.runId) + ")";
         std::printf("%-5lld %-24s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", static_cast<long long>(r.id),
                     r.name.substr(0, 24).c_str(), runStatusName(r.status).c_str(), steps.c_str(), loss, val,
-                    r.device.c_str(), memory, formatTime(r.createdAt).c_str());
+                    r.device.c_str(), memory, created.c_str());
     }
     return kExitOk;
 }

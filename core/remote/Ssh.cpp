@@ -152,6 +152,22 @@ SshResult runSsh(const Host& host, const std::string& command, const std::string
     return r;
 }
 
+SshResult runSshInto(const Host& host, const std::string& command, int fd, const SshOptions& options)
+{
+    Child c = spawn(sshArgv(host, command, options));
+    SshResult r;
+    int error = 0;
+    pump(c, {}, [&](const char* data, std::size_t size) {
+        if (error == 0) error = writeAll(fd, data, size);
+    }, r.err);
+    r.exitCode = waitFor(c.pid);
+    if (error != 0 && r.exitCode == 0) {
+        r.exitCode = 1;
+        r.err += std::string("cannot write the fetched file here: ") + std::strerror(error) + "\n";
+    }
+    return r;
+}
+
 SshResult streamSsh(const Host& host, const std::string& command, const std::function<void(const std::string&)>& onLine,
                     const SshOptions& options, const std::function<void(int pid)>& onStart)
 {

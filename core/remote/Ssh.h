@@ -39,6 +39,9 @@ struct SshResult {
 SshResult runSsh(const Host& host, const std::string& command, const std::string& input = {},
                  const SshOptions& options = {});
 
+// Runs `command` there and writes its stdout to `fd` (a file being fetched).
+SshResult runSshInto(const Host& host, const std::string& command, int fd, const SshOptions& options = {});
+
 // Runs `command` there and hands each line of its stdout to `onLine` as it
 // arrives; returns when the command (or the link) ends. `onStart` gets the
 // ssh client's pid.

@@ -12,10 +12,25 @@
 namespace tb {
 
 class Database;
+struct RunBundle;
+
+enum class ImportOutcome { Added, Updated, Unchanged };
+struct ImportResult {
+    std::int64_t runId = 0; // the run's id in this store
+    ImportOutcome outcome = ImportOutcome::Added;
+};
 
 enum class RunStatus { Created, Running, Finished, Failed, Cancelled, Interrupted };
 std::string runStatusName(RunStatus status);
 RunStatus runStatusFromString(const std::string& text);
+
+// Where a run copied from another store (fetch, import-run) came from.
+struct RunOrigin {
+    std::string host;  // the machine's host name
+    std::string store; // the store's path there
+    std::int64_t runId = 0; // 0: the run was trained into this store
+    std::string label; // how it was reached: the saved host, or "file"
+};
 
 struct RunRecord {
     std::int64_t id = 0;
@@ -48,6 +63,7 @@ struct RunRecord {
     // The process training it, while it runs (as judged when read).
     std::optional<std::int64_t> ownerPid;
     std::string ownerHost;
+    RunOrigin origin;
     // (estimated - measured) / measured peak, when both are known.
     std::optional<double> estimateError() const
     {
@@ -201,6 +217,14 @@ public:
     // what to do, when the run is not running, or runs on another host or in
     // another PID namespace (its pid means nothing here).
     long signalOwner(std::int64_t runId, int signal);
+
+    // Copies a run from another store in (RunBundle.h), keeping its origin;
+    // the same origin again updates that copy, never a second one. A run
+    // copied while it still ran is stored "interrupted", saying so.
+    // `checkpointFile`, when set, is a local copy of the bundle's checkpoint:
+    // it moves into the run's folder. `label` says how it was reached (a
+    // host's name, "file"). InputError for a run of this very store.
+    ImportResult importRun(const RunBundle& bundle, const std::string& label, const std::string& checkpointFile = {});
     static constexpr double kHeartbeatTimeoutSeconds = 120.0;
 
     Database& database();

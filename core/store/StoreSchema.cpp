@@ -131,6 +131,16 @@ CREATE TABLE run_findings(
   findings_json TEXT NOT NULL);
 CREATE INDEX run_findings_by_run ON run_findings(run_id, id);
 )sql",
+    // 7: runs copied from another store (fetch, import-run) keep their
+    // origin: the machine, the store there and the run's id in it. A copy
+    // fetched again replaces itself.
+    R"sql(
+ALTER TABLE runs ADD COLUMN origin_host TEXT;
+ALTER TABLE runs ADD COLUMN origin_store TEXT;
+ALTER TABLE runs ADD COLUMN origin_run_id INTEGER;
+ALTER TABLE runs ADD COLUMN origin_label TEXT;
+CREATE UNIQUE INDEX runs_by_origin ON runs(origin_host, origin_store, origin_run_id) WHERE origin_run_id IS NOT NULL;
+)sql",
 };
 
 } // namespace
@@ -157,7 +167,8 @@ std::string runColumns(int schema)
     c += "(SELECT value FROM latest_metrics l WHERE l.run_id = runs.id AND l.key = 'tokens_per_s'), "
          "CASE WHEN json_valid(config_json) THEN json_extract(config_json, '$.train.init_from') END, "
          "owner_pid, owner_start, owner_host, ";
-    c += schema >= 2 ? "owner_pidns" : "NULL";
+    c += schema >= 2 ? "owner_pidns, " : "NULL, ";
+    c += schema >= 7 ? "origin_host, origin_store, origin_run_id, origin_label" : "NULL, NULL, NULL, NULL";
     return c;
 }
 
@@ -209,6 +220,12 @@ RunRecord readRun(const Statement& s)
             r.tags.push_back(tags.substr(start, end - start));
             start = end + 1;
         }
+    }
+    if (!s.columnIsNull(32)) {
+        r.origin.host = s.columnText(30);
+        r.origin.store = s.columnText(31);
+        r.origin.runId = s.columnInt(32);
+        r.origin.label = s.columnText(33);
     }
     // What the row says is running may have lost its process: every reader
     // judges it (the same judgement reconciliation writes down).
