@@ -19,12 +19,14 @@ import os
 import re
 import select
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sshd_fixture import Sshd, children, free_port, keygen  # noqa: E402
 
 CLI = None
 failures = []
@@ -41,54 +43,6 @@ def check(cond, what):
 
 def cli(*args, input=None, timeout=120):
     return subprocess.run([CLI, *args], capture_output=True, text=True, env=ENV, input=input, timeout=timeout)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def keygen(path):
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True)
-
-
-def start_sshd(port):
-    keygen(f"{TMP}/host_key")
-    keygen(f"{TMP}/user_key")
-    keygen(f"{TMP}/stranger_key")
-    with open(f"{TMP}/user_key.pub") as f, open(f"{TMP}/authorized_keys", "w") as out:
-        out.write(f.read())
-    with open(f"{TMP}/sshd_config", "w") as f:
-        f.write(f"""Port {port}
-ListenAddress 127.0.0.1
-HostKey {TMP}/host_key
-AuthorizedKeysFile {TMP}/authorized_keys
-PermitRootLogin prohibit-password
-StrictModes no
-UsePAM no
-PidFile none
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-""")
-    os.makedirs("/run/sshd", exist_ok=True) if os.geteuid() == 0 else None
-    log = open(f"{TMP}/sshd.log", "w")
-    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", f"{TMP}/sshd_config"], stdout=log, stderr=log)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit("sshd did not start: " + open(f"{TMP}/sshd.log").read())
-
-
-def children(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
 
 
 def read_jsonl_until(proc, stop, timeout=120):
@@ -136,13 +90,11 @@ def main():
     TMP = tmp.name
     ENV = dict(os.environ, XDG_CONFIG_HOME=f"{TMP}/config", TRAINBENCH_DB=f"{TMP}/local.db")
     ENV.pop("TRAINBENCH_HOSTS", None)
-    port = free_port()
-    SSHD = start_sshd(port)
+    SSHD = Sshd(TMP)
     try:
-        run_cases(port)
+        run_cases(SSHD.port)
     finally:
-        SSHD.terminate()
-        SSHD.wait(timeout=10)
+        SSHD.stop()
     if failures:
         print(f"{len(failures)} failure(s):\n  " + "\n  ".join(failures))
         return 1
@@ -155,7 +107,7 @@ def run_cases(port):
     dest = f"{user}@127.0.0.1:{port}"
     known = f"{TMP}/known_hosts"
     remote_db = f"{TMP}/remote.db"
-    options = f"-i {TMP}/user_key -o IdentitiesOnly=yes -o IdentityAgent=none -o UserKnownHostsFile={known}"
+    options = SSHD.ssh_options(known)
 
     # --- hosts ---------------------------------------------------------
     r = cli("hosts", "add", "gpu", dest, "--remote-cli", CLI, "--remote-db", remote_db, "--ssh-options", options)

@@ -1,6 +1,7 @@
 #include "Follow.h"
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -8,18 +9,15 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "Command.h"
 #include "Remote.h"
+#include "remote/RemoteFollow.h"
 #include "StoreAccess.h"
 #include "common/Errors.h"
 #include "store/RunStore.h"
 
 namespace tb::cli {
 namespace {
-
-using nlohmann::json;
 
 bool ended(RunStatus s) { return s != RunStatus::Running && s != RunStatus::Created; }
 
@@ -30,54 +28,42 @@ int exitCodeOf(const std::string& status)
     return kExitFailed;
 }
 
-// Prints what a follow receives, as text or JSON lines, each metric point at
-// most once (per key, steps only go forward): a reconnect that replays a
-// step prints nothing twice.
+// Prints follow records, as text or JSON lines.
 class Printer {
 public:
     explicit Printer(bool jsonl) : m_jsonl(jsonl) {}
 
-    // A record of the follow protocol (see followLocal); returns false for one it does not know.
-    void handle(const json& r)
+    void handle(const remote::FollowRecord& r)
     {
-        const std::string type = r.value("type", "");
-        if (type == "metric") {
-            const int step = r.at("step").get<int>();
-            const std::string key = r.at("key").get<std::string>();
-            auto last = m_lastStep.find(key);
-            if (last != m_lastStep.end() && step <= last->second) return;
-            m_lastStep[key] = step;
-            m_maxStep = std::max(m_maxStep, step);
-            if (m_jsonl) return print(r);
-            if (step != m_lineStep) flushLine();
-            m_lineStep = step;
+        using Type = remote::FollowRecord::Type;
+        if (m_jsonl) {
+            std::cout << remote::followRecordToJson(r) << "\n" << std::flush;
+            return;
+        }
+        switch (r.type) {
+        case Type::Metric: {
+            if (r.step != m_lineStep) flushLine();
+            m_lineStep = r.step;
             char value[64];
-            std::snprintf(value, sizeof value, "%.6g", r.value("value", 0.0));
-            m_line += "  " + key + " " + value;
-        } else if (type == "event") {
-            const auto id = r.value("id", std::int64_t{0});
-            if (id <= m_lastEvent) return;
-            m_lastEvent = id;
-            if (m_jsonl) return print(r);
+            std::snprintf(value, sizeof value, "%.6g", r.value);
+            m_line += "  " + r.key + " " + value;
+            return;
+        }
+        case Type::Event:
             flushLine();
-            std::cout << r.value("severity", "info") << ": " << r.value("kind", "") << ": " << r.value("message", "") << "\n";
-        } else if (type == "status") {
-            const std::string status = r.value("status", "");
-            if (status == m_status) return;
-            m_status = status;
-            if (m_jsonl) return print(r);
+            std::cout << r.severity << ": " << r.kind << ": " << r.message << "\n";
+            break;
+        case Type::Status:
             flushLine();
-            std::cout << "run " << r.value("run", 0) << " " << status << " (" << r.value("steps_done", 0) << "/"
-                      << r.value("steps_total", 0) << " steps)\n";
-        } else if (type == "end") {
-            if (m_jsonl) return print(r);
+            std::cout << "run " << r.run << " " << r.status << " (" << r.stepsDone << "/" << r.stepsTotal << " steps)\n";
+            break;
+        case Type::End:
             flushLine();
-            std::cout << "run " << r.value("run", 0) << " " << r.value("status", "") << ": " << r.value("steps_done", 0)
-                      << "/" << r.value("steps_total", 0) << " steps";
-            if (r.contains("final_loss") && r["final_loss"].is_number()) std::cout << ", loss " << r["final_loss"].get<double>();
-            const std::string message = r.value("message", "");
-            if (!message.empty()) std::cout << ": " << message;
+            std::cout << "run " << r.run << " " << r.status << ": " << r.stepsDone << "/" << r.stepsTotal << " steps";
+            if (r.finalLoss) std::cout << ", loss " << *r.finalLoss;
+            if (!r.message.empty()) std::cout << ": " << r.message;
             std::cout << "\n";
+            break;
         }
         std::cout.flush();
     }
@@ -90,30 +76,27 @@ public:
         m_line.clear();
         m_lineStep = -1;
     }
-    int maxStep() const { return m_maxStep; }
-    std::int64_t lastEvent() const { return m_lastEvent; }
 
 private:
-    void print(const json& r) { std::cout << r.dump() << "\n" << std::flush; }
     bool m_jsonl;
-    std::map<std::string, int> m_lastStep;
-    int m_maxStep = -1;
-    std::int64_t m_lastEvent = -1;
-    std::string m_status;
     std::string m_line;
     int m_lineStep = -1;
 };
 
-json statusRecord(const RunRecord& r, const char* type)
+remote::FollowRecord statusRecord(const RunRecord& r, bool end)
 {
-    json j = {{"type", type}, {"run", r.id}, {"status", runStatusName(r.status)}, {"steps_done", r.stepsDone},
-              {"steps_total", r.stepsTotal}};
-    if (std::string(type) == "end") {
-        j["message"] = r.message;
-        if (r.finalLoss) j["final_loss"] = *r.finalLoss;
-        if (r.finalValLoss) j["final_val_loss"] = *r.finalValLoss;
+    remote::FollowRecord f;
+    f.type = end ? remote::FollowRecord::Type::End : remote::FollowRecord::Type::Status;
+    f.run = r.id;
+    f.status = runStatusName(r.status);
+    f.stepsDone = r.stepsDone;
+    f.stepsTotal = r.stepsTotal;
+    if (end) {
+        f.message = r.message;
+        f.finalLoss = r.finalLoss;
+        f.finalValLoss = r.finalValLoss;
     }
-    return j;
+    return f;
 }
 
 } // namespace
@@ -128,11 +111,15 @@ int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOpt
     Printer printer(options.jsonl);
     std::map<std::string, int> next; // per key, the first step not yet read
     std::int64_t lastEvent = options.eventsAfter;
+    std::string lastStatus;
     while (true) {
         // The status first: what was stored before it changed is read below.
         const auto run = store->run(runId);
         if (!run) throw InputError("run " + std::to_string(runId) + " was deleted while being followed");
-        printer.handle(statusRecord(*run, "status"));
+        if (const auto status = runStatusName(run->status); status != lastStatus) {
+            lastStatus = status;
+            printer.handle(statusRecord(*run, false));
+        }
         std::vector<MetricPoint> fresh;
         for (const auto& [key, latest] : store->latestMetrics(runId)) {
             auto& from = next.try_emplace(key, options.fromStep).first->second;
@@ -144,15 +131,26 @@ int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOpt
             return std::tie(a.step, a.key) < std::tie(b.step, b.key);
         });
         for (const auto& p : fresh) {
-            printer.handle({{"type", "metric"}, {"step", p.step}, {"key", p.key}, {"value", p.value}, {"time", p.wallTime}});
+            remote::FollowRecord m;
+            m.step = p.step;
+            m.key = p.key;
+            m.value = p.value;
+            m.time = p.wallTime;
+            printer.handle(m);
         }
         for (const auto& e : store->eventsAfter(runId, lastEvent)) {
             lastEvent = std::max(lastEvent, e.id);
-            printer.handle({{"type", "event"}, {"id", e.id}, {"time", e.time}, {"severity", e.severity}, {"kind", e.kind},
-                            {"message", e.message}});
+            remote::FollowRecord r;
+            r.type = remote::FollowRecord::Type::Event;
+            r.eventId = e.id;
+            r.time = e.time;
+            r.severity = e.severity;
+            r.kind = e.kind;
+            r.message = e.message;
+            printer.handle(r);
         }
         if (ended(run->status)) {
-            printer.handle(statusRecord(*run, "end"));
+            printer.handle(statusRecord(*run, true));
             return exitCodeOf(runStatusName(run->status));
         }
         printer.flushLine();
@@ -160,57 +158,58 @@ int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOpt
     }
 }
 
+namespace {
+remote::RemoteFollower* g_follower = nullptr;
+extern "C" void onInterrupt(int)
+{
+    // Stop following, not the run: say so once the follow has returned.
+    if (g_follower) g_follower->cancel();
+}
+} // namespace
+
 int followRemote(const remote::Host& host, std::int64_t runId, const FollowOptions& options)
 {
     Printer printer(options.jsonl);
-    using Clock = std::chrono::steady_clock;
-    auto downSince = Clock::time_point{};
-    int backoffS = 1;
-    bool connected = false; // a first connection that fails is an error, not a link to wait for
-    while (true) {
-        // From the highest step printed (not the next): a series whose point
-        // of that step came later than another's is then still complete.
-        const int from = std::max(options.fromStep, printer.maxStep());
-        const std::int64_t eventsAfter = std::max(options.eventsAfter, printer.lastEvent());
-        std::string endStatus;
-        std::string remoteError;
-        const auto r = remote::streamSsh(host,
-            remoteCli(host, {"follow", std::to_string(runId), "--jsonl", "--from-step", std::to_string(from),
-                             "--events-after", std::to_string(eventsAfter)}),
-            [&](const std::string& line) {
-                json j = json::parse(line, nullptr, false);
-                if (j.is_discarded() || !j.is_object()) return;
-                downSince = {};
-                backoffS = 1;
-                connected = true;
-                printer.handle(j);
-                if (j.value("type", "") == "end") endStatus = j.value("status", "failed");
-            });
-        if (!endStatus.empty()) return exitCodeOf(endStatus);
-        const auto failure = remote::connectionFailure(host, r);
-        if (!failure.empty() && (!connected || !remote::transientFailure(r))) throw InputError(failure);
-        if (r.exitCode != 255) {
-            // The remote follow itself refused (no such run, no store): its own message.
-            const auto said = remote::sshMessages(r.err);
-            throw InputError("on " + host.label() + ": " + (said.empty() ? "follow ended without a final status" : said));
-        }
-        printer.flushLine();
-        const auto now = Clock::now();
-        if (downSince == Clock::time_point{}) downSince = now;
-        const double down = std::chrono::duration<double>(now - downSince).count();
-        if (down >= options.giveUpAfterS) {
-            std::cerr << "link to " << host.label() << " lost for " << static_cast<int>(down)
-                      << " s; giving up (the run goes on there: 'trainbench-cli follow " << runId << " --host "
-                      << host.label() << "' picks it up again)\n";
-            return kExitFailed;
-        }
-        const auto said = remote::sshMessages(r.err);
-        std::cerr << "link to " << host.label() << " lost" << (said.empty() ? "" : " (ssh said: " + said + ")")
-                  << "; reconnecting in " << backoffS
-                  << " s (down for " << static_cast<int>(down) << " s)\n";
-        std::this_thread::sleep_for(std::chrono::seconds(backoffS));
-        backoffS = std::min(backoffS * 2, 8);
+    remote::RemoteFollowOptions o;
+    o.fromStep = options.fromStep;
+    o.eventsAfter = options.eventsAfter;
+    o.giveUpAfterS = options.giveUpAfterS;
+    remote::RemoteFollower follower(host, runId, o);
+    bool lost = false;
+    g_follower = &follower;
+    struct sigaction action {};
+    action.sa_handler = onInterrupt;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    const auto end = follower.run([&](const remote::FollowRecord& r) { printer.handle(r); },
+                                  [&](remote::LinkState state, int down, const std::string& said) {
+                                      printer.flushLine();
+                                      if (state == remote::LinkState::Reconnecting) {
+                                          std::cerr << "link to " << host.label() << " lost"
+                                                    << (said.empty() ? "" : " (ssh said: " + said + ")")
+                                                    << "; reconnecting (down for " << down << " s)\n";
+                                      } else if (state == remote::LinkState::Lost) {
+                                          lost = true;
+                                          std::cerr << "link to " << host.label() << " lost for " << down
+                                                    << " s; giving up\n";
+                                      } else if (down > 0) {
+                                          std::cerr << "link to " << host.label() << " back\n";
+                                      }
+                                  });
+    g_follower = nullptr;
+    printer.flushLine();
+    if (end.empty() && lost) {
+        std::cerr << "the run goes on on " << host.label() << ": 'trainbench-cli follow " << runId << " --host "
+                  << host.label() << "' picks it up again\n";
+        return kExitFailed;
     }
+    if (end.empty()) {
+        std::cerr << "stopped following run " << runId << "; it goes on on " << host.label() << " ('trainbench-cli follow "
+                  << runId << " --host " << host.label() << "' picks it up again, 'trainbench-cli stop " << runId
+                  << " --host " << host.label() << "' stops it)\n";
+        return kExitCancelled;
+    }
+    return exitCodeOf(end);
 }
 
 } // namespace tb::cli

@@ -29,7 +29,7 @@ void testHost(const remote::Host& host, bool acceptNew)
     std::string said;
     std::string version;
     try {
-        version = checkRemoteVersion(host, ssh, &said);
+        version = remote::checkRemoteVersion(host, ssh, &said);
     } catch (const InputError& e) {
         const auto key = remote::serverHostKey(said);
         std::string message = e.what();
@@ -43,7 +43,7 @@ void testHost(const remote::Host& host, bool acceptNew)
         std::cout << "host key " << key << " (already known)\n";
     }
     std::cout << host.label() << ": " << version << "\n";
-    const auto devices = runRemote(host, {"devices", "--json"}, {}, false);
+    const auto devices = remote::runCli(host, {"devices", "--json"}, {}, false);
     const auto list = nlohmann::json::parse(devices.out, nullptr, false);
     if (devices.exitCode != 0 || !list.is_array()) {
         throw InputError("'trainbench-cli devices --json' failed on " + host.label() + ": " + remote::sshMessages(devices.err));

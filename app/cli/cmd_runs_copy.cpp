@@ -95,7 +95,7 @@ int fetch(const Args& args)
 {
     const auto host = hostOf(args);
     const auto runId = args.runId();
-    const auto r = runRemote(host, {"export-run", std::to_string(runId)});
+    const auto r = remote::runCli(host, {"export-run", std::to_string(runId)});
     if (r.exitCode != 0) {
         throw InputError("on " + host.label() + ": " + remote::sshMessages(r.err));
     }

@@ -19,7 +19,7 @@ int stop(const Args& args)
     if (args.value("--host")) {
         if (args.value("--db")) throw InputError("--db names a local store; with --host use --remote-db");
         const auto host = hostOf(args);
-        const auto r = runRemote(host, {"stop", std::to_string(runId), "--wait", std::to_string(waitS)});
+        const auto r = remote::runCli(host, {"stop", std::to_string(runId), "--wait", std::to_string(waitS)});
         std::cout << r.out;
         std::cerr << remote::sshMessages(r.err) << (r.err.empty() ? "" : "\n");
         return r.exitCode;

@@ -47,7 +47,7 @@ int trainRemote(const Args& args, const std::string& path)
     if (args.flag("--count-ops") || args.flag("--bare")) throw InputError("--count-ops and --bare are for local benchmarks");
     const auto host = hostOf(args);
     const std::string text = readConfigText(path);
-    checkRemoteVersion(host);
+    remote::checkRemoteVersion(host);
     std::vector<std::string> remoteArgs{"train", "--config", "-", "--detach"};
     for (const char* option : {"--device", "--steps", "--name", "--threads"}) {
         if (auto v = args.value(option)) {
@@ -58,7 +58,7 @@ int trainRemote(const Args& args, const std::string& path)
     for (const char* flag : {"--force", "--no-metrics", "--no-memory-probe"}) {
         if (args.flag(flag)) remoteArgs.push_back(flag);
     }
-    const auto r = runRemote(host, remoteArgs, text);
+    const auto r = remote::runCli(host, remoteArgs, text);
     std::smatch m;
     if (r.exitCode != 0 || !std::regex_search(r.out, m, std::regex("run ([0-9]+) started"))) {
         std::cerr << r.out << remote::sshMessages(r.err) << "\n";

@@ -121,7 +121,10 @@ void HostBook::remove(const std::string& name)
     const auto it = std::find_if(m_hosts.begin(), m_hosts.end(), [&](const Host& h) { return h.name == name; });
     if (it == m_hosts.end()) {
         std::string names;
-        for (const auto& h : m_hosts) names += (names.empty() ? "" : ", ") + h.name;
+        for (const auto& h : m_hosts) {
+            if (!names.empty()) names += ", ";
+            names += h.name;
+        }
         throw InputError("no saved host named \"" + name + "\" (saved: " + (names.empty() ? "none" : names) + ")");
     }
     m_hosts.erase(it);

@@ -13,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/Errors.h"
 #include "common/Files.h"
+#include "common/Version.h"
 
 namespace tb::remote {
 
@@ -32,7 +34,10 @@ std::string shellQuote(const std::string& text)
 std::string remoteCommand(const std::vector<std::string>& args)
 {
     std::string line;
-    for (const auto& a : args) line += (line.empty() ? "" : " ") + shellQuote(a);
+    for (const auto& a : args) {
+        if (!line.empty()) line += ' ';
+        line += shellQuote(a);
+    }
     return line;
 }
 
@@ -201,7 +206,8 @@ std::string sshMessages(const std::string& sshStderr)
             || line.rfind("Bytes per second", 0) == 0 || line.find("Permanently added") != std::string::npos) {
             continue;
         }
-        kept += (kept.empty() ? "" : "; ") + line;
+        if (!kept.empty()) kept += "; ";
+        kept += line;
     }
     return kept;
 }
@@ -272,6 +278,43 @@ std::string connectionFailure(const Host& host, const SshResult& r)
         sentence = "ssh could not connect to " + where;
     }
     return sentence + (said.empty() ? "" : " (ssh said: " + said + ")");
+}
+
+std::string cliCommand(const Host& host, const std::vector<std::string>& args, bool onStore)
+{
+    std::vector<std::string> line{host.remoteCli};
+    line.insert(line.end(), args.begin(), args.end());
+    if (onStore && !host.remoteDb.empty()) {
+        line.push_back("--db");
+        line.push_back(host.remoteDb);
+    }
+    return remoteCommand(line);
+}
+
+SshResult runCli(const Host& host, const std::vector<std::string>& args, const std::string& input, bool onStore)
+{
+    auto r = runSsh(host, cliCommand(host, args, onStore), input);
+    if (const auto failure = connectionFailure(host, r); !failure.empty()) throw InputError(failure);
+    return r;
+}
+
+std::string checkRemoteVersion(const Host& host, const SshOptions& options, std::string* sshStderr)
+{
+    const auto r = runSsh(host, remoteCommand({host.remoteCli, "--version"}), {}, options);
+    if (sshStderr) *sshStderr = r.err;
+    if (const auto failure = connectionFailure(host, r); !failure.empty()) throw InputError(failure);
+    const std::string line = r.out.substr(0, r.out.find('\n'));
+    const std::string prefix = "trainbench-cli ";
+    if (r.exitCode != 0 || line.rfind(prefix, 0) != 0) {
+        throw InputError("'" + host.remoteCli + " --version' on " + host.label() + " did not answer as trainbench-cli ("
+                         + (line.empty() ? sshMessages(r.err) : line) + "): check the path given with --remote-cli");
+    }
+    const std::string theirs = line.substr(prefix.size(), line.find(' ', prefix.size()) - prefix.size());
+    if (theirs != kAppVersion) {
+        throw InputError(host.label() + " has trainbench-cli " + theirs + " and this is " + kAppVersion
+                         + ": install the same version on both machines (runs, stores and configs must agree)");
+    }
+    return line;
 }
 
 } // namespace tb::remote

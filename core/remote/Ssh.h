@@ -56,6 +56,17 @@ std::string connectionFailure(const Host& host, const SshResult& result);
 // so reconnecting makes sense; not for an unknown or changed host key, a
 // refused login, a name that does not resolve, or a missing trainbench-cli.
 bool transientFailure(const SshResult& result);
+// The command line of the host's trainbench-cli: `args`, then (for a command
+// on the store) --db with the host's store when one is set.
+std::string cliCommand(const Host& host, const std::vector<std::string>& args, bool onStore = true);
+// Runs the host's trainbench-cli and returns what it printed; a connection
+// failure is an InputError with its sentence.
+SshResult runCli(const Host& host, const std::vector<std::string>& args, const std::string& input = {}, bool onStore = true);
+// Checks that the host's trainbench-cli runs and is this version; InputError
+// naming both versions otherwise. Returns its --version line; `sshStderr`
+// gets what ssh said (with options.verbose, the server's host key).
+std::string checkRemoteVersion(const Host& host, const SshOptions& options = {}, std::string* sshStderr = nullptr);
+
 // "ED25519 SHA256:..." from the stderr of a verbose (-v) connection; empty if absent.
 std::string serverHostKey(const std::string& sshStderr);
 // The lines of ssh's stderr that are not its debug output.
