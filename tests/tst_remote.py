@@ -3,7 +3,7 @@
 here as this test's own child with generated host and user keys, and killed
 by its pid at the end. The "remote" is this machine with another store.
 
-  tst_remote.py TRAINBENCH_CLI
+  tst_remote.py TRAINBENCH_CLI [TST_REMOTE_GUI]
 
 Cases: hosts add/list/test/remove (an unknown host key is refused with its
 fingerprint, then accepted), a changed host key, a refused user key, a
@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sshd_fixture import Sshd, children, free_port, keygen  # noqa: E402
 
 CLI = None
+GUI_TEST = None
 failures = []
 TMP = None
 ENV = None
@@ -84,8 +85,9 @@ def wait_for_step(db, run, step, timeout=60):
 
 
 def main():
-    global CLI, TMP, ENV, SSHD
+    global CLI, TMP, ENV, SSHD, GUI_TEST
     CLI = os.path.abspath(sys.argv[1])
+    GUI_TEST = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
     tmp = tempfile.TemporaryDirectory(prefix="tb-remote-")
     TMP = tmp.name
     ENV = dict(os.environ, XDG_CONFIG_HOME=f"{TMP}/config", TRAINBENCH_DB=f"{TMP}/local.db")
@@ -272,8 +274,8 @@ def run_cases(port):
     wait_for_step(remote_db, long_run, 5)
     r = cli("fetch", str(long_run), "--host", "gpu")
     copy = [x for x in json.loads(cli("runs", "--json").stdout) if x.get("origin", {}).get("run_id") == long_run]
-    check(r.returncode == 0 and len(copy) == 1 and copy[0]["status"] == "interrupted" and "while it was running" in copy[0]["message"],
-          f"a run fetched while it runs is stored as such: {copy}")
+    check(r.returncode == 0 and len(copy) == 1 and copy[0]["status"] == "running" and "running on gpu when copied" in copy[0]["message"],
+          f"a run fetched while it runs is stored as running there: {copy}")
     r = cli("stop", str(long_run), "--host", "gpu")
     check(r.returncode == 0 and "cancelled" in r.stdout, "stop --host ends the run cleanly: " + r.stdout + r.stderr)
     r = cli("follow", str(long_run), "--host", "gpu")
@@ -308,6 +310,22 @@ def run_cases(port):
     check(r.returncode == 2 and "run 999 does not exist" in r.stderr, "follow of an unknown remote run: " + r.stderr.strip())
     r = cli("follow", "1", "--host", "nowhere.invalid")
     check(r.returncode == 2 and "does not resolve" in r.stderr, "an unknown host name: " + r.stderr.strip())
+
+    # --- the window: Attach, a run started on the host, Stop (tst_remote_gui) --
+    if GUI_TEST:
+        config["train"]["steps"] = 3000  # still running when the window attaches, done a minute later
+        with open(f"{TMP}/gui.json", "w") as f:
+            json.dump(config, f)
+        r = cli("train", "--config", f"{TMP}/gui.json", "--host", "gpu", "--detach")
+        m = re.search(r"run (\d+) started on gpu", r.stdout)
+        gui_run = int(m.group(1)) if m else 0
+        cli("fetch", str(gui_run), "--host", "gpu")
+        env = dict(ENV, QT_QPA_PLATFORM="offscreen", TB_TEST_LOCAL_DB=local_db, TB_TEST_REMOTE_DB=remote_db,
+                   TB_TEST_REMOTE_RUN=str(gui_run), QTEST_FUNCTION_TIMEOUT="400000")
+        r = subprocess.run([GUI_TEST], capture_output=True, text=True, env=env, timeout=500)
+        print(r.stdout[-3000:], r.stderr[-2000:], flush=True)
+        check(r.returncode == 0 and "0 failed" in r.stdout and "0 skipped" in r.stdout,
+              "the window attaches, shows the run live, outlives nothing it should not, and stops it there")
 
     r = cli("hosts", "remove", "gpu")
     check(r.returncode == 0 and cli("hosts", "list").stdout.startswith("no saved hosts"), "hosts remove")

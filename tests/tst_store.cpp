@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <clocale>
+#include <cmath>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "common/Percent.h"
 #include "store/MetricWriter.h"
 #include "TestPrinters.h"
+#include "store/RunBundle.h"
 #include "store/RunStore.h"
 #include "store/Sqlite.h"
 
@@ -73,6 +75,8 @@ private Q_SLOTS:
     void tagsNotesRenameAndDelete();
     void longSeriesKeepsFirstLastAndSpikes();
     void olderSchemaIsReadWithoutMigrating();
+    // Runs copied between stores.
+    void copiedRunKeepsItsOriginAndIsUpdatedInPlace();
 
 private:
     std::string dbPath(const char* name = "exp.db") const { return m_dir->filePath(name).toStdString(); }
@@ -349,6 +353,8 @@ void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
         db.exec("DROP TABLE metrics; CREATE TABLE metrics(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, "
                 "step INTEGER NOT NULL, key TEXT NOT NULL, value REAL, wall_time REAL NOT NULL);"
                 "CREATE INDEX metrics_by_run_key_step ON metrics(run_id, key, step);"
+                "DROP INDEX runs_by_origin; ALTER TABLE runs DROP COLUMN origin_host; ALTER TABLE runs DROP COLUMN origin_store; "
+                "ALTER TABLE runs DROP COLUMN origin_run_id; ALTER TABLE runs DROP COLUMN origin_label; "
                 "ALTER TABLE runs DROP COLUMN owner_pidns; ALTER TABLE runs DROP COLUMN estimated_peak_bytes; "
                 "ALTER TABLE runs DROP COLUMN estimate_json; ALTER TABLE runs DROP COLUMN measured_peak_bytes; "
                 "ALTER TABLE runs DROP COLUMN note; DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; DROP TABLE run_findings; "
@@ -775,7 +781,9 @@ void TestStore::olderSchemaIsReadWithoutMigrating()
     }
     {
         Database db(dbPath(), Database::Mode::ReadWrite);
-        db.exec("ALTER TABLE runs DROP COLUMN estimated_peak_bytes; ALTER TABLE runs DROP COLUMN estimate_json; "
+        db.exec("DROP INDEX runs_by_origin; ALTER TABLE runs DROP COLUMN origin_host; ALTER TABLE runs DROP COLUMN origin_store; "
+                "ALTER TABLE runs DROP COLUMN origin_run_id; ALTER TABLE runs DROP COLUMN origin_label; "
+                "ALTER TABLE runs DROP COLUMN estimated_peak_bytes; ALTER TABLE runs DROP COLUMN estimate_json; "
                 "ALTER TABLE runs DROP COLUMN measured_peak_bytes; ALTER TABLE runs DROP COLUMN note; "
                 "DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; DROP TABLE run_findings; PRAGMA user_version=2; "
                 "PRAGMA wal_checkpoint(TRUNCATE);");
@@ -809,6 +817,56 @@ void TestStore::estimateErrorsNeverShowMinusZero()
     QCOMPARE(signedPercentText(-0.0049), std::string("-0.5%"));
     QCOMPARE(signedPercentText(-0.00049, 2), std::string("-0.05%"));
     QCOMPARE(signedPercentText(std::nan("")), std::string("n/a"));
+}
+
+void TestStore::copiedRunKeepsItsOriginAndIsUpdatedInPlace()
+{
+    RunStore there(dbPath("there.db"));
+    const auto id = there.createRun(sampleRun("far"));
+    there.markRunning(id, 10, "cuda", "bf16");
+    there.appendMetrics({{id, 1, "loss", 2.5, 10.0}, {id, 2, "loss", 2.0, 11.0}, {id, 2, "lr", 1e-3, 11.0}});
+    there.addEvent({id, 12.0, "info", "start", "training"});
+    auto bundle = bundleFromJson(bundleToJson(bundleOf(there, id)), "bundle");
+    QCOMPARE(bundle.metrics.size(), std::size_t(3));
+
+    RunStore here(dbPath("here.db"));
+    const auto added = here.importRun(bundle, "gpu");
+    QCOMPARE(added.outcome, ImportOutcome::Added);
+    // Still running there: no process here owns it, and no reader or reconciliation says otherwise.
+    QCOMPARE(here.reconcileInterrupted(), 0);
+    auto copy = here.run(added.runId);
+    QVERIFY(copy);
+    QCOMPARE(copy->status, RunStatus::Running);
+    QCOMPARE(copy->origin.runId, id);
+    QCOMPARE(copy->origin.label, std::string("gpu"));
+    const auto values = [](const std::vector<MetricPoint>& points) {
+        std::vector<std::tuple<int, std::string, double, double>> v;
+        for (const auto& p : points) v.emplace_back(p.step, p.key, p.value, p.wallTime);
+        return v;
+    };
+    QCOMPARE(values(here.metrics(added.runId)), values(there.metrics(id)));
+    QVERIFY(copy->message.find("running on gpu when copied") != std::string::npos);
+    QVERIFY_THROWS_EXCEPTION(InputError, here.signalOwner(added.runId, 0));
+    QCOMPARE(here.importRun(bundle, "gpu").outcome, ImportOutcome::Unchanged);
+    QVERIFY_THROWS_EXCEPTION(InputError, there.importRun(bundle, "file")); // a run of that very store
+
+    // The run ends there: the same copy is updated, its local tag kept.
+    here.addTag(added.runId, "keep");
+    there.appendMetrics({{id, 3, "loss", 1.5, 12.0}});
+    there.markEnded(id, RunStatus::Finished, {3, 1.5, std::nullopt, std::nullopt, "done"});
+    const auto updated = here.importRun(bundleOf(there, id), "gpu");
+    QCOMPARE(updated.outcome, ImportOutcome::Updated);
+    QCOMPARE(updated.runId, added.runId);
+    QCOMPARE(here.listRuns().size(), std::size_t(1));
+    copy = here.run(added.runId);
+    QCOMPARE(copy->status, RunStatus::Finished);
+    QCOMPARE(here.metrics(added.runId).size(), std::size_t(4));
+    QCOMPARE(copy->tags, std::vector<std::string>{"keep"});
+    // A copy of a copy keeps the first origin.
+    RunStore third(dbPath("third.db"));
+    const auto again = third.importRun(bundleOf(here, added.runId), "laptop");
+    QCOMPARE(third.run(again.runId)->origin.runId, id);
+    QCOMPARE(third.run(again.runId)->origin.store, bundle.origin.store);
 }
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -204,7 +204,25 @@ void HardwarePanel::updateTarget()
     const QString data = m_targetBox->currentData().toString();
     GpuTarget t;
     t.count = m_count->value();
-    if (data.startsWith("device:")) {
+    if (data.startsWith("remote:")) {
+        // "remote:HOST:INDEX": what the host reported, with the catalogue's figures when it knows the card.
+        const QString host = data.section(':', 1, -2);
+        const int index = data.section(':', -1).toInt();
+        for (const auto& g : m_remoteGpus[host]) {
+            if (g.index != index) continue;
+            try {
+                t.gpu = GpuCatalogue::bundled().resolve(g.name).gpu;
+            } catch (const std::exception&) {
+                t.gpu = {};
+            }
+            t.gpu.id = "remote";
+            t.gpu.name = g.name;
+            if (auto cc = ComputeCapability::parse(g.computeCapability)) t.gpu.cc = *cc;
+            t.gpu.memoryBytes = g.memoryBytes;
+            t.gpu.memoryGib = static_cast<double>(g.memoryBytes) / 1073741824.0;
+            t.gpu.source = "reported by " + host.toStdString() + " (Run > Hosts > Test connection)";
+        }
+    } else if (data.startsWith("device:")) {
         const int index = data.mid(7).toInt();
         for (const auto& d : m_report.devices) {
             if (d.index != index) continue;
@@ -240,6 +258,26 @@ void HardwarePanel::updateTarget()
     m_targetCapabilities = capabilityGrid(t.gpu.cc);
     m_targetLayout->addWidget(m_targetCapabilities);
     Q_EMIT targetChanged(QString::fromStdString(t.label()));
+}
+
+void HardwarePanel::setRemoteGpus(const QString& host, const std::vector<tb::remote::RemoteGpu>& gpus)
+{
+    const QString prefix = "remote:" + host + ":";
+    const QString current = m_targetBox->currentData().toString();
+    for (int i = m_targetBox->count() - 1; i >= 0; --i) {
+        if (m_targetBox->itemData(i).toString().startsWith(prefix)) m_targetBox->removeItem(i);
+    }
+    m_remoteGpus[host] = gpus;
+    // After this machine's devices, before the catalogue.
+    int at = 0;
+    while (at < m_targetBox->count() && !m_targetBox->itemData(at).toString().startsWith("catalogue:")) ++at;
+    for (const auto& g : gpus) {
+        m_targetBox->insertItem(at++, tr("On %1: cuda:%2 %3").arg(host).arg(g.index).arg(QString::fromStdString(g.name)),
+                                prefix + QString::number(g.index));
+    }
+    const int keep = m_targetBox->findData(current);
+    if (keep >= 0) m_targetBox->setCurrentIndex(keep);
+    updateTarget();
 }
 
 bool HardwarePanel::selectTarget(const QString& text, QString* error)

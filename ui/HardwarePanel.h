@@ -9,8 +9,12 @@
 
 #include <memory>
 
+#include <map>
+#include <vector>
+
 #include "gpu/Catalogue.h"
 #include "gpu/Discovery.h"
+#include "remote/HostCheck.h"
 
 class QComboBox;
 class QLabel;
@@ -34,6 +38,9 @@ public:
     GpuTarget target() const { return m_target; }
     // Selects a target by name ("2xT4", "A100", a detected device's name).
     bool selectTarget(const QString& text, QString* error = nullptr);
+    // The GPUs a host reported (Run > Hosts > Test): targets "On HOST: cuda:N NAME",
+    // so planning and preflight plan against the real remote card.
+    void setRemoteGpus(const QString& host, const std::vector<tb::remote::RemoteGpu>& gpus);
     // All visible capability lines, for tests and screen readers.
     QStringList capabilityTexts() const;
 
@@ -57,6 +64,7 @@ private:
     std::vector<QProgressBar*> m_memoryBars;
     std::vector<QLabel*> m_sensorLabels;
     QThread* m_pollThread = nullptr;
+    std::map<QString, std::vector<tb::remote::RemoteGpu>> m_remoteGpus;
 };
 
 } // namespace tb::ui

@@ -158,10 +158,13 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     m_delete = new QPushButton(tr("&Delete…"), details);
     m_resume = new QPushButton(tr("&Resume"), details);
     m_resume->setToolTip(tr("Continue a cancelled or interrupted run from its last checkpoint"));
+    m_attach = new QPushButton(tr("&Attach"), details);
+    m_attach->setToolTip(tr("Watch a run that runs on a host live again, in the Run tab"));
     m_exportConfig = new QPushButton(tr("Export &config…"), details);
     actions->addWidget(m_save);
     actions->addWidget(m_open);
     actions->addWidget(m_resume);
+    actions->addWidget(m_attach);
     actions->addWidget(m_export);
     actions->addWidget(m_exportConfig);
     actions->addStretch(1);
@@ -200,6 +203,11 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     connect(m_smoothing, &QSlider::valueChanged, this, &HistoryPanel::showOverlay);
     connect(m_resume, &QPushButton::clicked, this, [this] {
         if (const auto* r = currentRun()) Q_EMIT resumeRequested(r->id);
+    });
+    connect(m_attach, &QPushButton::clicked, this, [this] {
+        if (const auto* r = currentRun(); r && r->origin.runId != 0) {
+            Q_EMIT attachRequested(QString::fromStdString(r->origin.label), r->origin.runId);
+        }
     });
     connect(m_exportConfig, &QPushButton::clicked, this, [this] {
         const auto* r = currentRun();
@@ -309,6 +317,10 @@ void HistoryPanel::selectionChanged()
         }
     }
     m_resume->setEnabled(resumable);
+    // Attach: a copy of a run still running on a host (as last heard).
+    const auto* current = currentRun();
+    m_attach->setEnabled(current && current->origin.runId != 0 && current->status == RunStatus::Running
+                         && current->origin.label != "file");
     showOverlay();
     showDiff();
     showDetails();

@@ -76,6 +76,7 @@ public:
     // The current run's config, pretty JSON, to a file (temporary file, then rename).
     bool exportConfig(const QString& path, QString* error) const;
     QPushButton* resumeButton() const { return m_resume; }
+    QPushButton* attachButton() const { return m_attach; }
     // The run table's header menu for a column: add or remove config fields as
     // columns (grouped by section), hide a built-in column (never ID or Name),
     // show them all again. Public for tests; a right-click on the header opens it.
@@ -96,6 +97,8 @@ Q_SIGNALS:
     void edited(const QString& message);
     // "Resume": continue a cancelled or interrupted run from its checkpoint.
     void resumeRequested(qint64 runId);
+    // "Attach": watch a run that runs on a host again (its copy here is selected).
+    void attachRequested(const QString& host, qint64 remoteRunId);
     // An export finished: what was written and where (for the status bar).
     void exported(const QString& message);
 
@@ -135,6 +138,7 @@ private:
     QPushButton* m_export;
     QPushButton* m_open;
     QPushButton* m_resume;
+    QPushButton* m_attach;
     QPushButton* m_exportConfig;
     bool m_selecting = false; // selectRuns() updates the views once itself
     // The run whose name, tags and note the form shows (edits typed there are

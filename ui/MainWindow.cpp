@@ -20,6 +20,7 @@
 #include "HardwarePanel.h"
 #include "DiagnosticsPanel.h"
 #include "HistoryPanel.h"
+#include "HostsDialog.h"
 #include "MemoryPlannerPanel.h"
 #include "RunPanel.h"
 #include "common/Version.h"
@@ -69,6 +70,14 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     });
     connect(m_run, &RunPanel::runFinished, m_history, [this] { m_history->refresh(); });
     connect(m_run, &RunPanel::runStarted, m_history, [this] { m_history->refresh(); });
+    connect(m_history, &HistoryPanel::attachRequested, this, [this](const QString& host, qint64 remoteId) {
+        if (m_run->isRunning()) {
+            statusBar()->showMessage(tr("A run is shown in the Run tab; stop watching it first"), 8000);
+            return;
+        }
+        m_tabs->setCurrentWidget(m_run);
+        m_run->attach(host, remoteId);
+    });
     connect(m_history, &HistoryPanel::resumeRequested, this, [this](qint64 id) {
         if (m_run->isRunning()) {
             plainWarning(this, tr("Resume"), tr("A run is in progress; stop it first."));
@@ -94,6 +103,17 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_targetLabel = plainLabel(this);
     m_targetLabel->setToolTip(tr("Target GPU for planning and preflight (Hardware panel)"));
     statusBar()->addWidget(m_runLabel, 1);
+    m_linkLabel = plainLabel(this);
+    m_linkLabel->setToolTip(tr("The link to the host of the run shown (over ssh)"));
+    m_linkLabel->hide();
+    statusBar()->addPermanentWidget(m_linkLabel);
+    connect(m_run, &RunPanel::linkChanged, this, [this](const QString& text) {
+        m_linkLabel->setText(text);
+        m_linkLabel->setVisible(!text.isEmpty());
+        m_linkLabel->setStyleSheet(text.contains("reconnecting") ? "color: #b9770e"
+                                   : text.contains("lost")       ? "color: #c0392b"
+                                                                 : "color: #1e8449");
+    });
     statusBar()->addPermanentWidget(m_targetLabel);
     statusBar()->addPermanentWidget(m_dbLabel);
     m_targetLabel->setText(tr("target: %1").arg(QString::fromStdString(m_hardware->target().label())));
@@ -173,6 +193,8 @@ void MainWindow::buildMenus()
     m_stopAction = run->addAction(tr("S&top"), QKeySequence(Qt::CTRL | Qt::Key_Period), m_run, &RunPanel::stop);
     m_stopAction->setEnabled(false);
     m_resumeAction = run->addAction(tr("&Resume last stopped run"), this, &MainWindow::resumeLatest);
+    run->addSeparator();
+    run->addAction(tr("&Hosts…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_H), this, &MainWindow::showHosts);
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->addAction(tr("&Run"), QKeySequence(Qt::CTRL | Qt::Key_1), this, [this] { m_tabs->setCurrentWidget(m_run); });
@@ -351,9 +373,22 @@ void MainWindow::updateRecentMenu()
     m_recentMenu->setEnabled(!recent.isEmpty());
 }
 
+void MainWindow::showHosts()
+{
+    HostsDialog dialog(this);
+    connect(&dialog, &HostsDialog::hostsChanged, m_run, &RunPanel::reloadHosts);
+    connect(&dialog, &HostsDialog::hostTested, this, [this](const QString& name, const std::vector<remote::RemoteGpu>& gpus) {
+        m_hardware->setRemoteGpus(name, gpus);
+    });
+    dialog.exec();
+}
+
 void MainWindow::closeEvent(QCloseEvent* event)
 {
-    if (m_run->isRunning()) {
+    if (m_run->isRemoteRun()) {
+        // The run lives on its host: closing only stops watching (History > Attach reopens it).
+        m_run->detachRemote();
+    } else if (m_run->isRunning()) {
         if (m_askBeforeClosing
             && QMessageBox::question(this, tr("A run is in progress"),
                                      tr("Stop the run (it keeps a checkpoint and can be resumed) and quit?"))

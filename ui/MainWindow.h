@@ -55,6 +55,7 @@ private:
     bool maybeSave();
     void openDatabase();
     void resumeLatest();
+    void showHosts();
     void about();
     void updateTitle();
     void updateRecentMenu();
@@ -73,6 +74,7 @@ private:
     QLabel* m_dbLabel;
     QLabel* m_runLabel;
     QLabel* m_targetLabel;
+    QLabel* m_linkLabel;
     QAction* m_startAction = nullptr;
     QAction* m_stopAction = nullptr;
     QAction* m_resumeAction = nullptr;

@@ -5,6 +5,7 @@
 #include <QMessageBox>
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDateTime>
 #include <QEventLoop>
 #include <QGridLayout>
@@ -21,6 +22,8 @@
 
 #include "LossPlot.h"
 #include "SampleBox.h"
+#include "config/RunConfig.h"
+#include "remote/HostBook.h"
 #include "store/RunStore.h"
 
 #include <algorithm>
@@ -46,6 +49,10 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_stop = new QPushButton(tr("Stop"), this);
     m_stop->setToolTip(tr("Stop after the current step and save a checkpoint (Ctrl+.)"));
     m_stop->setEnabled(false);
+    m_hostBox = new QComboBox(this);
+    m_hostBox->setToolTip(tr("Where Start trains: this computer, or a GPU server saved in Run ▸ Hosts… (over ssh; "
+                             "data and model paths in the config then name files there)"));
+    m_hostBox->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     // The reason and the status keep their space whether or not they have
     // text, so the plots do not shrink when "Cannot start" or the end-of-run
     // summary appears: one line for the reason (the whole text in its
@@ -74,6 +81,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_start);
     buttons->addWidget(m_stop);
+    buttons->addWidget(new QLabel(tr("on"), this));
+    buttons->addWidget(m_hostBox);
     buttons->addWidget(m_preflight);
     buttons->addWidget(m_progress, 1);
     auto* stats = new QHBoxLayout;
@@ -164,14 +173,112 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
         if (!m_drainTimer.isActive()) m_drainTimer.start();
     });
     m_thread->start();
+
+    // Runs on a host: launched, followed and stopped over ssh from their own thread.
+    m_remoteThread = new QThread(this);
+    m_remoteThread->setObjectName("remote");
+    m_remote = new RemoteRunWorker;
+    m_remote->moveToThread(m_remoteThread);
+    connect(m_remoteThread, &QThread::finished, m_remote, &QObject::deleteLater);
+    connect(m_remote, &RemoteRunWorker::started, this, &RunPanel::onRemoteStarted);
+    connect(m_remote, &RemoteRunWorker::finished, this, &RunPanel::onFinished);
+    connect(m_remote, &RemoteRunWorker::refused, this, &RunPanel::onRefused);
+    connect(m_remote, &RemoteRunWorker::linkChanged, this, &RunPanel::onLink);
+    connect(m_remote, &RemoteRunWorker::progressAvailable, this, [this] {
+        if (!m_drainTimer.isActive()) m_drainTimer.start();
+    });
+    m_remoteThread->start();
+    m_linkTimer.setInterval(1000);
+    connect(&m_linkTimer, &QTimer::timeout, this, &RunPanel::showLink);
+    reloadHosts();
     updateStartButton();
 }
 
 RunPanel::~RunPanel()
 {
     m_worker->requestStop();
+    m_remote->detach(); // a run on a host goes on there
     m_thread->quit();
+    m_remoteThread->quit();
     m_thread->wait();
+    m_remoteThread->wait();
+}
+
+void RunPanel::reloadHosts()
+{
+    const QString current = selectedHost();
+    m_hostBox->clear();
+    m_hostBox->addItem(tr("This computer"), QString());
+    try {
+        const remote::HostBook book;
+        for (const auto& h : book.hosts()) {
+            m_hostBox->addItem(QString::fromStdString(h.name + "  (" + h.destination + ")"), QString::fromStdString(h.name));
+        }
+    } catch (const std::exception& e) {
+        m_hostBox->setToolTip(QString::fromUtf8(e.what()));
+    }
+    selectHost(current);
+}
+
+QString RunPanel::selectedHost() const { return m_hostBox->currentData().toString(); }
+
+void RunPanel::selectHost(const QString& name)
+{
+    const int at = m_hostBox->findData(name);
+    m_hostBox->setCurrentIndex(at >= 0 ? at : 0);
+}
+
+void RunPanel::onLink(const QString& state, int downSeconds, const QString& said)
+{
+    if (state == "reconnecting" && m_linkState != "reconnecting") {
+        m_linkDown.start();
+        appendLog("warning", tr("Link to %1 lost%2; reconnecting").arg(m_remote->hostLabel(),
+                                                                       said.isEmpty() ? QString() : " (" + said + ")"));
+    }
+    if (state == "connected" && m_linkState == "reconnecting") {
+        appendLog("info", tr("Link to %1 back after %2 s").arg(m_remote->hostLabel()).arg(m_linkDown.elapsed() / 1000));
+    }
+    if (state == "lost") appendLog("error", tr("Link to %1 lost for %2 s; stopped watching (the run goes on there)")
+                                                .arg(m_remote->hostLabel()).arg(downSeconds));
+    m_linkState = state;
+    m_linkSaid = said;
+    if (state == "reconnecting") m_linkTimer.start();
+    else m_linkTimer.stop();
+    showLink();
+}
+
+void RunPanel::showLink()
+{
+    const QString host = m_remote->hostLabel();
+    QString text;
+    if (m_linkState == "connecting") text = tr("%1: connecting…").arg(host);
+    else if (m_linkState == "connected") text = tr("%1: connected").arg(host);
+    else if (m_linkState == "reconnecting") text = tr("%1: reconnecting for %2 s").arg(host).arg(m_linkDown.elapsed() / 1000);
+    else if (m_linkState == "lost") text = tr("%1: link lost").arg(host);
+    if (text == m_linkText) return;
+    m_linkText = text;
+    Q_EMIT linkChanged(text);
+}
+
+void RunPanel::detachRemote()
+{
+    if (isRemoteRun()) m_remote->detach();
+}
+
+void RunPanel::attach(const QString& host, qint64 remoteRunId)
+{
+    if (m_running) return;
+    remote::Host target;
+    try {
+        target = remote::resolveHost(host.toStdString(), "", "", remote::HostBook());
+    } catch (const std::exception& e) {
+        setStatus(tr("Cannot attach: %1").arg(QString::fromUtf8(e.what())));
+        return;
+    }
+    beginRun(tr("Attaching to run %1 on %2…").arg(remoteRunId).arg(host));
+    m_remoteActive = true;
+    const QString db = m_dbPath;
+    QMetaObject::invokeMethod(m_remote, [worker = m_remote, target, remoteRunId, db] { worker->attach(target, remoteRunId, db); });
 }
 
 void RunPanel::setConfig(const std::optional<RunConfig>& config, const QString& blockedReason)
@@ -185,6 +292,7 @@ void RunPanel::updateStartButton()
 {
     m_start->setEnabled(!m_running && m_config.has_value());
     m_stop->setEnabled(m_running);
+    m_hostBox->setEnabled(!m_running);
     const bool blocked = !m_running && !m_config.has_value();
     m_reason->setVisible(blocked);
     m_reason->setText(blocked ? tr("Cannot start: %1").arg(m_blockedReason) : QString());
@@ -200,6 +308,8 @@ void RunPanel::beginRun(const QString& what)
     m_resuming = false;
     m_historyUntil = -1;
     m_runId = 0;
+    m_remoteActive = false;
+    m_remoteRunId = 0;
     m_progress->setValue(0);
     m_progress->setFormat(tr("starting…"));
     setStatus(what);
@@ -211,6 +321,21 @@ void RunPanel::beginRun(const QString& what)
 void RunPanel::start()
 {
     if (m_running || !m_config) return;
+    if (const QString host = selectedHost(); !host.isEmpty()) {
+        remote::Host target;
+        try {
+            target = remote::resolveHost(host.toStdString(), "", "", remote::HostBook());
+        } catch (const std::exception& e) {
+            setStatus(tr("Not started: %1").arg(QString::fromUtf8(e.what())));
+            return;
+        }
+        beginRun(tr("Starting %1 on %2…").arg(QString::fromStdString(m_config->name), host));
+        m_remoteActive = true;
+        const QString json = QString::fromStdString(configToJson(*m_config));
+        const QString db = m_dbPath;
+        QMetaObject::invokeMethod(m_remote, [worker = m_remote, target, json, db] { worker->launch(target, json, db); });
+        return;
+    }
     beginRun(tr("Starting %1…").arg(QString::fromStdString(m_config->name)));
     const RunConfig config = *m_config;
     const QString db = m_dbPath;
@@ -327,6 +452,12 @@ void RunPanel::plotHistory(qint64 runId)
 void RunPanel::stop()
 {
     if (!m_running) return;
+    if (m_remoteActive) {
+        m_remote->requestStop();
+        m_stop->setEnabled(false);
+        setStatus(tr("Asking %1 to stop the run after its current step…").arg(m_remote->hostLabel()));
+        return;
+    }
     m_worker->requestStop(); // an atomic flag: the worker's busy loop never drains a queue
     m_stop->setEnabled(false);
     setStatus(tr("Stopping after the current step…"));
@@ -354,9 +485,20 @@ void RunPanel::onStarted(qint64 runId, const QString& description, qint64 estima
     Q_EMIT runStarted(runId);
 }
 
+void RunPanel::onRemoteStarted(qint64 runId, qint64 remoteRunId, const QString& description, qint64 estimatedPeakBytes)
+{
+    m_runId = runId;
+    m_remoteRunId = remoteRunId;
+    m_memoryPlot->setEstimate(static_cast<double>(estimatedPeakBytes) / 1048576.0);
+    setStatus(runId > 0 ? tr("Run %1 %2; History lists it as run %3 here.").arg(remoteRunId).arg(description).arg(runId)
+                        : tr("Run %1 %2.").arg(remoteRunId).arg(description));
+    appendLog("info", tr("Following run %1 %2").arg(remoteRunId).arg(description));
+    if (runId > 0) Q_EMIT runStarted(runId);
+}
+
 void RunPanel::drainProgress()
 {
-    PendingProgress batch = m_worker->takePending();
+    PendingProgress batch = m_remoteActive ? m_remote->takePending() : m_worker->takePending();
     // Steps the history already plotted (the store may hold the first new ones).
     const auto plotted = [this](const auto& p) { return p.step <= m_historyUntil; };
     batch.steps.erase(std::remove_if(batch.steps.begin(), batch.steps.end(), plotted), batch.steps.end());
@@ -400,16 +542,33 @@ void RunPanel::drainProgress()
 void RunPanel::onFinished(const tb::SessionOutcome& outcome)
 {
     drainProgress();
+    if (m_remoteActive && outcome.status == RunStatus::Running) {
+        // Stopped watching (window closing, link lost, or refused): the run goes on on the host.
+        const QString text = tr("Stopped watching run %1 on %2: %3").arg(m_remoteRunId).arg(m_remote->hostLabel(),
+                                                                                       QString::fromStdString(outcome.message));
+        setStatus(text);
+        appendLog("warning", text);
+        m_progress->setFormat(tr("running on %1").arg(m_remote->hostLabel()));
+        setRunning(false);
+        Q_EMIT runFinished(outcome);
+        return;
+    }
     const QString status = QString::fromStdString(runStatusName(outcome.status));
-    QString text = tr("Run %1 %2 after %3 of %4 steps").arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps);
+    QString text = m_remoteActive
+        ? tr("Run %1 on %2 (run %3 here) %4 after %5 of %6 steps").arg(m_remoteRunId).arg(m_remote->hostLabel())
+              .arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps)
+        : tr("Run %1 %2 after %3 of %4 steps").arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps);
     if (outcome.stepsDone > 0) text += tr(", loss %1").arg(outcome.finalLoss, 0, 'f', 4);
     if (outcome.finalValLoss >= 0) text += tr(", validation loss %1").arg(outcome.finalValLoss, 0, 'f', 4);
     if (outcome.measuredPeakBytes > 0 && outcome.estimatedPeakBytes > 0) {
         const double error = static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
             / static_cast<double>(outcome.measuredPeakBytes);
-        text += tr(".\nMemory: peak %1 MiB measured (during %2), estimate %3 MiB (%4)")
+        const QString during = outcome.measuredPeakPhase.empty()
+            ? QString()
+            : tr(" (during %1)").arg(QString::fromStdString(outcome.measuredPeakPhase));
+        text += tr(".\nMemory: peak %1 MiB measured%2, estimate %3 MiB (%4)")
                     .arg(static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, 0, 'f', 1)
-                    .arg(QString::fromStdString(outcome.measuredPeakPhase))
+                    .arg(during)
                     .arg(static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0, 0, 'f', 1)
                     .arg(QString::fromStdString(signedPercentText(error)));
     }
@@ -421,6 +580,7 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
             text += tr("\nCause: %1\nFix: %2").arg(QString::fromStdString(f.cause), QString::fromStdString(f.fix));
         }
     }
+    else if (outcome.status == RunStatus::Cancelled && m_remoteActive) text += tr(". Checkpoint saved on the host.");
     else if (outcome.status == RunStatus::Cancelled) text += tr(". Checkpoint saved; Run ▸ Resume continues it.");
     setStatus(text);
     m_progress->setFormat(status);

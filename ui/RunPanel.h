@@ -10,9 +10,11 @@
 #include <functional>
 #include <optional>
 
+#include "RemoteRunWorker.h"
 #include "TrainingWorker.h"
 
 class QCheckBox;
+class QComboBox;
 class QLabel;
 class QPlainTextEdit;
 class QProgressBar;
@@ -51,6 +53,21 @@ public:
     void setOverrideQuestion(std::function<bool(const QString&)> ask) { m_askOverride = std::move(ask); }
     void stop();
     void resume(qint64 runId);
+    // Watches a run on a saved host (or destination) again: its live view
+    // from its first step. `localRunId` is its copy in the store, if any.
+    void attach(const QString& host, qint64 remoteRunId);
+    // The saved hosts offered beside Start (re-read from the host list).
+    void reloadHosts();
+    // Where Start launches: "" for this computer, else a saved host's name.
+    QString selectedHost() const;
+    void selectHost(const QString& name);
+    // Whether the run shown runs on a host (closing the window leaves it running).
+    bool isRemoteRun() const { return m_running && m_remoteActive; }
+    // Stops watching a remote run (it goes on there).
+    void detachRemote();
+    QComboBox* hostBox() const { return m_hostBox; }
+    // The link to the host of the run shown: "" (none), or e.g. "gpu: connected".
+    QString linkText() const { return m_linkText; }
     // Blocks (processing events) until the run in progress has ended.
     void stopAndWait();
 
@@ -68,11 +85,16 @@ Q_SIGNALS:
     void runStarted(qint64 runId);
     void runFinished(const tb::SessionOutcome& outcome);
     void progressShown(int step, int totalSteps);
+    // The status-bar text of the link to a remote run's host ("" when none).
+    void linkChanged(const QString& text);
 
 private:
     void beginRun(const QString& what);
     void drainProgress();
     void onStarted(qint64 runId, const QString& description, qint64 estimatedPeakBytes);
+    void onRemoteStarted(qint64 runId, qint64 remoteRunId, const QString& description, qint64 estimatedPeakBytes);
+    void onLink(const QString& state, int downSeconds, const QString& said);
+    void showLink();
     void onFinished(const tb::SessionOutcome& outcome);
     void onRefused(const QString& message);
     void onRefusedByPreflight(const QString& findings);
@@ -86,6 +108,15 @@ private:
 
     QThread* m_thread = nullptr;
     TrainingWorker* m_worker = nullptr;
+    QThread* m_remoteThread = nullptr;
+    RemoteRunWorker* m_remote = nullptr;
+    bool m_remoteActive = false; // the run shown is m_remote's
+    qint64 m_remoteRunId = 0;
+    QString m_linkState;         // connecting | connected | reconnecting | lost | ""
+    QString m_linkSaid;
+    QElapsedTimer m_linkDown;
+    QTimer m_linkTimer;          // counts "reconnecting for N s"
+    QString m_linkText;
     QTimer m_drainTimer;
     QElapsedTimer m_elapsed;
     std::optional<RunConfig> m_config;
@@ -99,6 +130,7 @@ private:
 
     QPushButton* m_start;
     QPushButton* m_stop;
+    QComboBox* m_hostBox;
     QLabel* m_reason;
     QLabel* m_preflight;
     std::function<bool(const QString&)> m_askOverride;

@@ -148,7 +148,12 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     switch (column) {
     case Id: return sort ? QVariant(static_cast<qlonglong>(r.id)) : QVariant(QString::number(r.id));
     case Name: return QString::fromStdString(r.name);
-    case Status: return QString::fromStdString(runStatusName(r.status));
+    case Status:
+        // A copy of a run on a host says where it runs.
+        if (r.origin.runId != 0 && r.status == RunStatus::Running) {
+            return QString("running on %1").arg(QString::fromStdString(r.origin.label));
+        }
+        return QString::fromStdString(runStatusName(r.status));
     case Started:
         if (sort) return r.startedAt.value_or(r.createdAt);
         return QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.startedAt.value_or(r.createdAt))).toString("yyyy-MM-dd HH:mm");

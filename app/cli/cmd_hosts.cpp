@@ -6,6 +6,7 @@
 
 #include "Command.h"
 #include "Remote.h"
+#include "remote/HostCheck.h"
 #include "common/Errors.h"
 
 namespace tb::cli {
@@ -23,40 +24,21 @@ std::vector<std::string> splitWords(const std::string& text)
 // unknown host key is recorded in known_hosts (and its fingerprint printed).
 void testHost(const remote::Host& host, bool acceptNew)
 {
-    remote::SshOptions ssh;
-    ssh.verbose = true; // stderr names the server's host key
-    ssh.hostKeyChecking = acceptNew ? "accept-new" : "yes";
-    std::string said;
-    std::string version;
-    try {
-        version = remote::checkRemoteVersion(host, ssh, &said);
-    } catch (const InputError& e) {
-        const auto key = remote::serverHostKey(said);
-        std::string message = e.what();
-        if (!key.empty() && message.find("host key") != std::string::npos) message += "; the server's key is " + key;
-        throw InputError(message);
+    const auto check = remote::checkHost(host, acceptNew);
+    if (check.unknownHostKey) {
+        throw InputError("the host key of " + host.label() + " (" + host.destination + ") is not known yet: it is "
+                         + check.hostKey + "; if that is the server's key, add the host with --accept-new-host-key "
+                         "(or connect once with ssh)");
     }
-    const auto key = remote::serverHostKey(said);
-    if (said.find("Permanently added") != std::string::npos) {
-        std::cout << "host key " << key << " accepted and saved in known_hosts\n";
-    } else if (!key.empty()) {
-        std::cout << "host key " << key << " (already known)\n";
+    if (check.keyAccepted) std::cout << "host key " << check.hostKey << " accepted and saved in known_hosts\n";
+    else if (!check.hostKey.empty()) std::cout << "host key " << check.hostKey << " (already known)\n";
+    std::cout << host.label() << ": " << check.version << "\n";
+    for (const auto& gpu : check.gpus) {
+        const double gib = static_cast<double>(gpu.memoryBytes) / (1024.0 * 1024.0 * 1024.0);
+        std::cout << "  gpu " << gpu.index << ": " << gpu.name << ", " << static_cast<int>(gib + 0.5) << " GiB"
+                  << (gpu.computeCapability.empty() ? "" : ", compute capability " + gpu.computeCapability) << "\n";
     }
-    std::cout << host.label() << ": " << version << "\n";
-    const auto devices = remote::runCli(host, {"devices", "--json"}, {}, false);
-    const auto list = nlohmann::json::parse(devices.out, nullptr, false);
-    if (devices.exitCode != 0 || !list.is_array()) {
-        throw InputError("'trainbench-cli devices --json' failed on " + host.label() + ": " + remote::sshMessages(devices.err));
-    }
-    int gpus = 0;
-    for (const auto& d : list) {
-        const auto name = d.value("name", std::string("?"));
-        if (name.find("CPU") != std::string::npos || d.value("kind", "") == "cpu") continue;
-        ++gpus;
-        const double gib = d.value("memory_bytes", 0.0) / (1024.0 * 1024.0 * 1024.0);
-        std::cout << "  gpu " << d.value("index", gpus - 1) << ": " << name << ", " << static_cast<int>(gib + 0.5) << " GiB\n";
-    }
-    if (gpus == 0) std::cout << "  no GPU there: runs train on its CPU\n";
+    if (check.gpus.empty()) std::cout << "  no GPU there: runs train on its CPU" << (check.gpuNote.empty() ? "" : " (" + check.gpuNote + ")") << "\n";
 }
 
 int hosts(const Args& args)

@@ -129,7 +129,7 @@ std::string RemoteFollower::run(const std::function<void(const FollowRecord&)>& 
     std::int64_t lastEvent = m_options.eventsAfter;
     std::string lastStatus;
     auto downSince = Clock::time_point{};
-    int backoffS = 1;
+    int backoffS = 0; // the first retry at once: a link cut once is often back already
     bool connected = false; // a first connection that fails is an error, not a link to wait for
     const auto setLink = [&](LinkState state, int down, const std::string& said) {
         if (onLink) onLink(state, down, said);
@@ -150,7 +150,7 @@ std::string RemoteFollower::run(const std::function<void(const FollowRecord&)>& 
                     announced = true;
                     connected = true;
                     downSince = {};
-                    backoffS = 1;
+                    backoffS = 0;
                     setLink(LinkState::Connected, 0, {});
                 }
                 switch (record->type) {
@@ -198,7 +198,7 @@ std::string RemoteFollower::run(const std::function<void(const FollowRecord&)>& 
         // Sleep in slices, so cancel() is prompt.
         const auto wake = Clock::now() + std::chrono::seconds(backoffS);
         while (!m_cancelled && Clock::now() < wake) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        backoffS = std::min(backoffS * 2, 8);
+        backoffS = std::min(std::max(1, backoffS * 2), 8); // then 1, 2, 4, 8, 8... s
     }
     return {};
 }

@@ -206,6 +206,10 @@ std::string sshMessages(const std::string& sshStderr)
             || line.rfind("Bytes per second", 0) == 0 || line.find("Permanently added") != std::string::npos) {
             continue;
         }
+        // The remote trainbench-cli's own prefix: the caller says where it came from.
+        for (const char* prefix : {"trainbench-cli: error: ", "trainbench-cli: failed: "}) {
+            if (line.rfind(prefix, 0) == 0) line = line.substr(std::strlen(prefix));
+        }
         if (!kept.empty()) kept += "; ";
         kept += line;
     }

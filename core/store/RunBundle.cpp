@@ -176,9 +176,8 @@ ImportResult RunStore::importRun(const RunBundle& b, const std::string& label, c
     }
     RunRecord r = b.run;
     if (r.status == RunStatus::Running || r.status == RunStatus::Created) {
-        r.status = RunStatus::Interrupted;
-        r.message = "copied from " + label + " while it was running (step " + std::to_string(r.stepsDone)
-            + "); fetch it again when it has ended";
+        r.message = "running on " + label + " when copied (step " + std::to_string(r.stepsDone) + " of "
+            + std::to_string(r.stepsTotal) + "); fetching it again updates this copy";
     }
     Transaction tx(*m_db);
     std::optional<std::int64_t> existing;

@@ -465,13 +465,14 @@ void RunStore::rename(std::int64_t runId, const std::string& name)
 void RunStore::deleteRun(std::int64_t runId)
 {
     Transaction tx(*m_db);
-    Statement q(*m_db, "SELECT status, owner_pid FROM runs WHERE id=?");
+    Statement q(*m_db, "SELECT status, owner_pid, origin_run_id FROM runs WHERE id=?");
     q.bind(1, runId);
     if (!q.step()) {
         throw InputError("run " + std::to_string(runId) + " does not exist in " + m_path
                          + "; 'trainbench-cli runs' lists the runs");
     }
-    if (q.columnText(0) == "running") {
+    // A copy of a run on another machine can go; the run there is not touched.
+    if (q.columnText(0) == "running" && q.columnIsNull(2)) {
         throw InputError("run " + std::to_string(runId) + " is running"
                          + (q.columnIsNull(1) ? std::string() : " (pid " + std::to_string(q.columnInt(1)) + ")")
                          + "; stop it before deleting it");
@@ -566,8 +567,13 @@ int RunStore::reconcileInterrupted()
     // we judged, in one write transaction: a run claimed meanwhile is left alone.
     std::vector<std::pair<std::int64_t, RunOwner>> dead;
     {
-        Statement s(*m_db, "SELECT id, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at FROM runs "
-                           "WHERE status='running' OR (status='created' AND owner_pid IS NOT NULL)");
+        // Copies of runs on other machines (origin_run_id set) have no owner here.
+        Statement s(*m_db, m_schema >= 7
+                               ? "SELECT id, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at FROM runs "
+                                 "WHERE (status='running' OR (status='created' AND owner_pid IS NOT NULL)) "
+                                 "AND origin_run_id IS NULL"
+                               : "SELECT id, owner_pid, owner_start, owner_host, owner_pidns, heartbeat_at FROM runs "
+                                 "WHERE status='running' OR (status='created' AND owner_pid IS NOT NULL)");
         const double now = wallClockNow();
         while (s.step()) {
             RunOwner o;
@@ -601,6 +607,13 @@ int RunStore::reconcileInterrupted()
 long RunStore::signalOwner(std::int64_t runId, int signal)
 {
     const std::string label = "run " + std::to_string(runId);
+    const auto record = run(runId);
+    if (!record) throw InputError(label + " does not exist in " + m_path + "; 'trainbench-cli runs' lists the runs");
+    if (record->origin.runId != 0) {
+        throw InputError(label + " is a copy of run " + std::to_string(record->origin.runId) + " on " + record->origin.label
+                         + ": stop that one with 'trainbench-cli stop " + std::to_string(record->origin.runId)
+                         + " --host " + record->origin.label + "'");
+    }
     Statement q(*m_db, "SELECT status, owner_pid, owner_start, owner_host, owner_pidns FROM runs WHERE id=?");
     q.bind(1, runId);
     if (!q.step()) throw InputError(label + " does not exist in " + m_path + "; 'trainbench-cli runs' lists the runs");

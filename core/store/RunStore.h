@@ -220,7 +220,8 @@ public:
 
     // Copies a run from another store in (RunBundle.h), keeping its origin;
     // the same origin again updates that copy, never a second one. A run
-    // copied while it still ran is stored "interrupted", saying so.
+    // copied while it still runs there stays "running" (on `label`) until a
+    // later copy says otherwise: no process here owns it.
     // `checkpointFile`, when set, is a local copy of the bundle's checkpoint:
     // it moves into the run's folder. `label` says how it was reached (a
     // host's name, "file"). InputError for a run of this very store.

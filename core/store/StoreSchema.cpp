@@ -229,7 +229,9 @@ RunRecord readRun(const Statement& s)
     }
     // What the row says is running may have lost its process: every reader
     // judges it (the same judgement reconciliation writes down).
-    if (r.status == RunStatus::Running || (r.status == RunStatus::Created && !s.columnIsNull(26))) {
+    // A copy of a run that runs on another machine (fetch, a remote launch)
+    // says what that machine said when it was copied; no process here owns it.
+    if (r.origin.runId == 0 && (r.status == RunStatus::Running || (r.status == RunStatus::Created && !s.columnIsNull(26)))) {
         RunOwner owner;
         if (!s.columnIsNull(26)) owner.pid = s.columnInt(26);
         if (!s.columnIsNull(27)) owner.start = s.columnText(27);

@@ -1,0 +1,251 @@
+#include "RemoteRunWorker.h"
+
+#include <regex>
+#include <thread>
+
+#include "common/Errors.h"
+#include "remote/RemoteFollow.h"
+#include "remote/Ssh.h"
+#include "store/RunBundle.h"
+#include "store/RunStore.h"
+
+namespace tb::ui {
+
+PendingProgress RemoteRunWorker::takePending()
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    PendingProgress taken = std::move(m_pending);
+    m_pending = {};
+    return taken;
+}
+
+QString RemoteRunWorker::hostLabel() const
+{
+    auto* self = const_cast<RemoteRunWorker*>(this);
+    std::lock_guard<std::mutex> lock(self->m_mutex);
+    return QString::fromStdString(m_host.label());
+}
+
+void RemoteRunWorker::requestStop()
+{
+    tb::remote::Host host;
+    qint64 id = 0;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        host = m_host;
+        id = m_remoteRunId;
+    }
+    if (id == 0) return;
+    // Off both the GUI thread and the following worker: one ssh round trip.
+    std::thread([this, host, id] {
+        try {
+            const auto r = tb::remote::runCli(host, {"stop", std::to_string(id), "--wait", "0"});
+            if (r.exitCode != 0) pushEvent("warning", "stop", "stop on " + host.label() + ": " + tb::remote::sshMessages(r.err));
+        } catch (const std::exception& e) {
+            pushEvent("warning", "stop", std::string("could not ask ") + host.label() + " to stop the run: " + e.what());
+        }
+    }).detach();
+}
+
+void RemoteRunWorker::detach()
+{
+    m_detached = true;
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (m_follower) m_follower->cancel();
+}
+
+void RemoteRunWorker::pushEvent(const std::string& severity, const std::string& kind, const std::string& message)
+{
+    bool wasEmpty;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        wasEmpty = m_pending.empty();
+        m_pending.events.push_back({severity, kind, message});
+    }
+    if (wasEmpty) Q_EMIT progressAvailable();
+}
+
+void RemoteRunWorker::pushEval(const EvalMetrics& eval)
+{
+    bool wasEmpty;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        wasEmpty = m_pending.empty();
+        m_pending.evals.push_back(eval);
+    }
+    // One signal whenever the batch was empty, or the GUI never hears of this one.
+    if (wasEmpty) Q_EMIT progressAvailable();
+}
+
+void RemoteRunWorker::flushStep()
+{
+    if (m_step.step <= 0) return;
+    m_step.totalSteps = m_totalSteps;
+    bool wasEmpty;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        wasEmpty = m_pending.empty();
+        m_pending.steps.push_back(m_step);
+    }
+    m_step = {};
+    if (wasEmpty) Q_EMIT progressAvailable();
+}
+
+void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath)
+{
+    m_detached = false;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_host = host;
+        m_remoteRunId = 0;
+    }
+    Q_EMIT linkChanged("connecting", 0, {});
+    qint64 remoteId = 0;
+    try {
+        tb::remote::checkRemoteVersion(host);
+        const auto r = tb::remote::runCli(host, {"train", "--config", "-", "--detach"}, configJson.toStdString());
+        std::smatch m;
+        if (r.exitCode != 0 || !std::regex_search(r.out, m, std::regex("run ([0-9]+) started"))) {
+            const auto said = tb::remote::sshMessages(r.err);
+            throw InputError("on " + host.label() + ": " + (said.empty() ? r.out : said));
+        }
+        remoteId = std::stoll(m[1]);
+    } catch (const std::exception& e) {
+        Q_EMIT linkChanged("", 0, {});
+        Q_EMIT refused(QString::fromStdString(e.what()));
+        return;
+    }
+    follow(host, remoteId, dbPath);
+}
+
+void RemoteRunWorker::attach(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath)
+{
+    m_detached = false;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_host = host;
+    }
+    Q_EMIT linkChanged("connecting", 0, {});
+    follow(host, remoteRunId, dbPath);
+}
+
+qint64 RemoteRunWorker::storeCopy(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath,
+                                  SessionOutcome* outcome)
+{
+    try {
+        const auto r = tb::remote::runCli(host, {"export-run", std::to_string(remoteRunId)});
+        if (r.exitCode != 0) throw InputError(tb::remote::sshMessages(r.err));
+        const auto bundle = bundleFromJson(r.out, "what " + host.label() + " sent");
+        RunStore store(dbPath.isEmpty() ? RunStore::defaultPath() : dbPath.toStdString());
+        const auto result = store.importRun(bundle, host.label());
+        if (outcome) {
+            outcome->status = bundle.run.status;
+            outcome->stepsDone = bundle.run.stepsDone;
+            outcome->totalSteps = bundle.run.stepsTotal;
+            outcome->finalLoss = bundle.run.finalLoss.value_or(0);
+            outcome->finalValLoss = bundle.run.finalValLoss.value_or(-1);
+            outcome->finalValAccuracy = bundle.run.finalValAccuracy.value_or(-1);
+            outcome->message = bundle.run.message;
+            outcome->estimatedPeakBytes = bundle.run.estimatedPeakBytes.value_or(0);
+            outcome->measuredPeakBytes = bundle.run.measuredPeakBytes.value_or(0);
+            outcome->dbPath = store.path();
+        }
+        return result.runId;
+    } catch (const std::exception& e) {
+        pushEvent("warning", "copy", "the run could not be copied into the local store: " + std::string(e.what()));
+        return 0;
+    }
+}
+
+void RemoteRunWorker::follow(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath)
+{
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_remoteRunId = remoteRunId;
+    }
+    m_step = {};
+    m_eval = {};
+    m_totalSteps = 0;
+    SessionOutcome start;
+    const qint64 localId = storeCopy(host, remoteRunId, dbPath, &start);
+    m_totalSteps = start.totalSteps;
+    Q_EMIT started(localId, remoteRunId,
+                   QString::fromStdString("on " + host.label() + " (run " + std::to_string(remoteRunId) + " there)"),
+                   start.estimatedPeakBytes);
+    tb::remote::RemoteFollower follower(host, remoteRunId);
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_follower = &follower;
+    }
+    if (m_detached) follower.cancel();
+    std::string end;
+    std::string error;
+    try {
+        end = follower.run(
+            [&](const tb::remote::FollowRecord& r) {
+                using Type = tb::remote::FollowRecord::Type;
+                switch (r.type) {
+                case Type::Metric:
+                    // Validation points belong to the evaluation at that step, not to a training step.
+                    if (r.key == "val_accuracy") {
+                        m_eval.valAccuracy = r.value;
+                        break;
+                    }
+                    if (r.key == "val_loss") {
+                        m_eval.step = r.step;
+                        m_eval.valLoss = r.value;
+                        pushEval(m_eval);
+                        m_eval = {};
+                        break;
+                    }
+                    if (r.step != m_step.step) flushStep();
+                    m_step.step = r.step;
+                    if (r.key == "loss") m_step.loss = r.value;
+                    else if (r.key == "lr") m_step.lr = r.value;
+                    else if (r.key == "grad_norm") m_step.gradNorm = r.value;
+                    else if (r.key == "tokens_per_s") m_step.tokensPerSecond = r.value;
+                    else if (r.key == "step_ms") m_step.stepMs = r.value;
+                    else if (r.key == "mem_current_bytes") m_step.memCurrentBytes = static_cast<std::int64_t>(r.value);
+                    else if (r.key == "mem_peak_bytes") m_step.memPeakBytes = static_cast<std::int64_t>(r.value);
+                    else if (r.key == "loss_scale") m_step.lossScale = r.value;
+                    // tokens_per_s is the last per-step key in the stream's (step, key) order.
+                    if (r.key == "tokens_per_s") flushStep();
+                    break;
+                case Type::Event: pushEvent(r.severity, r.kind, r.message); break;
+                case Type::Status:
+                    m_totalSteps = r.stepsTotal;
+                    break;
+                case Type::End: flushStep(); break;
+                }
+            },
+            [&](tb::remote::LinkState state, int down, const std::string& said) {
+                Q_EMIT linkChanged(QString::fromStdString(tb::remote::linkStateName(state)), down, QString::fromStdString(said));
+            });
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    flushStep();
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_follower = nullptr;
+    }
+    SessionOutcome outcome;
+    outcome.runId = localId;
+    if (end.empty()) {
+        // Detached, lost or refused: the run goes on there as far as we know.
+        Q_EMIT linkChanged(m_detached ? QString() : QString("lost"), 0, {});
+        outcome.status = RunStatus::Running;
+        outcome.message = error.empty() ? "stopped watching; the run goes on on " + host.label() + " (History > Attach)"
+                                        : error;
+        outcome.totalSteps = m_totalSteps;
+        Q_EMIT finished(outcome);
+        return;
+    }
+    outcome.runId = storeCopy(host, remoteRunId, dbPath, &outcome);
+    if (outcome.runId == 0) outcome.runId = localId;
+    outcome.status = runStatusFromString(end);
+    Q_EMIT linkChanged("", 0, {});
+    Q_EMIT finished(outcome);
+}
+
+} // namespace tb::ui

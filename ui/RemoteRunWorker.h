@@ -1,0 +1,72 @@
+#pragma once
+// Drives a run on a saved host, from its own QThread: launches it there over
+// ssh (or attaches to one already running), follows it, and hands the Run
+// panel the same progress a local run gives. The run lives on the host: this
+// worker only watches, so closing the window leaves it running. A copy of the
+// run is kept in the local store (History lists it, running on that host)
+// and updated when it ends.
+
+#include <QObject>
+#include <QString>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "TrainingWorker.h"
+#include "remote/HostBook.h"
+
+namespace tb::remote {
+class RemoteFollower;
+}
+
+namespace tb::ui {
+
+class RemoteRunWorker final : public QObject {
+    Q_OBJECT
+
+public:
+    RemoteRunWorker() = default;
+    // Thread-safe: everything received since the last call.
+    PendingProgress takePending();
+    // Thread-safe: asks the host to stop the run after its current step (as
+    // Ctrl-C does there); the follow then ends with "cancelled".
+    void requestStop();
+    // Thread-safe: stops watching; the run goes on on the host.
+    void detach();
+    QString hostLabel() const;
+
+    // Run in the worker's thread. `dbPath`: the local store the copy goes to.
+    void launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath);
+    void attach(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath);
+
+Q_SIGNALS:
+    // runId: the local copy's id (0 if it could not be stored); remoteRunId: the id there.
+    void started(qint64 runId, qint64 remoteRunId, const QString& description, qint64 estimatedPeakBytes);
+    void progressAvailable();
+    void finished(const tb::SessionOutcome& outcome);
+    void refused(const QString& message);
+    // "connected", "reconnecting" (down for `downSeconds`), "lost", or "" once it is over.
+    void linkChanged(const QString& state, int downSeconds, const QString& said);
+
+private:
+    void follow(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath);
+    // Copies the run into the local store; its local id, or 0 (the reason goes to the log).
+    qint64 storeCopy(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath, SessionOutcome* outcome);
+    void pushEvent(const std::string& severity, const std::string& kind, const std::string& message);
+    void flushStep();
+    void pushEval(const EvalMetrics& eval);
+
+    std::mutex m_mutex;
+    PendingProgress m_pending;            // guarded by m_mutex
+    tb::remote::RemoteFollower* m_follower = nullptr; // guarded by m_mutex
+    tb::remote::Host m_host;              // guarded by m_mutex
+    qint64 m_remoteRunId = 0;             // guarded by m_mutex
+    std::atomic<bool> m_detached{false};
+    // The step being assembled from its metric records (worker thread only).
+    StepMetrics m_step;
+    EvalMetrics m_eval;
+    int m_totalSteps = 0;
+};
+
+} // namespace tb::ui
