@@ -64,6 +64,22 @@ def read_jsonl_until(proc, stop, timeout=120):
     return records
 
 
+def stop_leftover_runs(db):
+    """Detached runs outlive their ssh session by design: after a failed case one may still train. Kill them."""
+    try:
+        with sqlite3.connect(db) as c:
+            pids = [row[0] for row in c.execute("SELECT owner_pid FROM runs WHERE owner_pid IS NOT NULL")]
+    except sqlite3.Error:
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"trainbench-cli" in f.read():
+                    os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def owner_pid(db, run):
     with sqlite3.connect(db) as c:
         row = c.execute("SELECT owner_pid FROM runs WHERE id=?", (run,)).fetchone()
@@ -97,6 +113,7 @@ def main():
         run_cases(SSHD.port)
     finally:
         SSHD.stop()
+        stop_leftover_runs(f"{TMP}/remote.db")
     if failures:
         print(f"{len(failures)} failure(s):\n  " + "\n  ".join(failures))
         return 1

@@ -11,8 +11,10 @@
 #include <QPushButton>
 #include <QStatusBar>
 #include <QTableView>
+#include <QTableWidget>
 
 #include "ExperimentPanel.h"
+#include "HostsDialog.h"
 #include "HistoryPanel.h"
 #include "LossPlot.h"
 #include "MainWindow.h"
@@ -29,6 +31,7 @@ class TestRemoteGui : public QObject {
 private Q_SLOTS:
     void init();
     void cleanup() { m_window.reset(); }
+    void hostsDialogTestsASavedHost();
     void attachFromHistoryShowsTheRemoteRunLive();
     void runStartedOnTheHostOutlivesTheWindowAndStopsFromIt();
 
@@ -72,6 +75,39 @@ void TestRemoteGui::init()
         QSKIP("run by tst_remote.py, which starts the sshd and the remote run");
     }
     openWindow();
+}
+
+void TestRemoteGui::hostsDialogTestsASavedHost()
+{
+    HostsDialog dialog(m_window.get());
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+    QCOMPARE(dialog.table()->rowCount(), 1);
+    QCOMPARE(dialog.table()->item(0, 0)->text(), QString("gpu"));
+    dialog.table()->selectRow(0);
+    QSignalSpy done(&dialog, &HostsDialog::checkDone);
+    QSignalSpy tested(&dialog, &HostsDialog::hostTested);
+    dialog.testSelected();
+    QVERIFY(dialog.busy());
+    QVERIFY(done.wait(30000));
+    QVERIFY2(dialog.resultLabel()->text().startsWith("gpu: trainbench-cli"), qPrintable(dialog.resultLabel()->text()));
+    QCOMPARE(tested.size(), 1);
+    QVERIFY(dialog.grab().save(QCoreApplication::applicationDirPath() + "/remote-hosts-dialog.png"));
+    // A name already saved is refused before any connection.
+    tb::remote::Host again;
+    again.name = "gpu";
+    again.destination = "nowhere.invalid";
+    dialog.addHost(again);
+    QVERIFY2(dialog.resultLabel()->text().contains("already saved"), qPrintable(dialog.resultLabel()->text()));
+    // A host that does not resolve: one sentence, nothing saved.
+    tb::remote::Host missing;
+    missing.name = "missing";
+    missing.destination = "nowhere.invalid";
+    done.clear();
+    dialog.addHost(missing);
+    QVERIFY(done.wait(30000));
+    QVERIFY2(dialog.resultLabel()->text().contains("does not resolve"), qPrintable(dialog.resultLabel()->text()));
+    QCOMPARE(dialog.table()->rowCount(), 1);
 }
 
 void TestRemoteGui::attachFromHistoryShowsTheRemoteRunLive()

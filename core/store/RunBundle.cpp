@@ -196,6 +196,14 @@ ImportResult RunStore::importRun(const RunBundle& b, const std::string& label, c
             }
         }
     }
+    // The record's own columns, 1 to 19, in the order both statements below name them.
+    const auto bindRecord = [&r](Statement& s) {
+        s.bind(1, r.name).bind(2, runStatusName(r.status)).bind(3, r.createdAt).bind(4, r.startedAt).bind(5, r.endedAt);
+        s.bind(6, r.configJson).bind(7, r.device).bind(8, r.precision).bind(9, r.appVersion).bind(10, r.torchVersion);
+        s.bind(11, r.stepsTotal).bind(12, r.stepsDone).bind(13, r.finalLoss).bind(14, r.finalValLoss);
+        s.bind(15, r.finalValAccuracy).bind(16, r.message).bind(17, r.estimatedPeakBytes).bind(18, r.estimateJson);
+        s.bind(19, r.measuredPeakBytes);
+    };
     std::int64_t id = 0;
     if (existing) {
         id = *existing;
@@ -211,11 +219,8 @@ ImportResult RunStore::importRun(const RunBundle& b, const std::string& label, c
                            "device=?, precision=?, app_version=?, torch_version=?, steps_total=?, steps_done=?, "
                            "final_loss=?, final_val_loss=?, final_val_accuracy=?, message=?, estimated_peak_bytes=?, "
                            "estimate_json=?, measured_peak_bytes=?, origin_label=? WHERE id=?");
-        u.bind(1, r.name).bind(2, runStatusName(r.status)).bind(3, r.createdAt).bind(4, r.startedAt).bind(5, r.endedAt);
-        u.bind(6, r.configJson).bind(7, r.device).bind(8, r.precision).bind(9, r.appVersion).bind(10, r.torchVersion);
-        u.bind(11, r.stepsTotal).bind(12, r.stepsDone).bind(13, r.finalLoss).bind(14, r.finalValLoss);
-        u.bind(15, r.finalValAccuracy).bind(16, r.message).bind(17, r.estimatedPeakBytes).bind(18, r.estimateJson);
-        u.bind(19, r.measuredPeakBytes).bind(20, label).bind(21, id);
+        bindRecord(u);
+        u.bind(20, label).bind(21, id);
         u.run();
     } else {
         Statement i(*m_db, "INSERT INTO runs(name, status, created_at, started_at, ended_at, config_json, device, "
@@ -223,11 +228,8 @@ ImportResult RunStore::importRun(const RunBundle& b, const std::string& label, c
                            "final_val_accuracy, message, estimated_peak_bytes, estimate_json, measured_peak_bytes, note, "
                            "origin_host, origin_store, origin_run_id, origin_label) "
                            "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-        i.bind(1, r.name).bind(2, runStatusName(r.status)).bind(3, r.createdAt).bind(4, r.startedAt).bind(5, r.endedAt);
-        i.bind(6, r.configJson).bind(7, r.device).bind(8, r.precision).bind(9, r.appVersion).bind(10, r.torchVersion);
-        i.bind(11, r.stepsTotal).bind(12, r.stepsDone).bind(13, r.finalLoss).bind(14, r.finalValLoss);
-        i.bind(15, r.finalValAccuracy).bind(16, r.message).bind(17, r.estimatedPeakBytes).bind(18, r.estimateJson);
-        i.bind(19, r.measuredPeakBytes).bind(20, r.note).bind(21, b.origin.host).bind(22, b.origin.store);
+        bindRecord(i);
+        i.bind(20, r.note).bind(21, b.origin.host).bind(22, b.origin.store);
         i.bind(23, b.origin.runId).bind(24, label);
         i.run();
         id = m_db->lastInsertId();
