@@ -30,9 +30,11 @@ endfunction()
 # One Qt Test executable per test class, registered with ctest.
 # Labels: "learning" for the long learning suites (LEARNING), which run on one
 # LibTorch tree only; "gui" for the panel suites (GUI); every other suite is
-# "torch2", the set scripts/test also runs against LibTorch 2.x.
+# "torch2", the set scripts/test also runs against LibTorch 2.x. ENTRIES: the
+# executable is registered by tb_add_test_entry instead, one ctest entry per
+# group of test functions.
 function(tb_add_test name)
-  cmake_parse_arguments(ARG "TORCH;LEARNING;GUI" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;LEARNING;GUI;ENTRIES" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   set_target_properties(${name} PROPERTIES AUTOMOC ON)
   target_link_libraries(${name} PRIVATE Qt6::Test ${ARG_LIBS})
@@ -43,13 +45,9 @@ function(tb_add_test name)
   if(ARG_TORCH)
     tb_use_torch_pch(${name})
   endif()
-  add_test(NAME ${name} COMMAND ${name})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  # Qt Test's own watchdog (5 minutes by default) must not fire before ctest's
-  # limit on a busy machine.
-  math(EXPR watchdog_ms "${ARG_TIMEOUT} * 1000")
   if(ARG_LEARNING)
     set(label learning)
   elseif(ARG_GUI)
@@ -57,8 +55,31 @@ function(tb_add_test name)
   else()
     set(label torch2)
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS ${label}
+  # Kept for tb_add_test_entry.
+  set_target_properties(${name} PROPERTIES TB_TEST_LABEL ${label} TB_TEST_TIMEOUT ${ARG_TIMEOUT})
+  if(NOT ARG_ENTRIES)
+    add_test(NAME ${name} COMMAND ${name})
+    tb_test_properties(${name} ${label} ${ARG_TIMEOUT})
+  endif()
+endfunction()
+
+function(tb_test_properties test label timeout)
+  # Qt Test's own watchdog (5 minutes by default) must not fire before ctest's
+  # limit on a busy machine.
+  math(EXPR watchdog_ms "${timeout} * 1000")
+  set_tests_properties(${test} PROPERTIES TIMEOUT ${timeout} LABELS ${label}
     ENVIRONMENT "QT_QPA_PLATFORM=offscreen;QTEST_FUNCTION_TIMEOUT=${watchdog_ms}")
+endfunction()
+
+# tb_add_test_entry(EXECUTABLE TEST COST FUNCTION...): a ctest entry running
+# some of a suite's test functions, with the suite's label and limit. COST is
+# the expected seconds: ctest starts the costliest first.
+function(tb_add_test_entry executable test cost)
+  add_test(NAME ${test} COMMAND ${executable} ${ARGN})
+  get_target_property(label ${executable} TB_TEST_LABEL)
+  get_target_property(timeout ${executable} TB_TEST_TIMEOUT)
+  tb_test_properties(${test} ${label} ${timeout})
+  set_tests_properties(${test} PROPERTIES COST ${cost})
 endfunction()
 
 # Compiles a resource file into the target as `std::string tb::FUNCTION()`.
