@@ -11,11 +11,14 @@ missing and a mismatched remote trainbench-cli; a 300-step run launched over
 ssh and followed, its ssh client killed mid-run (the follow reconnects, the
 run goes on), the follower itself killed, a second follow from the start
 (exactly one point per step); stop over ssh; a remote run killed with
-kill -9 (follow ends "interrupted").
+kill -9 (follow ends "interrupted"); train --send-data (SHA-256 checked
+against hashlib, not sent twice) and receive-data's refusals.
 """
 import getpass
+import hashlib
 import json
 import os
+import random
 import re
 import select
 import signal
@@ -322,6 +325,8 @@ def run_cases(port):
     check(end.get("type") == "end" and end.get("status") == "interrupted" and follow.returncode == 1,
           f"a run killed with kill -9 ends the follow with 'interrupted': {end}")
 
+    send_data_cases(remote_db)
+
     # Errors of the follow itself.
     r = cli("follow", "999", "--host", "gpu")
     check(r.returncode == 2 and "run 999 does not exist" in r.stderr, "follow of an unknown remote run: " + r.stderr.strip())
@@ -348,6 +353,98 @@ def run_cases(port):
     check(r.returncode == 0 and cli("hosts", "list").stdout.startswith("no saved hosts"), "hosts remove")
     r = cli("hosts", "remove", "gpu")
     check(r.returncode == 2 and "no saved host" in r.stderr, "removing an unknown host: " + r.stderr.strip())
+
+
+def send_data_cases(remote_db):
+    """train --send-data: a local text file copied into the host's store
+    folder under its SHA-256 (hashlib is the reference), trained on there, not
+    sent twice; receive-data's own checks at block boundaries and on bad input."""
+    here = f"{TMP}/here"
+    os.makedirs(here, exist_ok=True)
+    rng = random.Random(7)
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "ran", "off"]
+    text = "\n\n".join(" ".join(rng.choice(words) for _ in range(60)) for _ in range(1500)) + "\n"
+    with open(f"{here}/story.txt", "w") as f:
+        f.write(text)
+    data = text.encode()
+    sha = hashlib.sha256(data).hexdigest()
+    config = {
+        "name": "sent-text", "device": "cpu",
+        "model": {"type": "gpt", "n_layer": 1, "d_model": 32, "n_head": 2, "positional_encoding": "learned"},
+        "data": {"source": "text", "path": "story.txt", "seq_len": 32},
+        "optim": {"lr": 0.003, "warmup_steps": 5},
+        "train": {"batch_size": 16, "steps": 30, "seed": 1, "eval_every": 30, "checkpoint_every": 0, "threads": 1},
+    }
+    with open(f"{here}/text.json", "w") as f:
+        json.dump(config, f)
+    expected = f"{remote_db}-data/{sha}/story.txt"
+    r = cli("train", "--config", f"{here}/text.json", "--host", "gpu", "--send-data", timeout=300)
+    m = re.search(r"run (\d+) started on gpu", r.stdout)
+    check(r.returncode == 0 and f"data: sent {here}/story.txt ({len(data)} bytes" in r.stdout and expected in r.stdout
+          and m is not None and "finished" in r.stdout,
+          "train --send-data copies the data file under its SHA-256 and trains on it there: " + r.stdout[-600:] + r.stderr[-600:])
+    with open(expected, "rb") as f:
+        check(f.read() == data, "the copy on the host has the local bytes")
+    if m:
+        with sqlite3.connect(remote_db) as db:
+            row = db.execute("SELECT status, json_extract(config_json, '$.data.path') FROM runs WHERE id = ?",
+                             (int(m.group(1)),)).fetchone()
+        check(row == ("finished", expected), f"the remote run trained on the copy: {row}")
+    mtime = os.stat(expected).st_mtime_ns
+    r = cli("train", "--config", f"{here}/text.json", "--host", "gpu", "--send-data", "--detach", timeout=300)
+    check(r.returncode == 0 and "already has" in r.stdout and "not sent again" in r.stdout and os.stat(expected).st_mtime_ns == mtime,
+          "a file the host has is not sent again: " + r.stdout[-400:] + r.stderr[-400:])
+    m = re.search(r"run (\d+) started on gpu", r.stdout)
+    if m:
+        cli("follow", m.group(1), "--host", "gpu", timeout=300)
+
+    # Bad input of the sending side.
+    r = cli("train", "--config", f"{here}/text.json", "--send-data")
+    check(r.returncode == 2 and "needs --host" in r.stderr, "--send-data without --host: " + r.stderr.strip())
+    r = cli("train", "--config", f"{TMP}/run.json", "--host", "gpu", "--send-data")
+    check(r.returncode == 2 and "names no data file" in r.stderr, "--send-data with addition data: " + r.stderr.strip())
+    config["data"]["path"] = "gone.txt"
+    with open(f"{here}/gone.json", "w") as f:
+        json.dump(config, f)
+    r = cli("train", "--config", f"{here}/gone.json", "--host", "gpu", "--send-data")
+    check(r.returncode == 2 and f"file not found: {here}/gone.txt" in r.stderr and r.stderr.count("\n") <= 2,
+          "--send-data of a missing file: " + r.stderr.strip())
+    r = cli("train", "--config", "-", "--host", "gpu", "--send-data", input=json.dumps(config))
+    check(r.returncode == 2 and "file not found: gone.txt" in r.stderr,
+          "--send-data of a missing file, config from stdin: " + r.stderr.strip())
+
+    # The receiving side at SHA-256 block boundaries (55/56 bytes: the length
+    # spills into another block) and on damaged, short and misnamed input.
+    folder = f"{TMP}/recv.db-data"
+    for n in (0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 4097, 1 << 20):
+        blob = rng.randbytes(n)
+        digest = hashlib.sha256(blob).hexdigest()
+        r = subprocess.run([CLI, "receive-data", "--db", f"{TMP}/recv.db", "--name", "blob.bin", "--sha256", digest,
+                            "--size", str(n)], input=blob, capture_output=True, env=ENV)
+        ok = r.returncode == 0 and r.stdout.decode().strip() == f"stored {folder}/{digest}/blob.bin"
+        if not ok:
+            check(False, f"receive-data of {n} bytes with hashlib's SHA-256: {r.stdout!r} {r.stderr!r}")
+            break
+    else:
+        check(True, "receive-data agrees with hashlib's SHA-256 on 12 sizes around block boundaries")
+    blob = b"some bytes"
+    good = hashlib.sha256(blob).hexdigest()
+    bad = hashlib.sha256(b"other bytes").hexdigest()
+
+    def receive(name, digest, size, payload=blob, *more):
+        return subprocess.run([CLI, "receive-data", "--db", f"{TMP}/recv.db", "--name", name, "--sha256", digest,
+                               "--size", str(size), *more], input=payload, capture_output=True, env=ENV)
+    r = receive("x.txt", bad, len(blob))
+    check(r.returncode == 2 and b"arrived damaged" in r.stderr and not os.path.exists(f"{folder}/{bad}/x.txt")
+          and os.listdir(f"{folder}/{bad}") == [], "damaged data is refused and nothing is left: " + r.stderr.decode().strip())
+    r = receive("x.txt", good, len(blob) + 1)
+    check(r.returncode == 2 and b"only 10 of 11 bytes arrived" in r.stderr, "short data is refused: " + r.stderr.decode().strip())
+    r = receive("../x.txt", good, len(blob))
+    check(r.returncode == 2 and b"plain file name" in r.stderr, "a path as name is refused: " + r.stderr.decode().strip())
+    r = receive("x.txt", "abc", len(blob))
+    check(r.returncode == 2 and b"64 lowercase hex" in r.stderr, "a malformed checksum is refused: " + r.stderr.decode().strip())
+    r = receive("x.txt", good, len(blob), b"", "--check")
+    check(r.returncode == 0 and r.stdout == b"missing\n", "--check of a file not there: " + r.stdout.decode())
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@
 #include "Remote.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
+#include "remote/SendData.h"
 #include "train/OpCounter.h"
+
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -40,14 +43,45 @@ std::string readConfigText(const std::string& path)
     return text.str();
 }
 
-// The config as sent to a host: data and model paths in it name files there.
+// --send-data: copies the config's data file (data.path, resolved here) into
+// the host's store folder and returns the config text with data.path naming
+// that copy.
+std::string sendDataOf(const remote::Host& host, const std::string& path, const std::string& text)
+{
+    const RunConfig local = path == "-" ? parseConfig(text, "the config read from stdin") : loadConfigFile(path);
+    const auto relative = resolvedDataPath(local);
+    if (local.data.source == "addition" || relative.empty()) {
+        throw InputError("--send-data: this config names no data file (data.source \"" + local.data.source + "\""
+                         + (local.data.source == "addition" ? "" : " with no data.path: the bundled sample text")
+                         + "); leave --send-data out");
+    }
+    const auto dataPath = std::filesystem::absolute(relative).lexically_normal().string();
+    const auto sent = remote::sendData(host, dataPath, [](const std::string& line) { std::cout << line << std::endl; });
+    if (sent.alreadyThere) {
+        std::cout << "data: " << host.label() << " already has " << dataPath << " (sha256 " << sent.sha256 << ") as " << sent.remotePath
+                  << "; not sent again" << std::endl;
+    } else {
+        char rate[64];
+        std::snprintf(rate, sizeof rate, "%.1f s, %.1f MB/s", sent.seconds, sent.size / 1e6 / std::max(sent.seconds, 1e-3));
+        std::cout << "data: sent " << dataPath << " (" << sent.size << " bytes, " << rate << ") to " << host.label() << " as "
+                  << sent.remotePath << "; sha256 " << sent.sha256 << " checked there" << std::endl;
+    }
+    auto json = nlohmann::json::parse(text, nullptr, false, true);
+    if (json.is_discarded() || !json.is_object()) throw InputError("--send-data: the config is not a JSON object");
+    json["data"]["path"] = sent.remotePath;
+    return json.dump(2);
+}
+
+// The config as sent to a host: data and model paths in it name files there
+// (with --send-data, the data file is copied there first).
 int trainRemote(const Args& args, const std::string& path)
 {
     if (args.value("--db")) throw InputError("--db names a local store; with --host use --remote-db");
     if (args.flag("--count-ops") || args.flag("--bare")) throw InputError("--count-ops and --bare are for local benchmarks");
     const auto host = hostOf(args);
-    const std::string text = readConfigText(path);
+    std::string text = readConfigText(path);
     remote::checkRemoteVersion(host);
+    if (args.flag("--send-data")) text = sendDataOf(host, path, text);
     std::vector<std::string> remoteArgs{"train", "--config", "-", "--detach"};
     for (const char* option : {"--device", "--steps", "--name", "--threads"}) {
         if (auto v = args.value(option)) {
@@ -158,6 +192,7 @@ int train(const Args& args)
     if (!path) throw InputError("'train' needs --config FILE (examples are in resources/examples/)");
     if (args.value("--host")) return trainRemote(args, *path);
     if (args.value("--remote-cli") || args.value("--remote-db")) throw InputError("--remote-cli and --remote-db need --host");
+    if (args.flag("--send-data")) throw InputError("--send-data copies the data file to a host: it needs --host");
     RunConfig config = *path == "-" ? parseConfig(readConfigText("-"), "the config read from stdin") : loadConfigFile(*path);
     if (auto device = args.value("--device")) config.device = *device;
     if (auto steps = args.integer("--steps", 1, 1000000000)) {
@@ -222,6 +257,7 @@ std::vector<OptionSpec> options()
         {"--name", true, "override the run name", "S"},
         {"--threads", true, "override train.threads (0 = automatic)", "N"},
         {"--detach", false, "start the run in the background, print its id and return (it outlives this terminal)"},
+        {"--send-data", false, "with --host: copy the config's local data file into the host's store folder (checked by SHA-256; not sent again while it is there)"},
         {"--quiet", false, "print only the final summary"},
         {"--force", false, "launch even if preflight finds errors (recorded with the run)"},
         {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
@@ -235,7 +271,7 @@ std::vector<OptionSpec> options()
 const CommandRegistration registration{Command{
     "train",
     "Train a model from a JSON config and store the run (here, or on a host over ssh).",
-    "--config FILE [--db FILE | --host H] [--detach] [--device D] [--steps N] [--name S] [--force]",
+    "--config FILE [--db FILE | --host H [--send-data]] [--detach] [--device D] [--steps N] [--name S] [--force]",
     options(),
     &train}};
 

@@ -62,7 +62,8 @@ struct Child {
     int in = -1, out = -1, err = -1;
 };
 
-Child spawn(const std::vector<std::string>& argv)
+// `stdinFd` >= 0: ssh reads its stdin from that file instead of a pipe.
+Child spawn(const std::vector<std::string>& argv, int stdinFd = -1)
 {
     int in[2], out[2], err[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
@@ -74,7 +75,7 @@ Child spawn(const std::vector<std::string>& argv)
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error(std::string("cannot start ssh: ") + std::strerror(errno));
     if (pid == 0) {
-        dup2(in[0], 0);
+        dup2(stdinFd >= 0 ? stdinFd : in[0], 0);
         dup2(out[1], 1);
         dup2(err[1], 2);
         // Its own process group: a Ctrl-C meant for us reaches ssh only through us.
@@ -87,6 +88,10 @@ Child spawn(const std::vector<std::string>& argv)
     close(in[0]);
     close(out[1]);
     close(err[1]);
+    if (stdinFd >= 0) {
+        close(in[1]);
+        in[1] = -1;
+    }
     return {pid, in[1], out[0], err[0]};
 }
 
@@ -105,7 +110,7 @@ void pump(Child& c, const std::string& input, const std::function<void(const cha
     signal(SIGPIPE, SIG_IGN);
     std::size_t written = 0;
     if (input.empty()) {
-        close(c.in);
+        if (c.in >= 0) close(c.in);
         c.in = -1;
     } else {
         fcntl(c.in, F_SETFL, O_NONBLOCK);
@@ -170,6 +175,15 @@ SshResult runSshInto(const Host& host, const std::string& command, int fd, const
         r.exitCode = 1;
         r.err += std::string("cannot write the fetched file here: ") + std::strerror(error) + "\n";
     }
+    return r;
+}
+
+SshResult runSshFrom(const Host& host, const std::string& command, int inputFd, const SshOptions& options)
+{
+    Child c = spawn(sshArgv(host, command, options), inputFd);
+    SshResult r;
+    pump(c, {}, [&](const char* data, std::size_t size) { r.out.append(data, size); }, r.err);
+    r.exitCode = waitFor(c.pid);
     return r;
 }
 

@@ -42,6 +42,9 @@ SshResult runSsh(const Host& host, const std::string& command, const std::string
 // Runs `command` there and writes its stdout to `fd` (a file being fetched).
 SshResult runSshInto(const Host& host, const std::string& command, int fd, const SshOptions& options = {});
 
+// Runs `command` there with its stdin read from `inputFd` (a file being sent).
+SshResult runSshFrom(const Host& host, const std::string& command, int inputFd, const SshOptions& options = {});
+
 // Runs `command` there and hands each line of its stdout to `onLine` as it
 // arrives; returns when the command (or the link) ends. `onStart` gets the
 // ssh client's pid.

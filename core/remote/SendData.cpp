@@ -1,0 +1,146 @@
+#include "remote/SendData.h"
+
+#include "common/Errors.h"
+#include "common/Files.h"
+#include "remote/Sha256.h"
+#include "remote/Ssh.h"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <system_error>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace tb::remote {
+namespace {
+
+void checkFields(const std::string& name, const std::string& sha256)
+{
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+        throw InputError("receive-data: --name must be a plain file name, got \"" + name + "\"");
+    }
+    if (!std::regex_match(sha256, std::regex("[0-9a-f]{64}"))) {
+        throw InputError("receive-data: --sha256 must be 64 lowercase hex digits, got \"" + sha256 + "\"");
+    }
+}
+
+std::string humanBytes(std::uint64_t bytes)
+{
+    char text[32];
+    if (bytes < 1024 * 1024) std::snprintf(text, sizeof text, "%.1f KiB", bytes / 1024.0);
+    else if (bytes < 1024ull * 1024 * 1024) std::snprintf(text, sizeof text, "%.1f MiB", bytes / 1048576.0);
+    else std::snprintf(text, sizeof text, "%.2f GiB", bytes / 1073741824.0);
+    return text;
+}
+
+} // namespace
+
+std::string dataFolderOf(const std::string& dbPath) { return dbPath + "-data"; }
+
+std::string receivedDataPath(const std::string& folder, const std::string& name, const std::string& sha256, std::uint64_t size)
+{
+    checkFields(name, sha256);
+    const auto path = fs::path(folder) / sha256 / name;
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == size && !ec) return fs::absolute(path).string();
+    return {};
+}
+
+std::string receiveData(int fd, const std::string& folder, const std::string& name, const std::string& sha256,
+                        std::uint64_t expectedSize)
+{
+    checkFields(name, sha256);
+    const auto dir = fs::path(folder) / sha256;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw InputError("cannot create " + dir.string() + ": " + ec.message() + " (check the store folder's permissions)");
+    const auto target = dir / name;
+    const auto partial = dir / ("." + name + ".partial-" + std::to_string(getpid()));
+    const int out = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) throw InputError("cannot write " + partial.string() + ": " + std::strerror(errno));
+    auto fail = [&](const std::string& why) {
+        ::close(out);
+        fs::remove(partial, ec);
+        throw InputError(why);
+    };
+    Sha256 sha;
+    std::uint64_t received = 0;
+    static thread_local char buffer[1 << 20];
+    for (;;) {
+        const auto n = ::read(fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail(std::string("cannot read the data being sent: ") + std::strerror(errno));
+        if (n == 0) break;
+        received += static_cast<std::uint64_t>(n);
+        if (received > expectedSize) fail("more than the announced " + std::to_string(expectedSize) + " bytes arrived: send it again");
+        sha.update(buffer, static_cast<std::size_t>(n));
+        if (const int error = writeAll(out, buffer, static_cast<std::size_t>(n)); error != 0) {
+            fail("cannot write " + partial.string() + ": " + std::strerror(error) + " (free space on this machine)");
+        }
+    }
+    if (received != expectedSize) {
+        fail("only " + std::to_string(received) + " of " + std::to_string(expectedSize)
+             + " bytes arrived (the link broke?): send it again");
+    }
+    const auto got = sha.hex();
+    if (got != sha256) fail("the data arrived damaged (sha256 " + got + ", sent as " + sha256 + "): send it again");
+    if (::fsync(out) != 0) fail("cannot sync " + partial.string() + ": " + std::strerror(errno));
+    ::close(out);
+    fs::rename(partial, target, ec);
+    if (ec) {
+        fs::remove(partial, ec);
+        throw InputError("cannot move the received data to " + target.string() + ": " + ec.message());
+    }
+    return fs::absolute(target).string();
+}
+
+SentData sendData(const Host& host, const std::string& localPath, const std::function<void(const std::string&)>& onStatus)
+{
+    std::error_code ec;
+    if (!fs::is_regular_file(localPath, ec)) {
+        throw InputError("--send-data: the data file " + localPath + " is not here (data.path names a file on this computer with --send-data)");
+    }
+    const auto name = fs::path(localPath).filename().string();
+    if (onStatus) onStatus("checksumming " + localPath);
+    FileDigest digest;
+    try {
+        digest = digestFile(localPath);
+    } catch (const std::system_error& e) {
+        throw InputError(std::string("--send-data: ") + e.what());
+    }
+    SentData sent;
+    sent.sha256 = digest.sha256;
+    sent.size = digest.size;
+    const std::vector<std::string> args{"receive-data", "--name", name, "--sha256", digest.sha256, "--size", std::to_string(digest.size)};
+    auto check = args;
+    check.push_back("--check");
+    const auto r = runCli(host, check);
+    if (r.exitCode == 0 && r.out.rfind("have ", 0) == 0) {
+        sent.remotePath = r.out.substr(5, r.out.find('\n') - 5);
+        sent.alreadyThere = true;
+        return sent;
+    }
+    if (r.exitCode != 0 || r.out.rfind("missing", 0) != 0) {
+        throw InputError("--send-data: " + host.label() + " did not take the data file: " + r.out + sshMessages(r.err));
+    }
+    if (onStatus) onStatus("sending " + name + " (" + humanBytes(digest.size) + ", sha256 " + digest.sha256.substr(0, 12) + "…) to " + host.label());
+    const int fd = ::open(localPath.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw InputError("--send-data: cannot open " + localPath + ": " + std::strerror(errno));
+    const auto started = std::chrono::steady_clock::now();
+    const auto put = runSshFrom(host, cliCommand(host, args), fd);
+    ::close(fd);
+    sent.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (const auto failure = connectionFailure(host, put); !failure.empty()) throw InputError(failure);
+    if (put.exitCode != 0 || put.out.rfind("stored ", 0) != 0) {
+        throw InputError("--send-data: sending " + localPath + " to " + host.label() + " failed: " + put.out + sshMessages(put.err));
+    }
+    sent.remotePath = put.out.substr(7, put.out.find('\n') - 7);
+    return sent;
+}
+
+} // namespace tb::remote
