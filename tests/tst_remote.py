@@ -342,9 +342,18 @@ def run_cases(port):
         m = re.search(r"run (\d+) started on gpu", r.stdout)
         gui_run = int(m.group(1)) if m else 0
         cli("fetch", str(gui_run), "--host", "gpu")
+        # "send data" from the Run tab: a text file the host does not have yet.
+        with open(f"{TMP}/here/text.json") as f:
+            text_config = json.load(f)
+        text_config["data"]["path"] = "window-story.txt"
+        with open(f"{TMP}/here/window-story.txt", "w") as f:
+            f.write("a small story for the window to send.\n\n" * 400)
+        with open(f"{TMP}/here/window.json", "w") as f:
+            json.dump(text_config, f)
         env = dict(ENV, QT_QPA_PLATFORM="offscreen", TB_TEST_LOCAL_DB=local_db, TB_TEST_REMOTE_DB=remote_db,
-                   TB_TEST_REMOTE_RUN=str(gui_run), QTEST_FUNCTION_TIMEOUT="400000")
-        r = subprocess.run([GUI_TEST], capture_output=True, text=True, env=env, timeout=500)
+                   TB_TEST_REMOTE_RUN=str(gui_run), TB_TEST_SEND_CONFIG=f"{TMP}/here/window.json",
+                   QTEST_FUNCTION_TIMEOUT="400000")
+        r = subprocess.run([GUI_TEST], capture_output=True, text=True, env=env, timeout=700)
         print(r.stdout[-3000:], r.stderr[-2000:], flush=True)
         check(r.returncode == 0 and "0 failed" in r.stdout and "0 skipped" in r.stdout,
               "the window attaches, shows the run live, outlives nothing it should not, and stops it there")

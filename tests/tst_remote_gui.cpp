@@ -2,11 +2,14 @@
 // (which starts it, saves the host "gpu" and runs this binary): Attach from
 // History shows the remote run live, with the link in the status bar; a run
 // started on the host from the Run tab outlives the window that launched it;
-// Stop from the window stops it there. Without tst_remote.py's environment
+// Stop from the window stops it there; "send data" copies a local text file
+// to the host and the run there trains on the copy. Without tst_remote.py's environment
 // the cases are skipped (ctest runs this binary through tst_remote only).
 #include <QtTest>
 
+#include <QCheckBox>
 #include <QLabel>
+#include <QPlainTextEdit>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QStatusBar>
@@ -34,6 +37,7 @@ private Q_SLOTS:
     void hostsDialogTestsASavedHost();
     void attachFromHistoryShowsTheRemoteRunLive();
     void runStartedOnTheHostOutlivesTheWindowAndStopsFromIt();
+    void sendDataCopiesTheLocalDataFileBeforeTraining();
 
 private:
     void openWindow()
@@ -190,6 +194,37 @@ void TestRemoteGui::runStartedOnTheHostOutlivesTheWindowAndStopsFromIt()
     RunStore remote(m_remoteDb.toStdString(), RunStore::Mode::ReadOnly);
     QCOMPARE(remote.run(remoteId)->status, RunStatus::Cancelled);
     QCOMPARE(copyOf(remoteId)->status, RunStatus::Cancelled);
+}
+
+void TestRemoteGui::sendDataCopiesTheLocalDataFileBeforeTraining()
+{
+    const QString config = qEnvironmentVariable("TB_TEST_SEND_CONFIG");
+    if (config.isEmpty()) QSKIP("tst_remote.py names the config with a local data file");
+    RunPanel* panel = m_window->runPanel();
+    panel->selectHost("gpu");
+    // The bundled example trains on generated data: nothing to send.
+    m_window->openExample(":/examples/default.json");
+    QTRY_VERIFY(panel->startButton()->isEnabled());
+    QVERIFY(panel->sendDataBox()->isVisibleTo(panel));
+    QVERIFY(!panel->sendDataBox()->isEnabled());
+    QVERIFY(m_window->openConfig(config));
+    QTRY_VERIFY(panel->startButton()->isEnabled());
+    QVERIFY(panel->sendDataBox()->isEnabled());
+    panel->sendDataBox()->setChecked(true);
+    QSignalSpy finished(panel, &RunPanel::runFinished);
+    QTest::mouseClick(panel->startButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(180000) || !finished.isEmpty());
+    const auto outcome = finished.first().first().value<SessionOutcome>();
+    QVERIFY2(outcome.status == RunStatus::Finished, outcome.message.c_str());
+    const QString log = panel->logView()->toPlainText();
+    QVERIFY2(log.contains("data: sent ") && log.contains(m_remoteDb + "-data/"), qPrintable(log));
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/remote-send-data.png"));
+    // The run on the host trained on the copy.
+    RunStore remote(m_remoteDb.toStdString(), RunStore::Mode::ReadOnly);
+    const auto runs = remote.listRuns();
+    QVERIFY(!runs.empty());
+    const auto& newest = *std::max_element(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    QVERIFY2(QString::fromStdString(newest.configJson).contains(m_remoteDb + "-data/"), newest.configJson.c_str());
 }
 
 QTEST_MAIN(TestRemoteGui)

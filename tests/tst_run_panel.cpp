@@ -13,6 +13,7 @@
 #include "MainWindow.h"
 #include "RunPanel.h"
 #include "SampleBox.h"
+#include "StepAssembler.h"
 #include "TrainingWorker.h"
 #include "TestPrinters.h"
 #include "store/RunStore.h"
@@ -35,6 +36,7 @@ private Q_SLOTS:
     void runNamesAreShownAsPlainText();
     void lossPlotStaysBoundedAndKeepsSpikes();
     void plotsReadRight();
+    void followedStepsReachThePlotOnce();
 
 private:
     void setSteps(int steps)
@@ -368,6 +370,32 @@ void TestRunPanel::plotsReadRight()
         QVERIFY(!ticks.isEmpty());
         for (double t : ticks) QVERIFY2(t == std::round(t), qPrintable(QString::number(t)));
     }
+}
+
+// A remote view assembles steps from the follow's (step, key) records. A step
+// split across two reads of the store (a store written before a step's values
+// were committed together: loss .. tokens_per_s in one, step_ms and memory in
+// the next) once became two points of one step; tst_remote_gui saw 3013
+// points for 3000 steps.
+void TestRunPanel::followedStepsReachThePlotOnce()
+{
+    StepAssembler a;
+    std::vector<StepMetrics> out;
+    const auto feed = [&](int step, const char* key, double value) {
+        for (const auto& s : a.add(step, key, value)) out.push_back(s);
+    };
+    for (const char* key : {"grad_norm", "loss", "lr", "tokens_per_s"}) feed(1, key, 1.0);
+    QCOMPARE(out.size(), std::size_t(1)); // handed over at its last key, without waiting for step 2
+    for (const char* key : {"mem_current_bytes", "mem_peak_bytes", "step_ms"}) feed(1, key, 2.0);
+    for (const char* key : {"grad_norm", "loss", "lr", "mem_current_bytes", "mem_peak_bytes", "step_ms", "tokens_per_s"}) feed(2, key, 3.0);
+    feed(3, "loss", 4.0); // the stream ends mid-step
+    if (auto last = a.finish()) out.push_back(*last);
+    std::vector<int> steps;
+    for (const auto& s : out) steps.push_back(s.step);
+    QCOMPARE(steps, (std::vector<int>{1, 2, 3}));
+    QCOMPARE(out[1].memPeakBytes, std::int64_t(3));
+    QCOMPARE(out[2].loss, 4.0);
+    QVERIFY(!a.finish());
 }
 
 QTEST_MAIN(TestRunPanel)

@@ -5,6 +5,7 @@
 
 #include "common/Errors.h"
 #include "remote/RemoteFollow.h"
+#include "remote/SendData.h"
 #include "remote/Ssh.h"
 #include "store/RunBundle.h"
 #include "store/RunStore.h"
@@ -77,21 +78,19 @@ void RemoteRunWorker::pushEval(const EvalMetrics& eval)
     if (wasEmpty) Q_EMIT progressAvailable();
 }
 
-void RemoteRunWorker::flushStep()
+void RemoteRunWorker::pushStep(StepMetrics step)
 {
-    if (m_step.step <= 0) return;
-    m_step.totalSteps = m_totalSteps;
+    step.totalSteps = m_totalSteps;
     bool wasEmpty;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         wasEmpty = m_pending.empty();
-        m_pending.steps.push_back(m_step);
+        m_pending.steps.push_back(step);
     }
-    m_step = {};
     if (wasEmpty) Q_EMIT progressAvailable();
 }
 
-void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath)
+void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath, const QString& sendData)
 {
     m_detached = false;
     {
@@ -103,7 +102,14 @@ void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& config
     qint64 remoteId = 0;
     try {
         tb::remote::checkRemoteVersion(host);
-        const auto r = tb::remote::runCli(host, {"train", "--config", "-", "--detach"}, configJson.toStdString());
+        std::string config = configJson.toStdString();
+        if (!sendData.isEmpty()) {
+            const auto local = sendData.toStdString();
+            const auto sent = tb::remote::sendData(host, local, [this](const std::string& line) { pushEvent("info", "data", line); });
+            pushEvent("info", "data", tb::remote::describeSent(host, local, sent));
+            config = tb::remote::withDataPath(config, sent.remotePath);
+        }
+        const auto r = tb::remote::runCli(host, {"train", "--config", "-", "--detach"}, config);
         std::smatch m;
         if (r.exitCode != 0 || !std::regex_search(r.out, m, std::regex("run ([0-9]+) started"))) {
             const auto said = tb::remote::sshMessages(r.err);
@@ -163,7 +169,7 @@ void RemoteRunWorker::follow(const tb::remote::Host& host, qint64 remoteRunId, c
         std::lock_guard<std::mutex> lock(m_mutex);
         m_remoteRunId = remoteRunId;
     }
-    m_step = {};
+    m_steps = {};
     m_eval = {};
     m_totalSteps = 0;
     SessionOutcome start;
@@ -198,24 +204,15 @@ void RemoteRunWorker::follow(const tb::remote::Host& host, qint64 remoteRunId, c
                         m_eval = {};
                         break;
                     }
-                    if (r.step != m_step.step) flushStep();
-                    m_step.step = r.step;
-                    if (r.key == "loss") m_step.loss = r.value;
-                    else if (r.key == "lr") m_step.lr = r.value;
-                    else if (r.key == "grad_norm") m_step.gradNorm = r.value;
-                    else if (r.key == "tokens_per_s") m_step.tokensPerSecond = r.value;
-                    else if (r.key == "step_ms") m_step.stepMs = r.value;
-                    else if (r.key == "mem_current_bytes") m_step.memCurrentBytes = static_cast<std::int64_t>(r.value);
-                    else if (r.key == "mem_peak_bytes") m_step.memPeakBytes = static_cast<std::int64_t>(r.value);
-                    else if (r.key == "loss_scale") m_step.lossScale = r.value;
-                    // tokens_per_s is the last per-step key in the stream's (step, key) order.
-                    if (r.key == "tokens_per_s") flushStep();
+                    for (const auto& step : m_steps.add(r.step, r.key, r.value)) pushStep(step);
                     break;
                 case Type::Event: pushEvent(r.severity, r.kind, r.message); break;
                 case Type::Status:
                     m_totalSteps = r.stepsTotal;
                     break;
-                case Type::End: flushStep(); break;
+                case Type::End:
+                    if (auto last = m_steps.finish()) pushStep(*last);
+                    break;
                 }
             },
             [&](tb::remote::LinkState state, int down, const std::string& said) {
@@ -224,7 +221,7 @@ void RemoteRunWorker::follow(const tb::remote::Host& host, qint64 remoteRunId, c
     } catch (const std::exception& e) {
         error = e.what();
     }
-    flushStep();
+    if (auto last = m_steps.finish()) pushStep(*last);
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         m_follower = nullptr;

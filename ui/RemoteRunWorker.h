@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 
+#include "StepAssembler.h"
 #include "TrainingWorker.h"
 #include "remote/HostBook.h"
 
@@ -37,7 +38,9 @@ public:
     QString hostLabel() const;
 
     // Run in the worker's thread. `dbPath`: the local store the copy goes to.
-    void launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath);
+    // `sendData`: a local data file copied to the host first (as `train
+    // --send-data`); the config then names the copy.
+    void launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath, const QString& sendData = {});
     void attach(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath);
 
 Q_SIGNALS:
@@ -54,7 +57,7 @@ private:
     // Copies the run into the local store; its local id, or 0 (the reason goes to the log).
     qint64 storeCopy(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath, SessionOutcome* outcome);
     void pushEvent(const std::string& severity, const std::string& kind, const std::string& message);
-    void flushStep();
+    void pushStep(StepMetrics step);
     void pushEval(const EvalMetrics& eval);
 
     std::mutex m_mutex;
@@ -63,8 +66,8 @@ private:
     tb::remote::Host m_host;              // guarded by m_mutex
     qint64 m_remoteRunId = 0;             // guarded by m_mutex
     std::atomic<bool> m_detached{false};
-    // The step being assembled from its metric records (worker thread only).
-    StepMetrics m_step;
+    // Steps assembled from their metric records (worker thread only).
+    StepAssembler m_steps;
     EvalMetrics m_eval;
     int m_totalSteps = 0;
 };

@@ -20,6 +20,8 @@
 #include <QThread>
 #include <QVBoxLayout>
 
+#include <filesystem>
+
 #include "LossPlot.h"
 #include "SampleBox.h"
 #include "config/RunConfig.h"
@@ -53,6 +55,11 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     m_hostBox->setToolTip(tr("Where Start trains: this computer, or a GPU server saved in Run ▸ Hosts… (over ssh; "
                              "data and model paths in the config then name files there)"));
     m_hostBox->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    m_sendData = new QCheckBox(tr("send data"), this);
+    m_sendData->setToolTip(tr("Copy the config's data file from this computer to the host before training there "
+                              "(checked by SHA-256; not sent again while the host has it)"));
+    m_sendData->setVisible(false);
+    connect(m_hostBox, &QComboBox::currentIndexChanged, this, [this] { updateStartButton(); });
     // The reason and the status keep their space whether or not they have
     // text, so the plots do not shrink when "Cannot start" or the end-of-run
     // summary appears: one line for the reason (the whole text in its
@@ -83,6 +90,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     buttons->addWidget(m_stop);
     buttons->addWidget(new QLabel(tr("on"), this));
     buttons->addWidget(m_hostBox);
+    buttons->addWidget(m_sendData);
     buttons->addWidget(m_preflight);
     buttons->addWidget(m_progress, 1);
     auto* stats = new QHBoxLayout;
@@ -293,6 +301,11 @@ void RunPanel::updateStartButton()
     m_start->setEnabled(!m_running && m_config.has_value());
     m_stop->setEnabled(m_running);
     m_hostBox->setEnabled(!m_running);
+    // Offered for a host and a config with a data file of its own.
+    m_sendData->setVisible(!selectedHost().isEmpty());
+    const bool hasData = m_config && m_config->data.source != "addition" && !resolvedDataPath(*m_config).empty();
+    m_sendData->setEnabled(!m_running && hasData);
+    if (!hasData) m_sendData->setChecked(false);
     const bool blocked = !m_running && !m_config.has_value();
     m_reason->setVisible(blocked);
     m_reason->setText(blocked ? tr("Cannot start: %1").arg(m_blockedReason) : QString());
@@ -329,11 +342,15 @@ void RunPanel::start()
             setStatus(tr("Not started: %1").arg(QString::fromUtf8(e.what())));
             return;
         }
+        QString data; // read before beginRun disables the box
+        if (m_sendData->isEnabled() && m_sendData->isChecked()) {
+            data = QString::fromStdString(std::filesystem::absolute(resolvedDataPath(*m_config)).lexically_normal().string());
+        }
         beginRun(tr("Starting %1 on %2…").arg(QString::fromStdString(m_config->name), host));
         m_remoteActive = true;
         const QString json = QString::fromStdString(configToJson(*m_config));
         const QString db = m_dbPath;
-        QMetaObject::invokeMethod(m_remote, [worker = m_remote, target, json, db] { worker->launch(target, json, db); });
+        QMetaObject::invokeMethod(m_remote, [worker = m_remote, target, json, db, data] { worker->launch(target, json, db, data); });
         return;
     }
     beginRun(tr("Starting %1…").arg(QString::fromStdString(m_config->name)));

@@ -66,6 +66,9 @@ public:
     // Stops watching a remote run (it goes on there).
     void detachRemote();
     QComboBox* hostBox() const { return m_hostBox; }
+    // "send data": with a host selected, Start copies the config's local data
+    // file there first (as train --send-data).
+    QCheckBox* sendDataBox() const { return m_sendData; }
     // The link to the host of the run shown: "" (none), or e.g. "gpu: connected".
     QString linkText() const { return m_linkText; }
     // Blocks (processing events) until the run in progress has ended.
@@ -131,6 +134,7 @@ private:
     QPushButton* m_start;
     QPushButton* m_stop;
     QComboBox* m_hostBox;
+    QCheckBox* m_sendData;
     QLabel* m_reason;
     QLabel* m_preflight;
     std::function<bool(const QString&)> m_askOverride;

@@ -9,8 +9,6 @@
 #include "remote/SendData.h"
 #include "train/OpCounter.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -57,19 +55,8 @@ std::string sendDataOf(const remote::Host& host, const std::string& path, const 
     }
     const auto dataPath = std::filesystem::absolute(relative).lexically_normal().string();
     const auto sent = remote::sendData(host, dataPath, [](const std::string& line) { std::cout << line << std::endl; });
-    if (sent.alreadyThere) {
-        std::cout << "data: " << host.label() << " already has " << dataPath << " (sha256 " << sent.sha256 << ") as " << sent.remotePath
-                  << "; not sent again" << std::endl;
-    } else {
-        char rate[64];
-        std::snprintf(rate, sizeof rate, "%.1f s, %.1f MB/s", sent.seconds, sent.size / 1e6 / std::max(sent.seconds, 1e-3));
-        std::cout << "data: sent " << dataPath << " (" << sent.size << " bytes, " << rate << ") to " << host.label() << " as "
-                  << sent.remotePath << "; sha256 " << sent.sha256 << " checked there" << std::endl;
-    }
-    auto json = nlohmann::json::parse(text, nullptr, false, true);
-    if (json.is_discarded() || !json.is_object()) throw InputError("--send-data: the config is not a JSON object");
-    json["data"]["path"] = sent.remotePath;
-    return json.dump(2);
+    std::cout << remote::describeSent(host, dataPath, sent) << std::endl;
+    return remote::withDataPath(text, sent.remotePath);
 }
 
 // The config as sent to a host: data and model paths in it name files there

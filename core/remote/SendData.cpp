@@ -5,6 +5,9 @@
 #include "remote/Sha256.h"
 #include "remote/Ssh.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -141,6 +144,26 @@ SentData sendData(const Host& host, const std::string& localPath, const std::fun
     }
     sent.remotePath = put.out.substr(7, put.out.find('\n') - 7);
     return sent;
+}
+
+std::string describeSent(const Host& host, const std::string& localPath, const SentData& sent)
+{
+    if (sent.alreadyThere) {
+        return "data: " + host.label() + " already has " + localPath + " (sha256 " + sent.sha256 + ") as " + sent.remotePath
+             + "; not sent again";
+    }
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "%.1f s, %.1f MB/s", sent.seconds, sent.size / 1e6 / std::max(sent.seconds, 1e-3));
+    return "data: sent " + localPath + " (" + std::to_string(sent.size) + " bytes, " + rate + ") to " + host.label() + " as "
+         + sent.remotePath + "; sha256 " + sent.sha256 + " checked there";
+}
+
+std::string withDataPath(const std::string& configJson, const std::string& path)
+{
+    auto json = nlohmann::json::parse(configJson, nullptr, false, true);
+    if (json.is_discarded() || !json.is_object()) throw InputError("--send-data: the config is not a JSON object");
+    json["data"]["path"] = path;
+    return json.dump(2);
 }
 
 } // namespace tb::remote

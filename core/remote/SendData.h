@@ -41,4 +41,12 @@ struct SentData {
 // failure or a refused copy.
 SentData sendData(const Host& host, const std::string& localPath, const std::function<void(const std::string&)>& onStatus = {});
 
+// What the sender says it did, in one line ("data: sent ... as PATH; sha256
+// ... checked there", or that the host already had it).
+std::string describeSent(const Host& host, const std::string& localPath, const SentData& sent);
+
+// The config JSON text with data.path set to `path` (the copy on the host).
+// InputError if the text is not a JSON object.
+std::string withDataPath(const std::string& configJson, const std::string& path);
+
 } // namespace tb::remote

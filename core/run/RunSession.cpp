@@ -372,16 +372,16 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
             TrainerCallbacks tc;
             tc.onStep = [&](const StepMetrics& s) {
                 if (m_options.recordMetrics) {
-                    writer.addMetric(s.step, "loss", s.loss);
-                    writer.addMetric(s.step, "lr", s.lr);
-                    writer.addMetric(s.step, "grad_norm", s.gradNorm);
-                    writer.addMetric(s.step, "tokens_per_s", s.tokensPerSecond);
-                    writer.addMetric(s.step, "step_ms", s.stepMs);
+                    // One step's values in one transaction: a follower (here or
+                    // over ssh) assembles steps from them and must not see half.
+                    std::vector<std::pair<std::string, double>> values{
+                        {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.gradNorm}, {"tokens_per_s", s.tokensPerSecond}, {"step_ms", s.stepMs}};
                     if (m_options.measureMemory) {
-                        writer.addMetric(s.step, "mem_current_bytes", static_cast<double>(s.memCurrentBytes));
-                        writer.addMetric(s.step, "mem_peak_bytes", static_cast<double>(s.memPeakBytes));
+                        values.emplace_back("mem_current_bytes", static_cast<double>(s.memCurrentBytes));
+                        values.emplace_back("mem_peak_bytes", static_cast<double>(s.memPeakBytes));
                     }
-                    if (s.lossScale > 0) writer.addMetric(s.step, "loss_scale", s.lossScale);
+                    if (s.lossScale > 0) values.emplace_back("loss_scale", s.lossScale);
+                    writer.addMetrics(s.step, values);
                 }
                 writer.setStepsDone(s.step);
                 if (s.memPeakBytes > outcome.measuredPeakBytes) {

@@ -27,6 +27,14 @@ void MetricWriter::addMetric(int step, const std::string& key, double value)
     ++m_queuedGeneration;
 }
 
+void MetricWriter::addMetrics(int step, const std::vector<std::pair<std::string, double>>& values)
+{
+    const auto now = wallClockNow();
+    std::lock_guard<std::mutex> lock(m_mutex);
+    for (const auto& [key, value] : values) m_metrics.push_back({m_runId, step, key, value, now});
+    ++m_queuedGeneration;
+}
+
 void MetricWriter::addEvent(const std::string& severity, const std::string& kind, const std::string& message)
 {
     std::lock_guard<std::mutex> lock(m_mutex);

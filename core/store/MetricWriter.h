@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "store/RunStore.h"
@@ -30,6 +31,9 @@ public:
     MetricWriter& operator=(const MetricWriter&) = delete;
 
     void addMetric(int step, const std::string& key, double value);
+    // The values of one step, queued together: they reach the database in
+    // the same transaction, so a reader never sees half of a step.
+    void addMetrics(int step, const std::vector<std::pair<std::string, double>>& values);
     void addEvent(const std::string& severity, const std::string& kind, const std::string& message);
     void setStepsDone(int steps);
     // Blocks until everything queued before the call is in the database, or
