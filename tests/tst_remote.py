@@ -296,6 +296,10 @@ def run_cases(port):
     copy = [x for x in json.loads(cli("runs", "--json").stdout) if x.get("origin", {}).get("run_id") == long_run]
     check(r.returncode == 0 and len(copy) == 1 and copy[0]["status"] == "running" and "running on gpu when copied" in copy[0]["message"],
           f"a run fetched while it runs is stored as running there: {copy}")
+    if copy:
+        r = cli("follow", str(copy[0]["id"]), timeout=30)
+        check(r.returncode == 2 and f"trainbench-cli follow {long_run} --host gpu" in r.stderr,
+              "following that copy here points at the host instead of waiting for ever: " + r.stderr.strip())
     r = cli("stop", str(long_run), "--host", "gpu")
     check(r.returncode == 0 and "cancelled" in r.stdout, "stop --host ends the run cleanly: " + r.stdout + r.stderr)
     r = cli("follow", str(long_run), "--host", "gpu")

@@ -104,9 +104,21 @@ remote::FollowRecord statusRecord(const RunRecord& r, bool end)
 int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOptions& options)
 {
     auto store = openExistingStore(dbOption);
-    if (!store->run(runId)) {
+    const auto first = store->run(runId);
+    if (!first) {
         throw InputError("run " + std::to_string(runId) + " does not exist in " + store->path()
                          + "; 'trainbench-cli runs' lists the runs");
+    }
+    // A copy of a run that was running on a host changes only when fetched
+    // again: following it here would wait for ever.
+    if (first->origin.runId != 0 && first->status == RunStatus::Running) {
+        const auto& o = first->origin;
+        const std::string copy = "run " + std::to_string(runId) + " is a copy of run " + std::to_string(o.runId);
+        if (o.label.empty() || o.label == "file") {
+            throw InputError(copy + " of " + o.host + ", imported while it ran; it changes here only when imported again");
+        }
+        throw InputError(copy + " on " + o.label + ", fetched while it ran; follow it there: trainbench-cli follow "
+                         + std::to_string(o.runId) + " --host " + o.label);
     }
     Printer printer(options.jsonl);
     std::map<std::string, int> next; // per key, the first step not yet read
@@ -124,8 +136,13 @@ int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOpt
         for (const auto& [key, latest] : store->latestMetrics(runId)) {
             auto& from = next.try_emplace(key, options.fromStep).first->second;
             if (latest.step < from) continue;
-            for (auto& p : store->metricsFrom(runId, key, from)) fresh.push_back(std::move(p));
-            from = latest.step + 1;
+            // Points committed after latestMetrics was read come back too:
+            // the next read starts after the last one returned, not after
+            // `latest`, so none is printed twice.
+            for (auto& p : store->metricsFrom(runId, key, from)) {
+                from = std::max(from, p.step + 1);
+                fresh.push_back(std::move(p));
+            }
         }
         std::sort(fresh.begin(), fresh.end(), [](const MetricPoint& a, const MetricPoint& b) {
             return std::tie(a.step, a.key) < std::tie(b.step, b.key);
