@@ -357,7 +357,7 @@ def run_cases(port):
         env = dict(ENV, QT_QPA_PLATFORM="offscreen", TB_TEST_LOCAL_DB=local_db, TB_TEST_REMOTE_DB=remote_db,
                    TB_TEST_REMOTE_RUN=str(gui_run), TB_TEST_SEND_CONFIG=f"{TMP}/here/window.json",
                    QTEST_FUNCTION_TIMEOUT="400000")
-        r = subprocess.run([GUI_TEST], capture_output=True, text=True, env=env, timeout=700)
+        r = subprocess.run([GUI_TEST], capture_output=True, text=True, env=env, timeout=500)
         print(r.stdout[-3000:], r.stderr[-2000:], flush=True)
         check(r.returncode == 0 and "0 failed" in r.stdout and "0 skipped" in r.stdout,
               "the window attaches, shows the run live, outlives nothing it should not, and stops it there")
@@ -420,11 +420,20 @@ def send_data_cases(remote_db):
     with open(f"{here}/gone.json", "w") as f:
         json.dump(config, f)
     r = cli("train", "--config", f"{here}/gone.json", "--host", "gpu", "--send-data")
-    check(r.returncode == 2 and f"file not found: {here}/gone.txt" in r.stderr and r.stderr.count("\n") <= 2,
+    check(r.returncode == 2 and f"the data file {here}/gone.txt is not here" in r.stderr,
           "--send-data of a missing file: " + r.stderr.strip())
     r = cli("train", "--config", "-", "--host", "gpu", "--send-data", input=json.dumps(config))
-    check(r.returncode == 2 and "file not found: gone.txt" in r.stderr,
-          "--send-data of a missing file, config from stdin: " + r.stderr.strip())
+    check(r.returncode == 2 and f"the data file {os.getcwd()}/gone.txt is not here" in r.stderr,
+          "--send-data of a missing file, config from stdin (relative to the working folder): " + r.stderr.strip())
+    # Only the data file is looked at here: a model folder named in the config is the host's.
+    config["data"]["path"] = "story.txt"
+    config["model"] = {"type": "hf", "path": f"{TMP}/models-on-the-host/llama"}
+    with open(f"{here}/hf.json", "w") as f:
+        json.dump(config, f)
+    r = cli("train", "--config", f"{here}/hf.json", "--host", "gpu", "--send-data")
+    check(r.returncode != 0 and "already has" in r.stdout and f"{TMP}/models-on-the-host/llama" in r.stdout + r.stderr
+          and "not here" not in r.stderr,
+          "a model folder in the config is left to the host: " + r.stdout[-300:] + r.stderr[-300:])
 
     # The receiving side at SHA-256 block boundaries (55/56 bytes: the length
     # spills into another block) and on damaged, short and misnamed input.
@@ -448,10 +457,14 @@ def send_data_cases(remote_db):
         return subprocess.run([CLI, "receive-data", "--db", f"{TMP}/recv.db", "--name", name, "--sha256", digest,
                                "--size", str(size), *more], input=payload, capture_output=True, env=ENV)
     r = receive("x.txt", bad, len(blob))
-    check(r.returncode == 2 and b"arrived damaged" in r.stderr and not os.path.exists(f"{folder}/{bad}/x.txt")
-          and os.listdir(f"{folder}/{bad}") == [], "damaged data is refused and nothing is left: " + r.stderr.decode().strip())
+    check(r.returncode == 2 and b"not the " + bad.encode() in r.stderr and not os.path.exists(f"{folder}/{bad}"),
+          "damaged data is refused and nothing is left: " + r.stderr.decode().strip())
     r = receive("x.txt", good, len(blob) + 1)
-    check(r.returncode == 2 and b"only 10 of 11 bytes arrived" in r.stderr, "short data is refused: " + r.stderr.decode().strip())
+    check(r.returncode == 2 and b"only 10 of 11 bytes arrived" in r.stderr and not os.path.exists(f"{folder}/{good}"),
+          "short data is refused and nothing is left: " + r.stderr.decode().strip())
+    r = receive("x.txt", good, len(blob) - 1)
+    check(r.returncode == 2 and b"more than the announced 9 bytes" in r.stderr and not os.path.exists(f"{folder}/{good}"),
+          "more data than announced is refused: " + r.stderr.decode().strip())
     r = receive("../x.txt", good, len(blob))
     check(r.returncode == 2 and b"plain file name" in r.stderr, "a path as name is refused: " + r.stderr.decode().strip())
     r = receive("x.txt", "abc", len(blob))

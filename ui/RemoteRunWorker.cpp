@@ -3,6 +3,8 @@
 #include <regex>
 #include <thread>
 
+#include <csignal>
+
 #include "common/Errors.h"
 #include "remote/RemoteFollow.h"
 #include "remote/SendData.h"
@@ -36,7 +38,12 @@ void RemoteRunWorker::requestStop()
         host = m_host;
         id = m_remoteRunId;
     }
-    if (id == 0) return;
+    if (id == 0) {
+        // Not started there yet: launch stops before it starts the run,
+        // and an upload in progress ends now.
+        cancelLaunch();
+        return;
+    }
     // Off both the GUI thread and the following worker: one ssh round trip.
     std::thread([this, host, id] {
         try {
@@ -48,9 +55,16 @@ void RemoteRunWorker::requestStop()
     }).detach();
 }
 
+void RemoteRunWorker::cancelLaunch()
+{
+    m_cancelLaunch = true;
+    if (const int pid = m_uploadPid.load(); pid > 0) ::kill(pid, SIGTERM);
+}
+
 void RemoteRunWorker::detach()
 {
     m_detached = true;
+    cancelLaunch();
     std::lock_guard<std::mutex> lock(m_mutex);
     if (m_follower) m_follower->cancel();
 }
@@ -93,6 +107,7 @@ void RemoteRunWorker::pushStep(StepMetrics step)
 void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath, const QString& sendData)
 {
     m_detached = false;
+    m_cancelLaunch = false;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         m_host = host;
@@ -100,15 +115,30 @@ void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& config
     }
     Q_EMIT linkChanged("connecting", 0, {});
     qint64 remoteId = 0;
+    const std::string stopped = "stopped before the run started: nothing was started on " + host.label();
     try {
         tb::remote::checkRemoteVersion(host);
         std::string config = configJson.toStdString();
         if (!sendData.isEmpty()) {
             const auto local = sendData.toStdString();
-            const auto sent = tb::remote::sendData(host, local, [this](const std::string& line) { pushEvent("info", "data", line); });
+            tb::remote::SentData sent;
+            try {
+                sent = tb::remote::sendData(
+                    host, local, [this](const std::string& line) { pushEvent("info", "data", line); },
+                    [this](int pid) {
+                        m_uploadPid = pid;
+                        if (m_cancelLaunch) ::kill(pid, SIGTERM); // stopped before the upload began
+                    });
+            } catch (const std::exception&) {
+                m_uploadPid = 0;
+                if (m_cancelLaunch) throw InputError(stopped + " (the data was not sent)");
+                throw;
+            }
+            m_uploadPid = 0;
             pushEvent("info", "data", tb::remote::describeSent(host, local, sent));
             config = tb::remote::withDataPath(config, sent.remotePath);
         }
+        if (m_cancelLaunch) throw InputError(stopped);
         const auto r = tb::remote::runCli(host, {"train", "--config", "-", "--detach"}, config);
         std::smatch m;
         if (r.exitCode != 0 || !std::regex_search(r.out, m, std::regex("run ([0-9]+) started"))) {

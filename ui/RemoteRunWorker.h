@@ -66,6 +66,10 @@ private:
     tb::remote::Host m_host;              // guarded by m_mutex
     qint64 m_remoteRunId = 0;             // guarded by m_mutex
     std::atomic<bool> m_detached{false};
+    // Stop or detach before the run started there (during the data upload).
+    std::atomic<bool> m_cancelLaunch{false};
+    std::atomic<int> m_uploadPid{0}; // the ssh client sending the data file, while it runs
+    void cancelLaunch();
     // Steps assembled from their metric records (worker thread only).
     StepAssembler m_steps;
     EvalMetrics m_eval;

@@ -136,13 +136,14 @@ int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOpt
         for (const auto& [key, latest] : store->latestMetrics(runId)) {
             auto& from = next.try_emplace(key, options.fromStep).first->second;
             if (latest.step < from) continue;
-            // Points committed after latestMetrics was read come back too:
-            // the next read starts after the last one returned, not after
-            // `latest`, so none is printed twice.
+            // Only up to the step latestMetrics saw (one snapshot, and a run
+            // commits each step's values together): a point committed since
+            // is read with the rest of its step next time, never twice and
+            // never without the other values of its step.
             for (auto& p : store->metricsFrom(runId, key, from)) {
-                from = std::max(from, p.step + 1);
-                fresh.push_back(std::move(p));
+                if (p.step <= latest.step) fresh.push_back(std::move(p));
             }
+            from = latest.step + 1;
         }
         std::sort(fresh.begin(), fresh.end(), [](const MetricPoint& a, const MetricPoint& b) {
             return std::tie(a.step, a.key) < std::tie(b.step, b.key);

@@ -9,6 +9,8 @@
 #include "remote/SendData.h"
 #include "train/OpCounter.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -41,21 +43,30 @@ std::string readConfigText(const std::string& path)
     return text.str();
 }
 
-// --send-data: copies the config's data file (data.path, resolved here) into
-// the host's store folder and returns the config text with data.path naming
-// that copy.
+// --send-data: copies the config's data file (data.path, resolved here
+// against the config's folder) into the host's store folder and returns the
+// config text with data.path naming that copy. Only the data file is looked
+// at here: a model folder or tokenizer named in the config is on the host.
 std::string sendDataOf(const remote::Host& host, const std::string& path, const std::string& text)
 {
-    const RunConfig local = path == "-" ? parseConfig(text, "the config read from stdin") : loadConfigFile(path);
-    const auto relative = resolvedDataPath(local);
-    if (local.data.source == "addition" || relative.empty()) {
-        throw InputError("--send-data: this config names no data file (data.source \"" + local.data.source + "\""
-                         + (local.data.source == "addition" ? "" : " with no data.path: the bundled sample text")
-                         + "); leave --send-data out");
+    const auto json = nlohmann::json::parse(text, nullptr, false, true);
+    const auto data = json.is_object() && json.contains("data") && json["data"].is_object() ? json["data"] : nlohmann::json::object();
+    const std::string source = data.contains("source") && data["source"].is_string() ? data["source"].get<std::string>() : "addition";
+    const std::string dataPath = data.contains("path") && data["path"].is_string() ? data["path"].get<std::string>() : "";
+    if (json.is_discarded() || !json.is_object()) {
+        throw InputError("--send-data: " + (path == "-" ? std::string("the config read from stdin") : path)
+                         + " is not a JSON object ('trainbench-cli validate --config FILE' says what is wrong)");
     }
-    const auto dataPath = std::filesystem::absolute(relative).lexically_normal().string();
-    const auto sent = remote::sendData(host, dataPath, [](const std::string& line) { std::cout << line << std::endl; });
-    std::cout << remote::describeSent(host, dataPath, sent) << std::endl;
+    if (source == "addition" || dataPath.empty()) {
+        throw InputError("--send-data: this config names no data file (data.source \"" + source + "\""
+                         + (source == "addition" ? "" : " with no data.path: the bundled sample text") + "); leave --send-data out");
+    }
+    namespace fs = std::filesystem;
+    fs::path local(dataPath);
+    if (local.is_relative()) local = (path == "-" ? fs::current_path() : fs::absolute(path).parent_path()) / local;
+    const auto localPath = local.lexically_normal().string();
+    const auto sent = remote::sendData(host, localPath, [](const std::string& line) { std::cout << line << std::endl; });
+    std::cout << remote::describeSent(host, localPath, sent) << std::endl;
     return remote::withDataPath(text, sent.remotePath);
 }
 

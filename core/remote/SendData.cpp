@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <regex>
 #include <system_error>
+#include <vector>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -60,49 +63,67 @@ std::string receiveData(int fd, const std::string& folder, const std::string& na
     checkFields(name, sha256);
     const auto dir = fs::path(folder) / sha256;
     std::error_code ec;
+    const bool dirExisted = fs::is_directory(dir, ec);
     fs::create_directories(dir, ec);
     if (ec) throw InputError("cannot create " + dir.string() + ": " + ec.message() + " (check the store folder's permissions)");
     const auto target = dir / name;
-    const auto partial = dir / ("." + name + ".partial-" + std::to_string(getpid()));
-    const int out = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (out < 0) throw InputError("cannot write " + partial.string() + ": " + std::strerror(errno));
+    // A name of its own (mkstemp: O_EXCL, random), so two receivers of the
+    // same file, even on a shared filesystem, never write into one temporary.
+    std::string partial = (dir / ".partial-XXXXXX").string();
+    const int out = ::mkstemp(partial.data());
+    if (out < 0) throw InputError("cannot write in " + dir.string() + ": " + std::strerror(errno));
+    ::fchmod(out, 0644);
     auto fail = [&](const std::string& why) {
         ::close(out);
         fs::remove(partial, ec);
+        if (!dirExisted) fs::remove(dir, ec); // only if empty
         throw InputError(why);
     };
     Sha256 sha;
     std::uint64_t received = 0;
-    static thread_local char buffer[1 << 20];
+    std::vector<char> buffer(1 << 20);
     for (;;) {
-        const auto n = ::read(fd, buffer, sizeof buffer);
+        const auto n = ::read(fd, buffer.data(), buffer.size());
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) fail(std::string("cannot read the data being sent: ") + std::strerror(errno));
         if (n == 0) break;
         received += static_cast<std::uint64_t>(n);
-        if (received > expectedSize) fail("more than the announced " + std::to_string(expectedSize) + " bytes arrived: send it again");
-        sha.update(buffer, static_cast<std::size_t>(n));
-        if (const int error = writeAll(out, buffer, static_cast<std::size_t>(n)); error != 0) {
-            fail("cannot write " + partial.string() + ": " + std::strerror(error) + " (free space on this machine)");
+        if (received > expectedSize) {
+            fail("more than the announced " + std::to_string(expectedSize)
+                 + " bytes arrived (did the file change while it was sent?): run the command again");
+        }
+        sha.update(buffer.data(), static_cast<std::size_t>(n));
+        if (const int error = writeAll(out, buffer.data(), static_cast<std::size_t>(n)); error != 0) {
+            fail("cannot write in " + dir.string() + ": " + std::strerror(error) + " (free space where the store is)");
         }
     }
     if (received != expectedSize) {
         fail("only " + std::to_string(received) + " of " + std::to_string(expectedSize)
-             + " bytes arrived (the link broke?): send it again");
+             + " bytes arrived (the link broke, or the file changed while it was sent): run the command again");
     }
     const auto got = sha.hex();
-    if (got != sha256) fail("the data arrived damaged (sha256 " + got + ", sent as " + sha256 + "): send it again");
-    if (::fsync(out) != 0) fail("cannot sync " + partial.string() + ": " + std::strerror(errno));
+    if (got != sha256) {
+        fail("the data arrived with sha256 " + got + ", not the " + sha256
+             + " it was sent as (did the file change while it was sent?): run the command again");
+    }
+    if (::fsync(out) != 0) fail("cannot sync " + partial + ": " + std::strerror(errno));
     ::close(out);
     fs::rename(partial, target, ec);
     if (ec) {
+        const auto why = ec.message();
         fs::remove(partial, ec);
-        throw InputError("cannot move the received data to " + target.string() + ": " + ec.message());
+        throw InputError("cannot move the received data to " + target.string() + ": " + why);
+    }
+    try {
+        fsyncPath(dir.string(), true);
+    } catch (const std::system_error&) {
+        // The file is whole and in place; only its name may not survive a crash.
     }
     return fs::absolute(target).string();
 }
 
-SentData sendData(const Host& host, const std::string& localPath, const std::function<void(const std::string&)>& onStatus)
+SentData sendData(const Host& host, const std::string& localPath, const std::function<void(const std::string&)>& onStatus,
+                  const std::function<void(int pid)>& onSshStart)
 {
     std::error_code ec;
     if (!fs::is_regular_file(localPath, ec)) {
@@ -132,13 +153,20 @@ SentData sendData(const Host& host, const std::string& localPath, const std::fun
         throw InputError("--send-data: " + host.label() + " did not take the data file: " + r.out + sshMessages(r.err));
     }
     if (onStatus) onStatus("sending " + name + " (" + humanBytes(digest.size) + ", sha256 " + digest.sha256.substr(0, 12) + "…) to " + host.label());
-    const int fd = ::open(localPath.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw InputError("--send-data: cannot open " + localPath + ": " + std::strerror(errno));
+    struct File {
+        int fd;
+        ~File()
+        {
+            if (fd >= 0) ::close(fd);
+        }
+    } file{::open(localPath.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (file.fd < 0) throw InputError("--send-data: cannot open " + localPath + ": " + std::strerror(errno));
     const auto started = std::chrono::steady_clock::now();
-    const auto put = runSshFrom(host, cliCommand(host, args), fd);
-    ::close(fd);
+    const auto put = runSshFrom(host, cliCommand(host, args), file.fd, {}, onSshStart);
     sent.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (const auto failure = connectionFailure(host, put); !failure.empty()) throw InputError(failure);
+    if (const auto failure = connectionFailure(host, put); !failure.empty()) {
+        throw InputError("sending " + localPath + " to " + host.label() + " was interrupted; nothing was kept there. " + failure);
+    }
     if (put.exitCode != 0 || put.out.rfind("stored ", 0) != 0) {
         throw InputError("--send-data: sending " + localPath + " to " + host.label() + " failed: " + put.out + sshMessages(put.err));
     }

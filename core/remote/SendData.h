@@ -19,7 +19,8 @@ std::string dataFolderOf(const std::string& dbPath);
 // from `fd` into folder/sha256/name through a temporary, hashing as they
 // arrive. Returns the file's path; InputError when the name, checksum or size
 // is malformed, when fewer or more bytes arrive, or when their checksum
-// differs (nothing is left behind then).
+// differs (the temporary is removed then; one left by a receiver that was
+// killed stays as .partial-XXXXXX).
 std::string receiveData(int fd, const std::string& folder, const std::string& name, const std::string& sha256,
                         std::uint64_t expectedSize);
 // The path a file with this checksum and name has in `folder`, if it is there
@@ -39,7 +40,10 @@ struct SentData {
 // it through ssh's stdin when not. `onStatus` gets a line before long work.
 // InputError with one sentence for a missing local file, a connection
 // failure or a refused copy.
-SentData sendData(const Host& host, const std::string& localPath, const std::function<void(const std::string&)>& onStatus = {});
+// `onSshStart` gets the pid of the ssh client that sends the bytes (killing
+// it stops the upload; the host then keeps nothing).
+SentData sendData(const Host& host, const std::string& localPath, const std::function<void(const std::string&)>& onStatus = {},
+                  const std::function<void(int pid)>& onSshStart = {});
 
 // What the sender says it did, in one line ("data: sent ... as PATH; sha256
 // ... checked there", or that the host already had it).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <system_error>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -106,9 +107,9 @@ FileDigest digestFile(const std::string& path)
     if (fd < 0) throw std::system_error(errno, std::generic_category(), "cannot open " + path);
     Sha256 sha;
     FileDigest d;
-    static thread_local char buffer[1 << 20];
+    std::vector<char> buffer(1 << 20);
     for (;;) {
-        const auto n = ::read(fd, buffer, sizeof buffer);
+        const auto n = ::read(fd, buffer.data(), buffer.size());
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             const int error = errno;
@@ -116,7 +117,7 @@ FileDigest digestFile(const std::string& path)
             throw std::system_error(error, std::generic_category(), "cannot read " + path);
         }
         if (n == 0) break;
-        sha.update(buffer, static_cast<std::size_t>(n));
+        sha.update(buffer.data(), static_cast<std::size_t>(n));
         d.size += static_cast<std::uint64_t>(n);
     }
     ::close(fd);

@@ -178,9 +178,11 @@ SshResult runSshInto(const Host& host, const std::string& command, int fd, const
     return r;
 }
 
-SshResult runSshFrom(const Host& host, const std::string& command, int inputFd, const SshOptions& options)
+SshResult runSshFrom(const Host& host, const std::string& command, int inputFd, const SshOptions& options,
+                     const std::function<void(int pid)>& onStart)
 {
     Child c = spawn(sshArgv(host, command, options), inputFd);
+    if (onStart) onStart(c.pid);
     SshResult r;
     pump(c, {}, [&](const char* data, std::size_t size) { r.out.append(data, size); }, r.err);
     r.exitCode = waitFor(c.pid);

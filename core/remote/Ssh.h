@@ -43,7 +43,9 @@ SshResult runSsh(const Host& host, const std::string& command, const std::string
 SshResult runSshInto(const Host& host, const std::string& command, int fd, const SshOptions& options = {});
 
 // Runs `command` there with its stdin read from `inputFd` (a file being sent).
-SshResult runSshFrom(const Host& host, const std::string& command, int inputFd, const SshOptions& options = {});
+// `onStart` gets the ssh client's pid.
+SshResult runSshFrom(const Host& host, const std::string& command, int inputFd, const SshOptions& options = {},
+                     const std::function<void(int pid)>& onStart = {});
 
 // Runs `command` there and hands each line of its stdout to `onLine` as it
 // arrives; returns when the command (or the link) ends. `onStart` gets the
