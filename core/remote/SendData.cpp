@@ -1,5 +1,6 @@
 #include "remote/SendData.h"
 
+#include "common/ByteSize.h"
 #include "common/Errors.h"
 #include "common/Files.h"
 #include "remote/Sha256.h"
@@ -33,15 +34,6 @@ void checkFields(const std::string& name, const std::string& sha256)
     if (!std::regex_match(sha256, std::regex("[0-9a-f]{64}"))) {
         throw InputError("receive-data: --sha256 must be 64 lowercase hex digits, got \"" + sha256 + "\"");
     }
-}
-
-std::string humanBytes(std::uint64_t bytes)
-{
-    char text[32];
-    if (bytes < 1024 * 1024) std::snprintf(text, sizeof text, "%.1f KiB", bytes / 1024.0);
-    else if (bytes < 1024ull * 1024 * 1024) std::snprintf(text, sizeof text, "%.1f MiB", bytes / 1048576.0);
-    else std::snprintf(text, sizeof text, "%.2f GiB", bytes / 1073741824.0);
-    return text;
 }
 
 } // namespace
@@ -152,7 +144,7 @@ SentData sendData(const Host& host, const std::string& localPath, const std::fun
     if (r.exitCode != 0 || r.out.rfind("missing", 0) != 0) {
         throw InputError("--send-data: " + host.label() + " did not take the data file: " + r.out + sshMessages(r.err));
     }
-    if (onStatus) onStatus("sending " + name + " (" + humanBytes(digest.size) + ", sha256 " + digest.sha256.substr(0, 12) + "…) to " + host.label());
+    if (onStatus) onStatus("sending " + name + " (" + byteSizeText(static_cast<std::int64_t>(digest.size)) + ", sha256 " + digest.sha256.substr(0, 12) + "…) to " + host.label());
     struct File {
         int fd;
         ~File()
