@@ -3,6 +3,7 @@
 #include "Command.h"
 #include "Follow.h"
 #include "Progress.h"
+#include "Ranks.h"
 #include "Remote.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
@@ -81,6 +82,10 @@ int trainRemote(const Args& args, const std::string& path)
     remote::checkRemoteVersion(host);
     if (args.flag("--send-data")) text = sendDataOf(host, path, text);
     std::vector<std::string> remoteArgs{"train", "--config", "-", "--detach"};
+    if (args.value("--nproc")) {
+        throw InputError("--nproc with --host is not supported yet: start the data-parallel run on the host itself "
+                         "(ssh there and run 'trainbench-cli train --nproc N'), then follow it with 'trainbench-cli follow RUN --host H'");
+    }
     for (const char* option : {"--device", "--steps", "--name", "--threads"}) {
         if (auto v = args.value(option)) {
             remoteArgs.push_back(option);
@@ -199,7 +204,49 @@ int train(const Args& args)
     }
     if (auto name = args.value("--name")) config.name = *name;
     if (auto threads = args.integer("--threads", 0, 256)) config.train.threads = static_cast<int>(*threads);
+    const auto nproc = args.integer("--nproc", 1, 1024);
+    const auto launched = distLaunchFromEnvironment();
+    if (launched) {
+        // Started as one rank of a data-parallel run (--nproc, torchrun, srun).
+        if (nproc) {
+            throw InputError("--nproc starts the ranks itself, but this process is already " + launched->describe()
+                             + ": leave --nproc out under torchrun or srun");
+        }
+        if (args.flag("--detach")) throw InputError("--detach is for a run started here, not for one rank of " + launched->describe());
+        if (launched->rank > 0) return trainAsRank(config, *launched, !args.flag("--no-memory-probe"), args.flag("--bare"));
+    } else if (const int processes = nproc ? static_cast<int>(*nproc) : config.train.worldSize; processes > 1) {
+        if (args.flag("--detach")) {
+            throw InputError("--detach does not start data-parallel runs yet: run 'train --nproc " + std::to_string(processes)
+                             + "' in the foreground (under nohup or tmux to outlive the terminal)");
+        }
+        if (args.flag("--count-ops")) throw InputError("--count-ops counts one process's operators: leave out --nproc");
+        if (config.train.worldSize != 1 && config.train.worldSize != processes) {
+            throw InputError("--nproc is " + std::to_string(processes) + " but the config's train.world_size is "
+                             + std::to_string(config.train.worldSize) + ": give one of them");
+        }
+        RankLaunch launch;
+        launch.processes = processes;
+        launch.configPath = *path;
+        launch.timeoutSeconds = config.train.distTimeoutS;
+        for (const char* option : {"--db", "--device", "--steps", "--name", "--threads"}) {
+            if (auto v = args.value(option)) {
+                launch.trainArgs.push_back(option);
+                launch.trainArgs.push_back(*v);
+            }
+        }
+        for (const char* flag : {"--quiet", "--force", "--no-metrics", "--no-memory-probe", "--bare"}) {
+            if (args.flag(flag)) launch.trainArgs.push_back(flag);
+        }
+        launch.threadsGiven = args.value("--threads").has_value();
+        return launchRanks(launch);
+    }
     SessionOptions options;
+    if (launched) options.dist = *launched;
+    if (const auto hook = injectHookFromEnvironment(); hook.active) {
+        options.forceLossScaling = true;
+        options.injectNonFiniteGradientAtStep = hook.step;
+        options.injectRank = hook.rank;
+    }
     options.dbPath = args.value("--db").value_or("");
     options.recordMetrics = !args.flag("--no-metrics");
     options.measureMemory = !args.flag("--no-memory-probe");
@@ -254,6 +301,8 @@ std::vector<OptionSpec> options()
         {"--steps", true, "override train.steps", "N"},
         {"--name", true, "override the run name", "S"},
         {"--threads", true, "override train.threads (0 = automatic)", "N"},
+        {"--nproc", true, "data parallel: start N processes here, one per rank (train.batch_size is per rank; "
+                          "the same binary also runs as a rank under torchrun or srun)", "N"},
         {"--detach", false, "start the run in the background, print its id and return (it outlives this terminal)"},
         {"--send-data", false, "with --host: copy the config's local data file into the host's store folder (checked by SHA-256; not sent again while it is there)"},
         {"--quiet", false, "print only the final summary"},
@@ -269,7 +318,7 @@ std::vector<OptionSpec> options()
 const CommandRegistration registration{Command{
     "train",
     "Train a model from a JSON config and store the run (here, or on a host over ssh).",
-    "--config FILE [--db FILE | --host H [--send-data]] [--detach] [--device D] [--steps N] [--name S] [--force]",
+    "--config FILE [--db FILE | --host H [--send-data]] [--nproc N | --detach] [--device D] [--steps N] [--name S] [--force]",
     options(),
     &train}};
 

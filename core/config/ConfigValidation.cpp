@@ -286,6 +286,8 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     check.oneOf("train.precision", t.precision, {"auto", "fp32", "fp16", "bf16", "bf16-pure"});
     check.intRange("train.eval_every", t.evalEvery, 0, 1000000000, "an integer (0 = ten evaluations per run)");
     check.intRange("train.eval_batches", t.evalBatches, 1, 10000);
+    check.intRange("train.dist_timeout_s", t.distTimeoutS, 1, 86400);
+    check.intRange("train.world_size", t.worldSize, 1, 1024);
     check.intRange("train.log_every", t.logEvery, 1, 1000000000);
     check.intRange("train.checkpoint_every", t.checkpointEvery, 0, 1000000000, "an integer (0 = at the end only)");
     check.intRange("train.keep_checkpoints", t.keepCheckpoints, 0, 1000000, "an integer (0 = keep all)");

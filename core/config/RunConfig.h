@@ -77,6 +77,13 @@ struct TrainConfig {
     int checkpointEvery = 0; // 0: only at the end and on cancel
     int keepCheckpoints = 3; // newest checkpoints kept per run; 0 = all
     int threads = 0;         // 0: the measured default (see Threads.cpp)
+    // Data parallel: how long a rank waits on the others (rendezvous, a
+    // collective) before the run fails; a dead or hung rank fails it this soon.
+    int distTimeoutS = 300;
+    // Data parallel: the number of processes (ranks) the run trains with;
+    // train.batch_size is per rank. Recorded with every run; a config with
+    // more than 1 makes 'trainbench-cli train' start that many (--nproc).
+    int worldSize = 1;
     // Start from trained weights: a run id of the same store ("run:12" or "12"),
     // a Trainbench checkpoint (.pt), a .safetensors file or a folder holding
     // model.safetensors. Empty: random initialisation.

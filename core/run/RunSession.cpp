@@ -145,6 +145,17 @@ RunSession::RunSession(RunConfig config, SessionOptions options)
     if (auto issues = validateConfig(m_config, false); !issues.empty()) {
         throw ConfigError(m_config.name, std::move(issues));
     }
+    // Data parallel: the run records its world size.
+    const int world = m_options.dist.active() ? m_options.dist.worldSize : 1;
+    if (m_config.train.worldSize != 1 && m_config.train.worldSize != world) {
+        throw InputError(m_options.dist.active()
+                             ? "train.world_size is " + std::to_string(m_config.train.worldSize) + " but WORLD_SIZE is "
+                                   + std::to_string(world) + ": start as many processes as the config says, or change train.world_size"
+                             : "train.world_size is " + std::to_string(m_config.train.worldSize)
+                                   + ": a data-parallel run starts one process per rank; launch it with 'trainbench-cli train "
+                                     "--nproc " + std::to_string(m_config.train.worldSize) + "' (or torchrun, srun), or set train.world_size to 1");
+    }
+    m_config.train.worldSize = world;
     // Store the data path absolute, so the run can be resumed from any folder.
     if (!m_config.data.path.empty()) m_config.data.path = resolvedDataPath(m_config);
     if (!m_config.train.initFrom.empty() && !runReference(m_config.train.initFrom)) {
@@ -305,6 +316,11 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         to.resumeFrom = m_resumeCheckpoint;
         to.initFrom = m_initFromPath;
         to.measureMemory = m_options.measureMemory && !m_options.bare;
+        to.dist = m_options.dist;
+        to.dist.timeoutSeconds = m_config.train.distTimeoutS;
+        to.forceLossScaling = m_options.forceLossScaling;
+        to.injectNonFiniteGradientAtStep = m_options.injectNonFiniteGradientAtStep;
+        to.injectRank = m_options.injectRank;
         // Tokenizing the data: progress goes to the front end only; the summary
         // and any skipped lines are the run's events.
         to.data.cancel = &m_cancel;
@@ -381,6 +397,13 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
                         values.emplace_back("mem_peak_bytes", static_cast<double>(s.memPeakBytes));
                     }
                     if (s.lossScale > 0) values.emplace_back("loss_scale", s.lossScale);
+                    if (!s.rankPeakBytes.empty()) {
+                        // Data parallel: every rank's peak (mem_peak_bytes is the largest).
+                        for (std::size_t r = 0; r < s.rankPeakBytes.size(); ++r) {
+                            values.emplace_back("mem_peak_bytes_rank" + std::to_string(r), static_cast<double>(s.rankPeakBytes[r]));
+                        }
+                        values.emplace_back("comm_wait_ms", s.commWaitMs);
+                    }
                     writer.addMetrics(s.step, values);
                 }
                 writer.setStepsDone(s.step);

@@ -30,8 +30,14 @@ struct SessionOptions {
     // Launch even though preflight found errors (GUI: after a confirmation;
     // CLI: --force). The findings and the override are stored with the run.
     bool force = false;
+    // Data parallel: this process's rank (trainbench-cli --nproc, torchrun,
+    // srun). Rank 0 stores the run; RunSession is for rank 0 only.
+    DistLaunch dist;
+    // Tests of the fp16 path without a GPU (TrainerOptions says more).
+    bool forceLossScaling = false;
+    int injectNonFiniteGradientAtStep = 0;
+    int injectRank = -1;
 };
-
 // Preflight at launch found errors and the launch was not forced.
 class PreflightError : public InputError {
 public:

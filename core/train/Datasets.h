@@ -28,6 +28,11 @@ struct Batch {
     {
         return {inputs.to(device), targets.to(device), mask.defined() ? mask.to(device) : mask};
     }
+    // Rows [start, start + count): one rank's share of a global batch.
+    Batch rows(std::int64_t start, std::int64_t count) const
+    {
+        return {inputs.narrow(0, start, count), targets.narrow(0, start, count), mask.defined() ? mask.narrow(0, start, count) : mask};
+    }
     double maskedCount() const
     {
         return mask.defined() ? mask.sum().item<double>() : static_cast<double>(targets.numel());

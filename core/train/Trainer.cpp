@@ -134,6 +134,10 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     m->options = options;
     applyThreadCount(config.train.threads);
     m->device = resolveDevice(config.device);
+    if (options.dist.active() && m->device == "cuda") {
+        // One GPU per process: local rank i trains on GPU i.
+        m->device = resolveDevice("cuda:" + std::to_string(options.dist.localRank));
+    }
     m->precision = resolvePrecision(config.train.precision, m->device);
     m->torchDevice = torch::Device(m->device);
     if (options.measureMemory && m->device == "cpu") MemoryProbe::installCpuCounter();
@@ -206,15 +210,52 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
         }
     }
     m->dataGen = at::make_generator<at::CPUGeneratorImpl>(config.train.seed * 0x9e3779b97f4a7c15ULL + 17);
-    m->validation = m->data->validationBatches(config.train.batchSize, config.train.evalBatches);
+    if (options.dist.active()) m->connect();
+    // Data parallel: rank 0 evaluates the global batch's worth of examples,
+    // what one process at world x batch would; the other ranks evaluate nothing.
+    if (m->rank == 0) m->validation = m->data->validationBatches(config.train.batchSize * m->world, config.train.evalBatches);
     if (!options.resumeFrom.empty()) m->loadCheckpoint(options.resumeFrom);
 }
 
+void Trainer::Impl::connect()
+{
+#ifdef TB_HAVE_C10D
+    group = std::make_unique<DistGroup>(options.dist);
+    rank = group->rank();
+    world = group->size();
+    std::string folder = options.checkpointDir;
+    if (rank == 0) {
+        group->publish("run_folder", folder);
+    } else {
+        folder = group->fetch("run_folder");
+        if (options.onRunFolder) options.onRunFolder(folder);
+    }
+    group->setRunFolder(folder);
+    // Every rank starts from rank 0's weights and buffers.
+    {
+        torch::NoGradGuard noGrad;
+        std::vector<torch::Tensor> state;
+        for (const auto& p : model->parameters()) state.push_back(p);
+        for (const auto& b : model->buffers()) state.push_back(b);
+        group->broadcastFromRankZero(state);
+    }
+    // Dropout differs between ranks, as it would between the rows of one batch.
+    torch::manual_seed(config.train.seed + 1000003ULL * static_cast<std::uint64_t>(rank));
+    GradReducer::Options o;
+    o.overlap = options.distOverlap;
+    reducer = std::make_unique<GradReducer>(*group, trainable, o);
+#else
+    throw InputError("this trainbench was built without data parallel (Gloo's headers were missing at build time: install "
+                     "libgloo-dev and rebuild); it cannot join " + options.dist.describe());
+#endif
+}
 Trainer::~Trainer() = default;
 
 const std::string& Trainer::device() const { return m->device; }
 const std::string& Trainer::precision() const { return m->precision; }
 int Trainer::startStep() const { return m->startStep; }
+int Trainer::worldSize() const { return m->world; }
+int Trainer::rank() const { return m->rank; }
 std::string Trainer::datasetDescription() const { return m->data->describe(); }
 const std::vector<AuditEntry>& Trainer::auditFindings() const { return m->flagged; }
 
@@ -259,8 +300,11 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     emit("info", "start",
          (m->startStep > 0 ? "resumed at step " + std::to_string(m->startStep) + " on " : "training on ") + m->device
              + ", precision " + m->precision + ", " + std::to_string(parameterCount()) + " parameters ("
-             + std::to_string(trainableParameterCount()) + " trainable), " + m->data->describe());
-    if (m->validation.empty()) emit("warning", "validation", "the validation split is empty; no validation loss will be reported");
+             + std::to_string(trainableParameterCount()) + " trainable), " + m->data->describe()
+             + (m->world > 1 ? "; data parallel: " + std::to_string(m->world) + " processes (" + m->options.dist.launcher
+                                   + "), global batch " + std::to_string(m->world) + " x " + std::to_string(t.batchSize)
+                             : std::string()));
+    if (m->validation.empty() && m->rank == 0) emit("warning", "validation", "the validation split is empty; no validation loss will be reported");
     if (!m->flagged.empty()) {
         std::string list;
         for (std::size_t i = 0; i < m->flagged.size() && i < 4; ++i) {
@@ -273,7 +317,8 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     }
 
     const std::string memoryDevice = m->options.measureMemory ? m->device : std::string();
-    const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen();
+    const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen() * m->world;
+    double steadyCommWait = 0;
     torch::Tensor lossAccumulator;
     Clock::time_point steadyFrom;
     int steadyFromStep = 0;
@@ -316,10 +361,17 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             phaseBegin(0);
             std::vector<Batch> micro;
             micro.reserve(t.gradAccum);
-            for (int i = 0; i < t.gradAccum; ++i) micro.push_back(m->data->trainBatch(t.batchSize, m->dataGen));
+            for (int i = 0; i < t.gradAccum; ++i) micro.push_back(m->data->trainBatch(t.batchSize * m->world, m->dataGen));
+            // The loss is normalised by the global batch's tokens, so summing
+            // the ranks' gradients gives the global batch's gradient exactly.
             const double normalizer = maskedTokenCount(micro);
+            if (m->world > 1) {
+                for (auto& b : micro) b = b.rows(static_cast<std::int64_t>(m->rank) * t.batchSize, t.batchSize);
+            }
             lossAccumulator = torch::Tensor();
-            for (const auto& cpuBatch : micro) {
+            double commWait = 0;
+            for (std::size_t i = 0; i < micro.size(); ++i) {
+                const auto& cpuBatch = micro[i];
                 m->lastInputs = cpuBatch.inputs;
                 const auto batch = cpuBatch.to(m->torchDevice);
                 torch::Tensor loss;
@@ -329,19 +381,27 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                 }
                 phaseEnd(0, "forward");
                 phaseBegin(1);
+#ifdef TB_HAVE_C10D
+                if (m->reducer && i + 1 == micro.size()) m->reducer->arm(); // the others: no_sync
+#endif
                 (m->useScaler() ? m->scaler.scale(loss) : loss).backward();
                 lossAccumulator = lossAccumulator.defined() ? lossAccumulator + loss.detach() : loss.detach();
                 phaseEnd(1, "backward");
                 phaseBegin(0);
             }
+#ifdef TB_HAVE_C10D
+            if (m->reducer) commWait = m->reducer->finish();
+#endif
             phaseBegin(2);
-            if (step == m->options.injectNonFiniteGradientAtStep && !m->trainable.empty()) {
+            if (step == m->options.injectNonFiniteGradientAtStep && !m->trainable.empty()
+                && (m->options.injectRank < 0 || m->options.injectRank == m->rank)) {
                 m->trainable.front().grad().fill_(std::numeric_limits<float>::infinity());
             }
-
             bool skipped = false;
             if (m->useScaler()) {
-                const bool finite = m->scaler.unscale(m->trainable);
+                bool finite = m->scaler.unscale(m->trainable);
+                // An overflow on any rank skips the step on every rank.
+                if (m->world > 1) finite = m->allFinite(finite);
                 m->scaler.update(finite);
                 skipped = !finite;
             }
@@ -362,12 +422,25 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                 result.phaseMemory.insert(result.phaseMemory.end(), phase.begin(), phase.end());
             }
             result.stepsDone = step;
-
+            const auto stepEnded = Clock::now();
+            // Data parallel: the global loss (each rank's share is its tokens'
+            // loss over the global count), a stop asked on any rank, and each
+            // rank's peak, in one small all-reduce every step.
+            std::vector<std::int64_t> rankPeaks;
+            double globalLoss = 0;
+            if (m->world > 1) {
+                std::int64_t peak = 0;
+                for (const auto& p : phase) peak = std::max(peak, p.peakBytes);
+                const auto shared = m->shareStep(lossAccumulator, m_cancel.load(), peak);
+                globalLoss = shared.loss;
+                if (shared.cancel) m_cancel.store(true);
+                rankPeaks = shared.peaks;
+            }
             const bool log = step % t.logEvery == 0 || step == total;
             const bool evalNow = !m->validation.empty() && (step % evalEvery == 0 || step == total);
             if (log || evalNow || m_cancel.load()) {
                 // Reading the loss synchronises a GPU: only when it is reported.
-                const double loss = lossAccumulator.item<double>();
+                const double loss = m->world > 1 ? globalLoss : lossAccumulator.item<double>();
                 result.finalLoss = loss;
                 if (!std::isfinite(loss)) {
                     result.status = TrainResult::Status::Failed;
@@ -384,7 +457,8 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                     s.loss = loss;
                     s.lr = lr;
                     s.gradNorm = gradNorm.defined() ? gradNorm.item<double>() : 0.0;
-                    s.stepMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+                    s.stepMs = std::chrono::duration<double, std::milli>(stepEnded - started).count();
+                    s.commWaitMs = commWait * 1000.0;
                     s.tokensPerSecond = tokensPerStep / std::max(s.stepMs / 1000.0, 1e-9);
                     if (phases) {
                         s.memCurrentBytes = MemoryProbe::snapshot(memoryDevice).currentBytes;
@@ -394,6 +468,11 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                                 s.memPeakPhase = p.phase == "forward" ? "forward" : p.phase == "backward" ? "backward" : "optimizer";
                             }
                         }
+                    }
+                    if (!rankPeaks.empty()) {
+                        s.rankPeakBytes = rankPeaks;
+                        s.memPeakRank = static_cast<int>(std::max_element(rankPeaks.begin(), rankPeaks.end()) - rankPeaks.begin());
+                        s.memPeakBytes = rankPeaks[static_cast<std::size_t>(s.memPeakRank)];
                     }
                     s.lossScale = m->useScaler() ? m->scaler.currentScale() : 0.0;
                     s.skipped = skipped;
@@ -411,6 +490,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                 m->saveCheckpoint(step, callbacks);
             }
             if (steadyFromStep > 0) excludedSeconds += std::chrono::duration<double>(Clock::now() - pausedAt).count();
+            if (steadyFromStep > 0) steadyCommWait += commWait;
             if (step - m->startStep == 10) {
                 steadyFrom = Clock::now();
                 steadyFromStep = step;
@@ -419,6 +499,8 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
         if (steadyFromStep > 0 && result.stepsDone > steadyFromStep + 1) {
             const double seconds = std::chrono::duration<double>(Clock::now() - steadyFrom).count() - excludedSeconds;
             result.steadyTokensPerSecond = tokensPerStep * (result.stepsDone - steadyFromStep) / seconds;
+            result.steadySeconds = seconds;
+            result.steadyCommWaitSeconds = steadyCommWait;
         }
         const bool cancelled = result.stepsDone < total;
         if (result.stepsDone > m->startStep || cancelled) result.lastCheckpoint = m->saveCheckpoint(result.stepsDone, callbacks);
@@ -435,6 +517,10 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
         // A TorchScript model's errors come as the interpreter's traceback; its last line is the error.
         result.message = errorSummary(e.what());
     }
+#ifdef TB_HAVE_C10D
+    // A collective that failed: which rank is gone, and its last message.
+    if (result.status == TrainResult::Status::Failed && m->group) result.message = m->group->explain(result.message);
+#endif
     if (result.status == TrainResult::Status::Failed && isDeviceMismatchText(result.message) && m->lastInputs.defined()) {
         try {
             result.deviceMeeting = locateDeviceMeeting(*m->model, m->lastInputs.to(m->torchDevice));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/RunConfig.h"
+#include "dist/DistLaunch.h"
 #include "train/DataPreparation.h"
 #include "train/DeviceAudit.h"
 #include "gpu/Discovery.h"
@@ -27,6 +28,11 @@ struct StepMetrics {
     std::int64_t memCurrentBytes = 0;
     std::int64_t memPeakBytes = 0; // peak within this step
     const char* memPeakPhase = "";  // the phase it came in: forward | backward | optimizer
+    // Data parallel: the rank whose peak memPeakBytes is (-1 in one process),
+    // every rank's peak, and the time this rank waited on the gradient all-reduce.
+    int memPeakRank = -1;
+    std::vector<std::int64_t> rankPeakBytes;
+    double commWaitMs = 0;
     double lossScale = 0;          // fp16 only
     bool skipped = false;          // fp16: gradients overflowed, step skipped
 };
@@ -73,6 +79,16 @@ struct TrainerOptions {
     // scaling in any precision, and a non-finite gradient injected at a step.
     bool forceLossScaling = false;
     int injectNonFiniteGradientAtStep = 0;
+    int injectRank = -1; // data parallel: inject on this rank only (-1: every rank)
+    // Data parallel: this process's place in the run (world size 1: alone).
+    // Rank 0 trains as usual; the others keep no checkpoints and report
+    // nothing but their own failures. Batches are the global batch of
+    // world size x train.batch_size, drawn from one seeded order and split
+    // by rank, so N ranks see what one process at N times the batch sees.
+    DistLaunch dist;
+    bool distOverlap = true; // off: gradients are all-reduced after backward (bench/ baseline)
+    // Ranks other than 0 learn rank 0's run folder here (their log goes beside the run).
+    std::function<void(const std::string& folder)> onRunFolder;
     // Tokenizing a corpus before the first step: its progress, summary and cancellation.
     DataPreparation data;
 };
@@ -90,6 +106,10 @@ struct TrainResult {
     // of the last one (0 when fewer than 12 steps ran): the figure benchmarks report.
     double steadyTokensPerSecond = 0;
     std::vector<PhaseMemory> phaseMemory; // with TrainerOptions::recordPhaseMemory
+    // Data parallel: seconds this rank waited on the gradient all-reduce, and
+    // the whole training time, over the steps after the 10th (as steadyTokensPerSecond).
+    double steadyCommWaitSeconds = 0;
+    double steadySeconds = 0;
     // A failure by a device mismatch: where the devices met (re-run with per-module checks).
     std::optional<DeviceMeeting> deviceMeeting;
 };
@@ -124,6 +144,8 @@ public:
     std::int64_t parameterCount() const;
     std::int64_t trainableParameterCount() const;
     int startStep() const; // > 0 after a resume
+    int worldSize() const; // 1 unless data parallel
+    int rank() const;
     std::string datasetDescription() const;
     // The device audit of the model as it sits on its device before step 1:
     // the entries that are not where they should be.

@@ -11,6 +11,10 @@
 
 #include "config/RunConfig.h"
 #include "train/DeviceAudit.h"
+#ifdef TB_HAVE_C10D
+#include "dist/GradReducer.h"
+#include "dist/ProcessGroup.h"
+#endif
 #include "train/Datasets.h"
 #include "train/LossScaler.h"
 #include "train/ModelIo.h"
@@ -43,8 +47,51 @@ struct Trainer::Impl {
     // The latest forward's token ids as the data gave them (on the CPU, so
     // holding them costs no device memory), for the device-mismatch locator.
     torch::Tensor lastInputs;
+#ifdef TB_HAVE_C10D
+    // Data parallel (declared last: the reducer's hooks go before the model).
+    std::unique_ptr<DistGroup> group;
+    std::unique_ptr<GradReducer> reducer;
+#endif
+    int rank = 0;
+    int world = 1;
 
     bool autocast() const { return precision == "bf16" || precision == "fp16"; }
+    // Data parallel (Trainer.cpp): joins the group, starts every rank from
+    // rank 0's weights and hooks the gradient reducer.
+    void connect();
+    // Whether every rank's gradients are finite.
+    bool allFinite(bool mine)
+    {
+#ifdef TB_HAVE_C10D
+        auto flag = torch::tensor({mine ? 1.0 : 0.0}, torch::kDouble);
+        group->allreduce(flag, Reduce::Min);
+        return flag.item<double>() > 0.5;
+#else
+        return mine;
+#endif
+    }
+    struct SharedStep {
+        double loss = 0;
+        bool cancel = false;
+        std::vector<std::int64_t> peaks; // per rank
+    };
+    SharedStep shareStep(const torch::Tensor& loss, bool cancel, std::int64_t peakBytes)
+    {
+        SharedStep out;
+#ifdef TB_HAVE_C10D
+        auto v = torch::zeros({2 + world}, torch::kDouble);
+        auto a = v.accessor<double, 1>();
+        a[0] = loss.defined() ? loss.item<double>() : 0.0;
+        a[1] = cancel ? 1.0 : 0.0;
+        a[2 + rank] = static_cast<double>(peakBytes);
+        group->allreduce(v, Reduce::Sum);
+        a = v.accessor<double, 1>();
+        out.loss = a[0];
+        out.cancel = a[1] > 0.5;
+        for (int r = 0; r < world; ++r) out.peaks.push_back(static_cast<std::int64_t>(a[2 + r]));
+#endif
+        return out;
+    }
     at::ScalarType autocastDtype() const { return precision == "bf16" ? torch::kBFloat16 : torch::kHalf; }
     bool useScaler() const { return precision == "fp16" || options.forceLossScaling; }
 

@@ -1,0 +1,260 @@
+#include "Ranks.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "Command.h"
+#include "common/Errors.h"
+#include "train/Trainer.h"
+
+namespace tb::cli {
+namespace {
+
+std::atomic<int> g_signals{0};
+std::atomic<Trainer*> g_trainer{nullptr};
+
+extern "C" void countSignal(int) { g_signals.fetch_add(1); }
+
+extern "C" void cancelRank(int)
+{
+    // A second signal ends the rank at once; rank 0 sees it gone.
+    if (g_signals.fetch_add(1) >= 1) _exit(kExitCancelled);
+    if (Trainer* t = g_trainer.load()) t->requestCancel(); // an atomic store
+}
+
+int freeLoopbackPort()
+{
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) throw std::runtime_error("cannot open a socket to find a free port");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t length = sizeof a;
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0
+        && getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) == 0;
+    close(fd);
+    if (!ok) throw std::runtime_error("cannot find a free port on 127.0.0.1 for the ranks to meet on");
+    return ntohs(a.sin_port);
+}
+
+std::string describeExit(int status)
+{
+    if (WIFSIGNALED(status)) {
+        const int s = WTERMSIG(status);
+        return "was killed by signal " + std::to_string(s) + " (" + strsignal(s) + ")";
+    }
+    return "exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+} // namespace
+
+InjectHook injectHookFromEnvironment()
+{
+    InjectHook hook;
+    const char* v = std::getenv("TRAINBENCH_TEST_INJECT_INF");
+    if (!v || !*v) return hook;
+    int step = 0, rank = -1;
+    if (std::sscanf(v, "%d:%d", &step, &rank) < 1 || step < 1) {
+        throw InputError(std::string("TRAINBENCH_TEST_INJECT_INF is \"") + v + "\": give STEP or STEP:RANK (a test hook)");
+    }
+    hook.active = true;
+    hook.step = step;
+    hook.rank = rank;
+    return hook;
+}
+
+int launchRanks(const RankLaunch& launch)
+{
+    if (launch.configPath == "-") {
+        throw InputError("--nproc starts one process per rank and each reads the config: give --config FILE, not '-'");
+    }
+    const char* portText = std::getenv("MASTER_PORT");
+    const int port = portText && *portText ? std::atoi(portText) : freeLoopbackPort();
+    if (port <= 0 || port > 65535) throw InputError(std::string("MASTER_PORT is \"") + portText + "\": give a port from 1 to 65535");
+    char exe[4096] = {0};
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) throw std::runtime_error("cannot find this program's path to start the ranks");
+
+    std::vector<std::string> base{exe, "train", "--config", launch.configPath};
+    base.insert(base.end(), launch.trainArgs.begin(), launch.trainArgs.end());
+    if (!launch.threadsGiven) {
+        // The ranks share this machine's cores.
+        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+        base.push_back("--threads");
+        base.push_back(std::to_string(std::max(1u, cores / static_cast<unsigned>(launch.processes))));
+    }
+
+    // Ctrl-C reaches every rank (they share this terminal's process group);
+    // they stop together, and this process waits for them.
+    struct sigaction action {};
+    action.sa_handler = countSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+
+    std::cout.flush();
+    std::cerr.flush();
+    std::vector<pid_t> pids(static_cast<std::size_t>(launch.processes), -1);
+    for (int r = 0; r < launch.processes; ++r) {
+        const pid_t pid = fork();
+        if (pid < 0) {
+            for (pid_t p : pids) {
+                if (p > 0) kill(p, SIGKILL);
+            }
+            throw std::runtime_error("cannot start rank " + std::to_string(r) + " (fork failed)");
+        }
+        if (pid == 0) {
+            setenv("RANK", std::to_string(r).c_str(), 1);
+            setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+            setenv("WORLD_SIZE", std::to_string(launch.processes).c_str(), 1);
+            setenv("LOCAL_WORLD_SIZE", std::to_string(launch.processes).c_str(), 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+            setenv("TRAINBENCH_NPROC", "1", 1);
+            if (r > 0) {
+                // Rank 0 reports progress; the others write to rank-K.log beside the run.
+                const int null = open("/dev/null", O_WRONLY);
+                if (null >= 0) dup2(null, 1);
+            }
+            std::vector<char*> argv;
+            for (auto& a : base) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            execv(exe, argv.data());
+            std::fprintf(stderr, "trainbench-cli: cannot start rank %d: %s\n", r, std::strerror(errno));
+            _exit(127);
+        }
+        pids[static_cast<std::size_t>(r)] = pid;
+    }
+
+    using Clock = std::chrono::steady_clock;
+    std::vector<int> statuses(pids.size(), 0);
+    std::size_t running = pids.size();
+    std::optional<Clock::time_point> killAt;
+    std::vector<std::string> reports;
+    std::vector<bool> killed(pids.size(), false);
+    while (running > 0) {
+        int status = 0;
+        const pid_t done = waitpid(-1, &status, killAt ? WNOHANG : 0);
+        if (done < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (done == 0) {
+            if (Clock::now() >= *killAt) {
+                for (std::size_t r = 0; r < pids.size(); ++r) {
+                    if (pids[r] > 0) {
+                        kill(pids[r], SIGKILL);
+                        killed[r] = true;
+                        reports.push_back("rank " + std::to_string(r) + " (pid " + std::to_string(pids[r])
+                                          + ") was still running after another rank ended the run, and was killed");
+                    }
+                }
+                killAt = Clock::now() + std::chrono::hours(1); // reap them; no more kills
+            } else {
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+            continue;
+        }
+        for (std::size_t r = 0; r < pids.size(); ++r) {
+            if (pids[r] != done) continue;
+            statuses[r] = status;
+            pids[r] = -1;
+            --running;
+            const bool bad = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+            if (bad && g_signals.load() == 0 && !killed[r]) {
+                reports.push_back("rank " + std::to_string(r) + " (pid " + std::to_string(done) + ") " + describeExit(status));
+            }
+            // The others see a dead peer at their next collective and end on
+            // their own; a stopped or hung one does not, and is killed.
+            if (bad && !killAt) killAt = Clock::now() + std::chrono::seconds(std::min(launch.timeoutSeconds, 10) + 5);
+            // Rank 0 holds the run: once it has ended, the others have nothing to train for.
+            if (r == 0 && pids.size() > 1) killAt = std::min(killAt.value_or(Clock::time_point::max()), Clock::now() + std::chrono::seconds(3));
+        }
+    }
+    for (const auto& line : reports) std::cerr << "trainbench-cli: " << line << "\n";
+    const int first = statuses.front();
+    if (WIFEXITED(first)) return WEXITSTATUS(first);
+    return g_signals.load() > 0 ? kExitCancelled : kExitFailed;
+}
+
+int trainAsRank(RunConfig config, const DistLaunch& launchIn, bool measureMemory, bool bare)
+{
+    DistLaunch launch = launchIn;
+    launch.timeoutSeconds = config.train.distTimeoutS;
+    if (config.train.worldSize != 1 && config.train.worldSize != launch.worldSize) {
+        throw InputError("train.world_size is " + std::to_string(config.train.worldSize) + " but WORLD_SIZE is "
+                         + std::to_string(launch.worldSize) + ": start as many processes as the config says, or change train.world_size");
+    }
+    config.train.worldSize = launch.worldSize;
+    // As RunSession does for rank 0: paths against the config's folder.
+    if (!config.data.path.empty()) config.data.path = resolvedDataPath(config);
+    config.baseDir.clear();
+    if (bare) config.train.logEvery = config.train.steps;
+
+    TrainerOptions to;
+    to.dist = launch;
+    to.measureMemory = measureMemory && !bare;
+    const auto hook = injectHookFromEnvironment();
+    if (hook.active) {
+        to.forceLossScaling = true;
+        to.injectNonFiniteGradientAtStep = hook.step;
+        to.injectRank = hook.rank;
+    }
+    const std::string self = "rank " + std::to_string(launch.rank);
+    to.onRunFolder = [&](const std::string& folder) {
+        if (folder.empty()) return;
+        std::error_code ec;
+        std::filesystem::create_directories(folder, ec);
+        const auto path = (std::filesystem::path(folder) / ("rank-" + std::to_string(launch.rank) + ".log")).string();
+        const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            std::cerr.flush();
+            dup2(fd, 2);
+            close(fd);
+        }
+        std::cerr << self << " of " << launch.worldSize << ": joined (pid " << getpid() << ")" << std::endl;
+    };
+
+    struct sigaction action {};
+    action.sa_handler = cancelRank;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+
+    Trainer trainer(config, to);
+    g_trainer.store(&trainer);
+    TrainerCallbacks callbacks;
+    callbacks.onEvent = [&](const TrainerEvent& e) {
+        std::cerr << self << ": " << e.severity << ": " << e.kind << ": " << e.message << std::endl;
+    };
+    int lastLogged = 0;
+    callbacks.onStep = [&](const StepMetrics& s) {
+        if (s.step - lastLogged >= 50 || s.step == s.totalSteps) {
+            lastLogged = s.step;
+            std::cerr << self << ": step " << s.step << " of " << s.totalSteps << std::endl;
+        }
+    };
+    const auto result = trainer.run(callbacks);
+    g_trainer.store(nullptr);
+    std::cerr << self << ": " << result.message << std::endl;
+    switch (result.status) {
+    case TrainResult::Status::Finished: return kExitOk;
+    case TrainResult::Status::Cancelled: return kExitCancelled;
+    default: return kExitFailed;
+    }
+}
+
+} // namespace tb::cli

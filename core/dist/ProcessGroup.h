@@ -1,0 +1,61 @@
+#pragma once
+// The process group of a data-parallel run, on PyTorch's own c10d: a
+// TCPStore for the rendezvous and ProcessGroupGloo for the collectives (the
+// concrete backend class, whose constructor and collectives are the same in
+// LibTorch 1.13 and 2.x). Only core/train includes this header.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "dist/DistLaunch.h"
+
+namespace tb {
+
+enum class Reduce { Sum, Max, Min };
+
+class DistGroup final {
+public:
+    // Meets the other ranks: rank 0 serves the store unless torchrun's agent
+    // does, every rank checks in (a missing or duplicated rank is an error
+    // naming WORLD_SIZE or RANK), then the Gloo group connects. Throws
+    // InputError for what the user can fix (a port in use, a wrong
+    // WORLD_SIZE, rank 0 unreachable), with the variable and its value.
+    explicit DistGroup(const DistLaunch& launch);
+    ~DistGroup();
+    DistGroup(const DistGroup&) = delete;
+    DistGroup& operator=(const DistGroup&) = delete;
+
+    int rank() const;
+    int size() const;
+    const DistLaunch& launch() const;
+
+    // Every rank gets rank 0's values of these tensors, in place.
+    void broadcastFromRankZero(const std::vector<at::Tensor>& tensors);
+    // Blocking all-reduce of one tensor, in place (Gloo has no AVG: sum and divide).
+    void allreduce(at::Tensor& tensor, Reduce op);
+    // Starts a sum all-reduce of `tensor` in place and returns at once; the
+    // collectives must be started in the same order on every rank.
+    void startSum(at::Tensor& tensor);
+    // Waits for every started all-reduce; returns the seconds spent waiting.
+    double waitStarted();
+
+    // Small strings shared through the store (rank 0 publishes, the others wait).
+    void publish(const std::string& key, const std::string& value);
+    std::string fetch(const std::string& key);
+
+    // Where each rank's output goes: rank K writes DIR/rank-K.log.
+    void setRunFolder(const std::string& folder);
+    // A collective failed with `error`: the sentence that says which rank is
+    // gone (its pid, when it ran on this machine) and its last message.
+    std::string explain(const std::string& error) const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m;
+};
+
+} // namespace tb
