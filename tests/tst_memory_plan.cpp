@@ -486,9 +486,11 @@ void TestMemoryPlan::fitMapMatchesTheEstimate()
     for (const auto& [name, config] : grid) {
         const auto arch = architectureFor(config);
         auto setup = setupFor(config);
-        for (bool gpu : {false, true}) {
+        // The CPU alone and with two data-parallel ranks (buckets, the global
+        // batch's data on the planned rank), and two GPUs.
+        for (const auto& [gpu, replicas] : {std::pair{false, 1}, std::pair{false, 2}, std::pair{true, 2}}) {
             setup.gpu = gpu;
-            setup.gpus = gpu ? 2 : 1;
+            setup.gpus = replicas;
             setup.batch = 20;
             setup.seqLen = 15;
             const auto budget = estimateMemory(arch, setup).peakBytes; // the verdict changes inside the map
@@ -500,8 +502,8 @@ void TestMemoryPlan::fitMapMatchesTheEstimate()
                     setup.batch = batches[col];
                     setup.seqLen = seqs[row];
                     const auto exact = estimateMemory(arch, setup).peakBytes;
-                    const auto where = QString("%1 %2 batch %3 seq %4").arg(QString::fromStdString(name), gpu ? "gpu" : "cpu")
-                                           .arg(batches[col]).arg(seqs[row]);
+                    const auto where = QString("%1 %2 x%5 batch %3 seq %4").arg(QString::fromStdString(name), gpu ? "gpu" : "cpu")
+                                           .arg(batches[col]).arg(seqs[row]).arg(replicas);
                     if (!gpu) QVERIFY2(map.at(row, col) == exact, qPrintable(where));
                     QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));
                     QVERIFY2(std::abs(static_cast<double>(map.at(row, col) - exact)) <= 1e-3 * static_cast<double>(exact),

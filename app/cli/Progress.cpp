@@ -9,21 +9,45 @@
 #include <iostream>
 #include <thread>
 
+#include <sys/wait.h>
 #include <unistd.h>
-
 #include "Command.h"
 
 namespace tb::cli {
 namespace {
 
 std::atomic<int> g_signals{0};
+std::atomic<bool> g_requeue{false};
 
-extern "C" void onSignal(int)
+extern "C" void onSignal(int signal)
 {
+    // Checkpointing for a Slurm requeue: the SIGTERM that follows (the time
+    // limit, the requeue itself) must not end the run before its checkpoint.
+    if (signal == SIGTERM && g_requeue.load()) return;
     // A second signal aborts at once; the run is then reported "interrupted" later.
     if (g_signals.fetch_add(1) >= 1) _exit(kExitCancelled);
 }
 
+extern "C" void onRequeueSignal(int) { g_requeue.store(true); }
+
+// scontrol requeue JOB: the job goes back to the queue and, started again,
+// resumes the run from the checkpoint just written.
+void requeueSlurmJob(const char* job)
+{
+    const pid_t pid = fork();
+    if (pid == 0) {
+        execlp("scontrol", "scontrol", "requeue", job, static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        std::cout << "requeued Slurm job " << job << ": it resumes this run from its last checkpoint" << std::endl;
+    } else {
+        std::cerr << "error: 'scontrol requeue " << job << "' failed; resume the run by hand" << std::endl;
+    }
+}
 std::string duration(double seconds)
 {
     if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -52,12 +76,25 @@ int runWithProgress(RunSession& session, bool quiet, const std::function<void(st
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
+    // Under Slurm, SIGUSR1 (sbatch --signal=USR1@120) means: checkpoint now, then requeue.
+    const char* slurmJob = std::getenv("SLURM_JOB_ID");
+    if (slurmJob && *slurmJob) {
+        struct sigaction requeue {};
+        requeue.sa_handler = onRequeueSignal;
+        sigemptyset(&requeue.sa_mask);
+        sigaction(SIGUSR1, &requeue, nullptr);
+    }
 
     // requestCancel takes a lock, so the handler only counts; this thread forwards.
     std::atomic<bool> done{false};
     std::thread watcher([&] {
         bool told = false;
         while (!done.load()) {
+            if (g_requeue.load() && !told) {
+                told = true;
+                std::cerr << "\nSIGUSR1: checkpointing after the current step; then the Slurm job is requeued\n";
+                session.requestCancel();
+            }
             if (g_signals.load() > 0 && !told) {
                 told = true;
                 std::cerr << "\nstopping after the current step and saving a checkpoint "
@@ -148,7 +185,9 @@ int runWithProgress(RunSession& session, bool quiet, const std::function<void(st
     std::cout << "stored in " << outcome.dbPath << " (run " << outcome.runId << ")";
     if (!outcome.checkpoint.empty()) std::cout << "; last checkpoint " << outcome.checkpoint;
     std::cout << std::endl;
-    if (outcome.status == RunStatus::Cancelled) {
+    if (outcome.status == RunStatus::Cancelled && g_requeue.load() && !outcome.checkpoint.empty()) {
+        requeueSlurmJob(slurmJob);
+    } else if (outcome.status == RunStatus::Cancelled) {
         std::cout << "resume it with: trainbench-cli resume " << outcome.runId << " --db " << outcome.dbPath << "\n";
     }
     if (outcome.lostValues > 0) return kExitFailed;

@@ -27,10 +27,16 @@ std::atomic<Trainer*> g_trainer{nullptr};
 
 extern "C" void countSignal(int) { g_signals.fetch_add(1); }
 
-extern "C" void cancelRank(int)
+std::atomic<bool> g_requeue{false};
+
+extern "C" void cancelRank(int signal)
 {
+    // SIGUSR1 under Slurm: checkpoint for a requeue; a SIGTERM after it must
+    // not end the rank before the checkpoint (rank 0 writes it, all must reach it).
+    if (signal == SIGUSR1) g_requeue.store(true);
+    else if (signal == SIGTERM && g_requeue.load()) return;
     // A second signal ends the rank at once; rank 0 sees it gone.
-    if (g_signals.fetch_add(1) >= 1) _exit(kExitCancelled);
+    else if (g_signals.fetch_add(1) >= 1) _exit(kExitCancelled);
     if (Trainer* t = g_trainer.load()) t->requestCancel(); // an atomic store
 }
 
@@ -78,9 +84,6 @@ InjectHook injectHookFromEnvironment()
 
 int launchRanks(const RankLaunch& launch)
 {
-    if (launch.configPath == "-") {
-        throw InputError("--nproc starts one process per rank and each reads the config: give --config FILE, not '-'");
-    }
     const char* portText = std::getenv("MASTER_PORT");
     const int port = portText && *portText ? std::atoi(portText) : freeLoopbackPort();
     if (port <= 0 || port > 65535) throw InputError(std::string("MASTER_PORT is \"") + portText + "\": give a port from 1 to 65535");
@@ -88,15 +91,8 @@ int launchRanks(const RankLaunch& launch)
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) throw std::runtime_error("cannot find this program's path to start the ranks");
 
-    std::vector<std::string> base{exe, "train", "--config", launch.configPath};
-    base.insert(base.end(), launch.trainArgs.begin(), launch.trainArgs.end());
-    if (!launch.threadsGiven) {
-        // The ranks share this machine's cores.
-        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        base.push_back("--threads");
-        base.push_back(std::to_string(std::max(1u, cores / static_cast<unsigned>(launch.processes))));
-    }
-
+    std::vector<std::string> base{exe};
+    base.insert(base.end(), launch.args.begin(), launch.args.end());
     // Ctrl-C reaches every rank (they share this terminal's process group);
     // they stop together, and this process waits for them.
     struct sigaction action {};
@@ -190,7 +186,7 @@ int launchRanks(const RankLaunch& launch)
     return g_signals.load() > 0 ? kExitCancelled : kExitFailed;
 }
 
-int trainAsRank(RunConfig config, const DistLaunch& launchIn, bool measureMemory, bool bare)
+int trainAsRank(RunConfig config, const DistLaunch& launchIn, const RankOptions& options)
 {
     DistLaunch launch = launchIn;
     launch.timeoutSeconds = config.train.distTimeoutS;
@@ -202,11 +198,12 @@ int trainAsRank(RunConfig config, const DistLaunch& launchIn, bool measureMemory
     // As RunSession does for rank 0: paths against the config's folder.
     if (!config.data.path.empty()) config.data.path = resolvedDataPath(config);
     config.baseDir.clear();
-    if (bare) config.train.logEvery = config.train.steps;
-
+    if (options.bare) config.train.logEvery = config.train.steps;
     TrainerOptions to;
     to.dist = launch;
-    to.measureMemory = measureMemory && !bare;
+    to.measureMemory = options.measureMemory && !options.bare;
+    to.distOverlap = options.overlap;
+    to.resumeFrom = options.resumeFrom;
     const auto hook = injectHookFromEnvironment();
     if (hook.active) {
         to.forceLossScaling = true;
@@ -233,6 +230,7 @@ int trainAsRank(RunConfig config, const DistLaunch& launchIn, bool measureMemory
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
+    if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job) sigaction(SIGUSR1, &action, nullptr);
 
     Trainer trainer(config, to);
     g_trainer.store(&trainer);

@@ -12,10 +12,9 @@ namespace tb::cli {
 
 struct RankLaunch {
     int processes = 2;
-    std::string configPath;             // each rank reads it
-    std::vector<std::string> trainArgs; // the rest of 'train''s arguments, passed to every rank
-    bool threadsGiven = false;          // --threads: otherwise the cores are split between the ranks
-    int timeoutSeconds = 300;           // train.dist_timeout_s
+    // The command every rank runs: 'train --config FILE ...' or 'resume RUN ...'.
+    std::vector<std::string> args;
+    int timeoutSeconds = 300; // train.dist_timeout_s
 };
 
 // Starts the ranks on 127.0.0.1 (MASTER_PORT from the environment, else a
@@ -25,9 +24,16 @@ struct RankLaunch {
 int launchRanks(const RankLaunch& launch);
 
 // Training as a rank other than 0: no store, no checkpoints; output goes to
-// rank-K.log in the run's folder once rank 0 has named it. Test hooks:
+// rank-K.log in the run's folder once rank 0 has named it. `resumeFrom`:
+// the checkpoint rank 0 resumes from. Test hook:
 // TRAINBENCH_TEST_INJECT_INF=STEP:RANK (fp16 loss scaling forced on).
-int trainAsRank(RunConfig config, const DistLaunch& launch, bool measureMemory, bool bare);
+struct RankOptions {
+    bool measureMemory = true;
+    bool bare = false;
+    bool overlap = true;
+    std::string resumeFrom;
+};
+int trainAsRank(RunConfig config, const DistLaunch& launch, const RankOptions& options);
 
 // The fp16 test hook above, for rank 0's session too.
 struct InjectHook {

@@ -67,10 +67,9 @@ Plan planFromArgs(const Args& args, const char* command)
     }
     Plan plan;
     if (auto gpu = args.value("--gpu")) plan.gpu = GpuCatalogue::bundled().resolve(*gpu);
-    if (auto n = args.integer("--gpus", 1, 1024)) {
-        if (!plan.gpu) throw InputError("--gpus needs --gpu NAME (the card each replica runs on)");
-        plan.gpu->count = static_cast<int>(*n);
-    }
+    // Data-parallel replicas: GPUs of --gpu, or processes on this machine's CPU.
+    const auto replicas = args.integer("--gpus", 1, 1024);
+    if (replicas && plan.gpu) plan.gpu->count = static_cast<int>(*replicas);
     if (path) {
         RunConfig config = loadConfigFile(*path);
         if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
@@ -124,6 +123,7 @@ Plan planFromArgs(const Args& args, const char* command)
         s.gpu = true;
         s.gpus = plan.gpu->count;
     }
+    if (replicas) s.gpus = static_cast<int>(*replicas);
     if (auto c = args.integer("--cuda-context", 0, 1LL << 40)) s.cudaContextBytes = *c;
     if (auto v = args.value("--allocator-slack")) {
         char* end = nullptr;
@@ -256,7 +256,8 @@ const std::vector<OptionSpec> kPlanOptions{
     {"--preset", true, "a bundled architecture (estimate --list-presets)", "NAME"},
     {"--hf-config", true, "a Hugging Face config.json of a decoder-only model", "FILE"},
     {"--gpu", true, "plan for a catalogue GPU (\"T4\", \"2xA10G\"): adds the CUDA context and allocator slack", "NAME"},
-    {"--gpus", true, "data-parallel GPUs (each holds a replica)", "N"},
+    {"--gpus", true, "data parallel: N replicas, each planned (GPUs of --gpu, or processes on the CPU; default: the "
+                     "config's train.world_size)", "N"},
     {"--batch", true, "batch size (default: the config's; 1 for presets)", "N"},
     {"--seq", true, "sequence length (default: the config's; 512 for presets)", "N"},
     {"--precision", true, "fp32, fp16 or bf16 (mixed, fp32 master weights), bf16-pure", "P"},

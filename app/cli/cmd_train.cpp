@@ -213,7 +213,13 @@ int train(const Args& args)
                              + ": leave --nproc out under torchrun or srun");
         }
         if (args.flag("--detach")) throw InputError("--detach is for a run started here, not for one rank of " + launched->describe());
-        if (launched->rank > 0) return trainAsRank(config, *launched, !args.flag("--no-memory-probe"), args.flag("--bare"));
+        if (launched->rank > 0) {
+            RankOptions ro;
+            ro.measureMemory = !args.flag("--no-memory-probe");
+            ro.bare = args.flag("--bare");
+            ro.overlap = !args.flag("--no-overlap");
+            return trainAsRank(config, *launched, ro);
+        }
     } else if (const int processes = nproc ? static_cast<int>(*nproc) : config.train.worldSize; processes > 1) {
         if (args.flag("--detach")) {
             throw InputError("--detach does not start data-parallel runs yet: run 'train --nproc " + std::to_string(processes)
@@ -224,24 +230,27 @@ int train(const Args& args)
             throw InputError("--nproc is " + std::to_string(processes) + " but the config's train.world_size is "
                              + std::to_string(config.train.worldSize) + ": give one of them");
         }
+        if (*path == "-") {
+            throw InputError("--nproc starts one process per rank and each reads the config: give --config FILE, not '-'");
+        }
         RankLaunch launch;
         launch.processes = processes;
-        launch.configPath = *path;
         launch.timeoutSeconds = config.train.distTimeoutS;
+        launch.args = {"train", "--config", *path};
         for (const char* option : {"--db", "--device", "--steps", "--name", "--threads"}) {
             if (auto v = args.value(option)) {
-                launch.trainArgs.push_back(option);
-                launch.trainArgs.push_back(*v);
+                launch.args.push_back(option);
+                launch.args.push_back(*v);
             }
         }
-        for (const char* flag : {"--quiet", "--force", "--no-metrics", "--no-memory-probe", "--bare"}) {
-            if (args.flag(flag)) launch.trainArgs.push_back(flag);
+        for (const char* flag : {"--quiet", "--force", "--no-metrics", "--no-memory-probe", "--bare", "--no-overlap"}) {
+            if (args.flag(flag)) launch.args.push_back(flag);
         }
-        launch.threadsGiven = args.value("--threads").has_value();
         return launchRanks(launch);
     }
     SessionOptions options;
     if (launched) options.dist = *launched;
+    options.distOverlap = !args.flag("--no-overlap");
     if (const auto hook = injectHookFromEnvironment(); hook.active) {
         options.forceLossScaling = true;
         options.injectNonFiniteGradientAtStep = hook.step;
@@ -275,6 +284,15 @@ int train(const Args& args)
         }
         return code;
     };
+    if (auto file = args.value("--run-id-file")) {
+        // The run's id for a script: a requeued Slurm job resumes that run.
+        return trainHere([file = *file](std::int64_t runId) {
+            std::ofstream out(file + ".tmp", std::ios::trunc);
+            out << runId << "\n";
+            out.close();
+            std::filesystem::rename(file + ".tmp", file);
+        });
+    }
     if (args.flag("--detach")) {
         return detach(options.dbPath, [&](const std::function<void(std::int64_t)>& onStarted) {
             try {
@@ -310,6 +328,8 @@ std::vector<OptionSpec> options()
         {"--no-metrics", false, "do not store per-step metrics (for overhead benchmarks)"},
         {"--no-memory-probe", false, "do not measure tensor memory (for overhead benchmarks)"},
         {"--bare", false, "benchmark baseline: no metrics writer, no per-step callback or loss read, no memory probe"},
+        {"--run-id-file", true, "write the run's id to FILE when it starts (the Slurm script resumes that run when requeued)", "FILE"},
+        {"--no-overlap", false, "data-parallel benchmark baseline: all-reduce the gradients after backward, not while it runs"},
         {"--count-ops", false, "benchmark: count the ATen operators the run dispatches and print them at the end"}};
     for (auto& h : hostOptions()) o.push_back(std::move(h));
     return o;

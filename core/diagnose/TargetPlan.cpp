@@ -15,7 +15,9 @@ TargetPlan planOnTarget(const RunConfig& config, bool gpu, std::optional<Compute
     plan.precision = decidePrecision(config.train.precision, device);
     if (plan.setup.precision != "bf16-pure") plan.setup.precision = plan.precision.precision;
     plan.setup.gpu = gpu;
-    plan.setup.gpus = gpu ? count : 1;
+    // A GPU target's count is its data-parallel replicas; on the CPU the
+    // config's train.world_size is (setupFor).
+    if (gpu) plan.setup.gpus = count;
     return plan;
 }
 

@@ -110,6 +110,13 @@ std::optional<DistLaunch> distLaunchFromEnvironment(const std::function<const ch
                          + ": ranks go from 0 to WORLD_SIZE - 1; start exactly WORLD_SIZE processes");
     }
     d.localRank = static_cast<int>(integer("LOCAL_RANK", "SLURM_LOCALID", 0, 65535).value_or(d.rank));
+    if (set("LOCAL_WORLD_SIZE")) {
+        d.localWorldSize = static_cast<int>(*integer("LOCAL_WORLD_SIZE", nullptr, 1, 65536));
+    } else if (set("SLURM_STEP_TASKS_PER_NODE")) {
+        // "4" or "4(x2)" or "3,2": the first node's count is this node's only
+        // when they are all equal; take the leading number as a hint.
+        d.localWorldSize = std::max(0, std::atoi(get("SLURM_STEP_TASKS_PER_NODE")));
+    }
     if (d.worldSize == 1) return std::nullopt;
 
     if (set("MASTER_ADDR")) {

@@ -11,6 +11,7 @@ namespace tb {
 struct DistLaunch {
     int rank = 0;
     int localRank = 0;
+    int localWorldSize = 0; // ranks on this machine (LOCAL_WORLD_SIZE; 0: unknown)
     int worldSize = 1;
     std::string masterAddr;
     int masterPort = 0;

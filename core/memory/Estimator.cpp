@@ -85,7 +85,8 @@ namespace {
 // Validation examples kept resident for the whole run.
 std::int64_t validationExamples(const TrainingSetup& S)
 {
-    const auto wanted = S.evalBatches * S.batch;
+    // Data parallel: rank 0 evaluates the global batch's worth (the planned rank).
+    const auto wanted = S.evalBatches * S.batch * std::max(1, S.gpus);
     return S.validationCap > 0 ? std::min(wanted, S.validationCap) : wanted;
 }
 
@@ -94,8 +95,9 @@ std::int64_t exampleBytes(const TrainingSetup& S)
     return (S.seqLen + 1) * 8 + (S.dataset == "addition" ? S.seqLen * 4 : 0);
 }
 
-// What a GPU adds to the tensors' peak: DDP's gradient buckets, the caching
-// allocator's reserved-but-unallocated blocks and the CUDA context.
+// What data parallel adds to the tensors (the reducer's gradient buckets, on
+// any device) and what a GPU adds to them: the caching allocator's
+// reserved-but-unallocated blocks and the CUDA context.
 struct GpuOverheads {
     std::int64_t buckets = 0, slack = 0, context = 0;
     std::int64_t total() const { return buckets + slack + context; }
@@ -103,8 +105,8 @@ struct GpuOverheads {
 
 GpuOverheads gpuOverheads(const TrainingSetup& S, std::int64_t trainableBytes, std::int64_t tensorPeak)
 {
-    if (!S.gpu) return {};
     const std::int64_t buckets = S.gpus > 1 ? trainableBytes : 0;
+    if (!S.gpu) return {buckets, 0, 0};
     return {buckets, static_cast<std::int64_t>(S.allocatorSlack * static_cast<double>(tensorPeak + buckets)),
             S.cudaContextBytes};
 }
@@ -115,7 +117,6 @@ struct Recording {
     std::int64_t calls = 0;          // allocations and releases replayed
     std::int64_t trainableBytes = 0;
 };
-
 MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S, Recording* recording)
 {
     // The built-in model is built for the sequence length it trains on.
@@ -185,9 +186,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // Resident for the whole run; the fit map adds it cell by cell (a cap
     // makes it piecewise in the batch).
     if (!recording) r.add(Data, validationExamples(S) * exampleBytes(S));
-    // All micro-batches of a step are drawn before the first forward pass.
-    r.add(Data, S.gradAccum * B * exampleBytes(S));
-
+    // All micro-batches of a step are drawn before the first forward pass;
+    // with data parallel every rank draws the global batch and trains on its rows.
+    r.add(Data, S.gradAccum * B * std::max(1, S.gpus) * exampleBytes(S));
     const auto act = [&](std::int64_t bytes) { r.add(Activations, bytes); };
     const auto tmp = [&](std::int64_t bytes) { r.add(Workspace, bytes); };
     const auto untmp = [&](std::int64_t bytes) { r.sub(Workspace, bytes); };
@@ -651,21 +652,25 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         est.terms.push_back({kCatNames[c], bytes, formula});
     }
     est.phases = r.phasePeaks();
+    const auto extra = gpuOverheads(S, Ptrain * e, est.peakBytes);
+    if (extra.buckets > 0) {
+        // Data parallel: the reducer's buckets hold one flat copy of the
+        // trainable gradients from the start of the run (core/dist/GradReducer).
+        est.terms.push_back({"ddp_buckets", extra.buckets,
+                             "data parallel: the gradient buckets, trainable parameters x " + std::to_string(e) + " bytes"});
+        est.peakBytes += extra.buckets;
+        for (auto& p : est.phases) p.bytes += extra.buckets;
+    }
     est.tensorPeakBytes = est.peakBytes;
     if (S.gpu) {
         // What a GPU adds to the tensors: the CUDA context (PyTorch PR #86509
         // measured 287,047,680 bytes with lazy module loading, 666,632,192
-        // without), DDP's gradient buckets, and the caching allocator's
-        // reserved-but-unallocated blocks (an assumed fraction; the GPU
-        // validation measures it).
-        const auto extra = gpuOverheads(S, Ptrain * e, est.peakBytes);
-        if (extra.buckets > 0) {
-            est.terms.push_back({"ddp_buckets", extra.buckets, "data parallel: a gradient bucket per trainable parameter"});
-        }
+        // without) and the caching allocator's reserved-but-unallocated
+        // blocks (an assumed fraction; the GPU validation measures it).
         est.terms.push_back({"allocator_slack", extra.slack,
                              "caching allocator: reserved but unallocated, " + std::to_string(static_cast<int>(S.allocatorSlack * 100 + 0.5)) + "% of the tensors (assumed)"});
         est.terms.push_back({"cuda_context", extra.context, "CUDA context with lazy module loading (measured in PyTorch PR #86509)"});
-        est.peakBytes += extra.total();
+        est.peakBytes += extra.slack + extra.context;
     }
     if (mixed && S.gpu) {
         est.notes.push_back(S.precision + " mixed precision follows autocast as measured on the CPU, with CUDA's "
@@ -755,6 +760,7 @@ TrainingSetup setupFor(const RunConfig& c)
     s.batch = c.train.batchSize;
     s.seqLen = effectiveSeqLen(c);
     s.gradAccum = c.train.gradAccum;
+    s.gpus = c.train.worldSize; // data parallel: the plan is per rank
     s.optimizer = c.optim.optimizer == "sgd" ? (c.optim.momentum > 0 ? "sgd" : "sgd-plain") : "adamw";
     s.weightDecay = c.optim.weightDecay > 0;
     s.precision = c.train.precision == "auto" ? "fp32" : c.train.precision;
@@ -858,7 +864,13 @@ struct CompiledSegment {
 struct CompiledStep {
     std::vector<CompiledSegment> segments; // ascending in T
     std::int64_t margin = 0; // on a GPU the 512-byte rounding moves the tensor peak by at most this
+    // Trainable bytes at tFirst and per token of sequence beyond it (a
+    // learned position table sized to the sequence grows with T): the
+    // data-parallel buckets follow them.
     std::int64_t trainableBytes = 0;
+    std::int64_t trainableBytesPerToken = 0;
+    std::int64_t tFirst = 1;
+    std::int64_t trainableAt(std::int64_t t) const { return trainableBytes + trainableBytesPerToken * (t - tFirst); }
 };
 
 std::vector<std::int64_t> recordedTrace(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t B,
@@ -972,6 +984,12 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
     Recording rec;
     (void)recordedTrace(arch, setup, 2, tFirst, &rec);
     out.trainableBytes = rec.trainableBytes;
+    out.tFirst = tFirst;
+    if (tLast > tFirst) {
+        Recording next;
+        (void)recordedTrace(arch, setup, 2, tFirst + 1, &next);
+        out.trainableBytesPerToken = next.trainableBytes - rec.trainableBytes;
+    }
     compileRange(arch, setup, tFirst, tLast, bMax, out.segments);
     // A step whose allocations do not follow polynomials anywhere is not compiled.
     if (std::none_of(out.segments.begin(), out.segments.end(), [](const auto& s) { return s.compiled; })) {
@@ -1016,7 +1034,7 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
             }
             const auto resident = validationExamples(setup) * exampleBytes(setup);
             tensors += (resident + granularity - 1) / granularity * granularity;
-            const auto peakAt = [&](std::int64_t x) { return x + gpuOverheads(setup, compiled->trainableBytes, x).total(); };
+            const auto peakAt = [&](std::int64_t x) { return x + gpuOverheads(setup, compiled->trainableAt(t), x).total(); };
             std::int64_t peak = peakAt(tensors);
             // Near the budget on a GPU the rounding could decide: replay the cell.
             if (compiled->margin > 0 && peakAt(tensors - compiled->margin) <= budgetBytes

@@ -318,6 +318,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         to.measureMemory = m_options.measureMemory && !m_options.bare;
         to.dist = m_options.dist;
         to.dist.timeoutSeconds = m_config.train.distTimeoutS;
+        to.distOverlap = m_options.distOverlap;
         to.forceLossScaling = m_options.forceLossScaling;
         to.injectNonFiniteGradientAtStep = m_options.injectNonFiniteGradientAtStep;
         to.injectRank = m_options.injectRank;

@@ -33,6 +33,7 @@ struct SessionOptions {
     // Data parallel: this process's rank (trainbench-cli --nproc, torchrun,
     // srun). Rank 0 stores the run; RunSession is for rank 0 only.
     DistLaunch dist;
+    bool distOverlap = true; // off: the non-overlapped all-reduce (benchmark baseline)
     // Tests of the fp16 path without a GPU (TrainerOptions says more).
     bool forceLossScaling = false;
     int injectNonFiniteGradientAtStep = 0;

@@ -14,6 +14,7 @@
 #include <iomanip>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <dlfcn.h>
 
@@ -132,7 +133,12 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError("config", std::move(issues));
     m->config = config;
     m->options = options;
-    applyThreadCount(config.train.threads);
+    int threads = config.train.threads;
+    if (threads == 0 && options.dist.active() && options.dist.localWorldSize > 1) {
+        // The ranks on this machine share its cores.
+        threads = std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / options.dist.localWorldSize);
+    }
+    applyThreadCount(threads);
     m->device = resolveDevice(config.device);
     if (options.dist.active() && m->device == "cuda") {
         // One GPU per process: local rank i trains on GPU i.
