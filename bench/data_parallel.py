@@ -5,9 +5,10 @@
 
 Per round, in alternating order, on one GPT workload (every process at the
 same per-process batch b):
-  1 process, batch b, all cores
+  1 process, batch b, all cores (the default thread setup)
   1 process, batch 2b, all cores        (the same global batch as 2 x b)
-  2 processes (--nproc 2), batch b each, the cores split between them
+  2 processes (--nproc 2), batch b each, the cores split between them (one each here)
+  2 processes with 2 MB buckets (train.dist_bucket_mb) instead of 25 MB
   2 processes, gradients all-reduced after backward (--no-overlap)
 Reported: steady tokens/s of each (median over rounds), the scaling ratio
 2 processes / 1 process at the same global batch, the weak-scaling efficiency
@@ -26,13 +27,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = os.path.join(ROOT, "build", "app", "trainbench-cli")
 
 
-def config(path, batch):
+def config(path, batch, bucket_mb=25):
     c = {"name": "dp-bench", "device": "cpu",
          "model": {"type": "gpt", "n_layer": 4, "d_model": 256, "n_head": 8, "positional_encoding": "learned",
                    "dropout": 0.0},
          "data": {"source": "text", "seq_len": 64},
          "optim": {"optimizer": "adamw", "lr": 0.0005, "warmup_steps": 5},
-         "train": {"batch_size": batch, "steps": 60, "seed": 1, "precision": "fp32", "eval_every": 1000}}
+         "train": {"batch_size": batch, "steps": 50, "seed": 1, "precision": "fp32", "eval_every": 1000,
+                   "dist_bucket_mb": bucket_mb}}
     with open(path, "w") as f:
         json.dump(c, f)
     return path
@@ -67,11 +69,16 @@ def main():
     tmp = tempfile.mkdtemp(prefix="tb-dp-bench-")
     db = os.path.join(tmp, "bench.db")
     b, b2 = config(os.path.join(tmp, "b.json"), 8), config(os.path.join(tmp, "b2.json"), 16)
+    # 13.6 MB of gradients: at 25 MB they make 2 buckets (1 MB, then the rest,
+    # which is full only at the end of backward); at 2 MB, 8.
+    small = config(os.path.join(tmp, "small-buckets.json"), 8, bucket_mb=2)
     cores = os.cpu_count()
     sides = {
-        "1 process, batch 8": lambda: run(db, b, "--threads", str(cores)),
-        "1 process, batch 16": lambda: run(db, b2, "--threads", str(cores)),
+        # The default threads: 1 OpenMP thread, BLAS on every core (core/train/Threads.cpp).
+        "1 process, batch 8": lambda: run(db, b),
+        "1 process, batch 16": lambda: run(db, b2),
         "2 processes x batch 8": lambda: run(db, b, "--nproc", "2"),
+        "2 processes x batch 8, 2 MB buckets": lambda: run(db, small, "--nproc", "2"),
         "2 processes x batch 8, no overlap": lambda: run(db, b, "--nproc", "2", "--no-overlap"),
     }
     rates = {k: [] for k in sides}

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Data-parallel training on c10d with Gloo, as real processes on loopback.
 
-  tst_data_parallel.py TRAINBENCH_CLI
+  tst_data_parallel.py TRAINBENCH_CLI [--quick]
 
+--quick (the LibTorch 2.x tree): the GPT equivalence, torchrun and kill -9.
 Cases:
 - equivalence (dropout 0, fp32, 50 steps): 2 processes at batch b give the
   loss sequence of 1 process at batch 2b within 1e-5, for a GPT, with
@@ -250,6 +251,7 @@ def resume_case(db):
 def main():
     global CLI, TMP
     CLI = os.path.abspath(sys.argv[1])
+    quick = "--quick" in sys.argv[2:]
     TMP = tempfile.mkdtemp(prefix="tb-dp-")
     db = os.path.join(TMP, "dp.db")
 
@@ -261,8 +263,18 @@ def main():
         keys = metric_keys(db, run)
         check({"mem_peak_bytes_rank0", "mem_peak_bytes_rank1", "comm_wait_ms"} <= keys,
               f"each rank's peak and the all-reduce wait are stored ({sorted(keys)})")
+        # The planner plans one rank (its buckets, rank 0's global-batch data
+        # and validation); on the CPU the counting allocator must agree.
+        est, meas = run_row(db, run, "estimated_peak_bytes"), run_row(db, run, "measured_peak_bytes")
+        check(est and meas and abs(est - meas) <= 0.005 * meas,
+              f"the per-rank estimate matches the largest rank's measured peak ({est} vs {meas} bytes)")
         checkpoints = sorted(os.listdir(os.path.join(db + "-runs", str(run))))
         check(any(c.endswith(".pt") for c in checkpoints), f"rank 0 wrote the checkpoint ({checkpoints})")
+    if quick:
+        equivalence("torchrun", db, write_config("tr-b4", 4), write_config("tr-b8", 8), launcher="torchrun")
+        fault("kill -9 of rank 1", db, write_config("kill", 4), signal.SIGKILL, "exited")
+        print(f"{len(failures)} failure(s)")
+        return 1 if failures else 0
     equivalence("accumulation 2", db, write_config("acc-b4", 4, train={"grad_accum": 2}),
                 write_config("acc-b8", 8, train={"grad_accum": 2}))
     llama = {"type": "llama", "n_layer": 2, "d_model": 64, "n_head": 4, "dropout": 0.0}

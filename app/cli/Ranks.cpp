@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -93,63 +95,103 @@ int launchRanks(const RankLaunch& launch)
 
     std::vector<std::string> base{exe};
     base.insert(base.end(), launch.args.begin(), launch.args.end());
-    // Ctrl-C reaches every rank (they share this terminal's process group);
-    // they stop together, and this process waits for them.
+    // Each rank runs in a process group of its own: a Ctrl-C or SIGTERM
+    // reaches this process alone, which passes it on exactly once per
+    // signal, and a rank dies with this process (PR_SET_PDEATHSIG).
     struct sigaction action {};
     action.sa_handler = countSignal;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
+    signal(SIGCHLD, SIG_DFL); // an inherited SIG_IGN would make waitpid lose the ranks' statuses
+
+    // Everything a child needs is built before fork: after it, only exec.
+    std::vector<std::vector<std::string>> envs(static_cast<std::size_t>(launch.processes));
+    const std::vector<std::string> ours{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                        "TRAINBENCH_NPROC"};
+    for (int r = 0; r < launch.processes; ++r) {
+        auto& env = envs[static_cast<std::size_t>(r)];
+        for (char** e = environ; *e; ++e) {
+            const std::string entry = *e;
+            const auto name = entry.substr(0, entry.find('='));
+            if (std::find(ours.begin(), ours.end(), name) == ours.end()) env.push_back(entry);
+        }
+        env.push_back("RANK=" + std::to_string(r));
+        env.push_back("LOCAL_RANK=" + std::to_string(r));
+        env.push_back("WORLD_SIZE=" + std::to_string(launch.processes));
+        env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(launch.processes));
+        env.push_back("MASTER_ADDR=127.0.0.1");
+        env.push_back("MASTER_PORT=" + std::to_string(port));
+        env.push_back("TRAINBENCH_NPROC=1");
+    }
+    std::vector<char*> argv;
+    for (auto& a : base) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int devNull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    const pid_t launcher = getpid();
 
     std::cout.flush();
     std::cerr.flush();
     std::vector<pid_t> pids(static_cast<std::size_t>(launch.processes), -1);
     for (int r = 0; r < launch.processes; ++r) {
+        std::vector<char*> envp;
+        for (auto& e : envs[static_cast<std::size_t>(r)]) envp.push_back(e.data());
+        envp.push_back(nullptr);
         const pid_t pid = fork();
         if (pid < 0) {
             for (pid_t p : pids) {
-                if (p > 0) kill(p, SIGKILL);
+                if (p > 0) {
+                    kill(p, SIGKILL);
+                    waitpid(p, nullptr, 0);
+                }
             }
             throw std::runtime_error("cannot start rank " + std::to_string(r) + " (fork failed)");
         }
         if (pid == 0) {
-            setenv("RANK", std::to_string(r).c_str(), 1);
-            setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-            setenv("WORLD_SIZE", std::to_string(launch.processes).c_str(), 1);
-            setenv("LOCAL_WORLD_SIZE", std::to_string(launch.processes).c_str(), 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-            setenv("TRAINBENCH_NPROC", "1", 1);
-            if (r > 0) {
-                // Rank 0 reports progress; the others write to rank-K.log beside the run.
-                const int null = open("/dev/null", O_WRONLY);
-                if (null >= 0) dup2(null, 1);
-            }
-            std::vector<char*> argv;
-            for (auto& a : base) argv.push_back(a.data());
-            argv.push_back(nullptr);
-            execv(exe, argv.data());
-            std::fprintf(stderr, "trainbench-cli: cannot start rank %d: %s\n", r, std::strerror(errno));
+            setpgid(0, 0);
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != launcher) _exit(kExitFailed);
+            struct sigaction plain {};
+            plain.sa_handler = SIG_DFL;
+            sigaction(SIGINT, &plain, nullptr);
+            sigaction(SIGTERM, &plain, nullptr);
+            // Rank 0 reports progress; the others write to rank-K.log beside the run.
+            if (r > 0 && devNull >= 0) dup2(devNull, 1);
+            execve(exe, argv.data(), envp.data());
+            const char message[] = "trainbench-cli: cannot start a rank (exec failed)\n";
+            (void)!write(2, message, sizeof message - 1);
             _exit(127);
         }
         pids[static_cast<std::size_t>(r)] = pid;
     }
+    if (devNull >= 0) close(devNull);
 
     using Clock = std::chrono::steady_clock;
-    std::vector<int> statuses(pids.size(), 0);
+    // Until a rank's status is known it counts as a failure.
+    std::vector<int> statuses(pids.size(), W_EXITCODE(kExitFailed, 0));
+    int forwarded = 0;
     std::size_t running = pids.size();
     std::optional<Clock::time_point> killAt;
     std::vector<std::string> reports;
     std::vector<bool> killed(pids.size(), false);
     while (running > 0) {
+        // Pass each signal on once: the ranks stop together after their step
+        // (a second one aborts them, as a second Ctrl-C does one process).
+        for (const int seen = g_signals.load(); forwarded < seen; ++forwarded) {
+            for (pid_t p : pids) {
+                if (p > 0) kill(p, SIGINT);
+            }
+        }
         int status = 0;
-        const pid_t done = waitpid(-1, &status, killAt ? WNOHANG : 0);
+        const pid_t done = waitpid(-1, &status, WNOHANG);
         if (done < 0) {
             if (errno == EINTR) continue;
             break;
         }
         if (done == 0) {
-            if (Clock::now() >= *killAt) {
+            if (!killAt) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            } else if (Clock::now() >= *killAt) {
                 for (std::size_t r = 0; r < pids.size(); ++r) {
                     if (pids[r] > 0) {
                         kill(pids[r], SIGKILL);
@@ -169,7 +211,9 @@ int launchRanks(const RankLaunch& launch)
             statuses[r] = status;
             pids[r] = -1;
             --running;
-            const bool bad = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+            // A stop (130) is a normal end: the others stop on the same step.
+            const bool bad = WIFSIGNALED(status)
+                || (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kExitCancelled);
             if (bad && g_signals.load() == 0 && !killed[r]) {
                 reports.push_back("rank " + std::to_string(r) + " (pid " + std::to_string(done) + ") " + describeExit(status));
             }
@@ -197,6 +241,9 @@ int trainAsRank(RunConfig config, const DistLaunch& launchIn, const RankOptions&
     config.train.worldSize = launch.worldSize;
     // As RunSession does for rank 0: paths against the config's folder.
     if (!config.data.path.empty()) config.data.path = resolvedDataPath(config);
+    // Rank 0 resolves train.init_from (a run of its store, a path against the
+    // config's folder); its weights reach this rank by the broadcast at start.
+    config.train.initFrom.clear();
     config.baseDir.clear();
     if (options.bare) config.train.logEvery = config.train.steps;
     TrainerOptions to;

@@ -20,18 +20,25 @@ int resume(const Args& args)
     // A data-parallel run resumes with the world size it trained with: its
     // global batch (world size x train.batch_size) and data order stay as they were.
     int world = 1;
+    bool known = false;
     RunConfig stored;
     std::string checkpoint;
     std::error_code ec;
     if (std::filesystem::exists(db, ec)) { // otherwise RunSession::resume says what is wrong
         RunStore store(db, RunStore::Mode::ReadOnly);
         if (const auto record = store.run(runId)) {
+            known = true;
             stored = parseConfig(record->configJson, label + "'s stored config");
             world = stored.train.worldSize;
             if (const auto c = store.latestCheckpoint(runId)) checkpoint = c->path;
         }
     }
     const auto nproc = args.integer("--nproc", 1, 1024);
+    if (!known) {
+        // RunSession::resume says what is wrong (no such run, no store).
+        auto session = RunSession::resume(runId, options);
+        return runWithProgress(*session, args.flag("--quiet"));
+    }
     if (nproc && *nproc != world) {
         throw InputError(label + " trained with " + std::to_string(world) + " process(es) (train.world_size " + std::to_string(world)
                          + "); it resumes with the same number, so that its global batch and data order stay as they were: "

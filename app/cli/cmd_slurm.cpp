@@ -86,7 +86,7 @@ int slurm(const Args& args)
     std::error_code ec;
     fs::create_directories(job.folder, ec);
     if (ec) throw InputError("cannot create the folder " + job.folder + " (" + ec.message() + "); give --output DIR on a shared file system");
-    const std::string file = job.folder + "/" + (config.name.empty() ? std::string("trainbench") : config.name) + ".sbatch";
+    const std::string file = job.folder + "/" + slurmJobName(config.name) + ".sbatch";
     {
         std::ofstream out(file, std::ios::trunc);
         out << script;

@@ -349,6 +349,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.integer("eval_every", c.train.evalEvery);
         r.integer("eval_batches", c.train.evalBatches);
         r.integer("dist_timeout_s", c.train.distTimeoutS);
+        r.integer("dist_bucket_mb", c.train.distBucketMb);
         r.integer("world_size", c.train.worldSize);
         r.integer("log_every", c.train.logEvery);
         r.integer("checkpoint_every", c.train.checkpointEvery);
@@ -534,6 +535,7 @@ std::string configToJson(const RunConfig& c)
     if (c.train.weightsDtype != "fp32") j["train"]["weights_dtype"] = c.train.weightsDtype;
     if (c.train.offload != "none") j["train"]["offload"] = c.train.offload;
     if (c.train.distTimeoutS != 300) j["train"]["dist_timeout_s"] = c.train.distTimeoutS;
+    if (c.train.distBucketMb != 25) j["train"]["dist_bucket_mb"] = c.train.distBucketMb;
     if (c.train.worldSize != 1) j["train"]["world_size"] = c.train.worldSize;
     j["lora"] = {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets}};
     return j.dump(2);

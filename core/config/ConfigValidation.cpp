@@ -287,6 +287,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     check.intRange("train.eval_every", t.evalEvery, 0, 1000000000, "an integer (0 = ten evaluations per run)");
     check.intRange("train.eval_batches", t.evalBatches, 1, 10000);
     check.intRange("train.dist_timeout_s", t.distTimeoutS, 1, 86400);
+    check.intRange("train.dist_bucket_mb", t.distBucketMb, 1, 4096);
     check.intRange("train.world_size", t.worldSize, 1, 1024);
     check.intRange("train.log_every", t.logEvery, 1, 1000000000);
     check.intRange("train.checkpoint_every", t.checkpointEvery, 0, 1000000000, "an integer (0 = at the end only)");

@@ -80,6 +80,10 @@ struct TrainConfig {
     // Data parallel: how long a rank waits on the others (rendezvous, a
     // collective) before the run fails; a dead or hung rank fails it this soon.
     int distTimeoutS = 300;
+    // Data parallel: the size of a gradient bucket in MB (PyTorch DDP's
+    // bucket_cap_mb); the first bucket is at most 1 MB. Smaller buckets start
+    // communicating earlier in backward; each costs one all-reduce call.
+    int distBucketMb = 25;
     // Data parallel: the number of processes (ranks) the run trains with;
     // train.batch_size is per rank. Recorded with every run; a config with
     // more than 1 makes 'trainbench-cli train' start that many (--nproc).

@@ -156,8 +156,18 @@ DistGroup::DistGroup(const DistLaunch& launch) : m(std::make_unique<Impl>())
                              + firstLine(e.what()) + ")");
         }
     } else {
+        // The interface that reaches the other machines: towards a peer on
+        // another host when there is one (on rank 0's machine MASTER_ADDR may
+        // resolve to a loopback address, which other hosts cannot reach).
+        std::string towards = launch.masterAddr;
+        for (const auto& [host, pid] : m->peers) {
+            if (host != m->host) {
+                towards = host;
+                break;
+            }
+        }
         options->devices.push_back(
-            c10d::ProcessGroupGloo::createDeviceForHostname(localAddressTowards(launch.masterAddr, launch.masterPort)));
+            c10d::ProcessGroupGloo::createDeviceForHostname(localAddressTowards(towards, launch.masterPort)));
     }
     options->threads = 2;
     try {
@@ -220,6 +230,27 @@ std::string DistGroup::fetch(const std::string& key)
 
 void DistGroup::setRunFolder(const std::string& folder) { m->runFolder = folder; }
 
+void DistGroup::endTogether()
+{
+    if (m->launch.rank == 0) {
+        publish("done", "1");
+        return;
+    }
+    try {
+        m->store->wait({"done"}, m->timeout);
+    } catch (const std::exception&) {
+        // Rank 0 is gone or slow: this rank has nothing left to wait for.
+    }
+}
+
+bool DistGroup::looksLikeCollectiveFailure(const std::string& error)
+{
+    for (const char* mark : {"gloo", "Gloo", "Connection", "connection", "timed out", "Timed out", "Timeout", "timeout",
+                             "Socket", "socket", "peer"}) {
+        if (error.find(mark) != std::string::npos) return true;
+    }
+    return false;
+}
 std::string DistGroup::explain(const std::string& error) const
 {
     // A rank killed mid-step closes its sockets before it is gone from the

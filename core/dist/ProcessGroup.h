@@ -47,12 +47,18 @@ public:
     void publish(const std::string& key, const std::string& value);
     std::string fetch(const std::string& key);
 
+    // At the end of a run: rank 0 says it is done (its checkpoint written);
+    // the other ranks wait for that, up to the timeout.
+    void endTogether();
+
     // Where each rank's output goes: rank K writes DIR/rank-K.log.
     void setRunFolder(const std::string& folder);
     // A collective failed with `error`: the sentence that says which rank is
     // gone (its pid, when it ran on this machine) and its last message.
     std::string explain(const std::string& error) const;
-
+    // Whether a failure's text comes from Gloo or the store (a lost or hung
+    // rank), not from the model or the data.
+    static bool looksLikeCollectiveFailure(const std::string& error);
 private:
     struct Impl;
     std::unique_ptr<Impl> m;

@@ -1,5 +1,6 @@
 #include "dist/SlurmScript.h"
 
+#include <cctype>
 #include <regex>
 #include <sstream>
 
@@ -27,6 +28,16 @@ void plainValue(const std::string& option, const std::string& value)
 
 } // namespace
 
+std::string slurmJobName(const std::string& configName)
+{
+    std::string name = configName.empty() ? "trainbench" : configName;
+    for (auto& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+    }
+    if (name.find_first_not_of('.') == std::string::npos) name = "trainbench"; // ".", ".."
+    return name;
+}
+
 std::string slurmRunFile(const std::string& folder, const std::string& jobId) { return folder + "/job-" + jobId + ".run"; }
 
 std::string slurmScript(const SlurmJob& job)
@@ -39,12 +50,15 @@ std::string slurmScript(const SlurmJob& job)
     if (!job.time.empty() && !std::regex_match(job.time, time)) {
         throw InputError("--time \"" + job.time + "\" is not a Slurm time: give minutes, H:MM:SS or D-HH:MM:SS");
     }
+    // #SBATCH lines are not shell-quoted: a folder with a space or Slurm's
+    // % patterns in it cannot be said there.
+    if (job.folder.find_first_of(" \t%'\"\n") != std::string::npos) {
+        throw InputError("--output \"" + job.folder + "\" has a space, a quote or a % in it, which an #SBATCH line cannot hold; "
+                         "give a folder without them");
+    }
     if (!job.partition.empty()) plainValue("--partition", job.partition);
     if (!job.account.empty()) plainValue("--account", job.account);
-    std::string name = job.name.empty() ? "trainbench" : job.name;
-    for (auto& c : name) {
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-    }
+    const std::string name = slurmJobName(job.name);
     const int perNode = job.gpusPerNode > 0 ? job.gpusPerNode : job.tasksPerNode;
     const std::string db = job.dbPath.empty() ? job.folder + "/experiments.db" : job.dbPath;
     std::ostringstream s;

@@ -25,6 +25,9 @@ struct SlurmJob {
 // the script's quoting, counts below 1, a time Slurm does not read).
 std::string slurmScript(const SlurmJob& job);
 
+// A config name as a job and file name: letters, digits, - _ . only.
+std::string slurmJobName(const std::string& configName);
+
 // The file rank 0 writes in the shared folder for a job: the run it trains,
 // so that the requeued job resumes it ("FOLDER/job-ID.run").
 std::string slurmRunFile(const std::string& folder, const std::string& jobId);

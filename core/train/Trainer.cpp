@@ -139,10 +139,11 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
         threads = std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / options.dist.localWorldSize);
     }
     applyThreadCount(threads);
-    m->device = resolveDevice(config.device);
-    if (options.dist.active() && m->device == "cuda") {
+    if (options.dist.active() && (config.device == "cuda" || (config.device == "auto" && cudaUsable()))) {
         // One GPU per process: local rank i trains on GPU i.
         m->device = resolveDevice("cuda:" + std::to_string(options.dist.localRank));
+    } else {
+        m->device = resolveDevice(config.device);
     }
     m->precision = resolvePrecision(config.train.precision, m->device);
     m->torchDevice = torch::Device(m->device);
@@ -221,11 +222,21 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     // what one process at world x batch would; the other ranks evaluate nothing.
     if (m->rank == 0) m->validation = m->data->validationBatches(config.train.batchSize * m->world, config.train.evalBatches);
     if (!options.resumeFrom.empty()) m->loadCheckpoint(options.resumeFrom);
+    // The checkpoint restores rank 0's random state on every rank: dropout
+    // must differ between ranks again.
+    if (!options.resumeFrom.empty() && m->world > 1) {
+        torch::manual_seed(config.train.seed + 1000003ULL * static_cast<std::uint64_t>(m->rank)
+                           + 7919ULL * static_cast<std::uint64_t>(m->startStep));
+    }
 }
-
 void Trainer::Impl::connect()
 {
 #ifdef TB_HAVE_C10D
+    if (precision == "bf16-pure") {
+        // Gloo has no bfloat16 all-reduce (pytorch/pytorch#111131).
+        throw InputError("train.precision \"bf16-pure\" cannot train data parallel here: Gloo, the backend this build "
+                         "uses, cannot add bf16 gradients across processes. Use \"bf16\" (mixed, fp32 gradients) or fp32");
+    }
     group = std::make_unique<DistGroup>(options.dist);
     rank = group->rank();
     world = group->size();
@@ -249,6 +260,8 @@ void Trainer::Impl::connect()
     torch::manual_seed(config.train.seed + 1000003ULL * static_cast<std::uint64_t>(rank));
     GradReducer::Options o;
     o.overlap = options.distOverlap;
+    o.bucketBytes = static_cast<std::int64_t>(config.train.distBucketMb) << 20;
+    o.firstBucketBytes = std::min(o.firstBucketBytes, o.bucketBytes);
     reducer = std::make_unique<GradReducer>(*group, trainable, o);
 #else
     throw InputError("this trainbench was built without data parallel (Gloo's headers were missing at build time: install "
@@ -324,6 +337,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
 
     const std::string memoryDevice = m->options.measureMemory ? m->device : std::string();
     const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen() * m->world;
+    bool stopAgreed = false;
     double steadyCommWait = 0;
     torch::Tensor lossAccumulator;
     Clock::time_point steadyFrom;
@@ -336,7 +350,9 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             if (callbacks.onEval) callbacks.onEval(e);
         }
         for (int step = m->startStep + 1; step <= total; ++step) {
-            if (m_cancel.load()) break;
+            // Data parallel: only a stop every rank agreed on (shareStep),
+            // so that no rank leaves while the others start another step.
+            if (m->world > 1 ? stopAgreed : m_cancel.load()) break;
             const auto started = Clock::now();
             if (!memoryDevice.empty()) MemoryProbe::resetPeak(memoryDevice);
 
@@ -428,7 +444,6 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                 result.phaseMemory.insert(result.phaseMemory.end(), phase.begin(), phase.end());
             }
             result.stepsDone = step;
-            const auto stepEnded = Clock::now();
             // Data parallel: the global loss (each rank's share is its tokens'
             // loss over the global count), a stop asked on any rank, and each
             // rank's peak, in one small all-reduce every step.
@@ -439,12 +454,14 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                 for (const auto& p : phase) peak = std::max(peak, p.peakBytes);
                 const auto shared = m->shareStep(lossAccumulator, m_cancel.load(), peak);
                 globalLoss = shared.loss;
-                if (shared.cancel) m_cancel.store(true);
+                stopAgreed = shared.cancel;
                 rankPeaks = shared.peaks;
             }
             const bool log = step % t.logEvery == 0 || step == total;
             const bool evalNow = !m->validation.empty() && (step % evalEvery == 0 || step == total);
-            if (log || evalNow || m_cancel.load()) {
+            // Data parallel: every rank knows the global loss, so every rank
+            // checks it every step and they stop on the same step.
+            if (log || evalNow || m_cancel.load() || m->world > 1) {
                 // Reading the loss synchronises a GPU: only when it is reported.
                 const double loss = m->world > 1 ? globalLoss : lossAccumulator.item<double>();
                 result.finalLoss = loss;
@@ -463,7 +480,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                     s.loss = loss;
                     s.lr = lr;
                     s.gradNorm = gradNorm.defined() ? gradNorm.item<double>() : 0.0;
-                    s.stepMs = std::chrono::duration<double, std::milli>(stepEnded - started).count();
+                    s.stepMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
                     s.commWaitMs = commWait * 1000.0;
                     s.tokensPerSecond = tokensPerStep / std::max(s.stepMs / 1000.0, 1e-9);
                     if (phases) {
@@ -515,6 +532,12 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
         result.message = cancelled ? "cancelled after step " + std::to_string(result.stepsDone) + " of " + std::to_string(total)
                                    : "finished " + std::to_string(total) + " steps";
         if (result.stepsDone == m->startStep && !cancelled) result.message = "nothing to do: already at step " + std::to_string(total);
+#ifdef TB_HAVE_C10D
+        // The others end only after rank 0 has written its checkpoint: a
+        // launcher (srun --kill-on-bad-exit, --nproc) that sees a rank end
+        // must not take rank 0 down in the middle of it.
+        if (m->group) m->group->endTogether();
+#endif
     } catch (const c10::Error& e) {
         result.status = TrainResult::Status::Failed;
         result.message = detail::firstLine(e.what_without_backtrace());
@@ -525,7 +548,9 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     }
 #ifdef TB_HAVE_C10D
     // A collective that failed: which rank is gone, and its last message.
-    if (result.status == TrainResult::Status::Failed && m->group) result.message = m->group->explain(result.message);
+    if (result.status == TrainResult::Status::Failed && m->group && DistGroup::looksLikeCollectiveFailure(result.message)) {
+        result.message = m->group->explain(result.message);
+    }
 #endif
     if (result.status == TrainResult::Status::Failed && isDeviceMismatchText(result.message) && m->lastInputs.defined()) {
         try {
