@@ -122,6 +122,12 @@ def equivalence(label, db, small, large, extra=(), env_extra=None, env_one=None,
                               CLI, "train", "--config", small, "--db", db, "--quiet", "--threads", "1"],
                              capture_output=True, text=True, env=env, timeout=300)
         two_ids = [i for i in run_ids(db) if i not in before]
+        if "PyTorch was build without libuv support" in two.stdout + two.stderr and not two_ids:
+            # Debian 13's torchrun (PyTorch 2.6, built without libuv) cannot
+            # start its own rendezvous store: every rendezvous backend there
+            # asks for libuv. The reference tool fails, not the worker.
+            print(f"skip: {label}: this torchrun cannot start its own store (its PyTorch was built without libuv)")
+            return None
     check(two.returncode == 0 and len(two_ids) == 1,
           f"{label}: 2 processes at batch b train and store exactly one run (rc {two.returncode}, runs {two_ids}; "
           f"{(two.stdout + two.stderr).strip()[-300:]})")

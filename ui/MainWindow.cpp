@@ -4,16 +4,21 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QCoreApplication>
+#include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QInputDialog>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QProcess>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTimer>
 
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
@@ -23,6 +28,7 @@
 #include "HostsDialog.h"
 #include "MemoryPlannerPanel.h"
 #include "RunPanel.h"
+#include "SlurmDialog.h"
 #include "common/Version.h"
 #include "store/RunStore.h"
 #include "train/Trainer.h"
@@ -195,7 +201,10 @@ void MainWindow::buildMenus()
     m_resumeAction = run->addAction(tr("&Resume last stopped run"), this, &MainWindow::resumeLatest);
     run->addSeparator();
     run->addAction(tr("&Hosts…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_H), this, &MainWindow::showHosts);
-
+    run->addSeparator();
+    run->addAction(tr("Run on several &processes…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), this,
+                   &MainWindow::runOnSeveralProcesses);
+    run->addAction(tr("Run on a S&lurm cluster…"), this, &MainWindow::runOnSlurm);
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->addAction(tr("&Run"), QKeySequence(Qt::CTRL | Qt::Key_1), this, [this] { m_tabs->setCurrentWidget(m_run); });
     view->addAction(tr("&Memory planner"), QKeySequence(Qt::CTRL | Qt::Key_2), this,
@@ -380,6 +389,69 @@ void MainWindow::showHosts()
     connect(&dialog, &HostsDialog::hostTested, this, [this](const QString& name, const std::vector<remote::RemoteGpu>& gpus) {
         m_hardware->setRemoteGpus(name, gpus);
     });
+    dialog.exec();
+}
+
+bool MainWindow::savedConfigFor(const QString& what)
+{
+    if (!m_document->isValid()) {
+        plainWarning(this, what, tr("The config is not valid yet; the Experiment panel says what to fix."));
+        return false;
+    }
+    if (m_document->filePath().isEmpty() || m_document->isModified()) {
+        if (QMessageBox::question(this, what, tr("Every process reads the config from its file. Save it first?"),
+                                  QMessageBox::Save | QMessageBox::Cancel) != QMessageBox::Save) {
+            return false;
+        }
+        if (!save()) return false;
+    }
+    return true;
+}
+
+QString MainWindow::startProcesses(int processes)
+{
+    const QString beside = QCoreApplication::applicationDirPath() + "/trainbench-cli";
+    const QString cli = QFileInfo(beside).isExecutable() ? beside : QStringLiteral("trainbench-cli");
+    const QString db = m_run->databasePath();
+    QDir().mkpath(db + "-runs");
+    const QString log = db + "-runs/nproc-" + QDateTime::currentDateTime().toString("yyyyMMdd-hhmmss") + ".log";
+    QProcess launcher;
+    launcher.setProgram(cli);
+    launcher.setArguments({"train", "--config", m_document->filePath(), "--db", db, "--nproc", QString::number(processes)});
+    launcher.setStandardOutputFile(log);
+    launcher.setStandardErrorFile(log, QIODevice::Append);
+    launcher.setStandardInputFile(QProcess::nullDevice());
+    qint64 pid = 0;
+    if (!launcher.startDetached(&pid)) {
+        plainWarning(this, tr("Run on several processes"), tr("Cannot start %1: %2").arg(cli, launcher.errorString()));
+        return {};
+    }
+    statusBar()->showMessage(tr("Started %1 processes (pid %2): the run appears in History as running; its output is in %3")
+                                 .arg(processes).arg(pid).arg(log),
+                             15000);
+    m_tabs->setCurrentWidget(m_history);
+    // The run is created once the ranks have met: look again in a moment.
+    for (int ms : {1500, 5000}) QTimer::singleShot(ms, m_history, [this] { m_history->refresh(); });
+    return log;
+}
+
+void MainWindow::runOnSeveralProcesses()
+{
+    const QString what = tr("Run on several processes");
+    if (!savedConfigFor(what)) return;
+    bool ok = false;
+    const int n = QInputDialog::getInt(this, what,
+                                       tr("Processes (data-parallel ranks; train.batch_size is per rank, so the global "
+                                          "batch grows with them):"),
+                                       2, 2, 256, 1, &ok);
+    if (ok) startProcesses(n);
+}
+
+void MainWindow::runOnSlurm()
+{
+    if (!savedConfigFor(tr("Run on a Slurm cluster"))) return;
+    const auto config = m_document->config();
+    SlurmDialog dialog(m_document->filePath(), config ? QString::fromStdString(config->name) : QString(), this);
     dialog.exec();
 }
 

@@ -41,6 +41,9 @@ public:
     QTabWidget* tabs() const { return m_tabs; }
     // Skips the save/stop questions on close (tests, scripted use).
     void setAskBeforeClosing(bool ask) { m_askBeforeClosing = ask; }
+    // Run > Run on several processes… without its question (tests): starts
+    // 'trainbench-cli train --nproc N' in the background; its log's path.
+    QString startProcesses(int processes);
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -56,6 +59,10 @@ private:
     void openDatabase();
     void resumeLatest();
     void showHosts();
+    // Data parallel: both read the config from its file, saved first.
+    bool savedConfigFor(const QString& what);
+    void runOnSeveralProcesses();
+    void runOnSlurm();
     void about();
     void updateTitle();
     void updateRecentMenu();

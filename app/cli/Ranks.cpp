@@ -281,6 +281,7 @@ int trainAsRank(RunConfig config, const DistLaunch& launchIn, const RankOptions&
 
     Trainer trainer(config, to);
     g_trainer.store(&trainer);
+    if (g_signals.load() > 0 || g_requeue.load()) trainer.requestCancel(); // a signal while it was being built
     TrainerCallbacks callbacks;
     callbacks.onEvent = [&](const TrainerEvent& e) {
         std::cerr << self << ": " << e.severity << ": " << e.kind << ": " << e.message << std::endl;

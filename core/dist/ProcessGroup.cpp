@@ -60,6 +60,19 @@ std::string localAddressTowards(const std::string& host, int port)
     return address;
 }
 
+// LibTorch 2.x's TCPStore asks for libuv by default, which Debian's 2.6 is
+// built without ("use_libuv was requested but PyTorch was build without
+// libuv support"); 1.13 has no such option. The classic backend serves both.
+template <typename Options>
+auto useClassicStore(Options& o, int) -> decltype(o.useLibUV = false, void())
+{
+    o.useLibUV = false;
+}
+template <typename Options>
+void useClassicStore(Options&, long)
+{
+}
+
 // A process's state letter from /proc (R, S, D, T, Z, ...); 'X' when it is gone.
 char processState(long pid)
 {
@@ -103,6 +116,7 @@ DistGroup::DistGroup(const DistLaunch& launch) : m(std::make_unique<Impl>())
     so.isServer = launch.rank == 0 && !launch.agentStore;
     so.waitWorkers = false;
     so.timeout = m->timeout;
+    useClassicStore(so, 0);
     try {
         auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.masterAddr, so);
         const std::string prefix = launch.agentStore ? launch.storePrefix + "/trainbench" : std::string("trainbench");
