@@ -254,6 +254,34 @@ def resume_case(db):
         check(d <= 1e-6, f"the resumed run's losses equal an uninterrupted 2-process run's (largest difference {d:.2e})")
 
 
+def measure_per_rank():
+    """measure --nproc 2 reports each rank's peak; estimate --gpus 2 plans the largest."""
+    config = write_config("measure", 4)
+    r = cli("measure", "--config", config, "--nproc", "2", "--steps", "3", "--json", timeout=120)
+    check(r.returncode == 0, f"measure --nproc 2 runs (rc {r.returncode}: {r.stderr.strip()[-300:]})")
+    if r.returncode != 0:
+        return
+    m = json.loads(r.stdout)
+    peaks = m.get("rank_peak_bytes", [])
+    check(len(peaks) == 2 and m["world_size"] == 2 and m["peak_bytes"] == max(peaks)
+          and m["largest_rank"] == peaks.index(max(peaks)),
+          f"measure names each rank's peak and the largest ({peaks}, peak {m['peak_bytes']})")
+    e = json.loads(cli("estimate", "--config", config, "--gpus", "2", "--json").stdout)
+    check(abs(e["peak_bytes"] - m["peak_bytes"]) <= 0.005 * m["peak_bytes"],
+          f"the per-GPU estimate matches measure --nproc 2 ({e['peak_bytes']} vs {m['peak_bytes']} bytes)")
+    one = json.loads(cli("measure", "--config", config, "--steps", "3", "--json").stdout)
+    check("rank_peak_bytes" not in one and one["world_size"] == 1, "one process reports no ranks")
+    for label, args, expect in [
+        ("measure --nproc with --trace", ["--nproc", "2", "--trace"], "--trace follows one process"),
+        ("measure --nproc inside a launched rank", ["--nproc", "2"], "already rank 0 of 2"),
+    ]:
+        env = env_without_launch(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1234") \
+            if "launched" in label else None
+        r = cli("measure", "--config", config, *args, env=env, timeout=60)
+        check(r.returncode == 2 and expect in r.stderr and r.stderr.count("\n") <= 2,
+              f"{label}: one clear error (rc {r.returncode}: {r.stderr.strip()[-240:]})")
+
+
 def main():
     global CLI, TMP
     CLI = os.path.abspath(sys.argv[1])
@@ -276,6 +304,7 @@ def main():
               f"the per-rank estimate matches the largest rank's measured peak ({est} vs {meas} bytes)")
         checkpoints = sorted(os.listdir(os.path.join(db + "-runs", str(run))))
         check(any(c.endswith(".pt") for c in checkpoints), f"rank 0 wrote the checkpoint ({checkpoints})")
+    measure_per_rank()
     if quick:
         equivalence("torchrun", db, write_config("tr-b4", 4), write_config("tr-b8", 8), launcher="torchrun")
         fault("kill -9 of rank 1", db, write_config("kill", 4), signal.SIGKILL, "exited")

@@ -11,8 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "Command.h"
+#include "Ranks.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
+#include "dist/DistLaunch.h"
 #include "memory/MemoryProbe.h"
 #include "train/OpCounter.h"
 #include "train/Trainer.h"
@@ -65,16 +67,58 @@ int measure(const Args& args)
     const bool trace = args.flag("--trace");
     if (trace) config.train.threads = 1; // the trace's bookkeeping is single-threaded
 
+    // Data parallel: --nproc N starts N ranks of this command; each measures
+    // its own process, and rank 0 reports every rank's peak.
+    const auto nproc = args.integer("--nproc", 1, 1024);
+    const auto launched = distLaunchFromEnvironment();
+    if (launched && nproc) {
+        throw InputError("--nproc starts the ranks itself, but this process is already " + launched->describe()
+                         + ": leave --nproc out under torchrun or srun");
+    }
+    if (!launched && nproc && *nproc > 1) {
+        if (trace) throw InputError("--trace follows one process's allocations: leave out --nproc");
+        RankLaunch launch;
+        launch.processes = static_cast<int>(*nproc);
+        launch.timeoutSeconds = config.train.distTimeoutS;
+        launch.args = {"measure", "--config", *path};
+        for (const char* option : {"--device", "--steps"}) {
+            if (auto v = args.value(option)) {
+                launch.args.push_back(option);
+                launch.args.push_back(*v);
+            }
+        }
+        if (args.flag("--json")) launch.args.push_back("--json");
+        return launchRanks(launch);
+    }
+
     TrainerOptions options;
     options.measureMemory = true;
     options.recordPhaseMemory = true;
+    if (launched) {
+        if (trace) throw InputError("--trace follows one process's allocations: run it without torchrun or srun");
+        if (config.train.worldSize != 1 && config.train.worldSize != launched->worldSize) {
+            throw InputError("train.world_size is " + std::to_string(config.train.worldSize) + " but WORLD_SIZE is "
+                             + std::to_string(launched->worldSize) + ": start as many processes as the config says");
+        }
+        config.train.worldSize = launched->worldSize;
+        options.dist = *launched;
+        options.dist.timeoutSeconds = config.train.distTimeoutS;
+    }
+    // Each rank's peak over the steps (data parallel; shared every step).
+    std::vector<std::int64_t> rankPeaks;
+    config.train.logEvery = 1;
+    TrainerCallbacks callbacks;
+    callbacks.onStep = [&](const StepMetrics& s) {
+        rankPeaks.resize(std::max(rankPeaks.size(), s.rankPeakBytes.size()), 0);
+        for (std::size_t r = 0; r < s.rankPeakBytes.size(); ++r) rankPeaks[r] = std::max(rankPeaks[r], s.rankPeakBytes[r]);
+    };
     Trainer trainer(config, options);
     std::unique_ptr<OpTracker> tracker;
     if (trace) {
         tracker = std::make_unique<OpTracker>();
         MemoryProbe::setCpuTrace(&printAllocation);
     }
-    const auto result = trainer.run({});
+    const auto result = trainer.run(callbacks);
     MemoryProbe::setCpuTrace(nullptr);
     tracker.reset();
     if (result.status == TrainResult::Status::Failed) {
@@ -83,6 +127,14 @@ int measure(const Args& args)
     }
     std::int64_t peak = 0;
     for (const auto& p : result.phaseMemory) peak = std::max(peak, p.peakBytes);
+    // Only rank 0 reports; the others measured for it.
+    if (launched && launched->rank > 0) return kExitOk;
+    int largestRank = 0;
+    for (std::size_t r = 0; r < rankPeaks.size(); ++r) {
+        if (rankPeaks[r] > rankPeaks[static_cast<std::size_t>(largestRank)]) largestRank = static_cast<int>(r);
+    }
+    // Data parallel: the figure the per-GPU plan is checked against is the largest rank's.
+    if (!rankPeaks.empty()) peak = rankPeaks[static_cast<std::size_t>(largestRank)];
 
     if (args.flag("--json")) {
         nlohmann::json steps = nlohmann::json::array();
@@ -98,30 +150,42 @@ int measure(const Args& args)
                               {"parameters", trainer.parameterCount()},
                               {"trainable_parameters", trainer.trainableParameterCount()},
                               {"peak_bytes", peak},
+                              {"world_size", std::max<std::size_t>(1, rankPeaks.size())},
                               {"phase_peak_bytes", phasePeaks},
                               {"steps", steps}};
+        if (!rankPeaks.empty()) {
+            out["rank_peak_bytes"] = rankPeaks;
+            out["largest_rank"] = largestRank;
+        }
         std::cout << out.dump(2) << "\n";
         return kExitOk;
     }
     std::printf("%s, precision %s, %lld parameters (%lld trainable)\n", trainer.device().c_str(),
                 trainer.precision().c_str(), static_cast<long long>(trainer.parameterCount()),
                 static_cast<long long>(trainer.trainableParameterCount()));
+    if (!rankPeaks.empty()) std::printf("%zu processes; the phases below are rank 0's\n", rankPeaks.size());
     std::printf("%5s  %-9s  %12s  %12s  %12s\n", "step", "phase", "start MiB", "peak MiB", "end MiB");
     for (const auto& p : result.phaseMemory) {
         std::printf("%5d  %-9s  %12.3f  %12.3f  %12.3f\n", p.step, p.phase.c_str(), mib(p.startBytes), mib(p.peakBytes),
                     mib(p.endBytes));
     }
-    std::printf("peak: %lld bytes (%.3f MiB) of tensors\n", static_cast<long long>(peak), mib(peak));
+    for (std::size_t r = 0; r < rankPeaks.size(); ++r) {
+        std::printf("rank %zu peak: %lld bytes (%.3f MiB)%s\n", r, static_cast<long long>(rankPeaks[r]), mib(rankPeaks[r]),
+                    static_cast<int>(r) == largestRank ? ", the largest" : "");
+    }
+    std::printf("peak: %lld bytes (%.3f MiB) of tensors%s\n", static_cast<long long>(peak), mib(peak),
+                rankPeaks.empty() ? "" : ", per process (the largest rank's)");
     return kExitOk;
 }
 
 const CommandRegistration registration{Command{
     "measure",
     "Run a few training steps and report the tensor memory of each phase (no run is stored).",
-    "--config FILE [--steps N] [--device D] [--json]",
+    "--config FILE [--steps N] [--device D] [--nproc N] [--json]",
     {{"--config", true, "the experiment config (JSON)", "FILE"},
      {"--steps", true, "training steps to run (default 3: the first step and steady state)", "N"},
      {"--device", true, "override the config's device: auto, cpu, cuda, cuda:N", "D"},
+     {"--nproc", true, "data parallel: measure N processes, one per rank, and report each rank's peak", "N"},
      {"--trace", false, "print every CPU tensor allocation and release with the operator that made it"},
      {"--json", false, "print JSON: peak_bytes, phase_peak_bytes and every step's phases"}},
     &measure}};
