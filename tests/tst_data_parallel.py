@@ -294,6 +294,11 @@ def main():
     if run:
         config = json.loads(run_row(db, run, "config_json"))
         check(config["train"].get("world_size") == 2, "the run records world size 2 in its config")
+        listed = {r["id"]: r for r in json.loads(cli("runs", "--db", db, "--json").stdout)}
+        check(listed[run]["world_size"] == 2 and all(r["world_size"] == 1 for i, r in listed.items() if i != run),
+              "runs --json gives each run's world size")
+        table = [l for l in cli("runs", "--db", db).stdout.splitlines() if l.split()[:1] == [str(run)]]
+        check(table and " cpu x2 " in table[0], f"runs names the processes beside the device ({table})")
         keys = metric_keys(db, run)
         check({"mem_peak_bytes_rank0", "mem_peak_bytes_rank1", "comm_wait_ms"} <= keys,
               f"each rank's peak and the all-reduce wait are stored ({sorted(keys)})")

@@ -1,12 +1,15 @@
 // The window's data-parallel entry points: Run > Run on a Slurm cluster…
 // (the same sbatch script as 'trainbench-cli slurm', refusals shown as one
 // sentence, saved into the shared folder) and Run > Run on several
-// processes… (trainbench-cli train --nproc in the background; the run shows
-// in History, with its world size). Screenshots: slurm-dialog.png,
+// processes… (trainbench-cli train --nproc in the background, shown live in
+// the Run panel, stopped and resumed from it, and listed in History with its
+// world size). Screenshots: slurm-dialog.png, nproc-run.png and
 // nproc-history.png beside this binary.
 #include <QtTest>
 
 #include <QComboBox>
+#include <QPushButton>
+#include <QSignalSpy>
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
@@ -16,6 +19,9 @@
 
 #include "ConfigDocument.h"
 #include "HistoryPanel.h"
+#include "LossPlot.h"
+#include "RunPanel.h"
+#include "RunTableModel.h"
 #include "MainWindow.h"
 #include "SlurmDialog.h"
 #include "config/RunConfig.h"
@@ -84,7 +90,7 @@ private Q_SLOTS:
         QVERIFY(dialog.grab().save(QCoreApplication::applicationDirPath() + "/slurm-dialog.png"));
     }
 
-    void severalProcessesRunShowsInHistory()
+    void severalProcessesRunShowsInRunPanelAndHistory()
     {
         // The window finds trainbench-cli beside itself or on PATH.
         const QString cliDir = QFileInfo(TB_CLI_PATH).absolutePath();
@@ -96,30 +102,85 @@ private Q_SLOTS:
         window.resize(1400, 900);
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));
+        RunPanel* run = window.runPanel();
+        QSignalSpy finished(run, &RunPanel::runFinished);
         const QString log = window.startProcesses(2);
         QVERIFY(!log.isEmpty());
-        QCOMPARE(window.tabs()->currentWidget(), static_cast<QWidget*>(window.historyPanel()));
-        // The run: finished, stored once, with world size 2 in its config.
-        std::optional<RunRecord> run;
-        QTRY_VERIFY_WITH_TIMEOUT(
-            [&] {
-                if (!QFile::exists(db)) return false;
-                RunStore store(db.toStdString(), RunStore::Mode::ReadOnly);
-                const auto runs = store.listRuns();
-                if (runs.size() != 1 || runs.front().status != RunStatus::Finished) return false;
-                run = runs.front();
-                return true;
-            }(),
-            120000);
-        const auto config = parseConfig(run->configJson, "the stored config");
-        QCOMPARE(config.train.worldSize, 2);
+        // The Run panel shows it live, like a run in the window's own thread.
+        QCOMPARE(window.tabs()->currentWidget(), static_cast<QWidget*>(run));
+        QVERIFY(run->isProcessRun());
+        QVERIFY(run->stopButton()->isEnabled());
+        QVERIFY(finished.wait(120000));
+        const auto outcome = finished.takeFirst().at(0).value<tb::SessionOutcome>();
+        QCOMPARE(outcome.status, RunStatus::Finished);
+        const QString status = run->statusLabel()->text();
+        QVERIFY2(status.contains("on 2 processes here finished after 40 of 40 steps"), qPrintable(status));
+        QVERIFY2(status.contains("Memory: peak"), qPrintable(status));
+        QCOMPARE(run->lossPlot()->trainingPointCount(), 40);
+        QVERIFY(!run->isRunning());
+        QTest::qWait(300); // the plots' queued replot
+        QVERIFY(window.grab().save(QCoreApplication::applicationDirPath() + "/nproc-run.png"));
+
+        // Stored once, with world size 2; History shows it in its Processes column.
+        RunStore store(db.toStdString(), RunStore::Mode::ReadOnly);
+        auto runs = store.listRuns();
+        QCOMPARE(runs.size(), std::size_t{1});
+        QCOMPARE(runs.front().worldSize(), 2);
+        QCOMPARE(outcome.runId, runs.front().id);
+        window.tabs()->setCurrentWidget(window.historyPanel());
         QVERIFY(window.historyPanel()->refresh());
-        window.historyPanel()->selectRuns({run->id});
+        auto* model = window.historyPanel()->model();
+        const int row = model->rowOf(runs.front().id);
+        QVERIFY(row >= 0);
+        QCOMPARE(model->data(model->index(row, RunTableModel::Processes), Qt::DisplayRole).toString(), QString("2"));
+        QCOMPARE(model->headerData(RunTableModel::Processes, Qt::Horizontal, Qt::DisplayRole).toString(), QString("Processes"));
+        window.historyPanel()->selectRuns({runs.front().id});
+        window.historyPanel()->table()->scrollTo(window.historyPanel()->table()->model()->index(0, RunTableModel::Processes));
         QTest::qWait(300);
         QVERIFY(window.grab().save(QCoreApplication::applicationDirPath() + "/nproc-history.png"));
         QFile output(log);
         QVERIFY(output.open(QIODevice::ReadOnly));
         QVERIFY2(output.readAll().contains("finished: 40/40 steps"), qPrintable(log));
+
+        // Stop from the panel: every rank stops after its step, rank 0 keeps a
+        // checkpoint; Resume continues it in two processes again.
+        QFile longer(m_dir.filePath("dp-long.json"));
+        QVERIFY(longer.open(QIODevice::WriteOnly));
+        longer.write(QByteArray(kConfig).replace("\"steps\": 40", "\"steps\": 3000").replace("dp-window", "dp-long"));
+        longer.close();
+        QVERIFY(window.openConfig(longer.fileName()));
+        QSignalSpy progress(run, &RunPanel::progressShown);
+        QVERIFY(!window.startProcesses(2).isEmpty());
+        QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() && progress.last().at(0).toInt() >= 20, 120000);
+        run->stop();
+        QVERIFY(finished.wait(120000));
+        const auto stopped = finished.takeFirst().at(0).value<tb::SessionOutcome>();
+        QCOMPARE(stopped.status, RunStatus::Cancelled);
+        QVERIFY2(run->statusLabel()->text().contains("cancelled"), qPrintable(run->statusLabel()->text()));
+        QVERIFY(stopped.stepsDone >= 20 && stopped.stepsDone < 3000);
+        const int stoppedAt = stopped.stepsDone;
+        run->resume(stopped.runId);
+        QVERIFY(run->isProcessRun());
+        QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() && progress.last().at(0).toInt() > stoppedAt + 5, 120000);
+        run->stop();
+        QVERIFY(finished.wait(120000));
+        const auto resumed = finished.takeFirst().at(0).value<tb::SessionOutcome>();
+        QCOMPARE(resumed.runId, stopped.runId);
+        QCOMPARE(resumed.status, RunStatus::Cancelled);
+        QVERIFY(resumed.stepsDone > stoppedAt);
+        // Each step stored once, across the stop and the resume.
+        const auto losses = RunStore(db.toStdString(), RunStore::Mode::ReadOnly).metricsFrom(resumed.runId, "loss", 0);
+        QCOMPARE(static_cast<int>(losses.size()), resumed.stepsDone);
+        QCOMPARE(losses.back().step, resumed.stepsDone);
+
+        // Processes that end before their run starts: one sentence with what they said.
+        QVERIFY(!run->startProcesses({"resume", "999", "--db", db}, 2, "Resuming run 999…").isEmpty());
+        QVERIFY(finished.wait(60000));
+        QCOMPARE(finished.takeFirst().at(0).value<tb::SessionOutcome>().status, RunStatus::Failed);
+        const QString refused = run->statusLabel()->text();
+        QVERIFY2(refused.startsWith("Not started: the 2 processes ended before the run started") && refused.contains("999"),
+                 qPrintable(refused));
+        QVERIFY(!run->isRunning());
     }
 
 private:

@@ -5,7 +5,6 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QCoreApplication>
-#include <QDateTime>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -14,11 +13,9 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QProcess>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
-#include <QTimer>
 
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
@@ -410,28 +407,21 @@ bool MainWindow::savedConfigFor(const QString& what)
 
 QString MainWindow::startProcesses(int processes)
 {
-    const QString beside = QCoreApplication::applicationDirPath() + "/trainbench-cli";
-    const QString cli = QFileInfo(beside).isExecutable() ? beside : QStringLiteral("trainbench-cli");
-    const QString db = m_run->databasePath();
-    QDir().mkpath(db + "-runs");
-    const QString log = db + "-runs/nproc-" + QDateTime::currentDateTime().toString("yyyyMMdd-hhmmss") + ".log";
-    QProcess launcher;
-    launcher.setProgram(cli);
-    launcher.setArguments({"train", "--config", m_document->filePath(), "--db", db, "--nproc", QString::number(processes)});
-    launcher.setStandardOutputFile(log);
-    launcher.setStandardErrorFile(log, QIODevice::Append);
-    launcher.setStandardInputFile(QProcess::nullDevice());
-    qint64 pid = 0;
-    if (!launcher.startDetached(&pid)) {
-        plainWarning(this, tr("Run on several processes"), tr("Cannot start %1: %2").arg(cli, launcher.errorString()));
+    if (m_run->isRunning()) {
+        plainWarning(this, tr("Run on several processes"), tr("A run is shown in the Run tab; stop it or stop watching it first."));
         return {};
     }
-    statusBar()->showMessage(tr("Started %1 processes (pid %2): the run appears in History as running; its output is in %3")
-                                 .arg(processes).arg(pid).arg(log),
-                             15000);
-    m_tabs->setCurrentWidget(m_history);
-    // The run is created once the ranks have met: look again in a moment.
-    for (int ms : {1500, 5000}) QTimer::singleShot(ms, m_history, [this] { m_history->refresh(); });
+    const auto config = m_document->config();
+    const QString name = config ? QString::fromStdString(config->name) : QFileInfo(m_document->filePath()).baseName();
+    const QString log = m_run->startProcesses(
+        {"train", "--config", m_document->filePath(), "--db", m_run->databasePath(), "--nproc", QString::number(processes)},
+        processes, tr("Starting %1 on %2 processes…").arg(name).arg(processes));
+    if (log.isEmpty()) {
+        plainWarning(this, tr("Run on several processes"), m_run->statusLabel()->text());
+        return {};
+    }
+    statusBar()->showMessage(tr("Started %1 processes; their output is in %2").arg(processes).arg(log), 15000);
+    m_tabs->setCurrentWidget(m_run);
     return log;
 }
 

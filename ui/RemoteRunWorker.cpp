@@ -1,12 +1,18 @@
 #include "RemoteRunWorker.h"
 
+#include <QFile>
+
+#include <cerrno>
+#include <chrono>
 #include <regex>
 #include <thread>
 
 #include <csignal>
 
 #include "common/Errors.h"
+#include "config/RunConfig.h"
 #include "remote/RemoteFollow.h"
+#include "remote/StoreFollow.h"
 #include "remote/SendData.h"
 #include "remote/Ssh.h"
 #include "store/RunBundle.h"
@@ -26,11 +32,19 @@ QString RemoteRunWorker::hostLabel() const
 {
     auto* self = const_cast<RemoteRunWorker*>(this);
     std::lock_guard<std::mutex> lock(self->m_mutex);
-    return QString::fromStdString(m_host.label());
+    return QString::fromStdString(m_localLabel.empty() ? m_host.label() : m_localLabel);
 }
 
 void RemoteRunWorker::requestStop()
 {
+    if (const qint64 launcher = m_launcherPid.load(); launcher > 0) {
+        // The launcher passes one SIGINT to every rank: they stop together
+        // after the step in progress, and rank 0 writes the checkpoint.
+        if (::kill(static_cast<pid_t>(launcher), SIGINT) != 0) {
+            pushEvent("warning", "stop", "the processes' launcher (pid " + std::to_string(launcher) + ") has already ended");
+        }
+        return;
+    }
     tb::remote::Host host;
     qint64 id = 0;
     {
@@ -64,6 +78,7 @@ void RemoteRunWorker::cancelLaunch()
 void RemoteRunWorker::detach()
 {
     m_detached = true;
+    m_stopWatching = true;
     cancelLaunch();
     std::lock_guard<std::mutex> lock(m_mutex);
     if (m_follower) m_follower->cancel();
@@ -106,6 +121,11 @@ void RemoteRunWorker::pushStep(StepMetrics step)
 
 void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath, const QString& sendData)
 {
+    m_launcherPid = 0;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_localLabel.clear();
+    }
     m_detached = false;
     m_cancelLaunch = false;
     {
@@ -157,9 +177,11 @@ void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& config
 void RemoteRunWorker::attach(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath)
 {
     m_detached = false;
+    m_launcherPid = 0;
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         m_host = host;
+        m_localLabel.clear();
     }
     Q_EMIT linkChanged("connecting", 0, {});
     follow(host, remoteRunId, dbPath);
@@ -193,6 +215,33 @@ qint64 RemoteRunWorker::storeCopy(const tb::remote::Host& host, qint64 remoteRun
     }
 }
 
+void RemoteRunWorker::handleRecord(const tb::remote::FollowRecord& r)
+{
+    using Type = tb::remote::FollowRecord::Type;
+    switch (r.type) {
+    case Type::Metric:
+        // Validation points belong to the evaluation at that step, not to a training step.
+        if (r.key == "val_accuracy") {
+            m_eval.valAccuracy = r.value;
+            break;
+        }
+        if (r.key == "val_loss") {
+            m_eval.step = r.step;
+            m_eval.valLoss = r.value;
+            pushEval(m_eval);
+            m_eval = {};
+            break;
+        }
+        for (const auto& step : m_steps.add(r.step, r.key, r.value)) pushStep(step);
+        break;
+    case Type::Event: pushEvent(r.severity, r.kind, r.message); break;
+    case Type::Status: m_totalSteps = r.stepsTotal; break;
+    case Type::End:
+        if (auto last = m_steps.finish()) pushStep(*last);
+        break;
+    }
+}
+
 void RemoteRunWorker::follow(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath)
 {
     {
@@ -218,33 +267,7 @@ void RemoteRunWorker::follow(const tb::remote::Host& host, qint64 remoteRunId, c
     std::string error;
     try {
         end = follower.run(
-            [&](const tb::remote::FollowRecord& r) {
-                using Type = tb::remote::FollowRecord::Type;
-                switch (r.type) {
-                case Type::Metric:
-                    // Validation points belong to the evaluation at that step, not to a training step.
-                    if (r.key == "val_accuracy") {
-                        m_eval.valAccuracy = r.value;
-                        break;
-                    }
-                    if (r.key == "val_loss") {
-                        m_eval.step = r.step;
-                        m_eval.valLoss = r.value;
-                        pushEval(m_eval);
-                        m_eval = {};
-                        break;
-                    }
-                    for (const auto& step : m_steps.add(r.step, r.key, r.value)) pushStep(step);
-                    break;
-                case Type::Event: pushEvent(r.severity, r.kind, r.message); break;
-                case Type::Status:
-                    m_totalSteps = r.stepsTotal;
-                    break;
-                case Type::End:
-                    if (auto last = m_steps.finish()) pushStep(*last);
-                    break;
-                }
-            },
+            [&](const tb::remote::FollowRecord& r) { handleRecord(r); },
             [&](tb::remote::LinkState state, int down, const std::string& said) {
                 Q_EMIT linkChanged(QString::fromStdString(tb::remote::linkStateName(state)), down, QString::fromStdString(said));
             });
@@ -272,6 +295,131 @@ void RemoteRunWorker::follow(const tb::remote::Host& host, qint64 remoteRunId, c
     if (outcome.runId == 0) outcome.runId = localId;
     outcome.status = runStatusFromString(end);
     Q_EMIT linkChanged("", 0, {});
+    Q_EMIT finished(outcome);
+}
+
+namespace {
+
+// The last lines of a file, for a launch that ended before its run started.
+std::string tailOf(const QString& path, int lines)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) return {};
+    const QByteArray all = file.readAll();
+    QList<QByteArray> parts = all.trimmed().split('\n');
+    while (parts.size() > lines) parts.removeFirst();
+    return parts.join('\n').toStdString();
+}
+
+// Whether a process is still there: a zombie that nobody reaps (a detached
+// launcher's parent may be an init that does not) counts as gone.
+bool processRuns(qint64 pid)
+{
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+    QFile stat(QString("/proc/%1/stat").arg(pid));
+    if (!stat.open(QIODevice::ReadOnly)) return true;
+    const QByteArray text = stat.readAll();
+    const int close = text.lastIndexOf(')'); // the name may hold spaces and parentheses
+    return !(close > 0 && close + 2 < text.size() && text.at(close + 2) == 'Z');
+}
+
+SessionOutcome outcomeOf(const RunRecord& run, RunStore& store)
+{
+    SessionOutcome outcome;
+    outcome.runId = run.id;
+    outcome.status = run.status;
+    outcome.stepsDone = run.stepsDone;
+    outcome.totalSteps = run.stepsTotal;
+    outcome.finalLoss = run.finalLoss.value_or(0);
+    outcome.finalValLoss = run.finalValLoss.value_or(-1);
+    outcome.finalValAccuracy = run.finalValAccuracy.value_or(-1);
+    outcome.message = run.message;
+    outcome.estimatedPeakBytes = run.estimatedPeakBytes.value_or(0);
+    outcome.measuredPeakBytes = run.measuredPeakBytes.value_or(0);
+    outcome.dbPath = store.path();
+    // For the sample box: the checkpoint rank 0 wrote, and what it trained.
+    try {
+        if (const auto checkpoint = store.latestCheckpoint(run.id)) {
+            outcome.checkpoint = checkpoint->path;
+            outcome.config = parseConfig(run.configJson, "run " + std::to_string(run.id) + "'s stored config");
+        }
+    } catch (const std::exception&) {
+        outcome.checkpoint.clear();
+    }
+    return outcome;
+}
+
+} // namespace
+
+void RemoteRunWorker::watchProcesses(const QString& runIdFile, const QString& log, qint64 launcherPid, int processes,
+                                     const QString& dbPath)
+{
+    m_detached = false;
+    m_stopWatching = false;
+    m_launcherPid = launcherPid;
+    const std::string label = std::to_string(processes) + " processes here";
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_host = {};
+        m_localLabel = label;
+        m_remoteRunId = 0;
+    }
+    m_steps = {};
+    m_eval = {};
+    m_totalSteps = 0;
+    // The run exists once the ranks have met: its id appears in the file.
+    qint64 runId = 0;
+    while (runId == 0) {
+        QFile file(runIdFile);
+        if (file.open(QIODevice::ReadOnly)) runId = file.readAll().trimmed().toLongLong();
+        if (runId > 0) break;
+        if (!processRuns(launcherPid) && !QFile::exists(runIdFile)) {
+            m_launcherPid = 0;
+            const auto said = tailOf(log, 4);
+            Q_EMIT refused(QString::fromStdString("the " + std::to_string(processes) + " processes ended before the run started"
+                                                  + (said.empty() ? std::string(" (their output is in ") + log.toStdString() + ")"
+                                                                  : ":\n" + said)));
+            return;
+        }
+        if (m_stopWatching) {
+            SessionOutcome outcome;
+            outcome.status = RunStatus::Running;
+            outcome.message = "stopped watching before the run started; its output is in " + log.toStdString();
+            Q_EMIT finished(outcome);
+            return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::string end;
+    SessionOutcome outcome;
+    try {
+        RunStore store(dbPath.isEmpty() ? RunStore::defaultPath() : dbPath.toStdString());
+        const auto run = store.run(runId);
+        if (!run) throw InputError("run " + std::to_string(runId) + " is not in " + store.path());
+        m_totalSteps = run->stepsTotal;
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_remoteRunId = runId;
+        }
+        Q_EMIT started(runId, runId, QString::fromStdString("on " + label), run->estimatedPeakBytes.value_or(0));
+        remote::StoreFollowOptions options;
+        end = remote::followStore(
+            store, runId, options, [&](const remote::FollowRecord& r) { handleRecord(r); }, {}, &m_stopWatching);
+        if (auto last = m_steps.finish()) pushStep(*last);
+        if (!end.empty()) {
+            if (const auto finalRun = store.run(runId)) outcome = outcomeOf(*finalRun, store);
+        }
+    } catch (const std::exception& e) {
+        outcome.message = e.what();
+    }
+    m_launcherPid = 0;
+    if (end.empty()) {
+        // Stopped watching (the window closes) or the store could not be read: the processes go on.
+        outcome.runId = runId;
+        outcome.status = RunStatus::Running;
+        if (outcome.message.empty()) outcome.message = "stopped watching; the processes go on (History lists the run)";
+        outcome.totalSteps = m_totalSteps;
+    }
     Q_EMIT finished(outcome);
 }
 

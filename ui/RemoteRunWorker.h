@@ -19,6 +19,7 @@
 
 namespace tb::remote {
 class RemoteFollower;
+struct FollowRecord;
 }
 
 namespace tb::ui {
@@ -42,6 +43,12 @@ public:
     // --send-data`); the config then names the copy.
     void launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath, const QString& sendData = {});
     void attach(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath);
+    // A run that 'trainbench-cli train --nproc N' (pid `launcherPid`, output
+    // in `log`) trains here in the background: waits for its id in
+    // `runIdFile`, written once the ranks have met, then follows it in the
+    // local store. Stop asks the launcher, which passes it to every rank;
+    // closing the window leaves the processes running.
+    void watchProcesses(const QString& runIdFile, const QString& log, qint64 launcherPid, int processes, const QString& dbPath);
 
 Q_SIGNALS:
     // runId: the local copy's id (0 if it could not be stored); remoteRunId: the id there.
@@ -54,6 +61,8 @@ Q_SIGNALS:
 
 private:
     void follow(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath);
+    // One record of a follow, turned into the progress the panel plots.
+    void handleRecord(const tb::remote::FollowRecord& record);
     // Copies the run into the local store; its local id, or 0 (the reason goes to the log).
     qint64 storeCopy(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath, SessionOutcome* outcome);
     void pushEvent(const std::string& severity, const std::string& kind, const std::string& message);
@@ -69,6 +78,10 @@ private:
     // Stop or detach before the run started there (during the data upload).
     std::atomic<bool> m_cancelLaunch{false};
     std::atomic<int> m_uploadPid{0}; // the ssh client sending the data file, while it runs
+    // watchProcesses: the launcher of the local processes, and what the panel calls them.
+    std::atomic<qint64> m_launcherPid{0};
+    std::string m_localLabel; // guarded by m_mutex
+    std::atomic<bool> m_stopWatching{false};
     void cancelLaunch();
     // Steps assembled from their metric records (worker thread only).
     StepAssembler m_steps;

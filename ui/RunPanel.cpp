@@ -6,6 +6,10 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QProcess>
 #include <QDateTime>
 #include <QEventLoop>
 #include <QGridLayout>
@@ -322,6 +326,7 @@ void RunPanel::beginRun(const QString& what)
     m_historyUntil = -1;
     m_runId = 0;
     m_remoteActive = false;
+    m_processRun = false;
     m_remoteRunId = 0;
     m_progress->setValue(0);
     m_progress->setFormat(tr("starting…"));
@@ -388,9 +393,53 @@ void RunPanel::onRefusedByPreflight(const QString& findings)
     setStatus(tr("Not started: preflight found errors (see the Diagnostics tab)."));
 }
 
+QString RunPanel::startProcesses(const QStringList& args, int processes, const QString& what)
+{
+    if (m_running) return {};
+    const QString beside = QCoreApplication::applicationDirPath() + "/trainbench-cli";
+    const QString cli = QFileInfo(beside).isExecutable() ? beside : QStringLiteral("trainbench-cli");
+    const QString folder = (m_dbPath.isEmpty() ? QString::fromStdString(RunStore::defaultPath()) : m_dbPath) + "-runs";
+    QDir().mkpath(folder);
+    const QString stem = folder + "/nproc-" + QDateTime::currentDateTime().toString("yyyyMMdd-hhmmss-zzz");
+    const QString log = stem + ".log";
+    const QString idFile = stem + ".id";
+    QProcess launcher;
+    launcher.setProgram(cli);
+    launcher.setArguments(QStringList(args) << "--run-id-file" << idFile);
+    launcher.setStandardOutputFile(log);
+    launcher.setStandardErrorFile(log, QIODevice::Append);
+    launcher.setStandardInputFile(QProcess::nullDevice());
+    qint64 pid = 0;
+    if (!launcher.startDetached(&pid)) {
+        setStatus(tr("Not started: cannot start %1: %2").arg(cli, launcher.errorString()));
+        return {};
+    }
+    beginRun(what);
+    m_remoteActive = true;
+    m_processRun = true;
+    appendLog("info", tr("Started %1 processes (launcher pid %2); their output is in %3").arg(processes).arg(pid).arg(log));
+    const QString db = m_dbPath;
+    QMetaObject::invokeMethod(m_remote, [worker = m_remote, idFile, log, pid, processes, db] {
+        worker->watchProcesses(idFile, log, pid, processes, db);
+    });
+    return log;
+}
+
 void RunPanel::resume(qint64 runId)
 {
     if (m_running) return;
+    // A data-parallel run resumes in as many processes as it trained with.
+    int world = 1;
+    try {
+        if (const auto run = RunStore(m_dbPath.toStdString(), RunStore::Mode::ReadOnly).run(runId)) world = run->worldSize();
+    } catch (const std::exception&) {
+        world = 1; // the session says what is wrong with the store
+    }
+    if (world > 1) {
+        startProcesses({"resume", QString::number(runId), "--db", m_dbPath}, world,
+                       tr("Resuming run %1 on %2 processes…").arg(runId).arg(world));
+        return;
+    }
     beginRun(tr("Resuming run %1…").arg(runId));
     m_resuming = true;
     const QString db = m_dbPath;
@@ -472,7 +521,8 @@ void RunPanel::stop()
     if (m_remoteActive) {
         m_remote->requestStop();
         m_stop->setEnabled(false);
-        setStatus(tr("Asking %1 to stop the run after its current step…").arg(m_remote->hostLabel()));
+        setStatus(m_processRun ? tr("Stopping the %1 after the current step…").arg(m_remote->hostLabel())
+                               : tr("Asking %1 to stop the run after its current step…").arg(m_remote->hostLabel()));
         return;
     }
     m_worker->requestStop(); // an atomic flag: the worker's busy loop never drains a queue
@@ -507,6 +557,13 @@ void RunPanel::onRemoteStarted(qint64 runId, qint64 remoteRunId, const QString& 
     m_runId = runId;
     m_remoteRunId = remoteRunId;
     m_memoryPlot->setEstimate(static_cast<double>(estimatedPeakBytes) / 1048576.0);
+    if (m_processRun) {
+        setStatus(tr("Run %1 %2.").arg(runId).arg(description));
+        appendLog("info", tr("Following run %1 %2 (rank 0 reports; rank K's output is in rank-K.log beside the run)")
+                              .arg(runId).arg(description));
+        Q_EMIT runStarted(runId);
+        return;
+    }
     setStatus(runId > 0 ? tr("Run %1 %2; History lists it as run %3 here.").arg(remoteRunId).arg(description).arg(runId)
                         : tr("Run %1 %2.").arg(remoteRunId).arg(description));
     appendLog("info", tr("Following run %1 %2").arg(remoteRunId).arg(description));
@@ -559,6 +616,16 @@ void RunPanel::drainProgress()
 void RunPanel::onFinished(const tb::SessionOutcome& outcome)
 {
     drainProgress();
+    if (m_processRun && outcome.status == RunStatus::Running) {
+        // Stopped watching (the window closes): the processes go on.
+        const QString text = tr("Stopped watching run %1: %2").arg(outcome.runId).arg(QString::fromStdString(outcome.message));
+        setStatus(text);
+        appendLog("warning", text);
+        m_progress->setFormat(tr("running (%1)").arg(m_remote->hostLabel()));
+        setRunning(false);
+        Q_EMIT runFinished(outcome);
+        return;
+    }
     if (m_remoteActive && outcome.status == RunStatus::Running) {
         // Stopped watching (window closing, link lost, or refused): the run goes on on the host.
         const QString text = tr("Stopped watching run %1 on %2: %3").arg(m_remoteRunId).arg(m_remote->hostLabel(),
@@ -571,7 +638,10 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
         return;
     }
     const QString status = QString::fromStdString(runStatusName(outcome.status));
-    QString text = m_remoteActive
+    QString text = m_processRun
+        ? tr("Run %1 on %2 %3 after %4 of %5 steps").arg(outcome.runId).arg(m_remote->hostLabel(), status)
+              .arg(outcome.stepsDone).arg(outcome.totalSteps)
+        : m_remoteActive
         ? tr("Run %1 on %2 (run %3 here) %4 after %5 of %6 steps").arg(m_remoteRunId).arg(m_remote->hostLabel())
               .arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps)
         : tr("Run %1 %2 after %3 of %4 steps").arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps);
@@ -597,7 +667,7 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
             text += tr("\nCause: %1\nFix: %2").arg(QString::fromStdString(f.cause), QString::fromStdString(f.fix));
         }
     }
-    else if (outcome.status == RunStatus::Cancelled && m_remoteActive) text += tr(". Checkpoint saved on the host.");
+    else if (outcome.status == RunStatus::Cancelled && m_remoteActive && !m_processRun) text += tr(". Checkpoint saved on the host.");
     else if (outcome.status == RunStatus::Cancelled) text += tr(". Checkpoint saved; Run ▸ Resume continues it.");
     setStatus(text);
     m_progress->setFormat(status);

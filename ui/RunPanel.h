@@ -65,6 +65,14 @@ public:
     bool isRemoteRun() const { return m_running && m_remoteActive; }
     // Stops watching a remote run (it goes on there).
     void detachRemote();
+    // Starts 'trainbench-cli ARGS' in the background, one process per rank
+    // (train --nproc N, or the resume of a data-parallel run), and shows its
+    // run here as it trains: Stop stops every rank after its step. Closing
+    // the window leaves the processes running. Returns the file their output
+    // goes to ("" when they could not start; the status line says why).
+    QString startProcesses(const QStringList& args, int processes, const QString& what);
+    // Whether the run shown is one that startProcesses started.
+    bool isProcessRun() const { return m_running && m_remoteActive && m_processRun; }
     QComboBox* hostBox() const { return m_hostBox; }
     // "send data": with a host selected, Start copies the config's local data
     // file there first (as train --send-data).
@@ -114,6 +122,7 @@ private:
     QThread* m_remoteThread = nullptr;
     RemoteRunWorker* m_remote = nullptr;
     bool m_remoteActive = false; // the run shown is m_remote's
+    bool m_processRun = false;   // ... and it trains here, in processes startProcesses started
     qint64 m_remoteRunId = 0;
     QString m_linkState;         // connecting | connected | reconnecting | lost | ""
     QString m_linkSaid;

@@ -112,6 +112,7 @@ const RunTableModel::Derived& RunTableModel::derived(int row) const
         } catch (const std::exception&) {
             d.model = tr("(unreadable config)");
         }
+        d.worldSize = m_runs[static_cast<std::size_t>(row)].worldSize();
         d.config = QJsonDocument::fromJson(QByteArray::fromStdString(m_runs[static_cast<std::size_t>(row)].configJson)).object();
         slot = d;
     }
@@ -182,6 +183,11 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
         if (sort) return error ? std::abs(*error) : -1.0;
         return error ? QString::fromStdString(signedPercentText(*error)) : QString();
     case Device: return QString::fromStdString(r.device);
+    // Data parallel: the ranks that trained it (the stored train.world_size).
+    case Processes: {
+        const int n = derived(index.row()).worldSize;
+        return sort ? QVariant(n) : QVariant(QString::number(n));
+    }
     case Precision: return QString::fromStdString(r.precision);
     case Tags: {
         QStringList tags;
@@ -195,12 +201,15 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
 
 QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
+    if (orientation == Qt::Horizontal && role == Qt::ToolTipRole && section == Processes) {
+        return tr("Processes that trained the run together (data-parallel ranks, train.world_size)");
+    }
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return QAbstractTableModel::headerData(section, orientation, role);
     if (section >= kColumns) return QString::fromStdString(configPathOf(section));
     static const char* const names[kColumns] = {"ID",       "Name",      "Status",        "Started",    "Duration",
                                                 "Steps",    "Model",     "Loss",          "Val loss",   "Best val",
                                                 "Tokens/s", "Peak MiB",  "Estimate MiB",  "Est. error", "Device",
-                                                "Precision", "Tags",     "Started from"};
+                                                "Processes", "Precision", "Tags",     "Started from"};
     return tr(names[section]);
 }
 

@@ -20,7 +20,7 @@ class RunTableModel final : public QAbstractTableModel {
 
 public:
     enum Column { Id, Name, Status, Started, Duration, Steps, Model, Loss, ValLoss, BestValLoss, TokensPerSec,
-                  Measured, Estimated, Error, Device, Precision, Tags, Parent, kColumns };
+                  Measured, Estimated, Error, Device, Processes, Precision, Tags, Parent, kColumns };
     static constexpr int kSortRole = Qt::UserRole + 1;
     static constexpr int kFetchBatch = 500;
 
@@ -53,6 +53,7 @@ private:
     struct Derived {
         QString model; // "gpt 2x128"
         qint64 parameters = 0;
+        int worldSize = 1; // data-parallel processes
         QJsonObject config; // the stored config, for config columns
     };
     QVariant configValue(int row, const std::string& path, bool sort) const;

@@ -12,14 +12,13 @@
 #include "Command.h"
 #include "Remote.h"
 #include "remote/RemoteFollow.h"
+#include "remote/StoreFollow.h"
 #include "StoreAccess.h"
 #include "common/Errors.h"
 #include "store/RunStore.h"
 
 namespace tb::cli {
 namespace {
-
-bool ended(RunStatus s) { return s != RunStatus::Running && s != RunStatus::Created; }
 
 int exitCodeOf(const std::string& status)
 {
@@ -83,22 +82,6 @@ private:
     int m_lineStep = -1;
 };
 
-remote::FollowRecord statusRecord(const RunRecord& r, bool end)
-{
-    remote::FollowRecord f;
-    f.type = end ? remote::FollowRecord::Type::End : remote::FollowRecord::Type::Status;
-    f.run = r.id;
-    f.status = runStatusName(r.status);
-    f.stepsDone = r.stepsDone;
-    f.stepsTotal = r.stepsTotal;
-    if (end) {
-        f.message = r.message;
-        f.finalLoss = r.finalLoss;
-        f.finalValLoss = r.finalValLoss;
-    }
-    return f;
-}
-
 } // namespace
 
 int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOptions& options)
@@ -121,59 +104,13 @@ int followLocal(const std::string& dbOption, std::int64_t runId, const FollowOpt
                          + std::to_string(o.runId) + " --host " + o.label);
     }
     Printer printer(options.jsonl);
-    std::map<std::string, int> next; // per key, the first step not yet read
-    std::int64_t lastEvent = options.eventsAfter;
-    std::string lastStatus;
-    while (true) {
-        // The status first: what was stored before it changed is read below.
-        const auto run = store->run(runId);
-        if (!run) throw InputError("run " + std::to_string(runId) + " was deleted while being followed");
-        if (const auto status = runStatusName(run->status); status != lastStatus) {
-            lastStatus = status;
-            printer.handle(statusRecord(*run, false));
-        }
-        std::vector<MetricPoint> fresh;
-        for (const auto& [key, latest] : store->latestMetrics(runId)) {
-            auto& from = next.try_emplace(key, options.fromStep).first->second;
-            if (latest.step < from) continue;
-            // Only up to the step latestMetrics saw (one snapshot, and a run
-            // commits each step's values together): a point committed since
-            // is read with the rest of its step next time, never twice and
-            // never without the other values of its step.
-            for (auto& p : store->metricsFrom(runId, key, from)) {
-                if (p.step <= latest.step) fresh.push_back(std::move(p));
-            }
-            from = latest.step + 1;
-        }
-        std::sort(fresh.begin(), fresh.end(), [](const MetricPoint& a, const MetricPoint& b) {
-            return std::tie(a.step, a.key) < std::tie(b.step, b.key);
-        });
-        for (const auto& p : fresh) {
-            remote::FollowRecord m;
-            m.step = p.step;
-            m.key = p.key;
-            m.value = p.value;
-            m.time = p.wallTime;
-            printer.handle(m);
-        }
-        for (const auto& e : store->eventsAfter(runId, lastEvent)) {
-            lastEvent = std::max(lastEvent, e.id);
-            remote::FollowRecord r;
-            r.type = remote::FollowRecord::Type::Event;
-            r.eventId = e.id;
-            r.time = e.time;
-            r.severity = e.severity;
-            r.kind = e.kind;
-            r.message = e.message;
-            printer.handle(r);
-        }
-        if (ended(run->status)) {
-            printer.handle(statusRecord(*run, true));
-            return exitCodeOf(runStatusName(run->status));
-        }
-        printer.flushLine();
-        std::this_thread::sleep_for(std::chrono::milliseconds(options.pollMs));
-    }
+    remote::StoreFollowOptions o;
+    o.fromStep = options.fromStep;
+    o.eventsAfter = options.eventsAfter;
+    o.pollMs = options.pollMs;
+    const auto status = remote::followStore(
+        *store, runId, o, [&](const remote::FollowRecord& r) { printer.handle(r); }, [&] { printer.flushLine(); });
+    return exitCodeOf(status);
 }
 
 namespace {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -196,6 +198,19 @@ int runWithProgress(RunSession& session, bool quiet, const std::function<void(st
     case RunStatus::Cancelled: return kExitCancelled;
     default: return kExitFailed;
     }
+}
+
+std::function<void(std::int64_t runId)> runIdWriter(const std::string& file)
+{
+    if (file.empty()) return {};
+    return [file](std::int64_t runId) {
+        std::ofstream out(file + ".tmp", std::ios::trunc);
+        out << runId << "\n";
+        out.close();
+        std::error_code ec;
+        std::filesystem::rename(file + ".tmp", file, ec);
+        if (ec) std::fprintf(stderr, "trainbench-cli: cannot write the run id to %s: %s\n", file.c_str(), ec.message().c_str());
+    };
 }
 
 } // namespace tb::cli

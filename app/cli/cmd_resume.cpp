@@ -37,7 +37,7 @@ int resume(const Args& args)
     if (!known) {
         // RunSession::resume says what is wrong (no such run, no store).
         auto session = RunSession::resume(runId, options);
-        return runWithProgress(*session, args.flag("--quiet"));
+        return runWithProgress(*session, args.flag("--quiet"), runIdWriter(args.value("--run-id-file").value_or("")));
     }
     if (nproc && *nproc != world) {
         throw InputError(label + " trained with " + std::to_string(world) + " process(es) (train.world_size " + std::to_string(world)
@@ -64,19 +64,24 @@ int resume(const Args& args)
         launch.timeoutSeconds = stored.train.distTimeoutS;
         launch.args = {"resume", std::to_string(runId), "--db", db};
         if (args.flag("--quiet")) launch.args.push_back("--quiet");
+        if (auto file = args.value("--run-id-file")) {
+            launch.args.push_back("--run-id-file");
+            launch.args.push_back(*file);
+        }
         return launchRanks(launch);
     }
     auto session = RunSession::resume(runId, options);
-    return runWithProgress(*session, args.flag("--quiet"));
+    return runWithProgress(*session, args.flag("--quiet"), runIdWriter(args.value("--run-id-file").value_or("")));
 }
 
 const CommandRegistration registration{Command{
     "resume",
     "Continue a cancelled or interrupted run from its last checkpoint (a data-parallel run with as many processes as it had).",
-    "RUN_ID [--db FILE] [--nproc N]",
+    "RUN_ID [--db FILE] [--nproc N] [--run-id-file FILE]",
     {{"--db", true, "experiment database", "FILE"},
      {"--nproc", true, "the processes of a data-parallel run (it must be the number it trained with; started by default)", "N"},
-     {"--quiet", false, "print only the final summary"}},
+     {"--quiet", false, "print only the final summary"},
+     {"--run-id-file", true, "write the run's id to FILE once it trains again (for scripts and the window)", "FILE"}},
     &resume}};
 
 } // namespace

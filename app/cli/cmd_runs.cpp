@@ -33,6 +33,7 @@ int runs(const Args& args)
                                 {"steps_done", r.stepsDone},
                                 {"steps_total", r.stepsTotal},
                                 {"device", r.device},
+                                {"world_size", r.worldSize()},
                                 {"precision", r.precision},
                                 {"created_at", r.createdAt},
                                 {"message", r.message},
@@ -75,11 +76,13 @@ int runs(const Args& args)
         } else if (r.estimatedPeakBytes) {
             std::snprintf(memory, sizeof memory, "%.1f/-", mib(r.estimatedPeakBytes));
         }
+        // A data-parallel run: its device and how many processes, "cpu x2".
+        const std::string device = r.worldSize() > 1 ? r.device + " x" + std::to_string(r.worldSize()) : r.device;
         std::string created = formatTime(r.createdAt);
         if (r.origin.runId != 0) created += "  (from " + r.origin.label + ", run " + std::to_string(r.origin.runId) + ")";
         std::printf("%-5lld %-24s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", static_cast<long long>(r.id),
                     r.name.substr(0, 24).c_str(), runStatusName(r.status).c_str(), steps.c_str(), loss, val,
-                    r.device.c_str(), memory, created.c_str());
+                    device.c_str(), memory, created.c_str());
     }
     return kExitOk;
 }

@@ -237,7 +237,7 @@ int train(const Args& args)
         launch.processes = processes;
         launch.timeoutSeconds = config.train.distTimeoutS;
         launch.args = {"train", "--config", *path};
-        for (const char* option : {"--db", "--device", "--steps", "--name", "--threads"}) {
+        for (const char* option : {"--db", "--device", "--steps", "--name", "--threads", "--run-id-file"}) {
             if (auto v = args.value(option)) {
                 launch.args.push_back(option);
                 launch.args.push_back(*v);
@@ -284,15 +284,7 @@ int train(const Args& args)
         }
         return code;
     };
-    if (auto file = args.value("--run-id-file")) {
-        // The run's id for a script: a requeued Slurm job resumes that run.
-        return trainHere([file = *file](std::int64_t runId) {
-            std::ofstream out(file + ".tmp", std::ios::trunc);
-            out << runId << "\n";
-            out.close();
-            std::filesystem::rename(file + ".tmp", file);
-        });
-    }
+    if (auto file = args.value("--run-id-file")) return trainHere(runIdWriter(*file));
     if (args.flag("--detach")) {
         return detach(options.dbPath, [&](const std::function<void(std::int64_t)>& onStarted) {
             try {

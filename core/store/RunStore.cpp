@@ -16,6 +16,7 @@
 
 #include <signal.h>
 #include <sqlite3.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "store/RunFilter.h"
@@ -32,6 +33,16 @@ double wallClockNow()
 {
     using namespace std::chrono;
     return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+int RunRecord::worldSize() const
+{
+    const auto config = nlohmann::json::parse(configJson, nullptr, false);
+    if (!config.is_object()) return 1;
+    const auto train = config.find("train");
+    if (train == config.end() || !train->is_object()) return 1;
+    const auto world = train->find("world_size");
+    return world != train->end() && world->is_number_integer() && world->get<int>() > 1 ? world->get<int>() : 1;
 }
 
 std::string runStatusName(RunStatus status)

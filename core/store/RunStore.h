@@ -70,6 +70,9 @@ struct RunRecord {
         if (!estimatedPeakBytes || !measuredPeakBytes || *measuredPeakBytes <= 0) return std::nullopt;
         return static_cast<double>(*estimatedPeakBytes - *measuredPeakBytes) / static_cast<double>(*measuredPeakBytes);
     }
+    // The processes (data-parallel ranks) that trained it: the stored
+    // config's train.world_size, 1 when absent or unreadable.
+    int worldSize() const;
 };
 
 struct NewRun {
