@@ -8,11 +8,12 @@ deb=$(ls -t "$build"/trainbench_*.deb | head -1)
 contents=$(dpkg-deb -c "$deb")
 status=0
 for want in ./usr/bin/trainbench ./usr/bin/trainbench-cli ./usr/share/applications/trainbench.desktop \
-            ./usr/share/icons/hicolor/scalable/apps/trainbench.svg ./usr/share/trainbench/examples/default.json; do
+            ./usr/share/icons/hicolor/scalable/apps/trainbench.svg ./usr/share/trainbench/examples/default.json \
+            ./usr/lib/trainbench/libtb_sentencepiece.so; do
   if grep -q " $want\$" <<<"$contents"; then echo "package: has $want"; else echo "package: MISSING $want"; status=1; fi
 done
 depends=$(dpkg-deb -f "$deb" Depends)
-for dep in libtorch1.13 libqt6widgets6 libqcustomplot2.1-qt6 libsqlite3-0 libonig5 libicu72 libgloo0; do
+for dep in libtorch1.13 libqt6widgets6 libqcustomplot2.1-qt6 libsqlite3-0 libonig5 libicu72 libgloo0 libsentencepiece0; do
   grep -q "$dep" <<<"$depends" || { echo "package: Depends lacks $dep"; status=1; }
 done
 echo "package: $(basename "$deb") $(du -h "$deb" | cut -f1), Depends: $depends"

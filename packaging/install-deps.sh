@@ -10,6 +10,7 @@ packages=(
   qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6
   libsqlite3-dev nlohmann-json3-dev
   libonig-dev libicu-dev                # tokenizers: the regex engine of Hugging Face's tokenizers; Unicode normalisation
+  libsentencepiece-dev                  # tokenizers: model folders that ship only a SentencePiece tokenizer.model
   libgloo-dev                           # data parallel: the Gloo backend of c10d (LibTorch ships its headers, not the library)
   xvfb xauth                            # GUI tests and screenshots under a real X server
   util-linux                            # setpriv: tests drop root to check read-only databases
@@ -18,6 +19,7 @@ packages=(
 if [[ "${1:-}" == "--tests" || "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)             # test-only: the plain-PyTorch references (tests/reference/, bench/)
   packages+=(python3-jinja2)            # test-only: chat templates rendered as transformers renders them
+  packages+=(python3-sentencepiece)     # test-only: the SentencePiece library, the reference for tokenizer.model folders
   packages+=(openssh-server)            # test-only: remote runs against a real sshd on loopback (tests start their own)
   packages+=(slurmctld slurmd slurm-client) # test-only: data parallel on a single-node Slurm on loopback (tests start their own)
 fi

@@ -308,6 +308,105 @@ def check_vocabulary(name, path, seed):
     return failures
 
 
+def sentencepiece_folders(tmp):
+    """Two folders with only a tokenizer.model, trained here by the SentencePiece
+    library: a Llama-2-style BPE with byte fallback (identity normalisation,
+    dummy prefix, extra whitespace kept, digits split; chat markers added past
+    its pieces) and a Unigram model with SentencePiece's default NFKC
+    normalisation, a user-defined symbol, no BOS and an EOS added."""
+    import io
+    import sentencepiece
+    rng = random.Random(7)
+    lines = [t for t in corpus(["<s>", "</s>"], 99) if t.strip()]
+    lines += [" ".join(rng.choice(WORDS + SCRIPTS) for _ in range(rng.randint(3, 12))) for _ in range(3000)]
+    lines = [l.replace("\n", " ").replace("\r", " ") for l in lines]
+    folders = []
+    for name, options, config in [
+        ("sp-bpe", dict(model_type="bpe", byte_fallback=True, add_dummy_prefix=True, remove_extra_whitespaces=False,
+                        normalization_rule_name="identity", split_digits=True, allow_whitespace_only_pieces=True),
+         {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>"}),
+        ("sp-unigram", dict(model_type="unigram", user_defined_symbols=["<mask>"]),
+         {"add_bos_token": False, "add_eos_token": True, "bos_token": "<s>", "eos_token": "</s>"}),
+    ]:
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=4000,
+                                                 hard_vocab_limit=False, character_coverage=0.98, unk_id=0, bos_id=1,
+                                                 eos_id=2, minloglevel=2, num_threads=1, **options)
+        folder = os.path.join(tmp, name)
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, "tokenizer.model"), "wb").write(model.getvalue())
+        size = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
+        config["added_tokens_decoder"] = {
+            "0": {"content": "<unk>", "special": True}, "1": {"content": "<s>", "special": True},
+            "2": {"content": "</s>", "special": True},
+            str(size): {"content": "<|im_start|>", "special": True}, str(size + 1): {"content": "<|im_end|>", "special": True}}
+        json.dump(config, open(os.path.join(folder, "tokenizer_config.json"), "w"))
+        folders.append((name, folder, size + 2))
+    return folders
+
+
+def run_sp_ref(folder, lines, mode):
+    p = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "reference", "sentencepiece_reference.py"), folder, mode],
+                       input="".join(l + "\n" for l in lines).encode(), capture_output=True)
+    if p.returncode != 0:
+        raise SystemExit("the SentencePiece reference failed (%d): %s" % (p.returncode, p.stderr.decode()))
+    return [json.loads(l) for l in p.stdout.decode().split("\n") if l]
+
+
+def run_ours_folder(folder, lines, args):
+    p = subprocess.run([CLI, "tokenize", "--model", folder, "--jsonl"] + args,
+                       input="".join(l + "\n" for l in lines).encode(), capture_output=True)
+    if p.returncode != 0:
+        raise SystemExit("trainbench-cli tokenize --model %s %s failed (%d): %s" % (folder, " ".join(args), p.returncode,
+                                                                                 p.stderr.decode()))
+    return [json.loads(l) for l in p.stdout.decode().split("\n") if l]
+
+
+def check_sentencepiece(tmp):
+    """Folders with only tokenizer.model against the SentencePiece library."""
+    failures = []
+    for seed, (name, folder, limit) in enumerate(sentencepiece_folders(tmp)):
+        texts = corpus(["<s>", "</s>", "<unk>", "<|im_start|>", "<|im_end|>", "<mask>"], 2000 + seed)
+        assert len(texts) >= 1000, len(texts)
+        lines = [json.dumps(t) for t in texts]
+        problems = []
+        for label, args, mode in (("ids", [], "encode"), ("ids with special tokens", ["--add-special-tokens"], "encode-special")):
+            ours, ref = run_ours_folder(folder, lines, args), run_sp_ref(folder, lines, mode)
+            if len(ours) != len(ref):
+                problems.append("%s %s: %d lines, reference %d" % (name, label, len(ours), len(ref)))
+            for i, (x, y) in enumerate(zip(ours, ref)):
+                if x != y:
+                    k = first_difference(x, y)
+                    problems.append("%s %s of %r: first difference at token %d: ours %s, reference %s" % (
+                        name, label, texts[i][:80], k, x[k:k + 4], y[k:k + 4]))
+                    break
+            if mode == "encode":
+                plain = ref
+        rng = random.Random(seed)
+        id_lists = plain[:600] + [[rng.randrange(limit) for _ in range(rng.randint(0, 12))] for _ in range(400)]
+        dec_ours = run_ours_folder(folder, [json.dumps(l) for l in id_lists], ["--decode"])
+        dec_ref = run_sp_ref(folder, [json.dumps(l) for l in id_lists], "decode")
+        for ids, x, y in zip(id_lists, dec_ours, dec_ref):
+            if x != y:
+                k = first_difference(x, y)
+                problems.append("%s decode of %s: first difference at character %d: ours %r, reference %r" % (
+                    name, ids[:12], k, x[k:k + 10], y[k:k + 10]))
+                break
+        if len(dec_ours) != len(dec_ref):
+            problems.append("%s decode: %d lines, reference %d" % (name, len(dec_ours), len(dec_ref)))
+        print("%-10s %4d strings, %6d tokens, %4d decodes: %s" % (
+            name, len(texts), sum(len(r) for r in plain), len(id_lists), "identical" if not problems else "DIFFERENT"))
+        failures += problems
+    # A tokenizer.model that is not one: one sentence naming the file.
+    bad = os.path.join(tmp, "sp-bad")
+    os.makedirs(bad, exist_ok=True)
+    open(os.path.join(bad, "tokenizer.model"), "wb").write(b"\x0a\x05hello not a model")
+    p = subprocess.run([CLI, "tokenize", "--model", bad, "--text", "hi"], capture_output=True, text=True)
+    if p.returncode != 2 or "tokenizer.model: not a SentencePiece model" not in p.stderr or p.stderr.count("\n") > 1:
+        failures.append("a broken tokenizer.model: expected one clear error, got rc %d: %r" % (p.returncode, p.stderr))
+    return failures
+
+
 def check_errors(path):
     """Invalid input gets one clear message and exit status 2."""
     problems = []
@@ -637,6 +736,8 @@ def main():
             continue
         failures += check_vocabulary(name.replace("llama2", "mistral"), path, 1000 + seed)
     failures += check_errors(vocabularies[0][1])
+    if not only or "sentencepiece" in only.split(","):
+        failures += check_sentencepiece(tmp)
     if not only or "chat" in only.split(","):
         failures += chat_templates(tmp, MODULES)
         failures += chat_training_data(tmp, MODULES)

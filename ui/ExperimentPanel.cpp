@@ -377,10 +377,10 @@ void ExperimentPanel::openModelFolder(const QString& folder)
                             "model.tie_embeddings", "model.vocab_size"}) {
         values.emplace_back(key, QJsonValue(QJsonValue::Undefined));
     }
-    // With a tokenizer.json the folder trains on text (the bundled sample until
+    // With a tokenizer the folder trains on text (the bundled sample until
     // a file is chosen); without one, on token ids.
     const QString source = m_document->value("data.source").toString();
-    const bool tokenizer = QFileInfo(QDir(folder).filePath("tokenizer.json")).isFile();
+    const bool tokenizer = text::Tokenizer::folderHasTokenizer(folder.toStdString());
     if (tokenizer && source != "text" && source != "jsonl" && source != "tokens") {
         values.emplace_back("data.source", QString("text"));
         values.emplace_back("data.path", QJsonValue(QJsonValue::Undefined));
@@ -532,14 +532,14 @@ QString ExperimentPanel::dataPreviewTokens() const { return m_preview->toPlainTe
 
 namespace {
 
-// The folder's tokenizer, loaded once per tokenizer.json version (a large one takes a second).
+// The folder's tokenizer, loaded once per version of its file (a large tokenizer.json takes a second).
 std::shared_ptr<const text::Tokenizer> previewTokenizer(const std::string& folder)
 {
     static std::mutex mutex;
     static std::string loadedKey;
     static std::shared_ptr<const text::Tokenizer> loaded;
     std::error_code ec;
-    const auto file = std::filesystem::path(folder) / "tokenizer.json";
+    const auto file = text::Tokenizer::folderTokenizerFile(folder);
     const std::string key = file.string() + "|" + std::to_string(std::filesystem::file_size(file, ec)) + "|" +
                             std::to_string(std::filesystem::last_write_time(file, ec).time_since_epoch().count());
     std::lock_guard lock(mutex);
@@ -634,7 +634,7 @@ void ExperimentPanel::updatePreview()
         return QString::number(info.size()) + "@" + QString::number(info.lastModified().toMSecsSinceEpoch());
     };
     const QString key = QString::fromStdString(folder + "|" + data + "|" + config->data.source + "|" + config->data.field) + "|" +
-                        stamp(data) + "|" + stamp(folder + "/tokenizer.json");
+                        stamp(data) + "|" + stamp(text::Tokenizer::folderTokenizerFile(folder).string());
     if (key == m_previewKey) return;
     m_previewKey = key;
     m_previewHeader->setText(tr("Tokenizing the first document…"));

@@ -73,12 +73,12 @@ int sampleFolder(const Args& args, const std::string& folder)
     const auto promptText = args.value("--prompt");
     if (promptText && ids) throw InputError("give the prompt once: --prompt TEXT or --prompt-ids 1,2,3");
     if (args.flag("--chat") && !promptText) throw InputError("--chat takes the user's message as --prompt TEXT");
-    if (!ids && !promptText) throw InputError("'sample --model DIR' needs --prompt TEXT (with the folder's tokenizer.json) or --prompt-ids 1,2,3");
+    if (!ids && !promptText) throw InputError("'sample --model DIR' needs --prompt TEXT (with the folder's tokenizer) or --prompt-ids 1,2,3");
     FolderSampleRequest request;
     std::optional<text::Tokenizer> tokenizer;
     if (promptText) {
         if (!text::Tokenizer::folderHasTokenizer(folder))
-            throw InputError(folder + " has no tokenizer.json, so a text prompt cannot be tokenized; give --prompt-ids 1,2,3");
+            throw InputError(folder + " has no tokenizer.json or tokenizer.model, so a text prompt cannot be tokenized; give --prompt-ids 1,2,3");
         tokenizer = text::Tokenizer::fromModelFolder(folder);
         const auto special = text::readFolderSpecialTokens(folder, *tokenizer);
         std::vector<std::int32_t> encoded;
@@ -181,7 +181,7 @@ const CommandRegistration registration{Command{
     {{"--db", true, "experiment database", "FILE"},
      {"--model", true, "a Hugging Face model folder (config.json and safetensors) to run without a run", "DIR"},
      {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round); "
-                        "--model: tokenized with the folder's tokenizer.json",
+                        "--model: tokenized with the folder's tokenizer",
       "TEXT", true /* empty: the dataset says what a prompt needs */},
      {"--prompt-ids", true, "--model: the prompt as token ids, e.g. 1,15043,29892", "IDS"},
      {"--chat", false, "the prompt is a user message, rendered with the model folder's chat template; prints the reply"},

@@ -51,7 +51,7 @@ int tokenize(const Args& args)
     const auto model = args.value("--model");
     const auto file = args.value("--tokenizer");
     if (model && file) throw InputError("'tokenize' takes --model DIR or --tokenizer FILE, not both");
-    if (!model && !file) throw InputError("'tokenize' needs --model DIR (a model folder) or --tokenizer FILE (a tokenizer.json)");
+    if (!model && !file) throw InputError("'tokenize' needs --model DIR (a model folder) or --tokenizer FILE (a tokenizer.json, or a SentencePiece .model)");
     const auto tok = model ? text::Tokenizer::fromModelFolder(*model) : text::Tokenizer::fromFile(*file);
     const bool special = args.flag("--add-special-tokens");
     const bool decode = args.flag("--decode");
@@ -132,14 +132,14 @@ int tokenize(const Args& args)
 
 const CommandRegistration registration{Command{
     "tokenize",
-    "Turn text into token ids with a model folder's tokenizer.json, or ids back into text (--decode). Input comes "
+    "Turn text into token ids with a model folder's tokenizer (tokenizer.json, else tokenizer.model), or ids back into text (--decode). Input comes "
     "from standard input, or --text. Without --jsonl the whole input is one text and the output is one line of ids; "
     "with --jsonl each input line is a JSON string (or, with --decode, a JSON array of ids) and each output line its "
     "result. Special-token text such as <|im_start|> becomes its token either way; --add-special-tokens adds the "
     "tokenizer's BOS/EOS as its template says. Text must be UTF-8.",
     "(--model DIR | --tokenizer FILE) [--add-special-tokens] [--decode] [--jsonl] [--text T]",
-    {{"--model", true, "a model folder holding tokenizer.json", "DIR"},
-     {"--tokenizer", true, "a tokenizer.json file", "FILE"},
+    {{"--model", true, "a model folder holding tokenizer.json or tokenizer.model", "DIR"},
+     {"--tokenizer", true, "a tokenizer.json file, or a SentencePiece .model (tokenizer_config.json beside it is read)", "FILE"},
      {"--add-special-tokens", false, "add the template's special tokens (BOS/EOS)"},
      {"--decode", false, "ids in, text out"},
      {"--jsonl", false, "one JSON value per line, in and out"},

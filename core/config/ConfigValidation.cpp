@@ -160,14 +160,17 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
         }
         if (c.data.source == "addition") {
             check.add("data.source", "an hf model trains on its own tokenizer's ids: use \"text\", \"jsonl\" or \"chat\" "
-                                     "(tokenized with the folder's tokenizer.json) or \"tokens\" (ids already made); addition "
+                                     "(tokenized with the folder's tokenizer) or \"tokens\" (ids already made); addition "
                                      "is for the built-in models");
         } else if ((c.data.source == "text" || c.data.source == "jsonl" || c.data.source == "chat") && checkFiles && !m.path.empty()) {
             namespace fs = std::filesystem;
             std::error_code ec;
-            if (fs::is_directory(resolvedModelPath(c), ec) && !fs::is_regular_file(fs::path(resolvedModelPath(c)) / "tokenizer.json", ec))
-                check.add("data.source", "\"" + c.data.source + "\" is tokenized with the model folder's tokenizer.json, and " +
-                                             resolvedModelPath(c) + " has none; add it, or give token ids with \"tokens\"");
+            const fs::path folder = resolvedModelPath(c);
+            if (fs::is_directory(folder, ec) && !fs::is_regular_file(folder / "tokenizer.json", ec)
+                && !fs::is_regular_file(folder / "tokenizer.model", ec))
+                check.add("data.source", "\"" + c.data.source + "\" is tokenized with the model folder's tokenizer.json (or "
+                                             "SentencePiece tokenizer.model), and " + folder.string()
+                                             + " has neither; add one, or give token ids with \"tokens\"");
         }
     } else if (m.type == "torchscript") {
         if (m.path.empty()) {

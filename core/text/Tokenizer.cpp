@@ -11,6 +11,7 @@
 
 #include "common/Errors.h"
 #include "text/Bpe.h"
+#include "text/SentencePieceModel.h"
 #include "text/Regex.h"
 #include "text/Unicode.h"
 
@@ -895,6 +896,11 @@ struct Tokenizer::Impl {
     NormalizerPtr normalizer;
     PreTokenizerPtr preTokenizer;
     std::unique_ptr<Bpe> model;
+    // A tokenizer.model instead of a tokenizer.json: SentencePiece encodes
+    // the text between special tokens; BOS/EOS as tokenizer_config.json says.
+    std::shared_ptr<const SentencePieceModel> sp;
+    bool spAddBos = true, spAddEos = false;
+    std::int32_t spBos = -1, spEos = -1;
     PostProcessorPtr postProcessor;
     DecoderPtr decoder;
     std::vector<AddedToken> added;
@@ -959,6 +965,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Tokenizer Tokenizer::fromFile(const std::filesystem::path& file)
 {
+    if (file.extension() == ".model") return fromSentencePiece(file);
     std::error_code ec;
     const auto size = std::filesystem::file_size(file, ec);
     if (ec) throw InputError(file.string() + ": cannot read the tokenizer (" + ec.message() + ")");
@@ -971,21 +978,132 @@ Tokenizer Tokenizer::fromFile(const std::filesystem::path& file)
     return fromJson(text, file.string());
 }
 
-bool Tokenizer::folderHasTokenizer(const std::filesystem::path& dir)
+std::filesystem::path Tokenizer::folderTokenizerFile(const std::filesystem::path& dir)
 {
+    // tokenizer.json first, as transformers' fast tokenizers read it.
     std::error_code ec;
-    return std::filesystem::is_regular_file(dir / "tokenizer.json", ec);
+    for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+        if (std::filesystem::is_regular_file(dir / name, ec)) return dir / name;
+    }
+    return {};
 }
+
+bool Tokenizer::folderHasTokenizer(const std::filesystem::path& dir) { return !folderTokenizerFile(dir).empty(); }
 
 Tokenizer Tokenizer::fromModelFolder(const std::filesystem::path& dir)
 {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec)) throw InputError(dir.string() + " is not a folder");
-    if (folderHasTokenizer(dir)) return fromFile(dir / "tokenizer.json");
-    if (std::filesystem::is_regular_file(dir / "tokenizer.model", ec))
-        throw InputError(dir.string() + " has only a SentencePiece tokenizer.model; Trainbench reads tokenizer.json. "
-                                        "Save the tokenizer with transformers' save_pretrained to write one.");
-    throw InputError(dir.string() + " has no tokenizer.json");
+    const auto file = folderTokenizerFile(dir);
+    if (file.empty()) throw InputError(dir.string() + " has no tokenizer.json or tokenizer.model");
+    return fromFile(file);
+}
+
+Tokenizer Tokenizer::fromSentencePiece(const std::filesystem::path& file)
+{
+    auto impl = std::make_shared<Impl>();
+    impl->sp = SentencePieceModel::load(file);
+    impl->source = file.string();
+    std::string content;
+    {
+        std::ifstream in(file, std::ios::binary);
+        content.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const auto configFile = file.parent_path() / "tokenizer_config.json";
+    std::optional<json> config;
+    {
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(configFile, ec)) {
+            std::ifstream in(configFile, std::ios::binary);
+            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            content += text; // add_bos_token and the added tokens change the ids
+            try {
+                config = json::parse(text);
+            } catch (const json::parse_error& e) {
+                throw InputError(configFile.string() + ": not valid JSON at byte " + std::to_string(e.byte));
+            }
+            if (!config->is_object()) throw InputError(configFile.string() + ": must be a JSON object");
+        }
+    }
+    {
+        char buf[17];
+        std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(content)));
+        impl->hash = buf;
+    }
+    const auto addSpecial = [&](const std::string& content, std::int32_t id, bool special, bool lstrip, bool rstrip) {
+        if (content.empty() || impl->addedByContent.count(content)) return;
+        AddedToken t;
+        t.content = t.pattern = content;
+        t.id = id;
+        t.special = special;
+        t.normalized = false;
+        t.lstrip = lstrip;
+        t.rstrip = rstrip;
+        impl->addedByContent[content] = id;
+        if (special) impl->specialContents.insert(content);
+        impl->addedById[id] = impl->added.size();
+        impl->added.push_back(t);
+    };
+    // Tokens tokenizer_config.json adds (chat markers beyond the model's
+    // pieces, or pieces made special), as transformers' added_tokens_decoder.
+    if (config) {
+        const std::string at = configFile.string();
+        if (const auto it = config->find("added_tokens_decoder"); it != config->end() && it->is_object()) {
+            for (const auto& [key, a] : it->items()) {
+                std::int32_t id = -1;
+                try {
+                    id = std::stoi(key);
+                } catch (const std::exception&) {
+                    throw InputError(at + ": added_tokens_decoder key \"" + clipForMessage(key) + "\" is not a token id");
+                }
+                const std::string where = at + ": added_tokens_decoder[\"" + key + "\"]";
+                if (!a.is_object()) throw InputError(where + " must be an object");
+                const std::string text = stringField(a, "content", where);
+                if (firstInvalidUtf8(text) != std::string::npos) throw InputError(where + ".content is not valid UTF-8");
+                if (id < 0 || id > 16'000'000) throw InputError(where + ": the id must be from 0 to 16000000");
+                if (id < impl->sp->size() && impl->sp->piece(id) != text) {
+                    throw InputError(where + ": \"" + clipForMessage(text) + "\" but tokenizer.model's piece " + key + " is \""
+                                     + clipForMessage(*impl->sp->piece(id)) + "\"");
+                }
+                addSpecial(text, id, boolField(a, "special", false, where), boolField(a, "lstrip", false, where),
+                           boolField(a, "rstrip", false, where));
+            }
+        }
+        const auto flag = [&](const char* key, bool fallback) {
+            const auto it = config->find(key);
+            return it != config->end() && it->is_boolean() ? it->get<bool>() : fallback;
+        };
+        impl->spAddBos = flag("add_bos_token", true);
+        impl->spAddEos = flag("add_eos_token", false);
+    }
+    // SentencePiece's control symbols (<s>, </s>) and its unknown piece are
+    // special: their text in the input becomes the token.
+    for (std::int32_t id = 0; id < impl->sp->size(); ++id) {
+        if (impl->sp->isControlOrUnknown(id)) addSpecial(*impl->sp->piece(id), id, true, false, false);
+    }
+    // BOS and EOS: tokenizer_config.json's bos_token/eos_token, else <s> and </s>.
+    const auto tokenNamed = [&](const char* key, const char* fallback) -> std::int32_t {
+        std::string text = fallback;
+        if (config) {
+            if (const auto it = config->find(key); it != config->end()) {
+                if (it->is_string()) text = it->get<std::string>();
+                else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) text = (*it)["content"].get<std::string>();
+                else if (it->is_null()) return -1;
+            }
+        }
+        if (const auto a = impl->addedByContent.find(text); a != impl->addedByContent.end()) return a->second;
+        return impl->sp->id(text).value_or(-1);
+    };
+    impl->spBos = tokenNamed("bos_token", "<s>");
+    impl->spEos = tokenNamed("eos_token", "</s>");
+    if (impl->spAddBos && impl->spBos < 0) impl->spAddBos = false;
+    if (impl->spAddEos && impl->spEos < 0) impl->spAddEos = false;
+    impl->limit = impl->sp->size();
+    for (std::size_t i = 0; i < impl->added.size(); ++i) {
+        impl->rawTrie.add(impl->added[i].content, i);
+        impl->limit = std::max(impl->limit, impl->added[i].id + 1);
+    }
+    return Tokenizer(std::move(impl));
 }
 
 Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source)
@@ -1071,6 +1189,19 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
     std::vector<Piece> pieces;
     if (!text.empty()) pieces.push_back({std::string(text), true, -1});
     m->splitAdded(pieces, m->rawTrie);
+    if (m->sp) {
+        // SentencePiece: each stretch between special tokens is encoded on
+        // its own (with its dummy-prefix space), as transformers' slow
+        // Llama tokenizer does.
+        std::vector<std::int32_t> ids;
+        if (addSpecialTokens && m->spAddBos) ids.push_back(m->spBos);
+        for (const auto& p : pieces) {
+            if (p.id >= 0) ids.push_back(p.id);
+            else m->sp->encode(p.text, ids);
+        }
+        if (addSpecialTokens && m->spAddEos) ids.push_back(m->spEos);
+        return ids;
+    }
     splitEach(pieces, [&](Piece& p, std::vector<Piece>& out) {
         if (m->normalizer) m->normalizer->apply(p.text);
         if (!p.text.empty()) out.push_back(std::move(p));
@@ -1090,12 +1221,37 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
 std::optional<std::string> Tokenizer::idToToken(std::int32_t id) const
 {
     if (const auto it = m->addedById.find(id); it != m->addedById.end()) return m->added[it->second].pattern;
+    if (m->sp) return m->sp->piece(id);
     if (const auto* t = m->model->idToToken(id)) return *t;
     return std::nullopt;
 }
 
 std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpecialTokens) const
 {
+    if (m->sp) {
+        // Runs of model pieces go to SentencePiece; added and special tokens
+        // are their text (none with skipSpecialTokens).
+        std::string out;
+        std::vector<std::int32_t> run;
+        const auto flush = [&] {
+            if (!run.empty()) out += m->sp->decode(run);
+            run.clear();
+        };
+        for (const auto id : ids) {
+            if (const auto it = m->addedById.find(id); it != m->addedById.end()) {
+                flush();
+                const auto& t = m->added[it->second];
+                if (!(skipSpecialTokens && t.special)) out += t.content;
+            } else if (id >= 0 && id < m->sp->size()) {
+                run.push_back(id);
+            } else {
+                throw InputError("the id " + std::to_string(id) + " is not in the tokenizer's vocabulary (ids run from 0 to " +
+                                 std::to_string(m->limit - 1) + ")");
+            }
+        }
+        flush();
+        return out;
+    }
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
     for (const auto id : ids) {
@@ -1122,6 +1278,7 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
 std::optional<std::int32_t> Tokenizer::tokenToId(std::string_view token) const
 {
     if (const auto it = m->addedByContent.find(std::string(token)); it != m->addedByContent.end()) return it->second;
+    if (m->sp) return m->sp->id(token);
     return m->model->tokenToId(token);
 }
 

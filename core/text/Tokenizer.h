@@ -2,7 +2,9 @@
 // A Hugging Face tokenizer.json, run in C++ with the ids Hugging Face's own
 // `tokenizers` library gives: added tokens split out first, then the
 // normalizer, pre-tokenizer, model (BPE), post-processor; the decoder back.
-// Unigram and WordPiece models are refused by name.
+// Unigram and WordPiece models are refused by name. A folder with only a
+// SentencePiece tokenizer.model is run by libsentencepiece, special tokens
+// split out first.
 
 #include <cstdint>
 #include <filesystem>
@@ -16,15 +18,24 @@ namespace tb::text {
 
 class Tokenizer final {
 public:
-    // Reads a tokenizer.json. Throws InputError naming the file and what is
-    // wrong or unsupported.
+    // Reads a tokenizer.json (or a SentencePiece FILE.model). Throws
+    // InputError naming the file and what is wrong or unsupported.
     static Tokenizer fromFile(const std::filesystem::path& file);
+    // A SentencePiece tokenizer.model, with tokenizer_config.json beside it
+    // when there is one: its added_tokens_decoder, add_bos_token (default
+    // true) and add_eos_token (default false), bos_token and eos_token.
+    // Special-token text (those, and SentencePiece's control and unknown
+    // pieces) is split out before SentencePiece encodes the text between.
+    static Tokenizer fromSentencePiece(const std::filesystem::path& file);
     // Reads the text of a tokenizer.json; `source` names it in messages.
     static Tokenizer fromJson(const std::string& text, const std::string& source);
-    // The tokenizer of a model folder: DIR/tokenizer.json.
+    // The tokenizer of a model folder: DIR/tokenizer.json, else DIR/tokenizer.model.
     static Tokenizer fromModelFolder(const std::filesystem::path& dir);
     // Whether a model folder has a tokenizer Trainbench reads.
     static bool folderHasTokenizer(const std::filesystem::path& dir);
+    // The file fromModelFolder reads: DIR/tokenizer.json, else
+    // DIR/tokenizer.model; empty when the folder has neither.
+    static std::filesystem::path folderTokenizerFile(const std::filesystem::path& dir);
 
     // Text -> ids. Special-token text in `text` becomes its token whether or
     // not `addSpecialTokens` is set; `addSpecialTokens` runs the
