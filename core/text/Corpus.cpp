@@ -174,11 +174,21 @@ std::string encodeConversation(const ojson& record, const CorpusSpec& spec, cons
     std::vector<std::pair<std::size_t, std::size_t>> spans;
     for (const bool stripped : {false, true}) {
         ojson marked = context;
-        for (auto& m : marked["messages"])
-            if (m["role"] == "assistant" && m["content"].is_string()) {
-                const std::string c = m["content"].get<std::string>();
-                m["content"] = kOpen + (stripped ? stripWhiteSpace(c) : c) + kClose;
+        const auto mark = [&](ojson& text) {
+            const std::string c = text.get<std::string>();
+            text = kOpen + (stripped ? stripWhiteSpace(c) : c) + kClose;
+        };
+        for (auto& m : marked["messages"]) {
+            if (m["role"] != "assistant") continue;
+            if (m["content"].is_string()) {
+                mark(m["content"]);
+            } else if (m["content"].is_array()) {
+                // Content as a list of parts (multimodal messages): each text part.
+                for (auto& part : m["content"]) {
+                    if (part.is_object() && part.contains("text") && part["text"].is_string()) mark(part["text"]);
+                }
             }
+        }
         std::string rendered;
         try {
             rendered = spec.chat->render(marked);
