@@ -413,11 +413,19 @@ def check_errors(path):
     cases = [
         (["--jsonl"], b'"ok"\n"\xff\xfe bad"\n', "line 2"),
         ([], b"abc\xc3(", "not valid UTF-8 at byte 3"),
-        (["--decode"], b"1 2 x", "\"x\" is not a token id"),
+        (["--decode"], b"1 2 x", "entry 3 is \"x\""),
+        (["--decode"], b"1,,2", "entry 2 is \"\""),
+        (["--decode"], b"1 -2", "entry 2 is \"-2\""),
+        (["--decode"], b"3,", "entry 2 is \"\""),
         (["--decode"], b"99999999", "not in the tokenizer's vocabulary"),
         (["--jsonl"], b"[1,2]\n", "one JSON string"),
         (["--jsonl", "--decode"], b'"text"\n', "JSON array of ids"),
     ]
+    # Ids as people type them: commas, spaces or both.
+    same = [subprocess.run([CLI, "tokenize", "--tokenizer", path, "--decode"], input=d, capture_output=True).stdout
+            for d in (b"9707 1879 11", b"9707,1879,11", b"9707, 1879 ,11\n")]
+    if len(set(same)) != 1 or not same[0]:
+        problems.append("tokenize --decode: ids with commas and spaces decode differently: %r" % same)
     for args, data, expected in cases:
         p = subprocess.run([CLI, "tokenize", "--tokenizer", path] + args, input=data, capture_output=True)
         err = p.stderr.decode(errors="replace")

@@ -32,34 +32,6 @@ double temperatureOf(const Args& args)
     return v;
 }
 
-// "1,2,3" (spaces allowed) -> ids; InputError naming the first bad entry.
-std::vector<std::int64_t> parseIds(const std::string& text)
-{
-    std::vector<std::int64_t> ids;
-    std::size_t start = 0;
-    while (start <= text.size()) {
-        auto end = text.find(',', start);
-        if (end == std::string::npos) end = text.size();
-        auto item = text.substr(start, end - start);
-        item.erase(0, item.find_first_not_of(" \t"));
-        item.erase(item.find_last_not_of(" \t") + 1);
-        std::size_t used = 0;
-        long long v = -1;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (item.empty() || used != item.size() || v < 0) {
-            throw InputError("option --prompt-ids must be token ids separated by commas, e.g. 1,15043,29892; entry "
-                             + std::to_string(ids.size() + 1) + " is \"" + item + "\"");
-        }
-        ids.push_back(v);
-        start = end + 1;
-    }
-    return ids;
-}
-
 int sampleFolder(const Args& args, const std::string& folder)
 {
     if (!args.positionals().empty()) {
@@ -93,7 +65,7 @@ int sampleFolder(const Args& args, const std::string& folder)
         if (encoded.empty()) throw InputError("--prompt is empty; give some text to continue");
         request.promptIds.assign(encoded.begin(), encoded.end());
     } else {
-        request.promptIds = parseIds(*ids);
+        request.promptIds = text::parseTokenIds(*ids, "option --prompt-ids");
     }
     request.maxTokens = static_cast<int>(args.integer("--max-tokens", 0, 100000).value_or(64));
     request.topK = static_cast<int>(args.integer("--top-k", 0, 1000000).value_or(0));

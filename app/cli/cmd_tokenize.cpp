@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 #include <unistd.h>
 
 #include "Command.h"
@@ -32,20 +31,6 @@ std::string idsLine(const std::vector<std::int32_t>& ids)
     return out;
 }
 
-std::int32_t parseId(const std::string& word, const std::string& where)
-{
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-        v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != word.size() || v < 0 || v > 0x7FFFFFFF)
-        throw InputError(where + ": \"" + text::clipForMessage(word, 40) + "\" is not a token id (a non-negative integer)");
-    return std::int32_t(v);
-}
-
 int tokenize(const Args& args)
 {
     const auto model = args.value("--model");
@@ -71,11 +56,8 @@ int tokenize(const Args& args)
             std::cout << idsLine(tok.encode(input, special)) << "\n";
             return kExitOk;
         }
-        std::vector<std::int32_t> ids;
-        std::istringstream words(input);
-        std::string word;
-        std::size_t n = 0;
-        while (words >> word) ids.push_back(parseId(word, "id " + std::to_string(++n)));
+        const auto parsed = text::parseTokenIds(input, "the input of --decode");
+        const std::vector<std::int32_t> ids(parsed.begin(), parsed.end());
         const std::string out = tok.decode(ids);
         std::cout << out;
         if (isatty(STDOUT_FILENO)) std::cout << "\n"; // a terminal gets its prompt on the next line; a pipe gets the text exactly

@@ -1361,4 +1361,40 @@ FolderSpecialTokens readFolderSpecialTokens(const std::filesystem::path& dir, co
     return out;
 }
 
+std::vector<std::int64_t> parseTokenIds(std::string_view text, const std::string& what, std::int64_t limit)
+{
+    std::vector<std::int64_t> ids;
+    const auto bad = [&](std::string_view entry) {
+        return InputError(what + " must be token ids separated by commas or spaces, each from 0 to " + std::to_string(limit - 1)
+                          + " (e.g. 1,15043,29892); entry " + std::to_string(ids.size() + 1) + " is \""
+                          + clipForMessage(std::string(entry), 40) + "\"");
+    };
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+    std::size_t i = 0;
+    bool needId = false; // after a comma, an id must come
+    while (true) {
+        while (i < text.size() && space(text[i])) ++i;
+        if (i == text.size()) {
+            if (needId) throw bad("");
+            return ids;
+        }
+        if (text[i] == ',') throw bad(""); // a comma with no id before it
+        std::size_t end = i;
+        while (end < text.size() && !space(text[end]) && text[end] != ',') ++end;
+        const std::string_view entry = text.substr(i, end - i);
+        std::int64_t value = 0;
+        bool ok = !entry.empty() && entry.size() <= 18;
+        for (const char c : entry) {
+            if (c < '0' || c > '9') ok = false;
+            else value = value * 10 + (c - '0');
+        }
+        if (!ok || value >= limit) throw bad(entry);
+        ids.push_back(value);
+        i = end;
+        while (i < text.size() && space(text[i])) ++i;
+        needId = i < text.size() && text[i] == ',';
+        if (needId) ++i;
+    }
+}
+
 } // namespace tb::text

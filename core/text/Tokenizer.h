@@ -69,6 +69,12 @@ private:
     std::shared_ptr<const Impl> m;
 };
 
+// Token ids as people type them: "1,15043,29892", "1 15043 29892" or
+// "1, 15043" (commas, white space or both between ids). Throws InputError
+// naming `what` and the first bad entry, counted from 1: not a non-negative
+// integer, an empty entry between two commas, or an id at or above `limit`.
+std::vector<std::int64_t> parseTokenIds(std::string_view text, const std::string& what, std::int64_t limit = 0x80000000LL);
+
 // The special tokens a model folder declares (its chat template: text::readFolderChatTemplate): BOS and EOS
 // from tokenizer_config.json (bos_token, eos_token), else config.json's or
 // generation_config.json's bos_token_id / eos_token_id; -1 when none says.

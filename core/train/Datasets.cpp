@@ -454,28 +454,7 @@ std::vector<std::int64_t> TokenDataset::encodePrompt(const std::string& text) co
         if (out.empty()) throw InputError("the prompt is empty; give some text to continue");
         return out;
     }
-    std::vector<std::int64_t> ids;
-    std::size_t start = 0;
-    while (start <= text.size()) {
-        auto end = text.find(',', start);
-        if (end == std::string::npos) end = text.size();
-        const auto item = text.substr(start, end - start);
-        std::size_t used = 0;
-        long long v = -1;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (item.empty() || used != item.size() || v < 0 || v >= m_vocab) {
-            throw InputError("a prompt for a token-id model is ids separated by commas, each below "
-                             + std::to_string(m_vocab) + " (e.g. \"1,15043\"); entry " + std::to_string(ids.size() + 1)
-                             + " is \"" + item + "\"");
-        }
-        ids.push_back(v);
-        start = end + 1;
-    }
-    return ids;
+    return text::parseTokenIds(text, "a prompt for a token-id model", m_vocab);
 }
 
 std::vector<std::int64_t> Dataset::encodeChatPrompt(const std::string&) const
