@@ -10,10 +10,13 @@ import json
 import os
 import random
 import shutil
+import signal
+import sqlite3
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.join(HERE, "reference", "hf_reference.py")
@@ -261,6 +264,63 @@ def train(tmp, name, folder, steps, lr, **extra):
     return trainbench("train", "--config", path, "--db", os.path.join(tmp, "runs.db"))
 
 
+def exported_losses(db, run):
+    out = trainbench("export", str(run), "--db", db).stdout
+    series = {}
+    for line in out.splitlines()[1:]:
+        parts = line.split(",")
+        if len(parts) >= 4 and parts[2] == "loss":
+            series.setdefault(int(parts[1]), []).append(float(parts[3]))
+    return series
+
+
+def hf_resume(tmp, model, targets):
+    """A LoRA fine-tune of a folder, stopped with Ctrl-C mid-run and resumed,
+    stores each step once and gives the losses of the same run uninterrupted."""
+    db = os.path.join(tmp, "runs.db")
+    steps = 300
+    extra = {"lora": {"rank": 4, "alpha": 8, "targets": targets}, "train": {"checkpoint_every": 10}}
+    ref = train(tmp, "resume-ref", model, steps, 1e-2, **extra)
+    check(ref.returncode == 0, "the uninterrupted LoRA run failed: %s" % ref.stderr.strip()[-300:])
+    cfg = {"name": "resume-cut", "device": "cpu", "model": {"type": "hf", "path": model},
+           "data": {"source": "tokens", "path": os.path.join(tmp, "train.bin"), "seq_len": 24},
+           "train": {"batch_size": 8, "steps": steps, "eval_every": steps, "seed": 3, "checkpoint_every": 10},
+           "optim": {"lr": 1e-2, "warmup_steps": 0}, "lora": extra["lora"]}
+    path = os.path.join(tmp, "resume-cut.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    with sqlite3.connect(db) as c:
+        before = {r[0] for r in c.execute("SELECT id FROM runs")}
+    proc = subprocess.Popen([CLI, "train", "--config", path, "--db", db], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    run, deadline = None, time.time() + 120
+    while time.time() < deadline and run is None and proc.poll() is None:
+        time.sleep(0.1)
+        with sqlite3.connect(db) as c:
+            rows = [r for r in c.execute("SELECT id, steps_done FROM runs") if r[0] not in before]
+        if rows and (rows[0][1] or 0) >= 25:
+            run = rows[0][0]
+            proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    with sqlite3.connect(db) as c:
+        status, done = c.execute("SELECT status, steps_done FROM runs WHERE id = ?", (run or -1,)).fetchone() or (None, 0)
+    check(run is not None and proc.returncode == 130 and status == "cancelled" and 0 < done < steps,
+          "Ctrl-C stops the hf LoRA run mid-run (rc %s, %s at step %s): %s" % (proc.returncode, status, done, err.strip()[-200:]))
+    if run is None:
+        return
+    got = trainbench("resume", str(run), "--db", db, "--quiet")
+    check(got.returncode == 0, "resume of the hf LoRA run failed: %s" % got.stderr.strip()[-300:])
+    resumed, uninterrupted = exported_losses(db, run), exported_losses(db, run_id(ref) or -1)
+    once = sorted(resumed) == list(range(1, steps + 1)) and all(len(v) == 1 for v in resumed.values())
+    check(once, "each of the %d steps is stored once after the resume (%d steps, %d duplicated)"
+          % (steps, len(resumed), sum(len(v) > 1 for v in resumed.values())))
+    worst = max((abs(resumed[k][0] - uninterrupted[k][0]) for k in resumed if k in uninterrupted), default=float("inf"))
+    check(len(uninterrupted) == steps and worst <= 1e-6,
+          "the resumed run's losses equal the uninterrupted run's (largest difference %.3g)" % worst)
+    print("ok %-44s stopped at step %d, largest loss difference %.1e" % ("llama: LoRA run stopped and resumed", done, worst),
+          flush=True)
+
+
 def final_val_loss(result):
     for line in result.stdout.splitlines():
         if " finished" in line and "val loss" in line:
@@ -355,6 +415,8 @@ def training(tmp, family):
           "sample RUN prints the prompt and its continuation as one id list: %r" % got.stdout)
     print("ok %-44s adapter vs merged %.2e, decode %s" % (family + ": PEFT adapter = merged export", worst, ids),
           flush=True)
+    if family == "llama":
+        hf_resume(tmp, model, targets)
 
     # train.init_from: the PEFT adapter into this run's adapters, the same adapter
     # merged into a run without LoRA, and a model folder of the family. Each run is
