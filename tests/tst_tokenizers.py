@@ -725,6 +725,21 @@ def chat_training_run(tmp, modules):
         if result["completion"] != expected:
             failures.append("sample RUN --prompt: the completion %r is not the text it adds to the prompt, %r%s" % (
                 result["completion"], expected, " (decoded alone it is %r)" % alone if alone != expected else ""))
+    # export-model carries the tokenizer files: the export tokenizes and renders as the source folder.
+    export = os.path.join(tmp, "chat-export")
+    got = subprocess.run([CLI, "export-model", rid, "--output", export, "--db", db], capture_output=True, text=True, env=env)
+    if got.returncode != 0:
+        failures.append("export-model of the chat run: %s" % got.stderr.strip())
+    else:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            if open(os.path.join(export, name), "rb").read() != open(os.path.join(folder, name), "rb").read():
+                failures.append("export-model: %s differs from the source folder's" % name)
+        conversation = json.dumps({"messages": [{"role": "user", "content": "What is 2 plus 3?"},
+                                                {"role": "assistant", "content": "2 plus 3 is 5."}]}) + "\n"
+        shown = [subprocess.run([CLI, "chat-template", "--model", d, "--tokenize"], input=conversation, capture_output=True,
+                                text=True).stdout for d in (folder, export)]
+        if not shown[0] or shown[0] != shown[1]:
+            failures.append("export-model: the export renders and tokenizes a conversation differently: %r" % shown)
     print("chat run: 4 bad lines named and skipped, loss %.3f -> %.3f on assistant tokens, sample --chat: %r" % (
         losses[0] if losses else -1, losses[-1] if losses else -1, sample.stdout.strip()[:60]))
     return failures
