@@ -17,6 +17,8 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 
+#include <csignal>
+
 #include "ConfigDocument.h"
 #include "HistoryPanel.h"
 #include "LossPlot.h"
@@ -172,6 +174,20 @@ private Q_SLOTS:
         const auto losses = RunStore(db.toStdString(), RunStore::Mode::ReadOnly).metricsFrom(resumed.runId, "loss", 0);
         QCOMPARE(static_cast<int>(losses.size()), resumed.stepsDone);
         QCOMPARE(losses.back().step, resumed.stepsDone);
+
+        // Rank 0 killed: the launcher ends the others and itself, the run is
+        // left "running" in the store; the panel marks it interrupted and ends.
+        QVERIFY(!window.startProcesses(2).isEmpty());
+        QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() && progress.last().at(0).toInt() >= 10 && run->currentRunId() > 0, 120000);
+        const qint64 killedRun = run->currentRunId();
+        const auto owner = RunStore(db.toStdString(), RunStore::Mode::ReadOnly).run(killedRun)->ownerPid;
+        QVERIFY(owner && *owner > 0);
+        QCOMPARE(::kill(static_cast<pid_t>(*owner), SIGKILL), 0);
+        QVERIFY(finished.wait(60000));
+        const auto killed = finished.takeFirst().at(0).value<tb::SessionOutcome>();
+        QCOMPARE(killed.runId, killedRun);
+        QCOMPARE(killed.status, RunStatus::Interrupted);
+        QVERIFY(!run->isRunning());
 
         // Processes that end before their run starts: one sentence with what they said.
         QVERIFY(!run->startProcesses({"resume", "999", "--db", db}, 2, "Resuming run 999…").isEmpty());

@@ -447,6 +447,11 @@ void MainWindow::runOnSlurm()
 
 void MainWindow::closeEvent(QCloseEvent* event)
 {
+    // The config first: a cancelled save keeps the window, and the run shown, as they were.
+    if (!maybeSave()) {
+        event->ignore();
+        return;
+    }
     if (m_run->isRemoteRun()) {
         // The run lives on its host: closing only stops watching (History > Attach reopens it).
         m_run->detachRemote();
@@ -459,10 +464,6 @@ void MainWindow::closeEvent(QCloseEvent* event)
             return;
         }
         m_run->stopAndWait();
-    }
-    if (!maybeSave()) {
-        event->ignore();
-        return;
     }
     QSettings settings;
     settings.setValue("window/geometry", saveGeometry());

@@ -8,6 +8,9 @@
 #include <thread>
 
 #include <csignal>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/Errors.h"
 #include "config/RunConfig.h"
@@ -37,11 +40,12 @@ QString RemoteRunWorker::hostLabel() const
 
 void RemoteRunWorker::requestStop()
 {
-    if (const qint64 launcher = m_launcherPid.load(); launcher > 0) {
+    if (const int launcher = m_launcherFd.load(); launcher >= 0) {
         // The launcher passes one SIGINT to every rank: they stop together
         // after the step in progress, and rank 0 writes the checkpoint.
-        if (::kill(static_cast<pid_t>(launcher), SIGINT) != 0) {
-            pushEvent("warning", "stop", "the processes' launcher (pid " + std::to_string(launcher) + ") has already ended");
+        m_stopAsked = true;
+        if (::syscall(SYS_pidfd_send_signal, launcher, SIGINT, nullptr, 0) != 0) {
+            pushEvent("warning", "stop", "the processes' launcher has already ended");
         }
         return;
     }
@@ -121,7 +125,7 @@ void RemoteRunWorker::pushStep(StepMetrics step)
 
 void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath, const QString& sendData)
 {
-    m_launcherPid = 0;
+    releaseLauncher();
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         m_localLabel.clear();
@@ -177,7 +181,7 @@ void RemoteRunWorker::launch(const tb::remote::Host& host, const QString& config
 void RemoteRunWorker::attach(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath)
 {
     m_detached = false;
-    m_launcherPid = 0;
+    releaseLauncher();
     {
         std::lock_guard<std::mutex> lock(m_mutex);
         m_host = host;
@@ -311,16 +315,24 @@ std::string tailOf(const QString& path, int lines)
     return parts.join('\n').toStdString();
 }
 
-// Whether a process is still there: a zombie that nobody reaps (a detached
-// launcher's parent may be an init that does not) counts as gone.
-bool processRuns(qint64 pid)
+// Whether the process of a pidfd is still running. A pidfd becomes readable
+// when its process exits, also while it is a zombie that nobody reaps (a
+// detached launcher's parent may be an init that does not).
+bool processRuns(int pidfd)
 {
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-    QFile stat(QString("/proc/%1/stat").arg(pid));
-    if (!stat.open(QIODevice::ReadOnly)) return true;
-    const QByteArray text = stat.readAll();
-    const int close = text.lastIndexOf(')'); // the name may hold spaces and parentheses
-    return !(close > 0 && close + 2 < text.size() && text.at(close + 2) == 'Z');
+    if (pidfd < 0) return false;
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+}
+
+// The run id in the file --run-id-file writes; 0 while there is none.
+qint64 readRunId(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) return 0;
+    bool ok = false;
+    const qint64 id = file.readAll().trimmed().toLongLong(&ok);
+    return ok && id > 0 ? id : 0;
 }
 
 SessionOutcome outcomeOf(const RunRecord& run, RunStore& store)
@@ -351,41 +363,56 @@ SessionOutcome outcomeOf(const RunRecord& run, RunStore& store)
 
 } // namespace
 
-void RemoteRunWorker::watchProcesses(const QString& runIdFile, const QString& log, qint64 launcherPid, int processes,
-                                     const QString& dbPath)
+void RemoteRunWorker::releaseLauncher()
 {
-    m_detached = false;
+    if (const int fd = m_launcherFd.exchange(-1); fd >= 0) ::close(fd);
+}
+
+void RemoteRunWorker::prepareProcesses(qint64 launcherPid, int processes)
+{
+    releaseLauncher();
+    // Opened at once, while the launcher surely runs (it waits for its ranks).
+    // Debian 12's <sys/pidfd.h> declares these without C linkage: the system calls.
+    m_launcherFd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(launcherPid), 0));
+    m_stopAsked = false;
     m_stopWatching = false;
-    m_launcherPid = launcherPid;
+    m_detached = false;
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_host = {};
+    m_localLabel = std::to_string(processes) + " processes here";
+    m_remoteRunId = 0;
+}
+
+void RemoteRunWorker::watchProcesses(const QString& runIdFile, const QString& log, int processes, const QString& dbPath)
+{
     const std::string label = std::to_string(processes) + " processes here";
-    {
-        std::lock_guard<std::mutex> lock(m_mutex);
-        m_host = {};
-        m_localLabel = label;
-        m_remoteRunId = 0;
-    }
     m_steps = {};
     m_eval = {};
     m_totalSteps = 0;
+    const auto ended = [&](SessionOutcome outcome) {
+        releaseLauncher();
+        Q_EMIT finished(outcome);
+    };
     // The run exists once the ranks have met: its id appears in the file.
     qint64 runId = 0;
-    while (runId == 0) {
-        QFile file(runIdFile);
-        if (file.open(QIODevice::ReadOnly)) runId = file.readAll().trimmed().toLongLong();
-        if (runId > 0) break;
-        if (!processRuns(launcherPid) && !QFile::exists(runIdFile)) {
-            m_launcherPid = 0;
+    while ((runId = readRunId(runIdFile)) == 0) {
+        if (!processRuns(m_launcherFd.load())) {
+            runId = readRunId(runIdFile); // written just before the launcher ended
+            if (runId > 0) break;
             const auto said = tailOf(log, 4);
-            Q_EMIT refused(QString::fromStdString("the " + std::to_string(processes) + " processes ended before the run started"
-                                                  + (said.empty() ? std::string(" (their output is in ") + log.toStdString() + ")"
-                                                                  : ":\n" + said)));
+            const std::string what = m_stopAsked ? "stopped before the run started" : "the " + std::to_string(processes)
+                    + " processes ended before the run started";
+            releaseLauncher();
+            Q_EMIT refused(QString::fromStdString(
+                what + (said.empty() ? std::string(" (their output is in ") + log.toStdString() + ")" : ":\n" + said)));
             return;
         }
         if (m_stopWatching) {
             SessionOutcome outcome;
             outcome.status = RunStatus::Running;
-            outcome.message = "stopped watching before the run started; its output is in " + log.toStdString();
-            Q_EMIT finished(outcome);
+            outcome.message = "stopped watching before the run started; the processes go on, their output is in "
+                + log.toStdString();
+            ended(outcome);
             return;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -402,6 +429,8 @@ void RemoteRunWorker::watchProcesses(const QString& runIdFile, const QString& lo
             m_remoteRunId = runId;
         }
         Q_EMIT started(runId, runId, QString::fromStdString("on " + label), run->estimatedPeakBytes.value_or(0));
+        // A rank 0 that dies without ending its run: the store reads the run
+        // as interrupted once its owner is gone, which ends the follow.
         remote::StoreFollowOptions options;
         end = remote::followStore(
             store, runId, options, [&](const remote::FollowRecord& r) { handleRecord(r); }, {}, &m_stopWatching);
@@ -412,7 +441,6 @@ void RemoteRunWorker::watchProcesses(const QString& runIdFile, const QString& lo
     } catch (const std::exception& e) {
         outcome.message = e.what();
     }
-    m_launcherPid = 0;
     if (end.empty()) {
         // Stopped watching (the window closes) or the store could not be read: the processes go on.
         outcome.runId = runId;
@@ -420,7 +448,7 @@ void RemoteRunWorker::watchProcesses(const QString& runIdFile, const QString& lo
         if (outcome.message.empty()) outcome.message = "stopped watching; the processes go on (History lists the run)";
         outcome.totalSteps = m_totalSteps;
     }
-    Q_EMIT finished(outcome);
+    ended(outcome);
 }
 
 } // namespace tb::ui

@@ -43,12 +43,17 @@ public:
     // --send-data`); the config then names the copy.
     void launch(const tb::remote::Host& host, const QString& configJson, const QString& dbPath, const QString& sendData = {});
     void attach(const tb::remote::Host& host, qint64 remoteRunId, const QString& dbPath);
-    // A run that 'trainbench-cli train --nproc N' (pid `launcherPid`, output
-    // in `log`) trains here in the background: waits for its id in
-    // `runIdFile`, written once the ranks have met, then follows it in the
-    // local store. Stop asks the launcher, which passes it to every rank;
-    // closing the window leaves the processes running.
-    void watchProcesses(const QString& runIdFile, const QString& log, qint64 launcherPid, int processes, const QString& dbPath);
+    // Thread-safe, called on the GUI thread before watchProcesses is queued,
+    // so that a Stop or a close in between reaches these processes: the
+    // launcher's pid and what the panel calls them.
+    void prepareProcesses(qint64 launcherPid, int processes);
+    // A run that 'trainbench-cli train --nproc N' (prepared above, output in
+    // `log`) trains here in the background: waits for its id in `runIdFile`,
+    // written once the ranks have met, then follows it in the local store.
+    // Stop asks the launcher, which passes it to every rank; closing the
+    // window leaves the processes running. A rank 0 killed mid-run ends the
+    // follow as interrupted (the store judges a run whose owner is gone).
+    void watchProcesses(const QString& runIdFile, const QString& log, int processes, const QString& dbPath);
 
 Q_SIGNALS:
     // runId: the local copy's id (0 if it could not be stored); remoteRunId: the id there.
@@ -78,10 +83,13 @@ private:
     // Stop or detach before the run started there (during the data upload).
     std::atomic<bool> m_cancelLaunch{false};
     std::atomic<int> m_uploadPid{0}; // the ssh client sending the data file, while it runs
-    // watchProcesses: the launcher of the local processes, and what the panel calls them.
-    std::atomic<qint64> m_launcherPid{0};
+    // watchProcesses: the launcher of the local processes (a pidfd: never a
+    // reused pid), whether Stop was asked, and what the panel calls them.
+    std::atomic<int> m_launcherFd{-1};
+    std::atomic<bool> m_stopAsked{false};
     std::string m_localLabel; // guarded by m_mutex
     std::atomic<bool> m_stopWatching{false};
+    void releaseLauncher();
     void cancelLaunch();
     // Steps assembled from their metric records (worker thread only).
     StepAssembler m_steps;

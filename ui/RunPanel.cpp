@@ -304,6 +304,10 @@ void RunPanel::updateStartButton()
 {
     m_start->setEnabled(!m_running && m_config.has_value());
     m_stop->setEnabled(m_running);
+    if (!m_running) {
+        m_stop->setText(tr("Stop"));
+        m_stop->setToolTip(tr("Stop after the current step and save a checkpoint (Ctrl+.)"));
+    }
     m_hostBox->setEnabled(!m_running);
     // Offered for a host and a config with a data file of its own.
     m_sendData->setVisible(!selectedHost().isEmpty());
@@ -419,8 +423,9 @@ QString RunPanel::startProcesses(const QStringList& args, int processes, const Q
     m_processRun = true;
     appendLog("info", tr("Started %1 processes (launcher pid %2); their output is in %3").arg(processes).arg(pid).arg(log));
     const QString db = m_dbPath;
-    QMetaObject::invokeMethod(m_remote, [worker = m_remote, idFile, log, pid, processes, db] {
-        worker->watchProcesses(idFile, log, pid, processes, db);
+    m_remote->prepareProcesses(pid, processes);
+    QMetaObject::invokeMethod(m_remote, [worker = m_remote, idFile, log, processes, db] {
+        worker->watchProcesses(idFile, log, processes, db);
     });
     return log;
 }
@@ -518,11 +523,26 @@ void RunPanel::plotHistory(qint64 runId)
 void RunPanel::stop()
 {
     if (!m_running) return;
+    if (m_processRun) {
+        // The launcher passes each SIGINT on once: the first stops every rank
+        // after its step with a checkpoint, a second ends them at once (as a
+        // second Ctrl-C does), for ranks that hang.
+        const bool abort = m_stop->text() == tr("Abort");
+        m_remote->requestStop();
+        if (abort) {
+            m_stop->setEnabled(false);
+            setStatus(tr("Ending the %1 at once…").arg(m_remote->hostLabel()));
+            return;
+        }
+        m_stop->setText(tr("Abort"));
+        m_stop->setToolTip(tr("End the processes at once, without waiting for their step (no new checkpoint)"));
+        setStatus(tr("Stopping the %1 after the current step… (Abort ends them at once)").arg(m_remote->hostLabel()));
+        return;
+    }
     if (m_remoteActive) {
         m_remote->requestStop();
         m_stop->setEnabled(false);
-        setStatus(m_processRun ? tr("Stopping the %1 after the current step…").arg(m_remote->hostLabel())
-                               : tr("Asking %1 to stop the run after its current step…").arg(m_remote->hostLabel()));
+        setStatus(tr("Asking %1 to stop the run after its current step…").arg(m_remote->hostLabel()));
         return;
     }
     m_worker->requestStop(); // an atomic flag: the worker's busy loop never drains a queue
@@ -618,7 +638,9 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
     drainProgress();
     if (m_processRun && outcome.status == RunStatus::Running) {
         // Stopped watching (the window closes): the processes go on.
-        const QString text = tr("Stopped watching run %1: %2").arg(outcome.runId).arg(QString::fromStdString(outcome.message));
+        const QString message = QString::fromStdString(outcome.message);
+        const QString text = outcome.runId > 0 ? tr("Stopped watching run %1: %2").arg(outcome.runId).arg(message)
+                                               : tr("Stopped watching: %1").arg(message);
         setStatus(text);
         appendLog("warning", text);
         m_progress->setFormat(tr("running (%1)").arg(m_remote->hostLabel()));

@@ -204,12 +204,17 @@ std::function<void(std::int64_t runId)> runIdWriter(const std::string& file)
 {
     if (file.empty()) return {};
     return [file](std::int64_t runId) {
+        // Written whole under another name, then renamed: a reader sees the id or nothing.
         std::ofstream out(file + ".tmp", std::ios::trunc);
         out << runId << "\n";
         out.close();
         std::error_code ec;
+        if (!out) {
+            std::filesystem::remove(file + ".tmp", ec);
+            throw InputError("cannot write the run id to " + file + ".tmp (is the disk full, or the folder read-only?)");
+        }
         std::filesystem::rename(file + ".tmp", file, ec);
-        if (ec) std::fprintf(stderr, "trainbench-cli: cannot write the run id to %s: %s\n", file.c_str(), ec.message().c_str());
+        if (ec) throw InputError("cannot write the run id to " + file + ": " + ec.message());
     };
 }
 

@@ -75,10 +75,16 @@ int measure(const Args& args)
         throw InputError("--nproc starts the ranks itself, but this process is already " + launched->describe()
                          + ": leave --nproc out under torchrun or srun");
     }
-    if (!launched && nproc && *nproc > 1) {
-        if (trace) throw InputError("--trace follows one process's allocations: leave out --nproc");
+    // As train: --nproc, else the config's train.world_size.
+    const int processes = nproc ? static_cast<int>(*nproc) : config.train.worldSize;
+    if (!launched && nproc && config.train.worldSize != 1 && config.train.worldSize != *nproc) {
+        throw InputError("--nproc is " + std::to_string(*nproc) + " but the config's train.world_size is "
+                         + std::to_string(config.train.worldSize) + ": give one of them");
+    }
+    if (!launched && processes > 1) {
+        if (trace) throw InputError("--trace follows one process's allocations: measure one process (no --nproc, train.world_size 1)");
         RankLaunch launch;
-        launch.processes = static_cast<int>(*nproc);
+        launch.processes = processes;
         launch.timeoutSeconds = config.train.distTimeoutS;
         launch.args = {"measure", "--config", *path};
         for (const char* option : {"--device", "--steps"}) {

@@ -174,9 +174,11 @@ std::string encodeConversation(const ojson& record, const CorpusSpec& spec, cons
     std::vector<std::pair<std::size_t, std::size_t>> spans;
     for (const bool stripped : {false, true}) {
         ojson marked = context;
+        std::size_t marks = 0;
         const auto mark = [&](ojson& text) {
             const std::string c = text.get<std::string>();
             text = kOpen + (stripped ? stripWhiteSpace(c) : c) + kClose;
+            ++marks;
         };
         for (auto& m : marked["messages"]) {
             if (m["role"] != "assistant") continue;
@@ -213,7 +215,9 @@ std::string encodeConversation(const ojson& record, const CorpusSpec& spec, cons
                 plain.push_back(rendered[i++]);
             }
         }
-        if (ok && open == std::string::npos && plain == out.text) {
+        // Every marked text must come out once: a template that drops a turn
+        // (list content it does not render) would leave it without its loss.
+        if (ok && open == std::string::npos && plain == out.text && found.size() == marks) {
             spans = std::move(found);
             break;
         }

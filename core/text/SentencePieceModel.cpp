@@ -29,6 +29,8 @@ struct Shim {
     void (*piece)(void*, int, Put, void*) = nullptr;
     int (*pieceToId)(void*, const char*, std::size_t) = nullptr;
     int (*isControlOrUnknown)(void*, int) = nullptr;
+    int (*bos)(void*) = nullptr;
+    int (*eos)(void*) = nullptr;
     std::string error; // why it could not be loaded
 };
 
@@ -66,7 +68,10 @@ const Shim& shim()
             tried += (tried.empty() ? "" : "; ") + path + ": " + (why ? why : "cannot be loaded");
         }
         if (!handle) {
-            s.error = tried.empty() ? "libtb_sentencepiece.so, Trainbench's SentencePiece library, is not installed beside it"
+            std::string looked;
+            for (const auto& path : candidates) looked += (looked.empty() ? "" : ", ") + path;
+            s.error = tried.empty() ? "libtb_sentencepiece.so, Trainbench's SentencePiece library, is missing (looked for "
+                                          + looked + "); reinstall Trainbench"
                                     : tried;
             return;
         }
@@ -82,6 +87,8 @@ const Shim& shim()
         bind(s.piece, "tb_sp_piece");
         bind(s.pieceToId, "tb_sp_piece_to_id");
         bind(s.isControlOrUnknown, "tb_sp_is_control_or_unknown");
+        bind(s.bos, "tb_sp_bos_id");
+        bind(s.eos, "tb_sp_eos_id");
     });
     return s;
 }
@@ -91,6 +98,7 @@ const Shim& shim()
 struct SentencePieceModel::Impl {
     void* handle = nullptr;
     std::int32_t size = 0;
+    std::int32_t bos = -1, eos = -1;
     std::vector<std::string> pieces;
     std::vector<bool> special;
     ~Impl()
@@ -121,6 +129,10 @@ std::shared_ptr<const SentencePieceModel> SentencePieceModel::load(const std::fi
     }
     impl->size = s.size(impl->handle);
     if (impl->size <= 0) throw InputError(file.string() + ": the SentencePiece model has no pieces");
+    impl->bos = s.bos(impl->handle);
+    impl->eos = s.eos(impl->handle);
+    if (impl->bos >= impl->size) impl->bos = -1;
+    if (impl->eos >= impl->size) impl->eos = -1;
     // The pieces, read once: idToToken and tokenToId are called per token.
     impl->pieces.resize(static_cast<std::size_t>(impl->size));
     impl->special.resize(static_cast<std::size_t>(impl->size));
@@ -169,5 +181,8 @@ bool SentencePieceModel::isControlOrUnknown(std::int32_t id) const
 {
     return id >= 0 && id < m->size && m->special[static_cast<std::size_t>(id)];
 }
+
+std::int32_t SentencePieceModel::bos() const { return m->bos; }
+std::int32_t SentencePieceModel::eos() const { return m->eos; }
 
 } // namespace tb::text

@@ -29,6 +29,9 @@ public:
     std::optional<std::int32_t> id(std::string_view piece) const;
     // Control symbols (<s>, </s>) and the unknown piece: special tokens.
     bool isControlOrUnknown(std::int32_t id) const;
+    // The model's own BOS and EOS (its trainer's bos_id, eos_id); -1 when it has none.
+    std::int32_t bos() const;
+    std::int32_t eos() const;
 
     struct Impl;
 

@@ -85,6 +85,17 @@ __attribute__((visibility("default"))) int tb_sp_piece_to_id(void* handle, const
     return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->PieceToId(std::string_view(piece, length));
 }
 
+// The model's BOS and EOS ids (-1: none).
+__attribute__((visibility("default"))) int tb_sp_bos_id(void* handle)
+{
+    return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->bos_id();
+}
+
+__attribute__((visibility("default"))) int tb_sp_eos_id(void* handle)
+{
+    return static_cast<sentencepiece::SentencePieceProcessor*>(handle)->eos_id();
+}
+
 // 1 for a control symbol (<s>, </s>) or the unknown piece.
 __attribute__((visibility("default"))) int tb_sp_is_control_or_unknown(void* handle, int id)
 {

@@ -1081,21 +1081,24 @@ Tokenizer Tokenizer::fromSentencePiece(const std::filesystem::path& file)
     for (std::int32_t id = 0; id < impl->sp->size(); ++id) {
         if (impl->sp->isControlOrUnknown(id)) addSpecial(*impl->sp->piece(id), id, true, false, false);
     }
-    // BOS and EOS: tokenizer_config.json's bos_token/eos_token, else <s> and </s>.
-    const auto tokenNamed = [&](const char* key, const char* fallback) -> std::int32_t {
-        std::string text = fallback;
-        if (config) {
-            if (const auto it = config->find(key); it != config->end()) {
-                if (it->is_string()) text = it->get<std::string>();
-                else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) text = (*it)["content"].get<std::string>();
-                else if (it->is_null()) return -1;
-            }
-        }
+    // BOS and EOS: tokenizer_config.json's bos_token/eos_token, else the
+    // model's own (its trainer's bos_id and eos_id).
+    const auto tokenNamed = [&](const char* key, std::int32_t fallback) -> std::int32_t {
+        if (!config) return fallback;
+        const auto it = config->find(key);
+        if (it == config->end()) return fallback;
+        if (it->is_null()) return -1;
+        std::string text;
+        if (it->is_string()) text = it->get<std::string>();
+        else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) text = (*it)["content"].get<std::string>();
+        else throw InputError(configFile.string() + ": " + key + " must be a string or {\"content\": ...}");
         if (const auto a = impl->addedByContent.find(text); a != impl->addedByContent.end()) return a->second;
-        return impl->sp->id(text).value_or(-1);
+        if (const auto id = impl->sp->id(text)) return *id;
+        throw InputError(configFile.string() + ": " + key + " \"" + clipForMessage(text) + "\" is not a piece of tokenizer.model "
+                         "nor an added token");
     };
-    impl->spBos = tokenNamed("bos_token", "<s>");
-    impl->spEos = tokenNamed("eos_token", "</s>");
+    impl->spBos = tokenNamed("bos_token", impl->sp->bos());
+    impl->spEos = tokenNamed("eos_token", impl->sp->eos());
     if (impl->spAddBos && impl->spBos < 0) impl->spAddBos = false;
     if (impl->spAddEos && impl->spEos < 0) impl->spAddEos = false;
     impl->limit = impl->sp->size();
@@ -1245,8 +1248,9 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
             } else if (id >= 0 && id < m->sp->size()) {
                 run.push_back(id);
             } else {
-                throw InputError("the id " + std::to_string(id) + " is not in the tokenizer's vocabulary (ids run from 0 to " +
-                                 std::to_string(m->limit - 1) + ")");
+                throw InputError("the id " + std::to_string(id) + " is not in the tokenizer's vocabulary (tokenizer.model's "
+                                 "pieces are 0 to " + std::to_string(m->sp->size() - 1) + ", and the added tokens of "
+                                 "tokenizer_config.json)");
             }
         }
         flush();
@@ -1382,13 +1386,14 @@ std::vector<std::int64_t> parseTokenIds(std::string_view text, const std::string
         std::size_t end = i;
         while (end < text.size() && !space(text[end]) && text[end] != ',') ++end;
         const std::string_view entry = text.substr(i, end - i);
+        // At most 18 digits: the value fits in 64 bits before it is compared.
+        if (entry.empty() || entry.size() > 18) throw bad(entry);
         std::int64_t value = 0;
-        bool ok = !entry.empty() && entry.size() <= 18;
         for (const char c : entry) {
-            if (c < '0' || c > '9') ok = false;
-            else value = value * 10 + (c - '0');
+            if (c < '0' || c > '9') throw bad(entry);
+            value = value * 10 + (c - '0');
         }
-        if (!ok || value >= limit) throw bad(entry);
+        if (value >= limit) throw bad(entry);
         ids.push_back(value);
         i = end;
         while (i < text.size() && space(text[i])) ++i;

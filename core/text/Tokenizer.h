@@ -73,6 +73,7 @@ private:
 // "1, 15043" (commas, white space or both between ids). Throws InputError
 // naming `what` and the first bad entry, counted from 1: not a non-negative
 // integer, an empty entry between two commas, or an id at or above `limit`.
+// Text with no ids (empty, or white space only) gives an empty list.
 std::vector<std::int64_t> parseTokenIds(std::string_view text, const std::string& what, std::int64_t limit = 0x80000000LL);
 
 // The special tokens a model folder declares (its chat template: text::readFolderChatTemplate): BOS and EOS

@@ -454,7 +454,9 @@ std::vector<std::int64_t> TokenDataset::encodePrompt(const std::string& text) co
         if (out.empty()) throw InputError("the prompt is empty; give some text to continue");
         return out;
     }
-    return text::parseTokenIds(text, "a prompt for a token-id model", m_vocab);
+    auto ids = text::parseTokenIds(text, "a prompt for a token-id model", m_vocab);
+    if (ids.empty()) throw InputError("the prompt is empty; give at least one token id, e.g. 1,15043");
+    return ids;
 }
 
 std::vector<std::int64_t> Dataset::encodeChatPrompt(const std::string&) const
