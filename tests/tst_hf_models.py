@@ -319,6 +319,14 @@ def hf_resume(tmp, model, targets):
           "the resumed run's losses equal the uninterrupted run's (largest difference %.3g)" % worst)
     print("ok %-44s stopped at step %d, largest loss difference %.1e" % ("llama: LoRA run stopped and resumed", done, worst),
           flush=True)
+    # A token-id run's prompt: ids with commas or spaces; an empty one is one clear sentence.
+    for prompt, expect in (("", "the prompt is empty"), ("  ", "the prompt is empty"), ("3,,4", 'entry 2 is ""')):
+        got = trainbench("sample", str(run), "--prompt", prompt, "--max-tokens", "2", "--db", db)
+        check(got.returncode == 2 and expect in got.stderr and got.stderr.count("\n") == 1,
+              "sample --prompt %r of a token-id run: %r" % (prompt, got.stderr))
+    same = [trainbench("sample", str(run), "--prompt", p, "--max-tokens", "3", "--temperature", "0", "--db", db).stdout
+            for p in ("3,10,20", "3 10 20", "3, 10 ,20")]
+    check(same[0] and len(set(same)) == 1, "token ids with commas and spaces sample alike: %r" % same)
 
 
 def final_val_loss(result):

@@ -422,6 +422,7 @@ def check_errors(path):
         (["--decode"], b"1,,2", "entry 2 is \"\""),
         (["--decode"], b"1 -2", "entry 2 is \"-2\""),
         (["--decode"], b"3,", "entry 2 is \"\""),
+        (["--decode"], b"1 99999999999999999999999", "entry 2 is \"9999999"),
         (["--decode"], b"99999999", "not in the tokenizer's vocabulary"),
         (["--jsonl"], b"[1,2]\n", "one JSON string"),
         (["--jsonl", "--decode"], b'"text"\n', "JSON array of ids"),

@@ -496,6 +496,17 @@ std::string TokenDataset::decodeContinuation(const std::vector<std::int64_t>& pr
     return decodeCompletion(ids);
 }
 
+std::string TokenDataset::promptAsShown(const std::string& typed, const std::vector<std::int64_t>& ids) const
+{
+    if (m_tokenizer) return typed;
+    std::string out;
+    for (const auto id : ids) {
+        if (!out.empty()) out.push_back(',');
+        out += std::to_string(id);
+    }
+    return out;
+}
+
 std::string TokenDataset::decodeCompletion(const std::vector<std::int64_t>& ids) const
 {
     if (m_tokenizer) {

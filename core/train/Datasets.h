@@ -62,6 +62,14 @@ public:
         (void)prompt;
         return decodeCompletion(ids);
     }
+    // The prompt as a sample shows it before its completion: as typed, or
+    // (token ids) the ids read from it, so prompt and completion join alike
+    // whatever separators were typed.
+    virtual std::string promptAsShown(const std::string& typed, const std::vector<std::int64_t>& ids) const
+    {
+        (void)ids;
+        return typed;
+    }
     // The token that ends a completion, or -1.
     virtual std::int64_t endToken() const { return -1; }
     // A chat prompt: `text` as one user message through the model's chat
@@ -166,6 +174,7 @@ public:
     std::vector<std::int64_t> encodePrompt(const std::string& text) const override;
     std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
     std::string decodeContinuation(const std::vector<std::int64_t>& prompt, const std::vector<std::int64_t>& ids) const override;
+    std::string promptAsShown(const std::string& typed, const std::vector<std::int64_t>& ids) const override;
     std::int64_t endToken() const override { return m_eos; }
     std::vector<std::int64_t> encodeChatPrompt(const std::string& text) const override;
     bool endsTurn(std::int64_t id) const override;

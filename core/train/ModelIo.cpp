@@ -188,7 +188,7 @@ SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& ch
     // A chat reply is shown without the token that ended the turn.
     std::vector<std::int64_t> shown = generated;
     if (request.chat && !shown.empty() && data->endsTurn(shown.back())) shown.pop_back();
-    return {request.prompt, data->decodeContinuation(prompt, shown), generated};
+    return {data->promptAsShown(request.prompt, prompt), data->decodeContinuation(prompt, shown), generated};
 }
 
 namespace {
