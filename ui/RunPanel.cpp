@@ -636,25 +636,17 @@ void RunPanel::drainProgress()
 void RunPanel::onFinished(const tb::SessionOutcome& outcome)
 {
     drainProgress();
-    if (m_processRun && outcome.status == RunStatus::Running) {
-        // Stopped watching (the window closes): the processes go on.
-        const QString message = QString::fromStdString(outcome.message);
-        const QString text = outcome.runId > 0 ? tr("Stopped watching run %1: %2").arg(outcome.runId).arg(message)
-                                               : tr("Stopped watching: %1").arg(message);
-        setStatus(text);
-        appendLog("warning", text);
-        m_progress->setFormat(tr("running (%1)").arg(m_remote->hostLabel()));
-        setRunning(false);
-        Q_EMIT runFinished(outcome);
-        return;
-    }
     if (m_remoteActive && outcome.status == RunStatus::Running) {
-        // Stopped watching (window closing, link lost, or refused): the run goes on on the host.
-        const QString text = tr("Stopped watching run %1 on %2: %3").arg(m_remoteRunId).arg(m_remote->hostLabel(),
-                                                                                       QString::fromStdString(outcome.message));
+        // Stopped watching (window closing, link lost, or refused): the run
+        // goes on on the host, or in the processes started here.
+        const QString message = QString::fromStdString(outcome.message);
+        const QString host = m_remote->hostLabel();
+        const QString text = !m_processRun ? tr("Stopped watching run %1 on %2: %3").arg(m_remoteRunId).arg(host, message)
+            : outcome.runId > 0            ? tr("Stopped watching run %1: %2").arg(outcome.runId).arg(message)
+                                           : tr("Stopped watching: %1").arg(message);
         setStatus(text);
         appendLog("warning", text);
-        m_progress->setFormat(tr("running on %1").arg(m_remote->hostLabel()));
+        m_progress->setFormat(m_processRun ? tr("running (%1)").arg(host) : tr("running on %1").arg(host));
         setRunning(false);
         Q_EMIT runFinished(outcome);
         return;
