@@ -3,8 +3,8 @@
 // sentence, saved into the shared folder) and Run > Run on several
 // processes… (trainbench-cli train --nproc in the background, shown live in
 // the Run panel, stopped and resumed from it, and listed in History with its
-// world size). Screenshots: slurm-dialog.png, nproc-run.png and
-// nproc-history.png beside this binary.
+// world size). Screenshots: slurm-dialog.png, nproc-run.png,
+// nproc-stopping.png and nproc-history.png beside this binary.
 #include <QtTest>
 
 #include <QComboBox>
@@ -155,7 +155,13 @@ private Q_SLOTS:
         QVERIFY(!window.startProcesses(2).isEmpty());
         QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty() && progress.last().at(0).toInt() >= 20, 120000);
         run->stop();
+        // A second press ends ranks that hang: the button says so.
+        QCOMPARE(run->stopButton()->text(), QString("Abort"));
+        QVERIFY(run->stopButton()->isEnabled());
+        QVERIFY2(run->statusLabel()->text().contains("Stopping the 2 processes here"), qPrintable(run->statusLabel()->text()));
+        QVERIFY(window.grab().save(QCoreApplication::applicationDirPath() + "/nproc-stopping.png"));
         QVERIFY(finished.wait(120000));
+        QCOMPARE(run->stopButton()->text(), QString("Stop"));
         const auto stopped = finished.takeFirst().at(0).value<tb::SessionOutcome>();
         QCOMPARE(stopped.status, RunStatus::Cancelled);
         QVERIFY2(run->statusLabel()->text().contains("cancelled"), qPrintable(run->statusLabel()->text()));
