@@ -435,13 +435,14 @@ void RunPanel::resume(qint64 runId)
     if (m_running) return;
     // A data-parallel run resumes in as many processes as it trained with.
     int world = 1;
+    const QString store = m_dbPath.isEmpty() ? QString::fromStdString(RunStore::defaultPath()) : m_dbPath;
     try {
-        if (const auto run = RunStore(m_dbPath.toStdString(), RunStore::Mode::ReadOnly).run(runId)) world = run->worldSize();
+        if (const auto run = RunStore(store.toStdString(), RunStore::Mode::ReadOnly).run(runId)) world = run->worldSize();
     } catch (const std::exception&) {
         world = 1; // the session says what is wrong with the store
     }
     if (world > 1) {
-        startProcesses({"resume", QString::number(runId), "--db", m_dbPath}, world,
+        startProcesses({"resume", QString::number(runId), "--db", store}, world,
                        tr("Resuming run %1 on %2 processes…").arg(runId).arg(world));
         return;
     }
