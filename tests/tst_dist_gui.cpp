@@ -8,6 +8,8 @@
 #include <QtTest>
 
 #include <QComboBox>
+#include <QDir>
+#include <QElapsedTimer>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QFile>
@@ -90,6 +92,51 @@ private Q_SLOTS:
         dialog.show();
         QVERIFY(QTest::qWaitForWindowExposed(&dialog));
         QVERIFY(dialog.grab().save(QCoreApplication::applicationDirPath() + "/slurm-dialog.png"));
+    }
+
+    void slurmDialogSubmitsWithoutBlockingTheWindow()
+    {
+        // A stand-in sbatch on PATH: slow, then the job id (or a refusal).
+        const QString bin = m_dir.filePath("fake-bin");
+        QVERIFY(QDir().mkpath(bin));
+        QFile fake(bin + "/sbatch");
+        QVERIFY(fake.open(QIODevice::WriteOnly));
+        fake.write("#!/bin/sh\nsleep 1\nif [ -f \"$TB_FAKE_SBATCH_REFUSE\" ]; then echo 'sbatch: error: invalid partition'; exit 1; fi\n"
+                   "echo '4242;cluster'\n");
+        fake.close();
+        fake.setPermissions(fake.permissions() | QFileDevice::ExeOwner);
+        const QByteArray path = qgetenv("PATH");
+        qputenv("PATH", (bin + ":" + path).toUtf8());
+        const QString refuse = m_dir.filePath("refuse");
+        qputenv("TB_FAKE_SBATCH_REFUSE", refuse.toUtf8());
+        SlurmDialog dialog(m_config, "dp-window");
+        qputenv("PATH", path);
+        dialog.folder()->setText(m_dir.filePath("shared-submit"));
+        QVERIFY(dialog.canSubmit());
+        QSignalSpy submitted(&dialog, &SlurmDialog::submitted);
+        QSignalSpy refused(&dialog, &SlurmDialog::refused);
+        QElapsedTimer clock;
+        clock.start();
+        dialog.submit();
+        // submit() returns at once; the window keeps running while sbatch does.
+        QVERIFY2(clock.elapsed() < 500, qPrintable(QString::number(clock.elapsed())));
+        QVERIFY(!dialog.submitButton()->isEnabled());
+        QVERIFY2(dialog.statusLabel()->text().startsWith("Submitting with"), qPrintable(dialog.statusLabel()->text()));
+        QVERIFY(submitted.wait(20000));
+        QCOMPARE(submitted.takeFirst().at(0).toString(), QString("4242"));
+        QVERIFY2(dialog.statusLabel()->text().startsWith("Submitted job 4242"), qPrintable(dialog.statusLabel()->text()));
+        QVERIFY(dialog.submitButton()->isEnabled());
+        dialog.resize(900, 700);
+        dialog.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+        QVERIFY(dialog.grab().save(QCoreApplication::applicationDirPath() + "/slurm-submitted.png"));
+        QFile(refuse).open(QIODevice::WriteOnly);
+        dialog.submit();
+        QVERIFY(refused.wait(20000));
+        QVERIFY2(dialog.statusLabel()->text().contains("sbatch refused the job: sbatch: error: invalid partition"),
+                 qPrintable(dialog.statusLabel()->text()));
+        QVERIFY(submitted.isEmpty());
+        qunsetenv("TB_FAKE_SBATCH_REFUSE");
     }
 
     void severalProcessesRunShowsInRunPanelAndHistory()

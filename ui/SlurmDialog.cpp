@@ -86,13 +86,10 @@ SlurmDialog::SlurmDialog(const QString& configPath, const QString& name, QWidget
     connect(m_save, &QPushButton::clicked, this, [this] {
         if (saveScript()) m_status->setText(tr("Saved %1. Submit it with: sbatch %1").arg(scriptPath()));
     });
-    connect(m_submit, &QPushButton::clicked, this, [this] {
-        m_status->setText(tr("Submitting…"));
-        const QString id = submit();
-        if (!id.isEmpty()) {
-            m_status->setText(tr("Submitted job %1 (%2). Its output: %3/slurm-%1.out; the run appears in the store %3/experiments.db.")
-                                  .arg(id, scriptPath(), m_folder->text()));
-        }
+    connect(m_submit, &QPushButton::clicked, this, &SlurmDialog::submit);
+    connect(this, &SlurmDialog::submitted, this, [this](const QString& id) {
+        m_status->setText(tr("Submitted job %1 (%2). Its output: %3/slurm-%1.out; the run appears in the store %3/experiments.db.")
+                              .arg(id, scriptPath(), m_folder->text()));
     });
 
     auto* layout = new QVBoxLayout(this);
@@ -164,18 +161,33 @@ bool SlurmDialog::saveScript()
     return true;
 }
 
-QString SlurmDialog::submit()
+void SlurmDialog::submit()
 {
-    if (!canSubmit() || !saveScript()) return {};
-    QProcess sbatch;
-    sbatch.setProcessChannelMode(QProcess::MergedChannels);
-    sbatch.start(m_sbatch, {"--parsable", scriptPath()});
-    if (!sbatch.waitForFinished(60000) || sbatch.exitStatus() != QProcess::NormalExit || sbatch.exitCode() != 0) {
-        m_problem = tr("sbatch refused the job: %1").arg(QString::fromUtf8(sbatch.readAll()).trimmed());
+    if (m_sbatchRun || !canSubmit() || !saveScript()) return;
+    m_status->setText(tr("Submitting with %1…").arg(m_sbatch));
+    m_submit->setEnabled(false);
+    m_sbatchRun = new QProcess(this);
+    m_sbatchRun->setProcessChannelMode(QProcess::MergedChannels);
+    const auto done = [this](bool ok, const QString& said) {
+        m_sbatchRun->deleteLater();
+        m_sbatchRun = nullptr;
+        m_submit->setEnabled(canSubmit());
+        if (ok) {
+            Q_EMIT submitted(said.section(';', 0, 0));
+            return;
+        }
+        m_problem = tr("sbatch refused the job: %1").arg(said);
         m_status->setText(m_problem);
-        return {};
-    }
-    return QString::fromUtf8(sbatch.readAll()).trimmed().section(';', 0, 0);
+        Q_EMIT refused(m_problem);
+    };
+    connect(m_sbatchRun, &QProcess::finished, this, [this, done](int code, QProcess::ExitStatus status) {
+        const QString said = QString::fromUtf8(m_sbatchRun->readAll()).trimmed();
+        done(status == QProcess::NormalExit && code == 0 && !said.isEmpty(), said);
+    });
+    connect(m_sbatchRun, &QProcess::errorOccurred, this, [this, done](QProcess::ProcessError error) {
+        if (error == QProcess::FailedToStart) done(false, m_sbatchRun->errorString());
+    });
+    m_sbatchRun->start(m_sbatch, {"--parsable", scriptPath()});
 }
 
 } // namespace tb::ui

@@ -6,6 +6,8 @@
 
 #include <QDialog>
 
+class QProcess;
+
 class QComboBox;
 class QLabel;
 class QLineEdit;
@@ -27,8 +29,10 @@ public:
     QString scriptPath() const;
     // Writes the script into the folder; false with problem() set.
     bool saveScript();
-    // Saves, then runs sbatch --parsable; the job id, or empty with problem() set.
-    QString submit();
+    // Saves, then starts sbatch --parsable without blocking the window (a
+    // slow or hung slurmctld must not freeze it): submitted() gives the job
+    // id, or refused() the reason (also in problem() and the status line).
+    void submit();
     bool canSubmit() const;
 
     QSpinBox* nodes() const { return m_nodes; }
@@ -38,6 +42,11 @@ public:
     QLineEdit* timeLimit() const { return m_time; }
     QLineEdit* folder() const { return m_folder; }
     QLabel* statusLabel() const { return m_status; }
+    QPushButton* submitButton() const { return m_submit; }
+
+Q_SIGNALS:
+    void submitted(const QString& jobId);
+    void refused(const QString& reason);
 
 private:
     void refresh();
@@ -55,6 +64,7 @@ private:
     QPushButton* m_save;
     QPushButton* m_submit;
     QString m_script, m_problem;
+    QProcess* m_sbatchRun = nullptr; // while sbatch runs
 };
 
 } // namespace tb::ui
