@@ -1,0 +1,240 @@
+#include "memory/CudaAllocatorModel.h"
+
+#include <algorithm>
+
+namespace tb {
+
+CudaAllocatorModel::CudaAllocatorModel(CudaAllocatorSettings settings) : m_settings(settings) {}
+
+std::int64_t CudaAllocatorModel::roundSize(std::int64_t bytes)
+{
+    if (bytes < kMinBlockSize) return kMinBlockSize;
+    return (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
+std::int64_t CudaAllocatorModel::segmentSize(std::int64_t rounded)
+{
+    if (rounded <= kSmallSize) return kSmallBuffer;
+    if (rounded < kMinLargeAlloc) return kLargeBuffer;
+    return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+int CudaAllocatorModel::newBlock(const Block& b)
+{
+    if (!m_freeSlots.empty()) {
+        const int id = m_freeSlots.back();
+        m_freeSlots.pop_back();
+        m_blocks[id] = b;
+        m_blocks[id].live = true;
+        return id;
+    }
+    m_blocks.push_back(b);
+    m_blocks.back().live = true;
+    return static_cast<int>(m_blocks.size()) - 1;
+}
+
+void CudaAllocatorModel::insertFree(int id)
+{
+    const auto& b = m_blocks[id];
+    pool(b.small).insert({b.size, b.address, id});
+}
+
+void CudaAllocatorModel::removeFree(int id)
+{
+    const auto& b = m_blocks[id];
+    pool(b.small).erase({b.size, b.address, id});
+}
+
+// get_free_block: the smallest cached block of the pool that holds the
+// request, and the max_split_size rules that keep large blocks whole.
+int CudaAllocatorModel::findCached(std::int64_t size, bool small)
+{
+    auto& p = pool(small);
+    const auto it = p.lower_bound({size, std::numeric_limits<std::int64_t>::min(), -1});
+    if (it == p.end()) return -1;
+    const auto blockSize = std::get<0>(*it);
+    const auto maxSplit = m_settings.maxSplitSize;
+    if (size < maxSplit && blockSize >= maxSplit) return -1;
+    if (size >= maxSplit && blockSize >= size + kLargeBuffer) return -1;
+    return std::get<2>(*it);
+}
+
+bool CudaAllocatorModel::fitsDevice(std::int64_t more)
+{
+    return more <= m_settings.deviceBytes - m_reserved;
+}
+
+int CudaAllocatorModel::newSegment(std::int64_t size, bool small)
+{
+    if (!fitsDevice(size)) {
+        // cudaMalloc failed: free cached blocks of max_split_size and more,
+        // then every cached segment that is whole and free, and retry.
+        if (m_settings.maxSplitSize != std::numeric_limits<std::int64_t>::max()) releaseCachedSegments(true);
+        if (!fitsDevice(size)) releaseCachedSegments(false);
+        if (!fitsDevice(size)) return -1;
+    }
+    Segment s;
+    s.address = m_nextAddress;
+    s.size = size;
+    s.small = small;
+    s.live = true;
+    m_nextAddress += size + kRoundLarge; // segments never touch: no merging across them
+    m_segments.push_back(s);
+    m_reserved += size;
+    m_peakReserved = std::max(m_peakReserved, m_reserved);
+    ++m_deviceMallocs;
+    Block b;
+    b.address = s.address;
+    b.size = size;
+    b.segment = static_cast<int>(m_segments.size()) - 1;
+    b.small = small;
+    const int id = newBlock(b);
+    m_segments.back().last = id;
+    return id;
+}
+
+// An expandable segment maps pages at its end: the free block there (if
+// any) grows, and is what the request takes.
+int CudaAllocatorModel::growExpandable(std::int64_t size, bool small)
+{
+    const std::int64_t page = small ? kSmallBuffer : kLargeBuffer;
+    int& seg = m_expandable[small ? 1 : 0];
+    if (seg < 0) {
+        Segment s;
+        s.address = m_nextAddress;
+        s.small = small;
+        s.live = true;
+        m_nextAddress += 1LL << 44; // the segment's reserved address range
+        m_segments.push_back(s);
+        seg = static_cast<int>(m_segments.size()) - 1;
+    }
+    auto& s = m_segments[seg];
+    // The last block of the segment, when it is free, grows.
+    const int tail = s.last;
+    const std::int64_t freeTail = tail >= 0 && !m_blocks[tail].allocated ? m_blocks[tail].size : 0;
+    const std::int64_t more = (size - freeTail + page - 1) / page * page;
+    if (!fitsDevice(more)) return -1;
+    s.size += more;
+    m_reserved += more;
+    m_peakReserved = std::max(m_peakReserved, m_reserved);
+    ++m_deviceMallocs;
+    if (freeTail > 0) {
+        removeFree(tail);
+        m_blocks[tail].size += more;
+        return tail;
+    }
+    Block b;
+    b.address = s.address + s.size - more;
+    b.size = more;
+    b.segment = seg;
+    b.small = small;
+    b.prev = tail;
+    const int id = newBlock(b);
+    if (tail >= 0) m_blocks[tail].next = id;
+    m_segments[seg].last = id;
+    return id;
+}
+
+void CudaAllocatorModel::releaseCachedSegments(bool oversizeOnly)
+{
+    for (int si = 0; si < static_cast<int>(m_segments.size()); ++si) {
+        auto& s = m_segments[si];
+        if (!s.live || si == m_expandable[0] || si == m_expandable[1]) continue;
+        if (oversizeOnly && s.size < m_settings.maxSplitSize) continue;
+        // Whole and free: one block spanning the segment, not allocated.
+        int only = -1;
+        for (int id = 0; id < static_cast<int>(m_blocks.size()); ++id) {
+            const auto& b = m_blocks[id];
+            if (b.live && b.segment == si) {
+                if (only >= 0 || b.allocated || b.size != s.size) { only = -2; break; }
+                only = id;
+            }
+        }
+        if (only < 0) continue;
+        removeFree(only);
+        m_blocks[only].live = false;
+        m_freeSlots.push_back(only);
+        s.live = false;
+        m_reserved -= s.size;
+    }
+}
+
+int CudaAllocatorModel::allocate(std::int64_t bytes)
+{
+    const std::int64_t size = roundSize(bytes);
+    const bool small = size <= kSmallSize;
+    int id = findCached(size, small);
+    if (id >= 0) {
+        removeFree(id);
+    } else {
+        const bool oversize = size >= m_settings.maxSplitSize;
+        id = m_settings.expandableSegments && !oversize ? growExpandable(size, small)
+                                                         : newSegment(segmentSize(size), small);
+        if (id < 0) {
+            ++m_ooms;
+            return -1;
+        }
+    }
+    auto& b = m_blocks[id];
+    const std::int64_t remaining = b.size - size;
+    const bool split = small ? remaining >= kMinBlockSize : size < m_settings.maxSplitSize && remaining > kSmallSize;
+    if (split) {
+        Block rest;
+        rest.address = b.address + size;
+        rest.size = remaining;
+        rest.segment = b.segment;
+        rest.small = b.small;
+        rest.prev = id;
+        rest.next = b.next;
+        b.size = size;
+        const int restId = newBlock(rest); // may reallocate m_blocks: b is not used after this
+        if (m_blocks[restId].next >= 0) m_blocks[m_blocks[restId].next].prev = restId;
+        else m_segments[m_blocks[restId].segment].last = restId;
+        m_blocks[id].next = restId;
+        insertFree(restId);
+    }
+    m_blocks[id].allocated = true;
+    m_allocated += m_blocks[id].size;
+    m_peakAllocated = std::max(m_peakAllocated, m_allocated);
+    return id;
+}
+
+void CudaAllocatorModel::release(int id)
+{
+    if (id < 0 || id >= static_cast<int>(m_blocks.size()) || !m_blocks[id].live || !m_blocks[id].allocated) return;
+    m_blocks[id].allocated = false;
+    m_allocated -= m_blocks[id].size;
+    // try_merge_blocks: with the free neighbours of the same segment.
+    for (const int neighbour : {m_blocks[id].prev, m_blocks[id].next}) {
+        if (neighbour < 0 || m_blocks[neighbour].allocated) continue;
+        removeFree(neighbour);
+        auto& b = m_blocks[id];
+        auto& n = m_blocks[neighbour];
+        if (n.address < b.address) {
+            b.address = n.address;
+            b.prev = n.prev;
+            if (b.prev >= 0) m_blocks[b.prev].next = id;
+        } else {
+            b.next = n.next;
+            if (b.next >= 0) m_blocks[b.next].prev = id;
+            else m_segments[b.segment].last = id;
+        }
+        b.size += n.size;
+        n.live = false;
+        m_freeSlots.push_back(neighbour);
+    }
+    insertFree(id);
+}
+
+std::int64_t CudaAllocatorModel::blockBytes(int id) const
+{
+    if (id < 0 || id >= static_cast<int>(m_blocks.size()) || !m_blocks[id].live) return 0;
+    return m_blocks[id].size;
+}
+
+int CudaAllocatorModel::segments() const
+{
+    return static_cast<int>(std::count_if(m_segments.begin(), m_segments.end(), [](const Segment& s) { return s.live; }));
+}
+
+} // namespace tb

@@ -1,0 +1,109 @@
+#pragma once
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp),
+// written from its documented algorithm and source: what a sequence of
+// tensor allocations and releases on one stream asks of the device, as
+// torch.cuda.max_memory_allocated and max_memory_reserved report it.
+//
+// - Sizes round up to 512 bytes. Requests up to 1 MiB come from the small
+//   pool, whose segments are 2 MiB; larger ones from the large pool, whose
+//   segments are 20 MiB for requests under 10 MiB and the request rounded up
+//   to 2 MiB otherwise.
+// - A request takes the smallest cached free block of its pool that is large
+//   enough (best fit, lowest address among equals). The block is split when
+//   the remainder is at least 512 bytes (small pool) or more than 1 MiB
+//   (large pool, below max_split_size); otherwise the whole block is
+//   allocated and counted.
+// - With max_split_size set, a request below it never takes a cached block
+//   of at least max_split_size, and a request of at least max_split_size
+//   takes only a block less than 20 MiB larger; such blocks are never split.
+// - A release returns the block to its pool and merges it with free
+//   neighbours of the same segment. Segments stay reserved; only when the
+//   device is full does the allocator free cached segments (first blocks of
+//   at least max_split_size, then every whole free segment) and retry.
+// - With expandable segments each pool has one segment that grows by
+//   mapping pages (2 MiB in the small pool, 20 MiB in the large one) at its
+//   end, so freed space at the end is reused by larger requests.
+//
+// No LibTorch here: it is arithmetic the planner runs near the fit frontier.
+
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace tb {
+
+struct CudaAllocatorSettings {
+    // PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N (bytes here); unlimited by default.
+    std::int64_t maxSplitSize = std::numeric_limits<std::int64_t>::max();
+    bool expandableSegments = false; // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (2.1 and later)
+    // What cudaMalloc can hand out in all (the card's memory less the CUDA
+    // context); beyond it the allocator frees cached segments and retries.
+    std::int64_t deviceBytes = std::numeric_limits<std::int64_t>::max();
+};
+
+class CudaAllocatorModel {
+public:
+    static constexpr std::int64_t kMinBlockSize = 512;             // every block is a multiple of this
+    static constexpr std::int64_t kSmallSize = 1 << 20;            // largest request of the small pool
+    static constexpr std::int64_t kSmallBuffer = 2 << 20;          // small pool segment
+    static constexpr std::int64_t kLargeBuffer = 20 << 20;         // large pool segment for requests under kMinLargeAlloc
+    static constexpr std::int64_t kMinLargeAlloc = 10 << 20;       // from here a segment is the request rounded up ...
+    static constexpr std::int64_t kRoundLarge = 2 << 20;           // ... to this
+
+    explicit CudaAllocatorModel(CudaAllocatorSettings settings = {});
+
+    // The size a request is rounded to (round_size).
+    static std::int64_t roundSize(std::int64_t bytes);
+    // The segment cudaMalloc is asked for when no cached block fits (get_allocation_size).
+    static std::int64_t segmentSize(std::int64_t roundedBytes);
+
+    // A tensor of `bytes`: its handle, or -1 when the device is out of memory.
+    int allocate(std::int64_t bytes);
+    void release(int handle);
+    // What the handle's block counts as allocated (its size after any split).
+    std::int64_t blockBytes(int handle) const;
+
+    std::int64_t allocated() const { return m_allocated; }
+    std::int64_t reserved() const { return m_reserved; }
+    std::int64_t peakAllocated() const { return m_peakAllocated; }
+    std::int64_t peakReserved() const { return m_peakReserved; }
+    int segments() const;       // segments cudaMalloc'ed and still held
+    int deviceMallocs() const { return m_deviceMallocs; }
+    int outOfMemory() const { return m_ooms; }
+
+private:
+    struct Block {
+        std::int64_t address = 0, size = 0;
+        int segment = -1, prev = -1, next = -1;
+        bool allocated = false, small = false, live = false;
+    };
+    struct Segment {
+        std::int64_t address = 0, size = 0;
+        int last = -1; // the block at its end
+        bool small = false, live = false;
+    };
+    using PoolKey = std::tuple<std::int64_t, std::int64_t, int>; // size, address, block
+    std::set<PoolKey>& pool(bool small) { return small ? m_smallPool : m_largePool; }
+    int newBlock(const Block& b);
+    int findCached(std::int64_t size, bool small);
+    int newSegment(std::int64_t size, bool small);
+    int growExpandable(std::int64_t size, bool small);
+    bool fitsDevice(std::int64_t more);
+    void releaseCachedSegments(bool oversizeOnly);
+    void insertFree(int block);
+    void removeFree(int block);
+
+    CudaAllocatorSettings m_settings;
+    std::vector<Block> m_blocks;
+    std::vector<int> m_freeSlots;
+    std::vector<Segment> m_segments;
+    std::set<PoolKey> m_smallPool, m_largePool;
+    int m_expandable[2] = {-1, -1}; // the growing segment of the large [0] and small [1] pool
+    std::int64_t m_nextAddress = 1LL << 32;
+    std::int64_t m_allocated = 0, m_reserved = 0, m_peakAllocated = 0, m_peakReserved = 0;
+    int m_deviceMallocs = 0, m_ooms = 0;
+};
+
+} // namespace tb
