@@ -345,8 +345,16 @@ void TestMemoryPlan::gpuTermsAndAttentionModules()
         if (t.name == "cuda_context") context = t.bytes;
     }
     QCOMPARE(sum, gpu.peakBytes); // every byte of the peak is a named term
-    QCOMPARE(context, setup.cudaContextBytes);
+    QCOMPARE(context, cudaContextFor(0).bytes);
     QVERIFY(gpu.tensorPeakBytes >= cpu.tensorPeakBytes); // 512-byte rounding only adds
+    // The caching allocator model: it allocates at least the tensors and
+    // reserves at least what it allocates, in whole segments (2 MiB or more).
+    QVERIFY(gpu.allocatedPeakBytes >= gpu.tensorPeakBytes);
+    QVERIFY(gpu.reservedPeakBytes >= gpu.allocatedPeakBytes);
+    QCOMPARE(gpu.reservedPeakBytes % (2 << 20), 0);
+    setup.cudaContextBytes = 123456789; // the user's figure
+    QCOMPARE(estimateMemory(arch, setup).peakBytes - gpu.peakBytes, 123456789 - cudaContextFor(0).bytes);
+    setup.cudaContextBytes = 0;
 
     // Seventeen attention modules a layer: at the peak every layer still holds
     // its seventeen maps. Replayed as LibTorch 1.13 runs it, with the
@@ -504,10 +512,20 @@ void TestMemoryPlan::fitMapMatchesTheEstimate()
                     const auto exact = estimateMemory(arch, setup).peakBytes;
                     const auto where = QString("%1 %2 x%5 batch %3 seq %4").arg(QString::fromStdString(name), gpu ? "gpu" : "cpu")
                                            .arg(batches[col]).arg(seqs[row]).arg(replicas);
-                    if (!gpu) QVERIFY2(map.at(row, col) == exact, qPrintable(where));
-                    QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));
-                    QVERIFY2(std::abs(static_cast<double>(map.at(row, col) - exact)) <= 1e-3 * static_cast<double>(exact),
-                             qPrintable(where));
+                    if (!gpu) {
+                        QVERIFY2(map.at(row, col) == exact, qPrintable(where));
+                        QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));
+                        continue;
+                    }
+                    // On a GPU a cell away from the budget is placed with the
+                    // allocator's reserve at the cell nearest it: within 20%,
+                    // and the same verdict wherever the estimate is 10% or
+                    // more from the budget (nearer cells are replayed, up to eight).
+                    const double off = std::abs(static_cast<double>(map.at(row, col) - exact)) / static_cast<double>(exact);
+                    QVERIFY2(off <= 0.20, qPrintable(where + QString(": %1%").arg(100 * off)));
+                    if (std::abs(static_cast<double>(exact - budget)) >= 0.10 * static_cast<double>(budget)) {
+                        QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));
+                    }
                 }
             }
         }

@@ -471,6 +471,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
     s.halfBase = src != "experiment" && s.loraRank > 0 && s.precision != "fp32";
     s.gpu = true;
     s.gpus = m_target.count;
+    if (m_target.gpu.cc.known()) s.computeCapability = m_target.gpu.cc.major * 10 + m_target.gpu.cc.minor;
     return plan;
 }
 

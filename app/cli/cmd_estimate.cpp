@@ -122,16 +122,18 @@ Plan planFromArgs(const Args& args, const char* command)
     if (plan.gpu) {
         s.gpu = true;
         s.gpus = plan.gpu->count;
+        if (plan.gpu->gpu.cc.known()) s.computeCapability = plan.gpu->gpu.cc.major * 10 + plan.gpu->gpu.cc.minor;
     }
     if (replicas) s.gpus = static_cast<int>(*replicas);
-    if (auto c = args.integer("--cuda-context", 0, 1LL << 40)) s.cudaContextBytes = *c;
-    if (auto v = args.value("--allocator-slack")) {
-        char* end = nullptr;
-        const double f = std::strtod(v->c_str(), &end);
-        if (end == v->c_str() || *end != '\0' || !(f >= 0.0 && f <= 1.0)) {
-            throw InputError("--allocator-slack must be a fraction between 0 and 1, got \"" + *v + "\"");
-        }
-        s.allocatorSlack = f;
+    if (auto c = args.integer("--cuda-context", 1, 1LL << 40)) s.cudaContextBytes = *c;
+    if (args.value("--allocator-slack")) {
+        throw InputError("--allocator-slack is gone: the plan now replays the step through a model of the CUDA caching "
+                         "allocator; set its options with --max-split-size-mb N or --expandable-segments");
+    }
+    if (auto n = args.integer("--max-split-size-mb", 21, 1 << 30)) s.maxSplitSize = *n << 20;
+    if (args.flag("--expandable-segments")) {
+        if (s.torchMajor < 2) throw InputError("--expandable-segments needs LibTorch 2.1 or later; this build runs 1.13");
+        s.expandableSegments = true;
     }
     return plan;
 }
@@ -145,9 +147,15 @@ nlohmann::json toJson(const MemoryEstimate& e)
         formulas[t.name] = t.formula;
     }
     for (const auto& p : e.phases) phases[p.phase] = p.bytes;
-    return {{"peak_bytes", e.peakBytes}, {"tensor_peak_bytes", e.tensorPeakBytes}, {"peak_phase", e.peakPhase}, {"components", components},
+    nlohmann::json out = {{"peak_bytes", e.peakBytes}, {"tensor_peak_bytes", e.tensorPeakBytes}, {"peak_phase", e.peakPhase}, {"components", components},
             {"formulas", formulas},      {"phase_peak_bytes", phases}, {"parameters", e.parameters},
             {"trainable_parameters", e.trainableParameters}, {"notes", e.notes}, {"end_of_step_bytes", e.endOfStepBytes}};
+    if (e.reservedPeakBytes > 0) {
+        // As torch.cuda.max_memory_allocated and max_memory_reserved report them.
+        out["allocated_peak_bytes"] = e.allocatedPeakBytes;
+        out["reserved_peak_bytes"] = e.reservedPeakBytes;
+    }
+    return out;
 }
 
 void printEstimate(const MemoryEstimate& e)
@@ -162,6 +170,10 @@ void printEstimate(const MemoryEstimate& e)
     std::printf("phase peaks:");
     for (const auto& p : e.phases) std::printf("  %s %.3f MiB", p.phase.c_str(), mib(p.bytes));
     std::printf("\n");
+    if (e.reservedPeakBytes > 0) {
+        std::printf("caching allocator: max_memory_allocated %.3f MiB, max_memory_reserved %.3f MiB\n",
+                    mib(e.allocatedPeakBytes), mib(e.reservedPeakBytes));
+    }
     for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
 
@@ -268,8 +280,11 @@ const std::vector<OptionSpec> kPlanOptions{
     {"--grad-accum", true, "gradient accumulation steps", "N"},
     {"--lora-rank", true, "LoRA rank (0: full fine-tuning)", "R"},
     {"--lora-targets", true, "presets: projections to adapt (attn, mlp or names; default attn)", "LIST"},
-    {"--cuda-context", true, "GPU: the CUDA context in bytes (default 287047680)", "BYTES"},
-    {"--allocator-slack", true, "GPU: reserved-but-unallocated fraction of the tensors (default 0.05)", "F"},
+    {"--cuda-context", true, "GPU: the CUDA context in bytes (default: the published figure for the card's "
+                             "compute capability, else 287047680)", "BYTES"},
+    {"--max-split-size-mb", true, "GPU: the caching allocator's max_split_size_mb (default unlimited)", "N"},
+    {"--expandable-segments", false, "GPU: the caching allocator's expandable_segments:True (LibTorch 2.1 and later)"},
+    {"--allocator-slack", true, "removed: the caching allocator is modelled (see --max-split-size-mb)", "F"},
     {"--json", false, "print JSON (peak_bytes, components, phase_peak_bytes)"}};
 
 std::vector<OptionSpec> estimateOptions()

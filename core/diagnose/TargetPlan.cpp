@@ -15,6 +15,7 @@ TargetPlan planOnTarget(const RunConfig& config, bool gpu, std::optional<Compute
     plan.precision = decidePrecision(config.train.precision, device);
     if (plan.setup.precision != "bf16-pure") plan.setup.precision = plan.precision.precision;
     plan.setup.gpu = gpu;
+    if (gpu && cc && cc->known()) plan.setup.computeCapability = cc->major * 10 + cc->minor;
     // A GPU target's count is its data-parallel replicas; on the CPU the
     // config's train.world_size is (setupFor).
     if (gpu) plan.setup.gpus = count;

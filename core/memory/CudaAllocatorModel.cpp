@@ -177,7 +177,10 @@ int CudaAllocatorModel::allocate(std::int64_t bytes)
     }
     auto& b = m_blocks[id];
     const std::int64_t remaining = b.size - size;
-    const bool split = small ? remaining >= kMinBlockSize : size < m_settings.maxSplitSize && remaining > kSmallSize;
+    // should_split: with expandable segments every pool splits down to 512 bytes.
+    const bool split = small || m_settings.expandableSegments
+                           ? remaining >= kMinBlockSize
+                           : size < m_settings.maxSplitSize && remaining > kSmallSize;
     if (split) {
         Block rest;
         rest.address = b.address + size;

@@ -22,7 +22,8 @@
 //   at least max_split_size, then every whole free segment) and retry.
 // - With expandable segments each pool has one segment that grows by
 //   mapping pages (2 MiB in the small pool, 20 MiB in the large one) at its
-//   end, so freed space at the end is reused by larger requests.
+//   end, so freed space at the end is reused by larger requests, and every
+//   block is split down to 512 bytes.
 //
 // No LibTorch here: it is arithmetic the planner runs near the fit frontier.
 

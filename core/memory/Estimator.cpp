@@ -96,19 +96,23 @@ std::int64_t exampleBytes(const TrainingSetup& S)
 }
 
 // What data parallel adds to the tensors (the reducer's gradient buckets, on
-// any device) and what a GPU adds to them: the caching allocator's
-// reserved-but-unallocated blocks and the CUDA context.
+// any device) and what a GPU adds to them: the CUDA context. (What the
+// caching allocator reserves beyond the tensors comes from its model.)
 struct GpuOverheads {
-    std::int64_t buckets = 0, slack = 0, context = 0;
-    std::int64_t total() const { return buckets + slack + context; }
+    std::int64_t buckets = 0, context = 0;
+    std::int64_t total() const { return buckets + context; }
 };
 
-GpuOverheads gpuOverheads(const TrainingSetup& S, std::int64_t trainableBytes, std::int64_t tensorPeak)
+std::int64_t contextBytes(const TrainingSetup& S)
+{
+    return S.cudaContextBytes > 0 ? S.cudaContextBytes : cudaContextFor(S.computeCapability).bytes;
+}
+
+GpuOverheads gpuOverheads(const TrainingSetup& S, std::int64_t trainableBytes)
 {
     const std::int64_t buckets = S.gpus > 1 ? trainableBytes : 0;
-    if (!S.gpu) return {buckets, 0, 0};
-    return {buckets, static_cast<std::int64_t>(S.allocatorSlack * static_cast<double>(tensorPeak + buckets)),
-            S.cudaContextBytes};
+    if (!S.gpu) return {buckets, 0};
+    return {buckets, contextBytes(S)};
 }
 
 // A replay whose allocations are recorded (the fit map's compiler).
@@ -168,6 +172,17 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
 
     // A recording (the fit map's compiler) is exact: no rounding.
     Replay r(S.gpu && !recording ? 512 : 1, recording ? &recording->trace : nullptr);
+    std::optional<CudaAllocatorModel> allocator;
+    if (S.gpu && !recording) {
+        CudaAllocatorSettings settings;
+        if (S.maxSplitSize > 0) settings.maxSplitSize = S.maxSplitSize;
+        settings.expandableSegments = S.expandableSegments;
+        allocator.emplace(settings);
+        r.useAllocator(&*allocator);
+        // Data parallel: the reducer's flat gradient buckets exist from the
+        // start of the run (counted as a term of their own below).
+        if (S.gpus > 1) (void)allocator->allocate(Ptrain * e);
+    }
     // Between steps (from the second on): weights, gradients (with LibTorch
     // 1.13, whose zero_grad zeroes them in place), optimizer state, resident data.
     const bool halfBase = lora && S.halfBase && (mixed || pure);
@@ -189,6 +204,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // All micro-batches of a step are drawn before the first forward pass;
     // with data parallel every rank draws the global batch and trains on its rows.
     r.add(Data, S.gradAccum * B * std::max(1, S.gpus) * exampleBytes(S));
+    // The cuBLAS workspaces, made on the first step's first products and
+    // kept: one per thread's handle, the forward's and the autograd device
+    // thread's (LibTorch 2.x allocates them through the caching allocator).
+    if (S.gpu && S.torchMajor >= 2) {
+        r.add(LibraryWorkspace, cublasWorkspaceBytes(S.torchMajor, S.computeCapability));
+        r.add(LibraryWorkspace, cublasWorkspaceBytes(S.torchMajor, S.computeCapability));
+    }
     const auto act = [&](std::int64_t bytes) { r.add(Activations, bytes); };
     const auto tmp = [&](std::int64_t bytes) { r.add(Workspace, bytes); };
     const auto untmp = [&](std::int64_t bytes) { r.sub(Workspace, bytes); };
@@ -643,6 +665,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 + (S.dropout > 0.0 ? ", three maps with dropout" : "");
             break;
         case Logits: formula = "log-softmax of batch x seq x vocab (fp32) and its gradients"; break;
+        case LibraryWorkspace:
+            formula = "cuBLAS workspaces through the caching allocator: the forward's and the autograd thread's handle, "
+                      + std::to_string(cublasWorkspaceBytes(S.torchMajor, S.computeCapability)) + " bytes each";
+            break;
         case Workspace: formula = "temporaries of the phase at its peak (gradients in flight, products)"; break;
         case WeightCopies:
             formula = "autocast's " + S.precision + " copies of the weights (2 bytes per element), saved for backward "
@@ -652,7 +678,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         est.terms.push_back({kCatNames[c], bytes, formula});
     }
     est.phases = r.phasePeaks();
-    const auto extra = gpuOverheads(S, Ptrain * e, est.peakBytes);
+    const auto extra = gpuOverheads(S, Ptrain * e);
     if (extra.buckets > 0) {
         // Data parallel: the reducer's buckets hold one flat copy of the
         // trainable gradients from the start of the run (core/dist/GradReducer).
@@ -662,15 +688,27 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         for (auto& p : est.phases) p.bytes += extra.buckets;
     }
     est.tensorPeakBytes = est.peakBytes;
-    if (S.gpu) {
-        // What a GPU adds to the tensors: the CUDA context (PyTorch PR #86509
-        // measured 287,047,680 bytes with lazy module loading, 666,632,192
-        // without) and the caching allocator's reserved-but-unallocated
-        // blocks (an assumed fraction; the GPU validation measures it).
-        est.terms.push_back({"allocator_slack", extra.slack,
-                             "caching allocator: reserved but unallocated, " + std::to_string(static_cast<int>(S.allocatorSlack * 100 + 0.5)) + "% of the tensors (assumed)"});
-        est.terms.push_back({"cuda_context", extra.context, "CUDA context with lazy module loading (measured in PyTorch PR #86509)"});
-        est.peakBytes += extra.slack + extra.context;
+    if (allocator) {
+        // What a GPU adds to the tensors: what the caching allocator holds
+        // beyond them at its reserved peak (unsplit remainders, cached free
+        // blocks, the rest of its segments), and the CUDA context.
+        est.allocatedPeakBytes = allocator->peakAllocated();
+        est.reservedPeakBytes = allocator->peakReserved();
+        const auto reservedExtra = std::max<std::int64_t>(0, est.reservedPeakBytes - est.peakBytes);
+        est.terms.push_back({"allocator_reserved", reservedExtra,
+                             "caching allocator: reserved beyond the tensors at the peak (segment rounding, cached "
+                             "and unsplit blocks; modelled, " + std::to_string(allocator->segments()) + " segments)"});
+        const auto context = cudaContextFor(S.computeCapability);
+        est.terms.push_back({"cuda_context", extra.context,
+                             S.cudaContextBytes > 0 ? std::string("CUDA context (the figure given)") : "CUDA context: " + context.source});
+        est.peakBytes += reservedExtra + extra.context;
+        if (S.torchMajor < 2) {
+            // LibTorch 1.13 leaves cuBLAS its own workspaces, outside the allocator.
+            const auto ws = 2 * cublasWorkspaceBytes(S.torchMajor, S.computeCapability);
+            est.terms.push_back({"cublas_workspace", ws, "cuBLAS's own workspaces (LibTorch 1.13: outside the caching "
+                                                         "allocator), the forward's and the autograd thread's handle"});
+            est.peakBytes += ws;
+        }
     }
     if (mixed && S.gpu) {
         est.notes.push_back(S.precision + " mixed precision follows autocast as measured on the CPU, with CUDA's "
@@ -695,6 +733,34 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
 }
 
 } // namespace
+
+CudaContextFigure cudaContextFor(int cc)
+{
+    // nvidia-smi's figure for a process that has made its context and no
+    // tensors, with lazy module loading (LibTorch's default since 1.13).
+    if (cc == 86) {
+        return {256LL << 20, "256 MiB on an RTX 3090 (compute capability 8.6), torch 2.7.1, nvidia-smi "
+                             "(github.com/invoke-ai/InvokeAI/issues/9413)"};
+    }
+    if (cc == 89) {
+        return {426LL << 20, "426 MiB on an RTX 6000 Ada (8.9), torch 2.10, nvidia-smi with nothing allocated "
+                             "(github.com/unslothai/unsloth-zoo/pull/1053)"};
+    }
+    return {287047680, "287,047,680 bytes with lazy module loading, PyTorch PR #86509 (card not stated; no published "
+                       "figure for compute capability " + (cc > 0 ? std::to_string(cc / 10) + "." + std::to_string(cc % 10) : std::string("unknown"))
+                       + "; give yours with --cuda-context)"};
+}
+
+std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
+{
+    // LibTorch 2.x: CUBLAS_WORKSPACE_CONFIG's default ":4096:2:16:8", or
+    // 32 MiB on compute capability 9.0 (CublasHandlePool.cpp, PR #91564),
+    // allocated through the caching allocator. 1.13 lets cuBLAS keep its
+    // own, 4 MiB on cards before Hopper and 32 MiB on Hopper (the cuBLAS
+    // reference, cublasSetWorkspace), outside the allocator.
+    if (torchMajor >= 2) return cc == 90 ? 32LL << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8;
+    return cc >= 90 ? 32LL << 20 : 4LL << 20;
+}
 
 ArchitectureSpec architectureFor(const RunConfig& c)
 {
@@ -1014,6 +1080,22 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
                                       *std::max_element(seqLens.begin(), seqLens.end()));
     map.compiled = compiled.has_value();
     const std::int64_t granularity = setup.gpu ? 512 : 1;
+    // On a GPU the caching allocator reserves more than the tensors. Its
+    // model replays a whole step (milliseconds for a 7B model), too slow for
+    // every cell: the map places each cell with the fraction the model
+    // reserves beyond the tensors at the cell nearest the budget, and
+    // replays the cells whose placed figure is nearest the budget (within
+    // kBand of it, at most kReplays): their figure and verdict are the
+    // estimate's. Further from the budget the figure is the placed one.
+    constexpr double kBand = 0.10;
+    constexpr std::size_t kReplays = 8;
+    double reservedPerTensorByte = 0;
+    struct Cell {
+        std::size_t index;
+        std::int64_t t, b;
+    };
+    std::vector<std::pair<double, Cell>> nearBudget;
+    std::vector<std::int64_t> reservedBase; // per cell: the tensors the allocator holds
     for (auto t : seqLens) {
         setup.seqLen = t;
         const CompiledSegment* segment = nullptr;
@@ -1034,14 +1116,48 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
             }
             const auto resident = validationExamples(setup) * exampleBytes(setup);
             tensors += (resident + granularity - 1) / granularity * granularity;
-            const auto peakAt = [&](std::int64_t x) { return x + gpuOverheads(setup, compiled->trainableAt(t), x).total(); };
-            std::int64_t peak = peakAt(tensors);
-            // Near the budget on a GPU the rounding could decide: replay the cell.
-            if (compiled->margin > 0 && peakAt(tensors - compiled->margin) <= budgetBytes
-                && peakAt(tensors + compiled->margin) > budgetBytes) {
-                peak = estimateMemory(arch, setup).peakBytes;
+            const auto overheads = gpuOverheads(setup, compiled->trainableAt(t));
+            std::int64_t fixed = overheads.total();
+            if (setup.gpu && setup.torchMajor < 2) fixed += 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
+            std::int64_t peak = tensors + fixed;
+            if (setup.gpu) {
+                // Placed below (the allocator reserves at least the tensors).
+                nearBudget.push_back({static_cast<double>(peak - budgetBytes), {map.peakBytes.size(), t, b}});
+                reservedBase.push_back(tensors + overheads.buckets);
             }
             map.peakBytes.push_back(peak);
+        }
+    }
+    if (!nearBudget.empty()) {
+        // The cell whose lower bound is nearest the budget calibrates the fraction.
+        const auto nearest = std::min_element(nearBudget.begin(), nearBudget.end(), [](const auto& x, const auto& y) {
+            return std::abs(x.first) < std::abs(y.first);
+        });
+        {
+            auto s = setup;
+            s.seqLen = nearest->second.t;
+            s.batch = nearest->second.b;
+            const auto e = estimateMemory(arch, s);
+            reservedPerTensorByte = e.tensorPeakBytes > 0
+                                        ? std::max(0.0, static_cast<double>(e.reservedPeakBytes - e.tensorPeakBytes)
+                                                            / static_cast<double>(e.tensorPeakBytes))
+                                        : 0.0;
+        }
+        for (std::size_t i = 0; i < nearBudget.size(); ++i) {
+            auto& cell = nearBudget[i];
+            const auto placed = static_cast<std::int64_t>(reservedPerTensorByte * static_cast<double>(reservedBase[i]));
+            map.peakBytes[cell.second.index] += placed;
+            cell.first = static_cast<double>(map.peakBytes[cell.second.index] - budgetBytes);
+        }
+        std::sort(nearBudget.begin(), nearBudget.end(),
+                  [](const auto& x, const auto& y) { return std::abs(x.first) < std::abs(y.first); });
+        for (std::size_t i = 0; i < nearBudget.size() && i < kReplays; ++i) {
+            const auto& [distance, cell] = nearBudget[i];
+            if (std::abs(distance) > kBand * static_cast<double>(budgetBytes)) break;
+            auto s = setup;
+            s.seqLen = cell.t;
+            s.batch = cell.b;
+            map.peakBytes[cell.index] = estimateMemory(arch, s).peakBytes;
         }
     }
     return map;

@@ -75,13 +75,28 @@ struct TrainingSetup {
     bool positionsFollowSeq = false; // the built-in models: learned positions sized to seqLen
     std::int64_t evalBatches = 0;   // validation batches kept resident: evalBatches x batch examples
     std::int64_t validationCap = 0; // at most this many (a small task's whole validation split); 0: no cap
-    // Where it runs. A GPU adds the CUDA context, the caching allocator's
-    // rounding (512 bytes) and its reserved-but-unallocated slack.
+    // Where it runs. On a GPU every allocation goes through a model of the
+    // CUDA caching allocator (CudaAllocatorModel.h), the plan adds the cuBLAS
+    // workspace, and what the device must hold adds the CUDA context.
     bool gpu = false;
     int gpus = 1;                          // data-parallel replicas (DDP adds gradient buckets)
-    std::int64_t cudaContextBytes = 287047680; // PyTorch PR #86509: lazy module loading, measured
-    double allocatorSlack = 0.05;          // fraction of the peak held reserved but unallocated (assumed)
+    int computeCapability = 0;             // major x 10 + minor (90 for an H100); 0: not known
+    std::int64_t cudaContextBytes = 0;     // 0: cudaContextFor(computeCapability); else the user's figure
+    std::int64_t maxSplitSize = 0;         // PYTORCH_CUDA_ALLOC_CONF max_split_size_mb, in bytes; 0: unlimited
+    bool expandableSegments = false;       // PYTORCH_CUDA_ALLOC_CONF expandable_segments:True (LibTorch 2.1 and later)
 };
+
+// The CUDA context a process holds on a card of this compute capability
+// (bytes, as nvidia-smi counts them beyond what the allocator reserves), and
+// where the figure comes from.
+struct CudaContextFigure {
+    std::int64_t bytes = 0;
+    std::string source;
+};
+CudaContextFigure cudaContextFor(int computeCapability);
+// The cuBLAS workspace LibTorch allocates through the caching allocator on
+// the first matrix product and keeps (one handle and stream).
+std::int64_t cublasWorkspaceBytes(int torchMajor, int computeCapability);
 
 struct MemoryTerm {
     std::string name;    // weights, gradients, optimizer_state, activations, attention_maps, logits, ...
@@ -103,7 +118,12 @@ struct MemoryEstimate {
     std::vector<PhasePeak> phases;
     std::vector<std::string> notes; // what is approximate for this setup
     std::int64_t endOfStepBytes = 0; // live after the optimizer step (equals the start: a self-check)
-    std::int64_t tensorPeakBytes = 0; // the tensors alone (a GPU's peak allocated); peakBytes adds GPU overheads
+    std::int64_t tensorPeakBytes = 0; // the tensors alone; peakBytes adds GPU overheads
+    // GPU: the caching allocator model's peaks, as torch.cuda.max_memory_allocated
+    // (blocks, with unsplit remainders) and max_memory_reserved report them.
+    // peakBytes is the reserved peak plus the CUDA context (what nvidia-smi shows).
+    std::int64_t allocatedPeakBytes = 0;
+    std::int64_t reservedPeakBytes = 0;
 };
 
 MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup& setup);

@@ -11,15 +11,18 @@
 #include <string_view>
 #include <vector>
 
+#include "memory/CudaAllocatorModel.h"
 #include "memory/Estimator.h"
 
 namespace tb::memory_detail {
 
 // Where live bytes belong, for the breakdown at the peak.
-enum Cat { Weights, Gradients, OptimizerState, Data, Activations, AttentionMaps, Logits, Workspace, WeightCopies, kCats };
+enum Cat { Weights, Gradients, OptimizerState, Data, Activations, AttentionMaps, Logits, Workspace, WeightCopies,
+           LibraryWorkspace, kCats };
 constexpr std::array<const char*, kCats> kCatNames{"weights",        "gradients",      "optimizer_state",
                                                    "data",           "activations",    "attention_maps",
-                                                   "logits",         "workspace",      "weight_copies"};
+                                                   "logits",         "workspace",      "weight_copies",
+                                                   "cublas_workspace"};
 
 // Replays the allocations and releases of one training step in the order
 // LibTorch makes them, tracking the bytes live and the peak.
@@ -29,6 +32,9 @@ public:
     // On a GPU every block the caching allocator hands out is a multiple of 512 bytes.
     explicit Replay(std::int64_t granularity = 1, std::vector<std::int64_t>* trace = nullptr)
         : m_granularity(granularity), m_trace(trace) {}
+    // On a GPU target every allocation and release also goes through a model
+    // of the CUDA caching allocator, for the bytes it reserves.
+    void useAllocator(CudaAllocatorModel* model) { m_allocator = model; }
     void phase(const char* name)
     {
         m_phase = 0;
@@ -44,6 +50,7 @@ public:
         m_live[c] += bytes;
         m_total += bytes;
         ++m_calls;
+        if (m_allocator) m_blocks[c].push_back({bytes, m_allocator->allocate(bytes)});
         if (m_trace) m_trace->push_back(m_total);
         m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
         if (m_total > m_peak) {
@@ -59,6 +66,7 @@ public:
         m_live[c] -= bytes;
         m_total -= bytes;
         ++m_calls;
+        if (m_allocator) takeBlocks(c, bytes, nullptr);
     }
     // Live bytes that change role without an allocation (a temporary that
     // becomes a parameter's gradient).
@@ -67,6 +75,7 @@ public:
         bytes = round(bytes);
         m_live[from] -= bytes;
         m_live[to] += bytes;
+        if (m_allocator) takeBlocks(from, bytes, &m_blocks[to]);
     }
     std::int64_t total() const { return m_total; }
     std::int64_t live(Cat c) const { return m_live[c]; }
@@ -85,12 +94,57 @@ public:
     }
 
 private:
+    // A block of the allocator model: the bytes the replay allocated, and its handle.
+    struct Held {
+        std::int64_t bytes;
+        int handle;
+    };
+    // The replay releases (or moves) bytes of a category, at times several
+    // tensors at once or part of one it allocated as a sum: the newest block
+    // of exactly that size, else the newest blocks that fit in what is left;
+    // the part of a larger block is released as the block's release and a
+    // new allocation of the rest (and of the part, when it moves), so the
+    // model's allocated bytes follow the replay's live bytes.
+    void takeBlocks(Cat c, std::int64_t bytes, std::vector<Held>* to)
+    {
+        auto& v = m_blocks[c];
+        const auto give = [&](std::size_t i) {
+            if (to) to->push_back(v[i]);
+            else releaseHeld(v[i]);
+            v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+        };
+        for (std::size_t i = v.size(); i-- > 0;) {
+            if (v[i].bytes == bytes) return give(i);
+        }
+        for (std::size_t i = v.size(); i-- > 0 && bytes > 0;) {
+            if (v[i].bytes <= bytes) {
+                bytes -= v[i].bytes;
+                give(i);
+            }
+        }
+        if (bytes <= 0) return;
+        for (std::size_t i = v.size(); i-- > 0;) {
+            if (v[i].bytes > bytes) {
+                releaseHeld(v[i]);
+                v[i].bytes -= bytes;
+                v[i].handle = m_allocator->allocate(v[i].bytes);
+                if (to) to->push_back({bytes, m_allocator->allocate(bytes)});
+                return;
+            }
+        }
+    }
+    void releaseHeld(const Held& h)
+    {
+        if (h.handle >= 0) m_allocator->release(h.handle);
+    }
     std::int64_t round(std::int64_t bytes) const
     {
         return bytes > 0 ? (bytes + m_granularity - 1) / m_granularity * m_granularity : bytes;
     }
     std::int64_t m_granularity;
     std::vector<std::int64_t>* m_trace; // the live total after each allocation, when set
+    CudaAllocatorModel* m_allocator = nullptr;
+    std::array<std::vector<Held>, kCats> m_blocks{};
     std::array<std::int64_t, kCats> m_live{};
     std::array<std::int64_t, kCats> m_atPeak{};
     std::array<std::int64_t, kPhases.size()> m_phasePeak{};
