@@ -191,6 +191,29 @@ private Q_SLOTS:
         (void)plain.allocate(55 * MiB);
         QCOMPARE(plain.reserved(), 30 * MiB + 26 * MiB + 56 * MiB);
     }
+
+    void expandableTailPassedOverByMaxSplit()
+    {
+        // With max_split_size 64 MiB, a free 100 MiB tail is too large for a
+        // 10 MiB request's best fit; the growing segment already holds it,
+        // so nothing more is mapped (and nothing is unmapped).
+        CudaAllocatorSettings s;
+        s.expandableSegments = true;
+        s.maxSplitSize = 64 * MiB;
+        CudaAllocatorModel m(s);
+        const int a = m.allocate(30 * MiB), b = m.allocate(30 * MiB), c = m.allocate(30 * MiB);
+        QCOMPARE(m.reserved(), 100 * MiB); // 40 + 20 + 40: five pages
+        m.release(a);
+        m.release(b);
+        m.release(c);
+        const int mallocs = m.deviceMallocs();
+        const int d = m.allocate(10 * MiB);
+        QVERIFY(d >= 0);
+        QCOMPARE(m.blockBytes(d), 10 * MiB);
+        QCOMPARE(m.reserved(), 100 * MiB);
+        QCOMPARE(m.deviceMallocs(), mallocs);
+        QCOMPARE(m.allocated(), 10 * MiB);
+    }
 };
 
 QTEST_APPLESS_MAIN(TestCudaAllocator)

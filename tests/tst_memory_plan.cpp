@@ -77,6 +77,7 @@ private Q_SLOTS:
     void fitMapMatchesTheEstimate();
     void batchOneAndOneHeadAreNotUnderPlanned();
     void pureBf16LoraReleasesWhatItKept();
+    void pureBf16LlamaFollowsItsFp32Islands();
     void largestSequenceGrowsThePositionTable();
     void runsRecordTheirEstimate();
 };
@@ -477,13 +478,75 @@ void TestMemoryPlan::pureBf16LoraReleasesWhatItKept()
     }
 }
 
+// Pure bf16 on a Llama-family model was planned as the fp32 replay with
+// 2-byte elements: 15-30% under the measured peak, since RMSNorm, the
+// softmax and the loss compute in fp32 copies and the bf16 AdamW works in
+// fp32. Measured against the plan with and without checkpointing,
+// accumulation, grouped keys and values, and batch 1.
+void TestMemoryPlan::pureBf16LlamaFollowsItsFp32Islands()
+{
+    std::vector<std::pair<std::string, RunConfig>> cases;
+    auto base = small("llama", 2, 64, 4, 8, 32);
+    base.train.precision = "bf16-pure";
+    cases.emplace_back("llama pure b8 t32", base);
+    auto longer = small("llama", 2, 64, 4, 4, 128);
+    longer.train.precision = "bf16-pure";
+    cases.emplace_back("llama pure b4 t128", longer);
+    auto one = small("llama", 3, 48, 2, 1, 40);
+    one.train.precision = "bf16-pure";
+    one.train.activationCheckpointing = true;
+    cases.emplace_back("llama pure b1 ckpt", one);
+    auto grouped = small("llama", 2, 64, 4, 3, 48);
+    grouped.model.nKvHead = 2;
+    grouped.model.tieEmbeddings = true;
+    grouped.train.precision = "bf16-pure";
+    grouped.train.gradAccum = 3;
+    cases.emplace_back("llama pure gqa tied accum3", grouped);
+    for (const auto& [name, config] : cases) {
+        const double error = plannedError(name, config);
+        QVERIFY2(error >= -0.005 && error <= 0.02, qPrintable(QString::fromStdString(name)));
+        const auto est = estimateMemory(architectureFor(config), setupFor(config));
+        for (const auto& n : est.notes) QVERIFY2(n.find("pure bf16") == std::string::npos, n.c_str());
+    }
+}
+
 #include "tst_memory_plan.moc"
 
 // The heat map evaluates compiled polynomials instead of replaying each cell:
-// on the CPU it must give the replay's bytes exactly, on a GPU the same
-// fit verdict in every cell and bytes within 0.1%.
+// on the CPU it must give the replay's bytes exactly; on a GPU, where the
+// caching allocator's reserve is placed from the cell nearest the budget,
+// bytes within 20% and the estimate's verdict wherever that is 10% or more
+// from the budget.
 void TestMemoryPlan::fitMapMatchesTheEstimate()
 {
+    {
+        // A model whose tensors, not the CUDA context, make the GPU plan.
+        const auto gpt2 = findArchitecture("gpt2").arch;
+        TrainingSetup s;
+        s.gpu = true;
+        const auto batches = fitMapAxis(1, 48, 9), seqs = fitMapAxis(64, 1024, 7);
+        s.batch = 12;
+        s.seqLen = 512;
+        const auto budget = estimateMemory(gpt2, s).peakBytes;
+        const auto map = fitMap(gpt2, s, budget, batches, seqs);
+        int decided = 0, fits = 0;
+        for (std::size_t row = 0; row < seqs.size(); ++row) {
+            for (std::size_t col = 0; col < batches.size(); ++col) {
+                s.batch = batches[col];
+                s.seqLen = seqs[row];
+                const auto exact = estimateMemory(gpt2, s).peakBytes;
+                const auto where = QString("gpt2 gpu batch %1 seq %2").arg(batches[col]).arg(seqs[row]);
+                const double off = std::abs(static_cast<double>(map.at(row, col) - exact)) / static_cast<double>(exact);
+                QVERIFY2(off <= 0.20, qPrintable(where + QString(": %1%").arg(100 * off)));
+                if (std::abs(static_cast<double>(exact - budget)) >= 0.10 * static_cast<double>(budget)) {
+                    QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));
+                    ++decided;
+                    fits += exact <= budget;
+                }
+            }
+        }
+        QVERIFY2(fits > 5 && decided - fits > 5, qPrintable(QString("%1 of %2 fit").arg(fits).arg(decided)));
+    }
     auto grid = planGrid();
     auto c = small("gpt", 2, 32, 2, 4, 0);
     c.data.source = "addition";
@@ -520,7 +583,7 @@ void TestMemoryPlan::fitMapMatchesTheEstimate()
                     // On a GPU a cell away from the budget is placed with the
                     // allocator's reserve at the cell nearest it: within 20%,
                     // and the same verdict wherever the estimate is 10% or
-                    // more from the budget (nearer cells are replayed, up to eight).
+                    // more from the budget (the nearest six are replayed).
                     const double off = std::abs(static_cast<double>(map.at(row, col) - exact)) / static_cast<double>(exact);
                     QVERIFY2(off <= 0.20, qPrintable(where + QString(": %1%").arg(100 * off)));
                     if (std::abs(static_cast<double>(exact - budget)) >= 0.10 * static_cast<double>(budget)) {

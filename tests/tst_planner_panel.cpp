@@ -158,8 +158,9 @@ void TestPlannerPanel::heatMapAndFrontierComeFromTheEstimate()
     QCOMPARE(static_cast<int>(map.seqLens.size()), 128);
     QCOMPARE(map.seqLens.back(), std::int64_t{4096}); // the model's context
     QVERIFY(map.compiled);
-    // Spot checks against core at three cells: the same verdict, and bytes
-    // within the 512-byte rounding the compiled map leaves out away from the budget.
+    // Spot checks against core at three cells: within 20% (a GPU cell away
+    // from the budget is placed, not replayed), and the same verdict where
+    // the estimate is 10% or more from the budget.
     const auto arch = findArchitecture("llama-2-7b").arch;
     TrainingSetup s;
     s.precision = "fp16";

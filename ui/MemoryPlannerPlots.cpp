@@ -42,8 +42,9 @@ QColor termColor(const std::string& name)
         {"optimizer_state", QColor(0x2c, 0xa0, 0x2c)}, {"data", QColor(0x8c, 0x56, 0x4b)},
         {"activations", QColor(0x94, 0x67, 0xbd)},     {"attention_maps", QColor(0xd6, 0x27, 0x28)},
         {"logits", QColor(0xe3, 0x77, 0xc2)},          {"workspace", QColor(0x7f, 0x7f, 0x7f)},
-        {"ddp_buckets", QColor(0xbc, 0xbd, 0x22)},     {"allocator_slack", QColor(0x17, 0xbe, 0xcf)},
-        {"cuda_context", QColor(0x39, 0x3b, 0x79)},    {"weight_copies", QColor(0x6b, 0x6e, 0xcf)}};
+        {"ddp_buckets", QColor(0xbc, 0xbd, 0x22)},     {"allocator_reserved", QColor(0x17, 0xbe, 0xcf)},
+        {"cuda_context", QColor(0x39, 0x3b, 0x79)},    {"weight_copies", QColor(0x6b, 0x6e, 0xcf)},
+        {"cublas_workspace", QColor(0xe7, 0xba, 0x52)}};
     for (const auto& [n, c] : colors) {
         if (n == name) return c;
     }

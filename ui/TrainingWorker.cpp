@@ -96,7 +96,7 @@ void TrainingWorker::runSession(RunSession& session)
     SessionCallbacks callbacks;
     callbacks.onStarted = [this, &session](std::int64_t runId, const std::string& description) {
         const auto& estimate = session.estimate();
-        Q_EMIT started(runId, QString::fromStdString(description), estimate ? estimate->tensorPeakBytes : 0);
+        Q_EMIT started(runId, QString::fromStdString(description), estimate ? estimate->probePeakBytes() : 0);
     };
     callbacks.onStep = [this](const StepMetrics& s) { push(&PendingProgress::steps, s); };
     callbacks.onEval = [this](const EvalMetrics& e) { push(&PendingProgress::evals, e); };

@@ -130,8 +130,16 @@ Plan planFromArgs(const Args& args, const char* command)
         throw InputError("--allocator-slack is gone: the plan now replays the step through a model of the CUDA caching "
                          "allocator; set its options with --max-split-size-mb N or --expandable-segments");
     }
+    if (!s.gpu) {
+        for (const char* option : {"--max-split-size-mb", "--expandable-segments", "--cuda-context"}) {
+            if (args.value(option) || args.flag(option)) {
+                throw InputError(std::string(option) + " describes a GPU's caching allocator or context; name the card with --gpu");
+            }
+        }
+    }
     if (auto n = args.integer("--max-split-size-mb", 21, 1 << 30)) s.maxSplitSize = *n << 20;
     if (args.flag("--expandable-segments")) {
+        // (The build's major version is all the planner knows: 2.0 had no expandable segments.)
         if (s.torchMajor < 2) throw InputError("--expandable-segments needs LibTorch 2.1 or later; this build runs 1.13");
         s.expandableSegments = true;
     }

@@ -35,14 +35,17 @@ int CudaAllocatorModel::newBlock(const Block& b)
 
 void CudaAllocatorModel::insertFree(int id)
 {
-    const auto& b = m_blocks[id];
-    pool(b.small).insert({b.size, b.address, id});
+    auto& b = m_blocks[id];
+    b.where = pool(b.small).insert({b.size, b.address, id}).first;
+    b.pooled = true;
 }
 
 void CudaAllocatorModel::removeFree(int id)
 {
-    const auto& b = m_blocks[id];
-    pool(b.small).erase({b.size, b.address, id});
+    auto& b = m_blocks[id];
+    if (!b.pooled) return;
+    pool(b.small).erase(b.where);
+    b.pooled = false;
 }
 
 // get_free_block: the smallest cached block of the pool that holds the
@@ -112,6 +115,10 @@ int CudaAllocatorModel::growExpandable(std::int64_t size, bool small)
     // The last block of the segment, when it is free, grows.
     const int tail = s.last;
     const std::int64_t freeTail = tail >= 0 && !m_blocks[tail].allocated ? m_blocks[tail].size : 0;
+    if (freeTail >= size) { // large enough already (best fit passed it over under max_split_size's rules)
+        removeFree(tail);
+        return tail;
+    }
     const std::int64_t more = (size - freeTail + page - 1) / page * page;
     if (!fitsDevice(more)) return -1;
     s.size += more;
@@ -237,7 +244,8 @@ std::int64_t CudaAllocatorModel::blockBytes(int id) const
 
 int CudaAllocatorModel::segments() const
 {
-    return static_cast<int>(std::count_if(m_segments.begin(), m_segments.end(), [](const Segment& s) { return s.live; }));
+    return static_cast<int>(
+        std::count_if(m_segments.begin(), m_segments.end(), [](const Segment& s) { return s.live && s.size > 0; }));
 }
 
 } // namespace tb

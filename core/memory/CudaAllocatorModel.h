@@ -18,17 +18,21 @@
 //   takes only a block less than 20 MiB larger; such blocks are never split.
 // - A release returns the block to its pool and merges it with free
 //   neighbours of the same segment. Segments stay reserved; only when the
-//   device is full does the allocator free cached segments (first blocks of
-//   at least max_split_size, then every whole free segment) and retry.
+//   device is full (deviceBytes) does the allocator free cached segments
+//   (first blocks of at least max_split_size, then every whole free
+//   segment) and retry. The planner replays with no device limit: its
+//   reserved peak is what the allocator keeps when memory is to spare.
 // - With expandable segments each pool has one segment that grows by
 //   mapping pages (2 MiB in the small pool, 20 MiB in the large one) at its
 //   end, so freed space at the end is reused by larger requests, and every
-//   block is split down to 512 bytes.
+//   block is split down to 512 bytes. (Here a request of max_split_size or
+//   more still takes a segment of its own.)
 //
 // No LibTorch here: it is arithmetic the planner runs near the fit frontier.
 
 #include <cstdint>
 #include <limits>
+#include <memory_resource>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -75,18 +79,20 @@ public:
     int outOfMemory() const { return m_ooms; }
 
 private:
+    using PoolKey = std::tuple<std::int64_t, std::int64_t, int>; // size, address, block
+    using Pool = std::pmr::set<PoolKey>;
     struct Block {
         std::int64_t address = 0, size = 0;
         int segment = -1, prev = -1, next = -1;
-        bool allocated = false, small = false, live = false;
+        bool allocated = false, small = false, live = false, pooled = false;
+        Pool::iterator where; // its entry in its pool, while pooled
     };
     struct Segment {
         std::int64_t address = 0, size = 0;
         int last = -1; // the block at its end
         bool small = false, live = false;
     };
-    using PoolKey = std::tuple<std::int64_t, std::int64_t, int>; // size, address, block
-    std::set<PoolKey>& pool(bool small) { return small ? m_smallPool : m_largePool; }
+    Pool& pool(bool small) { return small ? m_smallPool : m_largePool; }
     int newBlock(const Block& b);
     int findCached(std::int64_t size, bool small);
     int newSegment(std::int64_t size, bool small);
@@ -100,7 +106,9 @@ private:
     std::vector<Block> m_blocks;
     std::vector<int> m_freeSlots;
     std::vector<Segment> m_segments;
-    std::set<PoolKey> m_smallPool, m_largePool;
+    // The pools' nodes come from one arena: a planner replay makes thousands.
+    std::pmr::unsynchronized_pool_resource m_arena;
+    Pool m_smallPool{&m_arena}, m_largePool{&m_arena};
     int m_expandable[2] = {-1, -1}; // the growing segment of the large [0] and small [1] pool
     std::int64_t m_nextAddress = 1LL << 32;
     std::int64_t m_allocated = 0, m_reserved = 0, m_peakAllocated = 0, m_peakReserved = 0;

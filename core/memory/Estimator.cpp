@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <filesystem>
 #include <optional>
@@ -254,7 +256,32 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     // RMSNorm's x^2 while it stays saved (LibTorch 1.13).
     const std::int64_t sq = meanSavesInput(S) ? a : 0;
+    // Pure bf16 on a Llama-family model (train/Llama.cpp, as transformers
+    // computes it): RMSNorm works on an fp32 copy of its input and casts the
+    // normalized tensor back, the softmax runs in fp32 and is cast back for
+    // the product with the values, and the loss reads an fp32 copy of the
+    // bf16 logits. Neither norm saves its bf16 input, so the residual stream
+    // is not kept: a block's input and its mid-block sum go when it returns.
+    // With checkpointing the checkpoint keeps each block's input instead.
+    // (With dropout the plan is not yet exact: see notes.)
+    const bool pureLlama = pure && llama && !drop;
+    const std::int64_t sq32 = meanSavesInput(S) ? 2 * a : 0; // x32^2, saved by mean (1.13)
+    const std::int64_t lg16 = BT * V * 2;                      // the bf16 logits
     const auto rmsForward = [&] {
+        if (pureLlama) {
+            act(2 * a);        // x.to(fp32), saved by pow and by the product
+            act(sq32);         // x32^2, saved by mean (1.13) ...
+            tmp(2 * a - sq32); // ... or a temporary
+            tmp(m);            // mean
+            tmp(m);            // + eps
+            act(m);            // rsqrt
+            tmp(2 * a);        // normed, fp32: a local until the norm returns
+            untmp(2 * m + 2 * a - sq32);
+            act(a);            // cast to bf16, saved by the product with the weight
+            act(a);            // * weight
+            untmp(2 * a);      // the fp32 normed
+            return;
+        }
         act(sq);  // x^2, saved by mean (1.13) ...
         tmp(a - sq); // ... or a temporary
         tmp(m);   // mean
@@ -273,6 +300,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         untmp(s);
         tmp(s);      // masked_fill
         untmp(s);
+        if (pureLlama) {
+            tmp(2 * s);                  // cast to fp32
+            r.add(AttentionMaps, 2 * s); // softmax in fp32, saved
+            untmp(2 * s);
+            untmp(s);                    // masked_fill output
+            r.add(AttentionMaps, s);     // cast back, saved by the product with the values
+            r.add(AttentionMaps, extraMaps);
+            return;
+        }
         r.add(AttentionMaps, s); // softmax, saved
         untmp(s);
         if (drop) r.add(AttentionMaps, 2 * s);
@@ -310,6 +346,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);     // down
             act(a);     // residual out
             untmp(a);
+            if (pureLlama) r.sub(Activations, a); // the mid-block sum, saved by no norm
         } else {
             act(a + 2 * m); // ln1
             tmp(3 * a);     // qkv
@@ -364,11 +401,28 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             act(rng); // the generator's state, saved with the block
         } else {
             blockSaved = blockForward();
+            // Pure bf16: the block's input goes once it returns (the first
+            // block's, the embedding output, is held until the final norm).
+            if (pureLlama && l > 0) r.sub(Activations, a);
         }
     }
     // Final norm, head, loss.
     if (llama) rmsForward();
     else act(a + 2 * m);
+    if (pureLlama) {
+        // The last block's output, and the embedding output (unless its
+        // block's checkpoint keeps it).
+        r.sub(Activations, S.checkpointing ? a : 2 * a);
+        r.add(Logits, lg16);       // logits, bf16
+        act(idx);                  // targets made contiguous
+        r.add(Logits, lg);         // their fp32 copy for the loss
+        r.add(Logits, lg);         // log-softmax, saved
+        tmp(m);                    // per-token loss
+        if (addition) tmp(m);
+        r.sub(Logits, lg);         // the fp32 copy
+        untmp(addition ? 2 * m : m);
+        r.sub(Logits, lg16);       // the logits themselves are not saved
+    } else {
     r.add(Logits, lg); // logits
     act(idx);          // targets made contiguous
     r.add(Logits, lg); // log-softmax, saved
@@ -376,6 +430,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (addition) tmp(m);
     untmp(addition ? 2 * m : m);
     r.sub(Logits, lg); // the logits themselves are not saved
+    }
 
     // ---- backward ----
     r.phase("backward");
@@ -386,12 +441,47 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     r.sub(Activations, idx);
     r.add(Logits, lg); // grad of logits
     r.sub(Logits, 2 * lg);
+    if (pureLlama) {
+        r.add(Logits, lg16); // cast back to bf16
+        r.sub(Logits, lg);
+    }
     if (headTrainable) tmp(headW); // head weight gradient (tied: held until the embedding's)
     tmp(a);                        // grad of final norm output
-    r.sub(Logits, lg);
+    r.sub(Logits, pureLlama ? lg16 : lg);
     if (headTrainable && !tied) grads.done(headW);
+    // Pure bf16 RMSNorm backward, from the gradient of its output (in
+    // Workspace; the output itself already released by its consumer).
+    const auto rmsBackwardPure = [&] {
+        tmp(a);             // grad of the bf16 normed: g * weight
+        tmp(a);             // g * normed, for the weight's gradient
+        untmp(a);
+        untmp(a);           // g
+        r.sub(Activations, a); // the bf16 normed
+        tmp(2 * a);         // the gradient cast to fp32
+        untmp(a);
+        tmp(2 * a);         // g32 * rsqrt
+        tmp(2 * a);         // g32 * x32
+        tmp(m);             // summed: the rsqrt gradient
+        untmp(4 * a);       // g32 * x32 and g32
+        tmp(3 * m);         // rsqrt backward
+        untmp(3 * m);
+        r.sub(Activations, m); // rsqrt
+        tmp(2 * a);         // mean backward
+        untmp(m);
+        r.sub(Activations, sq32);
+        tmp(6 * a);         // pow backward: x32^1, two products
+        untmp(6 * a);       // mean backward's gradient and two of them
+        r.sub(Activations, 2 * a); // x32
+        tmp(2 * a);         // the two x32 gradients summed
+        untmp(4 * a);
+        tmp(a);             // cast back to bf16
+        untmp(2 * a);
+    };
     // final norm backward
-    if (llama) {
+    if (pureLlama) {
+        r.sub(Activations, a); // the final norm's output, saved by the head
+        rmsBackwardPure();
+    } else if (llama) {
         tmp(2 * a);
         untmp(2 * a);
         r.sub(Activations, 3 * a + sq + m); // its saved tensors and the last block's output
@@ -440,6 +530,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);
             untmp(2 * a); // the two input gradients summed
             if (wgrad) grads.done(F * C * e);
+            if (pureLlama) {
+                rmsBackwardPure();
+            } else {
             // RMSNorm backward: about two full-size products at a time.
             tmp(2 * a);
             untmp(2 * a);
@@ -448,10 +541,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             r.sub(Activations, a + sq + m);
             tmp(3 * a);
             untmp(3 * a);
+            }
             // residual sum (under checkpointing the node still holds the output's gradient)
             tmp(a);
             untmp(2 * a - heldGrad);
-            r.sub(Activations, a); // h
+            if (!pureLlama) r.sub(Activations, a); // h
             // o_proj
             if (wgrad) tmp(C * C * e);
             tmp(a);
@@ -470,9 +564,20 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 untmp(s);
                 r.sub(AttentionMaps, s); // the noise
             }
+            if (pureLlama && eager) {
+                r.sub(AttentionMaps, s);  // the bf16 probabilities
+                tmp(2 * s);               // their gradient cast to fp32
+                untmp(s);
+                tmp(2 * s);               // softmax backward
+                untmp(2 * s);
+                r.sub(AttentionMaps, 2 * s + extraMaps); // the fp32 softmax
+                tmp(s);                   // cast back to bf16
+                untmp(2 * s);
+            } else {
             r.add(Workspace, s); // softmax backward
             r.sub(Workspace, s);
             r.sub(AttentionMaps, s + extraMaps);
+            }
             tmp(s);
             untmp(s); // masked_fill
             tmp(s);
@@ -505,6 +610,17 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);
             untmp(a);
             // input RMSNorm, then the residual sum
+            if (pureLlama) {
+                r.sub(Activations, a); // the norm's output, saved by the projections
+                rmsBackwardPure();
+                tmp(a);
+                untmp(2 * a);
+                // No norm saved the block input; a checkpoint did, with the
+                // recomputed output and the generator's state.
+                if (S.checkpointing) r.sub(Activations, 2 * a + rng);
+                untmp(rng + heldGrad);
+                continue;
+            }
             tmp(2 * a);
             untmp(2 * a);
             r.sub(Activations, 2 * a + sq + m);
@@ -617,7 +733,14 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
 
     // ---- optimizer ----
     r.phase("optimizer");
-    if (S.optimizer == "adamw" || S.optimizer == "adamw8bit") {
+    if (pure && S.optimizer == "adamw") {
+        // Pure bf16 AdamW (train/Bf16AdamW.cpp), one parameter at a time:
+        // fp32 copies of the weight, its gradient and both moments, the
+        // denominator, and stochastic rounding's noise, sum and mask while
+        // the weight is rounded back: 32 bytes an element at the most.
+        tmp(32 * maxTrain);
+        untmp(32 * maxTrain);
+    } else if (S.optimizer == "adamw" || S.optimizer == "adamw8bit") {
         // sqrt(v) and its division by sqrt(1 - beta2^t) for one parameter at a time.
         tmp(2 * maxTrain * e);
         untmp(2 * maxTrain * e);
@@ -714,12 +837,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         est.notes.push_back(S.precision + " mixed precision follows autocast as measured on the CPU, with CUDA's "
                             "fp32 softmax; not yet checked against a GPU run");
     }
-    if (pure) {
-        // Measured on the CPU with 'trainbench-cli measure' (Hugging Face folders, 2 layers, hidden 64,
-        // batch 8 x 32 and 4 x 128, 2026-11-26): Llama and Qwen2 planned 15.5% and 30.0% under the
-        // measured peak, GPT-NeoX 6.8% and 27.3% under, GPT-2 0.2% over.
-        est.notes.push_back("pure bf16: not yet exact; the fp32 copies inside RMSNorm and the softmax and the CPU's "
-                            "bf16 matrix workspace are not planned (planned up to 30% under the measured peak)");
+    if (pure && lora) {
+        // Measured on the CPU with 'trainbench-cli measure' (Llama folders, LoRA r4 on attention, batch 4 x 64,
+        // with and without checkpointing, 2026-11-27): planned 25-29% under the measured peak.
+        est.notes.push_back("pure bf16 with LoRA: not yet exact; the fp32 copies inside RMSNorm and the softmax are "
+                            "not planned with adapters (planned up to 29% under the measured peak)");
+    } else if (pure && llama && drop) {
+        est.notes.push_back("pure bf16 with dropout: not yet exact; the fp32 softmax's dropout is not planned");
     }
     if (A.attentionModules > 1) {
         est.notes.push_back("further attention modules add their maps; their projections are not modelled");
@@ -748,7 +872,7 @@ CudaContextFigure cudaContextFor(int cc)
     }
     return {287047680, "287,047,680 bytes with lazy module loading, PyTorch PR #86509 (card not stated; no published "
                        "figure for compute capability " + (cc > 0 ? std::to_string(cc / 10) + "." + std::to_string(cc % 10) : std::string("unknown"))
-                       + "; give yours with --cuda-context)"};
+                       + "; estimate --cuda-context takes a measured one)"};
 }
 
 std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
@@ -758,8 +882,9 @@ std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
     // allocated through the caching allocator. 1.13 lets cuBLAS keep its
     // own, 4 MiB on cards before Hopper and 32 MiB on Hopper (the cuBLAS
     // reference, cublasSetWorkspace), outside the allocator.
+    // Both: 32 MiB on compute capability 9.0 (Hopper) only, as PyTorch's check reads.
     if (torchMajor >= 2) return cc == 90 ? 32LL << 20 : 4096 * 1024 * 2 + 16 * 1024 * 8;
-    return cc >= 90 ? 32LL << 20 : 4LL << 20;
+    return cc == 90 ? 32LL << 20 : 4LL << 20;
 }
 
 ArchitectureSpec architectureFor(const RunConfig& c)
@@ -929,7 +1054,6 @@ struct CompiledSegment {
 
 struct CompiledStep {
     std::vector<CompiledSegment> segments; // ascending in T
-    std::int64_t margin = 0; // on a GPU the 512-byte rounding moves the tensor peak by at most this
     // Trainable bytes at tFirst and per token of sequence beyond it (a
     // learned position table sized to the sequence grows with T): the
     // data-parallel buckets follow them.
@@ -1045,7 +1169,6 @@ void compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std:
 std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bMax,
                                         std::int64_t tFirst, std::int64_t tLast)
 {
-    const bool gpu = setup.gpu; // a recording is not rounded: exact polynomials
     CompiledStep out;
     Recording rec;
     (void)recordedTrace(arch, setup, 2, tFirst, &rec);
@@ -1061,9 +1184,6 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
     if (std::none_of(out.segments.begin(), out.segments.end(), [](const auto& s) { return s.compiled; })) {
         return std::nullopt;
     }
-    // Each rounding adds under 512 bytes to an allocation or a release; a
-    // release of bytes summed from rounded sizes at most doubles that.
-    if (gpu) out.margin = 1024 * rec.calls;
     return out;
 }
 
@@ -1084,11 +1204,12 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
     // model replays a whole step (milliseconds for a 7B model), too slow for
     // every cell: the map places each cell with the fraction the model
     // reserves beyond the tensors at the cell nearest the budget, and
-    // replays the cells whose placed figure is nearest the budget (within
-    // kBand of it, at most kReplays): their figure and verdict are the
-    // estimate's. Further from the budget the figure is the placed one.
+    // replays the kReplays cells whose placed figure is nearest the budget
+    // (within kBand of it): those cells' figures and verdicts are the
+    // estimate's. Elsewhere the figure is the placed one, and a cell near
+    // the budget but not among the replayed can take the other verdict.
     constexpr double kBand = 0.10;
-    constexpr std::size_t kReplays = 8;
+    constexpr std::size_t kReplays = 6;
     double reservedPerTensorByte = 0;
     struct Cell {
         std::size_t index;
@@ -1129,23 +1250,35 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
         }
     }
     if (!nearBudget.empty()) {
-        // The cell whose lower bound is nearest the budget calibrates the fraction.
-        const auto nearest = std::min_element(nearBudget.begin(), nearBudget.end(), [](const auto& x, const auto& y) {
-            return std::abs(x.first) < std::abs(y.first);
-        });
-        {
+        // What the allocator reserves beyond the tensors, replayed at the
+        // cell whose lower bound is nearest the budget and at the lightest
+        // cell, and placed on the line through the two (a segment's fixed
+        // part weighs most on small steps).
+        const auto replayAt = [&](std::size_t i) {
             auto s = setup;
-            s.seqLen = nearest->second.t;
-            s.batch = nearest->second.b;
+            s.seqLen = nearBudget[i].second.t;
+            s.batch = nearBudget[i].second.b;
             const auto e = estimateMemory(arch, s);
-            reservedPerTensorByte = e.tensorPeakBytes > 0
-                                        ? std::max(0.0, static_cast<double>(e.reservedPeakBytes - e.tensorPeakBytes)
-                                                            / static_cast<double>(e.tensorPeakBytes))
-                                        : 0.0;
+            map.peakBytes[nearBudget[i].second.index] = e.peakBytes;
+            nearBudget[i].first = std::numeric_limits<double>::infinity(); // placed by its own replay
+            return std::pair{static_cast<double>(e.tensorPeakBytes),
+                             static_cast<double>(std::max<std::int64_t>(0, e.reservedPeakBytes - e.tensorPeakBytes))};
+        };
+        std::size_t nearestIndex = 0, lightestIndex = 0;
+        for (std::size_t i = 1; i < nearBudget.size(); ++i) {
+            if (std::abs(nearBudget[i].first) < std::abs(nearBudget[nearestIndex].first)) nearestIndex = i;
+            if (reservedBase[i] < reservedBase[lightestIndex]) lightestIndex = i;
         }
+        const auto [tNear, xNear] = replayAt(nearestIndex);
+        double tLight = tNear, xLight = xNear;
+        if (lightestIndex != nearestIndex) std::tie(tLight, xLight) = replayAt(lightestIndex);
+        reservedPerTensorByte = tNear > tLight ? (xNear - xLight) / (tNear - tLight) : (tNear > 0 ? xNear / tNear : 0.0);
+        const double reservedAtZero = tNear > tLight ? xLight - reservedPerTensorByte * tLight : 0.0;
         for (std::size_t i = 0; i < nearBudget.size(); ++i) {
             auto& cell = nearBudget[i];
-            const auto placed = static_cast<std::int64_t>(reservedPerTensorByte * static_cast<double>(reservedBase[i]));
+            if (std::isinf(cell.first)) continue;
+            const auto placed = static_cast<std::int64_t>(
+                std::max(0.0, reservedAtZero + reservedPerTensorByte * static_cast<double>(reservedBase[i])));
             map.peakBytes[cell.second.index] += placed;
             cell.first = static_cast<double>(map.peakBytes[cell.second.index] - budgetBytes);
         }

@@ -94,8 +94,10 @@ struct CudaContextFigure {
     std::string source;
 };
 CudaContextFigure cudaContextFor(int computeCapability);
-// The cuBLAS workspace LibTorch allocates through the caching allocator on
-// the first matrix product and keeps (one handle and stream).
+// The cuBLAS workspace of one handle and stream: LibTorch 2.x allocates it
+// through the caching allocator on the first matrix product and keeps it;
+// 1.13 leaves cuBLAS its own, outside the allocator. The plan counts two
+// handles (the forward's thread and the autograd device thread).
 std::int64_t cublasWorkspaceBytes(int torchMajor, int computeCapability);
 
 struct MemoryTerm {
@@ -124,6 +126,9 @@ struct MemoryEstimate {
     // peakBytes is the reserved peak plus the CUDA context (what nvidia-smi shows).
     std::int64_t allocatedPeakBytes = 0;
     std::int64_t reservedPeakBytes = 0;
+    // What a run's memory probe measures: the allocator's allocated peak on a
+    // GPU (its blocks, unsplit remainders included), the tensors on the CPU.
+    std::int64_t probePeakBytes() const { return allocatedPeakBytes > 0 ? allocatedPeakBytes : tensorPeakBytes; }
 };
 
 MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup& setup);

@@ -101,7 +101,8 @@ private:
     };
     // The replay releases (or moves) bytes of a category, at times several
     // tensors at once or part of one it allocated as a sum: the newest block
-    // of exactly that size, else the newest blocks that fit in what is left;
+    // of exactly that size, else the newest blocks if together they are,
+    // else the newest blocks that fit in what is left;
     // the part of a larger block is released as the block's release and a
     // new allocation of the rest (and of the part, when it moves), so the
     // model's allocated bytes follow the replay's live bytes.
@@ -115,6 +116,14 @@ private:
         };
         for (std::size_t i = v.size(); i-- > 0;) {
             if (v[i].bytes == bytes) return give(i);
+        }
+        // The newest blocks, when together they are exactly that size.
+        std::int64_t sum = 0;
+        std::size_t first = v.size();
+        while (first > 0 && sum < bytes) sum += v[--first].bytes;
+        if (sum == bytes) {
+            for (std::size_t i = v.size(); i-- > first;) give(i);
+            return;
         }
         for (std::size_t i = v.size(); i-- > 0 && bytes > 0;) {
             if (v[i].bytes <= bytes) {

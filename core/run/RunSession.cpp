@@ -364,8 +364,8 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
         if (!m_options.bare && plannableModel(m_config)) {
             m_estimate = launchEstimate(m_config, trainer->device(), trainer->precision());
-            m_store->setEstimate(m_runId, m_estimate->tensorPeakBytes, estimateJson(*m_estimate));
-            outcome.estimatedPeakBytes = m_estimate->tensorPeakBytes;
+            m_store->setEstimate(m_runId, m_estimate->probePeakBytes(), estimateJson(*m_estimate));
+            outcome.estimatedPeakBytes = m_estimate->probePeakBytes();
         }
         if (callbacks.onStarted) callbacks.onStarted(m_runId, trainer->datasetDescription());
         if (!m_initFromLabel.empty()) {
@@ -415,7 +415,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
                 // Every run checks the planner: a measured peak more than 10%
                 // over the estimate is reported once, with the phase.
                 if (m_estimate && !estimateWarned) {
-                    const auto warning = memoryEstimateWarning(m_estimate->tensorPeakBytes, s.memPeakBytes, s.memPeakPhase, s.step);
+                    const auto warning = memoryEstimateWarning(m_estimate->probePeakBytes(), s.memPeakBytes, s.memPeakPhase, s.step);
                     if (!warning.empty()) {
                         estimateWarned = true;
                         const TrainerEvent e{"warning", "memory_estimate", warning};
