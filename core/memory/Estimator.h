@@ -12,10 +12,13 @@
 // the second step on they live through forward and backward; 2.x's frees them,
 // and backward makes them anew), and the
 // optimizer's per-parameter temporaries. With LoRA it follows which tensors
-// require grad (a frozen projection keeps nothing for backward). GPU targets
-// add the CUDA context, 512-byte rounding and allocator slack. Mixed
-// precision (autocast) follows its casts: weight copies saved for backward,
-// low-precision projections and maps, fp32 norms, residual stream and loss.
+// require grad (a frozen projection keeps nothing for backward). On a GPU
+// every allocation also goes through a model of the CUDA caching allocator
+// (CudaAllocatorModel.h), and the plan adds the cuBLAS workspaces and the
+// CUDA context. Mixed precision (autocast) follows its casts: weight copies
+// saved for backward, low-precision projections and maps, fp32 norms,
+// residual stream and loss. Pure bf16 on the Llama family follows the
+// model's fp32 islands (RMSNorm, softmax, loss, the bf16 AdamW).
 
 #include <cstdint>
 #include <string>
