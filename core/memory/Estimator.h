@@ -162,9 +162,11 @@ struct FitMap {
     std::int64_t budgetBytes = 0;
     // From the compiled step (polynomials in batch and sequence), not a replay
     // of each cell; rows at a sequence length where a size switches from one
-    // polynomial to another are replayed. On a GPU the compiled bytes leave
-    // out the 512-byte rounding (well under 0.1%), and cells within its reach
-    // of the budget are replayed, so the fit verdict is always the estimate's.
+    // polynomial to another are replayed. On a GPU the caching allocator's
+    // reserve is replayed at two cells and placed on the others from them;
+    // the six cells placed nearest the budget are replayed. Away from those
+    // a GPU cell's figure is placed, and near the budget its verdict can
+    // differ from the estimate's (fitMap in Estimator.cpp).
     bool compiled = false;
     std::int64_t at(std::size_t row, std::size_t column) const { return peakBytes[row * batches.size() + column]; }
 };
