@@ -78,6 +78,7 @@ private Q_SLOTS:
     void batchOneAndOneHeadAreNotUnderPlanned();
     void pureBf16LoraReleasesWhatItKept();
     void pureBf16LlamaFollowsItsFp32Islands();
+    void loraDropoutAndOneKvHeadFollowTheModel();
     void largestSequenceGrowsThePositionTable();
     void runsRecordTheirEstimate();
 };
@@ -507,6 +508,55 @@ void TestMemoryPlan::pureBf16LlamaFollowsItsFp32Islands()
         QVERIFY2(error >= -0.005 && error <= 0.02, qPrintable(QString::fromStdString(name)));
         const auto est = estimateMemory(architectureFor(config), setupFor(config));
         for (const auto& n : est.notes) QVERIFY2(n.find("pure bf16") == std::string::npos, n.c_str());
+    }
+}
+
+// Pure bf16 with LoRA and with dropout (the fp32 islands with adapters, the
+// fp32 softmax's dropout), adapters on single projections (only what the
+// adapted side's gradient needs is saved), and one key/value head at batch 1
+// (the expanded keys and values are views, not copies): each followed within
+// 0.5% (they were 20% and 14% under, 4.7% and 1.3% over).
+void TestMemoryPlan::loraDropoutAndOneKvHeadFollowTheModel()
+{
+    std::vector<std::pair<std::string, RunConfig>> cases;
+    cases.reserve(8);
+    auto pureLora = small("llama", 2, 64, 4, 8, 32);
+    pureLora.train.precision = "bf16-pure";
+    pureLora.lora.rank = 4;
+    pureLora.lora.targets = {"q_proj", "v_proj"};
+    cases.emplace_back("llama pure lora q,v", pureLora);
+    auto pureLoraK = small("llama", 2, 64, 4, 1, 64);
+    pureLoraK.train.precision = "bf16-pure";
+    pureLoraK.lora.rank = 4;
+    pureLoraK.lora.targets = {"k_proj"};
+    pureLoraK.train.activationCheckpointing = true;
+    cases.emplace_back("llama pure lora k b1 ckpt", pureLoraK);
+    auto pureDrop = small("llama", 2, 64, 4, 4, 64);
+    pureDrop.train.precision = "bf16-pure";
+    pureDrop.model.dropout = 0.1;
+    cases.emplace_back("llama pure dropout", pureDrop);
+    auto pureDropLora = pureDrop;
+    pureDropLora.lora.rank = 4;
+    pureDropLora.lora.targets = {"v_proj", "up_proj"};
+    cases.emplace_back("llama pure dropout lora v,up", pureDropLora);
+    auto mixedV = small("llama", 2, 64, 4, 8, 32);
+    mixedV.train.precision = "bf16";
+    mixedV.lora.rank = 4;
+    mixedV.lora.targets = {"v_proj"};
+    cases.emplace_back("llama bf16 lora v", mixedV);
+    auto oneKv = small("llama", 2, 32, 4, 1, 45);
+    oneKv.model.nKvHead = 1;
+    cases.emplace_back("llama one kv head b1", oneKv);
+    auto oneKvLora = oneKv;
+    oneKvLora.train.precision = "bf16";
+    oneKvLora.lora.rank = 4;
+    oneKvLora.lora.targets = {"q_proj", "v_proj"};
+    cases.emplace_back("llama one kv head b1 lora", oneKvLora);
+    for (const auto& [name, config] : cases) {
+        const double error = plannedError(name, config);
+        QVERIFY2(error >= -0.005 && error <= 0.005, qPrintable(QString::fromStdString(name)));
+        const auto est = estimateMemory(architectureFor(config), setupFor(config));
+        for (const auto& n : est.notes) QVERIFY2(n.find("not yet exact") == std::string::npos, n.c_str());
     }
 }
 

@@ -144,13 +144,18 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const std::int64_t a = BT * C * e, f = BT * F * e, s = B * H * T * T * e, m = BT * 4, lg = BT * V * 4;
     // Further attention modules per layer keep their own maps (the replay's
     // transients are those of one module).
-    const std::int64_t extraMaps = (A.attentionModules - 1) * s * (S.dropout > 0.0 ? 3 : 1);
+    // (Pure bf16 on a Llama-family model: the fp32 softmax, its cast back
+    // and the fp32 noise.)
+    const bool pureMaps = pure && A.family == "llama";
+    const std::int64_t extraMaps =
+        (A.attentionModules - 1) * s * (pureMaps ? (S.dropout > 0.0 ? 5 : 3) : (S.dropout > 0.0 ? 3 : 1));
     const std::int64_t akv = a * A.kvHeads / A.heads;
     const std::int64_t idx = BT * 8; // an int64 copy of the token ids or targets
     const bool llama = A.family == "llama";
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
+    const bool expands = gqaExpandCopies(A, B); // the expanded keys and values are copies
     const bool folds = eager && matmulFoldsViews(B, H); // head-split views go to bmm uncopied
     const double p = S.dropout;
     const bool drop = p > 0.0;
@@ -218,9 +223,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const auto untmp = [&](std::int64_t bytes) { r.sub(Workspace, bytes); };
     if (lora) {
         const std::int64_t lo = mixed ? 2 : e; // projections, attention products: the autocast dtype
-        const LoraShape shape{a,  BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo, B * H * T * T * e,
+        const LoraShape shape{a,  BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo, B * H * T * T * 4,
                               B * H * T * T * lo, m, lg, BT * V * lo, idx, BT * S.loraRank * lo, T * T, T * C * e,
-                              T * (A.headDim() / 2) * lo, BT, mixed, halfBase};
+                              T * (A.headDim() / 2) * lo, BT, mixed, halfBase, pure};
         replayLoraStep(r, A, S, shape, grads);
     } else if (mixed) {
         constexpr std::int64_t lo = 2;
@@ -263,8 +268,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // bf16 logits. Neither norm saves its bf16 input, so the residual stream
     // is not kept: a block's input and its mid-block sum go when it returns.
     // With checkpointing the checkpoint keeps each block's input instead.
-    // (With dropout the plan is not yet exact: see notes.)
-    const bool pureLlama = pure && llama && !drop;
+    // Dropout (of the attention probabilities only) runs on the fp32 softmax.
+    const bool pureLlama = pureMaps;
     const std::int64_t sq32 = meanSavesInput(S) ? 2 * a : 0; // x32^2, saved by mean (1.13)
     const std::int64_t lg16 = BT * V * 2;                      // the bf16 logits
     const auto rmsForward = [&] {
@@ -305,7 +310,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             r.add(AttentionMaps, 2 * s); // softmax in fp32, saved
             untmp(2 * s);
             untmp(s);                    // masked_fill output
+            if (drop) {
+                r.add(AttentionMaps, 2 * s); // the fp32 noise, saved
+                tmp(2 * s);                  // dropped
+            }
             r.add(AttentionMaps, s);     // cast back, saved by the product with the values
+            if (drop) untmp(2 * s);
             r.add(AttentionMaps, extraMaps);
             return;
         }
@@ -328,17 +338,17 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(3 * a);
             untmp(a); // q projection released (q reassigned)
             tmp(3 * akv);
-            if (gqa) tmp(akv); else act(akv);
+            if (expands) tmp(akv); else act(akv); // rotated k: saved itself unless copied
             untmp(3 * akv);
             untmp(akv); // k projection released
-            if (gqa) attentionCore(false, true), act(a); // keys and values expanded to every head
+            if (expands) attentionCore(false, true), act(a); // keys and values expanded to every head
             else if (folds) attentionCore(false, false), r.move(Workspace, Activations, akv); // v itself saved
             else attentionCore(false, false), act(a);   // values made contiguous
             tmp(a);   // probabilities x values
             act(a);   // heads merged
             tmp(a);   // o_proj
             untmp(a); // attention output released
-            untmp(gqa ? 2 * akv : folds ? 0 : akv); // locals k (gqa) and v released on return
+            untmp(expands ? 2 * akv : folds ? 0 : akv); // locals k (expanded) and v released on return
             act(a);   // residual h
             untmp(a); // o_proj output
             rmsForward();
@@ -457,25 +467,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         untmp(a);
         untmp(a);           // g
         r.sub(Activations, a); // the bf16 normed
-        tmp(2 * a);         // the gradient cast to fp32
-        untmp(a);
-        tmp(2 * a);         // g32 * rsqrt
-        tmp(2 * a);         // g32 * x32
-        tmp(m);             // summed: the rsqrt gradient
-        untmp(4 * a);       // g32 * x32 and g32
-        tmp(3 * m);         // rsqrt backward
-        untmp(3 * m);
-        r.sub(Activations, m); // rsqrt
-        tmp(2 * a);         // mean backward
-        untmp(m);
-        r.sub(Activations, sq32);
-        tmp(6 * a);         // pow backward: x32^1, two products
-        untmp(6 * a);       // mean backward's gradient and two of them
-        r.sub(Activations, 2 * a); // x32
-        tmp(2 * a);         // the two x32 gradients summed
-        untmp(4 * a);
-        tmp(a);             // cast back to bf16
-        untmp(2 * a);
+        replayPureRmsBackward(r, a, m, sq32);
     };
     // final norm backward
     if (pureLlama) {
@@ -556,9 +548,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             // probabilities x values
             tmp(a);
             r.add(Workspace, s);
-            r.sub(Activations, a);
+            r.sub(Activations, expands ? a : akv); // the values (or v itself)
             untmp(a);
-            if (drop) {
+            if (drop && !pureLlama) {
                 r.sub(AttentionMaps, s); // the dropped copy, once its product's backward has run
                 tmp(s);                  // dropout backward
                 untmp(s);
@@ -568,6 +560,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 r.sub(AttentionMaps, s);  // the bf16 probabilities
                 tmp(2 * s);               // their gradient cast to fp32
                 untmp(s);
+                if (drop) {
+                    tmp(2 * s);           // dropout backward
+                    untmp(2 * s);
+                    r.sub(AttentionMaps, 2 * s); // the noise
+                }
                 tmp(2 * s);               // softmax backward
                 untmp(2 * s);
                 r.sub(AttentionMaps, 2 * s + extraMaps); // the fp32 softmax
@@ -584,7 +581,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(s); // scale
             tmp(2 * a);
             untmp(s);
-            r.sub(Activations, 2 * a); // q and keys
+            r.sub(Activations, a + (expands ? a : akv)); // q and the keys (or the rotated k itself)
             // expanded heads summed back, RoPE backward
             if (gqa) {
                 tmp(akv);
@@ -836,14 +833,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (mixed && S.gpu) {
         est.notes.push_back(S.precision + " mixed precision follows autocast as measured on the CPU, with CUDA's "
                             "fp32 softmax; not yet checked against a GPU run");
-    }
-    if (pure && lora) {
-        // Measured on the CPU with 'trainbench-cli measure' (Llama folders, LoRA r4 on attention, batch 4 x 64,
-        // with and without checkpointing, 2026-11-27): planned 25-29% under the measured peak.
-        est.notes.push_back("pure bf16 with LoRA: not yet exact; the fp32 copies inside RMSNorm and the softmax are "
-                            "not planned with adapters (planned up to 29% under the measured peak)");
-    } else if (pure && llama && drop) {
-        est.notes.push_back("pure bf16 with dropout: not yet exact; the fp32 softmax's dropout is not planned");
     }
     if (A.attentionModules > 1) {
         est.notes.push_back("further attention modules add their maps; their projections are not modelled");

@@ -26,11 +26,22 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const bool llama = A.family == "llama";
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
-    const bool gqa = llama && A.kvHeads < A.heads;
+    const bool expands = gqaExpandCopies(A, S.batch); // grouped-query keys and values expanded as copies
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool mixed = d.mixed;
-    const bool softmax32 = mixed && (llama || S.gpu); // fp32 softmax, probabilities cast down
+    // Pure bf16 on a Llama-family model (train/Llama.cpp, as transformers
+    // computes it): RMSNorm works on an fp32 copy of its input and saves that
+    // copy (with its square while mean saves it, 1.13, and rsqrt) instead of
+    // the bf16 input, so no norm keeps the residual stream: a block's input
+    // and its mid-block sum go when it returns (a checkpoint keeps the input).
+    // The softmax (and the dropout of the probabilities) runs in fp32 and is
+    // cast back.
+    const bool pureLlama = d.pure && llama;
+    const bool softmax32 = (mixed && (llama || S.gpu)) || pureLlama; // fp32 softmax, probabilities cast down
+    const std::int64_t a32 = 2 * d.a;                                // pure: a bf16 tensor's fp32 copy
+    const std::int64_t sq32 = meanSavesInput(S) ? a32 : 0;
+    const std::int64_t normSaved = pureLlama ? a32 + sq32 + d.m : 0; // what a pure norm saves for its input's gradient
     const std::int64_t rng = rngStateBytes(S);
     const std::int64_t sq = meanSavesInput(S) ? d.a : 0; // RMSNorm's x^2 while saved (1.13)
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
@@ -54,7 +65,6 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // The maps one attention module holds: fp32 softmax and its cast down
     // (and fp32 noise), or the softmax (and noise and dropped copy) as computed.
     const std::int64_t mapsLive = softmax32 ? d.s + d.sh + (drop ? d.s : 0) : (drop ? 3 : 1) * d.sh;
-    const std::int64_t extraMaps = (A.attentionModules - 1) * mapsLive;
     // Scores, softmax (and, with dropout, its noise and dropped copy): the
     // probabilities stay in the workspace until releaseMaps.
     const auto attentionMaps = [&] {
@@ -75,11 +85,21 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         untmp(d.sh);
         if (drop) tmp(2 * d.sh); // noise, dropped
     };
-    // Saved when a gradient flows through the scores or the values.
-    const auto releaseMaps = [&](bool saved) {
+    // The probabilities as used (the cast down, or the dropped copy) are
+    // saved for the values' gradient; the rest (the softmax, fp32 where it
+    // runs in fp32, and the noise) for the scores'. Without dropout or an
+    // fp32 softmax the probabilities are the softmax itself.
+    const bool usedIsSoftmax = !softmax32 && !drop;
+    const auto mapsSaved = [&](bool gScores, bool gValues) {
+        return !eager ? 0
+               : gScores ? A.attentionModules * (gValues || usedIsSoftmax ? mapsLive : mapsLive - d.sh)
+               : gValues ? A.attentionModules * d.sh
+                         : 0;
+    };
+    const auto releaseMaps = [&](bool gScores, bool gValues) {
         if (!eager) return;
         untmp(mapsLive);
-        if (saved) r.add(AttentionMaps, mapsLive + extraMaps);
+        r.add(AttentionMaps, mapsSaved(gScores, gValues));
     };
     // Weight casts under autocast: adapter casts cached until the forward's
     // end (released then unless saved), and what each block saved.
@@ -117,6 +137,23 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     };
     // A norm's output (fp32) in the workspace; its statistics kept when its input requires grad.
     const auto norm = [&](bool gIn) {
+        if (pureLlama) {
+            tmp(2 * a32);   // x.to(fp32), x32^2
+            tmp(3 * d.m);   // mean, + eps, rsqrt
+            tmp(a32);       // normalised, fp32
+            untmp(2 * d.m); // mean, + eps
+            if (gIn) {
+                keep(sq32 + d.m); // x32^2 (saved by mean in 1.13) and rsqrt
+                untmp(a32 - sq32);
+            } else {
+                untmp(a32 + d.m);
+            }
+            tmp(2 * d.a);   // cast to bf16, * weight
+            untmp(d.a);     // the cast (the weight is frozen)
+            untmp(a32);     // the fp32 normalised
+            keepOrFree(gIn, a32); // x32, saved for the input's gradient
+            return;
+        }
         if (llama) {
             tmp(d.a + 3 * d.m); // x^2, mean, + eps, rsqrt
             tmp(d.a);           // normalised
@@ -152,6 +189,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         std::int64_t values = 0;    // the values, released by the probabilities x values backward
         std::int64_t projInput = 0; // an adapted output projection's input and rank-r product, released by its backward
         std::int64_t h = 0;         // h (x + attention), saved by the second norm, released by its backward
+        bool scores = false;        // a gradient flows through the attention scores
+        bool valuesGrad = false;    // ... and through the values
+        std::int64_t input = 0;     // the block's input, saved by the first norm (counted in attention)
+        std::int64_t normIn = 0, normH = 0; // pure: what the first and second norms saved (counted in attention, mlp)
     };
     // Forward of one block. The input x (a) is live: in Activations when it
     // requires grad, else (the first block's, the embedding output) in the
@@ -161,13 +202,15 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const auto block = [&](bool gIn, Saved& saved) {
         const auto before = r.live(Activations), mapsBefore = r.live(AttentionMaps);
         const auto copiesBefore = r.live(WeightCopies), cachedBefore = cachedOnly;
+        saved.input = gIn && !pureLlama ? d.a : 0;
+        saved.normIn = gIn ? normSaved : 0;
         const auto attentionDone = [&] {
-            saved.attention = r.live(Activations) - before + (gIn ? d.a : 0);
+            saved.attention = r.live(Activations) - before + saved.input;
             saved.maps = r.live(AttentionMaps) - mapsBefore;
             saved.copiesAttention = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore);
         };
         const auto mlpDone = [&] {
-            saved.mlp = r.live(Activations) - before - saved.attention + (gIn ? d.a : 0) - saved.h;
+            saved.mlp = r.live(Activations) - before - saved.attention + saved.input - saved.h;
             saved.copiesMlp = r.live(WeightCopies) - copiesBefore - (cachedOnly - cachedBefore) - saved.copiesAttention;
         };
         bool gAttn = false;
@@ -189,30 +232,34 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             untmp(d.akvh);
             const bool gScores = gq || gk;
             gAttn = gScores || gv;
-            if (gqa) tmp(d.ah); // keys expanded to every head (the rotated k stays until return)
+            if (expands) tmp(d.ah); // keys expanded to every head (the rotated k stays until return)
             attentionMaps();
-            const bool vItself = folds && !gqa; // the v projection goes to the product uncopied
+            const bool vItself = folds && !expands; // the v projection goes to the product uncopied
             if (!vItself) tmp(d.ah); // values expanded or made contiguous
             tmp(d.ah); // probabilities x values
             keepOrFree(gk, d.ah); // rotated q, saved by q k^T when k requires grad
-            keepOrFree(gq, d.ah); // keys, saved when q requires grad
-            releaseMaps(gScores || gv);
-            keepOrFree(gScores, d.ah); // values, saved when the probabilities require grad
-            saved.values = gScores ? d.ah : 0;
+            keepOrFree(gq, expands ? d.ah : d.akvh); // keys (or the rotated k itself), saved when q requires grad
+            releaseMaps(gScores, gv);
+            saved.scores = gScores;
+            saved.valuesGrad = gv;
+            const auto values = vItself ? d.akvh : d.ah;
+            keepOrFree(gScores, values); // values (or v itself), saved when the probabilities require grad
+            saved.values = gScores ? values : 0;
             tmp(d.ah); // heads merged
             const bool go = linear("o_proj", C, C, false, false, gAttn);
             untmp(d.ah); // probabilities x values
             keepOrFree(has("o_proj"), d.ah);
             saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
-            if (!vItself) untmp(gqa ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (gqa), v projection
+            if (!vItself) untmp(expands ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (expanded), v projection
             gAttn = go;
             // h = x + attn(norm(x)): the temporaries live until the sum exists.
             residualSum(d.ah); // o
             normOutputDone(has("q_proj") || has("k_proj") || has("v_proj"));
             const bool gH = gIn || gAttn;
             attentionDone();
-            if (gH) keep(d.a);
-            saved.h = gH ? d.a : 0;
+            saved.h = gH && !pureLlama ? d.a : 0;
+            saved.normH = gH ? normSaved : 0;
+            keep(saved.h);
             norm(gH);
             const bool gg = linear("gate_proj", C, F, false, true, gH), gu = linear("up_proj", C, F, false, true, gH);
             tmp(d.fh); // silu(gate)
@@ -227,9 +274,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             keepOrFree(has("down_proj"), d.fh); // the product
             residualSum(d.ah); // out = h + down
             normOutputDone(has("gate_proj") || has("up_proj"));
-            if (!gH) untmp(d.a); // h
+            if (saved.h == 0) untmp(d.a); // h
             const bool gOut = gH || gd;
             mlpDone();
+            // Pure: no norm saved the block's input (a checkpoint still holds it).
+            if (pureLlama && gIn && !S.checkpointing) r.sub(Activations, d.a);
             return gOut;
         }
         // GPT block
@@ -252,7 +301,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         keepOrFree(gqkv, !folds ? 3 * d.ah : rope ? 2 * d.ah : 0);
         // released by the values' backward: their copy, or qkv once q and k no longer hold it
         saved.values = !gqkv ? 0 : !folds ? d.ah : rope ? 3 * d.ah : 0;
-        releaseMaps(gqkv);
+        releaseMaps(gqkv, gqkv);
+        saved.scores = saved.valuesGrad = gqkv;
         tmp(d.ah); // heads merged
         const bool go = linear("proj", C, C, true, false, gqkv);
         untmp(d.ah);
@@ -322,7 +372,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // Nothing but the input (the checkpoint) outlives a block run
             // without grad: the frozen casts go, the adapter casts stay cached
             // until the forward ends.
-            r.sub(Activations, sv.attention - d.a + sv.h + sv.mlp);
+            r.sub(Activations, sv.attention - sv.input + sv.h + sv.mlp);
             r.sub(AttentionMaps, sv.maps);
             const auto adapters = adapterCasts - adapterBefore;
             r.sub(WeightCopies, sv.copiesAttention + sv.copiesMlp + (cachedOnly - cachedBefore) - adapters);
@@ -339,8 +389,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Final norm (its output is not saved: the head is frozen), head, loss.
     norm(g);
     if (!S.checkpointing) untmp(d.a); // the embedding output
-    const std::int64_t finalSaved = g ? (llama ? sq + d.m : 2 * d.m) + d.a : 0; // stats and the last block's output
+    // Its statistics and the last block's output (pure: its fp32 copies, not the output).
+    const std::int64_t finalSaved = !g ? 0 : pureLlama ? normSaved : (llama ? sq + d.m : 2 * d.m) + d.a;
     if (!g) untmp(d.a); // the last block's output
+    else if (pureLlama) r.sub(Activations, d.a);
     const std::int64_t headCast = mixed && !d.halfBase ? V * C * 2 : 0;
     if (mixed) tmp(headCast + d.ah); // the head's weight cast (none for a half-precision base) and input cast
     r.add(Logits, d.lgh);            // logits
@@ -382,9 +434,21 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp(d.a); // grad of the final norm output
         r.sub(Logits, d.lg);
     }
-    tmp(3 * d.a); // norm backward
-    untmp(3 * d.a);
-    r.sub(Activations, finalSaved);
+    // A pure norm's backward, from the gradient of its output (in the
+    // workspace, released) to its input's, left as the running gradient;
+    // it releases what the norm saved.
+    const auto pureNormBackward = [&] {
+        tmp(d.a);   // g * weight
+        untmp(d.a); // g
+        replayPureRmsBackward(r, d.a, d.m, sq32);
+    };
+    if (pureLlama && g) {
+        pureNormBackward();
+    } else {
+        tmp(3 * d.a); // norm backward
+        untmp(3 * d.a);
+        r.sub(Activations, finalSaved);
+    }
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         auto sv = saved[static_cast<std::size_t>(l)];
         if (S.checkpointing) {
@@ -411,10 +475,19 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         tmp(llama ? 2 * d.fh : d.fh);
         untmp(llama ? 3 * d.fh : 2 * d.fh);
-        r.sub(Activations, sv.mlp - projInput);
+        r.sub(Activations, sv.mlp - projInput - sv.normH);
         r.sub(WeightCopies, sv.copiesMlp - sv.copiesOut);
-        tmp(3 * d.a); // norm backward and the residual sum
-        untmp(3 * d.a);
+        if (sv.normH > 0) {
+            tmp(2 * d.a); // the gradients of gate's and up's input
+            tmp(d.a);     // summed
+            untmp(2 * d.a);
+            pureNormBackward();
+            tmp(d.a);     // the residual sum
+            untmp(2 * d.a);
+        } else {
+            tmp(3 * d.a); // norm backward and the residual sum
+            untmp(3 * d.a);
+        }
         r.sub(Activations, sv.h);
         // Under checkpointing the node still holds the gradient of the block's
         // output, which that sum replaced.
@@ -422,27 +495,34 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // Attention: the output projection, gradients of probabilities and
         // scores, then of q, k, v and the norm.
         r.sub(Activations, sv.projInput);
-        if (eager && sv.maps > 0) {
+        if (eager && sv.maps > 0 && !sv.scores) {
+            tmp(d.ah); // the values' gradient; the probabilities need none
+            r.sub(AttentionMaps, sv.maps);
+        } else if (eager && sv.maps > 0) {
             // Each saved map goes as soon as its node has run: the dropped copy
             // (or the cast down) after probabilities x values, the noise after
             // dropout, the probabilities after softmax.
+            // Without a gradient for the values the probabilities as used
+            // were not saved, and only theirs is computed.
             const auto g1 = softmax32 ? d.s : d.sh; // the gradient through softmax
-            tmp(d.ah + d.sh); // grads of the values and of the probabilities as used
+            const auto usedSaved = sv.valuesGrad && !usedIsSoftmax ? d.sh : 0;
+            tmp((sv.valuesGrad ? d.ah : 0) + d.sh); // grads of the values and of the probabilities as used
             r.sub(Activations, sv.values);
             if (softmax32) {
-                r.sub(AttentionMaps, d.sh);
+                r.sub(AttentionMaps, usedSaved);
                 tmp(d.s);
                 untmp(d.sh);
             }
             if (drop) {
-                if (!softmax32) r.sub(AttentionMaps, d.sh);
+                if (!softmax32) r.sub(AttentionMaps, usedSaved);
                 tmp(g1);
                 untmp(g1);
                 r.sub(AttentionMaps, g1);
             }
             tmp(g1); // softmax backward
             untmp(g1);
-            r.sub(AttentionMaps, g1 + extraMaps);
+            // The softmax (and every further module's maps).
+            r.sub(AttentionMaps, sv.maps - usedSaved - (drop ? g1 : 0));
             if (softmax32) {
                 tmp(d.sh);
                 untmp(d.s);
@@ -457,11 +537,19 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // already live when the maps were back-propagated).
         const bool mapsDone = eager && sv.maps > 0;
         tmp((mapsDone ? 3 : 4) * d.ah);
-        untmp(4 * d.ah);
-        r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0));
+        untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);
+        r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0) - sv.normIn);
         r.sub(WeightCopies, sv.copiesAttention);
-        tmp(3 * d.a);
-        untmp(3 * d.a);
+        if (sv.normIn > 0) {
+            tmp(d.a);     // the projections' input gradients, summed
+            pureNormBackward();
+            tmp(d.a);     // the residual sum
+            untmp(2 * d.a);
+        } else if (!pureLlama) {
+            tmp(3 * d.a);
+            untmp(3 * d.a);
+        }
+        if (pureLlama && S.checkpointing) r.sub(Activations, d.a); // the block's input, its checkpoint
         if (S.checkpointing) {
             untmp(rng + d.a);
             r.sub(Activations, rng + d.a); // the saved generator state, the recomputed output

@@ -30,6 +30,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
+    const bool expands = gqaExpandCopies(A, S.batch); // the expanded keys and values are copies
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool softmax32 = llama || S.gpu;
@@ -144,18 +145,18 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.akvh); // v
             ropeForward(d.ah, true);
             untmp(d.ah); // q projection released (q reassigned)
-            ropeForward(d.akvh, !gqa);
+            ropeForward(d.akvh, !expands);
             untmp(d.akvh); // k projection released
-            if (gqa) act(d.ah); // keys expanded to every head
+            if (expands) act(d.ah); // keys expanded to every head
             attentionCore();
-            if (gqa || !folds) act(d.ah); // values made contiguous (or expanded)
+            if (expands || !folds) act(d.ah); // values made contiguous (or expanded)
             tmp(d.ah);  // probabilities x values
             act(d.ah);  // heads merged
             copy(C * C);
             tmp(d.ah);  // o_proj
             releaseHeld();
             untmp(d.ah); // attention output released
-            if (gqa || !folds) untmp(gqa ? 2 * d.akvh : d.akvh); // locals k (gqa) and v released on return
+            if (expands || !folds) untmp(expands ? 2 * d.akvh : d.akvh); // locals k (expanded) and v released on return
             else keepTemporary(d.akvh); // v, saved by the product itself
             tmp(d.a);   // o cast up for the residual sum
             r.add(Activations, d.a); // residual h (the block holds it either way)
@@ -415,15 +416,15 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
                 tmp(d.sh); // grad of the probabilities
                 untmp(d.ah);
                 r.sub(AttentionMaps, d.sh); // the probabilities as cast down
-                unact(d.ah);                // values
+                unact(expands ? d.ah : d.akvh); // values (or v itself)
                 softmaxBackward();
                 tmp(2 * d.ah); // grads of q and of the keys (every head)
                 untmp(d.sh);
-                unact(d.ah + (gqa ? d.ah : d.akvh)); // rotated q, keys
+                unact(d.ah + (expands ? d.ah : d.akvh)); // rotated q, keys (or the rotated k itself)
             } else {
                 tmp(3 * d.ah);
                 untmp(d.ah);
-                unact(2 * d.ah + (gqa ? d.ah : d.akvh));
+                unact(2 * d.ah + (expands ? d.ah : d.akvh));
             }
             if (gqa) { // expanded heads summed back
                 tmp(d.akvh);

@@ -213,6 +213,36 @@ private:
 // the norm's forward from 2.0 (mean's backward keeps only the shape).
 inline bool meanSavesInput(const TrainingSetup& s) { return s.torchMajor < 2; }
 
+// Pure bf16 RMSNorm's backward (train/Llama.cpp), from the gradient of its
+// bf16 normed tensor (g * weight, `a` bytes, in Workspace) to the gradient of
+// its input, cast back to bf16 and left in Workspace; on the way it releases
+// what the forward saved in Activations: the fp32 copy of the input, its
+// square while mean saves it (`sq32`: 1.13) and rsqrt (`m`).
+inline void replayPureRmsBackward(Replay& r, std::int64_t a, std::int64_t m, std::int64_t sq32)
+{
+    const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
+    const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
+    tmp(2 * a);   // the gradient cast to fp32
+    untmp(a);
+    tmp(2 * a);   // g32 * rsqrt
+    tmp(2 * a);   // g32 * x32
+    tmp(m);       // summed: the rsqrt gradient
+    untmp(4 * a); // g32 * x32 and g32
+    tmp(3 * m);   // rsqrt backward
+    untmp(3 * m);
+    r.sub(Activations, m); // rsqrt
+    tmp(2 * a);   // mean backward
+    untmp(m);
+    r.sub(Activations, sq32);
+    tmp(6 * a);   // pow backward: x32^1, two products
+    untmp(6 * a); // mean backward's gradient and two of them
+    r.sub(Activations, 2 * a); // x32
+    tmp(2 * a);   // the two x32 gradients summed
+    untmp(4 * a);
+    tmp(a);       // cast back to bf16
+    untmp(2 * a);
+}
+
 // Activation checkpointing saves the default generator's state with each
 // block and holds the current one while it recomputes: on the CPU a tensor of
 // this many bytes (mt19937 state); a CUDA generator's state is host memory.
@@ -226,6 +256,16 @@ inline std::int64_t rngStateBytes(const TrainingSetup& s) { return s.checkpointi
 // saves. Without the copy, the view keeps the whole projection output it came
 // from (GPT's fused qkv) alive until the product's backward has run.
 inline bool matmulFoldsViews(std::int64_t batch, std::int64_t heads) { return batch == 1 || heads == 1; }
+
+// Grouped-query attention expands the keys and values to every query head
+// (unsqueeze, expand, reshape). The reshape copies, except with a single
+// key/value head at batch 1: the expanded heads are then a stride-0 view that
+// the product folds without a copy, and autograd saves the rotated k and the
+// v projection themselves.
+inline bool gqaExpandCopies(const ArchitectureSpec& a, std::int64_t batch)
+{
+    return a.family == "llama" && a.kvHeads < a.heads && !(a.kvHeads == 1 && batch == 1);
+}
 
 // Buffers the built-in models register beside their parameters: the
 // sinusoidal position table, or RoPE's cos and sin tables, fp32 and sized to
@@ -243,7 +283,7 @@ struct LoraShape {
     std::int64_t a, ah;   // batch x seq x hidden: fp32, low
     std::int64_t akvh;    // batch x seq x kv heads x head dim, low
     std::int64_t fh;      // batch x seq x intermediate, low
-    std::int64_t s, sh;   // one attention map: fp32, low
+    std::int64_t s, sh;   // one attention map: fp32, low (fp32 only where softmax runs in fp32)
     std::int64_t m;       // batch x seq floats
     std::int64_t lg, lgh; // logits: fp32, low
     std::int64_t idx;     // batch x seq int64
@@ -254,6 +294,7 @@ struct LoraShape {
     std::int64_t bt;      // batch x seq (elements)
     bool mixed;
     bool halfBase;        // the frozen base stored in fp16/bf16: autocast's casts of it are no-ops
+    bool pure;            // pure bf16: `a` is bf16, and a Llama-family model keeps its fp32 islands
 };
 void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d,
                     GradientLife& grads);
