@@ -109,7 +109,7 @@ def with_init_from(d):
 
 def drawn(n, seed):
     """n configurations drawn at random: both models, every positional encoding,
-    fp32 and bf16, LoRA (groups and single projections), checkpointing,
+    fp32, bf16 and pure bf16, LoRA (groups and single projections), checkpointing,
     dropout, accumulation (1 to 4), both datasets, batch 1, one head, tied and
     untied heads, widths that are not powers of two."""
     rng = random.Random(seed)
@@ -131,16 +131,18 @@ def drawn(n, seed):
             data["seq_len"] = rng.choice([32, 48, 64, 128, 256])
         else:
             data["digits"] = rng.choice([2, 3])
-        train = {"precision": rng.choice(["fp32", "bf16"]), "batch_size": rng.choice([1, 2, 4, 8, 16, 32]),
+        train = {"precision": rng.choice(["fp32", "bf16", "bf16-pure"]), "batch_size": rng.choice([1, 2, 4, 8, 16, 32]),
                  "grad_accum": rng.choice([1, 1, 2, 3, 4]), "activation_checkpointing": rng.random() < 0.3}
-        optim = {"optimizer": rng.choice(["adamw", "sgd"])}
+        # (SGD in pure bf16 is refused: it rounds the small updates away.)
+        optim = {"optimizer": rng.choice(["adamw", "sgd"]) if train["precision"] != "bf16-pure" else "adamw"}
         if optim["optimizer"] == "sgd":
             optim["momentum"] = rng.choice([0, 0.9])
         lora = None
         if rng.random() < 0.4:
             targets = [["attn"], ["mlp"], ["attn", "mlp"]]
             if typ == "llama":  # a Llama config may also name single projections
-                targets += [["q_proj", "v_proj"], ["down_proj"]]
+                targets += [["q_proj", "v_proj"], ["down_proj"], ["q_proj"], ["k_proj"], ["v_proj"], ["o_proj"],
+                            ["gate_proj", "up_proj"]]
             lora = {"rank": rng.choice([2, 4, 8]), "targets": rng.choice(targets)}
         out.append((f"random {seed}.{i + 1}: {json.dumps([model, data, train, optim, lora])}",
                     cfg(model, data, train, optim, lora)))
