@@ -272,6 +272,25 @@ void TestLlama::safetensorsRoundTrip()
         QCOMPARE(back.at(name).scalar_type(), t.scalar_type());
         QVERIFY2(torch::equal(back.at(name), t), name.c_str());
     }
+    // Copied out of the mapped file: read straight into a tensor of the stored
+    // dtype (with and without dropping the pages read from the cache),
+    // converted into another dtype, or into a non-contiguous tensor.
+    {
+        const MappedSafetensors mapped(path);
+        for (const bool dropBehind : {false, true}) {
+            for (const auto& [name, t] : tensors) {
+                auto same = torch::full_like(t, 3);
+                mapped.copyInto(mapped.tensors().at(name), same, dropBehind);
+                QVERIFY2(torch::equal(same, t), name.c_str());
+            }
+        }
+        auto wider = torch::zeros({3, 5}, torch::kDouble);
+        mapped.copyInto(mapped.tensors().at("a"), wider);
+        QVERIFY(torch::allclose(wider, tensors.at("a").to(torch::kDouble)));
+        auto strided = torch::zeros({5, 3}).t();
+        mapped.copyInto(mapped.tensors().at("a"), strided);
+        QVERIFY(torch::equal(strided, tensors.at("a")));
+    }
     // The layout other readers expect: little-endian header length, JSON, data 8-byte aligned.
     QFile f(QString::fromStdString(path));
     QVERIFY(f.open(QIODevice::ReadOnly));

@@ -1,5 +1,7 @@
 #include "train/Safetensors.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -209,8 +211,13 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : m_path(path)
     // Read-only and shared: the pages are the page cache's, not this process's
     // anonymous memory; tensors are views that are only ever copied from.
     void* base = ::mmap(nullptr, m_bytes, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (base == MAP_FAILED) throw InputError("cannot map safetensors file " + path + " into memory");
+    if (base == MAP_FAILED) {
+        ::close(fd);
+        throw InputError("cannot map safetensors file " + path + " into memory");
+    }
+    // Kept open for copyInto's reads, which go through the file in order.
+    m_fd = fd;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     m_base = base;
     ::madvise(m_base, m_bytes, MADV_SEQUENTIAL);
     auto* data = static_cast<std::uint8_t*>(m_base) + header.dataStart;
@@ -218,6 +225,8 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : m_path(path)
         // The destructor does not run for a constructor that throws: unmap here.
         ::munmap(m_base, m_bytes);
         m_base = nullptr;
+        ::close(m_fd);
+        m_fd = -1;
         return InputError("safetensors file " + path + " changed while it was read");
     };
     if (header.dataStart > m_bytes) throw changed();
@@ -231,6 +240,34 @@ MappedSafetensors::~MappedSafetensors()
 {
     m_tensors.clear();
     if (m_base) ::munmap(m_base, m_bytes);
+    if (m_fd >= 0) ::close(m_fd);
+}
+
+void MappedSafetensors::copyInto(const torch::Tensor& view, const torch::Tensor& dst, bool dropBehind) const
+{
+    const bool direct = m_fd >= 0 && dst.device().is_cpu() && dst.is_contiguous()
+                        && dst.scalar_type() == view.scalar_type() && dst.sizes() == view.sizes();
+    if (!direct) {
+        dst.copy_(view);
+        return;
+    }
+    const auto bytes = static_cast<std::size_t>(view.numel()) * view.element_size();
+    const auto start = static_cast<const std::uint8_t*>(view.data_ptr()) - static_cast<const std::uint8_t*>(m_base);
+    auto* out = static_cast<char*>(dst.data_ptr());
+    constexpr std::size_t kChunk = 64u << 20;
+    for (std::size_t done = 0; done < bytes;) {
+        const auto n = ::pread(m_fd, out + done, std::min(bytes - done, kChunk), static_cast<off_t>(start + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            throw InputError("safetensors file " + m_path + " could not be read at byte "
+                             + std::to_string(start + done) + " ("
+                             + (n == 0 ? std::string("it ends there: was it truncated while loading?")
+                                       : std::string(std::strerror(errno)))
+                             + ")");
+        }
+        if (dropBehind) ::posix_fadvise(m_fd, static_cast<off_t>(start + done), n, POSIX_FADV_DONTNEED);
+        done += static_cast<std::size_t>(n);
+    }
 }
 
 } // namespace tb
