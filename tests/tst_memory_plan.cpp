@@ -518,39 +518,33 @@ void TestMemoryPlan::pureBf16LlamaFollowsItsFp32Islands()
 // 0.5% (they were 20% and 14% under, 4.7% and 1.3% over).
 void TestMemoryPlan::loraDropoutAndOneKvHeadFollowTheModel()
 {
+    // A Llama of `batch` x `seq` in `precision`, with rank-4 adapters on `targets` (none: full fine-tuning).
+    const auto llama = [](int d, int batch, int seq, const std::string& precision,
+                          const std::vector<std::string>& targets) {
+        auto c = small("llama", 2, d, 4, batch, seq);
+        c.train.precision = precision;
+        c.lora.rank = targets.empty() ? 0 : 4;
+        c.lora.targets = targets;
+        return c;
+    };
     std::vector<std::pair<std::string, RunConfig>> cases;
     cases.reserve(8);
-    auto pureLora = small("llama", 2, 64, 4, 8, 32);
-    pureLora.train.precision = "bf16-pure";
-    pureLora.lora.rank = 4;
-    pureLora.lora.targets = {"q_proj", "v_proj"};
-    cases.emplace_back("llama pure lora q,v", pureLora);
-    auto pureLoraK = small("llama", 2, 64, 4, 1, 64);
-    pureLoraK.train.precision = "bf16-pure";
-    pureLoraK.lora.rank = 4;
-    pureLoraK.lora.targets = {"k_proj"};
+    cases.emplace_back("llama pure lora q,v", llama(64, 8, 32, "bf16-pure", {"q_proj", "v_proj"}));
+    auto pureLoraK = llama(64, 1, 64, "bf16-pure", {"k_proj"});
     pureLoraK.train.activationCheckpointing = true;
     cases.emplace_back("llama pure lora k b1 ckpt", pureLoraK);
-    auto pureDrop = small("llama", 2, 64, 4, 4, 64);
-    pureDrop.train.precision = "bf16-pure";
+    auto pureDrop = llama(64, 4, 64, "bf16-pure", {});
     pureDrop.model.dropout = 0.1;
     cases.emplace_back("llama pure dropout", pureDrop);
-    auto pureDropLora = pureDrop;
-    pureDropLora.lora.rank = 4;
-    pureDropLora.lora.targets = {"v_proj", "up_proj"};
+    auto pureDropLora = llama(64, 4, 64, "bf16-pure", {"v_proj", "up_proj"});
+    pureDropLora.model.dropout = 0.1;
     cases.emplace_back("llama pure dropout lora v,up", pureDropLora);
-    auto mixedV = small("llama", 2, 64, 4, 8, 32);
-    mixedV.train.precision = "bf16";
-    mixedV.lora.rank = 4;
-    mixedV.lora.targets = {"v_proj"};
-    cases.emplace_back("llama bf16 lora v", mixedV);
-    auto oneKv = small("llama", 2, 32, 4, 1, 45);
+    cases.emplace_back("llama bf16 lora v", llama(64, 8, 32, "bf16", {"v_proj"}));
+    auto oneKv = llama(32, 1, 45, "fp32", {});
     oneKv.model.nKvHead = 1;
     cases.emplace_back("llama one kv head b1", oneKv);
-    auto oneKvLora = oneKv;
-    oneKvLora.train.precision = "bf16";
-    oneKvLora.lora.rank = 4;
-    oneKvLora.lora.targets = {"q_proj", "v_proj"};
+    auto oneKvLora = llama(32, 1, 45, "bf16", {"q_proj", "v_proj"});
+    oneKvLora.model.nKvHead = 1;
     cases.emplace_back("llama one kv head b1 lora", oneKvLora);
     for (const auto& [name, config] : cases) {
         const double error = plannedError(name, config);
