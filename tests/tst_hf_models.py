@@ -655,6 +655,55 @@ def corpus_training(tmp):
         "jsonl data through the folder's tokenizer", losses[0] if losses else -1, losses[-1] if losses else -1), flush=True)
 
 
+def planning(tmp):
+    """The memory planner on a folder of every family: `estimate` against the
+    peak `measure` counts (CPU, two steps) in fp32, bf16 mixed and pure bf16,
+    with and without LoRA. Where the plan is exact it is within 2% and never
+    0.5% under; where it is not yet (GPT-NeoX with LoRA or mixed precision),
+    the plan says so by name."""
+    tmp = os.path.join(tmp, "planning")
+    os.makedirs(tmp)
+    rng = random.Random(7)
+    tokens = os.path.join(tmp, "train.bin")
+    write_tokens(tokens, [rng.randrange(3, 200) for _ in range(8000)])
+    folders = [("llama", ["--family", "llama", "--kv-heads", "2"], ["q_proj", "v_proj"]),
+               ("qwen2", ["--family", "qwen2", "--kv-heads", "1", "--tied"], ["k_proj", "down_proj"]),
+               ("mistral", ["--family", "mistral"], ["o_proj", "gate_proj"]),
+               ("gpt2", ["--family", "gpt2", "--tied"], ["c_attn"]),
+               ("gpt_neox", ["--family", "gpt_neox", "--rotary-pct", "0.25"], ["query_key_value"]),
+               ("gpt_neox sequential", ["--family", "gpt_neox", "--rotary-pct", "0.5", "--sequential-residual"],
+                ["dense_h_to_4h"])]
+    for name, options, targets in folders:
+        folder = os.path.join(tmp, name.replace(" ", "-"))
+        generate(folder, *options, "--untied" if "--tied" not in options else "--tied", "--seed", "3", "--vocab", "256",
+                 "--hidden", "64", "--heads", "4", "--layers", "2", "--intermediate", "112")
+        neox = name.startswith("gpt_neox")
+        for precision, lora in (("fp32", None), ("bf16", None), ("bf16-pure", None), ("fp32", targets),
+                                ("bf16", targets), ("bf16-pure", targets)):
+            cfg = {"name": "plan", "device": "cpu", "model": {"type": "hf", "path": folder},
+                   "data": {"source": "tokens", "path": tokens, "seq_len": 48},
+                   "train": {"batch_size": 4, "steps": 2, "precision": precision, "eval_every": 2,
+                             "eval_batches": 2, "threads": 1}}
+            if lora:
+                cfg["lora"] = {"rank": 4, "targets": lora}
+            path = os.path.join(tmp, "plan.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            what = "%s %s%s" % (name, precision, " lora " + ",".join(lora) if lora else "")
+            measured, planned = trainbench("measure", "--config", path, "--json", "--steps", "2"), trainbench("estimate", "--config", path, "--json")
+            if measured.returncode != 0 or planned.returncode != 0:
+                check(False, "%s: measure or estimate failed: %s%s" % (what, measured.stderr.strip(), planned.stderr.strip()))
+                continue
+            peak, plan = json.loads(measured.stdout)["peak_bytes"], json.loads(planned.stdout)
+            error = (plan["peak_bytes"] - peak) / peak
+            print("plan %-44s measured %9d planned %9d %+6.2f%%" % (what, peak, plan["peak_bytes"], 100 * error))
+            named = any("not yet exact" in n for n in plan.get("notes", []))
+            if neox and (lora or precision == "bf16"):
+                check(named, "%s: the plan does not say it is not yet exact" % what)
+            else:
+                check(-0.005 <= error <= 0.02 and not named, "%s: planned %+.2f%% off the measured peak" % (what, 100 * error))
+
+
 def main():
     global CLI
     CLI = os.path.abspath(sys.argv[1])
@@ -673,6 +722,7 @@ def main():
         for (name, folder, _), (cfg, ids), ref in zip(cases, prompts, refs):
             compare(name, folder, cfg, ids, ref=ref)
         damaged_folders(tmp)
+        planning(tmp)
         corpus_training(tmp)
         for family in FAMILIES:
             training(tmp, family)

@@ -79,6 +79,7 @@ private Q_SLOTS:
     void pureBf16LoraReleasesWhatItKept();
     void pureBf16LlamaFollowsItsFp32Islands();
     void loraDropoutAndOneKvHeadFollowTheModel();
+    void fusedAttentionEndsTheStepAsEagerDoes();
     void largestSequenceGrowsThePositionTable();
     void runsRecordTheirEstimate();
 };
@@ -554,6 +555,49 @@ void TestMemoryPlan::loraDropoutAndOneKvHeadFollowTheModel()
         QVERIFY2(error >= -0.005 && error <= over, qPrintable(QString::fromStdString(name)));
         const auto est = estimateMemory(architectureFor(config), setupFor(config));
         for (const auto& n : est.notes) QVERIFY2(n.find("not yet exact") == std::string::npos, n.c_str());
+    }
+}
+
+// Fused attention saves no maps, so its backward releases none, and a
+// single key/value head at batch 1 is planned with copies there: the step
+// ends with what eager attention ends with (weights, gradients, optimizer
+// state, data). Before, fused attention released maps it had never added
+// (the end of a step one map per layer short), and one kv head at batch 1
+// left the values' copy live.
+void TestMemoryPlan::fusedAttentionEndsTheStepAsEagerDoes()
+{
+    ArchitectureSpec llama;
+    llama.family = "llama";
+    llama.positional = "rope";
+    llama.layers = 3;
+    llama.hidden = 64;
+    llama.heads = 4;
+    llama.kvHeads = 1;
+    llama.intermediate = 176;
+    llama.maxPositions = 128;
+    llama.tieEmbeddings = false;
+    ArchitectureSpec gpt;
+    gpt.layers = 2;
+    gpt.hidden = 64;
+    gpt.heads = 4;
+    gpt.intermediate = 256;
+    gpt.maxPositions = 128;
+    for (const auto& [arch, name] : {std::pair{llama, "llama kv 1"}, std::pair{gpt, "gpt"}}) {
+        for (const char* precision : {"fp32", "bf16-pure"}) {
+            for (const std::int64_t batch : {1, 4}) {
+                TrainingSetup s;
+                s.batch = batch;
+                s.seqLen = 96;
+                s.precision = precision;
+                s.attention = "eager";
+                const auto eager = estimateMemory(arch, s);
+                s.attention = "fused";
+                const auto fused = estimateMemory(arch, s);
+                const auto where = QString("%1 %2 batch %3").arg(name).arg(precision).arg(batch);
+                QVERIFY2(fused.endOfStepBytes == eager.endOfStepBytes,
+                         qPrintable(where + QString(": fused %1, eager %2").arg(fused.endOfStepBytes).arg(eager.endOfStepBytes)));
+            }
+        }
     }
 }
 

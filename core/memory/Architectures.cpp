@@ -93,6 +93,7 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         sizes(hf, 0, 0);
         a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
         a.parallelResidual = flag(j, "use_parallel_residual", true, source);
+        a.fp32Softmax = true;
     } else {
         // Llama and its look-alikes (Mistral, Qwen2, ...): the field names Hugging
         // Face's LlamaConfig uses. The activation decides the block's flavour.

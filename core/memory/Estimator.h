@@ -43,6 +43,7 @@ struct ArchitectureSpec {
     std::string positional = "learned"; // learned | sinusoidal | rope
     bool qkvBias = false;          // llama family with biased q, k, v projections (Qwen2)
     bool parallelResidual = false; // GPT-NeoX: attention and MLP both read the block input
+    bool fp32Softmax = false;      // GPT-NeoX: the softmax runs in fp32 and is cast back (the Llama family always)
     int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
     bool fromHfFolder = false; // a run's Hugging Face model folder (model.type hf)

@@ -26,7 +26,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const bool llama = A.family == "llama";
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
-    const bool expands = gqaExpandCopies(A, S.batch); // grouped-query keys and values expanded as copies
+    const bool expands = gqaExpandCopies(A, S.batch, eager); // grouped-query keys and values expanded as copies
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool mixed = d.mixed;
@@ -135,7 +135,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         untmp(3 * out);
         return true;
     };
-    // A norm's output (fp32) in the workspace; its statistics kept when its input requires grad.
+    // A norm's output (in the weights' dtype: fp32, or bf16 when pure) in the
+    // workspace; what its backward needs kept when its input requires grad.
     const auto norm = [&](bool gIn) {
         if (pureLlama) {
             tmp(2 * a32);   // x.to(fp32), x32^2
@@ -166,8 +167,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             gIn ? keep(2 * d.m) : untmp(2 * d.m);
         }
     };
-    // The norm output as the adapters read it: fp32 saved by them, or (mixed)
-    // a temporary, each adapter having saved its own cast.
+    // The norm output as the adapters read it: saved by them, or (mixed) a
+    // temporary, each adapter having saved its own cast.
     const auto normOutputDone = [&](bool adapted) { keepOrFree(adapted && !mixed, d.a); };
     // h = x + branch: a low-precision branch output is cast up first.
     const auto residualSum = [&](std::int64_t branch) {
@@ -183,7 +184,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     };
 
     struct Saved {
-        std::int64_t attention = 0, maps = 0, mlp = 0; // the input, when it requires grad, counts as attention
+        std::int64_t attention = 0, maps = 0, mlp = 0; // the input, when a norm saves it (`input`), counts as attention
         std::int64_t copiesAttention = 0, copiesMlp = 0; // weight casts saved for backward
         std::int64_t copiesOut = 0; // of them, the MLP's output projection's (released first)
         std::int64_t values = 0;    // the values, released by the probabilities x values backward
@@ -197,8 +198,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Forward of one block. The input x (a) is live: in Activations when it
     // requires grad, else (the first block's, the embedding output) in the
     // workspace, where the model's forward holds it until the final norm
-    // returns. Leaves the output in the workspace; returns whether it requires
-    // grad and what was saved.
+    // returns (pure: a grad-requiring input is released when the block
+    // returns, unless a checkpoint holds it). Leaves the output in the
+    // workspace; returns whether it requires grad and what was saved.
     const auto block = [&](bool gIn, Saved& saved) {
         const auto before = r.live(Activations), mapsBefore = r.live(AttentionMaps);
         const auto copiesBefore = r.live(WeightCopies), cachedBefore = cachedOnly;

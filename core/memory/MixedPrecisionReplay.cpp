@@ -30,7 +30,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
-    const bool expands = gqaExpandCopies(A, S.batch); // the expanded keys and values are copies
+    const bool expands = gqaExpandCopies(A, S.batch, eager); // the expanded keys and values are copies
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool softmax32 = llama || S.gpu;

@@ -258,13 +258,15 @@ inline std::int64_t rngStateBytes(const TrainingSetup& s) { return s.checkpointi
 inline bool matmulFoldsViews(std::int64_t batch, std::int64_t heads) { return batch == 1 || heads == 1; }
 
 // Grouped-query attention expands the keys and values to every query head
-// (unsqueeze, expand, reshape). The reshape copies, except with a single
-// key/value head at batch 1: the expanded heads are then a stride-0 view that
-// the product folds without a copy, and autograd saves the rotated k and the
-// v projection themselves.
-inline bool gqaExpandCopies(const ArchitectureSpec& a, std::int64_t batch)
+// (unsqueeze, expand, reshape), and the eager products fold the batch and
+// head dimensions for bmm. With several key/value heads the reshape copies;
+// with one it is a stride-0 view, which the fold copies at batch > 1 (bmm
+// saves the copy) but takes as it is at batch 1: autograd then saves the
+// rotated k and the v projection themselves. Fused attention is planned
+// with the copies.
+inline bool gqaExpandCopies(const ArchitectureSpec& a, std::int64_t batch, bool eager)
 {
-    return a.family == "llama" && a.kvHeads < a.heads && !(a.kvHeads == 1 && batch == 1);
+    return a.family == "llama" && a.kvHeads < a.heads && !(a.kvHeads == 1 && batch == 1 && eager);
 }
 
 // Buffers the built-in models register beside their parameters: the
@@ -277,8 +279,9 @@ inline std::int64_t positionTableBytes(const ArchitectureSpec& a)
     if (a.family != "llama" && a.positional == "sinusoidal") return a.maxPositions * a.hidden * 4;
     return 0;
 }
-// One step with LoRA (LoraReplay.cpp), in fp32 or under autocast. Bytes of
-// one micro-batch; the "low" sizes are fp32 too when not mixed.
+// One step with LoRA (LoraReplay.cpp), in fp32, under autocast or in pure
+// bf16. Bytes of one micro-batch; the "low" sizes are those of the weights'
+// dtype when not mixed (fp32, or bf16 when pure).
 struct LoraShape {
     std::int64_t a, ah;   // batch x seq x hidden: fp32, low
     std::int64_t akvh;    // batch x seq x kv heads x head dim, low

@@ -228,8 +228,9 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
     // is read without keeping it in the page cache.
     std::uint64_t folderBytes = 0;
     for (const auto& f : mapped.files) folderBytes += f->bytes();
-    const auto physical = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-    const bool dropBehind = 2 * folderBytes > physical;
+    const long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
+    const bool dropBehind = pages > 0 && pageSize > 0
+                            && 2 * folderBytes > static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(pageSize);
     for (auto& p : params) {
         const auto found = mapped.byName.find(p.key());
         if (found == mapped.byName.end()) continue;

@@ -215,7 +215,7 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : m_path(path)
         ::close(fd);
         throw InputError("cannot map safetensors file " + path + " into memory");
     }
-    // Kept open for copyInto's reads, which go through the file in order.
+    // Kept open for copyInto's reads.
     m_fd = fd;
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     m_base = base;
@@ -230,9 +230,18 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : m_path(path)
         return InputError("safetensors file " + path + " changed while it was read");
     };
     if (header.dataStart > m_bytes) throw changed();
-    for (const auto& [name, e] : header.entries) {
-        if (header.dataStart + e.end > m_bytes) throw changed();
-        m_tensors.emplace(name, torch::from_blob(data + e.begin, e.shape, torch::TensorOptions().dtype(e.type)));
+    try {
+        for (const auto& [name, e] : header.entries) {
+            if (header.dataStart + e.end > m_bytes) throw changed();
+            m_tensors.emplace(name, torch::from_blob(data + e.begin, e.shape, torch::TensorOptions().dtype(e.type)));
+        }
+    } catch (const InputError&) {
+        throw;
+    } catch (...) {
+        m_tensors.clear();
+        ::munmap(m_base, m_bytes);
+        ::close(m_fd);
+        throw;
     }
 }
 
@@ -245,25 +254,26 @@ MappedSafetensors::~MappedSafetensors()
 
 void MappedSafetensors::copyInto(const torch::Tensor& view, const torch::Tensor& dst, bool dropBehind) const
 {
-    const bool direct = m_fd >= 0 && dst.device().is_cpu() && dst.is_contiguous()
-                        && dst.scalar_type() == view.scalar_type() && dst.sizes() == view.sizes();
+    const auto bytes = static_cast<std::size_t>(view.numel()) * view.element_size();
+    const auto start = static_cast<const std::uint8_t*>(view.data_ptr()) - static_cast<const std::uint8_t*>(m_base);
+    // Straight from the file only for a whole stored tensor of this mapping.
+    const bool direct = m_fd >= 0 && view.is_contiguous() && start >= 0
+                        && static_cast<std::size_t>(start) + bytes <= m_bytes && dst.device().is_cpu()
+                        && dst.is_contiguous() && dst.scalar_type() == view.scalar_type() && dst.sizes() == view.sizes();
     if (!direct) {
         dst.copy_(view);
         return;
     }
-    const auto bytes = static_cast<std::size_t>(view.numel()) * view.element_size();
-    const auto start = static_cast<const std::uint8_t*>(view.data_ptr()) - static_cast<const std::uint8_t*>(m_base);
     auto* out = static_cast<char*>(dst.data_ptr());
     constexpr std::size_t kChunk = 64u << 20;
     for (std::size_t done = 0; done < bytes;) {
         const auto n = ::pread(m_fd, out + done, std::min(bytes - done, kChunk), static_cast<off_t>(start + done));
-        if (n < 0 && errno == EINTR) continue;
+        const int error = errno;
+        if (n < 0 && error == EINTR) continue;
         if (n <= 0) {
-            throw InputError("safetensors file " + m_path + " could not be read at byte "
-                             + std::to_string(start + done) + " ("
-                             + (n == 0 ? std::string("it ends there: was it truncated while loading?")
-                                       : std::string(std::strerror(errno)))
-                             + ")");
+            const std::string why = n == 0 ? "it ends there: was it truncated while loading?" : std::strerror(error);
+            throw InputError("safetensors file " + m_path + " could not be read at byte " + std::to_string(start + done)
+                             + " (" + why + ")");
         }
         if (dropBehind) ::posix_fadvise(m_fd, static_cast<off_t>(start + done), n, POSIX_FADV_DONTNEED);
         done += static_cast<std::size_t>(n);

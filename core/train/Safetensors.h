@@ -34,8 +34,9 @@ public:
     std::size_t bytes() const { return m_bytes; }
     const std::map<std::string, torch::Tensor>& tensors() const { return m_tensors; }
     // Copies `view` (one of tensors()) into `dst`, a CPU tensor of its shape.
-    // Where dst is contiguous and of the stored dtype, the bytes are read from
-    // the file straight into it (pread, as `cat` reads): no page of the
+    // Where dst is contiguous and of the stored dtype (and the view a whole
+    // stored tensor), the bytes are read from the file straight into it
+    // (pread, as `cat` reads): no page of the
     // mapping is touched, so loading runs at the disk's pace without a page
     // fault per 4 KB of the file. Otherwise copy_ converts from the mapping.
     // With dropBehind the page cache is told to drop what was read (for a
