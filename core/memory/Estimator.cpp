@@ -864,8 +864,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     if ((A.parallelResidual || A.fp32Softmax) && (lora || mixed)) {
         // Measured on generated GPT-NeoX folders (CPU, 2026-11-26): mixed bf16 3.4% and 22.0% under.
-        est.notes.push_back("GPT-NeoX with LoRA or mixed precision: not yet exact (planned as GPT-2's block; "
-                            "up to 22% under)");
+        // (Planned as GPT-2's sequential block.)
+        est.notes.push_back("GPT-NeoX with LoRA or mixed precision: not yet exact (up to 22% under)");
     }
     return est;
 }
