@@ -384,26 +384,14 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 tmp(a);   // dropped
                 untmp(a); // proj output
             }
-            if (A.parallelResidual) {
-                // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)). ln2 reads the
-                // block input, so no mid-block sum is saved; the attention
-                // output (or its dropped copy) waits for the final sum.
-                act(a + 2 * m); // ln2
-                act(2 * f);     // fc, gelu
-                tmp(a);         // out
-                if (drop) {
-                    act(a); // noise
-                    tmp(a); // dropped
-                }
-                tmp(a);   // x + attn
-                act(a);   // + mlp: the block output
-                untmp(a); // x + attn
-                untmp(drop ? 2 * a : a);
-                untmp(a); // the attention output
-                return r.live(Activations) + r.live(AttentionMaps) - before;
+            // GPT-NeoX's parallel block, x + attn(ln1(x)) + mlp(ln2(x)): ln2
+            // reads the block input, so no mid-block sum is saved, and the
+            // attention output (or its dropped copy) waits for the final sum.
+            const bool parallel = A.parallelResidual;
+            if (!parallel) {
+                act(a);   // residual h
+                untmp(a); // proj (or dropped) output
             }
-            act(a);   // residual h
-            untmp(a); // proj (or dropped) output
             act(a + 2 * m); // ln2
             act(2 * f);     // fc, gelu
             tmp(a);         // out
@@ -411,9 +399,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 act(a); // noise
                 tmp(a); // dropped
             }
-            // h + dropout(out(...)): the temporaries live until the sum exists.
-            act(a);   // residual out
+            // The temporaries live until the sum exists.
+            if (parallel) tmp(a); // x + attn
+            act(a);               // the block output
+            if (parallel) untmp(a);
             untmp(drop ? 2 * a : a);
+            if (parallel) untmp(a); // the attention output
         }
         return r.live(Activations) + r.live(AttentionMaps) - before;
     };
