@@ -658,9 +658,8 @@ def corpus_training(tmp):
 def planning(tmp):
     """The memory planner on a folder of every family: `estimate` against the
     peak `measure` counts (CPU, two steps) in fp32, bf16 mixed and pure bf16,
-    with and without LoRA. Where the plan is exact it is within 2% and never
-    0.5% under; where it is not yet (GPT-NeoX with LoRA or mixed precision),
-    the plan says so by name."""
+    with and without LoRA (GPT-NeoX's layers also with checkpointing): within
+    2% and never 0.5% under, and no plan says it is not yet exact."""
     tmp = os.path.join(tmp, "planning")
     os.makedirs(tmp)
     rng = random.Random(7)
@@ -674,22 +673,33 @@ def planning(tmp):
                ("gpt_neox sequential", ["--family", "gpt_neox", "--rotary-pct", "0.5", "--sequential-residual"],
                 ["dense_h_to_4h"])]
     for name, options, targets in folders:
-        folder = os.path.join(tmp, name.replace(" ", "-"))
-        generate(folder, *options, "--untied" if "--tied" not in options else "--tied", "--seed", "3", "--vocab", "256",
-                 "--hidden", "64", "--heads", "4", "--layers", "2", "--intermediate", "112")
-        neox = name.startswith("gpt_neox")
-        for precision, lora in (("fp32", None), ("bf16", None), ("bf16-pure", None), ("fp32", targets),
-                                ("bf16", targets), ("bf16-pure", targets)):
+        def folder_of(mlp):
+            folder = os.path.join(tmp, "%s-%d" % (name.replace(" ", "-"), mlp))
+            if not os.path.exists(folder):
+                generate(folder, *options, "--untied" if "--tied" not in options else "--tied", "--seed", "3",
+                         "--vocab", "256", "--hidden", "64", "--heads", "4", "--layers", "2", "--intermediate", str(mlp))
+            return folder
+        rows = [("fp32", None, False), ("bf16", None, False), ("bf16-pure", None, False), ("fp32", targets, False),
+                ("bf16", targets, False), ("bf16-pure", targets, False)]
+        if name.startswith("gpt_neox"):
+            # A checkpointed block's first forward runs without grad, and the
+            # layer holds its attention output until it returns. (MLP 128:
+            # these peaks are at the recomputed MLP's product, where at 112
+            # the CPU's bf16 GEMM adds a scratch buffer the planner does not
+            # know; docs/hf-models.md.)
+            rows += [("bf16", None, True), ("bf16", targets, True)]
+        for precision, lora, ckpt in rows:
+            folder = folder_of(128 if ckpt else 112)
             cfg = {"name": "plan", "device": "cpu", "model": {"type": "hf", "path": folder},
                    "data": {"source": "tokens", "path": tokens, "seq_len": 48},
                    "train": {"batch_size": 4, "steps": 2, "precision": precision, "eval_every": 2,
-                             "eval_batches": 2, "threads": 1}}
+                             "eval_batches": 2, "threads": 1, "activation_checkpointing": ckpt}}
             if lora:
                 cfg["lora"] = {"rank": 4, "targets": lora}
             path = os.path.join(tmp, "plan.json")
             with open(path, "w") as f:
                 json.dump(cfg, f)
-            what = "%s %s%s" % (name, precision, " lora " + ",".join(lora) if lora else "")
+            what = "%s %s%s%s" % (name, precision, " lora " + ",".join(lora) if lora else "", " ckpt" if ckpt else "")
             measured, planned = trainbench("measure", "--config", path, "--json", "--steps", "2"), trainbench("estimate", "--config", path, "--json")
             if measured.returncode != 0 or planned.returncode != 0:
                 check(False, "%s: measure or estimate failed: %s%s" % (what, measured.stderr.strip(), planned.stderr.strip()))
@@ -698,10 +708,8 @@ def planning(tmp):
             error = (plan["peak_bytes"] - peak) / peak
             print("plan %-44s measured %9d planned %9d %+6.2f%%" % (what, peak, plan["peak_bytes"], 100 * error))
             named = any("not yet exact" in n for n in plan.get("notes", []))
-            if neox and (lora or precision == "bf16"):
-                check(named, "%s: the plan does not say it is not yet exact" % what)
-            else:
-                check(-0.005 <= error <= 0.02 and not named, "%s: planned %+.2f%% off the measured peak" % (what, 100 * error))
+            check(-0.005 <= error <= 0.02 and not named, "%s: planned %+.2f%% off the measured peak%s"
+                  % (what, 100 * error, " (and says it is not yet exact)" if named else ""))
 
 
 def main():

@@ -96,7 +96,8 @@ void TestPlannerPanel::presetOnT4MatchesTheEstimate()
     QVERIFY(p->estimate().has_value());
     QCOMPARE(p->estimate()->peakBytes, expected.peakBytes);
     QCOMPARE(p->budgetBytes(), GpuCatalogue::bundled().resolve("T4").gpu.memoryBytes);
-    QVERIFY2(p->verdictText() == "Fits (81%): 11.93 GiB of 14.74 GiB", qPrintable(p->verdictText()));
+    // (11.93 GiB while GPT-NeoX's LoRA step was planned as GPT-2's block.)
+    QVERIFY2(p->verdictText() == "Fits (78%): 11.45 GiB of 14.74 GiB", qPrintable(p->verdictText()));
     QCOMPARE(p->largestBatchHere(), largestBatch(arch, s, p->budgetBytes(), 65536));
     const auto longest = std::min<std::int64_t>(largestSequence(arch, s, p->budgetBytes()), arch.maxPositions);
     QCOMPARE(p->largestSeqHere(), longest);
@@ -353,7 +354,9 @@ void TestPlannerPanel::bf16OnT4DoesNotRun()
 
 // A 7B model on a T4 and a toy both get a map whose frontier crosses it: a
 // fair share of cells fits and a fair share does not (the 7B map was almost
-// all red, the frontier in a corner). A click lands on round values.
+// all red, the frontier in a corner). A click lands on round values. (The 7B
+// share moves with the plan: 0.12 since a checkpointed block's first forward
+// is planned without grad, which changes the allocator model's segments.)
 void TestPlannerPanel::mapRangeFollowsTheModelAndClicksSnap()
 {
     auto* p = planner();
@@ -368,7 +371,7 @@ void TestPlannerPanel::mapRangeFollowsTheModelAndClicksSnap()
     p->loraRankBox()->setValue(16);
     p->checkpointingBox()->setChecked(true);
     const double big = fitShare();
-    QVERIFY2(big >= 0.15 && big <= 0.85, qPrintable(QString("7B on a T4: %1 of the map fits").arg(big)));
+    QVERIFY2(big >= 0.10 && big <= 0.85, qPrintable(QString("7B on a T4: %1 of the map fits").arg(big)));
     screenshot("planner-7b-map.png");
     QVERIFY(p->selectSource("experiment"));
     const double toy = fitShare();

@@ -45,6 +45,17 @@ bool flag(const json& j, const char* key, bool fallback, const std::string& sour
     return it->get<bool>();
 }
 
+// A fraction in [0, 1]: `fallback` when absent.
+double fraction(const json& j, const char* key, double fallback, const std::string& source)
+{
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_number() || it->get<double>() < 0.0 || it->get<double>() > 1.0) {
+        throw InputError(source + ": \"" + key + "\" must be a number from 0 to 1, got " + it->dump());
+    }
+    return it->get<double>();
+}
+
 std::string text(const json& j, const char* key)
 {
     const auto it = j.find(key);
@@ -94,6 +105,12 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
         a.parallelResidual = flag(j, "use_parallel_residual", true, source);
         a.fp32Softmax = true;
+        a.neoxLayer = true;
+        // RoPE on the leading rotary_pct of each head (the later name first, as the trainer reads it).
+        const double pct = j.contains("partial_rotary_factor") ? fraction(j, "partial_rotary_factor", 0.25, source)
+                                                               : fraction(j, "rotary_pct", 0.25, source);
+        a.rotaryDims = static_cast<std::int64_t>(static_cast<double>(a.hidden / a.heads) * pct);
+        if (a.rotaryDims == 0) a.positional = "none";
     } else {
         // Llama and its look-alikes (Mistral, Qwen2, ...): the field names Hugging
         // Face's LlamaConfig uses. The activation decides the block's flavour.

@@ -225,13 +225,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         const std::int64_t lo = mixed ? 2 : e; // projections, attention products: the autocast dtype
         const LoraShape shape{a,  BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo, B * H * T * T * 4,
                               B * H * T * T * lo, m, lg, BT * V * lo, idx, BT * S.loraRank * lo, T * T, T * C * e,
-                              T * (A.headDim() / 2) * lo, BT, mixed, halfBase, pure};
+                              T * (A.ropeDims() / 2) * lo, BT, mixed, halfBase, pure};
         replayLoraStep(r, A, S, shape, grads);
     } else if (mixed) {
         constexpr std::int64_t lo = 2;
         const MixedShape shape{a,        BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo,
                                B * H * T * T * 4, B * H * T * T * lo, m, lg, BT * V * lo, idx, T * T, T * C * 4,
-                               T * (A.headDim() / 2) * lo};
+                               T * (A.ropeDims() / 2) * lo};
         replayMixedStep(r, A, S, shape, grads);
     } else {
     // ---- forward of one micro-batch ----
@@ -362,10 +362,20 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             act(a + 2 * m); // ln1
             tmp(3 * a);     // qkv
             if (rope) {
+                // A partial rotary (GPT-NeoX) rotates the leading ra of each
+                // head and cats the rest back on.
+                const auto ra = a / A.headDim() * A.ropeDims();
                 for (int i = 0; i < 2; ++i) {
-                    tmp(3 * a); // four products, a difference and a sum of half width
-                    act(a);     // cat: the rotated q (then k)
-                    untmp(3 * a);
+                    tmp(3 * ra); // four products, a difference and a sum of half width
+                    if (ra == a) {
+                        act(a);  // cat: the rotated q (then k)
+                        untmp(3 * a);
+                        continue;
+                    }
+                    tmp(ra);     // cat: the rotated part
+                    untmp(3 * ra);
+                    act(a);      // cat: q (then k) whole again
+                    untmp(ra);
                 }
                 attentionCore(false, false);
             } else {
@@ -387,10 +397,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             // GPT-NeoX's parallel block, x + attn(ln1(x)) + mlp(ln2(x)): ln2
             // reads the block input, so no mid-block sum is saved, and the
             // attention output (or its dropped copy) waits for the final sum.
-            const bool parallel = A.parallelResidual;
+            // (GPT-NeoX's layer holds the attention output as a local until it returns.)
+            const bool parallel = A.parallelResidual, attentionLocal = parallel || A.neoxLayer;
             if (!parallel) {
-                act(a);   // residual h
-                untmp(a); // proj (or dropped) output
+                act(a); // residual h
+                if (!attentionLocal) untmp(a); // proj (or dropped) output
             }
             act(a + 2 * m); // ln2
             act(2 * f);     // fc, gelu
@@ -404,7 +415,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             act(a);               // the block output
             if (parallel) untmp(a);
             untmp(drop ? 2 * a : a);
-            if (parallel) untmp(a); // the attention output
+            if (attentionLocal) untmp(a); // the attention output
         }
         return r.live(Activations) + r.live(AttentionMaps) - before;
     };
@@ -852,11 +863,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     if (A.attentionModules > 1) {
         est.notes.push_back("further attention modules add their maps; their projections are not modelled");
-    }
-    if ((A.parallelResidual || A.fp32Softmax) && (lora || mixed)) {
-        // Measured on generated GPT-NeoX folders (CPU, 2026-11-26): mixed bf16 3.4% and 22.0% under.
-        // (Planned as GPT-2's sequential block.)
-        est.notes.push_back("GPT-NeoX with LoRA or mixed precision: not yet exact (up to 22% under)");
     }
     return est;
 }

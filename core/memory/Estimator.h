@@ -44,11 +44,17 @@ struct ArchitectureSpec {
     bool qkvBias = false;          // llama family with biased q, k, v projections (Qwen2)
     bool parallelResidual = false; // GPT-NeoX: attention and MLP both read the block input
     bool fp32Softmax = false;      // GPT-NeoX: the softmax runs in fp32 and is cast back (the Llama family always)
+    // GPT-NeoX's layer (the trainer's, as transformers writes it): the
+    // attention output is a local that lives until the layer returns, and
+    // the first norm's output goes with the statement that made it.
+    bool neoxLayer = false;
+    std::int64_t rotaryDims = 0;   // head dimensions RoPE rotates (GPT-NeoX's rotary_pct); 0: all of them
     int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
     bool fromHfFolder = false; // a run's Hugging Face model folder (model.type hf)
 
     std::int64_t headDim() const { return hidden / heads; }
+    std::int64_t ropeDims() const { return rotaryDims > 0 ? rotaryDims : headDim(); }
 };
 
 // The major version of the LibTorch this build runs (1 or 2).

@@ -38,7 +38,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // The softmax (and the dropout of the probabilities) runs in fp32 and is
     // cast back.
     const bool pureLlama = d.pure && llama;
-    const bool softmax32 = (mixed && (llama || S.gpu)) || pureLlama; // fp32 softmax, probabilities cast down
+    // fp32 softmax, probabilities cast down: the Llama family and GPT-NeoX ask
+    // for it, CUDA's autocast does it anyway.
+    const bool softmax32 = (mixed && (llama || A.fp32Softmax || S.gpu)) || (d.pure && (llama || A.fp32Softmax));
+    // GPT-NeoX's layer: the attention output is a local until the layer
+    // returns, and the parallel one feeds ln2 the layer's input.
+    const bool neox = A.neoxLayer, parallel = neox && A.parallelResidual;
     const std::int64_t a32 = 2 * d.a;                                // pure: a bf16 tensor's fp32 copy
     const std::int64_t sq32 = meanSavesInput(S) ? a32 : 0;
     const std::int64_t normSaved = pureLlama ? a32 + sq32 + d.m : 0; // what a pure norm saves for its input's gradient
@@ -104,6 +109,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Weight casts under autocast: adapter casts cached until the forward's
     // end (released then unless saved), and what each block saved.
     std::int64_t cachedOnly = 0, adapterCasts = 0;
+    // A checkpointed block's first forward runs without grad: nothing it
+    // makes requires grad, the adapters included, so nothing is saved and
+    // what an adapter keeps with grad (x A^T, its input's cast) goes with
+    // the projection's statement.
+    bool noGrad = false;
     // A projection (in -> out features): the frozen product, plus x A^T (saved
     // for B's gradient), its product with B, the scaling and the sum. Leaves
     // the output in the workspace; returns whether it requires grad.
@@ -128,12 +138,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             r.add(WeightCopies, a + rank * outFeatures * 2); // A and B cast, cached
             adapterCasts += a + rank * outFeatures * 2;
             if (!gIn) cachedOnly += a;                       // A is saved only for the input's gradient
-            if (fp32In) act(d.bt * in * 2);                  // the adapter's own input cast, saved for A's gradient
         }
-        act(d.xa);
+        const auto own = (mixed && fp32In ? d.bt * in * 2 : 0) + d.xa; // the adapter's own input cast; x A^T
+        noGrad ? tmp(own) : act(own); // saved for A's and B's gradients
         tmp(3 * out);
         untmp(3 * out);
-        return true;
+        if (noGrad) untmp(own);
+        return !noGrad;
     };
     // A norm's output (in the weights' dtype: fp32, or bf16 when pure) in the
     // workspace; what its backward needs kept when its input requires grad.
@@ -287,11 +298,18 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         norm(gIn);
         const bool gqkv = linear("qkv", C, 3 * C, true, true, gIn);
         if (rope) {
+            // A partial rotary (GPT-NeoX) rotates the leading part of each
+            // head and cats the rest back on.
+            const auto rw = d.ah / A.headDim() * A.ropeDims();
             for (int i = 0; i < 2; ++i) {
                 ropeTables(gqkv);
-                tmp(3 * d.ah);
-                tmp(d.ah); // rotated q (then k)
-                untmp(3 * d.ah);
+                tmp(3 * rw);
+                tmp(rw); // rotated q (then k)
+                untmp(3 * rw);
+                if (rw != d.ah) {
+                    tmp(d.ah);
+                    untmp(rw);
+                }
             }
         } else if (!folds) {
             tmp(2 * d.ah); // q and k made contiguous
@@ -316,32 +334,56 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             keepOrFree(go, d.ah);
             untmp(d.ah); // the projection output, replaced by the dropped copy
         }
-        // h = x + attn(ln1(x)): the temporaries live until the sum exists.
-        residualSum(d.ah); // o
-        normOutputDone(has("qkv"));
-        const bool gH = gIn || go;
+        if (neox) {
+            // attn = attention(ln1(x)): its temporaries go with the statement,
+            // the attention output stays a local; the sequential layer's
+            // h = x + attn (after its cast up).
+            normOutputDone(has("qkv"));
+            if (!parallel) {
+                if (mixed) tmp(d.a);
+                tmp(d.a);
+                if (mixed) untmp(d.a);
+            }
+        } else {
+            // h = x + attn(ln1(x)): the temporaries live until the sum exists.
+            residualSum(d.ah); // o
+            normOutputDone(has("qkv"));
+        }
+        const bool gH = parallel ? gIn : gIn || go; // what ln2 reads requires grad
         attentionDone();
-        if (gH) keep(d.a);
-        saved.h = gH ? d.a : 0;
+        if (gH && !parallel) keep(d.a);
+        saved.h = gH && !parallel ? d.a : 0;
         norm(gH);
         const bool gfc = linear("fc", C, F, true, true, gH);
         tmp(d.fh); // gelu
         const auto copiesBeforeOut = r.live(WeightCopies);
         const bool gout = linear("out", F, C, true, false, gfc);
         saved.copiesOut = r.live(WeightCopies) - copiesBeforeOut;
-        if (drop) tmp(2 * d.ah); // noise, dropped
-        // h + out(gelu(fc(ln2(h)))): every temporary lives until the sum exists.
-        residualSum(d.ah); // out
+        // The MLP returns: fc's output (saved by gelu) and gelu's (saved by an
+        // adapted out) go unless saved; GPT-2's dropout is the MLP's last
+        // step, so out's own output goes too, GPT-NeoX's comes after it.
+        keepOrFree(gfc, d.fh);
+        keepOrFree(has("out"), d.fh);
         if (drop) {
+            tmp(2 * d.ah);          // noise, dropped
             keepOrFree(gout, d.ah); // noise
-            untmp(d.ah);            // dropped
+            if (!neox) untmp(d.ah); // out
         }
-        keepOrFree(gfc, d.fh);        // fc output, saved by gelu
-        keepOrFree(has("out"), d.fh); // gelu output
+        // h + mlp(ln2(h)): the statement's temporaries live until the sum
+        // exists. The parallel layer first makes x + attn (attn cast up).
+        if (parallel) {
+            if (mixed) tmp(d.a);
+            tmp(d.a);
+            if (mixed) untmp(d.a);
+        }
+        residualSum(d.ah); // the MLP's output (or its dropped copy)
+        if (parallel) untmp(d.a); // x + attn
+        if (drop && neox) untmp(d.ah); // out
         normOutputDone(has("fc"));
-        if (!gH) untmp(d.a);
+        if (!gH && !parallel) untmp(d.a); // h
+        if (neox) untmp(d.ah);            // the attention output
         mlpDone();
-        return gH || gout;
+        return gH || go || gout;
     };
 
     // ---- forward ----
@@ -369,7 +411,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     for (std::int64_t l = 0; l < A.layers; ++l) {
         auto& sv = saved[static_cast<std::size_t>(l)];
         const auto cachedBefore = cachedOnly, adapterBefore = adapterCasts;
-        const bool gOut = block(g, sv);
+        noGrad = S.checkpointing;
+        const bool gOut = block(g && !noGrad, sv);
+        noGrad = false;
         if (S.checkpointing) {
             // Nothing but the input (the checkpoint) outlives a block run
             // without grad: the frozen casts go, the adapter casts stay cached

@@ -1,5 +1,6 @@
 // One training step under autocast (fp16/bf16 mixed precision with fp32
-// master weights) of the built-in GPT or Llama-family model, without LoRA.
+// master weights) of a GPT-family (built-in, GPT-2, GPT-NeoX) or
+// Llama-family model, without LoRA.
 //
 // What autocast changes, read from `trainbench-cli measure --trace` on
 // LibTorch 1.13 (CPU, bf16):
@@ -14,8 +15,8 @@
 //   in the autocast dtype; norms, the residual stream, embeddings and the
 //   loss stay fp32. A residual sum casts its low-precision operand to fp32.
 // - Softmax runs in the autocast dtype on the CPU, but in fp32 where the model
-//   asks for it (Llama) or the device's autocast does (CUDA), and then the
-//   probabilities are cast down for the product with the values.
+//   asks for it (Llama, GPT-NeoX) or the device's autocast does (CUDA), and
+//   then the probabilities are cast down for the product with the values.
 // - Backward makes each weight's gradient in the autocast dtype, converts it
 //   to fp32 and accumulates it; a cast input's gradient is converted back too.
 
@@ -33,7 +34,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const bool expands = gqaExpandCopies(A, S.batch, eager); // the expanded keys and values are copies
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
-    const bool softmax32 = llama || S.gpu;
+    const bool softmax32 = llama || A.fp32Softmax || S.gpu;
+    const bool neox = A.neoxLayer;
     const bool addition = S.dataset == "addition";
     constexpr std::int64_t kLow = 2; // bytes per element in fp16 and bf16
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
@@ -124,12 +126,21 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         keepMap(extraMaps);
     };
     // RoPE on q or k (width w): the cos and sin tables cast (saved), four
-    // products, a difference and a sum of half width, then cat.
+    // products, a difference and a sum of half width, then cat. A partial
+    // rotary (GPT-NeoX) rotates the leading part and cats the rest back.
     const auto ropeForward = [&](std::int64_t w, bool saved) {
+        const auto rw = w / A.headDim() * A.ropeDims();
         act(2 * d.rope);
-        tmp(3 * w);
+        tmp(3 * rw);
+        if (rw != w) {
+            tmp(rw);   // the rotated part
+            untmp(3 * rw);
+            saved ? act(w) : tmp(w);
+            untmp(rw);
+            return;
+        }
         saved ? act(w) : tmp(w);
-        untmp(3 * w);
+        untmp(3 * rw);
     };
     const auto blockForward = [&] {
         if (llama) {
@@ -204,12 +215,24 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.ah);   // dropped
             untmp(d.ah); // proj output
         }
+        if (neox) {
+            // GPT-NeoX: the attention output (or its dropped copy) is a local
+            // until the layer returns; the ln1 output goes with its statement.
+            untmp(d.a);
+            if (!A.parallelResidual) {
+                tmp(d.a); // the attention output cast up for h = x + attn
+                r.add(Activations, d.a);
+                untmp(d.a);
+            }
+        } else {
+            tmp(d.a);
+            r.add(Activations, d.a); // residual h (the block holds it either way)
+            untmp(d.a);
+            untmp(d.ah + d.a); // proj (or dropped) output, ln1 output
+        }
+        // ln2, of h (GPT-NeoX's parallel layer: of the layer's input)
         tmp(d.a);
-        r.add(Activations, d.a); // residual h (the block holds it either way)
-        untmp(d.a);
-        untmp(d.ah + d.a); // proj (or dropped) output, ln1 output
-        tmp(d.a);
-        act(2 * d.m); // ln2
+        act(2 * d.m);
         copyBias(F);
         copy(C * F);
         act(d.ah + 2 * d.fh); // input cast, fc output, gelu
@@ -222,10 +245,18 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.ah); // dropped
         }
         // h + dropout(out(...)): every temporary lives until the sum exists.
+        // GPT-NeoX's parallel layer makes x + attn (its cast up first) once
+        // the MLP branch is done, then adds that branch.
+        const bool parallel = neox && A.parallelResidual;
+        if (parallel) {
+            tmp(2 * d.a);
+            untmp(d.a);
+        }
         tmp(d.a);
         r.add(Activations, d.a); // residual out
         untmp(d.a);
         untmp((drop ? 2 : 1) * d.ah + d.a); // out (and dropped), ln2 output
+        if (neox) untmp((parallel ? d.a : 0) + d.ah); // x + attn, the attention output
     };
 
     r.phase("forward");
@@ -451,7 +482,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(rng + heldGrad);
             continue;
         }
-        // GPT block
+        // GPT block. In GPT-NeoX's parallel layer the node of x + attn is
+        // next after the output's sum, before the MLP branch: the gradient
+        // cast down for the attention branch waits through that branch.
+        const bool parallel = neox && A.parallelResidual;
+        if (parallel) tmp(d.ah);
         if (drop) {
             tmp(d.ah); // through the dropout
             untmp(d.ah);
@@ -465,10 +500,10 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         castInputBackward(C * F, d.fh, false); // fc
         tmp(d.a); // ln2 backward
         untmp(d.a);
-        unact(d.a + 2 * d.m); // h and the statistics
+        unact((parallel ? 0 : d.a) + 2 * d.m); // h (no parallel layer saves one) and the statistics
         tmp(d.a); // summed with the running gradient
         untmp(2 * d.a - heldGrad);
-        tmp(d.ah); // cast down for the attention branch
+        if (!parallel) tmp(d.ah); // cast down for the attention branch
         if (drop) {
             tmp(d.ah);
             untmp(d.ah);

@@ -270,12 +270,13 @@ inline bool gqaExpandCopies(const ArchitectureSpec& a, std::int64_t batch, bool 
 }
 
 // Buffers the built-in models register beside their parameters: the
-// sinusoidal position table, or RoPE's cos and sin tables, fp32 and sized to
-// the longest sequence the model is built for.
+// sinusoidal position table, or RoPE's cos and sin tables (half the rotated
+// head dimensions wide), fp32 and sized to the longest sequence the model is
+// built for.
 inline std::int64_t positionTableBytes(const ArchitectureSpec& a)
 {
     const bool rope = a.family == "llama" || a.positional == "rope";
-    if (rope) return 2 * a.maxPositions * (a.headDim() / 2) * 4;
+    if (rope) return 2 * a.maxPositions * (a.ropeDims() / 2) * 4;
     if (a.family != "llama" && a.positional == "sinusoidal") return a.maxPositions * a.hidden * 4;
     return 0;
 }
