@@ -80,6 +80,7 @@ private Q_SLOTS:
     void pureBf16LlamaFollowsItsFp32Islands();
     void loraDropoutAndOneKvHeadFollowTheModel();
     void fusedAttentionEndsTheStepAsEagerDoes();
+    void gpuDropoutSavesOneByteMasks();
     void largestSequenceGrowsThePositionTable();
     void runsRecordTheirEstimate();
 };
@@ -564,6 +565,44 @@ void TestMemoryPlan::loraDropoutAndOneKvHeadFollowTheModel()
 // state, data). Before, fused attention released maps it had never added
 // (the end of a step one map per layer short), and one kv head at batch 1
 // left the values' copy live.
+// CUDA's fused dropout (native_dropout) saves a bool mask, one byte an
+// element, where the CPU saves its noise in the tensor's dtype. A GPT with
+// dropout whose peak is where backward starts (every block's maps and noise
+// live): on a GPU each map is softmax, dropped copy and a mask of a quarter
+// of a map in fp32 (an eighth of the fp32 softmax under bf16 autocast), and
+// the saved activations lose 3/4 of each fp32 noise (1/2 of a bf16 one).
+void TestMemoryPlan::gpuDropoutSavesOneByteMasks()
+{
+    const auto term = [](const MemoryEstimate& e, const std::string& name) {
+        for (const auto& t : e.terms) {
+            if (t.name == name) return t.bytes;
+        }
+        return std::int64_t{-1};
+    };
+    constexpr std::int64_t L = 2, B = 8, T = 32, C = 64, H = 4;
+    constexpr std::int64_t s = B * H * T * T * 4, a = B * T * C * 4; // an fp32 map and activation (multiples of 512)
+    auto c = small("gpt", L, C, H, B, T);
+    c.model.dropout = 0.1;
+    const auto arch = architectureFor(c);
+    auto s1 = setupFor(c);
+    s1.torchMajor = 1; // no cuBLAS workspace among the tensors
+    const auto cpu = estimateMemory(arch, s1);
+    s1.gpu = true;
+    const auto gpu = estimateMemory(arch, s1);
+    QCOMPARE(cpu.peakPhase, std::string("backward"));
+    QCOMPARE(gpu.peakPhase, std::string("backward"));
+    QCOMPARE(term(cpu, "attention_maps"), L * 3 * s);
+    QCOMPARE(term(gpu, "attention_maps"), L * (2 * s + s / 4));
+    // Saved noise of the embedding dropout and two residual dropouts a block.
+    QCOMPARE(term(cpu, "activations") - term(gpu, "activations"), (2 * L + 1) * (a - a / 4));
+    // Under bf16 autocast the GPU's softmax is fp32: softmax, its cast down
+    // and the mask of the fp32 noise; the residual dropouts act on bf16.
+    s1.precision = "bf16";
+    const auto mixed = estimateMemory(arch, s1);
+    QCOMPARE(mixed.peakPhase, std::string("backward"));
+    QCOMPARE(term(mixed, "attention_maps"), L * (s + s / 2 + s / 4));
+}
+
 void TestMemoryPlan::fusedAttentionEndsTheStepAsEagerDoes()
 {
     ArchitectureSpec llama;

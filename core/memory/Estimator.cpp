@@ -147,8 +147,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // (Pure bf16 on a Llama-family model or GPT-NeoX: the fp32 softmax, its
     // cast back and the fp32 noise.)
     const bool pureMaps = pure && (A.family == "llama" || A.fp32Softmax);
+    // The saved dropout noise of one map (fp32 where the softmax is) and of
+    // one activation: on a GPU one-byte masks.
+    const std::int64_t mapNoise = dropoutNoiseBytes(S, pureMaps ? 2 * s : s, pureMaps ? 4 : e);
+    const std::int64_t noiseA = dropoutNoiseBytes(S, a, e);
     const std::int64_t extraMaps =
-        (A.attentionModules - 1) * s * (pureMaps ? (S.dropout > 0.0 ? 5 : 3) : (S.dropout > 0.0 ? 3 : 1));
+        (A.attentionModules - 1)
+        * (pureMaps ? 3 * s + (S.dropout > 0.0 ? mapNoise : 0) : s + (S.dropout > 0.0 ? mapNoise + s : 0));
     const std::int64_t akv = a * A.kvHeads / A.heads;
     const std::int64_t idx = BT * 8; // an int64 copy of the token ids or targets
     const bool llama = A.family == "llama";
@@ -250,7 +255,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.sub(Activations, a);
     }
     if (drop && !llama) {
-        act(a); // noise, saved; the dropped copy replaces the sum as the saved block input
+        act(noiseA); // noise, saved; the dropped copy replaces the sum as the saved block input
         act(a);
         r.sub(Activations, a);
     }
@@ -312,7 +317,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(2 * s);
             untmp(s);                    // masked_fill output
             if (drop) {
-                r.add(AttentionMaps, 2 * s); // the fp32 noise, saved
+                r.add(AttentionMaps, mapNoise); // the fp32 noise (a GPU's mask), saved
                 tmp(2 * s);                  // dropped
             }
             r.add(AttentionMaps, s);     // cast back, saved by the product with the values
@@ -322,7 +327,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         }
         r.add(AttentionMaps, s); // softmax, saved
         untmp(s);
-        if (drop) r.add(AttentionMaps, 2 * s);
+        if (drop) r.add(AttentionMaps, mapNoise + s); // noise (a GPU's mask) and the dropped copy
         r.add(AttentionMaps, extraMaps);
     };
     // Forward of one block; returns the bytes it saved (for checkpointing).
@@ -390,9 +395,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (folds) r.move(Workspace, Activations, 3 * a);
             else untmp(3 * a);
             if (drop) {
-                act(a);   // noise
-                tmp(a);   // dropped
-                untmp(a); // proj output
+                act(noiseA); // noise
+                tmp(a);      // dropped
+                untmp(a);    // proj output
             }
             // GPT-NeoX's parallel block, x + attn(ln1(x)) + mlp(ln2(x)): ln2
             // reads the block input, so no mid-block sum is saved, and the
@@ -407,8 +412,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             act(2 * f);     // fc, gelu
             tmp(a);         // out
             if (drop) {
-                act(a); // noise
-                tmp(a); // dropped
+                act(noiseA); // noise
+                tmp(a);      // dropped
             }
             // The temporaries live until the sum exists.
             if (parallel) tmp(a); // x + attn
@@ -523,7 +528,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (drop) {
                 tmp(2 * s);          // dropout backward
                 untmp(2 * s);
-                r.sub(AttentionMaps, 2 * s); // the noise
+                r.sub(AttentionMaps, mapNoise); // the noise
             }
             tmp(2 * s);              // softmax backward
             untmp(2 * s);
@@ -536,7 +541,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             r.sub(AttentionMaps, s); // the dropped copy, once its product's backward has run
             tmp(s);                  // dropout backward
             untmp(s);
-            r.sub(AttentionMaps, s); // the noise
+            r.sub(AttentionMaps, mapNoise); // the noise
         }
         tmp(s); // softmax backward
         untmp(s);
@@ -662,7 +667,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         // GPT block
         if (drop) {
             tmp(a); // gradient through the MLP dropout
-            r.sub(Activations, a);
+            r.sub(Activations, noiseA);
         }
         tmp(f);
         weightGrad(C * F + C);
@@ -682,7 +687,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         if (drop) {
             untmp(a);
             tmp(a); // gradient through the attention output dropout
-            r.sub(Activations, a);
+            r.sub(Activations, noiseA);
         }
         tmp(a);
         weightGrad(C * C + C);
@@ -723,7 +728,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
         untmp(rng + heldGrad);
     }
-    if (drop && !llama) r.sub(Activations, a); // embedding dropout noise
+    if (drop && !llama) r.sub(Activations, noiseA); // embedding dropout noise
     // Embeddings.
     if (!llama && A.positional == "learned") {
         tmp(T * C * e);
@@ -852,10 +857,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         }
     }
     if (pure && S.gpu && (A.family == "llama" || A.fp32Softmax)) {
-        // CUDA's softmax reads bf16 and writes fp32 without a cast-up copy, and
-        // its dropout saves a one-byte mask, not fp32 noise.
-        est.notes.push_back("pure bf16 follows the model as measured on the CPU: its fp32 softmax copy (and fp32 "
-                            "dropout noise) are planned as there, on the safe side of a GPU run");
+        // CUDA's softmax reads bf16 and writes fp32 without a cast-up copy.
+        est.notes.push_back("pure bf16 follows the model as measured on the CPU: its fp32 softmax copy is planned "
+                            "as there, on the safe side of a GPU run");
     }
     if (mixed && S.gpu) {
         est.notes.push_back(S.precision + " mixed precision follows autocast as measured on the CPU, with CUDA's "

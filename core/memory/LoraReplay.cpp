@@ -69,7 +69,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const auto keepOrFree = [&](bool saved, std::int64_t b) { saved ? keep(b) : untmp(b); };
     // The maps one attention module holds: fp32 softmax and its cast down
     // (and fp32 noise), or the softmax (and noise and dropped copy) as computed.
-    const std::int64_t mapsLive = softmax32 ? d.s + d.sh + (drop ? d.s : 0) : (drop ? 3 : 1) * d.sh;
+    // (Dropout's noise: of an fp32 map, or of one in the weights' dtype, and
+    // of an activation; on a GPU one-byte masks.)
+    const std::int64_t noiseMap = dropoutNoiseBytes(S, softmax32 ? d.s : d.sh, softmax32 ? 4 : lowBytes),
+                       noiseAh = dropoutNoiseBytes(S, d.ah, lowBytes), noiseA = dropoutNoiseBytes(S, d.a, d.a / (d.bt * C));
+    const std::int64_t mapsLive = softmax32 ? d.s + d.sh + (drop ? noiseMap : 0) : d.sh + (drop ? noiseMap + d.sh : 0);
     // Scores, softmax (and, with dropout, its noise and dropped copy): the
     // probabilities stay in the workspace until releaseMaps.
     const auto attentionMaps = [&] {
@@ -81,14 +85,14 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (softmax32) {
             tmp(2 * d.s); // cast up, softmax
             untmp(d.s + d.sh);
-            if (drop) tmp(2 * d.s); // noise, dropped
+            if (drop) tmp(noiseMap + d.s); // noise, dropped
             tmp(d.sh);              // cast down
             if (drop) untmp(d.s);
             return;
         }
         tmp(d.sh); // softmax
         untmp(d.sh);
-        if (drop) tmp(2 * d.sh); // noise, dropped
+        if (drop) tmp(noiseMap + d.sh); // noise, dropped
     };
     // The probabilities as used (the cast down, or the dropped copy) are
     // saved for the values' gradient; the rest (the softmax, fp32 where it
@@ -330,8 +334,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         saved.projInput = has("proj") ? d.ah + d.xa : 0;
         keepOrFree(gqkv && folds, 3 * d.ah); // qkv: kept by the views the products saved
         if (drop) {
-            tmp(2 * d.ah); // noise, dropped
-            keepOrFree(go, d.ah);
+            tmp(noiseAh + d.ah); // noise, dropped
+            keepOrFree(go, noiseAh);
             untmp(d.ah); // the projection output, replaced by the dropped copy
         }
         if (neox) {
@@ -365,8 +369,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         keepOrFree(gfc, d.fh);
         keepOrFree(has("out"), d.fh);
         if (drop) {
-            tmp(2 * d.ah);          // noise, dropped
-            keepOrFree(gout, d.ah); // noise
+            tmp(noiseAh + d.ah);       // noise, dropped
+            keepOrFree(gout, noiseAh); // noise
             if (!neox) untmp(d.ah); // out
         }
         // h + mlp(ln2(h)): the statement's temporaries live until the sum
@@ -399,8 +403,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         untmp(d.a);
     }
     if (drop && !llama) {
-        tmp(2 * d.a);
-        untmp(2 * d.a);
+        tmp(noiseA + d.a); // noise, dropped (the embedding is frozen: nothing saved)
+        untmp(noiseA + d.a);
     }
     if (eager) act(d.mask);
     std::vector<Saved> saved(static_cast<std::size_t>(A.layers));
@@ -563,12 +567,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                 if (!softmax32) r.sub(AttentionMaps, usedSaved);
                 tmp(g1);
                 untmp(g1);
-                r.sub(AttentionMaps, g1);
+                r.sub(AttentionMaps, noiseMap);
             }
             tmp(g1); // softmax backward
             untmp(g1);
             // The softmax (and every further module's maps).
-            r.sub(AttentionMaps, sv.maps - usedSaved - (drop ? g1 : 0));
+            r.sub(AttentionMaps, sv.maps - usedSaved - (drop ? noiseMap : 0));
             if (softmax32) {
                 tmp(d.sh);
                 untmp(d.s);

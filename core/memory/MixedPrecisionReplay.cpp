@@ -84,7 +84,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         grads.done(numel * 4);
     };
     // What one attention module keeps for backward besides q, k and v.
-    const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? d.s : 0) : (drop ? 3 : 1) * d.sh;
+    // Dropout's saved noise (on a GPU one-byte masks): of an fp32 or a
+    // low-precision map, of a low-precision activation, of the fp32 embedding.
+    const std::int64_t noiseS = dropoutNoiseBytes(S, d.s, 4), noiseSh = dropoutNoiseBytes(S, d.sh, kLow),
+                       noiseAh = dropoutNoiseBytes(S, d.ah, kLow), noiseA = dropoutNoiseBytes(S, d.a, 4);
+    const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? noiseS : 0) : d.sh + (drop ? noiseSh + d.sh : 0);
     const std::int64_t extraMaps = (A.attentionModules - 1) * mapsPerModule;
     const std::int64_t rng = rngStateBytes(S);
     const std::int64_t blockWeights = llama ? 2 * C * C + 2 * C * KV + 3 * C * F : 4 * C * C + 2 * C * F;
@@ -113,7 +117,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             keepMap(d.s);   // softmax, saved
             untmp(d.s + d.sh);
             if (drop) {
-                keepMap(d.s); // noise
+                keepMap(noiseS); // noise
                 tmp(d.s);                  // dropped
             }
             keepMap(d.sh); // cast down, saved by the product with the values
@@ -121,7 +125,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         } else {
             keepMap(d.sh); // softmax, saved
             untmp(d.sh);
-            if (drop) keepMap(2 * d.sh); // noise, dropped
+            if (drop) keepMap(noiseSh + d.sh); // noise, dropped
         }
         keepMap(extraMaps);
     };
@@ -211,8 +215,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         if (folds) keepTemporary(3 * d.ah);
         else untmp(3 * d.ah);
         if (drop) {
-            act(d.ah);   // noise
-            tmp(d.ah);   // dropped
+            act(noiseAh); // noise
+            tmp(d.ah);    // dropped
             untmp(d.ah); // proj output
         }
         if (neox) {
@@ -241,8 +245,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(d.ah); // out
         releaseHeld();
         if (drop) {
-            act(d.ah); // noise
-            tmp(d.ah); // dropped
+            act(noiseAh); // noise
+            tmp(d.ah);    // dropped
         }
         // h + dropout(out(...)): every temporary lives until the sum exists.
         // GPT-NeoX's parallel layer makes x + attn (its cast up first) once
@@ -273,7 +277,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         unact(d.a);
     }
     if (drop && !llama) {
-        act(d.a); // noise, saved; the dropped copy replaces the sum as the block input
+        act(noiseA); // noise, saved; the dropped copy replaces the sum as the block input
         act(d.a);
         unact(d.a);
     }
@@ -396,7 +400,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             if (drop) {
                 tmp(d.s);
                 untmp(d.s);
-                r.sub(AttentionMaps, d.s); // noise
+                r.sub(AttentionMaps, noiseS); // noise
             }
             tmp(d.s);
             untmp(d.s);
@@ -407,7 +411,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             if (drop) {
                 tmp(d.sh);
                 untmp(d.sh);
-                r.sub(AttentionMaps, 2 * d.sh); // dropped, noise
+                r.sub(AttentionMaps, d.sh + noiseSh); // dropped, noise
             }
             tmp(d.sh);
             untmp(d.sh);
@@ -490,7 +494,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         if (drop) {
             tmp(d.ah); // through the dropout
             untmp(d.ah);
-            unact(d.ah); // noise
+            unact(noiseAh); // noise
         }
         linearBackward(d.fh, F * C, d.ah, d.fh); // out; gelu output
         weightGradient(F * C);
@@ -507,7 +511,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         if (drop) {
             tmp(d.ah);
             untmp(d.ah);
-            unact(d.ah);
+            unact(noiseAh); // noise
         }
         linearBackward(d.ah, C * C, d.ah, d.ah); // proj; merged heads
         weightGradient(C * C);
@@ -546,7 +550,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
         untmp(rng + heldGrad);
     }
-    if (drop && !llama) unact(d.a); // embedding dropout noise
+    if (drop && !llama) unact(noiseA); // embedding dropout noise
     // Embeddings.
     if (!llama && A.positional == "learned") {
         tmp(d.pos);

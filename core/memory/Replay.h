@@ -243,6 +243,15 @@ inline void replayPureRmsBackward(Replay& r, std::int64_t a, std::int64_t m, std
     untmp(2 * a);
 }
 
+// Dropout's saved noise, for a tensor of `bytes` with `elementBytes` per
+// element: the CPU's dropout draws it in the tensor's dtype (scaled
+// Bernoulli draws); CUDA's fused kernel (native_dropout) keeps a one-byte
+// bool mask instead, its output allocated first.
+inline std::int64_t dropoutNoiseBytes(const TrainingSetup& s, std::int64_t bytes, std::int64_t elementBytes)
+{
+    return s.gpu ? bytes / elementBytes : bytes;
+}
+
 // Activation checkpointing saves the default generator's state with each
 // block and holds the current one while it recomputes: on the CPU a tensor of
 // this many bytes (mt19937 state); a CUDA generator's state is host memory.
