@@ -559,17 +559,11 @@ void TestMemoryPlan::loraDropoutAndOneKvHeadFollowTheModel()
     }
 }
 
-// Fused attention saves no maps, so its backward releases none, and a
-// single key/value head at batch 1 is planned with copies there: the step
-// ends with what eager attention ends with (weights, gradients, optimizer
-// state, data). Before, fused attention released maps it had never added
-// (the end of a step one map per layer short), and one kv head at batch 1
-// left the values' copy live.
 // CUDA's fused dropout (native_dropout) saves a bool mask, one byte an
 // element, where the CPU saves its noise in the tensor's dtype. A GPT with
 // dropout whose peak is where backward starts (every block's maps and noise
 // live): on a GPU each map is softmax, dropped copy and a mask of a quarter
-// of a map in fp32 (an eighth of the fp32 softmax under bf16 autocast), and
+// of a map in fp32 (a quarter of the fp32 softmax under bf16 autocast), and
 // the saved activations lose 3/4 of each fp32 noise (1/2 of a bf16 one).
 void TestMemoryPlan::gpuDropoutSavesOneByteMasks()
 {
@@ -603,6 +597,12 @@ void TestMemoryPlan::gpuDropoutSavesOneByteMasks()
     QCOMPARE(term(mixed, "attention_maps"), L * (s + s / 2 + s / 4));
 }
 
+// Fused attention saves no maps, so its backward releases none, and a
+// single key/value head at batch 1 is planned with copies there: the step
+// ends with what eager attention ends with (weights, gradients, optimizer
+// state, data). Before, fused attention released maps it had never added
+// (the end of a step one map per layer short), and one kv head at batch 1
+// left the values' copy live.
 void TestMemoryPlan::fusedAttentionEndsTheStepAsEagerDoes()
 {
     ArchitectureSpec llama;

@@ -98,6 +98,7 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         a.positional = "learned";
         sizes({"vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "n_positions"}, 0, 4);
         a.tieEmbeddings = flag(j, "tie_word_embeddings", true, source);
+        a.mlpModule = true;
     } else if (type == "gpt_neox") {
         a.family = "gpt";
         a.positional = "rope";
@@ -106,6 +107,7 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         a.parallelResidual = flag(j, "use_parallel_residual", true, source);
         a.fp32Softmax = true;
         a.neoxLayer = true;
+        a.mlpModule = true;
         // RoPE on the leading rotary_pct of each head (the later name first, as the trainer reads it).
         const double pct = j.contains("partial_rotary_factor") ? fraction(j, "partial_rotary_factor", 0.25, source)
                                                                : fraction(j, "rotary_pct", 0.25, source);

@@ -327,7 +327,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         }
         r.add(AttentionMaps, s); // softmax, saved
         untmp(s);
-        if (drop) r.add(AttentionMaps, mapNoise + s); // noise (a GPU's mask) and the dropped copy
+        if (drop) {
+            r.add(AttentionMaps, mapNoise); // noise (a GPU's mask)
+            r.add(AttentionMaps, s);        // the dropped copy
+        }
         r.add(AttentionMaps, extraMaps);
     };
     // Forward of one block; returns the bytes it saved (for checkpointing).
@@ -415,11 +418,16 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 act(noiseA); // noise
                 tmp(a);      // dropped
             }
-            // The temporaries live until the sum exists.
+            // The temporaries live until the sum exists, but for out's own
+            // output when what comes back is its dropped copy: GPT-2's MLP
+            // module drops its output, and GPT-NeoX's parallel layer names its
+            // (dropped) MLP branch before it makes x + attn.
+            const bool outGoesFirst = drop && (parallel || (A.mlpModule && !A.neoxLayer));
+            if (outGoesFirst) untmp(a);
             if (parallel) tmp(a); // x + attn
             act(a);               // the block output
             if (parallel) untmp(a);
-            untmp(drop ? 2 * a : a);
+            untmp(drop && !outGoesFirst ? 2 * a : a);
             if (attentionLocal) untmp(a); // the attention output
         }
         return r.live(Activations) + r.live(AttentionMaps) - before;

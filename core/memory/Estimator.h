@@ -48,6 +48,10 @@ struct ArchitectureSpec {
     // attention output is a local that lives until the layer returns, and
     // the first norm's output goes with the statement that made it.
     bool neoxLayer = false;
+    // The MLP is a module of its own (Hugging Face's GPT-2 and GPT-NeoX, not
+    // the built-in GPT's one expression): what it makes and does not return
+    // goes when it returns, before the residual sum.
+    bool mlpModule = false;
     std::int64_t rotaryDims = 0;   // head dimensions RoPE rotates (GPT-NeoX's rotary_pct); 0: all of them
     int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown

@@ -85,14 +85,14 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (softmax32) {
             tmp(2 * d.s); // cast up, softmax
             untmp(d.s + d.sh);
-            if (drop) tmp(noiseMap + d.s); // noise, dropped
+            if (drop) tmp(noiseMap), tmp(d.s); // noise, dropped
             tmp(d.sh);              // cast down
             if (drop) untmp(d.s);
             return;
         }
         tmp(d.sh); // softmax
         untmp(d.sh);
-        if (drop) tmp(noiseMap + d.sh); // noise, dropped
+        if (drop) tmp(noiseMap), tmp(d.sh); // noise, dropped
     };
     // The probabilities as used (the cast down, or the dropped copy) are
     // saved for the values' gradient; the rest (the softmax, fp32 where it
@@ -150,6 +150,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (noGrad) untmp(own);
         return !noGrad;
     };
+    // The weight casts a projection saves for backward (the adapter casts
+    // that are only cached go when the forward ends).
+    const auto savedCasts = [&](auto&& project) {
+        const auto copies = r.live(WeightCopies), cached = cachedOnly;
+        const bool g = project();
+        return std::pair{g, r.live(WeightCopies) - copies - (cachedOnly - cached)};
+    };
     // A norm's output (in the weights' dtype: fp32, or bf16 when pure) in the
     // workspace; what its backward needs kept when its input requires grad.
     const auto norm = [&](bool gIn) {
@@ -202,11 +209,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         std::int64_t attention = 0, maps = 0, mlp = 0; // the input, when a norm saves it (`input`), counts as attention
         std::int64_t copiesAttention = 0, copiesMlp = 0; // weight casts saved for backward
         std::int64_t copiesOut = 0; // of them, the MLP's output projection's (released first)
+        std::int64_t copiesProj = 0; // and the attention's output projection's (released with its backward)
         std::int64_t values = 0;    // the values, released by the probabilities x values backward
         std::int64_t projInput = 0; // an adapted output projection's input and rank-r product, released by its backward
         std::int64_t h = 0;         // h (x + attention), saved by the second norm, released by its backward
         bool scores = false;        // a gradient flows through the attention scores
         bool valuesGrad = false;    // ... and through the values
+        bool attentionGrad = false; // the attention branch's output requires grad
         std::int64_t input = 0;     // the block's input, saved by the first norm (counted in attention)
         std::int64_t normIn = 0, normH = 0; // pure: what the first and second norms saved (counted in attention, mlp)
     };
@@ -263,7 +272,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             keepOrFree(gScores, values); // values (or v itself), saved when the probabilities require grad
             saved.values = gScores ? values : 0;
             tmp(d.ah); // heads merged
-            const bool go = linear("o_proj", C, C, false, false, gAttn);
+            const auto [go, oCasts] = savedCasts([&] { return linear("o_proj", C, C, false, false, gAttn); });
+            saved.copiesProj = oCasts;
             untmp(d.ah); // probabilities x values
             keepOrFree(has("o_proj"), d.ah);
             saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
@@ -281,9 +291,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             const bool gg = linear("gate_proj", C, F, false, true, gH), gu = linear("up_proj", C, F, false, true, gH);
             tmp(d.fh); // silu(gate)
             tmp(d.fh); // silu x up
-            const auto copiesBeforeDown = r.live(WeightCopies);
-            const bool gd = linear("down_proj", F, C, false, false, gg || gu);
-            saved.copiesOut = r.live(WeightCopies) - copiesBeforeDown;
+            const auto [gd, downCasts] = savedCasts([&] { return linear("down_proj", F, C, false, false, gg || gu); });
+            saved.copiesOut = downCasts;
             // down(silu(gate(x)) * up(x)): the temporaries live until down returns.
             keepOrFree(gg, d.fh); // gate, saved by silu
             keepOrFree(gu, d.fh); // silu, saved by the product when up requires grad
@@ -328,13 +337,16 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         releaseMaps(gqkv, gqkv);
         saved.scores = saved.valuesGrad = gqkv;
         tmp(d.ah); // heads merged
-        const bool go = linear("proj", C, C, true, false, gqkv);
+        const auto [go, projCasts] = savedCasts([&] { return linear("proj", C, C, true, false, gqkv); });
+        saved.copiesProj = projCasts;
+        saved.attentionGrad = go;
         untmp(d.ah);
         keepOrFree(has("proj"), d.ah);
         saved.projInput = has("proj") ? d.ah + d.xa : 0;
         keepOrFree(gqkv && folds, 3 * d.ah); // qkv: kept by the views the products saved
         if (drop) {
-            tmp(noiseAh + d.ah); // noise, dropped
+            tmp(noiseAh); // noise
+            tmp(d.ah);    // dropped
             keepOrFree(go, noiseAh);
             untmp(d.ah); // the projection output, replaced by the dropped copy
         }
@@ -360,18 +372,35 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         norm(gH);
         const bool gfc = linear("fc", C, F, true, true, gH);
         tmp(d.fh); // gelu
-        const auto copiesBeforeOut = r.live(WeightCopies);
-        const bool gout = linear("out", F, C, true, false, gfc);
-        saved.copiesOut = r.live(WeightCopies) - copiesBeforeOut;
-        // The MLP returns: fc's output (saved by gelu) and gelu's (saved by an
-        // adapted out) go unless saved; GPT-2's dropout is the MLP's last
-        // step, so out's own output goes too, GPT-NeoX's comes after it.
-        keepOrFree(gfc, d.fh);
-        keepOrFree(has("out"), d.fh);
-        if (drop) {
-            tmp(noiseAh + d.ah);       // noise, dropped
-            keepOrFree(gout, noiseAh); // noise
-            if (!neox) untmp(d.ah); // out
+        const auto [gout, outCasts] = savedCasts([&] { return linear("out", F, C, true, false, gfc); });
+        saved.copiesOut = outCasts;
+        // Dropout of the MLP's output: its noise (saved when out requires
+        // grad) and the dropped copy.
+        const auto mlpDropout = [&] {
+            if (!drop) return;
+            tmp(noiseAh);
+            tmp(d.ah);
+            keepOrFree(gout, noiseAh);
+        };
+        if (A.mlpModule) {
+            // The MLP is a module of its own: when it returns, fc's output
+            // (saved by gelu) and gelu's (saved by an adapted out) go unless
+            // saved. GPT-2's dropout is its last step, so out's own output
+            // goes too; GPT-NeoX's comes after it, and the parallel layer's
+            // named branch ends its statement there (the ln2 output and,
+            // dropped, out's output go).
+            if (!neox) mlpDropout();
+            keepOrFree(gfc, d.fh);
+            keepOrFree(has("out"), d.fh);
+            if (drop && !neox) untmp(d.ah); // out
+            if (neox) mlpDropout();
+            if (parallel) {
+                normOutputDone(has("fc"));
+                if (drop) untmp(d.ah); // out
+            }
+        } else if (drop) {
+            tmp(noiseAh); // noise
+            tmp(d.ah);    // dropped
         }
         // h + mlp(ln2(h)): the statement's temporaries live until the sum
         // exists. The parallel layer first makes x + attn (attn cast up).
@@ -382,8 +411,18 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         residualSum(d.ah); // the MLP's output (or its dropped copy)
         if (parallel) untmp(d.a); // x + attn
-        if (drop && neox) untmp(d.ah); // out
-        normOutputDone(has("fc"));
+        if (!A.mlpModule) {
+            // The built-in GPT's block is one expression: its MLP's
+            // temporaries go after the sum.
+            if (drop) {
+                keepOrFree(gout, noiseAh); // noise
+                untmp(d.ah);               // out
+            }
+            keepOrFree(gfc, d.fh);        // fc output, saved by gelu
+            keepOrFree(has("out"), d.fh); // gelu output
+        }
+        if (drop && neox && !parallel) untmp(d.ah); // out
+        if (!parallel) normOutputDone(has("fc"));
         if (!gH && !parallel) untmp(d.a); // h
         if (neox) untmp(d.ah);            // the attention output
         mlpDone();
@@ -512,6 +551,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // through the frozen weight, through the adapter, and their sum; the
         // adapter's saved input goes first), then the gradients through the
         // nonlinearity (SwiGLU: of silu and of up; GELU: of its input).
+        // GPT-NeoX's parallel layer: the node of x + attn runs before the MLP
+        // branch's, so under autocast the attention branch's gradient, cast
+        // down, waits through that branch.
+        const std::int64_t heldAttentionGrad = mixed && parallel && sv.attentionGrad ? d.ah : 0;
+        tmp(heldAttentionGrad);
         if (mixed) tmp(d.ah); // the running gradient cast down for the branch
         const bool adapted = has(llama ? "down_proj" : "out");
         const auto projInput = adapted ? d.fh : 0;
@@ -544,7 +588,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (S.checkpointing) tmp(d.a);
         // Attention: the output projection, gradients of probabilities and
         // scores, then of q, k, v and the norm.
+        untmp(heldAttentionGrad); // consumed by the output projection's backward
         r.sub(Activations, sv.projInput);
+        r.sub(WeightCopies, sv.copiesProj); // its casts
         if (eager && sv.maps > 0 && !sv.scores) {
             tmp(d.ah); // the values' gradient; the probabilities need none
             r.sub(AttentionMaps, sv.maps);
@@ -589,7 +635,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp((mapsDone ? 3 : 4) * d.ah);
         untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);
         r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0) - sv.normIn);
-        r.sub(WeightCopies, sv.copiesAttention);
+        r.sub(WeightCopies, sv.copiesAttention - sv.copiesProj);
         if (sv.normIn > 0) {
             tmp(d.a);     // the projections' input gradients, summed
             pureNormBackward();

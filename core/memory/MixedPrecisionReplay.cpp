@@ -125,7 +125,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         } else {
             keepMap(d.sh); // softmax, saved
             untmp(d.sh);
-            if (drop) keepMap(noiseSh + d.sh); // noise, dropped
+            if (drop) keepMap(noiseSh), keepMap(d.sh); // noise, dropped
         }
         keepMap(extraMaps);
     };
@@ -248,18 +248,25 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             act(noiseAh); // noise
             tmp(d.ah);    // dropped
         }
-        // h + dropout(out(...)): every temporary lives until the sum exists.
-        // GPT-NeoX's parallel layer makes x + attn (its cast up first) once
-        // the MLP branch is done, then adds that branch.
+        // h + dropout(out(...)): every temporary lives until the sum exists,
+        // but for out's own output when its dropped copy is what comes back
+        // (GPT-2's MLP module drops its output). GPT-NeoX's parallel layer
+        // names its MLP branch, whose statement ends there (the ln2 output
+        // and, dropped, out's output go), then makes x + attn (its cast up
+        // first) and adds the branch.
         const bool parallel = neox && A.parallelResidual;
+        const bool outGoesFirst = drop && (parallel || (A.mlpModule && !neox));
+        if (outGoesFirst) untmp(d.ah);
         if (parallel) {
-            tmp(2 * d.a);
+            untmp(d.a); // the ln2 output
+            tmp(d.a);   // attn cast up
+            tmp(d.a);   // x + attn
             untmp(d.a);
         }
         tmp(d.a);
         r.add(Activations, d.a); // residual out
         untmp(d.a);
-        untmp((drop ? 2 : 1) * d.ah + d.a); // out (and dropped), ln2 output
+        untmp((drop && !outGoesFirst ? 2 : 1) * d.ah + (parallel ? 0 : d.a)); // out (and dropped), ln2 output
         if (neox) untmp((parallel ? d.a : 0) + d.ah); // x + attn, the attention output
     };
 

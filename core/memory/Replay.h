@@ -246,7 +246,8 @@ inline void replayPureRmsBackward(Replay& r, std::int64_t a, std::int64_t m, std
 // Dropout's saved noise, for a tensor of `bytes` with `elementBytes` per
 // element: the CPU's dropout draws it in the tensor's dtype (scaled
 // Bernoulli draws); CUDA's fused kernel (native_dropout) keeps a one-byte
-// bool mask instead, its output allocated first.
+// bool mask instead. (CUDA allocates the output before the mask; the
+// replays keep the CPU's order, noise first.)
 inline std::int64_t dropoutNoiseBytes(const TrainingSetup& s, std::int64_t bytes, std::int64_t elementBytes)
 {
     return s.gpu ? bytes / elementBytes : bytes;

@@ -163,7 +163,13 @@ public:
     torch::Tensor forward(const torch::Tensor& x, const AttentionTables& tables) override
     {
         const auto attn = dropoutIf(m_attn(m_ln1(x), tables), m_dropout, is_training());
-        if (m_parallel) return x + attn + dropoutIf(m_mlp(m_ln2(x)), m_dropout, is_training());
+        if (m_parallel) {
+            // Named, so that the order of the work (and of its memory) does not
+            // rest on the compiler's order of operands: the MLP branch, then
+            // x + attn, then their sum.
+            const auto mlp = dropoutIf(m_mlp(m_ln2(x)), m_dropout, is_training());
+            return x + attn + mlp;
+        }
         const auto h = x + attn;
         return h + dropoutIf(m_mlp(m_ln2(h)), m_dropout, is_training());
     }
