@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/Errors.h"
+#include "config/HfArchitecture.h"
 
 namespace tb {
 
@@ -43,17 +44,6 @@ bool flag(const json& j, const char* key, bool fallback, const std::string& sour
     if (it == j.end() || it->is_null()) return fallback;
     if (!it->is_boolean()) throw InputError(source + ": \"" + key + "\" must be true or false, got " + it->dump());
     return it->get<bool>();
-}
-
-// A fraction in [0, 1]: `fallback` when absent.
-double fraction(const json& j, const char* key, double fallback, const std::string& source)
-{
-    const auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_number() || it->get<double>() < 0.0 || it->get<double>() > 1.0) {
-        throw InputError(source + ": \"" + key + "\" must be a number from 0 to 1, got " + it->dump());
-    }
-    return it->get<double>();
 }
 
 std::string text(const json& j, const char* key)
@@ -108,10 +98,9 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         a.fp32Softmax = true;
         a.neoxLayer = true;
         a.mlpModule = true;
-        // RoPE on the leading rotary_pct of each head (the later name first, as the trainer reads it).
-        const double pct = j.contains("partial_rotary_factor") ? fraction(j, "partial_rotary_factor", 0.25, source)
-                                                               : fraction(j, "rotary_pct", 0.25, source);
-        a.rotaryDims = static_cast<std::int64_t>(static_cast<double>(a.hidden / a.heads) * pct);
+        // RoPE on the leading rotary_pct of each head, read as the trainer
+        // reads it (one answer, and the same refusals).
+        a.rotaryDims = hfArchitectureFromJson(content, source).rotaryDims;
         if (a.rotaryDims == 0) a.positional = "none";
     } else {
         // Llama and its look-alikes (Mistral, Qwen2, ...): the field names Hugging
