@@ -4,6 +4,12 @@
 // shown must be core's estimate for the same inputs.
 #include <QtTest>
 
+#include "ScriptFixtures.h"
+
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QJsonArray>
@@ -47,6 +53,7 @@ private Q_SLOTS:
     void bf16OnT4DoesNotRun();
     void mapRangeFollowsTheModelAndClicksSnap();
     void presetsSortedByFamilyAndSize();
+    void torchScriptExperimentIsDerived();
 
 private:
     MemoryPlannerPanel* planner() const { return m_window->plannerPanel(); }
@@ -413,3 +420,53 @@ void TestPlannerPanel::presetsSortedByFamilyAndSize()
 
 QTEST_MAIN(TestPlannerPanel)
 #include "tst_planner_panel.moc"
+
+// A TorchScript experiment: the plan is derived from the model's own step by
+// trainbench-cli (a process of its own), then every slider, the map and the
+// answers come from it without tracing again; other inputs ask for a new
+// derivation. The CLI gives the same figure for the same config.
+void TestPlannerPanel::torchScriptExperimentIsDerived()
+{
+    qputenv("TRAINBENCH_CLI", TB_CLI_PATH);
+    const QString model = m_dir->filePath("lm.pt");
+    tb::fixtures::scriptedLm(tb::fixtures::ScriptVariant::Clean, 256, 32, 2).save(model.toStdString());
+    auto* doc = m_window->document();
+    doc->setValues({{"model.type", "torchscript"}, {"model.path", model}, {"train.batch_size", 8}});
+    QVERIFY(doc->isValid());
+    QVERIFY(!planner()->estimate());
+    QVERIFY2(planner()->verdictText().contains("Press Derive plan"), qPrintable(planner()->verdictText()));
+    auto* derive = planner()->deriveButton();
+    QVERIFY(derive->isVisible() && derive->isEnabled());
+    screenshot("planner-torchscript-underived.png");
+    QTest::mouseClick(derive, Qt::LeftButton);
+    QVERIFY(planner()->deriving());
+    QCOMPARE(derive->text(), QString("Cancel &deriving"));
+    QTRY_VERIFY_WITH_TIMEOUT(!planner()->deriving(), 120000);
+    QVERIFY2(planner()->estimate().has_value(), qPrintable(planner()->verdictText()));
+    const auto e = *planner()->estimate();
+    QVERIFY(e.notes.front().find("a lower bound on the GPU") == 0);
+    QCOMPARE(derive->text(), QString("&Derive plan again"));
+    QVERIFY2(planner()->verdictText().startsWith("Fits") && planner()->verdictText().contains("at least"),
+             qPrintable(planner()->verdictText()));
+    QCOMPARE(planner()->fitMap().peakBytes.size(), planner()->fitMap().batches.size() * planner()->fitMap().seqLens.size());
+
+    // The same config through the CLI: one answer.
+    QString error;
+    const QString saved = m_dir->filePath("ts.json");
+    QVERIFY2(doc->saveAs(saved, &error), qPrintable(error));
+    QProcess cli;
+    cli.start(TB_CLI_PATH, {"estimate", "--config", saved, "--gpu", "T4", "--json"});
+    QVERIFY(cli.waitForFinished(120000));
+    const auto json = QJsonDocument::fromJson(cli.readAllStandardOutput()).object();
+    QCOMPARE(static_cast<std::int64_t>(json["peak_bytes"].toDouble()), e.peakBytes);
+
+    // The batch moves the plan with no new trace.
+    planner()->setBatch(16);
+    QVERIFY(!planner()->deriving());
+    QVERIFY(planner()->estimate()->peakBytes > e.peakBytes);
+    screenshot("planner-torchscript.png");
+    // Another precision is another step: derived again on request.
+    planner()->precisionBox()->setCurrentIndex(planner()->precisionBox()->findData("bf16"));
+    QVERIFY(!planner()->estimate());
+    QCOMPARE(derive->text(), QString("&Derive plan from the model"));
+}

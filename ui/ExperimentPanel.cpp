@@ -650,7 +650,8 @@ void ExperimentPanel::updateEstimate()
         return;
     }
     if (!plannableModel(*config)) {
-        m_estimate->setText(tr("Memory estimate: not planned for a TorchScript model; its memory is measured as it trains."));
+        m_estimate->setText(tr("Memory estimate: a TorchScript model's plan is derived from its own training step "
+                               "(Memory planner, Derive plan)."));
         return;
     }
     // The config as each device resolves it (planOnTarget: "auto" precision

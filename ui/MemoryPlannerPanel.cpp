@@ -6,15 +6,20 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QElapsedTimer>
+#include <QDir>
 #include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QKeySequence>
+#include <QProcess>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QTemporaryFile>
 #include <QShortcut>
 #include <QSlider>
 #include <QSpinBox>
@@ -23,6 +28,7 @@
 
 #include <algorithm>
 
+#include "CliProgram.h"
 #include "ConfigDocument.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
@@ -241,10 +247,18 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     scale->axis()->setLabelColor(palette().color(QPalette::Text));
     connect(m_mapPlot, &QCustomPlot::mousePress, this, &MemoryPlannerPanel::mapClicked);
 
+    m_derive = new QPushButton(tr("&Derive plan from the model"), this);
+    m_derive->setObjectName("plannerDerive");
+    m_derive->setToolTip(tr("Trains the model's step a few times at small batches and sequences on this computer's CPU "
+                            "(a few seconds) and plans every batch and sequence from what it allocated (Alt+D)"));
+    m_derive->hide();
+    connect(m_derive, &QPushButton::clicked, this, &MemoryPlannerPanel::deriveOrCancel);
+
     auto* results = new QWidget(this);
     auto* r = new QVBoxLayout(results);
     r->setContentsMargins(0, 0, 0, 0);
     r->addWidget(m_verdict);
+    r->addWidget(m_derive, 0, Qt::AlignLeft);
     r->addWidget(m_answers);
     r->addWidget(m_termPlot);
     r->addWidget(m_mapPlot, 1);
@@ -439,9 +453,28 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
             return std::nullopt;
         }
         if (!plannableModel(*config)) {
-            *why = tr("The experiment is a TorchScript model: the planner models the built-in and published "
-                      "architectures. Its memory is measured as it trains.");
-            return std::nullopt;
+            // A TorchScript model: its plan is the step derived from the model itself.
+            std::string key;
+            QString cannot;
+            const auto traced = derivedConfig(&key, &cannot);
+            if (!traced) {
+                *why = cannot;
+                return std::nullopt;
+            }
+            if (!m_derived || m_derivedKey != key) {
+                *why = m_deriveProcess ? tr("Tracing the model's training step on this computer's CPU: %1…")
+                                             .arg(m_deriveProgress.isEmpty() ? tr("starting") : m_deriveProgress)
+                     : !m_deriveError.isEmpty()
+                         ? tr("The plan could not be derived: %1").arg(m_deriveError)
+                         : tr("The experiment is a TorchScript model: its plan is derived from its own training step, "
+                              "traced at small batches and sequences on this computer's CPU. Press Derive plan.");
+                return std::nullopt;
+            }
+            plan.derived = &*m_derived;
+            plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(m_target)).setup;
+            plan.setup.batch = batch();
+            plan.setup.seqLen = seqLen();
+            return plan;
         }
         if (config->data.source == "text") config->data.seqLen = seqLen();
         const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(m_target));
@@ -481,6 +514,7 @@ void MemoryPlannerPanel::inputsChanged()
     QElapsedTimer timer;
     timer.start();
     updateApplyState();
+    updateDeriveButton();
     QString why;
     const auto plan = currentPlan(&why);
     if (!plan) {
@@ -513,14 +547,14 @@ void MemoryPlannerPanel::pointChanged()
         inputsChanged();
         return;
     }
-    m_estimate = estimateMemory(plan->arch, plan->setup);
+    m_estimate = planAt(*plan, plan->setup.batch, plan->setup.seqLen);
     // Preflight's precision verdict for this card, shown before the memory's.
     m_precisionError = QString::fromStdString(precisionError(
         plan->setup.precision, m_target.gpu.cc.known() ? std::optional<ComputeCapability>(m_target.gpu.cc) : std::nullopt));
     const auto budget = budgetBytes();
-    m_largestBatch = largestBatch(plan->arch, plan->setup, budget, kBatchLimit);
+    m_largestBatch = largestBatchOf(*plan, plan->setup.seqLen, kBatchLimit);
     if (m_seqSlider->isEnabled()) {
-        m_largestSeq = largestSequence(plan->arch, plan->setup, budget);
+        m_largestSeq = largestSeqOf(*plan, plan->setup.batch);
         if (source() != "experiment") m_largestSeq = std::min<std::int64_t>(m_largestSeq, plan->arch.maxPositions);
     } else {
         m_largestSeq = 0;
@@ -546,13 +580,175 @@ void MemoryPlannerPanel::pointChanged()
     Q_EMIT updated(static_cast<double>(timer.nsecsElapsed()) / 1e6);
 }
 
+MemoryEstimate MemoryPlannerPanel::planAt(const Plan& plan, std::int64_t batch, std::int64_t seqLen) const
+{
+    auto setup = plan.setup;
+    setup.batch = batch;
+    setup.seqLen = seqLen;
+    return plan.derived ? plan.derived->at(batch, seqLen, setup) : estimateMemory(plan.arch, setup);
+}
+
+std::int64_t MemoryPlannerPanel::largestBatchOf(const Plan& plan, std::int64_t seqLen, std::int64_t limit) const
+{
+    auto setup = plan.setup;
+    setup.seqLen = seqLen;
+    if (!plan.derived) return largestBatch(plan.arch, setup, budgetBytes(), limit);
+    // The derived peak grows with the batch: bisection.
+    std::int64_t lo = 0, hi = limit;
+    while (lo < hi) {
+        const auto mid = lo + (hi - lo + 1) / 2;
+        if (plan.derived->peakBytes(mid, seqLen, setup) <= budgetBytes()) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+std::int64_t MemoryPlannerPanel::largestSeqOf(const Plan& plan, std::int64_t batch) const
+{
+    auto setup = plan.setup;
+    setup.batch = batch;
+    if (!plan.derived) return largestSequence(plan.arch, setup, budgetBytes());
+    const auto fixed = plan.derived->fixedSeqLen;
+    if (fixed > 0) return plan.derived->peakBytes(batch, fixed, setup) <= budgetBytes() ? fixed : 0;
+    std::int64_t lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        const auto mid = lo + (hi - lo + 1) / 2;
+        if (plan.derived->peakBytes(batch, mid, setup) <= budgetBytes()) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QString* why) const
+{
+    auto config = m_document->config();
+    if (!config) return std::nullopt;
+    const QString precision = m_precision->currentData().toString();
+    const QString optimizer = m_optimizer->currentData().toString();
+    if (optimizer == "adamw8bit") {
+        *why = tr("8-bit AdamW is a planning option the trainer does not run, so a TorchScript model's step cannot be "
+                  "traced with it: choose AdamW or SGD.");
+        return std::nullopt;
+    }
+    auto& c = *config;
+    c.train.precision = precision == "bf16-pure" ? "bf16" : precision.toStdString();
+    if (precision == "bf16-pure") c.train.weightsDtype = "bf16";
+    c.optim.optimizer = optimizer == "adamw" ? "adamw" : "sgd";
+    if (optimizer == "sgd-plain") c.optim.momentum = 0.0;
+    else if (optimizer == "sgd" && c.optim.momentum <= 0.0) c.optim.momentum = 0.9;
+    c.train.activationCheckpointing = m_checkpointing->isChecked();
+    c.model.attention = m_attention->currentData().toString() == "fused" ? "sdpa" : "eager";
+    c.lora.rank = m_loraRank->value();
+    if (c.lora.rank > 0) {
+        QString targets = m_loraTargets->currentData().toString();
+        if (targets == "custom") targets = m_loraTargets->currentData(Qt::UserRole + 1).toString();
+        c.lora.targets.clear();
+        for (const QString& t : targets.split(',', Qt::SkipEmptyParts)) c.lora.targets.push_back(t.toStdString());
+    }
+    c.train.gradAccum = m_gradAccum->value();
+    // The traced steps run from a temporary file: paths made absolute.
+    c.model.path = resolvedModelPath(c);
+    c.data.path = resolvedDataPath(c);
+    auto keyed = c;
+    keyed.train.batchSize = 1;
+    keyed.data.seqLen = 0;
+    *key = configToJson(keyed);
+    return config;
+}
+
+void MemoryPlannerPanel::updateDeriveButton()
+{
+    const auto config = m_document->config();
+    const bool scripted = source() == "experiment" && config && !plannableModel(*config);
+    m_derive->setVisible(scripted);
+    if (!scripted) return;
+    std::string key;
+    QString why;
+    const bool traceable = derivedConfig(&key, &why).has_value();
+    m_derive->setText(m_deriveProcess                     ? tr("Cancel &deriving")
+                      : m_derived && key == m_derivedKey ? tr("&Derive plan again")
+                                                         : tr("&Derive plan from the model"));
+    m_derive->setEnabled(m_deriveProcess || traceable);
+}
+
+void MemoryPlannerPanel::deriveOrCancel()
+{
+    if (m_deriveProcess) {
+        m_deriveProcess->kill(); // finished() tidies up
+        return;
+    }
+    std::string key;
+    QString why;
+    const auto config = derivedConfig(&key, &why);
+    if (!config) return;
+    m_deriveError.clear();
+    m_deriveProgress.clear();
+    m_deriveConfig = new QTemporaryFile(QDir::tempPath() + "/trainbench-derive-XXXXXX.json", this);
+    if (!m_deriveConfig->open() || m_deriveConfig->write(QByteArray::fromStdString(configToJson(*config))) < 0) {
+        m_deriveError = tr("cannot write a temporary config in %1: %2").arg(QDir::tempPath(), m_deriveConfig->errorString());
+        delete m_deriveConfig;
+        m_deriveConfig = nullptr;
+        inputsChanged();
+        return;
+    }
+    m_deriveConfig->flush();
+    m_derivingKey = key;
+    m_deriveProcess = new QProcess(this);
+    m_deriveProcess->setProgram(cliProgram());
+    m_deriveProcess->setArguments({"estimate", "--derived", "--json", "--config", m_deriveConfig->fileName()});
+    m_deriveProcess->setStandardInputFile(QProcess::nullDevice());
+    const auto tidy = [this] {
+        m_deriveProcess->deleteLater();
+        m_deriveProcess = nullptr;
+        m_deriveConfig->deleteLater();
+        m_deriveConfig = nullptr;
+        inputsChanged();
+    };
+    connect(m_deriveProcess, &QProcess::readyReadStandardError, this, [this] {
+        // "traced step N (batch B, sequence T)" per step; an error comes last.
+        const auto lines = QString::fromUtf8(m_deriveProcess->readAllStandardError()).split('\n', Qt::SkipEmptyParts);
+        for (const auto& line : lines) {
+            if (line.startsWith("traced step")) m_deriveProgress = line;
+            else m_deriveError = line.section("error: ", -1).trimmed();
+        }
+        inputsChanged();
+    });
+    connect(m_deriveProcess, &QProcess::finished, this, [this, tidy](int code, QProcess::ExitStatus status) {
+        const QByteArray out = m_deriveProcess->readAllStandardOutput();
+        if (status != QProcess::NormalExit) {
+            m_deriveError = tr("cancelled; press Derive plan to trace it again.");
+        } else if (code == 0) {
+            try {
+                const auto step = QJsonDocument::fromJson(out).object().value("derived_step").toObject();
+                m_derived = derivedStepFromJson(QJsonDocument(step).toJson(QJsonDocument::Compact).toStdString());
+                m_derivedKey = m_derivingKey;
+                m_deriveError.clear();
+            } catch (const std::exception& e) {
+                m_deriveError = QString::fromStdString(e.what());
+            }
+        } else if (m_deriveError.isEmpty()) {
+            m_deriveError = tr("trainbench-cli stopped with exit code %1").arg(code);
+        }
+        tidy();
+    });
+    connect(m_deriveProcess, &QProcess::errorOccurred, this, [this, tidy](QProcess::ProcessError error) {
+        if (error != QProcess::FailedToStart) return;
+        m_deriveError = tr("cannot start %1: %2 (set TRAINBENCH_CLI to its path)")
+                            .arg(m_deriveProcess->program(), m_deriveProcess->errorString());
+        tidy();
+    });
+    m_deriveProcess->start();
+    inputsChanged();
+}
+
 QString MemoryPlannerPanel::verdictText() const
 {
     if (!m_estimate) return m_verdict->text();
     const auto budget = budgetBytes();
     const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
     // Short enough for one line; the target is named in the Target row and the tooltip.
-    const QString amount = tr("%1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget));
+    const QString amount = m_estimate->lowerBound ? tr("at least %1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget))
+                                                  : tr("%1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget));
     const QString percent = QString::number(100.0 * use, 'f', 0) + "%";
     if (!m_precisionError.isEmpty()) return tr("Does not run: %1 %2").arg(m_precision->currentText(), m_precisionError);
     if (use > 1.0) return tr("Does not fit (%1): %2").arg(percent, amount);

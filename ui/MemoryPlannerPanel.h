@@ -11,7 +11,9 @@
 
 #include <optional>
 
+#include "config/RunConfig.h"
 #include "gpu/Catalogue.h"
+#include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
 
 class QCheckBox;
@@ -23,6 +25,8 @@ class QCPItemStraightLine;
 class QCustomPlot;
 class QLabel;
 class QMouseEvent;
+class QProcess;
+class QTemporaryFile;
 class QPushButton;
 class QSlider;
 class QSpinBox;
@@ -71,6 +75,10 @@ public:
     QPushButton* applyButton() const { return m_apply; }
     // Why Apply is greyed out ("" when it is not).
     QString applyNote() const;
+    // A TorchScript experiment's plan is derived from its own step, traced
+    // by trainbench-cli on this CPU: the button starts and cancels it.
+    QPushButton* deriveButton() const { return m_derive; }
+    bool deriving() const { return m_deriveProcess != nullptr; }
 
 public Q_SLOTS:
     // Copies everything the experiment's config can express (batch, sequence,
@@ -92,8 +100,20 @@ private:
     struct Plan {
         ArchitectureSpec arch;
         TrainingSetup setup;
+        const DerivedStep* derived = nullptr; // a TorchScript experiment's traced step
     };
     std::optional<Plan> currentPlan(QString* why) const;
+    // The plan's figures at a point, and the largest batch and sequence that
+    // fit: the estimate's, or a derived step's.
+    MemoryEstimate planAt(const Plan& plan, std::int64_t batch, std::int64_t seqLen) const;
+    std::int64_t largestBatchOf(const Plan& plan, std::int64_t seqLen, std::int64_t limit) const;
+    std::int64_t largestSeqOf(const Plan& plan, std::int64_t batch) const;
+    // The experiment's config with the planner's inputs applied (what a
+    // derived step is traced for) and its key (batch and sequence left out);
+    // nullopt with why when it cannot be traced.
+    std::optional<RunConfig> derivedConfig(std::string* key, QString* why) const;
+    void deriveOrCancel();
+    void updateDeriveButton();
     void loadFromExperiment();
     void inputsChanged();   // anything but batch and sequence: the map too
     void pointChanged();    // batch or sequence: estimate, answers, marker
@@ -134,6 +154,14 @@ private:
     QCPGraph* m_marker = nullptr;
     QPushButton* m_apply;
     QLabel* m_applyNote;
+    QPushButton* m_derive;
+    QProcess* m_deriveProcess = nullptr;
+    QTemporaryFile* m_deriveConfig = nullptr;
+    std::string m_derivingKey;
+    std::optional<DerivedStep> m_derived;
+    std::string m_derivedKey;
+    QString m_deriveProgress; // "traced step 5 (batch 2, sequence 9)" while deriving
+    QString m_deriveError;    // why the last derivation failed
 
     std::optional<MemoryEstimate> m_estimate;
     QString m_precisionError; // preflight's error for the planned precision on the target; empty: it runs

@@ -58,22 +58,21 @@ void MemoryPlannerPanel::syncSliderRanges(const Plan& plan)
     // The sequence axis: the model's context for published models, and for
     // the built-in model (built for the sequence it trains on) up to 4x the
     // current length. The addition task's sequence is fixed by its digits.
-    const bool fixedSeq = source() == "experiment" && plan.setup.dataset == "addition";
+    const bool fixedSeq = source() == "experiment"
+        && (plan.setup.dataset == "addition" || (plan.derived && plan.derived->fixedSeqLen > 0));
     // The batch axis: twice the largest batch that fits at this sequence
     // length (a power of two, at least 16), so the frontier sits inside the map.
     // Both follow the model: a 7B model on a T4 fits batch 2 and a few
     // thousand tokens, a toy thousands of sequences, and the frontier should
     // cross the middle of the map either way.
-    const auto fitting = largestBatch(plan.arch, plan.setup, budgetBytes(), 1024);
+    const auto fitting = largestBatchOf(plan, plan.setup.seqLen, 1024);
     int batchMax = 4;
     while (batchMax < std::max<std::int64_t>(2 * fitting, batch()) && batchMax < kBatchLimit) batchMax *= 2;
     // The sequence axis: up to twice the longest sequence that fits at batch 1.
     std::int64_t seqCap = source() == "experiment" ? std::max<std::int64_t>(1024, 4 * plan.setup.seqLen)
                                                    : plan.arch.maxPositions;
     seqCap = std::min<std::int64_t>(seqCap, 1 << 20);
-    auto one = plan.setup;
-    one.batch = 1;
-    const std::int64_t seqFit = largestSequence(plan.arch, one, budgetBytes());
+    const std::int64_t seqFit = largestSeqOf(plan, 1);
     std::int64_t seqMax = 256;
     while (seqMax < std::max<std::int64_t>(2 * seqFit, seqLen()) && seqMax < seqCap) seqMax *= 2;
     seqMax = std::min(seqMax, seqCap);
@@ -85,7 +84,8 @@ void MemoryPlannerPanel::syncSliderRanges(const Plan& plan)
     m_seqSlider->setValue(m_seqBox->value());
     m_seqSlider->setEnabled(!fixedSeq);
     m_seqBox->setEnabled(!fixedSeq);
-    const QString fixedTip = tr("The addition task's sequence length is fixed by its digits");
+    const QString fixedTip = plan.setup.dataset == "addition" ? tr("The addition task's sequence length is fixed by its digits")
+                                                              : tr("The model's saved weights fix its sequence length");
     m_seqSlider->setToolTip(fixedSeq ? fixedTip : QString());
     m_seqBox->setToolTip(fixedSeq ? fixedTip : QString());
     m_loraTargets->setEnabled(m_loraRank->value() > 0);
@@ -98,7 +98,16 @@ void MemoryPlannerPanel::rebuildMap(const Plan& plan)
     const bool fixedSeq = !m_seqSlider->isEnabled();
     const auto seqs = fixedSeq ? std::vector<std::int64_t>{plan.setup.seqLen}
                                : fitMapAxis(1, m_seqSlider->maximum(), kMapCells);
-    m_map = tb::fitMap(plan.arch, plan.setup, budgetBytes(), batches, seqs);
+    if (plan.derived) {
+        // A derived step is polynomials already: every cell is evaluated.
+        m_map = FitMap{batches, seqs, {}, budgetBytes()};
+        m_map.compiled = true;
+        for (auto t : seqs) {
+            for (auto b : batches) m_map.peakBytes.push_back(plan.derived->peakBytes(b, t, plan.setup));
+        }
+    } else {
+        m_map = tb::fitMap(plan.arch, plan.setup, budgetBytes(), batches, seqs);
+    }
     const int nx = static_cast<int>(batches.size()), ny = static_cast<int>(seqs.size());
     auto* data = m_colorMap->data();
     const double y0 = static_cast<double>(seqs.front()), y1 = static_cast<double>(fixedSeq ? seqs.front() + 1 : seqs.back());

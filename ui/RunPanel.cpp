@@ -1,6 +1,7 @@
 #include "common/Percent.h"
 #include "PlainText.h"
 #include "RunPanel.h"
+#include "CliProgram.h"
 
 #include <QMessageBox>
 
@@ -400,8 +401,7 @@ void RunPanel::onRefusedByPreflight(const QString& findings)
 QString RunPanel::startProcesses(const QStringList& args, int processes, const QString& what)
 {
     if (m_running) return {};
-    const QString beside = QCoreApplication::applicationDirPath() + "/trainbench-cli";
-    const QString cli = QFileInfo(beside).isExecutable() ? beside : QStringLiteral("trainbench-cli");
+    const QString cli = cliProgram();
     const QString folder = (m_dbPath.isEmpty() ? QString::fromStdString(RunStore::defaultPath()) : m_dbPath) + "-runs";
     QDir().mkpath(folder);
     const QString stem = folder + "/nproc-" + QDateTime::currentDateTime().toString("yyyyMMdd-hhmmss-zzz");

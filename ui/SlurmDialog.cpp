@@ -1,4 +1,5 @@
 #include "SlurmDialog.h"
+#include "CliProgram.h"
 
 #include <QComboBox>
 #include <QCoreApplication>
@@ -27,8 +28,7 @@ SlurmDialog::SlurmDialog(const QString& configPath, const QString& name, QWidget
     : QDialog(parent), m_configPath(QFileInfo(configPath).absoluteFilePath()), m_name(name)
 {
     setWindowTitle(tr("Run on a Slurm cluster"));
-    const QString beside = QCoreApplication::applicationDirPath() + "/trainbench-cli";
-    m_cli = QFileInfo(beside).isExecutable() ? beside : QStringLiteral("trainbench-cli");
+    m_cli = cliProgram();
     m_sbatch = QStandardPaths::findExecutable("sbatch");
 
     m_nodes = new QSpinBox(this);

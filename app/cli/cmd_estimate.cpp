@@ -15,6 +15,7 @@
 #include "gpu/Catalogue.h"
 #include "memory/Architectures.h"
 #include "memory/Estimator.h"
+#include "train/DerivedPlan.h"
 
 namespace tb::cli {
 namespace {
@@ -198,7 +199,8 @@ nlohmann::json gpuJson(const GpuTarget& gpu, const TrainingSetup& setup, const M
                           {"memory_bytes", usable},
                           {"precision", setup.precision},
                           {"fits", e.peakBytes <= usable},
-                          {"use_fraction", static_cast<double>(e.peakBytes) / static_cast<double>(usable)}};
+                          {"use_fraction", static_cast<double>(e.peakBytes) / static_cast<double>(usable)},
+                          {"lower_bound", e.lowerBound}};
     if (const auto problem = precisionProblem(gpu, setup); !problem.empty()) out["precision_error"] = problem;
     return out;
 }
@@ -206,8 +208,9 @@ nlohmann::json gpuJson(const GpuTarget& gpu, const TrainingSetup& setup, const M
 void printVerdict(const GpuTarget& gpu, const TrainingSetup& setup, const MemoryEstimate& e)
 {
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(gpu.gpu.memoryBytes);
-    std::printf("%s: %.2f GiB usable per card; %s; the estimate uses %.0f%%: %s\n", gpu.label().c_str(),
-                gpu.gpu.memoryBytes / (1024.0 * 1024.0 * 1024.0), setup.precision.c_str(), 100 * use,
+    std::printf("%s: %.2f GiB usable per card; %s; the estimate uses %s%.0f%%: %s\n", gpu.label().c_str(),
+                gpu.gpu.memoryBytes / (1024.0 * 1024.0 * 1024.0), setup.precision.c_str(),
+                e.lowerBound ? "at least " : "", 100 * use,
                 use > 1.0   ? "does NOT fit"
                 : use > 0.9 ? "fits, with under 10% to spare (risky)"
                             : "fits");
@@ -227,9 +230,140 @@ int listPresets()
     return kExitOk;
 }
 
+// estimate/fit --derived (and any TorchScript config): the plan from the
+// trainer's own step, traced at small shapes on this machine's CPU.
+struct Derived {
+    RunConfig config;
+    DerivedStep step;
+};
+
+Derived derivedFromArgs(const Args& args, const char* command, const std::optional<GpuTarget>& gpu = std::nullopt)
+{
+    if (!args.positionals().empty()) {
+        throw InputError(std::string("'") + command + "' takes no positional arguments, got \"" + args.positionals()[0]
+                         + "\"");
+    }
+    const auto path = args.value("--config");
+    if (!path) {
+        throw InputError("--derived traces the trainer's step of an experiment config: give --config FILE (a preset "
+                         "or a Hugging Face config.json alone has no step to trace)");
+    }
+    for (const char* option : {"--gpus", "--max-split-size-mb", "--attention",
+                               "--attention-modules", "--lora-targets", "--preset", "--hf-config"}) {
+        if (args.value(option)) {
+            throw InputError(std::string(option) + " does not apply to the derived plan, which traces the config's own "
+                             "step on this machine's CPU; set it in the config, or plan without --derived");
+        }
+    }
+    if (args.flag("--expandable-segments")) {
+        throw InputError("--expandable-segments describes a GPU's caching allocator; the derived plan traces the CPU");
+    }
+    if (args.value("--cuda-context") && !args.value("--gpu")) {
+        throw InputError("--cuda-context describes a GPU's context; name the card with --gpu");
+    }
+    RunConfig config = loadConfigFile(*path);
+    if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
+    if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
+    if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
+    if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
+    if (auto n = args.integer("--grad-accum", 1, 1 << 16)) config.train.gradAccum = static_cast<int>(*n);
+    if (auto p = args.value("--precision")) {
+        if (*p != "fp32" && *p != "fp16" && *p != "bf16" && *p != "bf16-pure") {
+            throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""
+                             + *p + "\"");
+        }
+        config.train.precision = *p == "bf16-pure" ? "bf16" : *p;
+        if (*p == "bf16-pure") config.train.weightsDtype = "bf16";
+    }
+    if (auto o = args.value("--optimizer")) {
+        if (*o != "adamw" && *o != "sgd" && *o != "sgd-plain") {
+            throw InputError("--optimizer must be adamw, sgd (with momentum) or sgd-plain for the derived plan (it "
+                             "traces what the trainer runs), got \"" + *o + "\"");
+        }
+        config.optim.optimizer = *o == "adamw" ? "adamw" : "sgd";
+        if (*o == "sgd-plain") config.optim.momentum = 0;
+        if (*o == "sgd" && config.optim.momentum <= 0) config.optim.momentum = 0.9;
+    }
+    if (auto issues = validateConfig(config, true); !issues.empty()) throw ConfigError(*path, std::move(issues));
+    // The step traced is the one the target runs: "auto" precision resolved
+    // there (fp16 on a T4), as the Memory planner traces it.
+    if (gpu && config.train.precision == "auto") config.train.precision = planOnTarget(config, gpu).setup.precision;
+    DerivedPlanProgress progress;
+    progress.onTrace = [](int traced, std::int64_t b, std::int64_t t) {
+        std::fprintf(stderr, "traced step %d (batch %lld, sequence %lld)\n", traced, static_cast<long long>(b),
+                     static_cast<long long>(t));
+    };
+    auto step = deriveStep(config, progress);
+    return {std::move(config), std::move(step)};
+}
+
+int estimateDerived(const Args& args)
+{
+    // On a GPU: the traced tensors plus the context and workspaces, a lower bound.
+    std::optional<GpuTarget> gpu;
+    if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
+    const auto [config, step] = derivedFromArgs(args, "estimate", gpu);
+    auto setup = planOnTarget(config, gpu).setup;
+    if (auto c = args.integer("--cuda-context", 1, 1LL << 40)) setup.cudaContextBytes = *c;
+    const auto e = step.at(config.train.batchSize, effectiveSeqLen(config), setup);
+    if (args.flag("--json")) {
+        auto out = toJson(e);
+        if (gpu) out["gpu"] = gpuJson(*gpu, setup, e);
+        // The compiled step: the plan at any batch and sequence (the Memory planner reads it).
+        out["derived_step"] = nlohmann::json::parse(derivedStepToJson(step));
+        std::cout << out.dump(2) << "\n";
+    } else {
+        printEstimate(e);
+        if (gpu) printVerdict(*gpu, setup, e);
+    }
+    return kExitOk;
+}
+
+// The largest batch (or, with --batch, sequence) whose derived plan fits --budget.
+int fitDerived(const Args& args)
+{
+    if (args.value("--gpu")) {
+        throw InputError("'fit' with a derived plan takes --budget BYTES: on a GPU a derived plan is a lower bound "
+                         "(estimate --derived --gpu NAME shows it)");
+    }
+    const auto budget = args.integer("--budget", 1, (1LL << 62));
+    if (!budget) throw InputError("'fit' with a derived plan needs --budget BYTES");
+    const auto [config, step] = derivedFromArgs(args, "fit");
+    const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value() && step.fixedSeqLen == 0;
+    const auto at = [&](std::int64_t n) {
+        return bySeq ? step.at(config.train.batchSize, n) : step.at(n, effectiveSeqLen(config));
+    };
+    const TrainingSetup cpu;
+    // The peak grows with batch and sequence: the largest n that fits, by bisection.
+    std::int64_t lo = 0, hi = 1 << 20;
+    while (lo < hi) {
+        const auto mid = lo + (hi - lo + 1) / 2;
+        const auto peak = bySeq ? step.peakBytes(config.train.batchSize, mid, cpu) : step.peakBytes(mid, effectiveSeqLen(config), cpu);
+        if (peak <= *budget) lo = mid;
+        else hi = mid - 1;
+    }
+    const auto e = at(std::max<std::int64_t>(lo, 1));
+    if (args.flag("--json")) {
+        nlohmann::json out = {{bySeq ? "max_seq_len" : "max_batch", lo}, {"budget_bytes", *budget},
+                              {"estimate_at_limit", toJson(e)}};
+        std::cout << out.dump(2) << "\n";
+    } else {
+        if (lo == 0) std::printf("nothing fits %lld bytes; at 1 the estimate is:\n", static_cast<long long>(*budget));
+        else std::printf("%s: %lld (budget %.3f MiB)\n", bySeq ? "largest sequence length" : "largest batch",
+                         static_cast<long long>(lo), mib(*budget));
+        printEstimate(e);
+    }
+    return lo == 0 ? kExitFailed : kExitOk;
+}
+
 int estimate(const Args& args)
 {
     if (args.flag("--list-presets")) return listPresets();
+    if (args.flag("--derived")) return estimateDerived(args);
+    if (const auto path = args.value("--config")) {
+        // A TorchScript model has no architecture for the hand replay: its plan is derived.
+        if (!plannableModel(loadConfigFile(*path))) return estimateDerived(args);
+    }
     const auto plan = planFromArgs(args, "estimate");
     const auto e = estimateMemory(plan.arch, plan.setup);
     if (args.flag("--json")) {
@@ -245,6 +379,10 @@ int estimate(const Args& args)
 
 int fit(const Args& args)
 {
+    if (args.flag("--derived")) return fitDerived(args);
+    if (const auto path = args.value("--config")) {
+        if (!plannableModel(loadConfigFile(*path))) return fitDerived(args);
+    }
     auto plan = planFromArgs(args, "fit");
     auto budget = args.integer("--budget", 1, (1LL << 62));
     if (budget && plan.gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
@@ -299,6 +437,8 @@ std::vector<OptionSpec> estimateOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--list-presets", false, "list the bundled architecture presets"});
+    o.push_back({"--derived", false, "plan from the trainer's own step, traced at small shapes on this CPU (a TorchScript "
+                                     "config always is)"});
     return o;
 }
 
@@ -306,6 +446,7 @@ std::vector<OptionSpec> fitOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--budget", true, "the tensor memory to fit, in bytes", "BYTES"});
+    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (a TorchScript config always is)"});
     return o;
 }
 

@@ -1,6 +1,7 @@
 #include "memory/Estimator.h"
 #include "memory/Replay.h"
 #include "memory/Architectures.h"
+#include "memory/StepPolynomials.h"
 
 #include <algorithm>
 #include <array>
@@ -1045,36 +1046,11 @@ std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, 
 
 namespace {
 
-// The fit map's compiled step. Every size the replay allocates is a product
-// of the batch B and the sequence length T with constants, of the form
-// c0 + c1 T + c2 T^2 + c3 B + c4 BT + c5 BT^2, and the order of allocations
-// does not depend on B or T. So the live bytes after each allocation are such
-// a polynomial, recovered exactly from replays at B in {2, 3} x three
-// consecutive T, and checked at the corners and the middle of the map. At
-// B = 1 matmul skips some copies (matmulFoldsViews), so the allocations
-// differ: that column has polynomials in T of its own, from three more
-// replays. The
-// peak at any (B, T) is the largest of the polynomials that no other one
-// dominates: tens of dot products instead of a replay of thousands of
-// allocations. Where a size is not polynomial over the whole range (the
-// optimizer's largest parameter switches to a learned position table that
-// grows with T), the range is split and each part compiled on its own.
-constexpr int kMonomials = 6;
-using Poly = std::array<std::int64_t, kMonomials>;
-
-// u = T - t0 + 1, the sequence length counted from the segment's first sample.
-std::int64_t evaluate(const Poly& p, std::int64_t B, std::int64_t u)
-{
-    return p[0] + u * (p[1] + u * p[2]) + B * (p[3] + u * (p[4] + u * p[5]));
-}
-
-struct CompiledSegment {
-    std::int64_t t0 = 1, tLast = 1; // the sequence lengths it covers
-    std::vector<Poly> peaks;        // B >= 2
-    std::vector<Poly> peaksBatch1;  // B = 1 (no B terms)
-    bool compiled = true; // false: its rows are replayed cell by cell
-};
-
+// The fit map's compiled step: the hand replay's allocations as polynomials
+// in B and T (StepPolynomials.h). Where a size is not polynomial over the
+// whole range (the optimizer's largest parameter switches to a learned
+// position table that grows with T), the range is split and each part
+// compiled on its own.
 struct CompiledStep {
     std::vector<CompiledSegment> segments; // ascending in T
     // Trainable bytes at tFirst and per token of sequence beyond it (a
@@ -1086,88 +1062,15 @@ struct CompiledStep {
     std::int64_t trainableAt(std::int64_t t) const { return trainableBytes + trainableBytesPerToken * (t - tFirst); }
 };
 
-std::vector<std::int64_t> recordedTrace(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t B,
-                                        std::int64_t T, Recording* rec = nullptr)
+StepTrace recordedTrace(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t B, std::int64_t T,
+                        Recording* rec = nullptr)
 {
     Recording local;
     if (!rec) rec = &local;
     setup.batch = B;
     setup.seqLen = T;
     (void)estimateImpl(arch, setup, rec);
-    return std::move(rec->trace);
-}
-
-// setup without rounding (gpu off).
-std::optional<CompiledSegment> compileSegment(const ArchitectureSpec& arch, const TrainingSetup& setup,
-                                              std::int64_t t0, std::int64_t tLast, std::int64_t bMax)
-{
-    // Sampled at B = 2 and 3 (and B = 1 on its own, see above).
-    bMax = std::max<std::int64_t>(bMax, 3);
-    std::array<std::array<std::vector<std::int64_t>, 3>, 3> traces; // [B - 1][u - 1]
-    for (int b = 0; b < 3; ++b) {
-        for (int u = 0; u < 3; ++u) traces[b][u] = recordedTrace(arch, setup, b + 1, t0 + u);
-    }
-    // Quadratic in u from u = 1, 2, 3; nullopt where the lists differ or it is not.
-    const auto quadratics = [&](const std::array<std::vector<std::int64_t>, 3>& row)
-        -> std::optional<std::vector<std::array<std::int64_t, 3>>> {
-        const auto n = row[0].size();
-        if (row[1].size() != n || row[2].size() != n) return std::nullopt;
-        std::vector<std::array<std::int64_t, 3>> out(n);
-        for (std::size_t k = 0; k < n; ++k) {
-            const auto v1 = row[0][k], v2 = row[1][k], v3 = row[2][k];
-            const auto d2 = v3 - 2 * v2 + v1;
-            if (d2 % 2 != 0) return std::nullopt;
-            const auto c2 = d2 / 2, c1 = v2 - v1 - 3 * c2;
-            out[k] = {v1 - c1 - c2, c1, c2};
-        }
-        return out;
-    };
-    const auto atOne = quadratics(traces[0]), atTwo = quadratics(traces[1]), atThree = quadratics(traces[2]);
-    if (!atOne || !atTwo || !atThree || atTwo->size() != atThree->size()) return std::nullopt;
-    const auto n = atTwo->size();
-    std::vector<Poly> polys(n);
-    for (std::size_t k = 0; k < n; ++k) {
-        for (int j = 0; j < 3; ++j) { // then linear in B
-            polys[k][j] = 3 * (*atTwo)[k][j] - 2 * (*atThree)[k][j]; // B^0
-            polys[k][3 + j] = (*atThree)[k][j] - (*atTwo)[k][j];     // B^1
-        }
-    }
-    std::vector<Poly> polys1(atOne->size());
-    for (std::size_t k = 0; k < polys1.size(); ++k) polys1[k] = {(*atOne)[k][0], (*atOne)[k][1], (*atOne)[k][2], 0, 0, 0};
-    // Check where the samples were not taken: a point near them, the corners
-    // and the middle of the segment.
-    const std::array<std::pair<std::int64_t, std::int64_t>, 7> checks{
-        {{5, t0 + 6}, {bMax, t0}, {bMax, tLast}, {2, tLast}, {(2 + bMax) / 2, (t0 + tLast) / 2}, {1, tLast},
-         {1, (t0 + tLast) / 2}}};
-    for (const auto& [B, T] : checks) {
-        const auto trace = recordedTrace(arch, setup, B, T);
-        const auto& p = B == 1 ? polys1 : polys;
-        if (trace.size() != p.size()) return std::nullopt;
-        for (std::size_t k = 0; k < p.size(); ++k) {
-            if (evaluate(p[k], B, T - t0 + 1) != trace[k]) return std::nullopt;
-        }
-    }
-    // Keep the polynomials no other one dominates coefficient by coefficient
-    // (B, u >= 1, so every monomial is positive), largest first.
-    const auto uMax = tLast - t0 + 1;
-    const auto undominated = [&](const std::vector<Poly>& all) {
-        std::vector<std::size_t> order(all.size());
-        for (std::size_t k = 0; k < all.size(); ++k) order[k] = k;
-        std::sort(order.begin(), order.end(),
-                  [&](auto x, auto y) { return evaluate(all[x], bMax, uMax) > evaluate(all[y], bMax, uMax); });
-        std::vector<Poly> kept;
-        for (auto k : order) {
-            const bool dominated = std::any_of(kept.begin(), kept.end(), [&](const Poly& q) {
-                for (int i = 0; i < kMonomials; ++i) {
-                    if (q[i] < all[k][i]) return false;
-                }
-                return true;
-            });
-            if (!dominated) kept.push_back(all[k]);
-        }
-        return kept;
-    };
-    return CompiledSegment{t0, tLast, undominated(polys), undominated(polys1), true};
+    return {std::move(rec->trace), {}};
 }
 
 // Compiles [t0, tLast], splitting it where a size is not one polynomial over
@@ -1176,12 +1079,17 @@ std::optional<CompiledSegment> compileSegment(const ArchitectureSpec& arch, cons
 void compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std::int64_t t0, std::int64_t tLast,
                   std::int64_t bMax, std::vector<CompiledSegment>& out)
 {
-    if (auto segment = compileSegment(arch, setup, t0, tLast, bMax)) {
+    const auto tracer = [&](std::int64_t B, std::int64_t T) { return recordedTrace(arch, setup, B, T); };
+    if (auto segment = compileSegment(tracer, t0, tLast, bMax, segmentChecks(t0, tLast, bMax))) {
         out.push_back(std::move(*segment));
         return;
     }
     if (tLast - t0 < 8) {
-        out.push_back({t0, tLast, {}, {}, false});
+        CompiledSegment replayed;
+        replayed.t0 = t0;
+        replayed.tLast = tLast;
+        replayed.compiled = false;
+        out.push_back(std::move(replayed));
         return;
     }
     const auto mid = t0 + (tLast - t0) / 2;
@@ -1254,10 +1162,7 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
                 map.peakBytes.push_back(estimateMemory(arch, setup).peakBytes);
                 continue;
             }
-            std::int64_t tensors = 0;
-            for (const auto& p : b == 1 ? segment->peaksBatch1 : segment->peaks) {
-                tensors = std::max(tensors, evaluate(p, b, t - segment->t0 + 1));
-            }
+            std::int64_t tensors = segment->peak(b, t);
             const auto resident = validationExamples(setup) * exampleBytes(setup);
             tensors += (resident + granularity - 1) / granularity * granularity;
             const auto overheads = gpuOverheads(setup, compiled->trainableAt(t));

@@ -135,6 +135,8 @@ struct MemoryEstimate {
     std::vector<std::string> notes; // what is approximate for this setup
     std::int64_t endOfStepBytes = 0; // live after the optimizer step (equals the start: a self-check)
     std::int64_t tensorPeakBytes = 0; // the tensors alone; peakBytes adds GPU overheads
+    // The peak is a lower bound (a derived plan on a GPU: no allocator blocks in a CPU trace).
+    bool lowerBound = false;
     // GPU: the caching allocator model's peaks, as torch.cuda.max_memory_allocated
     // (blocks, with unsplit remainders) and max_memory_reserved report them.
     // peakBytes is the reserved peak plus the CUDA context (what nvidia-smi shows).

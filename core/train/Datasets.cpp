@@ -90,8 +90,11 @@ Batch AdditionDataset::trainBatch(int batchSize, at::Generator& gen) const
 {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> pairs;
     pairs.reserve(batchSize);
+    // One buffer for every draw: a step allocates the same whatever it draws
+    // (the derived memory plan compares steps allocation by allocation).
+    auto draws = torch::empty({2 * batchSize}, torch::kLong);
     while (static_cast<int>(pairs.size()) < batchSize) {
-        const auto draws = torch::randint(0, static_cast<std::int64_t>(m_limit), {2 * batchSize}, gen, torch::kLong);
+        torch::randint_out(draws, 0, static_cast<std::int64_t>(m_limit), {2 * batchSize}, gen);
         const auto* v = draws.data_ptr<std::int64_t>();
         for (int i = 0; i + 1 < 2 * batchSize && static_cast<int>(pairs.size()) < batchSize; i += 2) {
             const auto a = static_cast<std::uint64_t>(v[i]), b = static_cast<std::uint64_t>(v[i + 1]);

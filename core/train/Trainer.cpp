@@ -367,6 +367,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             const bool phases = !memoryDevice.empty();
             std::array<PhaseMemory, 3> phase;
             const auto phaseBegin = [&](int i) {
+                if (m->options.onPhaseBegin) m->options.onPhaseBegin(step, i);
                 if (!phases) return;
                 MemoryProbe::resetPeak(memoryDevice);
                 const auto now = MemoryProbe::snapshot(memoryDevice).currentBytes;

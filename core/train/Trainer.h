@@ -89,6 +89,10 @@ struct TrainerOptions {
     bool distOverlap = true; // off: gradients are all-reduced after backward (bench/ baseline)
     // Ranks other than 0 learn rank 0's run folder here (their log goes beside the run).
     std::function<void(const std::string& folder)> onRunFolder;
+    // Called as each phase of a step begins (phase 0 forward, 1 backward, 2
+    // optimizer; the forward again before each further micro-batch): the
+    // derived memory plan tags the allocations it traces with it.
+    std::function<void(int step, int phase)> onPhaseBegin;
     // Tokenizing a corpus before the first step: its progress, summary and cancellation.
     DataPreparation data;
 };

@@ -1,0 +1,149 @@
+#include "memory/DerivedStep.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "common/Errors.h"
+
+namespace tb {
+namespace {
+
+std::int64_t gpuFixedBytes(const TrainingSetup& setup)
+{
+    if (!setup.gpu) return 0;
+    const auto context = setup.cudaContextBytes > 0 ? setup.cudaContextBytes : cudaContextFor(setup.computeCapability).bytes;
+    return context + 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
+}
+
+} // namespace
+
+MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen) const { return at(batch, seqLen, TrainingSetup{}); }
+
+MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+{
+    // The CPU's irregular scratch (oneDNN's, for bf16 products) is not a GPU's.
+    const bool withScratch = !setup.gpu;
+    if (fixedSeqLen > 0) seqLen = fixedSeqLen;
+    const auto& S = segment;
+    MemoryEstimate e;
+    e.parameters = parameters;
+    e.trainableParameters = trainableParameters;
+    static const char* const kPhases[kStepPhases] = {"forward", "backward", "optimizer"};
+    for (int i = 0; i < kStepPhases; ++i) {
+        const auto bytes = S.phasePeak(i, batch, seqLen, withScratch);
+        e.phases.push_back({kPhases[i], bytes});
+        if (bytes > e.peakBytes) {
+            e.peakBytes = bytes;
+            e.peakPhase = kPhases[i];
+        }
+    }
+    const auto resident = S.start(batch, seqLen);
+    e.tensorPeakBytes = e.peakBytes;
+    e.endOfStepBytes = resident;
+    e.terms.push_back({"resident", resident,
+                       "live as a step starts: weights, gradients kept between steps, optimizer state, data"});
+    e.terms.push_back({"step", e.peakBytes - resident, "what the step allocates and still holds at its peak"});
+    e.notes.push_back("derived from " + std::to_string(S.traces) + " training steps traced with " + tracedOn
+                      + " at batch 1 to 5 and "
+                      + (fixedSeqLen > 0 ? "the dataset's sequence " + std::to_string(fixedSeqLen)
+                                         : "sequence " + std::to_string(S.t0) + " to " + std::to_string(largestTracedSeqLen))
+                      + "; tensors on the CPU (a GPU adds allocator blocks and workspaces)");
+    if (S.irregularScratch > 0) {
+        e.notes.push_back(withScratch
+            ? "kernel scratch that does not follow the shapes (oneDNN's, for bf16 products on this CPU), up to "
+                  + std::to_string(S.irregularScratch) + " bytes while tracing, is added as the largest seen; longer "
+                  "rows can take more"
+            : "the CPU's kernel scratch that does not follow the shapes (oneDNN's, up to "
+                  + std::to_string(S.irregularScratch) + " bytes) is left out: on a GPU, cuBLAS works in its workspace");
+    }
+    if (fixedSeqLen == 0 && seqLen > 4 * largestTracedSeqLen) {
+        e.notes.push_back("sequence " + std::to_string(seqLen) + " is far beyond the longest traced ("
+                          + std::to_string(largestTracedSeqLen) + "): a kernel that changes with the shape would not show");
+    }
+    if (!setup.gpu) return e;
+    // Two cuBLAS handles: the forward's thread and the autograd device thread.
+    const auto fixed = gpuFixedBytes(setup);
+    const auto workspaces = 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
+    const auto context = fixed - workspaces;
+    e.terms.push_back({"cuda_context", context, "the CUDA context (nvidia-smi counts it; the allocator does not)"});
+    e.terms.push_back({"cublas_workspace", workspaces, "two cuBLAS workspaces (the forward's and autograd's threads)"});
+    e.peakBytes += context + workspaces;
+    e.lowerBound = true;
+    for (auto& p : e.phases) p.bytes += context + workspaces;
+    e.notes.insert(e.notes.begin(),
+                   "a lower bound on the GPU: the tensors traced on the CPU plus the CUDA context and cuBLAS "
+                   "workspaces; the caching allocator's blocks come on top");
+    return e;
+}
+
+
+std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+{
+    if (fixedSeqLen > 0) seqLen = fixedSeqLen;
+    std::int64_t most = 0;
+    for (int i = 0; i < kStepPhases; ++i) most = std::max(most, segment.phasePeak(i, batch, seqLen, !setup.gpu));
+    return most + gpuFixedBytes(setup);
+}
+
+std::string derivedStepToJson(const DerivedStep& step)
+{
+    const auto& S = step.segment;
+    const nlohmann::json out = {{"t0", S.t0},
+                                {"t_last", S.tLast},
+                                {"traces", S.traces},
+                                {"general_from", S.generalFrom},
+                                {"peaks", S.peaks},
+                                {"peaks_small", S.peaksSmall},
+                                {"first", S.first},
+                                {"first_small", S.firstSmall},
+                                {"parameters", step.parameters},
+                                {"trainable_parameters", step.trainableParameters},
+                                {"largest_traced_seq_len", step.largestTracedSeqLen},
+                                {"fixed_seq_len", step.fixedSeqLen},
+                                {"traced_on", step.tracedOn},
+                                {"scratch_bases", S.scratchBases},
+                                {"scratch_bases_small", S.scratchBasesSmall},
+                                {"irregular_scratch", S.irregularScratch}};
+    return out.dump();
+}
+
+DerivedStep derivedStepFromJson(const std::string& text)
+{
+    try {
+        const auto j = nlohmann::json::parse(text);
+        DerivedStep step;
+        auto& S = step.segment;
+        S.t0 = j.at("t0").get<std::int64_t>();
+        S.tLast = j.at("t_last").get<std::int64_t>();
+        S.traces = j.at("traces").get<int>();
+        S.generalFrom = j.at("general_from").get<std::int64_t>();
+        S.peaks = j.at("peaks").get<decltype(S.peaks)>();
+        S.peaksSmall = j.at("peaks_small").get<decltype(S.peaksSmall)>();
+        S.first = j.at("first").get<StepPoly>();
+        S.firstSmall = j.at("first_small").get<std::vector<StepPoly>>();
+        if (S.generalFrom < 2 || S.peaksSmall.size() != static_cast<std::size_t>(S.generalFrom - 1)
+            || S.firstSmall.size() != S.peaksSmall.size()) {
+            throw InputError("the derived plan's data is inconsistent: general_from " + std::to_string(S.generalFrom)
+                             + " with " + std::to_string(S.peaksSmall.size()) + " small-batch regimes");
+        }
+        step.parameters = j.at("parameters").get<std::int64_t>();
+        step.trainableParameters = j.at("trainable_parameters").get<std::int64_t>();
+        step.largestTracedSeqLen = j.at("largest_traced_seq_len").get<std::int64_t>();
+        step.fixedSeqLen = j.at("fixed_seq_len").get<std::int64_t>();
+        step.tracedOn = j.at("traced_on").get<std::string>();
+        S.scratchBases = j.at("scratch_bases").get<decltype(S.scratchBases)>();
+        S.scratchBasesSmall = j.at("scratch_bases_small").get<decltype(S.scratchBasesSmall)>();
+        S.irregularScratch = j.at("irregular_scratch").get<std::int64_t>();
+        if (S.scratchBasesSmall.size() != S.peaksSmall.size()) {
+            throw InputError("the derived plan's data is inconsistent: " + std::to_string(S.scratchBasesSmall.size())
+                             + " small-batch scratch regimes for " + std::to_string(S.peaksSmall.size()));
+        }
+        return step;
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(std::string("the derived plan's data is not what trainbench-cli estimate --derived writes: ")
+                         + e.what());
+    }
+}
+
+} // namespace tb

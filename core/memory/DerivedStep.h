@@ -1,0 +1,40 @@
+#pragma once
+// A training step derived from the trainer's own allocations (traced by
+// train/DerivedPlan.h) and compiled to polynomials in batch and sequence: what
+// a plan at any shape needs, as data. Evaluating it is arithmetic, so the
+// Memory planner's sliders and fit map use it without LibTorch, from the JSON
+// 'trainbench-cli estimate --derived --json' writes.
+
+#include <cstdint>
+#include <string>
+
+#include "memory/Estimator.h"
+#include "memory/StepPolynomials.h"
+
+namespace tb {
+
+struct DerivedStep {
+    CompiledSegment segment;
+    std::int64_t parameters = 0, trainableParameters = 0;
+    std::int64_t largestTracedSeqLen = 0;
+    std::int64_t fixedSeqLen = 0; // > 0: the dataset fixes the sequence length (addition)
+    std::string tracedOn;         // "LibTorch 1.13.1 on this machine's CPU"
+
+    // The plan at this batch and sequence length: peak, phase peaks, the
+    // bytes live when the step starts and what the step adds at its peak.
+    MemoryEstimate at(std::int64_t batch, std::int64_t seqLen) const;
+    // On a GPU (setup.gpu, its compute capability, context override and
+    // LibTorch): the traced tensors plus the CUDA context and the cuBLAS
+    // workspaces. A lower bound: the caching allocator's blocks, and what a
+    // GPU kernel allocates that the CPU's did not, are not in a CPU trace.
+    MemoryEstimate at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    // at(...).peakBytes alone, without the terms and notes: for fit maps and searches.
+    std::int64_t peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+};
+
+// The JSON object estimate --derived --json writes under "derived_step", and
+// back. fromJson throws InputError naming what is missing.
+std::string derivedStepToJson(const DerivedStep& step);
+DerivedStep derivedStepFromJson(const std::string& json);
+
+} // namespace tb

@@ -1,0 +1,233 @@
+#include "memory/StepPolynomials.h"
+
+#include <algorithm>
+
+namespace tb {
+namespace {
+
+using Quadratic = std::array<std::int64_t, 3>;
+
+const std::vector<std::int64_t>& values(const StepTrace& t, bool transient)
+{
+    return transient && !t.transient.empty() ? t.transient : t.live;
+}
+
+// Per entry, the quadratic in u through the traces at u = 1, 2, 3 (nullopt
+// where the values are not on one with integer coefficients). The traces
+// must agree in length and phases.
+std::optional<std::vector<std::optional<Quadratic>>> quadratics(const std::array<StepTrace, 3>& row, bool transient)
+{
+    const auto n = row[0].live.size();
+    for (const auto& t : row) {
+        if (t.live.size() != n || t.phase != row[0].phase || values(t, transient).size() != n) return std::nullopt;
+    }
+    std::vector<std::optional<Quadratic>> out(n);
+    for (std::size_t k = 0; k < n; ++k) {
+        const auto v1 = values(row[0], transient)[k], v2 = values(row[1], transient)[k], v3 = values(row[2], transient)[k];
+        const auto d2 = v3 - 2 * v2 + v1;
+        if (d2 % 2 != 0) continue;
+        const auto c2 = d2 / 2, c1 = v2 - v1 - 3 * c2;
+        out[k] = Quadratic{v1 - c1 - c2, c1, c2};
+    }
+    return out;
+}
+
+int phaseOf(const StepTrace& t, std::size_t k) { return t.phase.empty() ? 0 : std::min<int>(t.phase[k], kStepPhases - 1); }
+
+// The polynomials no other one of the same phase dominates coefficient by
+// coefficient (B, u >= 1, so every monomial is positive), largest first.
+std::array<std::vector<StepPoly>, kStepPhases> undominated(const std::vector<StepPoly>& all, const StepTrace& tags,
+                                                          std::int64_t bMax, std::int64_t uMax)
+{
+    std::vector<std::size_t> order(all.size());
+    for (std::size_t k = 0; k < all.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(), [&](auto x, auto y) {
+        return evaluateStepPoly(all[x], bMax, uMax) > evaluateStepPoly(all[y], bMax, uMax);
+    });
+    std::array<std::vector<StepPoly>, kStepPhases> kept;
+    for (auto k : order) {
+        auto& phase = kept[static_cast<std::size_t>(phaseOf(tags, k))];
+        const bool dominated = std::any_of(phase.begin(), phase.end(), [&](const StepPoly& q) {
+            for (int i = 0; i < kStepMonomials; ++i) {
+                if (q[i] < all[k][i]) return false;
+            }
+            return true;
+        });
+        if (!dominated) phase.push_back(all[k]);
+    }
+    return kept;
+}
+
+} // namespace
+
+std::int64_t CompiledSegment::phasePeak(int phase, std::int64_t B, std::int64_t T, bool withScratch) const
+{
+    const bool isSmall = B < generalFrom;
+    const auto& polys = isSmall ? peaksSmall[static_cast<std::size_t>(B - 1)] : peaks;
+    std::int64_t most = 0;
+    for (const auto& p : polys[static_cast<std::size_t>(phase)]) most = std::max(most, evaluateStepPoly(p, B, T - t0 + 1));
+    if (withScratch && irregularScratch > 0) {
+        const auto& bases = isSmall ? scratchBasesSmall[static_cast<std::size_t>(B - 1)] : scratchBases;
+        for (const auto& p : bases[static_cast<std::size_t>(phase)]) {
+            most = std::max(most, evaluateStepPoly(p, B, T - t0 + 1) + irregularScratch);
+        }
+    }
+    return most;
+}
+
+std::int64_t CompiledSegment::peak(std::int64_t B, std::int64_t T) const
+{
+    std::int64_t most = 0;
+    for (int i = 0; i < kStepPhases; ++i) most = std::max(most, phasePeak(i, B, T));
+    return most;
+}
+
+std::int64_t CompiledSegment::start(std::int64_t B, std::int64_t T) const
+{
+    return evaluateStepPoly(B < generalFrom ? firstSmall[static_cast<std::size_t>(B - 1)] : first, B, T - t0 + 1);
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> segmentChecks(std::int64_t t0, std::int64_t tLast, std::int64_t bMax)
+{
+    bMax = std::max<std::int64_t>(bMax, 3);
+    return {{5, t0 + 6}, {bMax, t0}, {bMax, tLast}, {2, tLast}, {(2 + bMax) / 2, (t0 + tLast) / 2}, {1, tLast},
+            {1, (t0 + tLast) / 2}};
+}
+
+namespace {
+
+// One regime's polynomials (B >= g, or one small B) for live and transient
+// bytes, and which transient entries follow them.
+struct Regime {
+    std::vector<StepPoly> live, transient;
+    std::vector<char> regular; // per entry: the transient is on its polynomial
+    const StepTrace* tags = nullptr;
+};
+
+StepPoly inT(const Quadratic& q) { return {q[0], q[1], q[2], 0, 0, 0}; }
+
+} // namespace
+
+std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int64_t t0, std::int64_t tLast,
+                                              std::int64_t bMax,
+                                              const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
+                                              std::int64_t generalFrom)
+{
+    const auto g = std::max<std::int64_t>(generalFrom, 2);
+    bMax = std::max<std::int64_t>(bMax, g + 1);
+    CompiledSegment out;
+    out.t0 = t0;
+    out.tLast = tLast;
+    out.generalFrom = g;
+    // traces[B - 1][u - 1] for B from 1 to g + 1.
+    std::vector<std::array<StepTrace, 3>> traces(static_cast<std::size_t>(g + 1));
+    std::vector<std::vector<std::optional<Quadratic>>> live, transient;
+    for (std::int64_t b = 1; b <= g + 1; ++b) {
+        auto& row = traces[static_cast<std::size_t>(b - 1)];
+        for (int u = 0; u < 3; ++u) row[static_cast<std::size_t>(u)] = trace(b, t0 + u);
+        out.traces += 3;
+        auto l = quadratics(row, false);
+        auto t = quadratics(row, true);
+        if (!l || !t) return std::nullopt;
+        // Every live total must be on its polynomial; a transient may not be.
+        if (std::any_of(l->begin(), l->end(), [](const auto& q) { return !q; })) return std::nullopt;
+        live.push_back(std::move(*l));
+        transient.push_back(std::move(*t));
+    }
+    const auto G = static_cast<std::size_t>(g - 1);
+    if (live[G].size() != live[G + 1].size() || traces[G][0].phase != traces[G + 1][0].phase) return std::nullopt;
+    // Regimes: B < g each on its own (index B - 1), then B >= g (index g - 1):
+    // linear in B through B = g and g + 1.
+    std::vector<Regime> regimes(static_cast<std::size_t>(g));
+    for (std::size_t r = 0; r < regimes.size(); ++r) {
+        auto& R = regimes[r];
+        R.tags = &traces[r][0];
+        const auto n = live[r].size();
+        R.live.resize(n);
+        R.transient.resize(n);
+        R.regular.assign(n, 1);
+        for (std::size_t k = 0; k < n; ++k) {
+            const auto& a = r < G ? transient[r][k] : transient[G][k];
+            const auto& next = r < G ? a : transient[G + 1][k];
+            if (r < G) {
+                R.live[k] = inT(*live[r][k]);
+                if (a) R.transient[k] = inT(*a);
+                else R.regular[k] = 0;
+                continue;
+            }
+            const auto linear = [&](const Quadratic& at, const Quadratic& atNext) {
+                StepPoly p{};
+                for (int j = 0; j < 3; ++j) {
+                    const auto slope = atNext[j] - at[j];
+                    p[j] = at[j] - g * slope; // B^0
+                    p[3 + j] = slope;         // B^1
+                }
+                return p;
+            };
+            R.live[k] = linear(*live[G][k], *live[G + 1][k]);
+            if (a && next) R.transient[k] = linear(*a, *next);
+            else R.regular[k] = 0;
+        }
+    }
+    // Checked where no sample was taken: a live total off its polynomial
+    // fails the segment; a transient off its one is irregular scratch.
+    const auto regimeOf = [&](std::int64_t B) -> Regime& { return regimes[static_cast<std::size_t>(std::min(B, g) - 1)]; };
+    for (const auto& [B, T] : checks) {
+        const auto t = trace(B, T);
+        ++out.traces;
+        auto& R = regimeOf(B);
+        if (t.live.size() != R.live.size() || t.phase != R.tags->phase) return std::nullopt;
+        const auto& tv = values(t, true);
+        for (std::size_t k = 0; k < R.live.size(); ++k) {
+            if (evaluateStepPoly(R.live[k], B, T - t0 + 1) != t.live[k]) return std::nullopt;
+            if (R.regular[k] && evaluateStepPoly(R.transient[k], B, T - t0 + 1) != tv[k]) R.regular[k] = 0;
+        }
+        for (std::size_t k = 0; k < R.live.size(); ++k) {
+            if (!R.regular[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
+        }
+    }
+    // The largest irregular scratch in the samples too.
+    for (std::size_t r = 0; r < traces.size(); ++r) {
+        const auto& R = regimes[std::min(r, G)];
+        for (const auto& t : traces[r]) {
+            const auto& tv = values(t, true);
+            for (std::size_t k = 0; k < R.regular.size() && k < tv.size(); ++k) {
+                if (!R.regular[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
+            }
+        }
+    }
+    const auto uMax = tLast - t0 + 1;
+    const auto compiled = [&](const Regime& R, std::array<std::vector<StepPoly>, kStepPhases>& peaks,
+                              std::array<std::vector<StepPoly>, kStepPhases>& bases) {
+        std::vector<StepPoly> candidates = R.live;
+        StepTrace tags = *R.tags, baseTags;
+        std::vector<StepPoly> irregular;
+        for (std::size_t k = 0; k < R.live.size(); ++k) {
+            if (R.regular[k]) {
+                if (R.transient[k] == R.live[k]) continue; // no scratch after this entry
+                candidates.push_back(R.transient[k]);
+                if (!tags.phase.empty()) tags.phase.push_back(R.tags->phase[k]);
+            } else {
+                irregular.push_back(R.live[k]);
+                if (!R.tags->phase.empty()) baseTags.phase.push_back(R.tags->phase[k]);
+            }
+        }
+        peaks = undominated(candidates, tags, bMax, uMax);
+        bases = undominated(irregular, baseTags, bMax, uMax);
+    };
+    compiled(regimes[G], out.peaks, out.scratchBases);
+    if (!regimes[G].live.empty()) out.first = regimes[G].live.front();
+    for (std::size_t r = 0; r < G; ++r) {
+        out.peaksSmall.emplace_back();
+        out.scratchBasesSmall.emplace_back();
+        compiled(regimes[r], out.peaksSmall.back(), out.scratchBasesSmall.back());
+        out.firstSmall.push_back(regimes[r].live.empty() ? StepPoly{} : regimes[r].live.front());
+    }
+    if (out.irregularScratch == 0) {
+        for (auto& b : out.scratchBases) b.clear();
+        for (auto& s : out.scratchBasesSmall) for (auto& b : s) b.clear();
+    }
+    return out;
+}
+
+} // namespace tb

@@ -1,0 +1,89 @@
+#pragma once
+// A training step compiled to polynomials in the batch B and the sequence
+// length T. Every size a step allocates is a product of B and T with
+// constants, of the form c0 + c1 T + c2 T^2 + c3 B + c4 BT + c5 BT^2, and the
+// order of the allocations does not depend on B or T. So the live bytes after
+// each allocation are such a polynomial, recovered exactly from steps traced
+// at B in {2, 3} x three consecutive T, and checked where no sample was
+// taken. At B = 1 LibTorch's matmul skips some copies, so the allocations
+// differ: that column has polynomials in T of its own, from three more
+// traces. The peak at any (B, T) is the largest of the polynomials no other
+// one dominates: tens of dot products instead of thousands of allocations.
+//
+// The traces come from anywhere: the planner's hand replay (the fit map) or
+// the trainer's own step under the counting allocator (DerivedPlan.h). No
+// LibTorch here.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace tb {
+
+// One step's allocations: the live bytes after each, and the phase each came
+// in (0 forward, 1 backward, 2 optimizer; empty: all 0).
+// transient: per entry, the most live while a scratch buffer allocated after
+// it (and freed before the next allocation) existed; empty or equal to live
+// where there was none. A scratch whose size does not follow the shapes
+// (oneDNN's for bf16 products on the CPU) is bounded instead of fitted.
+struct StepTrace {
+    std::vector<std::int64_t> live;
+    std::vector<std::uint8_t> phase;
+    std::vector<std::int64_t> transient;
+};
+using StepTracer = std::function<StepTrace(std::int64_t batch, std::int64_t seqLen)>;
+
+constexpr int kStepMonomials = 6;
+using StepPoly = std::array<std::int64_t, kStepMonomials>;
+
+// u = T - t0 + 1: the sequence length counted from the segment's first sample.
+inline std::int64_t evaluateStepPoly(const StepPoly& p, std::int64_t B, std::int64_t u)
+{
+    return p[0] + u * (p[1] + u * p[2]) + B * (p[3] + u * (p[4] + u * p[5]));
+}
+
+constexpr int kStepPhases = 3;
+
+struct CompiledSegment {
+    std::int64_t t0 = 1, tLast = 1; // the sequence lengths it covers
+    // From this batch on the general polynomials hold; each smaller batch
+    // (B = 1, where matmul skips copies; with some data, B = 2) has
+    // polynomials in T of its own.
+    std::int64_t generalFrom = 2;
+    // Per phase, the undominated polynomials, largest first: for B >=
+    // generalFrom, and for each B below it (index B - 1).
+    std::array<std::vector<StepPoly>, kStepPhases> peaks;
+    std::vector<std::array<std::vector<StepPoly>, kStepPhases>> peaksSmall;
+    StepPoly first{};                 // the live bytes as the step starts (B >= generalFrom)
+    std::vector<StepPoly> firstSmall; // the same for each B below generalFrom
+    // Scratch buffers whose size follows no polynomial: the live bytes they
+    // sat on (per phase, as peaks) and the largest of them seen in any trace.
+    std::array<std::vector<StepPoly>, kStepPhases> scratchBases;
+    std::vector<std::array<std::vector<StepPoly>, kStepPhases>> scratchBasesSmall;
+    std::int64_t irregularScratch = 0;
+    bool compiled = true;             // false: not polynomial here (its rows are replayed)
+    int traces = 0;                   // steps traced to compile and check it
+
+    // withScratch false: without the irregular scratch (a GPU has none of the CPU's).
+    std::int64_t phasePeak(int phase, std::int64_t B, std::int64_t T, bool withScratch = true) const;
+    std::int64_t peak(std::int64_t B, std::int64_t T) const; // over the phases
+    std::int64_t start(std::int64_t B, std::int64_t T) const;
+};
+
+// The (B, T) points a segment is checked at, besides its samples: one near
+// them, the corners and the middle of [t0, tLast] x [1, bMax].
+std::vector<std::pair<std::int64_t, std::int64_t>> segmentChecks(std::int64_t t0, std::int64_t tLast, std::int64_t bMax);
+
+// Compiles the step over [t0, tLast] from traces at T in {t0, t0 + 1,
+// t0 + 2} and B from 1 to generalFrom + 1; nullopt where a check's trace
+// differs from the polynomials in length or in any value. bMax bounds B (for
+// ordering only).
+std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int64_t t0, std::int64_t tLast,
+                                              std::int64_t bMax,
+                                              const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
+                                              std::int64_t generalFrom = 2);
+
+} // namespace tb

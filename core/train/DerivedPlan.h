@@ -1,0 +1,40 @@
+#pragma once
+// The memory plan of any model the trainer can build, derived from the
+// trainer's own step instead of a hand-written replay: one steady-state
+// training step (the second) runs on this machine's CPU under the counting
+// allocator at a few small batches and sequence lengths, each allocation's
+// live total becomes a polynomial in batch and sequence
+// (memory/StepPolynomials.h), and the polynomials are evaluated at the
+// shape asked for. A new layer, family or TorchScript model needs no planner
+// change: whatever the step allocates is in the trace. No LibTorch in this
+// header.
+//
+// What it cannot see: a size that is not one polynomial in batch and
+// sequence beyond the traced shapes (a kernel that switches algorithm at a
+// size, a validation split capped by the corpus); the checks it runs at
+// shapes it did not sample catch those within them. It plans the CPU's
+// tensors; a GPU step's allocator blocks are the hand replay's.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "config/RunConfig.h"
+#include "memory/DerivedStep.h"
+
+namespace tb {
+
+struct DerivedPlanProgress {
+    // After each traced step: how many so far, and the shape traced.
+    std::function<void(int traced, std::int64_t batch, std::int64_t seqLen)> onTrace;
+    const std::atomic<bool>* cancel = nullptr; // set: stop after the step being traced (throws Cancelled)
+};
+
+// Traces the config's step at small shapes (train.batch_size and
+// data.seq_len are ignored) on the CPU, and compiles it. Throws InputError
+// when the config cannot train here, when it was cancelled, or when its
+// allocations do not follow polynomials in batch and sequence (naming where).
+DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress = {});
+
+} // namespace tb
