@@ -1,13 +1,17 @@
 // bench_fit_map: how long a 128 x 128 batch x sequence fit map takes (the
 // planner panel's heat map), and one slider step (one estimate plus the two
 // fit answers). Target: the map in <= 10 ms on the development machine.
+// The derived plan (a step traced at small shapes) is timed too: deriving it
+// once, then its map and slider step as the Memory planner evaluates them.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "memory/Architectures.h"
+#include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
+#include "train/DerivedPlan.h"
 
 namespace {
 
@@ -46,6 +50,39 @@ void run(const char* label, const tb::ArchitectureSpec& arch, tb::TrainingSetup 
                 static_cast<long long>(fitting), stepMs);
 }
 
+// As MemoryPlannerPanel: every cell evaluated, the answers by bisection.
+void runDerived(const char* label, const tb::RunConfig& config, const tb::TrainingSetup& setup, std::int64_t budget)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto step = tb::deriveStep(config);
+    const double deriveMs = millis(std::chrono::steady_clock::now() - t0);
+    const auto batches = tb::fitMapAxis(1, 256, 128);
+    const auto seqs = tb::fitMapAxis(1, 4096, 128);
+    std::vector<std::int64_t> cells;
+    const double mapMs = medianMs(7, [&] {
+        cells.clear();
+        for (auto t : seqs) {
+            for (auto b : batches) cells.push_back(step.peakBytes(b, t, setup));
+        }
+    });
+    const auto largest = [&](auto&& peakAt) {
+        std::int64_t lo = 0, hi = 1 << 16;
+        while (lo < hi) {
+            const auto mid = lo + (hi - lo + 1) / 2;
+            if (peakAt(mid) <= budget) lo = mid;
+            else hi = mid - 1;
+        }
+        return lo;
+    };
+    const double stepMs = medianMs(21, [&] {
+        (void)step.at(config.train.batchSize, config.data.seqLen, setup);
+        (void)largest([&](std::int64_t b) { return step.peakBytes(b, config.data.seqLen, setup); });
+        (void)largest([&](std::int64_t t) { return step.peakBytes(config.train.batchSize, t, setup); });
+    });
+    std::printf("%-34s derived in %.0f ms (%d traced steps); map %zux%zu %8.2f ms   slider step %6.3f ms\n", label,
+                deriveMs, step.segment.traces, batches.size(), seqs.size(), mapMs, stepMs);
+}
+
 } // namespace
 
 int main()
@@ -62,6 +99,9 @@ int main()
     config.data.seqLen = 256;
     config.train.batchSize = 16;
     run("built-in GPT 4x256, text (CPU)", tb::architectureFor(config), tb::setupFor(config), 1LL << 30);
+    config.device = "cpu";
+    config.train.precision = "fp32";
+    runDerived("the same, derived (CPU)", config, tb::TrainingSetup{}, 1LL << 30);
     run("GPT-2 124M on a T4 (fp32)", tb::findArchitecture("gpt2").arch, gpu, t4);
     auto lora = gpu;
     lora.precision = "fp16";

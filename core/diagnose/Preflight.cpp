@@ -341,11 +341,12 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
 {
     if (!plannableModel(c)) {
         if (target.known) {
-            out.push_back(make("memory_not_planned", Severity::Info, "Memory is not planned for a TorchScript model",
-                               "The planner models the built-in and published architectures; a TorchScript model "
-                               "is a program it cannot read.",
-                               "Measure it: trainbench-cli measure runs a few steps and reports the peak, and the Run "
-                               "panel shows memory live."));
+            out.push_back(make("memory_not_planned", Severity::Info, "Memory is not checked before launch for a TorchScript model",
+                               "A TorchScript model is a program: its plan is derived by training its step a few "
+                               "times at small shapes, which takes seconds, too long for a check that runs as you "
+                               "edit.",
+                               "Derive its plan: the Memory planner's Derive plan, or trainbench-cli estimate --config "
+                               "FILE --gpu NAME (on a GPU a lower bound); the Run panel shows memory live."));
         }
         return;
     }

@@ -1070,7 +1070,9 @@ StepTrace recordedTrace(const ArchitectureSpec& arch, TrainingSetup setup, std::
     setup.batch = B;
     setup.seqLen = T;
     (void)estimateImpl(arch, setup, rec);
-    return {std::move(rec->trace), {}};
+    StepTrace out;
+    out.live = std::move(rec->trace);
+    return out;
 }
 
 // Compiles [t0, tLast], splitting it where a size is not one polynomial over

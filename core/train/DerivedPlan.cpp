@@ -154,10 +154,9 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
     const bool fixed = fixedSequence(config);
     if (fixed) step.fixedSeqLen = effectiveSeqLen(config);
     // Sampled from sequence 8: small enough to trace a step in a fraction of
-    // a second, long enough that most sizes have their form. Where a kernel
-    // changes with the shape between the samples and the checks (oneDNN's
-    // bf16 products pack their weights once the rows are many), sampled again
-    // further out, up to sequence 128.
+    // a second, long enough that most sizes have their form. Where the
+    // allocations change with the shape between the samples and the checks,
+    // sampled again further out, up to sequence 128.
     int traced = 0;
     std::int64_t largest = 0;
     const auto tracer = [&](std::int64_t B, std::int64_t T) {
@@ -177,8 +176,10 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
             fixed ? std::vector<std::pair<std::int64_t, std::int64_t>>{{5, t0}, {1, t0}}
                   : std::vector<std::pair<std::int64_t, std::int64_t>>{
                         {5, t0 + 6}, {1, t0 + 5}, {4, 2 * t0 + 5}, {2, 4 * t0 + 3}};
-        // Batches 1 and 2 have polynomials of their own: at B = 1 matmul skips
-        // copies, and some steps allocate differently at B = 2 than from 3 on.
+        // Batches 1 and 2 have polynomials of their own: at B = 1 matmul
+        // skips copies; B = 2 is kept apart as a margin against a data path
+        // or kernel that changes at the smallest batches (the addition task's
+        // draws did, before they went into one buffer): three more steps.
         segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3);
         if (segment || fixed || t0 >= 128) break;
         t0 *= 4;
