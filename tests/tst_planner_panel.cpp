@@ -434,7 +434,8 @@ void TestPlannerPanel::torchScriptExperimentIsDerived()
     doc->setValues({{"model.type", "torchscript"}, {"model.path", model}, {"train.batch_size", 8}});
     QVERIFY(doc->isValid());
     QVERIFY(!planner()->estimate());
-    QVERIFY2(planner()->verdictText().contains("Press Derive plan"), qPrintable(planner()->verdictText()));
+    QVERIFY2(planner()->verdictText().contains("Derive plan traces its training step"), qPrintable(planner()->verdictText()));
+    QVERIFY(planner()->mapPlot()->isHidden() && planner()->termPlot()->isHidden());
     auto* derive = planner()->deriveButton();
     QVERIFY(derive->isVisible() && derive->isEnabled());
     screenshot("planner-torchscript-underived.png");
@@ -448,7 +449,15 @@ void TestPlannerPanel::torchScriptExperimentIsDerived()
     QCOMPARE(derive->text(), QString("&Derive plan again"));
     QVERIFY2(planner()->verdictText().startsWith("Fits") && planner()->verdictText().contains("at least"),
              qPrintable(planner()->verdictText()));
-    QCOMPARE(planner()->fitMap().peakBytes.size(), planner()->fitMap().batches.size() * planner()->fitMap().seqLens.size());
+    QVERIFY(!planner()->mapPlot()->isHidden() && !planner()->termPlot()->isHidden());
+    // A map cell is the derived step's plan at its batch and sequence, as the point's.
+    const auto map = planner()->fitMap();
+    const std::size_t row = map.seqLens.size() / 2, column = map.batches.size() / 3;
+    planner()->setBatch(static_cast<int>(map.batches[column]));
+    planner()->setSeqLen(static_cast<int>(map.seqLens[row]));
+    QCOMPARE(planner()->estimate()->peakBytes, map.at(row, column));
+    planner()->setBatch(8);
+    planner()->setSeqLen(64);
 
     // The same config through the CLI: one answer.
     QString error;

@@ -347,6 +347,15 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     setTarget(m_target);
 }
 
+MemoryPlannerPanel::~MemoryPlannerPanel()
+{
+    if (!m_deriveProcess) return;
+    // Its signals must not reach a panel being destroyed.
+    m_deriveProcess->disconnect(this);
+    m_deriveProcess->kill();
+    m_deriveProcess->waitForFinished(3000);
+}
+
 QString MemoryPlannerPanel::source() const { return m_source->currentData().toString(); }
 
 bool MemoryPlannerPanel::selectSource(const QString& source)
@@ -464,10 +473,10 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
             if (!m_derived || m_derivedKey != key) {
                 *why = m_deriveProcess ? tr("Tracing the model's training step on this computer's CPU: %1…")
                                              .arg(m_deriveProgress.isEmpty() ? tr("starting") : m_deriveProgress)
-                     : !m_deriveError.isEmpty()
+                     : !m_deriveError.isEmpty() && m_deriveErrorKey == key
                          ? tr("The plan could not be derived: %1").arg(m_deriveError)
-                         : tr("The experiment is a TorchScript model: its plan is derived from its own training step, "
-                              "traced at small batches and sequences on this computer's CPU. Press Derive plan.");
+                         : tr("A TorchScript model: Derive plan traces its training step on this CPU (seconds) "
+                              "and plans from it.");
                 return std::nullopt;
             }
             plan.derived = &*m_derived;
@@ -524,13 +533,20 @@ void MemoryPlannerPanel::inputsChanged()
         m_frontier->data()->clear();
         m_marker->data()->clear();
         m_verdict->setText(why);
+        m_verdict->setStyleSheet({}); // a reason, not a verdict
+        m_verdict->setToolTip(why);
         m_answers->clear();
         m_notes->clear();
+        // Empty plots would only show bare axes: hidden until there is a plan.
+        m_termPlot->hide();
+        m_mapPlot->hide();
         m_termPlot->clearPlottables();
         m_termPlot->replot();
         m_mapPlot->replot();
         return;
     }
+    m_termPlot->show();
+    m_mapPlot->show();
     syncSliderRanges(*plan);
     rebuildMap(*plan);
     pointChanged();
@@ -631,8 +647,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
         return std::nullopt;
     }
     auto& c = *config;
-    c.train.precision = precision == "bf16-pure" ? "bf16" : precision.toStdString();
-    if (precision == "bf16-pure") c.train.weightsDtype = "bf16";
+    c.train.precision = precision.toStdString(); // the trainer's own names, bf16-pure included
     c.optim.optimizer = optimizer == "adamw" ? "adamw" : "sgd";
     if (optimizer == "sgd-plain") c.optim.momentum = 0.0;
     else if (optimizer == "sgd" && c.optim.momentum <= 0.0) c.optim.momentum = 0.9;
@@ -649,6 +664,11 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     // The traced steps run from a temporary file: paths made absolute.
     c.model.path = resolvedModelPath(c);
     c.data.path = resolvedDataPath(c);
+    const QString init = QString::fromStdString(c.train.initFrom);
+    const bool runReference = init.startsWith("run:") || (!init.isEmpty() && init.toLongLong() > 0);
+    if (!init.isEmpty() && !runReference && QFileInfo(init).isRelative() && !c.baseDir.empty()) {
+        c.train.initFrom = QDir(QString::fromStdString(c.baseDir)).absoluteFilePath(init).toStdString();
+    }
     auto keyed = c;
     keyed.train.batchSize = 1;
     keyed.data.seqLen = 0;
@@ -660,20 +680,25 @@ void MemoryPlannerPanel::updateDeriveButton()
 {
     const auto config = m_document->config();
     const bool scripted = source() == "experiment" && config && !plannableModel(*config);
-    m_derive->setVisible(scripted);
+    // While it runs it stays, to be cancelled, whatever is planned meanwhile.
+    m_derive->setVisible(scripted || m_deriveProcess);
+    if (m_deriveProcess) {
+        m_derive->setText(tr("Cancel &deriving"));
+        m_derive->setEnabled(true);
+        return;
+    }
     if (!scripted) return;
     std::string key;
     QString why;
     const bool traceable = derivedConfig(&key, &why).has_value();
-    m_derive->setText(m_deriveProcess                     ? tr("Cancel &deriving")
-                      : m_derived && key == m_derivedKey ? tr("&Derive plan again")
-                                                         : tr("&Derive plan from the model"));
-    m_derive->setEnabled(m_deriveProcess || traceable);
+    m_derive->setText(m_derived && key == m_derivedKey ? tr("&Derive plan again") : tr("&Derive plan from the model"));
+    m_derive->setEnabled(traceable);
 }
 
 void MemoryPlannerPanel::deriveOrCancel()
 {
     if (m_deriveProcess) {
+        m_deriveCancelled = true;
         m_deriveProcess->kill(); // finished() tidies up
         return;
     }
@@ -682,7 +707,9 @@ void MemoryPlannerPanel::deriveOrCancel()
     const auto config = derivedConfig(&key, &why);
     if (!config) return;
     m_deriveError.clear();
+    m_deriveErrorKey = key;
     m_deriveProgress.clear();
+    m_deriveCancelled = false;
     m_deriveConfig = new QTemporaryFile(QDir::tempPath() + "/trainbench-derive-XXXXXX.json", this);
     if (!m_deriveConfig->open() || m_deriveConfig->write(QByteArray::fromStdString(configToJson(*config))) < 0) {
         m_deriveError = tr("cannot write a temporary config in %1: %2").arg(QDir::tempPath(), m_deriveConfig->errorString());
@@ -709,14 +736,15 @@ void MemoryPlannerPanel::deriveOrCancel()
         const auto lines = QString::fromUtf8(m_deriveProcess->readAllStandardError()).split('\n', Qt::SkipEmptyParts);
         for (const auto& line : lines) {
             if (line.startsWith("traced step")) m_deriveProgress = line;
-            else m_deriveError = line.section("error: ", -1).trimmed();
+            else if (line.contains("error: ")) m_deriveError = line.section("error: ", -1).trimmed();
         }
         inputsChanged();
     });
     connect(m_deriveProcess, &QProcess::finished, this, [this, tidy](int code, QProcess::ExitStatus status) {
         const QByteArray out = m_deriveProcess->readAllStandardOutput();
         if (status != QProcess::NormalExit) {
-            m_deriveError = tr("cancelled; press Derive plan to trace it again.");
+            m_deriveError = m_deriveCancelled ? tr("cancelled; press Derive plan to trace it again.")
+                                              : tr("trainbench-cli stopped unexpectedly (%1)").arg(m_deriveProcess->errorString());
         } else if (code == 0) {
             try {
                 const auto step = QJsonDocument::fromJson(out).object().value("derived_step").toObject();

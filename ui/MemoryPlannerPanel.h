@@ -40,6 +40,7 @@ class MemoryPlannerPanel final : public QWidget {
 
 public:
     explicit MemoryPlannerPanel(ConfigDocument* document, QWidget* parent = nullptr);
+    ~MemoryPlannerPanel() override; // stops a derivation in progress
 
     // The GPU planned for (the Hardware panel's target).
     void setTarget(const GpuTarget& target);
@@ -161,7 +162,9 @@ private:
     std::optional<DerivedStep> m_derived;
     std::string m_derivedKey;
     QString m_deriveProgress; // "traced step 5 (batch 2, sequence 9)" while deriving
-    QString m_deriveError;    // why the last derivation failed
+    QString m_deriveError;    // why the derivation for m_deriveErrorKey failed
+    std::string m_deriveErrorKey;
+    bool m_deriveCancelled = false;
 
     std::optional<MemoryEstimate> m_estimate;
     QString m_precisionError; // preflight's error for the planned precision on the target; empty: it runs

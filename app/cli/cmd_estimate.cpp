@@ -248,8 +248,12 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
         throw InputError("--derived traces the trainer's step of an experiment config: give --config FILE (a preset "
                          "or a Hugging Face config.json alone has no step to trace)");
     }
+    if (args.value("--allocator-slack")) {
+        throw InputError("--allocator-slack is gone: the plan now replays the step through a model of the CUDA caching "
+                         "allocator; set its options with --max-split-size-mb N or --expandable-segments");
+    }
     for (const char* option : {"--gpus", "--max-split-size-mb", "--attention",
-                               "--attention-modules", "--lora-targets", "--preset", "--hf-config"}) {
+                               "--attention-modules", "--preset", "--hf-config"}) {
         if (args.value(option)) {
             throw InputError(std::string(option) + " does not apply to the derived plan, which traces the config's own "
                              "step on this machine's CPU; set it in the config, or plan without --derived");
@@ -266,14 +270,14 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
     if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
     if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
+    if (auto t = args.value("--lora-targets")) config.lora.targets = splitList(*t);
     if (auto n = args.integer("--grad-accum", 1, 1 << 16)) config.train.gradAccum = static_cast<int>(*n);
     if (auto p = args.value("--precision")) {
         if (*p != "fp32" && *p != "fp16" && *p != "bf16" && *p != "bf16-pure") {
             throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""
                              + *p + "\"");
         }
-        config.train.precision = *p == "bf16-pure" ? "bf16" : *p;
-        if (*p == "bf16-pure") config.train.weightsDtype = "bf16";
+        config.train.precision = *p; // the trainer's own names, bf16-pure included
     }
     if (auto o = args.value("--optimizer")) {
         if (*o != "adamw" && *o != "sgd" && *o != "sgd-plain") {

@@ -24,7 +24,8 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
 {
     // The CPU's irregular scratch (oneDNN's, for bf16 products) is not a GPU's.
     const bool withScratch = !setup.gpu;
-    if (fixedSeqLen > 0) seqLen = fixedSeqLen;
+    const auto asked = seqLen;
+    seqLen = plannedSeqLen(seqLen);
     const auto& S = segment;
     MemoryEstimate e;
     e.parameters = parameters;
@@ -57,6 +58,11 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
             : "the CPU's kernel scratch that does not follow the shapes (oneDNN's, up to "
                   + std::to_string(S.irregularScratch) + " bytes) is left out: on a GPU, cuBLAS works in its workspace");
     }
+    if (asked < seqLen && fixedSeqLen == 0) {
+        e.notes.push_back("sequence " + std::to_string(asked) + " is shorter than the shortest traced ("
+                          + std::to_string(seqLen) + "), where the polynomials start: planned as "
+                          + std::to_string(seqLen) + " (the peak grows with the sequence, so this is on the safe side)");
+    }
     if (fixedSeqLen == 0 && seqLen > 4 * largestTracedSeqLen) {
         e.notes.push_back("sequence " + std::to_string(seqLen) + " is far beyond the longest traced ("
                           + std::to_string(largestTracedSeqLen) + "): a kernel that changes with the shape would not show");
@@ -80,7 +86,7 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
 
 std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
-    if (fixedSeqLen > 0) seqLen = fixedSeqLen;
+    seqLen = plannedSeqLen(seqLen);
     std::int64_t most = 0;
     for (int i = 0; i < kStepPhases; ++i) most = std::max(most, segment.phasePeak(i, batch, seqLen, !setup.gpu));
     return most + gpuFixedBytes(setup);

@@ -5,6 +5,7 @@
 // Memory planner's sliders and fit map use it without LibTorch, from the JSON
 // 'trainbench-cli estimate --derived --json' writes.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -30,6 +31,13 @@ struct DerivedStep {
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // at(...).peakBytes alone, without the terms and notes: for fit maps and searches.
     std::int64_t peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    // The sequence the polynomials are evaluated at: the dataset's fixed one,
+    // else at least the shortest traced (below it a size may take another
+    // form; the peak grows with the sequence, so planning it longer is safe).
+    std::int64_t plannedSeqLen(std::int64_t seqLen) const
+    {
+        return fixedSeqLen > 0 ? fixedSeqLen : std::max(seqLen, segment.t0);
+    }
 };
 
 // The JSON object estimate --derived --json writes under "derived_step", and

@@ -172,8 +172,10 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
     // Checked where no sample was taken: a live total off its polynomial
     // fails the segment; a transient off its one is irregular scratch.
     const auto regimeOf = [&](std::int64_t B) -> Regime& { return regimes[static_cast<std::size_t>(std::min(B, g) - 1)]; };
+    std::vector<std::pair<std::int64_t, StepTrace>> checked;
     for (const auto& [B, T] : checks) {
-        const auto t = trace(B, T);
+        checked.emplace_back(B, trace(B, T));
+        const auto& t = checked.back().second;
         ++out.traces;
         auto& R = regimeOf(B);
         if (t.live.size() != R.live.size() || t.phase != R.tags->phase) return std::nullopt;
@@ -182,11 +184,16 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
             if (evaluateStepPoly(R.live[k], B, T - t0 + 1) != t.live[k]) return std::nullopt;
             if (R.regular[k] && evaluateStepPoly(R.transient[k], B, T - t0 + 1) != tv[k]) R.regular[k] = 0;
         }
-        for (std::size_t k = 0; k < R.live.size(); ++k) {
+    }
+    // The largest irregular scratch in the checks (once every check has said
+    // which entries are irregular) and in the samples.
+    for (const auto& [B, t] : checked) {
+        const auto& R = regimeOf(B);
+        const auto& tv = values(t, true);
+        for (std::size_t k = 0; k < R.regular.size(); ++k) {
             if (!R.regular[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
         }
     }
-    // The largest irregular scratch in the samples too.
     for (std::size_t r = 0; r < traces.size(); ++r) {
         const auto& R = regimes[std::min(r, G)];
         for (const auto& t : traces[r]) {

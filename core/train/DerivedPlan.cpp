@@ -1,6 +1,7 @@
 #include "train/DerivedPlan.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -50,7 +51,10 @@ void record(std::int64_t delta, std::int64_t live, const void* ptr)
         rec->pendingPhase = rec->phase;
         return;
     }
-    if (rec->pending == ptr && rec->pendingBytes == -delta && !rec->trace.live.empty()) {
+    // (A scratch allocated in a phase after the previous entry's is kept as
+    // an entry of its own: its bytes belong to the phase it came in.)
+    if (rec->pending == ptr && rec->pendingBytes == -delta && !rec->trace.live.empty()
+        && rec->trace.phase.back() == rec->pendingPhase) {
         auto& transient = rec->trace.transient.back();
         transient = std::max(transient, rec->pendingLive);
         rec->pending = nullptr;
@@ -74,7 +78,8 @@ struct Traced {
 };
 
 // Trains two steps at (B, T) on the CPU, one thread, and records the second
-// (the steady state: gradients and optimizer state exist from its start).
+// (the steady state: the optimizer state exists from its start, and on
+// LibTorch 1.13 the gradients too).
 Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T)
 {
     RunConfig c = base;
@@ -159,13 +164,20 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
     // sampled again further out, up to sequence 128.
     int traced = 0;
     std::int64_t largest = 0;
+    // A fixed sequence traces each batch once (every T is the same step).
+    std::map<std::int64_t, StepTrace> byBatch;
     const auto tracer = [&](std::int64_t B, std::int64_t T) {
+        if (fixed) {
+            if (auto it = byBatch.find(B); it != byBatch.end()) return it->second;
+        }
         if (progress.cancel && progress.cancel->load()) throw InputError("deriving the memory plan was cancelled");
         auto t = traceStep(config, B, T);
+        if (fixed) byBatch[B] = t.trace;
         step.parameters = t.parameters;
         step.trainableParameters = t.trainable;
         largest = std::max(largest, T);
-        if (progress.onTrace) progress.onTrace(++traced, B, T);
+        ++traced;
+        if (progress.onTrace) progress.onTrace(traced, B, T);
         return std::move(t.trace);
     };
     std::optional<CompiledSegment> segment;
@@ -191,6 +203,7 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
                            "measure it instead: trainbench-cli measure --config FILE");
     }
     step.segment = std::move(*segment);
+    step.segment.traces = traced; // steps actually run (a fixed sequence reuses them)
     step.largestTracedSeqLen = largest;
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU";
     if (config.train.precision == "fp16") {

@@ -13,7 +13,8 @@
 // sequence beyond the traced shapes (a kernel that switches algorithm at a
 // size, a validation split capped by the corpus); the checks it runs at
 // shapes it did not sample catch those within them. It plans the CPU's
-// tensors; a GPU step's allocator blocks are the hand replay's.
+// tensors; on a GPU it adds the context and cuBLAS workspaces, not the
+// caching allocator's blocks (DerivedStep::at says it is a lower bound).
 
 #include <atomic>
 #include <cstdint>
@@ -34,7 +35,8 @@ struct DerivedPlanProgress {
 // Traces the config's step at small shapes (train.batch_size and
 // data.seq_len are ignored) on the CPU, and compiles it. Throws InputError
 // when the config cannot train here, when it was cancelled, or when its
-// allocations do not follow polynomials in batch and sequence (naming where).
+// allocations do not follow polynomials in batch and sequence (naming the
+// batches and sequences tried).
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress = {});
 
 } // namespace tb
