@@ -230,6 +230,22 @@ int listPresets()
     return kExitOk;
 }
 
+// fit's answer and the plan at it, as text or JSON; exit 1 when nothing fits.
+int printFit(const Args& args, bool bySeq, std::int64_t answer, std::int64_t budget, const MemoryEstimate& e)
+{
+    if (args.flag("--json")) {
+        nlohmann::json out = {{bySeq ? "max_seq_len" : "max_batch", answer}, {"budget_bytes", budget},
+                              {"estimate_at_limit", toJson(e)}};
+        std::cout << out.dump(2) << "\n";
+    } else {
+        if (answer == 0) std::printf("nothing fits %lld bytes; at 1 the estimate is:\n", static_cast<long long>(budget));
+        else std::printf("%s: %lld (budget %.3f MiB)\n", bySeq ? "largest sequence length" : "largest batch",
+                         static_cast<long long>(answer), mib(budget));
+        printEstimate(e);
+    }
+    return answer == 0 ? kExitFailed : kExitOk;
+}
+
 // estimate/fit --derived (and any TorchScript config): the plan from the
 // trainer's own step, traced at small shapes on this machine's CPU.
 struct Derived {
@@ -346,18 +362,7 @@ int fitDerived(const Args& args)
         if (peak <= *budget) lo = mid;
         else hi = mid - 1;
     }
-    const auto e = at(std::max<std::int64_t>(lo, 1));
-    if (args.flag("--json")) {
-        nlohmann::json out = {{bySeq ? "max_seq_len" : "max_batch", lo}, {"budget_bytes", *budget},
-                              {"estimate_at_limit", toJson(e)}};
-        std::cout << out.dump(2) << "\n";
-    } else {
-        if (lo == 0) std::printf("nothing fits %lld bytes; at 1 the estimate is:\n", static_cast<long long>(*budget));
-        else std::printf("%s: %lld (budget %.3f MiB)\n", bySeq ? "largest sequence length" : "largest batch",
-                         static_cast<long long>(lo), mib(*budget));
-        printEstimate(e);
-    }
-    return lo == 0 ? kExitFailed : kExitOk;
+    return printFit(args, bySeq, lo, *budget, at(std::max<std::int64_t>(lo, 1)));
 }
 
 int estimate(const Args& args)
@@ -399,18 +404,7 @@ int fit(const Args& args)
     auto at = plan.setup;
     if (bySeq) at.seqLen = std::max<std::int64_t>(answer, 1);
     else at.batch = std::max<std::int64_t>(answer, 1);
-    const auto e = estimateMemory(plan.arch, at);
-    if (args.flag("--json")) {
-        nlohmann::json out = {{bySeq ? "max_seq_len" : "max_batch", answer}, {"budget_bytes", *budget},
-                              {"estimate_at_limit", toJson(e)}};
-        std::cout << out.dump(2) << "\n";
-    } else {
-        if (answer == 0) std::printf("nothing fits %lld bytes; at 1 the estimate is:\n", static_cast<long long>(*budget));
-        else std::printf("%s: %lld (budget %.3f MiB)\n", bySeq ? "largest sequence length" : "largest batch",
-                         static_cast<long long>(answer), mib(*budget));
-        printEstimate(e);
-    }
-    return answer == 0 ? kExitFailed : kExitOk;
+    return printFit(args, bySeq, answer, *budget, estimateMemory(plan.arch, at));
 }
 
 const std::vector<OptionSpec> kPlanOptions{
