@@ -4,11 +4,12 @@
 // constants, of the form c0 + c1 T + c2 T^2 + c3 B + c4 BT + c5 BT^2, and the
 // order of the allocations does not depend on B or T. So the live bytes after
 // each allocation are such a polynomial, recovered exactly from steps traced
-// at B in {2, 3} x three consecutive T, and checked where no sample was
-// taken. At B = 1 LibTorch's matmul skips some copies, so the allocations
-// differ: that column has polynomials in T of its own, from three more
-// traces. The peak at any (B, T) is the largest of the polynomials no other
-// one dominates: tens of dot products instead of thousands of allocations.
+// at B in {g, g + 1} x three consecutive T (g = generalFrom: 2 for the hand
+// replay, 3 for a traced step), and checked where no sample was taken. Below
+// g each batch has polynomials in T of its own, from three more traces (at
+// B = 1 LibTorch's matmul skips some copies, so the allocations differ).
+// The peak at any (B, T) is the largest of the polynomials no other one
+// dominates: tens of dot products instead of thousands of allocations.
 //
 // The traces come from anywhere: the planner's hand replay (the fit map) or
 // the trainer's own step under the counting allocator (DerivedPlan.h). No
