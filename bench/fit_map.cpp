@@ -65,19 +65,10 @@ void runDerived(const char* label, const tb::RunConfig& config, const tb::Traini
             for (auto b : batches) cells.push_back(step.peakBytes(b, t, setup));
         }
     });
-    const auto largest = [&](auto&& peakAt) {
-        std::int64_t lo = 0, hi = 1 << 16;
-        while (lo < hi) {
-            const auto mid = lo + (hi - lo + 1) / 2;
-            if (peakAt(mid) <= budget) lo = mid;
-            else hi = mid - 1;
-        }
-        return lo;
-    };
     const double stepMs = medianMs(21, [&] {
         (void)step.at(config.train.batchSize, config.data.seqLen, setup);
-        (void)largest([&](std::int64_t b) { return step.peakBytes(b, config.data.seqLen, setup); });
-        (void)largest([&](std::int64_t t) { return step.peakBytes(config.train.batchSize, t, setup); });
+        (void)step.largestBatch(config.data.seqLen, setup, budget, 1 << 16);
+        (void)step.largestSeqLen(config.train.batchSize, setup, budget);
     });
     std::printf("%-34s derived in %.0f ms (%d traced steps); map %zux%zu %8.2f ms   slider step %6.3f ms\n", label,
                 deriveMs, step.segment.traces, batches.size(), seqs.size(), mapMs, stepMs);

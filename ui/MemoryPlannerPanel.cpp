@@ -609,14 +609,7 @@ std::int64_t MemoryPlannerPanel::largestBatchOf(const Plan& plan, std::int64_t s
     auto setup = plan.setup;
     setup.seqLen = seqLen;
     if (!plan.derived) return largestBatch(plan.arch, setup, budgetBytes(), limit);
-    // The derived peak grows with the batch: bisection.
-    std::int64_t lo = 0, hi = limit;
-    while (lo < hi) {
-        const auto mid = lo + (hi - lo + 1) / 2;
-        if (plan.derived->peakBytes(mid, seqLen, setup) <= budgetBytes()) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
+    return plan.derived->largestBatch(seqLen, setup, budgetBytes(), limit);
 }
 
 std::int64_t MemoryPlannerPanel::largestSeqOf(const Plan& plan, std::int64_t batch) const
@@ -624,15 +617,7 @@ std::int64_t MemoryPlannerPanel::largestSeqOf(const Plan& plan, std::int64_t bat
     auto setup = plan.setup;
     setup.batch = batch;
     if (!plan.derived) return largestSequence(plan.arch, setup, budgetBytes());
-    const auto fixed = plan.derived->fixedSeqLen;
-    if (fixed > 0) return plan.derived->peakBytes(batch, fixed, setup) <= budgetBytes() ? fixed : 0;
-    std::int64_t lo = 0, hi = 1 << 20;
-    while (lo < hi) {
-        const auto mid = lo + (hi - lo + 1) / 2;
-        if (plan.derived->peakBytes(batch, mid, setup) <= budgetBytes()) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
+    return plan.derived->largestSeqLen(batch, setup, budgetBytes());
 }
 
 std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QString* why) const

@@ -354,15 +354,9 @@ int fitDerived(const Args& args)
         return bySeq ? step.at(config.train.batchSize, n) : step.at(n, effectiveSeqLen(config));
     };
     const TrainingSetup cpu;
-    // The peak grows with batch and sequence: the largest n that fits, by bisection.
-    std::int64_t lo = 0, hi = 1 << 20;
-    while (lo < hi) {
-        const auto mid = lo + (hi - lo + 1) / 2;
-        const auto peak = bySeq ? step.peakBytes(config.train.batchSize, mid, cpu) : step.peakBytes(mid, effectiveSeqLen(config), cpu);
-        if (peak <= *budget) lo = mid;
-        else hi = mid - 1;
-    }
-    return printFit(args, bySeq, lo, *budget, at(std::max<std::int64_t>(lo, 1)));
+    const auto answer = bySeq ? step.largestSeqLen(config.train.batchSize, cpu, *budget)
+                              : step.largestBatch(effectiveSeqLen(config), cpu, *budget);
+    return printFit(args, bySeq, answer, *budget, at(std::max<std::int64_t>(answer, 1)));
 }
 
 int estimate(const Args& args)

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/Errors.h"
+#include "memory/LargestFitting.h"
 
 namespace tb {
 namespace {
@@ -90,6 +91,18 @@ std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, con
     std::int64_t most = 0;
     for (int i = 0; i < kStepPhases; ++i) most = std::max(most, segment.phasePeak(i, batch, seqLen, !setup.gpu));
     return most + gpuFixedBytes(setup);
+}
+
+std::int64_t DerivedStep::largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
+                                      std::int64_t limit) const
+{
+    return largestFitting([&](std::int64_t b) { return peakBytes(b, seqLen, setup) <= budget; }, limit);
+}
+
+std::int64_t DerivedStep::largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const
+{
+    if (fixedSeqLen > 0) return peakBytes(batch, fixedSeqLen, setup) <= budget ? fixedSeqLen : 0;
+    return largestFitting([&](std::int64_t t) { return peakBytes(batch, t, setup) <= budget; }, 1 << 20);
 }
 
 std::string derivedStepToJson(const DerivedStep& step)

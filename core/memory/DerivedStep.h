@@ -31,6 +31,11 @@ struct DerivedStep {
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // at(...).peakBytes alone, without the terms and notes: for fit maps and searches.
     std::int64_t peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    // The largest batch at this sequence, and the largest sequence at this
+    // batch, whose peak fits budget bytes (0: none; LargestFitting.h).
+    std::int64_t largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
+                              std::int64_t limit = 1 << 20) const;
+    std::int64_t largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const;
     // The sequence the polynomials are evaluated at: the dataset's fixed one,
     // else at least the shortest traced (below it a size may take another
     // form; the peak grows with the sequence, so planning it longer is safe).

@@ -1,6 +1,7 @@
 #include "memory/Estimator.h"
 #include "memory/Replay.h"
 #include "memory/Architectures.h"
+#include "memory/LargestFitting.h"
 #include "memory/StepPolynomials.h"
 
 #include <algorithm>
@@ -1006,19 +1007,6 @@ namespace {
 
 // The largest n in [1, limit] with fits(n), for fits monotone (true, then
 // false): doubling, then bisection. 0 when even 1 does not fit.
-template <typename Fits>
-std::int64_t largestFitting(Fits&& fits, std::int64_t limit)
-{
-    if (!fits(1)) return 0;
-    std::int64_t lo = 1, hi = 2;
-    while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
-    hi = std::min(hi, limit + 1);
-    while (hi - lo > 1) {
-        const auto mid = lo + (hi - lo) / 2;
-        (fits(mid) ? lo : hi) = mid;
-    }
-    return lo;
-}
 
 } // namespace
 
