@@ -36,7 +36,9 @@ int CudaAllocatorModel::newBlock(const Block& b)
 void CudaAllocatorModel::insertFree(int id)
 {
     auto& b = m_blocks[id];
-    b.where = pool(b.small).insert({b.size, b.address, id}).first;
+    auto& p = pool(b.small);
+    const PoolKey key{b.size, b.address, id};
+    p.insert(std::lower_bound(p.begin(), p.end(), key), key);
     b.pooled = true;
 }
 
@@ -44,7 +46,10 @@ void CudaAllocatorModel::removeFree(int id)
 {
     auto& b = m_blocks[id];
     if (!b.pooled) return;
-    pool(b.small).erase(b.where);
+    auto& p = pool(b.small);
+    const PoolKey key{b.size, b.address, id};
+    const auto it = std::lower_bound(p.begin(), p.end(), key);
+    if (it != p.end() && *it == key) p.erase(it);
     b.pooled = false;
 }
 
@@ -52,14 +57,14 @@ void CudaAllocatorModel::removeFree(int id)
 // request, and the max_split_size rules that keep large blocks whole.
 int CudaAllocatorModel::findCached(std::int64_t size, bool small)
 {
-    auto& p = pool(small);
-    const auto it = p.lower_bound({size, std::numeric_limits<std::int64_t>::min(), -1});
+    const auto& p = pool(small);
+    const auto it = std::lower_bound(p.begin(), p.end(), PoolKey{size, std::numeric_limits<std::int64_t>::min(), -1});
     if (it == p.end()) return -1;
-    const auto blockSize = std::get<0>(*it);
+    const auto blockSize = it->size;
     const auto maxSplit = m_settings.maxSplitSize;
     if (size < maxSplit && blockSize >= maxSplit) return -1;
     if (size >= maxSplit && blockSize >= size + kLargeBuffer) return -1;
-    return std::get<2>(*it);
+    return it->block;
 }
 
 bool CudaAllocatorModel::fitsDevice(std::int64_t more)
