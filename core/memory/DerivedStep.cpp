@@ -96,13 +96,13 @@ std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, con
 std::int64_t DerivedStep::largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                                       std::int64_t limit) const
 {
-    return largestFitting([&](std::int64_t b) { return peakBytes(b, seqLen, setup) <= budget; }, limit);
+    return largestUnderBudget([&](std::int64_t b) { return peakBytes(b, seqLen, setup); }, budget, limit);
 }
 
 std::int64_t DerivedStep::largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const
 {
     if (fixedSeqLen > 0) return peakBytes(batch, fixedSeqLen, setup) <= budget ? fixedSeqLen : 0;
-    return largestFitting([&](std::int64_t t) { return peakBytes(batch, t, setup) <= budget; }, 1 << 20);
+    return largestUnderBudget([&](std::int64_t t) { return peakBytes(batch, t, setup); }, budget, 1 << 20);
 }
 
 std::string derivedStepToJson(const DerivedStep& step)

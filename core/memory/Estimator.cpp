@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <future>
 #include <limits>
 #include <map>
 #include <filesystem>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 namespace tb {
 using namespace memory_detail;
@@ -1003,33 +1007,26 @@ TrainingSetup setupFor(const RunConfig& c)
     return s;
 }
 
-namespace {
-
-// The largest n in [1, limit] with fits(n), for fits monotone (true, then
-// false): doubling, then bisection. 0 when even 1 does not fit.
-
-} // namespace
-
 MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S) { return estimateImpl(A, S, nullptr); }
 
 std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget, std::int64_t limit)
 {
-    return largestFitting(
+    return largestUnderBudget(
         [&](std::int64_t b) {
             setup.batch = b;
-            return estimateMemory(arch, setup).peakBytes <= budget;
+            return estimateMemory(arch, setup).peakBytes;
         },
-        limit);
+        budget, limit);
 }
 
 std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget)
 {
-    return largestFitting(
+    return largestUnderBudget(
         [&](std::int64_t t) {
             setup.seqLen = t;
-            return estimateMemory(arch, setup).peakBytes <= budget;
+            return estimateMemory(arch, setup).peakBytes;
         },
-        arch.positional == "learned" && !setup.positionsFollowSeq ? arch.maxPositions : (1 << 20));
+        budget, arch.positional == "learned" && !setup.positionsFollowSeq ? arch.maxPositions : (1 << 20));
 }
 
 namespace {
@@ -1050,26 +1047,103 @@ struct CompiledStep {
     std::int64_t trainableAt(std::int64_t t) const { return trainableBytes + trainableBytesPerToken * (t - tFirst); }
 };
 
-StepTrace recordedTrace(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t B, std::int64_t T,
-                        Recording* rec = nullptr)
+// Runs f(i) for every i in [0, n) on up to one thread per core, this one
+// included. The planner's replays are arithmetic on their own copies of the
+// setup: the fit map's compiler traces and the allocator replays near the
+// budget run side by side. An exception from any f is rethrown here.
+template <typename F>
+void forEachConcurrently(std::size_t n, F&& f)
 {
-    Recording local;
-    if (!rec) rec = &local;
-    setup.batch = B;
-    setup.seqLen = T;
-    (void)estimateImpl(arch, setup, rec);
-    StepTrace out;
-    out.live = std::move(rec->trace);
-    return out;
+    const std::size_t threads = std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 1) {
+        for (std::size_t i = 0; i < n; ++i) f(i);
+        return;
+    }
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failure;
+    std::atomic<bool> failed{false};
+    const auto work = [&] {
+        for (std::size_t i; !failed && (i = next++) < n;) {
+            try {
+                f(i);
+            } catch (...) {
+                if (!failed.exchange(true)) failure = std::current_exception();
+            }
+        }
+    };
+    std::vector<std::thread> helpers;
+    helpers.reserve(threads - 1);
+    for (std::size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+    work();
+    for (auto& h : helpers) h.join();
+    if (failure) std::rethrow_exception(failure);
+}
+
+// The hand replay's allocation traces at (B, T), recorded once each: the
+// compiler's samples and checks are known before it runs, so they are
+// recorded side by side first (a Llama 2 7B step has about 4,000 allocations).
+class TraceCache {
+public:
+    TraceCache(const ArchitectureSpec& arch, const TrainingSetup& setup) : m_arch(arch), m_setup(setup) {}
+    void prefetch(std::vector<std::pair<std::int64_t, std::int64_t>> points)
+    {
+        std::sort(points.begin(), points.end());
+        points.erase(std::unique(points.begin(), points.end()), points.end());
+        std::erase_if(points, [&](const auto& p) { return m_traces.count(p) > 0; });
+        std::vector<Entry> made(points.size());
+        forEachConcurrently(points.size(), [&](std::size_t i) { made[i] = record(points[i].first, points[i].second); });
+        for (std::size_t i = 0; i < points.size(); ++i) m_traces.emplace(points[i], std::move(made[i]));
+    }
+    const StepTrace& trace(std::int64_t B, std::int64_t T) { return entry(B, T).trace; }
+    std::int64_t trainableBytes(std::int64_t B, std::int64_t T) { return entry(B, T).trainableBytes; }
+
+private:
+    struct Entry {
+        StepTrace trace;
+        std::int64_t trainableBytes = 0;
+    };
+    Entry record(std::int64_t B, std::int64_t T) const
+    {
+        Recording rec;
+        auto setup = m_setup;
+        setup.batch = B;
+        setup.seqLen = T;
+        (void)estimateImpl(m_arch, setup, &rec);
+        Entry e;
+        e.trace.live = std::move(rec.trace);
+        e.trainableBytes = rec.trainableBytes;
+        return e;
+    }
+    const Entry& entry(std::int64_t B, std::int64_t T)
+    {
+        const auto it = m_traces.find({B, T});
+        if (it != m_traces.end()) return it->second;
+        return m_traces.emplace(std::pair{B, T}, record(B, T)).first->second;
+    }
+    const ArchitectureSpec& m_arch;
+    TrainingSetup m_setup;
+    std::map<std::pair<std::int64_t, std::int64_t>, Entry> m_traces;
+};
+
+// The (B, T) at which compileSegment traces [t0, tLast] (its samples, then its checks).
+std::vector<std::pair<std::int64_t, std::int64_t>> compilerPoints(std::int64_t t0, std::int64_t tLast, std::int64_t bMax)
+{
+    constexpr std::int64_t kGeneralFrom = 2;
+    auto points = segmentChecks(t0, tLast, bMax);
+    for (std::int64_t b = 1; b <= kGeneralFrom + 1; ++b) {
+        for (std::int64_t u = 0; u < 3; ++u) points.emplace_back(b, t0 + u);
+    }
+    return points;
 }
 
 // Compiles [t0, tLast], splitting it where a size is not one polynomial over
 // it. A piece too narrow to split (a switch point inside a few sequence
 // lengths) is left uncompiled: the map replays its rows.
-void compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std::int64_t t0, std::int64_t tLast,
-                  std::int64_t bMax, std::vector<CompiledSegment>& out)
+void compileRange(TraceCache& cache, std::int64_t t0, std::int64_t tLast, std::int64_t bMax,
+                  std::vector<CompiledSegment>& out)
 {
-    const auto tracer = [&](std::int64_t B, std::int64_t T) { return recordedTrace(arch, setup, B, T); };
+    cache.prefetch(compilerPoints(t0, tLast, bMax));
+    const auto tracer = [&](std::int64_t B, std::int64_t T) { return cache.trace(B, T); };
     if (auto segment = compileSegment(tracer, t0, tLast, bMax, segmentChecks(t0, tLast, bMax))) {
         out.push_back(std::move(*segment));
         return;
@@ -1083,24 +1157,22 @@ void compileRange(const ArchitectureSpec& arch, const TrainingSetup& setup, std:
         return;
     }
     const auto mid = t0 + (tLast - t0) / 2;
-    compileRange(arch, setup, t0, mid, bMax, out);
-    compileRange(arch, setup, mid + 1, tLast, bMax, out);
+    compileRange(cache, t0, mid, bMax, out);
+    compileRange(cache, mid + 1, tLast, bMax, out);
 }
 
 std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bMax,
                                         std::int64_t tFirst, std::int64_t tLast)
 {
     CompiledStep out;
-    Recording rec;
-    (void)recordedTrace(arch, setup, 2, tFirst, &rec);
-    out.trainableBytes = rec.trainableBytes;
+    TraceCache cache(arch, setup);
+    auto points = compilerPoints(tFirst, tLast, bMax);
+    points.emplace_back(2, tFirst + 1);
+    cache.prefetch(points);
+    out.trainableBytes = cache.trainableBytes(2, tFirst);
     out.tFirst = tFirst;
-    if (tLast > tFirst) {
-        Recording next;
-        (void)recordedTrace(arch, setup, 2, tFirst + 1, &next);
-        out.trainableBytesPerToken = next.trainableBytes - rec.trainableBytes;
-    }
-    compileRange(arch, setup, tFirst, tLast, bMax, out.segments);
+    if (tLast > tFirst) out.trainableBytesPerToken = cache.trainableBytes(2, tFirst + 1) - out.trainableBytes;
+    compileRange(cache, tFirst, tLast, bMax, out.segments);
     // A step whose allocations do not follow polynomials anywhere is not compiled.
     if (std::none_of(out.segments.begin(), out.segments.end(), [](const auto& s) { return s.compiled; })) {
         return std::nullopt;
@@ -1115,7 +1187,18 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
 {
     FitMap map{batches, seqLens, {}, budgetBytes};
     if (batches.empty() || seqLens.empty()) return map;
-    map.peakBytes.reserve(batches.size() * seqLens.size());
+    const auto bFirst = std::min_element(batches.begin(), batches.end());
+    const auto tFirst = std::min_element(seqLens.begin(), seqLens.end());
+    // On a GPU the lightest cell (the smallest batch and sequence) is
+    // replayed through the allocator's model below whatever the compiler
+    // finds: it runs while the step compiles.
+    std::future<MemoryEstimate> lightest;
+    if (setup.gpu) {
+        auto s = setup;
+        s.batch = *bFirst;
+        s.seqLen = *tFirst;
+        lightest = std::async(std::launch::async, [&arch, s] { return estimateMemory(arch, s); });
+    }
     const auto compiled = compileStep(arch, setup, *std::max_element(batches.begin(), batches.end()),
                                       *std::min_element(seqLens.begin(), seqLens.end()),
                                       *std::max_element(seqLens.begin(), seqLens.end()));
@@ -1136,60 +1219,81 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
         std::size_t index;
         std::int64_t t, b;
     };
-    std::vector<std::pair<double, Cell>> nearBudget;
-    std::vector<std::int64_t> reservedBase; // per cell: the tensors the allocator holds
-    for (auto t : seqLens) {
-        setup.seqLen = t;
+    // Rows side by side: each cell is a few dozen dot products, or a replay
+    // where the step did not compile.
+    const std::size_t cols = batches.size();
+    map.peakBytes.assign(seqLens.size() * cols, 0);
+    std::vector<std::int64_t> placedBase(setup.gpu ? map.peakBytes.size() : 0, -1); // the tensors the allocator holds
+    forEachConcurrently(seqLens.size(), [&](std::size_t row) {
+        auto cell = setup;
+        const auto t = seqLens[row];
+        cell.seqLen = t;
         const CompiledSegment* segment = nullptr;
         if (compiled) {
             for (const auto& s : compiled->segments) {
                 if (t >= s.t0 && t <= s.tLast && s.compiled) segment = &s;
             }
         }
-        for (auto b : batches) {
-            setup.batch = b;
-            if (!segment) { // not polynomial in B and T here: replay the cell
-                map.peakBytes.push_back(estimateMemory(arch, setup).peakBytes);
-                continue;
+        if (!segment) { // not polynomial in B and T here: replay the row's cells
+            for (std::size_t col = 0; col < cols; ++col) {
+                cell.batch = batches[col];
+                map.peakBytes[row * cols + col] = estimateMemory(arch, cell).peakBytes;
             }
-            std::int64_t tensors = segment->peak(b, t);
-            const auto resident = validationExamples(setup) * exampleBytes(setup);
-            tensors += (resident + granularity - 1) / granularity * granularity;
-            const auto overheads = gpuOverheads(setup, compiled->trainableAt(t));
-            std::int64_t fixed = overheads.total();
-            if (setup.gpu && setup.torchMajor < 2) fixed += 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
-            std::int64_t peak = tensors + fixed;
-            if (setup.gpu) {
-                // Placed below (the allocator reserves at least the tensors).
-                nearBudget.push_back({static_cast<double>(peak - budgetBytes), {map.peakBytes.size(), t, b}});
-                reservedBase.push_back(tensors + overheads.buckets);
-            }
-            map.peakBytes.push_back(peak);
+            return;
         }
+        // What depends on the sequence only (the CUDA context's figure, the
+        // data-parallel buckets), once per row.
+        const auto example = exampleBytes(cell);
+        const auto overheads = gpuOverheads(cell, compiled->trainableAt(t));
+        std::int64_t fixed = overheads.total();
+        if (cell.gpu && cell.torchMajor < 2) fixed += 2 * cublasWorkspaceBytes(cell.torchMajor, cell.computeCapability);
+        for (std::size_t col = 0; col < cols; ++col) {
+            const auto b = batches[col];
+            const auto index = row * cols + col;
+            cell.batch = b;
+            std::int64_t tensors = segment->peak(b, t);
+            const auto resident = validationExamples(cell) * example;
+            tensors += (resident + granularity - 1) / granularity * granularity;
+            // On a GPU, placed below (the allocator reserves at least the tensors).
+            if (cell.gpu) placedBase[index] = tensors + overheads.buckets;
+            map.peakBytes[index] = tensors + fixed;
+        }
+    });
+    std::vector<std::pair<double, Cell>> nearBudget;
+    std::vector<std::int64_t> reservedBase; // per placed cell: the tensors the allocator holds
+    for (std::size_t index = 0; index < placedBase.size(); ++index) {
+        if (placedBase[index] < 0) continue;
+        nearBudget.push_back({static_cast<double>(map.peakBytes[index] - budgetBytes),
+                              {index, seqLens[index / cols], batches[index % cols]}});
+        reservedBase.push_back(placedBase[index]);
     }
     if (!nearBudget.empty()) {
         // What the allocator reserves beyond the tensors, replayed at the
         // cell whose lower bound is nearest the budget and at the lightest
-        // cell, and placed on the line through the two (a segment's fixed
-        // part weighs most on small steps).
-        const auto replayAt = [&](std::size_t i) {
-            auto s = setup;
-            s.seqLen = nearBudget[i].second.t;
-            s.batch = nearBudget[i].second.b;
-            const auto e = estimateMemory(arch, s);
-            map.peakBytes[nearBudget[i].second.index] = e.peakBytes;
-            nearBudget[i].first = std::numeric_limits<double>::infinity(); // placed by its own replay
+        // cell (the smallest batch and sequence), and placed on the line
+        // through the two (a segment's fixed part weighs most on small
+        // steps). A replayed cell takes the estimate's peak.
+        const auto figures = [&](const MemoryEstimate& e, std::size_t index) {
+            map.peakBytes[index] = e.peakBytes;
             return std::pair{static_cast<double>(e.tensorPeakBytes),
                              static_cast<double>(std::max<std::int64_t>(0, e.reservedPeakBytes - e.tensorPeakBytes))};
         };
-        std::size_t nearestIndex = 0, lightestIndex = 0;
+        std::size_t nearestIndex = 0;
         for (std::size_t i = 1; i < nearBudget.size(); ++i) {
             if (std::abs(nearBudget[i].first) < std::abs(nearBudget[nearestIndex].first)) nearestIndex = i;
-            if (reservedBase[i] < reservedBase[lightestIndex]) lightestIndex = i;
         }
-        const auto [tNear, xNear] = replayAt(nearestIndex);
-        double tLight = tNear, xLight = xNear;
-        if (lightestIndex != nearestIndex) std::tie(tLight, xLight) = replayAt(lightestIndex);
+        const auto& near = nearBudget[nearestIndex].second;
+        const auto lightIndex = static_cast<std::size_t>(tFirst - seqLens.begin()) * cols
+                                + static_cast<std::size_t>(bFirst - batches.begin());
+        auto s = setup;
+        s.batch = near.b;
+        s.seqLen = near.t;
+        const auto [tNear, xNear] = figures(estimateMemory(arch, s), near.index);
+        nearBudget[nearestIndex].first = std::numeric_limits<double>::infinity(); // placed by its own replay
+        const auto [tLight, xLight] = figures(lightest.get(), lightIndex);
+        for (auto& cell : nearBudget) {
+            if (cell.second.index == lightIndex) cell.first = std::numeric_limits<double>::infinity();
+        }
         reservedPerTensorByte = tNear > tLight ? (xNear - xLight) / (tNear - tLight) : (tNear > 0 ? xNear / tNear : 0.0);
         const double reservedAtZero = tNear > tLight ? xLight - reservedPerTensorByte * tLight : 0.0;
         for (std::size_t i = 0; i < nearBudget.size(); ++i) {
@@ -1200,16 +1304,18 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
             map.peakBytes[cell.second.index] += placed;
             cell.first = static_cast<double>(map.peakBytes[cell.second.index] - budgetBytes);
         }
-        std::sort(nearBudget.begin(), nearBudget.end(),
-                  [](const auto& x, const auto& y) { return std::abs(x.first) < std::abs(y.first); });
-        for (std::size_t i = 0; i < nearBudget.size() && i < kReplays; ++i) {
-            const auto& [distance, cell] = nearBudget[i];
-            if (std::abs(distance) > kBand * static_cast<double>(budgetBytes)) break;
+        const auto nearest = std::min(kReplays, nearBudget.size());
+        std::partial_sort(nearBudget.begin(), nearBudget.begin() + static_cast<std::ptrdiff_t>(nearest), nearBudget.end(),
+                          [](const auto& x, const auto& y) { return std::abs(x.first) < std::abs(y.first); });
+        std::size_t within = 0;
+        while (within < nearest && std::abs(nearBudget[within].first) <= kBand * static_cast<double>(budgetBytes)) ++within;
+        forEachConcurrently(within, [&](std::size_t i) {
+            const auto& cell = nearBudget[i].second;
             auto s = setup;
             s.seqLen = cell.t;
             s.batch = cell.b;
             map.peakBytes[cell.index] = estimateMemory(arch, s).peakBytes;
-        }
+        });
     }
     return map;
 }

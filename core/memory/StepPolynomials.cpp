@@ -39,13 +39,12 @@ int phaseOf(const StepTrace& t, std::size_t k) { return t.phase.empty() ? 0 : st
 std::array<std::vector<StepPoly>, kStepPhases> undominated(const std::vector<StepPoly>& all, const StepTrace& tags,
                                                           std::int64_t bMax, std::int64_t uMax)
 {
-    std::vector<std::size_t> order(all.size());
-    for (std::size_t k = 0; k < all.size(); ++k) order[k] = k;
-    std::sort(order.begin(), order.end(), [&](auto x, auto y) {
-        return evaluateStepPoly(all[x], bMax, uMax) > evaluateStepPoly(all[y], bMax, uMax);
-    });
+    // Each evaluated once (a 7B step has thousands), then sorted.
+    std::vector<std::pair<std::int64_t, std::size_t>> order(all.size());
+    for (std::size_t k = 0; k < all.size(); ++k) order[k] = {evaluateStepPoly(all[k], bMax, uMax), k};
+    std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
     std::array<std::vector<StepPoly>, kStepPhases> kept;
-    for (auto k : order) {
+    for (const auto& [value, k] : order) {
         auto& phase = kept[static_cast<std::size_t>(phaseOf(tags, k))];
         const bool dominated = std::any_of(phase.begin(), phase.end(), [&](const StepPoly& q) {
             for (int i = 0; i < kStepMonomials; ++i) {
