@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 namespace tb {
 
 struct ThreadSetup {
@@ -11,7 +13,27 @@ struct ThreadSetup {
 // Threads.cpp); N > 0: N threads for both pools.
 ThreadSetup threadSetupFor(int threads);
 // Applies it: LibTorch's intra-op threads and, where OpenBLAS is the system
-// BLAS, its own pool, which at::set_num_threads does not reach.
+// BLAS, its own pool, which at::set_num_threads does not reach. Selects the
+// BLAS kernels first (selectBlasKernels).
 void applyThreadCount(int threads);
+
+// The kernels OpenBLAS runs matrix products with, and what it had chosen
+// itself where Trainbench chose others.
+struct BlasKernels {
+    std::string core;     // OpenBLAS's core ("Haswell", "SkylakeX", ...); empty when the BLAS is not OpenBLAS
+    std::string replaced; // what OpenBLAS had picked, when it was replaced; else empty
+    // "OpenBLAS kernels: SkylakeX (OpenBLAS picked Prescott for this CPU)", or "" when not OpenBLAS.
+    std::string describe() const;
+};
+// OpenBLAS picks its kernels from the CPU's family and model, and falls back
+// to Prescott (SSE3) for a model it does not know; Debian 12's 0.3.21 does
+// not know Intel's Emerald Rapids (family 6, model 207), where the Prescott
+// kernels made training several times slower (Threads.cpp has the figures).
+// Where it fell back so and the CPU has AVX2 and FMA, this selects the
+// kernels for what the CPU can do (AVX-512: SkylakeX, with bf16: Cooperlake;
+// else Haswell). A user's OPENBLAS_CORETYPE is left as it is. Runs once per
+// process; call it before the first matrix product, while one thread runs
+// (it sets the environment variable OpenBLAS reads, and restores it).
+BlasKernels selectBlasKernels();
 
 } // namespace tb

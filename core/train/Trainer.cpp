@@ -322,7 +322,10 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
              + std::to_string(trainableParameterCount()) + " trainable), " + m->data->describe()
              + (m->world > 1 ? "; data parallel: " + std::to_string(m->world) + " processes (" + m->options.dist.launcher
                                    + "), global batch " + std::to_string(m->world) + " x " + std::to_string(t.batchSize)
-                             : std::string()));
+                             : std::string())
+             // Said only where Trainbench chose other kernels than OpenBLAS did.
+             + (m->torchDevice.is_cpu() && !selectBlasKernels().replaced.empty() ? "; " + selectBlasKernels().describe()
+                                                                                  : std::string()));
     if (m->validation.empty() && m->rank == 0) emit("warning", "validation", "the validation split is empty; no validation loss will be reported");
     if (!m->flagged.empty()) {
         std::string list;
