@@ -7,7 +7,6 @@
 #include "common/Errors.h"
 #include "common/Version.h"
 #include "config/RunConfig.h"
-#include "train/Threads.h"
 #include "train/Trainer.h"
 
 namespace {
@@ -32,8 +31,6 @@ void printHelp()
 
 int main(int argc, char** argv)
 {
-    // Before any thread starts: it sets the environment variable OpenBLAS reads.
-    (void)tb::selectBlasKernels();
     using namespace tb::cli;
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {

@@ -6,13 +6,10 @@
 
 #include "MainWindow.h"
 #include "common/Version.h"
-#include "train/Threads.h"
 #include "train/Trainer.h"
 
 int main(int argc, char** argv)
 {
-    // Before any thread starts: it sets the environment variable OpenBLAS reads.
-    (void)tb::selectBlasKernels();
     QApplication app(argc, argv);
     QApplication::setApplicationName("Trainbench");
     QApplication::setOrganizationName("Trainbench");

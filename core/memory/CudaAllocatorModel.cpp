@@ -1,6 +1,7 @@
 #include "memory/CudaAllocatorModel.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace tb {
 
@@ -37,6 +38,7 @@ void CudaAllocatorModel::insertFree(int id)
 {
     auto& b = m_blocks[id];
     auto& p = pool(b.small);
+    assert(!b.pooled);
     const PoolKey key{b.size, b.address, id};
     p.insert(std::lower_bound(p.begin(), p.end(), key), key);
     b.pooled = true;
@@ -49,6 +51,7 @@ void CudaAllocatorModel::removeFree(int id)
     auto& p = pool(b.small);
     const PoolKey key{b.size, b.address, id};
     const auto it = std::lower_bound(p.begin(), p.end(), key);
+    assert(it != p.end() && *it == key); // a pooled block is in its pool under its size and address
     if (it != p.end() && *it == key) p.erase(it);
     b.pooled = false;
 }

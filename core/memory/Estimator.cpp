@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 namespace tb {
@@ -1073,7 +1074,13 @@ void forEachConcurrently(std::size_t n, F&& f)
     };
     std::vector<std::thread> helpers;
     helpers.reserve(threads - 1);
-    for (std::size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+    for (std::size_t t = 1; t < threads; ++t) {
+        try {
+            helpers.emplace_back(work);
+        } catch (const std::system_error&) {
+            break; // no thread to be had: fewer do the work
+        }
+    }
     work();
     for (auto& h : helpers) h.join();
     if (failure) std::rethrow_exception(failure);

@@ -5,13 +5,18 @@
 //
 // largestFitting asks only "fits or not": doubling, then bisection, about
 // 2 log2(answer) evaluations. largestUnderBudget uses the peaks themselves:
-// each guess is where the line through the last two peaks crosses the
+// each guess is where the parabola through the last three peaks crosses the
 // budget (a step's peak is close to linear in the batch and quadratic at
-// most in the sequence), kept inside the bracket of what is known to fit and
-// what is known not to, with a bisection whenever a guess leaves more than
-// half the bracket. Same answer for such a peak, in a handful of
-// evaluations: a fit answer on a GPU replays the caching allocator's model
-// once per evaluation, about a millisecond for a 7B model.
+// most in the sequence), else the line through the last two, else false
+// position between what is known to fit and what is known not to, always
+// strictly between the two; after two guesses in a row that did not halve
+// that bracket, a bisection. While nothing is known not to fit, a guess
+// goes at most kLargestGrowth times past the largest that fits (doubling
+// went 2 times), so a peak is not asked for far beyond its answer. Same
+// answer for a peak that does not fall, in a handful of evaluations: a fit
+// answer on a GPU replays the caching allocator's model once per
+// evaluation, about a millisecond for a 7B model. Limits beyond 2^52 are
+// treated as 2^52 (the guesses are computed in doubles).
 
 #include <algorithm>
 #include <cmath>
@@ -59,10 +64,13 @@ inline double parabolaCrossing(const double (&x)[3], const double (&y)[3], doubl
     return best;
 }
 
+constexpr std::int64_t kLargestGrowth = 16;
+
 template <typename Peak>
 std::int64_t largestUnderBudget(Peak&& peak, std::int64_t budget, std::int64_t limit)
 {
     if (limit < 1) return 0;
+    limit = std::min<std::int64_t>(limit, std::int64_t{1} << 52);
     const auto over = [&](std::int64_t n) { return static_cast<double>(static_cast<std::int64_t>(peak(n)) - budget); };
     double overLo = over(1);
     if (overLo > 0) return 0;
@@ -91,13 +99,16 @@ std::int64_t largestUnderBudget(Peak&& peak, std::int64_t budget, std::int64_t l
             if (seen >= 3) at = parabolaCrossing(xs, os, l, bounded ? h : std::numeric_limits<double>::infinity());
             if (std::isnan(at)) {
                 const double slope = (os[2] - os[1]) / (xs[2] - xs[1]);
-                at = slope > 0 ? xs[2] - os[2] / slope : h - 1;
+                at = slope > 0 ? xs[2] - os[2] / slope : h - 1; // flat: as far as allowed
                 if (bounded && !(at > l && at < h)) at = l + (h - l) * (-overLo) / (overHi - overLo);
             }
         }
-        // Strictly inside the bracket; rounding down aims at the last n that
-        // fits, and the next guess then tries the one after it.
-        const auto guess = static_cast<std::int64_t>(std::clamp(std::floor(at), l + 1, h - 1));
+        // Strictly inside the bracket (and, while nothing is known not to
+        // fit, at most kLargestGrowth times the largest that fits); rounding
+        // down aims at the last n that fits, and the next guess then tries
+        // the one after it.
+        const double most = bounded ? h - 1 : std::min(h - 1, static_cast<double>(kLargestGrowth) * l);
+        const auto guess = static_cast<std::int64_t>(std::clamp(std::floor(at), l + 1, std::max(l + 1, most)));
         const std::int64_t loBefore = lo, widthBefore = hi - lo;
         const double o = over(guess);
         if (o <= 0) {

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <mutex>
 #include <strings.h>
 #include <thread>
 #include <vector>
@@ -64,43 +63,55 @@ std::string BlasKernels::describe() const
     return "OpenBLAS kernels: " + core + (replaced.empty() ? "" : " (OpenBLAS picked " + replaced + " for this CPU)");
 }
 
-BlasKernels selectBlasKernels()
+BlasKernels chooseBlasKernels()
 {
-    static std::once_flag once;
-    static BlasKernels kernels;
-    std::call_once(once, [] {
-        kernels.core = openBlasCore();
-        // Measured on a 2-core Intel Xeon (Emerald Rapids, family 6 model
-        // 207) under Debian 12's OpenBLAS 0.3.21, which fell back to
-        // Prescott there: the 3-layer, d_model 128 Llama of the addition
-        // task at batch 128 trained 60 steps (trainbench-cli train, start-up
-        // included) in 11.8 s with Prescott's kernels and in 6.3-6.9 s with
-        // Cooperlake's; sgemm took half the time of a Prescott run (perf).
-        if (strcasecmp(kernels.core.c_str(), "Prescott") != 0 || std::getenv("OPENBLAS_CORETYPE")) return;
-        using Hook = void (*)();
-        const auto quit = reinterpret_cast<Hook>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
-        const auto init = reinterpret_cast<Hook>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
-        if (!quit || !init) return; // not a DYNAMIC_ARCH build: its kernels are fixed
-        for (const char* core : coresForThisCpu()) {
-            // gotoblas_dynamic_init returns at once while a core is chosen;
-            // quit unsets it, and init then reads OPENBLAS_CORETYPE.
-            setenv("OPENBLAS_CORETYPE", core, 1);
-            quit();
-            init();
-            unsetenv("OPENBLAS_CORETYPE");
-            const auto now = openBlasCore();
-            if (strcasecmp(now.c_str(), core) == 0) {
-                kernels.replaced = kernels.core;
-                kernels.core = now;
-                return;
-            }
-        }
-        // None took: back to what OpenBLAS chose itself.
+    BlasKernels kernels;
+    kernels.core = openBlasCore();
+    // Measured on a 2-core Intel Xeon (Emerald Rapids, family 6 model
+    // 207) under Debian 12's OpenBLAS 0.3.21, which fell back to Prescott
+    // there: the 3-layer, d_model 128 Llama of the addition task at batch
+    // 128 trained 60 steps (trainbench-cli train, start-up included) in
+    // 11.8 s with Prescott's kernels and in 6.3-6.9 s with Cooperlake's;
+    // sgemm took half the time of a Prescott run (perf).
+    if (strcasecmp(kernels.core.c_str(), "Prescott") != 0 || std::getenv("OPENBLAS_CORETYPE")) return kernels;
+    using Hook = void (*)();
+    const auto quit = reinterpret_cast<Hook>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
+    const auto init = reinterpret_cast<Hook>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
+    if (!quit || !init) return kernels; // not a DYNAMIC_ARCH build: its kernels are fixed
+    const auto cores = coresForThisCpu();
+    if (cores.empty()) return kernels; // no AVX2: Prescott's kernels may be this CPU's best
+    for (const char* core : cores) {
+        // gotoblas_dynamic_init returns at once while a core is chosen;
+        // quit unsets it, and init then reads OPENBLAS_CORETYPE.
+        setenv("OPENBLAS_CORETYPE", core, 1);
         quit();
         init();
-        kernels.core = openBlasCore();
-    });
+        unsetenv("OPENBLAS_CORETYPE");
+        const auto now = openBlasCore();
+        if (strcasecmp(now.c_str(), core) == 0) {
+            kernels.replaced = kernels.core;
+            kernels.core = now;
+            return kernels;
+        }
+    }
+    // None took: back to what OpenBLAS chose itself.
+    quit();
+    init();
+    kernels.core = openBlasCore();
     return kernels;
 }
+
+BlasKernels selectBlasKernels()
+{
+    static const BlasKernels kernels = chooseBlasKernels();
+    return kernels;
+}
+
+namespace {
+// At load, as OpenBLAS chooses its own: before main() and any thread of the
+// program's (OpenBLAS's idle workers aside), so that setting the variable
+// OpenBLAS reads races with no one and no matrix product is running.
+const bool g_blasKernelsSelected = (selectBlasKernels(), true);
+} // namespace
 
 } // namespace tb

@@ -30,10 +30,15 @@ struct BlasKernels {
 // not know Intel's Emerald Rapids (family 6, model 207), where the Prescott
 // kernels made training several times slower (Threads.cpp has the figures).
 // Where it fell back so and the CPU has AVX2 and FMA, this selects the
-// kernels for what the CPU can do (AVX-512: SkylakeX, with bf16: Cooperlake;
-// else Haswell). A user's OPENBLAS_CORETYPE is left as it is. Runs once per
-// process; call it before the first matrix product, while one thread runs
-// (it sets the environment variable OpenBLAS reads, and restores it).
+// kernels for what the CPU can do (AVX-512 with bf16: Cooperlake; AVX-512:
+// SkylakeX; else Haswell) through OpenBLAS's own run-time selection, which
+// reads OPENBLAS_CORETYPE: it sets the variable for that call and unsets it
+// after. A user's OPENBLAS_CORETYPE is left as it is (and then this does
+// nothing). Runs once per process, when the program loads (Threads.cpp);
+// later calls return what was chosen.
 BlasKernels selectBlasKernels();
+// The choice itself, made anew on each call (tests make OpenBLAS's fallback
+// on purpose and check it is replaced); programs call selectBlasKernels.
+BlasKernels chooseBlasKernels();
 
 } // namespace tb
