@@ -474,8 +474,24 @@ void TestPlannerPanel::torchScriptExperimentIsDerived()
     QVERIFY(!planner()->deriving());
     QVERIFY(planner()->estimate()->peakBytes > e.peakBytes);
     screenshot("planner-torchscript.png");
-    // Another precision is another step: derived again on request.
+    // What does not change the step keeps its plan: the name, the learning
+    // rate, how long it trains (they asked for a new trace before).
+    doc->setValues({{"name", "renamed"}, {"optim.lr", 0.01}, {"train.steps", 50}, {"train.seed", 7}});
+    QVERIFY2(planner()->estimate().has_value(), qPrintable(planner()->verdictText()));
+    QCOMPARE(derive->text(), QString("&Derive plan again"));
+    // Another precision is another step: derived again on request; back to
+    // the traced one, its plan is there again.
+    const int traced = planner()->precisionBox()->currentIndex();
     planner()->precisionBox()->setCurrentIndex(planner()->precisionBox()->findData("bf16"));
     QVERIFY(!planner()->estimate());
+    QCOMPARE(derive->text(), QString("&Derive plan from the model"));
+    planner()->precisionBox()->setCurrentIndex(traced);
+    QVERIFY2(planner()->estimate().has_value(), qPrintable(planner()->verdictText()));
+    // The model file saved again (another model, the same path) is another
+    // step, seen at the next change of the plan (it was not seen at all).
+    QTest::qWait(20); // a modification time after the first save's
+    tb::fixtures::scriptedLm(tb::fixtures::ScriptVariant::Clean, 256, 32, 3).save(model.toStdString());
+    planner()->setBatch(9);
+    QVERIFY2(!planner()->estimate(), qPrintable(planner()->verdictText()));
     QCOMPARE(derive->text(), QString("&Derive plan from the model"));
 }

@@ -654,10 +654,29 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     if (!init.isEmpty() && !runReference && QFileInfo(init).isRelative() && !c.baseDir.empty()) {
         c.train.initFrom = QDir(QString::fromStdString(c.baseDir)).absoluteFilePath(init).toStdString();
     }
+    // The key: what the traced step depends on. Batch and sequence are the
+    // plan's inputs, not the step's; the name, the learning-rate schedule,
+    // the seed and how long and how often a run trains or reports do not
+    // change what a step allocates (DerivedPlan.cpp sets its own steps,
+    // evaluation and threads). The model file's size and modification time
+    // are in it: a TorchScript file saved again is another model.
     auto keyed = c;
+    keyed.name.clear();
     keyed.train.batchSize = 1;
     keyed.data.seqLen = 0;
-    *key = configToJson(keyed);
+    keyed.optim.lr = 0;
+    keyed.optim.warmupSteps = 0;
+    keyed.optim.schedule.clear();
+    keyed.train.steps = 0;
+    keyed.train.seed = 0;
+    keyed.train.evalEvery = 0;
+    keyed.train.logEvery = 0;
+    keyed.train.checkpointEvery = 0;
+    keyed.train.keepCheckpoints = 0;
+    keyed.train.threads = 0;
+    const QFileInfo file(QString::fromStdString(c.model.path));
+    *key = configToJson(keyed) + "\n" + std::to_string(file.size()) + " "
+        + std::to_string(file.lastModified().toMSecsSinceEpoch());
     return config;
 }
 
