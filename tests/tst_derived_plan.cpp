@@ -375,9 +375,18 @@ void TestDerivedPlan::cliRefusesWhatDoesNotApply()
 {
     QTemporaryDir dir;
     const auto path = scriptedConfig(dir, 2, 16);
-    const auto gpus = cli({"estimate", "--config", path, "--gpus", "2"});
-    QVERIFY(gpus.code != 0);
-    QVERIFY2(gpus.err.contains("--gpus does not apply to the derived plan"), gpus.err.constData());
+    // Data parallel is planned (it was refused): one rank's step and the
+    // reducer's buckets (tst_data_parallel measures it); no ranks is refused.
+    const auto one = cli({"estimate", "--config", path, "--json"});
+    const auto two = cli({"estimate", "--config", path, "--gpus", "2", "--json"});
+    QVERIFY2(one.code == 0 && two.code == 0, two.err.constData());
+    const auto single = QJsonDocument::fromJson(one.out).object(), ranks = QJsonDocument::fromJson(two.out).object();
+    const auto buckets = ranks["components"].toObject()["ddp_buckets"].toDouble();
+    QCOMPARE(buckets, 4.0 * ranks["trainable_parameters"].toDouble());
+    QVERIFY(ranks["peak_bytes"].toDouble() >= single["peak_bytes"].toDouble() + buckets);
+    const auto none = cli({"estimate", "--config", path, "--gpus", "0"});
+    QVERIFY(none.code != 0);
+    QVERIFY2(none.err.contains("--gpus"), none.err.constData());
     const auto fitGpu = cli({"fit", "--config", path, "--gpu", "T4"});
     QVERIFY(fitGpu.code != 0);
     QVERIFY2(fitGpu.err.contains("takes --budget BYTES"), fitGpu.err.constData());

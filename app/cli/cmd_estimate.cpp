@@ -268,7 +268,7 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
         throw InputError("--allocator-slack is gone: the plan now replays the step through a model of the CUDA caching "
                          "allocator; set its options with --max-split-size-mb N or --expandable-segments");
     }
-    for (const char* option : {"--gpus", "--max-split-size-mb", "--attention",
+    for (const char* option : {"--max-split-size-mb", "--attention",
                                "--attention-modules", "--preset", "--hf-config"}) {
         if (args.value(option)) {
             throw InputError(std::string(option) + " does not apply to the derived plan, which traces the config's own "
@@ -288,6 +288,8 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
     if (auto t = args.value("--lora-targets")) config.lora.targets = splitList(*t);
     if (auto n = args.integer("--grad-accum", 1, 1 << 16)) config.train.gradAccum = static_cast<int>(*n);
+    // Data parallel: one rank's step is traced; the plan adds the ranks' buckets and rows.
+    if (auto g = args.integer("--gpus", 1, 1024)) config.train.worldSize = static_cast<int>(*g);
     if (auto p = args.value("--precision")) {
         if (*p != "fp32" && *p != "fp16" && *p != "bf16" && *p != "bf16-pure") {
             throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""

@@ -68,6 +68,20 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
         e.notes.push_back("sequence " + std::to_string(seqLen) + " is far beyond the longest traced ("
                           + std::to_string(largestTracedSeqLen) + "): a kernel that changes with the shape would not show");
     }
+    if (const auto dp = dataParallelBytes(batch, seqLen, setup); dp > 0) {
+        const auto rows = dp - trainableBytes;
+        e.terms.push_back({"ddp_buckets", trainableBytes, "data parallel: the reducer's gradient buckets, trainable parameters x their bytes"});
+        if (rows > 0) {
+            e.terms.push_back({"data", rows, "data parallel: the other ranks' rows of the global batch every rank draws, "
+                                             "and rank 0's validation of the global batch"});
+        }
+        e.peakBytes += dp;
+        e.tensorPeakBytes += dp;
+        e.endOfStepBytes += dp;
+        for (auto& p : e.phases) p.bytes += dp;
+        e.notes.push_back("data parallel, " + std::to_string(setup.gpus)
+                          + " ranks: one rank's step traced alone, plus the reducer's buckets and the global batch's rows");
+    }
     if (!setup.gpu) return e;
     // Two cuBLAS handles: the forward's thread and the autograd device thread.
     const auto fixed = gpuFixedBytes(setup);
@@ -85,12 +99,23 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
 }
 
 
+std::int64_t DerivedStep::dataParallelBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+{
+    if (setup.gpus <= 1) return 0;
+    auto ranks = setup;
+    ranks.batch = batch;
+    ranks.seqLen = plannedSeqLen(seqLen);
+    auto one = ranks;
+    one.gpus = 1;
+    return trainableBytes + dataBytes(ranks) - dataBytes(one);
+}
+
 std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
-    seqLen = plannedSeqLen(seqLen);
+    const auto planned = plannedSeqLen(seqLen);
     std::int64_t most = 0;
-    for (int i = 0; i < kStepPhases; ++i) most = std::max(most, segment.phasePeak(i, batch, seqLen, !setup.gpu));
-    return most + gpuFixedBytes(setup);
+    for (int i = 0; i < kStepPhases; ++i) most = std::max(most, segment.phasePeak(i, batch, planned, !setup.gpu));
+    return most + dataParallelBytes(batch, seqLen, setup) + gpuFixedBytes(setup);
 }
 
 std::int64_t DerivedStep::largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
@@ -118,6 +143,7 @@ std::string derivedStepToJson(const DerivedStep& step)
                                 {"first_small", S.firstSmall},
                                 {"parameters", step.parameters},
                                 {"trainable_parameters", step.trainableParameters},
+                                {"trainable_bytes", step.trainableBytes},
                                 {"largest_traced_seq_len", step.largestTracedSeqLen},
                                 {"fixed_seq_len", step.fixedSeqLen},
                                 {"traced_on", step.tracedOn},
@@ -148,6 +174,8 @@ DerivedStep derivedStepFromJson(const std::string& text)
         }
         step.parameters = j.at("parameters").get<std::int64_t>();
         step.trainableParameters = j.at("trainable_parameters").get<std::int64_t>();
+        // (Steps saved before it was recorded: fp32 parameters.)
+        step.trainableBytes = j.value("trainable_bytes", step.trainableParameters * 4);
         step.largestTracedSeqLen = j.at("largest_traced_seq_len").get<std::int64_t>();
         step.fixedSeqLen = j.at("fixed_seq_len").get<std::int64_t>();
         step.tracedOn = j.at("traced_on").get<std::string>();

@@ -17,6 +17,7 @@ namespace tb {
 struct DerivedStep {
     CompiledSegment segment;
     std::int64_t parameters = 0, trainableParameters = 0;
+    std::int64_t trainableBytes = 0; // the trainable parameters' bytes: data parallel's gradient buckets
     std::int64_t largestTracedSeqLen = 0;
     std::int64_t fixedSeqLen = 0; // > 0: the dataset fixes the sequence length (addition)
     std::string tracedOn;         // "LibTorch 1.13.1 on this machine's CPU"
@@ -29,6 +30,11 @@ struct DerivedStep {
     // workspaces. A lower bound: the caching allocator's blocks, and what a
     // GPU kernel allocates that the CPU's did not, are not in a CPU trace.
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    // Data parallel (setup.gpus ranks, more than 1): what a rank holds beyond
+    // the traced one-process step: the reducer's gradient buckets (the
+    // trainable bytes) and the other ranks' rows of the global batch every
+    // rank draws (rank 0 also keeps the global batch's validation). 0 for one rank.
+    std::int64_t dataParallelBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // at(...).peakBytes alone, without the terms and notes: for fit maps and searches.
     std::int64_t peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // The largest batch at this sequence, and the largest sequence at this

@@ -1010,6 +1010,11 @@ TrainingSetup setupFor(const RunConfig& c)
 
 MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S) { return estimateImpl(A, S, nullptr); }
 
+std::int64_t dataBytes(const TrainingSetup& S)
+{
+    return (validationExamples(S) + S.gradAccum * S.batch * std::max(1, S.gpus)) * exampleBytes(S);
+}
+
 std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget, std::int64_t limit)
 {
     return largestUnderBudget(

@@ -113,6 +113,11 @@ CudaContextFigure cudaContextFor(int computeCapability);
 // 1.13 leaves cuBLAS its own, outside the allocator. The plan counts two
 // handles (the forward's thread and the autograd device thread).
 std::int64_t cublasWorkspaceBytes(int torchMajor, int computeCapability);
+// The data one replica holds during a step: the validation batches kept for
+// the run and the step's micro-batches (int64 ids; the addition task's float
+// mask). With data parallel every rank draws the global batch and trains on
+// its rows, and rank 0 keeps the global batch's validation.
+std::int64_t dataBytes(const TrainingSetup& setup);
 
 struct MemoryTerm {
     std::string name;    // weights, gradients, optimizer_state, activations, attention_maps, logits, ...

@@ -152,9 +152,9 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T)
 
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress)
 {
-    if (config.train.worldSize > 1) {
-        throw InputError("the derived plan traces one process; plan a data-parallel run per rank (train.world_size 1)");
-    }
+    // Data parallel: one rank's step is traced alone (traceStep runs one
+    // process); DerivedStep adds the reducer's buckets and the global batch's
+    // rows for train.world_size ranks.
     DerivedStep step;
     const bool fixed = fixedSequence(config);
     if (fixed) step.fixedSeqLen = effectiveSeqLen(config);
@@ -175,6 +175,8 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
         if (fixed) byBatch[B] = t.trace;
         step.parameters = t.parameters;
         step.trainableParameters = t.trainable;
+        // Pure bf16 trains bf16 parameters; every other precision fp32 ones.
+        step.trainableBytes = t.trainable * (config.train.precision == "bf16-pure" ? 2 : 4);
         largest = std::max(largest, T);
         ++traced;
         if (progress.onTrace) progress.onTrace(traced, B, T);
