@@ -658,7 +658,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     // plan's inputs, not the step's; the name, the learning-rate schedule,
     // the seed and how long and how often a run trains or reports do not
     // change what a step allocates (DerivedPlan.cpp sets its own steps,
-    // evaluation and threads). The model file's size and modification time
+    // evaluation and threads, and traces one rank of a data-parallel run). The model file's size and modification time
     // are in it: a TorchScript file saved again is another model.
     auto keyed = c;
     keyed.name.clear();
@@ -674,6 +674,8 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     keyed.train.checkpointEvery = 0;
     keyed.train.keepCheckpoints = 0;
     keyed.train.threads = 0;
+    keyed.train.worldSize = 1; // one rank's step is traced; the plan adds the others' share
+    keyed.train.distTimeoutS = 0;
     const QFileInfo file(QString::fromStdString(c.model.path));
     *key = configToJson(keyed) + "\n" + std::to_string(file.size()) + " "
         + std::to_string(file.lastModified().toMSecsSinceEpoch());
