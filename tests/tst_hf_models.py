@@ -713,6 +713,65 @@ def planning(tmp):
                   % (what, 100 * error, " (and says it is not yet exact)" if named else ""))
 
 
+def chat_planning(tmp):
+    """Chat data keeps a float loss mask beside each example's ids (the
+    validation batches for the whole run, the step's batch): the hand plan,
+    the derived plan for two ranks and the hand plan for two ranks against
+    measure and measure --nproc 2. Many validation windows of a small model
+    make the mask a few percent of the peak."""
+    tmp = os.path.join(tmp, "chat-planning")
+    os.makedirs(tmp)
+    rng = random.Random(12)
+    words = "the cat sat on a mat and then the dog ran to the red ball while birds sang".split()
+    sentence = lambda: " ".join(rng.choice(words) for _ in range(rng.randint(4, 16))) + "."
+    conversations = [[{"role": "user", "content": sentence()}, {"role": "assistant", "content": sentence()}]
+                     for _ in range(300)]
+    model = os.path.join(tmp, "tiny")
+    os.makedirs(model)
+    vocab = byte_level_tokenizer(model, [m["content"] for c in conversations for m in c], merges_wanted=30)
+    with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "chat_template":
+                   "{{ bos_token }}{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\\n' }}"
+                   "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"}, f)
+    generate(model, "--family", "llama", "--seed", "5", "--vocab", str(vocab), "--hidden", "32", "--heads", "4",
+             "--layers", "2", "--intermediate", "64")
+    data = os.path.join(tmp, "chat.jsonl")
+    with open(data, "w") as f:
+        f.write("".join(json.dumps({"messages": c}) + "\n" for c in conversations))
+    cfg = {"name": "chat-plan", "device": "cpu", "model": {"type": "hf", "path": model},
+           "data": {"source": "chat", "path": data, "seq_len": 96, "val_fraction": 0.2},
+           "train": {"batch_size": 6, "steps": 2, "eval_every": 2, "eval_batches": 40, "threads": 1}}
+    lora = dict(cfg, train=dict(cfg["train"], precision="bf16"), lora={"rank": 4, "targets": ["q_proj", "v_proj"]})
+    paths = {}
+    for name, c in (("fp32", cfg), ("lora", lora)):
+        paths[name] = os.path.join(tmp, name + ".json")
+        with open(paths[name], "w") as f:
+            json.dump(c, f)
+    env = dict(os.environ, TRAINBENCH_TOKEN_CACHE=os.path.join(tmp, "token-cache"))
+    run = lambda *args: subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+    cases = [("chat data", "fp32", ["measure"], ["estimate"]),
+             ("chat data, 2 ranks", "fp32", ["measure", "--nproc", "2"], ["estimate", "--gpus", "2"]),
+             ("chat data, 2 ranks, derived", "fp32", None, ["estimate", "--derived", "--gpus", "2"]),
+             ("chat data, bf16 LoRA q,v", "lora", ["measure"], ["estimate"])]
+    peak = None
+    for what, config, measure, estimate in cases:
+        path = paths[config]
+        if measure:
+            m = run(*measure, "--config", path, "--json", "--steps", "2")
+            if m.returncode != 0:
+                check(False, "%s: measure failed: %s" % (what, m.stderr.strip()[-400:]))
+                return
+            peak = json.loads(m.stdout)["peak_bytes"]
+        e = run(*estimate, "--config", path, "--json")
+        if e.returncode != 0:
+            check(False, "%s: estimate failed: %s" % (what, e.stderr.strip()[-400:]))
+            continue
+        planned = json.loads(e.stdout)["peak_bytes"]
+        error = (planned - peak) / peak
+        print("plan %-44s measured %9d planned %9d %+6.2f%%" % (what, peak, planned, 100 * error), flush=True)
+        check(-0.005 <= error <= 0.02, "%s: planned %+.2f%% off the measured peak" % (what, 100 * error))
+
+
 def main():
     global CLI
     CLI = os.path.abspath(sys.argv[1])
@@ -732,6 +791,7 @@ def main():
             compare(name, folder, cfg, ids, ref=ref)
         damaged_folders(tmp)
         planning(tmp)
+        chat_planning(tmp)
         corpus_training(tmp)
         for family in FAMILIES:
             training(tmp, family)

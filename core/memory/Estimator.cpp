@@ -101,7 +101,7 @@ std::int64_t validationExamples(const TrainingSetup& S)
 
 std::int64_t exampleBytes(const TrainingSetup& S)
 {
-    return (S.seqLen + 1) * 8 + (S.dataset == "addition" ? S.seqLen * 4 : 0);
+    return (S.seqLen + 1) * 8 + (hasLossMask(S) ? S.seqLen * 4 : 0);
 }
 
 // What data parallel adds to the tensors (the reducer's gradient buckets, on
@@ -216,7 +216,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     else if (S.optimizer == "adamw8bit") stateTensors = 2 * Ptrain; // one byte per moment (planning option)
     else if (S.optimizer == "sgd") stateTensors = Ptrain * e;     // momentum buffer
     r.add(OptimizerState, stateTensors);
-    const bool addition = S.dataset == "addition";
+    const bool masked = hasLossMask(S);
     // Resident for the whole run; the fit map adds it cell by cell (a cap
     // makes it piecewise in the batch).
     if (!recording) r.add(Data, validationExamples(S) * exampleBytes(S));
@@ -469,17 +469,17 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.add(Logits, lg);         // their fp32 copy for the loss
         r.add(Logits, lg);         // log-softmax, saved
         tmp(m);                    // per-token loss
-        if (addition) tmp(m);
+        if (masked) tmp(m);
         r.sub(Logits, lg);         // the fp32 copy
-        untmp(addition ? 2 * m : m);
+        untmp(masked ? 2 * m : m);
         r.sub(Logits, lg16);       // the logits themselves are not saved
     } else {
     r.add(Logits, lg); // logits
     act(idx);          // targets made contiguous
     r.add(Logits, lg); // log-softmax, saved
     tmp(m);            // per-token loss
-    if (addition) tmp(m);
-    untmp(addition ? 2 * m : m);
+    if (masked) tmp(m);
+    untmp(masked ? 2 * m : m);
     r.sub(Logits, lg); // the logits themselves are not saved
     }
 

@@ -85,7 +85,7 @@ struct TrainingSetup {
     std::vector<std::string> loraTargets; // projection names (q_proj, qkv, fc, ...)
     double dropout = 0.0;
     // Data the run keeps resident: validation batches, and the task's mask.
-    std::string dataset = "text"; // text | addition
+    std::string dataset = "text"; // text | jsonl | tokens | addition | chat (the last two: a float loss mask)
     bool positionsFollowSeq = false; // the built-in models: learned positions sized to seqLen
     std::int64_t evalBatches = 0;   // validation batches kept resident: evalBatches x batch examples
     std::int64_t validationCap = 0; // at most this many (a small task's whole validation split); 0: no cap
@@ -114,8 +114,8 @@ CudaContextFigure cudaContextFor(int computeCapability);
 // handles (the forward's thread and the autograd device thread).
 std::int64_t cublasWorkspaceBytes(int torchMajor, int computeCapability);
 // The data one replica holds during a step: the validation batches kept for
-// the run and the step's micro-batches (int64 ids; the addition task's float
-// mask). With data parallel every rank draws the global batch and trains on
+// the run and the step's micro-batches (int64 ids; the float loss mask of the
+// addition task and of chat data). With data parallel every rank draws the global batch and trains on
 // its rows, and rank 0 keeps the global batch's validation.
 std::int64_t dataBytes(const TrainingSetup& setup);
 

@@ -494,8 +494,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     if (lowLogits) r.add(Logits, d.lg); // cast up for the loss
     r.add(Logits, d.lg); // log-softmax, saved
     tmp(d.m);
-    if (S.dataset == "addition") tmp(d.m);
-    untmp(S.dataset == "addition" ? 2 * d.m : d.m);
+    if (hasLossMask(S)) tmp(d.m);
+    untmp(hasLossMask(S) ? 2 * d.m : d.m);
     r.sub(Logits, lowLogits ? d.lg + d.lgh : d.lg);
     r.sub(WeightCopies, cachedOnly); // the autocast scope ends
 

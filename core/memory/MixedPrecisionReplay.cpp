@@ -36,7 +36,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const bool drop = S.dropout > 0.0;
     const bool softmax32 = llama || A.fp32Softmax || S.gpu;
     const bool neox = A.neoxLayer;
-    const bool addition = S.dataset == "addition";
+    const bool masked = hasLossMask(S);
     constexpr std::int64_t kLow = 2; // bytes per element in fp16 and bf16
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
 
@@ -324,8 +324,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     r.add(Logits, d.lg);  // cast up for the loss
     r.add(Logits, d.lg);  // log-softmax, saved
     tmp(d.m);             // per-token loss
-    if (addition) tmp(d.m);
-    untmp(addition ? 2 * d.m : d.m);
+    if (masked) tmp(d.m);
+    untmp(masked ? 2 * d.m : d.m);
     r.sub(Logits, d.lg + d.lgh); // neither the cast nor the logits are saved
     endScope();
     if (S.checkpointing) r.sub(WeightCopies, A.layers * blockWeights * kLow); // cached only
