@@ -119,6 +119,7 @@ private Q_SLOTS:
     void cancelStopsTracing();
     void cliPlansTorchScriptConfig();
     void cliRefusesWhatDoesNotApply();
+    void bucketsInTheParametersDtype();
 };
 
 // The hand replay declines TorchScript; the derived plan traces it and is
@@ -402,6 +403,29 @@ void TestDerivedPlan::cliRefusesWhatDoesNotApply()
     const auto noBudget = cli({"fit", "--config", path});
     QVERIFY(noBudget.code != 0);
     QVERIFY2(noBudget.err.contains("needs --budget BYTES"), noBudget.err.constData());
+}
+
+// Data parallel's gradient buckets hold each trainable parameter in its own
+// dtype. The derived plan counted 4 bytes a parameter (2 in pure bf16),
+// whatever the model kept: a TorchScript model saved in float64 was planned
+// its buckets' half short of what measure --nproc 2 counts.
+void TestDerivedPlan::bucketsInTheParametersDtype()
+{
+    QTemporaryDir dir;
+    const auto path = scriptedConfig(dir, 4, 24);
+    auto model = fixtures::scriptedLm(fixtures::ScriptVariant::Clean, 256, 32, 2);
+    model.to(torch::kDouble);
+    model.save(dir.filePath("lm.pt").toStdString());
+    const auto planned = cli({"estimate", "--config", path, "--gpus", "2", "--json"});
+    QVERIFY2(planned.code == 0, planned.err.constData());
+    const auto plan = QJsonDocument::fromJson(planned.out).object();
+    QCOMPARE(plan["components"].toObject()["ddp_buckets"].toDouble(), 8.0 * plan["trainable_parameters"].toDouble());
+    const auto mea = cli({"measure", "--config", path, "--nproc", "2", "--json", "--steps", "2"});
+    QVERIFY2(mea.code == 0, mea.err.constData());
+    const auto peak = QJsonDocument::fromJson(mea.out).object()["peak_bytes"].toDouble();
+    std::printf("float64 TorchScript, 2 ranks: measured %.0f, derived %.0f\n", peak, plan["peak_bytes"].toDouble());
+    QVERIFY2(std::abs(plan["peak_bytes"].toDouble() - peak) <= 0.005 * peak,
+             qPrintable(QString("derived %1, measured %2").arg(plan["peak_bytes"].toDouble()).arg(peak)));
 }
 
 QTEST_GUILESS_MAIN(TestDerivedPlan)

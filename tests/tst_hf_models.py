@@ -742,8 +742,10 @@ def chat_planning(tmp):
            "data": {"source": "chat", "path": data, "seq_len": 96, "val_fraction": 0.2},
            "train": {"batch_size": 6, "steps": 2, "eval_every": 2, "eval_batches": 40, "threads": 1}}
     lora = dict(cfg, train=dict(cfg["train"], precision="bf16"), lora={"rank": 4, "targets": ["q_proj", "v_proj"]})
+    # bf16 weights (train.weights_dtype) are a setup to plan, not to run.
+    loaded = dict(cfg, train=dict(cfg["train"], precision="bf16", weights_dtype="bf16"))
     paths = {}
-    for name, c in (("fp32", cfg), ("lora", lora)):
+    for name, c in (("fp32", cfg), ("lora", lora), ("loaded", loaded)):
         paths[name] = os.path.join(tmp, name + ".json")
         with open(paths[name], "w") as f:
             json.dump(c, f)
@@ -770,6 +772,14 @@ def chat_planning(tmp):
         error = (planned - peak) / peak
         print("plan %-44s measured %9d planned %9d %+6.2f%%" % (what, peak, planned, 100 * error), flush=True)
         check(-0.005 <= error <= 0.02, "%s: planned %+.2f%% off the measured peak" % (what, 100 * error))
+    # measure and the derived plan ran fp32 weights for a config that plans
+    # bf16 ones, and reported that as the setup's peak; they refuse it now.
+    for args in (["measure"], ["estimate", "--derived"]):
+        r = run(*args, "--config", paths["loaded"], "--json")
+        check(r.returncode != 0 and "train.weights_dtype \"bf16\"" in r.stderr and "describe a setup to plan" in r.stderr,
+              "%s with train.weights_dtype bf16: exit %d, %s" % (" ".join(args), r.returncode, r.stderr.strip()[-300:]))
+    r = run("estimate", "--config", paths["loaded"], "--json")
+    check(r.returncode == 0, "the hand plan of bf16 weights failed: %s" % r.stderr.strip()[-300:])
 
 
 def main():

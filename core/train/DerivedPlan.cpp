@@ -74,7 +74,7 @@ bool fixedSequence(const RunConfig& c)
 
 struct Traced {
     StepTrace trace;
-    std::int64_t parameters = 0, trainable = 0;
+    std::int64_t parameters = 0, trainable = 0, trainableBytes = 0;
 };
 
 // Trains two steps at (B, T) on the CPU, one thread, and records the second
@@ -127,6 +127,7 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T)
         Trainer trainer(c, options);
         out.parameters = trainer.parameterCount();
         out.trainable = trainer.trainableParameterCount();
+        out.trainableBytes = trainer.trainableParameterBytes();
         g_recorder = &rec;
         MemoryProbe::setCpuTrace(&record);
         TrainResult result;
@@ -175,8 +176,7 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
         if (fixed) byBatch[B] = t.trace;
         step.parameters = t.parameters;
         step.trainableParameters = t.trainable;
-        // Pure bf16 trains bf16 parameters; every other precision fp32 ones.
-        step.trainableBytes = t.trainable * (config.train.precision == "bf16-pure" ? 2 : 4);
+        step.trainableBytes = t.trainableBytes; // in their own dtypes (bf16 in pure bf16)
         largest = std::max(largest, T);
         ++traced;
         if (progress.onTrace) progress.onTrace(traced, B, T);

@@ -131,6 +131,14 @@ TorchCudaInfo torchCudaInfo()
 Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std::make_unique<Impl>())
 {
     if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError("config", std::move(issues));
+    // Planning fields: a step run with them ignored would be measured or
+    // traced as another setup than the one planned.
+    if (config.train.weightsDtype != "fp32" || config.train.offload != "none") {
+        throw InputError("train.weights_dtype \"" + config.train.weightsDtype + "\" and train.offload \""
+                         + config.train.offload + "\" describe a setup to plan (estimate without --derived, the Memory "
+                         "planner, preflight); Trainbench trains, measures and traces fp32 weights on one device: set "
+                         "train.weights_dtype to \"fp32\" and train.offload to \"none\" to run this config");
+    }
     m->config = config;
     m->options = options;
     int threads = config.train.threads;
@@ -299,6 +307,13 @@ std::int64_t Trainer::trainableParameterCount() const
 {
     std::int64_t n = 0;
     for (const auto& p : m->trainable) n += p.numel();
+    return n;
+}
+
+std::int64_t Trainer::trainableParameterBytes() const
+{
+    std::int64_t n = 0;
+    for (const auto& p : m->trainable) n += p.numel() * static_cast<std::int64_t>(p.element_size());
     return n;
 }
 

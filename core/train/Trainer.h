@@ -147,6 +147,8 @@ public:
     const std::string& precision() const;
     std::int64_t parameterCount() const;
     std::int64_t trainableParameterCount() const;
+    // Their bytes in the dtypes they train in (what data parallel's gradient buckets hold).
+    std::int64_t trainableParameterBytes() const;
     int startStep() const; // > 0 after a resume
     int worldSize() const; // 1 unless data parallel
     int rank() const;
