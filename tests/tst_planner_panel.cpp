@@ -59,6 +59,7 @@ private:
     MemoryPlannerPanel* planner() const { return m_window->plannerPanel(); }
     void screenshot(const QString& name)
     {
+        QCoreApplication::processEvents(); // pending layout requests
         QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/" + name));
     }
     std::unique_ptr<QTemporaryDir> m_dir;
@@ -439,6 +440,14 @@ void TestPlannerPanel::torchScriptExperimentIsDerived()
     auto* derive = planner()->deriveButton();
     QVERIFY(derive->isVisible() && derive->isEnabled());
     screenshot("planner-torchscript-underived.png");
+    // Weights loaded in bf16 are a setup to plan: the trainer would trace fp32
+    // ones, so the step is not derived (it was, and planned as bf16 weights).
+    doc->setValue("train.weights_dtype", QString("bf16"));
+    QVERIFY2(planner()->verdictText().contains("describe a setup to plan"), qPrintable(planner()->verdictText()));
+    QVERIFY(!derive->isEnabled());
+    screenshot("planner-torchscript-planning-fields.png");
+    doc->setValue("train.weights_dtype", QString("fp32"));
+    QVERIFY(derive->isEnabled());
     QTest::mouseClick(derive, Qt::LeftButton);
     QVERIFY(planner()->deriving());
     QCOMPARE(derive->text(), QString("Cancel &deriving"));

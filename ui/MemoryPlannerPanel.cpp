@@ -179,6 +179,7 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     big.setPointSizeF(big.pointSizeF() * 1.15);
     m_verdict->setFont(big);
     m_verdict->setMinimumHeight(2 * QFontMetrics(big).lineSpacing() + 2); // room for a wrapped line
+    m_verdict->setAlignment(Qt::AlignLeft | Qt::AlignTop);
     m_answers = plainLabel(this);
     m_answers->setObjectName("plannerAnswers");
     m_answers->setWordWrap(true);
@@ -629,6 +630,12 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     if (optimizer == "adamw8bit") {
         *why = tr("8-bit AdamW is a planning option the trainer does not run, so a TorchScript model's step cannot be "
                   "traced with it: choose AdamW or SGD.");
+        return std::nullopt;
+    }
+    if (config->train.weightsDtype != "fp32" || config->train.offload != "none") {
+        *why = tr("train.weights_dtype and train.offload describe a setup to plan, and a TorchScript model's plan is "
+                  "derived from its own training step, which Trainbench runs with fp32 weights on one device: set them "
+                  "to \"fp32\" and \"none\" to derive it.");
         return std::nullopt;
     }
     auto& c = *config;
