@@ -776,7 +776,7 @@ def chat_planning(tmp):
     # bf16 ones, and reported that as the setup's peak; they refuse it now.
     for args in (["measure"], ["estimate", "--derived"]):
         r = run(*args, "--config", paths["loaded"], "--json")
-        check(r.returncode != 0 and "train.weights_dtype \"bf16\"" in r.stderr and "describe a setup to plan" in r.stderr,
+        check(r.returncode != 0 and "train.weights_dtype \"bf16\"" in r.stderr and "describes a setup to plan" in r.stderr,
               "%s with train.weights_dtype bf16: exit %d, %s" % (" ".join(args), r.returncode, r.stderr.strip()[-300:]))
     r = run("estimate", "--config", paths["loaded"], "--json")
     check(r.returncode == 0, "the hand plan of bf16 weights failed: %s" % r.stderr.strip()[-300:])

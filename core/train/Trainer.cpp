@@ -134,10 +134,14 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     // Planning fields: a step run with them ignored would be measured or
     // traced as another setup than the one planned.
     if (config.train.weightsDtype != "fp32" || config.train.offload != "none") {
-        throw InputError("train.weights_dtype \"" + config.train.weightsDtype + "\" and train.offload \""
-                         + config.train.offload + "\" describe a setup to plan (estimate without --derived, the Memory "
-                         "planner, preflight); Trainbench trains, measures and traces fp32 weights on one device: set "
-                         "train.weights_dtype to \"fp32\" and train.offload to \"none\" to run this config");
+        const bool weights = config.train.weightsDtype != "fp32", offload = config.train.offload != "none";
+        const std::string set = std::string(weights ? "train.weights_dtype \"" + config.train.weightsDtype + "\"" : "")
+            + (weights && offload ? " and " : "") + (offload ? "train.offload \"" + config.train.offload + "\"" : "");
+        throw InputError(set + (weights && offload ? " describe" : " describes")
+                         + " a setup to plan (estimate without --derived, the Memory planner, preflight); Trainbench "
+                           "trains, measures and traces fp32 weights on one device: set "
+                         + (weights ? "train.weights_dtype to \"fp32\"" : "") + (weights && offload ? " and " : "")
+                         + (offload ? "train.offload to \"none\"" : "") + " to run this config");
     }
     m->config = config;
     m->options = options;
