@@ -420,10 +420,14 @@ void TestDerivedPlan::bucketsInTheParametersDtype()
     QVERIFY2(planned.code == 0, planned.err.constData());
     const auto plan = QJsonDocument::fromJson(planned.out).object();
     QCOMPARE(plan["components"].toObject()["ddp_buckets"].toDouble(), 8.0 * plan["trainable_parameters"].toDouble());
+#ifndef TB_TEST_DATA_PARALLEL
+    QSKIP("measuring 2 ranks needs a build with data parallel, not under a sanitizer (the buckets' bytes were checked)");
+#endif
     const auto mea = cli({"measure", "--config", path, "--nproc", "2", "--json", "--steps", "2"});
     QVERIFY2(mea.code == 0, mea.err.constData());
     const auto peak = QJsonDocument::fromJson(mea.out).object()["peak_bytes"].toDouble();
     std::printf("float64 TorchScript, 2 ranks: measured %.0f, derived %.0f\n", peak, plan["peak_bytes"].toDouble());
+    // Within 0.5%, as tst_data_parallel: a measured rank has varied by a few bytes between runs.
     QVERIFY2(std::abs(plan["peak_bytes"].toDouble() - peak) <= 0.005 * peak,
              qPrintable(QString("derived %1, measured %2").arg(plan["peak_bytes"].toDouble()).arg(peak)));
 }

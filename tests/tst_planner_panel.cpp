@@ -443,7 +443,8 @@ void TestPlannerPanel::torchScriptExperimentIsDerived()
     // Weights loaded in bf16 are a setup to plan: the trainer would trace fp32
     // ones, so the step is not derived (it was, and planned as bf16 weights).
     doc->setValue("train.weights_dtype", QString("bf16"));
-    QVERIFY2(planner()->verdictText().contains("describe a setup to plan"), qPrintable(planner()->verdictText()));
+    QVERIFY2(planner()->verdictText().contains("train.weights_dtype \"bf16\" is a setup it only plans"),
+             qPrintable(planner()->verdictText()));
     QVERIFY(!derive->isEnabled());
     screenshot("planner-torchscript-planning-fields.png");
     doc->setValue("train.weights_dtype", QString("fp32"));

@@ -632,10 +632,19 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
                   "traced with it: choose AdamW or SGD.");
         return std::nullopt;
     }
-    if (config->train.weightsDtype != "fp32" || config->train.offload != "none") {
-        *why = tr("train.weights_dtype and train.offload describe a setup to plan, and a TorchScript model's plan is "
-                  "derived from its own training step, which Trainbench runs with fp32 weights on one device: set them "
-                  "to \"fp32\" and \"none\" to derive it.");
+    const bool halfWeights = config->train.weightsDtype != "fp32", offload = config->train.offload != "none";
+    if (halfWeights || offload) {
+        const QString weightsField = tr("train.weights_dtype \"%1\"").arg(QString::fromStdString(config->train.weightsDtype));
+        const QString offloadField = tr("train.offload \"%1\"").arg(QString::fromStdString(config->train.offload));
+        const QString fields = halfWeights && offload ? tr("%1 and %2").arg(weightsField, offloadField)
+                               : halfWeights          ? weightsField
+                                                      : offloadField;
+        const QString fixes = halfWeights && offload ? tr("train.weights_dtype to \"fp32\" and train.offload to \"none\"")
+                              : halfWeights          ? tr("train.weights_dtype to \"fp32\"")
+                                                     : tr("train.offload to \"none\"");
+        *why = tr("A TorchScript model's plan is derived from its own training step, which Trainbench runs with the "
+                  "weights in fp32 on the device; %1 is a setup it only plans. Set %2 to derive it.")
+                   .arg(fields, fixes);
         return std::nullopt;
     }
     auto& c = *config;

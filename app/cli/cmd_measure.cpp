@@ -67,6 +67,9 @@ int measure(const Args& args)
     const bool trace = args.flag("--trace");
     if (trace) config.train.threads = 1; // the trace's bookkeeping is single-threaded
 
+    // Refused once here, not once by each rank it would start.
+    if (auto problem = planningOnlyFieldsProblem(config); !problem.empty()) throw InputError(problem);
+
     // Data parallel: --nproc N starts N ranks of this command; each measures
     // its own process, and rank 0 reports every rank's peak.
     const auto nproc = args.integer("--nproc", 1, 1024);

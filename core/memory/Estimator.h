@@ -85,7 +85,7 @@ struct TrainingSetup {
     std::vector<std::string> loraTargets; // projection names (q_proj, qkv, fc, ...)
     double dropout = 0.0;
     // Data the run keeps resident: validation batches, and the task's mask.
-    std::string dataset = "text"; // text | jsonl | tokens | addition | chat (the last two: a float loss mask)
+    std::string dataset = "text"; // text (token ids too) | jsonl | addition | chat (the last two: a float loss mask)
     bool positionsFollowSeq = false; // the built-in models: learned positions sized to seqLen
     std::int64_t evalBatches = 0;   // validation batches kept resident: evalBatches x batch examples
     std::int64_t validationCap = 0; // at most this many (a small task's whole validation split); 0: no cap

@@ -166,11 +166,7 @@ RunSession::RunSession(RunConfig config, SessionOptions options)
     // Known failures are stopped before launch unless the user overrides.
     m_preflight = launchPreflight(m_config);
     if (hasErrors(m_preflight) && !m_options.force) throw PreflightError(m_preflight);
-    if (m_config.train.offload != "none" || m_config.train.weightsDtype != "fp32") {
-        throw InputError("train.offload and train.weights_dtype describe a setup to plan (trainbench-cli preflight, the "
-                         "Memory planner); Trainbench trains fp32 weights on one device: set train.offload to \"none\" "
-                         "and train.weights_dtype to \"fp32\" to train here");
-    }
+    if (auto problem = planningOnlyFieldsProblem(m_config); !problem.empty()) throw InputError(problem);
     m_config.baseDir.clear();
     // Fail on a device that does not exist before a run record is created.
     (void)resolvePrecision(m_config.train.precision, resolveDevice(m_config.device));

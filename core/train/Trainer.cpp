@@ -128,21 +128,28 @@ TorchCudaInfo torchCudaInfo()
 }
 
 
+std::string planningOnlyFieldsProblem(const RunConfig& config)
+{
+    const bool weights = config.train.weightsDtype != "fp32", offload = config.train.offload != "none";
+    if (!weights && !offload) return {};
+    const std::string both = weights && offload ? " and " : "";
+    const std::string set = (weights ? "train.weights_dtype \"" + config.train.weightsDtype + "\"" : std::string())
+        + both + (offload ? "train.offload \"" + config.train.offload + "\"" : std::string());
+    return set + (weights && offload ? " describe" : " describes")
+        + " a setup to plan (estimate, the Memory planner and preflight plan it for built-in and Hugging Face "
+          "models): Trainbench loads weights in fp32 and keeps them on the device, so a run, measure or derived "
+          "plan of this config would be another setup. Set "
+        + (weights ? "train.weights_dtype to \"fp32\"" : std::string()) + both
+        + (offload ? "train.offload to \"none\"" : std::string()) + " to run it"
+        + (weights ? " (train.precision \"bf16-pure\" trains the weights in bf16)" : std::string());
+}
+
 Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std::make_unique<Impl>())
 {
     if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError("config", std::move(issues));
     // Planning fields: a step run with them ignored would be measured or
     // traced as another setup than the one planned.
-    if (config.train.weightsDtype != "fp32" || config.train.offload != "none") {
-        const bool weights = config.train.weightsDtype != "fp32", offload = config.train.offload != "none";
-        const std::string set = std::string(weights ? "train.weights_dtype \"" + config.train.weightsDtype + "\"" : "")
-            + (weights && offload ? " and " : "") + (offload ? "train.offload \"" + config.train.offload + "\"" : "");
-        throw InputError(set + (weights && offload ? " describe" : " describes")
-                         + " a setup to plan (estimate without --derived, the Memory planner, preflight); Trainbench "
-                           "trains, measures and traces fp32 weights on one device: set "
-                         + (weights ? "train.weights_dtype to \"fp32\"" : "") + (weights && offload ? " and " : "")
-                         + (offload ? "train.offload to \"none\"" : "") + " to run this config");
-    }
+    if (auto problem = planningOnlyFieldsProblem(config); !problem.empty()) throw InputError(problem);
     m->config = config;
     m->options = options;
     int threads = config.train.threads;

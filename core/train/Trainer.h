@@ -131,6 +131,11 @@ bool cudaUsable();
 // What this LibTorch can do with CUDA, for GPU discovery reports.
 TorchCudaInfo torchCudaInfo();
 
+// train.weights_dtype and train.offload describe a setup to plan, not one
+// Trainbench runs: what a run, measure or a derived plan of such a config
+// would say (one message naming the fields set), or "" when neither is set.
+std::string planningOnlyFieldsProblem(const RunConfig& config);
+
 class Trainer final {
 public:
     // Builds dataset, model and optimizer. Throws InputError for bad input.
