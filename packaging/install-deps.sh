@@ -11,6 +11,7 @@ packages=(
   libsqlite3-dev nlohmann-json3-dev
   libonig-dev libicu-dev                # tokenizers: the regex engine of Hugging Face's tokenizers; Unicode normalisation
   libsentencepiece-dev                  # tokenizers: model folders that ship only a SentencePiece tokenizer.model
+  libdnnl-dev                           # the memory planner: the scratch oneDNN (LibTorch's, the same 2.6) takes for bf16 products
   libgloo-dev                           # data parallel: the Gloo backend of c10d (LibTorch ships its headers, not the library)
   xvfb xauth                            # GUI tests and screenshots under a real X server
   util-linux                            # setpriv: tests drop root to check read-only databases

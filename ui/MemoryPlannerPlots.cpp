@@ -100,11 +100,7 @@ void MemoryPlannerPanel::rebuildMap(const Plan& plan)
                                : fitMapAxis(1, m_seqSlider->maximum(), kMapCells);
     if (plan.derived) {
         // A derived step is polynomials already: every cell is evaluated.
-        m_map = FitMap{batches, seqs, {}, budgetBytes()};
-        m_map.compiled = true;
-        for (auto t : seqs) {
-            for (auto b : batches) m_map.peakBytes.push_back(plan.derived->peakBytes(b, t, plan.setup));
-        }
+        m_map = plan.derived->fitMap(plan.setup, budgetBytes(), batches, seqs);
     } else {
         m_map = tb::fitMap(plan.arch, plan.setup, budgetBytes(), batches, seqs);
     }

@@ -19,11 +19,34 @@ std::int64_t gpuFixedBytes(const TrainingSetup& setup)
 
 } // namespace
 
+void to_json(nlohmann::json& j, const GemmSite& g)
+{
+    j = {{"base", g.base},
+         {"dims", g.dims},
+         {"src_transposed", g.srcTransposed},
+         {"weights_transposed", g.weightsTransposed},
+         {"accumulate", g.accumulate},
+         {"phase", g.phase},
+         {"traced", g.traced}};
+}
+
+void from_json(const nlohmann::json& j, GemmSite& g)
+{
+    g.base = j.at("base").get<StepPoly>();
+    g.dims = j.at("dims").get<decltype(g.dims)>();
+    g.srcTransposed = j.at("src_transposed").get<bool>();
+    g.weightsTransposed = j.at("weights_transposed").get<bool>();
+    g.accumulate = j.at("accumulate").get<bool>();
+    g.phase = j.at("phase").get<int>();
+    g.traced = j.at("traced").get<std::int64_t>();
+    if (g.phase < 0 || g.phase >= kStepPhases) throw InputError("the derived plan's data is inconsistent: a product in phase " + std::to_string(g.phase));
+}
+
 MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen) const { return at(batch, seqLen, TrainingSetup{}); }
 
 MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
-    // The CPU's irregular scratch (oneDNN's, for bf16 products) is not a GPU's.
+    // The CPU's kernel scratch (oneDNN's, for bf16 products) is not a GPU's.
     const bool withScratch = !setup.gpu;
     const auto asked = seqLen;
     seqLen = plannedSeqLen(seqLen);
@@ -33,7 +56,7 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
     e.trainableParameters = trainableParameters;
     static const char* const kPhases[kStepPhases] = {"forward", "backward", "optimizer"};
     for (int i = 0; i < kStepPhases; ++i) {
-        const auto bytes = S.phasePeak(i, batch, seqLen, withScratch);
+        const auto bytes = S.phasePeak(i, batch, seqLen, withScratch, setup.cpuThreads);
         e.phases.push_back({kPhases[i], bytes});
         if (bytes > e.peakBytes) {
             e.peakBytes = bytes;
@@ -51,6 +74,13 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
                       + (fixedSeqLen > 0 ? "the dataset's sequence " + std::to_string(fixedSeqLen)
                                          : "sequence " + std::to_string(S.t0) + " to " + std::to_string(largestTracedSeqLen))
                       + "; tensors on the CPU (a GPU adds allocator blocks and workspaces)");
+    if (!S.gemmSites.empty() || std::any_of(S.gemmSitesSmall.begin(), S.gemmSitesSmall.end(), [](const auto& v) { return !v.empty(); })) {
+        e.notes.push_back(withScratch
+            ? "the scratch oneDNN takes for each bf16 matrix product (its size follows oneDNN's blocking for the "
+              "shape on this CPU, not a formula) is oneDNN's own answer for the product's shape at this batch and sequence, "
+              "with " + std::to_string(setup.cpuThreads) + (setup.cpuThreads == 1 ? " thread" : " threads")
+            : "the CPU's scratch for bf16 matrix products (oneDNN's) is left out: on a GPU, cuBLAS works in its workspace");
+    }
     if (S.irregularScratch > 0) {
         e.notes.push_back(withScratch
             ? "kernel scratch that does not follow the shapes (oneDNN's, for bf16 products on this CPU), up to "
@@ -110,12 +140,43 @@ std::int64_t DerivedStep::dataParallelBytes(std::int64_t batch, std::int64_t seq
     return trainableBytes + dataBytes(ranks) - dataBytes(one);
 }
 
-std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup,
+                                   bool exactProducts) const
 {
     const auto planned = plannedSeqLen(seqLen);
     std::int64_t most = 0;
-    for (int i = 0; i < kStepPhases; ++i) most = std::max(most, segment.phasePeak(i, batch, planned, !setup.gpu));
+    for (int i = 0; i < kStepPhases; ++i) {
+        most = std::max(most, segment.phasePeak(i, batch, planned, !setup.gpu, setup.cpuThreads, exactProducts));
+    }
     return most + dataParallelBytes(batch, seqLen, setup) + gpuFixedBytes(setup);
+}
+
+FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, const std::vector<std::int64_t>& batches,
+                           const std::vector<std::int64_t>& seqLens) const
+{
+    FitMap map{batches, seqLens, {}, budget};
+    map.compiled = true;
+    map.peakBytes.reserve(batches.size() * seqLens.size());
+    for (auto t : seqLens) {
+        for (auto b : batches) map.peakBytes.push_back(peakBytes(b, t, setup, false));
+    }
+    // The cells nearest the budget take oneDNN's scratch for their own
+    // shapes: their figures and verdicts are the estimate's.
+    bool products = !segment.gemmSites.empty();
+    for (const auto& v : segment.gemmSitesSmall) products = products || !v.empty();
+    if (setup.gpu || !products) return map;
+    std::vector<std::size_t> order(map.peakBytes.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto distance = [&](std::size_t i) { return std::abs(map.peakBytes[i] - budget); };
+    const auto exact = std::min(order.size(), kExactCells);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(exact), order.end(),
+                      [&](std::size_t x, std::size_t y) { return distance(x) < distance(y); });
+    const auto cols = batches.size();
+    for (std::size_t n = 0; n < exact; ++n) {
+        const auto i = order[n];
+        map.peakBytes[i] = peakBytes(batches[i % cols], seqLens[i / cols], setup);
+    }
+    return map;
 }
 
 std::int64_t DerivedStep::largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
@@ -149,7 +210,9 @@ std::string derivedStepToJson(const DerivedStep& step)
                                 {"traced_on", step.tracedOn},
                                 {"scratch_bases", S.scratchBases},
                                 {"scratch_bases_small", S.scratchBasesSmall},
-                                {"irregular_scratch", S.irregularScratch}};
+                                {"irregular_scratch", S.irregularScratch},
+                                {"gemm_sites", S.gemmSites},
+                                {"gemm_sites_small", S.gemmSitesSmall}};
     return out.dump();
 }
 
@@ -182,6 +245,15 @@ DerivedStep derivedStepFromJson(const std::string& text)
         S.scratchBases = j.at("scratch_bases").get<decltype(S.scratchBases)>();
         S.scratchBasesSmall = j.at("scratch_bases_small").get<decltype(S.scratchBasesSmall)>();
         S.irregularScratch = j.at("irregular_scratch").get<std::int64_t>();
+        // (Steps saved before products were recorded have none.)
+        if (j.contains("gemm_sites")) S.gemmSites = j.at("gemm_sites").get<std::vector<GemmSite>>();
+        if (j.contains("gemm_sites_small")) {
+            S.gemmSitesSmall = j.at("gemm_sites_small").get<std::vector<std::vector<GemmSite>>>();
+        }
+        if (!S.gemmSitesSmall.empty() && S.gemmSitesSmall.size() != S.peaksSmall.size()) {
+            throw InputError("the derived plan's data is inconsistent: " + std::to_string(S.gemmSitesSmall.size())
+                             + " small-batch product regimes for " + std::to_string(S.peaksSmall.size()));
+        }
         if (S.scratchBasesSmall.size() != S.peaksSmall.size()) {
             throw InputError("the derived plan's data is inconsistent: " + std::to_string(S.scratchBasesSmall.size())
                              + " small-batch scratch regimes for " + std::to_string(S.peaksSmall.size()));

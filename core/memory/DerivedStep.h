@@ -35,8 +35,20 @@ struct DerivedStep {
     // trainable bytes) and the other ranks' rows of the global batch every
     // rank draws (rank 0 also keeps the global batch's validation). 0 for one rank.
     std::int64_t dataParallelBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
-    // at(...).peakBytes alone, without the terms and notes: for fit maps and searches.
-    std::int64_t peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    // at(...).peakBytes alone, without the terms and notes: for fit maps and
+    // searches. exactProducts false: each bf16 product's CPU scratch is the
+    // largest it took while tracing, not oneDNN's answer for this shape.
+    std::int64_t peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup,
+                           bool exactProducts = true) const;
+    // The planner's map over batches x sequences. On the CPU a bf16 product's
+    // scratch is oneDNN's answer for its shape (microseconds a new shape), so
+    // the cells take the largest each product took while tracing, and the
+    // kExactCells cells nearest the budget are evaluated exactly: there the
+    // figure and the verdict are the estimate's; elsewhere a figure can differ
+    // from it by a product's scratch (tens to hundreds of KiB).
+    static constexpr std::size_t kExactCells = 16;
+    FitMap fitMap(const TrainingSetup& setup, std::int64_t budget, const std::vector<std::int64_t>& batches,
+                  const std::vector<std::int64_t>& seqLens) const;
     // The largest batch at this sequence, and the largest sequence at this
     // batch, whose peak fits budget bytes (0: none; LargestFitting.h).
     std::int64_t largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,

@@ -982,6 +982,8 @@ TrainingSetup setupFor(const RunConfig& c)
     s.seqLen = effectiveSeqLen(c);
     s.gradAccum = c.train.gradAccum;
     s.gpus = c.train.worldSize; // data parallel: the plan is per rank
+    // train/Threads.h's threadSetupFor: LibTorch's pool runs one thread unless train.threads says N.
+    s.cpuThreads = c.train.threads > 0 ? c.train.threads : 1;
     s.optimizer = c.optim.optimizer == "sgd" ? (c.optim.momentum > 0 ? "sgd" : "sgd-plain") : "adamw";
     s.weightDecay = c.optim.weightDecay > 0;
     s.precision = c.train.precision == "auto" ? "fp32" : c.train.precision;

@@ -93,6 +93,9 @@ struct TrainingSetup {
     // CUDA caching allocator (CudaAllocatorModel.h), the plan adds the cuBLAS
     // workspace, and what the device must hold adds the CUDA context.
     bool gpu = false;
+    // LibTorch's intra-op threads on the CPU (train.threads; 1 for the
+    // default): oneDNN's scratch for bf16 products is per thread.
+    int cpuThreads = 1;
     int gpus = 1;                          // data-parallel replicas (DDP adds gradient buckets)
     int computeCapability = 0;             // major x 10 + minor (90 for an H100); 0: not known
     std::int64_t cudaContextBytes = 0;     // 0: cudaContextFor(computeCapability); else the user's figure

@@ -59,12 +59,34 @@ std::array<std::vector<StepPoly>, kStepPhases> undominated(const std::vector<Ste
 
 } // namespace
 
-std::int64_t CompiledSegment::phasePeak(int phase, std::int64_t B, std::int64_t T, bool withScratch) const
+GemmCall GemmSite::at(std::int64_t B, std::int64_t u) const
+{
+    return {evaluateStepPoly(dims[0], B, u), evaluateStepPoly(dims[1], B, u), evaluateStepPoly(dims[2], B, u),
+            evaluateStepPoly(dims[3], B, u), srcTransposed, weightsTransposed, accumulate};
+}
+
+std::int64_t CompiledSegment::phasePeak(int phase, std::int64_t B, std::int64_t T, bool withScratch, int threads,
+                                        bool exactProducts) const
 {
     const bool isSmall = B < generalFrom;
     const auto& polys = isSmall ? peaksSmall[static_cast<std::size_t>(B - 1)] : peaks;
     std::int64_t most = 0;
-    for (const auto& p : polys[static_cast<std::size_t>(phase)]) most = std::max(most, evaluateStepPoly(p, B, T - t0 + 1));
+    const auto u = T - t0 + 1;
+    for (const auto& p : polys[static_cast<std::size_t>(phase)]) most = std::max(most, evaluateStepPoly(p, B, u));
+    if (withScratch) {
+        const auto& sites = isSmall && static_cast<std::size_t>(B - 1) < gemmSitesSmall.size()
+            ? gemmSitesSmall[static_cast<std::size_t>(B - 1)]
+            : gemmSites;
+        for (const auto& g : sites) {
+            if (g.phase != phase) continue;
+            const auto base = evaluateStepPoly(g.base, B, u);
+            if (!exactProducts) {
+                most = std::max(most, base + g.traced);
+                continue;
+            }
+            most = std::max(most, base + cpuGemmScratchBytes(g.at(B, u), threads));
+        }
+    }
     if (withScratch && irregularScratch > 0) {
         const auto& bases = isSmall ? scratchBasesSmall[static_cast<std::size_t>(B - 1)] : scratchBases;
         for (const auto& p : bases[static_cast<std::size_t>(phase)]) {
@@ -100,8 +122,88 @@ namespace {
 struct Regime {
     std::vector<StepPoly> live, transient;
     std::vector<char> regular; // per entry: the transient is on its polynomial
+    std::vector<std::optional<GemmSite>> gemm; // per entry: a bf16 product's scratch, known at any shape
     const StepTrace* tags = nullptr;
 };
+
+const GemmCall* gemmOf(const StepTrace& t, std::size_t k)
+{
+    return k < t.gemm.size() && t.gemm[k].m > 0 ? &t.gemm[k] : nullptr;
+}
+
+// The traces record the product that took a scratch: its shape, fitted like
+// the live bytes (quadratic in u per batch, linear in B from g on), and
+// oneDNN's scratch for it must be what the trace saw. rows: the traces at
+// u = 1, 2, 3 for one batch (a small B), or for B = g and g + 1.
+std::optional<GemmSite> fitGemmSite(const std::vector<const std::array<StepTrace, 3>*>& rows, std::size_t k, std::int64_t g)
+{
+    const GemmCall* first = gemmOf((*rows[0])[0], k);
+    if (!first) return std::nullopt;
+    std::array<std::array<Quadratic, 4>, 2> q{};
+    std::int64_t traced = 0;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+        std::array<std::array<std::int64_t, 3>, 4> v{};
+        for (std::size_t u = 0; u < 3; ++u) {
+            const auto& t = (*rows[r])[u];
+            const GemmCall* c = gemmOf(t, k);
+            if (!c || c->srcTransposed != first->srcTransposed || c->weightsTransposed != first->weightsTransposed
+                || c->accumulate != first->accumulate || (c->batch > 0) != (first->batch > 0)) {
+                return std::nullopt;
+            }
+            if (cpuGemmScratchBytes(*c) + t.live[k] != values(t, true)[k]) return std::nullopt;
+            traced = std::max(traced, values(t, true)[k] - t.live[k]);
+            v[0][u] = c->batch, v[1][u] = c->m, v[2][u] = c->k, v[3][u] = c->n;
+        }
+        for (std::size_t d = 0; d < 4; ++d) {
+            const auto d2 = v[d][2] - 2 * v[d][1] + v[d][0];
+            if (d2 % 2 != 0) return std::nullopt;
+            const auto c2 = d2 / 2, c1 = v[d][1] - v[d][0] - 3 * c2;
+            q[r][d] = Quadratic{v[d][0] - c1 - c2, c1, c2};
+        }
+    }
+    GemmSite site;
+    site.traced = traced;
+    site.srcTransposed = first->srcTransposed;
+    site.weightsTransposed = first->weightsTransposed;
+    site.accumulate = first->accumulate;
+    for (std::size_t d = 0; d < 4; ++d) {
+        if (rows.size() == 1) {
+            site.dims[d] = {q[0][d][0], q[0][d][1], q[0][d][2], 0, 0, 0};
+            continue;
+        }
+        for (std::size_t j = 0; j < 3; ++j) {
+            const auto slope = q[1][d][j] - q[0][d][j];
+            site.dims[d][j] = q[0][d][j] - g * slope;
+            site.dims[d][3 + j] = slope;
+        }
+    }
+    return site;
+}
+
+// Sites of one product shape and phase: those whose live bytes another's
+// dominate add nothing (the same scratch on less).
+std::vector<GemmSite> undominatedSites(std::vector<GemmSite> all)
+{
+    std::vector<GemmSite> kept;
+    for (const auto& s : all) {
+        const auto sameCall = [&](const GemmSite& o) {
+            return o.phase == s.phase && o.dims == s.dims && o.srcTransposed == s.srcTransposed
+                && o.weightsTransposed == s.weightsTransposed && o.accumulate == s.accumulate;
+        };
+        const auto dominates = [](const StepPoly& a, const StepPoly& b) {
+            for (int i = 0; i < kStepMonomials; ++i) {
+                if (a[i] < b[i]) return false;
+            }
+            return true;
+        };
+        if (std::any_of(kept.begin(), kept.end(), [&](const GemmSite& o) { return sameCall(o) && dominates(o.base, s.base); })) {
+            continue;
+        }
+        std::erase_if(kept, [&](const GemmSite& o) { return sameCall(o) && dominates(s.base, o.base); });
+        kept.push_back(s);
+    }
+    return kept;
+}
 
 StepPoly inT(const Quadratic& q) { return {q[0], q[1], q[2], 0, 0, 0}; }
 
@@ -184,13 +286,42 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
             if (R.regular[k] && evaluateStepPoly(R.transient[k], B, T - t0 + 1) != tv[k]) R.regular[k] = 0;
         }
     }
+    // Entries whose scratch a recorded bf16 product took, with its shape on
+    // polynomials and oneDNN's answer what each trace saw, samples and
+    // checks: known at any shape. Also where the scratch looked regular: at
+    // the shapes traced it may follow a polynomial by chance (the same
+    // blocking at a few batches) and leave it further out.
+    for (std::size_t r = 0; r < regimes.size(); ++r) {
+        auto& R = regimes[r];
+        R.gemm.assign(R.regular.size(), std::nullopt);
+        std::vector<const std::array<StepTrace, 3>*> rows{&traces[r]};
+        if (r == G) rows.push_back(&traces[G + 1]);
+        for (std::size_t k = 0; k < R.regular.size(); ++k) {
+            if (R.regular[k] && R.transient[k] == R.live[k]) continue; // no scratch after this entry
+            auto site = fitGemmSite(rows, k, g);
+            if (!site) continue;
+            for (std::size_t i = 0; i < checked.size() && site; ++i) {
+                const auto& [B, t] = checked[i];
+                if (&regimeOf(B) != &R) continue;
+                const GemmCall* c = gemmOf(t, k);
+                if (!c || !(*c == site->at(B, checks[i].second - t0 + 1))
+                    || cpuGemmScratchBytes(*c) + t.live[k] != values(t, true)[k]) {
+                    site.reset();
+                    continue;
+                }
+                site->traced = std::max(site->traced, values(t, true)[k] - t.live[k]);
+            }
+            if (site) site->phase = phaseOf(*R.tags, k);
+            R.gemm[k] = std::move(site);
+        }
+    }
     // The largest irregular scratch in the checks (once every check has said
     // which entries are irregular) and in the samples.
     for (const auto& [B, t] : checked) {
         const auto& R = regimeOf(B);
         const auto& tv = values(t, true);
         for (std::size_t k = 0; k < R.regular.size(); ++k) {
-            if (!R.regular[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
+            if (!R.regular[k] && !R.gemm[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
         }
     }
     for (std::size_t r = 0; r < traces.size(); ++r) {
@@ -198,18 +329,21 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
         for (const auto& t : traces[r]) {
             const auto& tv = values(t, true);
             for (std::size_t k = 0; k < R.regular.size() && k < tv.size(); ++k) {
-                if (!R.regular[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
+                if (!R.regular[k] && !R.gemm[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
             }
         }
     }
     const auto uMax = tLast - t0 + 1;
     const auto compiled = [&](const Regime& R, std::array<std::vector<StepPoly>, kStepPhases>& peaks,
-                              std::array<std::vector<StepPoly>, kStepPhases>& bases) {
+                              std::array<std::vector<StepPoly>, kStepPhases>& bases, std::vector<GemmSite>& sites) {
         std::vector<StepPoly> candidates = R.live;
         StepTrace tags = *R.tags, baseTags;
         std::vector<StepPoly> irregular;
         for (std::size_t k = 0; k < R.live.size(); ++k) {
-            if (R.regular[k]) {
+            if (R.gemm[k]) {
+                sites.push_back(*R.gemm[k]);
+                sites.back().base = R.live[k];
+            } else if (R.regular[k]) {
                 if (R.transient[k] == R.live[k]) continue; // no scratch after this entry
                 candidates.push_back(R.transient[k]);
                 if (!tags.phase.empty()) tags.phase.push_back(R.tags->phase[k]);
@@ -220,13 +354,15 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
         }
         peaks = undominated(candidates, tags, bMax, uMax);
         bases = undominated(irregular, baseTags, bMax, uMax);
+        sites = undominatedSites(std::move(sites));
     };
-    compiled(regimes[G], out.peaks, out.scratchBases);
+    compiled(regimes[G], out.peaks, out.scratchBases, out.gemmSites);
     if (!regimes[G].live.empty()) out.first = regimes[G].live.front();
     for (std::size_t r = 0; r < G; ++r) {
         out.peaksSmall.emplace_back();
         out.scratchBasesSmall.emplace_back();
-        compiled(regimes[r], out.peaksSmall.back(), out.scratchBasesSmall.back());
+        out.gemmSitesSmall.emplace_back();
+        compiled(regimes[r], out.peaksSmall.back(), out.scratchBasesSmall.back(), out.gemmSitesSmall.back());
         out.firstSmall.push_back(regimes[r].live.empty() ? StepPoly{} : regimes[r].live.front());
     }
     if (out.irregularScratch == 0) {

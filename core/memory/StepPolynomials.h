@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "memory/CpuGemmScratch.h"
+
 namespace tb {
 
 // One step's allocations: the live bytes after each, and the phase each came
@@ -29,11 +31,15 @@ namespace tb {
 // transient: per entry, the most live while a scratch buffer allocated after
 // it (and freed before the next allocation) existed; empty or equal to live
 // where there was none. A scratch whose size does not follow the shapes
-// (oneDNN's for bf16 products on the CPU) is bounded instead of fitted.
+// (oneDNN's for bf16 products on the CPU) is bounded instead of fitted,
+// unless the trace says which product took it.
+// gemm: per entry, the bf16 matrix product whose scratch made the transient
+// (m = 0: none, or not known); empty: not recorded.
 struct StepTrace {
     std::vector<std::int64_t> live;
     std::vector<std::uint8_t> phase;
     std::vector<std::int64_t> transient;
+    std::vector<GemmCall> gemm;
 };
 using StepTracer = std::function<StepTrace(std::int64_t batch, std::int64_t seqLen)>;
 
@@ -47,6 +53,18 @@ inline std::int64_t evaluateStepPoly(const StepPoly& p, std::int64_t B, std::int
 }
 
 constexpr int kStepPhases = 3;
+
+// A bf16 product whose oneDNN scratch made a step's transient: the live bytes
+// it sat on and its shape, each a polynomial in B and T, and its layout. Its
+// scratch at any (B, T) is oneDNN's answer for that shape (CpuGemmScratch.h).
+struct GemmSite {
+    StepPoly base{};
+    std::array<StepPoly, 4> dims{}; // batch (0: a 2-D product), m, k, n
+    bool srcTransposed = false, weightsTransposed = false, accumulate = false;
+    int phase = 0;
+    std::int64_t traced = 0; // the largest scratch it took in the traces
+    GemmCall at(std::int64_t B, std::int64_t u) const;
+};
 
 struct CompiledSegment {
     std::int64_t t0 = 1, tLast = 1; // the sequence lengths it covers
@@ -65,11 +83,20 @@ struct CompiledSegment {
     std::array<std::vector<StepPoly>, kStepPhases> scratchBases;
     std::vector<std::array<std::vector<StepPoly>, kStepPhases>> scratchBasesSmall;
     std::int64_t irregularScratch = 0;
+    // Scratch of bf16 products whose shapes the traces recorded: exact at any
+    // (B, T), from oneDNN (for B >= generalFrom, and per smaller B).
+    std::vector<GemmSite> gemmSites;
+    std::vector<std::vector<GemmSite>> gemmSitesSmall;
     bool compiled = true;             // false: not polynomial here (its rows are replayed)
     int traces = 0;                   // steps traced to compile and check it
 
-    // withScratch false: without the irregular scratch (a GPU has none of the CPU's).
-    std::int64_t phasePeak(int phase, std::int64_t B, std::int64_t T, bool withScratch = true) const;
+    // withScratch false: without the CPU's kernel scratch (a GPU has none of
+    // it). threads: the CPU's intra-op threads (oneDNN's buffers are per thread).
+    // exactProducts false: each bf16 product's scratch is the largest it took
+    // in the traces instead of oneDNN's answer at (B, T) (which costs some
+    // microseconds a new shape: a fit map's thousands of cells use this).
+    std::int64_t phasePeak(int phase, std::int64_t B, std::int64_t T, bool withScratch = true, int threads = 1,
+                           bool exactProducts = true) const;
     std::int64_t peak(std::int64_t B, std::int64_t T) const; // over the phases
     std::int64_t start(std::int64_t B, std::int64_t T) const;
 };

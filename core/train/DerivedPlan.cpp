@@ -6,6 +6,8 @@
 #include <optional>
 #include <vector>
 
+#include <ATen/record_function.h>
+
 #include "common/Errors.h"
 #include "memory/MemoryProbe.h"
 #include "train/Trainer.h"
@@ -17,7 +19,9 @@ namespace {
 // allocator's trace hook is process-wide. An allocation freed before the next
 // one is made is a kernel's scratch buffer: its bytes go to the transient of
 // the entry before it, so that steps whose kernels take scratch at some
-// shapes and not others still line up entry by entry.
+// shapes and not others still line up entry by entry. Where the scratch came
+// in a bf16 matrix product, the product's shape goes with it (oneDNN's
+// scratch follows no polynomial, but oneDNN can say it for any shape).
 struct Recorder {
     bool on = false;
     std::uint8_t phase = 0;
@@ -26,18 +30,71 @@ struct Recorder {
     const void* pending = nullptr;
     std::int64_t pendingBytes = 0, pendingLive = 0;
     std::uint8_t pendingPhase = 0;
+    GemmCall pendingGemm; // the product running when it was made (m = 0: none)
+    // The operators running, innermost last: a bf16 product's shape, or m = 0.
+    std::vector<GemmCall> ops;
 
+    void push(std::int64_t live)
+    {
+        trace.live.push_back(live);
+        trace.transient.push_back(live);
+        trace.phase.push_back(pendingPhase);
+        trace.gemm.emplace_back();
+    }
     void keepPending()
     {
         if (!pending) return;
-        trace.live.push_back(pendingLive);
-        trace.transient.push_back(pendingLive);
-        trace.phase.push_back(pendingPhase);
+        push(pendingLive);
         pending = nullptr;
     }
 };
 Recorder* g_recorder = nullptr;
 std::mutex g_traceMutex;
+
+// A bf16 product as oneDNN receives it from LibTorch: mm(a, b), addmm(c, a,
+// b, beta, alpha), bmm(a, b), baddbmm(c, a, b, beta, alpha). An operand that
+// is neither contiguous nor a transposed contiguous matrix is copied first.
+GemmCall gemmOf(const at::RecordFunction& fn)
+{
+    const std::string_view name = fn.name();
+    const bool add = name == "aten::addmm" || name == "aten::baddbmm";
+    if (!add && name != "aten::mm" && name != "aten::bmm") return {};
+    const auto inputs = fn.inputs();
+    const std::size_t first = add ? 1 : 0;
+    if (inputs.size() < first + 2 || !inputs[first].isTensor() || !inputs[first + 1].isTensor()) return {};
+    const auto& a = inputs[first].toTensor();
+    const auto& b = inputs[first + 1].toTensor();
+    if (a.scalar_type() != at::kBFloat16 || b.scalar_type() != at::kBFloat16 || a.dim() != b.dim()
+        || (a.dim() != 2 && a.dim() != 3)) {
+        return {};
+    }
+    const auto transposed = [](const at::Tensor& t) {
+        const auto d = t.dim();
+        return !t.is_contiguous() && t.stride(d - 2) == 1 && t.stride(d - 1) == t.size(d - 2)
+            && (d == 2 || t.stride(0) == t.size(1) * t.size(2));
+    };
+    GemmCall c;
+    const auto d = a.dim();
+    c.batch = d == 3 ? a.size(0) : 0;
+    c.m = a.size(d - 2);
+    c.k = a.size(d - 1);
+    c.n = b.size(d - 1);
+    c.srcTransposed = transposed(a);
+    c.weightsTransposed = transposed(b);
+    c.accumulate = add && inputs.size() > 3 && inputs[3].isScalar() && inputs[3].toScalar().toDouble() != 0.0;
+    return c;
+}
+
+std::unique_ptr<at::ObserverContext> enterOp(const at::RecordFunction& fn)
+{
+    if (auto* rec = g_recorder) rec->ops.push_back(rec->on ? gemmOf(fn) : GemmCall{});
+    return nullptr;
+}
+
+void leaveOp(const at::RecordFunction&, at::ObserverContext*)
+{
+    if (auto* rec = g_recorder; rec && !rec->ops.empty()) rec->ops.pop_back();
+}
 
 void record(std::int64_t delta, std::int64_t live, const void* ptr)
 {
@@ -49,6 +106,7 @@ void record(std::int64_t delta, std::int64_t live, const void* ptr)
         rec->pendingBytes = delta;
         rec->pendingLive = live;
         rec->pendingPhase = rec->phase;
+        rec->pendingGemm = rec->ops.empty() ? GemmCall{} : rec->ops.back();
         return;
     }
     // (A scratch allocated in a phase after the previous entry's is kept as
@@ -56,7 +114,10 @@ void record(std::int64_t delta, std::int64_t live, const void* ptr)
     if (rec->pending == ptr && rec->pendingBytes == -delta && !rec->trace.live.empty()
         && rec->trace.phase.back() == rec->pendingPhase) {
         auto& transient = rec->trace.transient.back();
-        transient = std::max(transient, rec->pendingLive);
+        if (rec->pendingLive > transient) {
+            transient = rec->pendingLive;
+            rec->trace.gemm.back() = rec->pendingGemm;
+        }
         rec->pending = nullptr;
         return;
     }
@@ -107,10 +168,8 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T)
         rec.phase = static_cast<std::uint8_t>(phase);
         if (step == 2 && !rec.on && rec.trace.live.empty()) {
             // The first entry: what is live as the step starts.
-            const auto now = MemoryProbe::snapshot("cpu").currentBytes;
-            rec.trace.live.push_back(now);
-            rec.trace.transient.push_back(now);
-            rec.trace.phase.push_back(0);
+            rec.pendingPhase = 0;
+            rec.push(MemoryProbe::snapshot("cpu").currentBytes);
             rec.on = true;
         }
     };
@@ -130,14 +189,19 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T)
         out.trainableBytes = trainer.trainableParameterBytes();
         g_recorder = &rec;
         MemoryProbe::setCpuTrace(&record);
+        // The products' shapes, on this thread (the traced step runs on it).
+        const auto ops = at::addThreadLocalCallback(
+            at::RecordFunctionCallback(&enterOp, &leaveOp).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
         TrainResult result;
         try {
             result = trainer.run(callbacks);
         } catch (...) {
+            at::removeCallback(ops);
             MemoryProbe::setCpuTrace(nullptr);
             g_recorder = nullptr;
             throw;
         }
+        at::removeCallback(ops);
         MemoryProbe::setCpuTrace(nullptr);
         g_recorder = nullptr;
         if (result.status != TrainResult::Status::Finished || rec.trace.live.size() < 2) {

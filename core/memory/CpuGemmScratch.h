@@ -1,0 +1,39 @@
+#pragma once
+// The scratch buffer a bf16 matrix product takes on the CPU. LibTorch hands
+// bf16 products (mm, addmm, bmm, baddbmm) to oneDNN on CPUs with AVX-512,
+// and oneDNN asks the caller for a scratchpad whose size follows its choice
+// of blocking for that shape, layout and thread count on that CPU: no
+// polynomial in the shapes, and not the same on two CPUs. LibTorch allocates
+// it through the CPU allocator for as long as the product runs, so it counts
+// in a step's peak. The size comes from oneDNN itself: the primitive
+// descriptor LibTorch's ideep builds for the call (plain strided operands,
+// an output of any layout, output scales, a sum post-op for addmm and
+// baddbmm, a user scratchpad), asked for its scratchpad, without running
+// anything. No LibTorch here.
+
+#include <cstdint>
+#include <string>
+
+namespace tb {
+
+// One product as LibTorch's kernel receives it: [batch x] [m x k] . [k x n].
+struct GemmCall {
+    std::int64_t batch = 0; // 0: a 2-D product (mm, addmm); else bmm's batch
+    std::int64_t m = 0, k = 0, n = 0;
+    bool srcTransposed = false;     // the left operand is the transpose of a contiguous tensor
+    bool weightsTransposed = false; // the right one is
+    bool accumulate = false;        // beta != 0 (addmm, baddbmm): oneDNN adds into the output
+    bool operator==(const GemmCall&) const = default;
+};
+
+// Whether this build can ask oneDNN (its headers were there) and this CPU
+// sends bf16 products to it (LibTorch's check: AVX-512 BW, VL and DQ).
+bool cpuGemmScratchKnown();
+// Why not, in words, when it is not known; else empty.
+std::string cpuGemmScratchUnknownReason();
+// The scratch bytes of one bf16 product run with `threads` intra-op threads;
+// 0 for a product LibTorch keeps from oneDNN (too small: m k n at most
+// 16^3) or where it is not known. Cached; thread-safe.
+std::int64_t cpuGemmScratchBytes(const GemmCall& call, int threads = 1);
+
+} // namespace tb
