@@ -13,6 +13,7 @@
 #include "config/RunConfig.h"
 #include "common/Errors.h"
 #include "memory/Architectures.h"
+#include "memory/CpuGemmScratch.h"
 #include "memory/Estimator.h"
 #include "memory/LargestFitting.h"
 #include "run/RunSession.h"
@@ -80,6 +81,7 @@ private Q_SLOTS:
     void hfConfigImportNamesWhatIsWrong();
     void gpuTermsAndAttentionModules();
     void fitMapMatchesTheEstimate();
+    void bf16ProductsTakeOneDnnScratch();
     void batchOneAndOneHeadAreNotUnderPlanned();
     void pureBf16LoraReleasesWhatItKept();
     void pureBf16LlamaFollowsItsFp32Islands();
@@ -486,6 +488,39 @@ void TestMemoryPlan::gpuTermsAndAttentionModules()
 // planner missed both: a GPT with RoPE at batch 1 (4 layers, d_model 128,
 // seq 256) was planned 3.9% under its measured peak, one head at batch 2
 // 4.5% under. An under-estimate can claim a false fit.
+// A bf16 product on the CPU takes oneDNN's scratch while it runs, and in a
+// small step a weight's gradient product (grad^T . x, whose transposed operand
+// oneDNN copies in blocks) made the peak: the plan left it out and was 3.15%
+// under for this GPT on the addition task, and 2.24% under with
+// checkpointing. It asks oneDNN for each backward product's scratch now
+// (CpuGemmScratch.h), in the order each projection's backward makes them: a
+// biased one (addmm) its input's gradient first, a bias-free one (mm) its
+// weight's.
+void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
+{
+    std::vector<std::pair<std::string, RunConfig>> rows;
+    auto c = small("gpt", 2, 64, 2, 64, 0);
+    c.data.source = "addition";
+    c.data.digits = 3;
+    c.train.precision = "bf16";
+    rows.emplace_back("gpt addition bf16 b64", c);
+    c = small("gpt", 3, 128, 4, 16, 128);
+    c.train.activationCheckpointing = true;
+    c.train.precision = "bf16";
+    rows.emplace_back("gpt checkpointing bf16", c);
+    c = small("llama", 1, 48, 1, 40, 0);
+    c.data.source = "addition";
+    c.data.digits = 3;
+    c.train.precision = "bf16";
+    rows.emplace_back("llama 1 head addition bf16", c);
+    QStringList outside;
+    for (const auto& [name, config] : rows) {
+        const double error = plannedError(name, config);
+        if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(QString::fromStdString(name)).arg(100 * error);
+    }
+    QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
+}
+
 void TestMemoryPlan::batchOneAndOneHeadAreNotUnderPlanned()
 {
     std::vector<std::pair<std::string, RunConfig>> cases;
@@ -802,6 +837,7 @@ void TestMemoryPlan::fitMapMatchesTheEstimate()
             setup.seqLen = 15;
             const auto budget = estimateMemory(arch, setup).peakBytes; // the verdict changes inside the map
             const auto map = fitMap(arch, setup, budget, batches, seqs);
+            const bool products = (setup.precision == "bf16" || setup.precision == "bf16-pure") && cpuGemmScratchKnown();
             QCOMPARE(map.peakBytes.size(), batches.size() * seqs.size());
             QVERIFY2(map.compiled, qPrintable(QString::fromStdString(name)));
             for (std::size_t row = 0; row < seqs.size(); ++row) {
@@ -811,6 +847,15 @@ void TestMemoryPlan::fitMapMatchesTheEstimate()
                     const auto exact = estimateMemory(arch, setup).peakBytes;
                     const auto where = QString("%1 %2 x%5 batch %3 seq %4").arg(QString::fromStdString(name), gpu ? "gpu" : "cpu")
                                            .arg(batches[col]).arg(seqs[row]).arg(replicas);
+                    if (!gpu && products) {
+                        // bf16 on the CPU: a product's oneDNN scratch is in the
+                        // cells nearest the budget only; elsewhere a cell is
+                        // under the estimate by at most that scratch (a few
+                        // percent of these small steps), with the same verdict.
+                        QVERIFY2(map.at(row, col) <= exact && exact - map.at(row, col) <= exact / 10, qPrintable(where));
+                        QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));
+                        continue;
+                    }
                     if (!gpu) {
                         QVERIFY2(map.at(row, col) == exact, qPrintable(where));
                         QVERIFY2((map.at(row, col) <= budget) == (exact <= budget), qPrintable(where));

@@ -74,7 +74,7 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
                       + (fixedSeqLen > 0 ? "the dataset's sequence " + std::to_string(fixedSeqLen)
                                          : "sequence " + std::to_string(S.t0) + " to " + std::to_string(largestTracedSeqLen))
                       + "; tensors on the CPU (a GPU adds allocator blocks and workspaces)");
-    if (!S.gemmSites.empty() || std::any_of(S.gemmSitesSmall.begin(), S.gemmSitesSmall.end(), [](const auto& v) { return !v.empty(); })) {
+    if (S.hasProducts()) {
         e.notes.push_back(withScratch
             ? "the scratch oneDNN takes for each bf16 matrix product (its size follows oneDNN's blocking for the "
               "shape on this CPU, not a formula) is oneDNN's own answer for the product's shape at this batch and sequence, "
@@ -162,9 +162,7 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
     }
     // The cells nearest the budget take oneDNN's scratch for their own
     // shapes: their figures and verdicts are the estimate's.
-    bool products = !segment.gemmSites.empty();
-    for (const auto& v : segment.gemmSitesSmall) products = products || !v.empty();
-    if (setup.gpu || !products) return map;
+    if (setup.gpu || !segment.hasProducts()) return map;
     std::vector<std::size_t> order(map.peakBytes.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     const auto distance = [&](std::size_t i) { return std::abs(map.peakBytes[i] - budget); };

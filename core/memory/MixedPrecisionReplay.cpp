@@ -340,8 +340,10 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     r.sub(Logits, 2 * d.lg);
     r.add(Logits, d.lgh); // cast down
     r.sub(Logits, d.lg);
-    tmp(V * C * kLow); // head weight gradient
-    tmp(d.ah);         // grad of the head's input
+    tmp(V * C * kLow); // head weight gradient (bias-free: before the input's)
+    r.product({0, V, S.batch * S.seqLen, C, true, false, false});
+    tmp(d.ah); // grad of the head's input
+    r.product({0, S.batch * S.seqLen, V, C, false, false, false});
     r.sub(Logits, d.lgh);
     unact(d.ah);
     r.sub(WeightCopies, V * C * kLow);
@@ -379,9 +381,22 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // A projection's backward: the gradient of its input (in) and of its
     // weight in the autocast dtype; the gradient it received (gradOut), its
     // saved input (saved) and its weight copy go.
-    const auto linearBackward = [&](std::int64_t in, std::int64_t weight, std::int64_t gradOut, std::int64_t saved) {
+    // Each gradient is a bf16 product (oneDNN's scratch on the CPU): the
+    // input's grad . W and the weight's grad^T . x. A biased projection's
+    // backward (addmm's) makes the input's first, a bias-free one's (mm's)
+    // the weight's.
+    const std::int64_t rows = S.batch * S.seqLen;
+    const auto linearBackward = [&](std::int64_t in, std::int64_t weight, std::int64_t gradOut, std::int64_t saved,
+                                    bool biased) {
+        const std::int64_t inF = in / (rows * kLow), outF = weight / inF;
+        const auto inputGradient = [&] {
+            tmp(in);
+            r.product({0, rows, outF, inF, false, false, false});
+        };
+        if (biased) inputGradient();
         tmp(weight * kLow);
-        tmp(in);
+        r.product({0, outF, rows, inF, true, false, false});
+        if (!biased) inputGradient();
         untmp(gradOut);
         unact(saved);
         r.sub(WeightCopies, weight * kLow);
@@ -389,8 +404,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // A projection that read an fp32 input (a norm output) through its own
     // cast: its input's gradient is cast back up (and summed with those of the
     // projections before it that read the same input), then its weight's.
-    const auto castInputBackward = [&](std::int64_t weight, std::int64_t gradOut, bool sum) {
-        linearBackward(d.ah, weight, gradOut, d.ah);
+    const auto castInputBackward = [&](std::int64_t weight, std::int64_t gradOut, bool sum, bool biased) {
+        linearBackward(d.ah, weight, gradOut, d.ah, biased);
         tmp(d.a);
         untmp(d.ah);
         if (sum) {
@@ -437,7 +452,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         }
         tmp(d.ah); // the running gradient cast down for the branch
         if (llama) {
-            linearBackward(d.fh, F * C, d.ah, d.fh); // down; the product
+            linearBackward(d.fh, F * C, d.ah, d.fh, false); // down; the product
             weightGradient(F * C);
             tmp(2 * d.fh); // product backward
             untmp(d.fh);
@@ -445,11 +460,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.fh); // silu backward
             untmp(d.fh);
             unact(d.fh); // gate output
-            castInputBackward(C * F, d.fh, false); // gate
-            castInputBackward(C * F, d.fh, true);  // up
+            castInputBackward(C * F, d.fh, false, false); // gate
+            castInputBackward(C * F, d.fh, true, false);  // up
             rmsBackward(true);
             tmp(d.ah); // the running gradient cast down for the attention branch
-            linearBackward(d.ah, C * C, d.ah, d.ah); // o_proj; merged heads
+            linearBackward(d.ah, C * C, d.ah, d.ah, false); // o_proj; merged heads
             weightGradient(C * C);
             tmp(d.ah); // heads split
             untmp(d.ah);
@@ -481,13 +496,13 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             // v, k, q projections (each gradient reshaped first), their input gradients summed.
             tmp(d.akvh);
             untmp(d.akvh);
-            castInputBackward(C * KV, d.akvh, false); // v
+            castInputBackward(C * KV, d.akvh, false, A.qkvBias); // v
             tmp(d.akvh);
             untmp(d.akvh);
-            castInputBackward(C * KV, d.akvh, true); // k
+            castInputBackward(C * KV, d.akvh, true, A.qkvBias); // k
             tmp(d.ah);
             untmp(d.ah);
-            castInputBackward(C * C, d.ah, true); // q
+            castInputBackward(C * C, d.ah, true, A.qkvBias); // q
             rmsBackward(false);
             if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
             untmp(rng + heldGrad);
@@ -503,12 +518,12 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah);
             unact(noiseAh); // noise
         }
-        linearBackward(d.fh, F * C, d.ah, d.fh); // out; gelu output
+        linearBackward(d.fh, F * C, d.ah, d.fh, true); // out; gelu output
         weightGradient(F * C);
         tmp(d.fh); // gelu backward
         untmp(d.fh);
         unact(d.fh); // fc output
-        castInputBackward(C * F, d.fh, false); // fc
+        castInputBackward(C * F, d.fh, false, true); // fc
         tmp(d.a); // ln2 backward
         untmp(d.a);
         unact((parallel ? 0 : d.a) + 2 * d.m); // h (no parallel layer saves one) and the statistics
@@ -520,7 +535,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah);
             unact(noiseAh); // noise
         }
-        linearBackward(d.ah, C * C, d.ah, d.ah); // proj; merged heads
+        linearBackward(d.ah, C * C, d.ah, d.ah, true); // proj; merged heads
         weightGradient(C * C);
         tmp(d.ah); // heads split
         untmp(d.ah);
@@ -548,7 +563,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         untmp(3 * d.ah);
         tmp(3 * d.ah); // reshaped
         untmp(3 * d.ah);
-        castInputBackward(3 * C * C, 3 * d.ah, false); // qkv
+        castInputBackward(3 * C * C, 3 * d.ah, false, true); // qkv
         tmp(d.a); // ln1 backward
         untmp(d.a);
         unact(d.a + 2 * d.m); // block input and statistics

@@ -11,8 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "memory/CpuGemmScratch.h"
 #include "memory/CudaAllocatorModel.h"
 #include "memory/Estimator.h"
+#include "memory/StepPolynomials.h"
 
 namespace tb::memory_detail {
 
@@ -35,8 +37,30 @@ class Replay {
 public:
     static constexpr std::array<const char*, 3> kPhases{"forward", "backward", "optimizer"};
     // On a GPU every block the caching allocator hands out is a multiple of 512 bytes.
-    explicit Replay(std::int64_t granularity = 1, std::vector<std::int64_t>* trace = nullptr)
+    explicit Replay(std::int64_t granularity = 1, StepTrace* trace = nullptr)
         : m_granularity(granularity), m_trace(trace) {}
+    // On the CPU, bf16 products take oneDNN's scratch while they run
+    // (CpuGemmScratch.h); threads: LibTorch's intra-op threads. Off: none.
+    void cpuProducts(int threads) { m_productThreads = threads; }
+    // A bf16 product runs: its output was just added; its scratch is live
+    // on top of everything until it returns (no allocation in between).
+    void product(const GemmCall& c)
+    {
+        if (m_productThreads <= 0) return;
+        // (Not in a recorded trace: the fit map's compiler samples tiny
+        // shapes, where oneDNN's blocking says nothing of large ones; the map
+        // replays the cells nearest the budget instead.)
+        const auto bytes = cpuGemmScratchBytes(c, m_productThreads);
+        if (bytes <= 0) return;
+        const auto top = m_total + bytes;
+        m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], top);
+        if (top > m_peak) {
+            m_peak = top;
+            m_atPeak = m_live;
+            m_atPeak[Workspace] += bytes;
+            m_peakPhase = m_phase;
+        }
+    }
     // On a GPU target every allocation and release also goes through a model
     // of the CUDA caching allocator, for the bytes it reserves.
     void useAllocator(CudaAllocatorModel* model) { m_allocator = model; }
@@ -56,7 +80,11 @@ public:
         m_total += bytes;
         ++m_calls;
         if (m_allocator) m_blocks[c].push_back({bytes, m_allocator->allocate(bytes)});
-        if (m_trace) m_trace->push_back(m_total);
+        if (m_trace) {
+            m_trace->live.push_back(m_total);
+            m_trace->transient.push_back(m_total);
+            m_trace->gemm.emplace_back();
+        }
         m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
         if (m_total > m_peak) {
             m_peak = m_total;
@@ -156,7 +184,8 @@ private:
         return bytes > 0 ? (bytes + m_granularity - 1) / m_granularity * m_granularity : bytes;
     }
     std::int64_t m_granularity;
-    std::vector<std::int64_t>* m_trace; // the live total after each allocation, when set
+    StepTrace* m_trace; // the live total after each allocation, when set
+    int m_productThreads = 0;
     CudaAllocatorModel* m_allocator = nullptr;
     std::array<std::vector<Held>, kCats> m_blocks{};
     std::array<std::int64_t, kCats> m_live{};

@@ -96,11 +96,17 @@ std::int64_t CompiledSegment::phasePeak(int phase, std::int64_t B, std::int64_t 
     return most;
 }
 
-std::int64_t CompiledSegment::peak(std::int64_t B, std::int64_t T) const
+std::int64_t CompiledSegment::peak(std::int64_t B, std::int64_t T, int threads, bool exactProducts) const
 {
     std::int64_t most = 0;
-    for (int i = 0; i < kStepPhases; ++i) most = std::max(most, phasePeak(i, B, T));
+    for (int i = 0; i < kStepPhases; ++i) most = std::max(most, phasePeak(i, B, T, true, threads, exactProducts));
     return most;
+}
+
+bool CompiledSegment::hasProducts() const
+{
+    return !gemmSites.empty()
+        || std::any_of(gemmSitesSmall.begin(), gemmSitesSmall.end(), [](const auto& v) { return !v.empty(); });
 }
 
 std::int64_t CompiledSegment::start(std::int64_t B, std::int64_t T) const

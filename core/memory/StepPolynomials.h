@@ -97,7 +97,8 @@ struct CompiledSegment {
     // microseconds a new shape: a fit map's thousands of cells use this).
     std::int64_t phasePeak(int phase, std::int64_t B, std::int64_t T, bool withScratch = true, int threads = 1,
                            bool exactProducts = true) const;
-    std::int64_t peak(std::int64_t B, std::int64_t T) const; // over the phases
+    std::int64_t peak(std::int64_t B, std::int64_t T, int threads = 1, bool exactProducts = true) const; // over the phases
+    bool hasProducts() const; // bf16 products' scratch sites, in any regime
     std::int64_t start(std::int64_t B, std::int64_t T) const;
 };
 
