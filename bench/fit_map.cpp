@@ -100,6 +100,8 @@ int main(int argc, char** argv)
     config.data.seqLen = 256;
     config.train.batchSize = 16;
     run("built-in GPT 4x256, text (CPU)", tb::architectureFor(config), tb::setupFor(config), 1LL << 30);
+    run("built-in GPT 4x256, text, bf16 (CPU)", tb::architectureFor(config),
+        [&] { auto s = tb::setupFor(config); s.precision = "bf16"; return s; }(), 1LL << 30);
     run("built-in GPT 4x256, text, on a T4", tb::architectureFor(config), [&] { auto s = tb::setupFor(config); s.gpu = true; return s; }(), t4);
     config.device = "cpu";
     config.train.precision = "fp32";

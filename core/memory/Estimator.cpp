@@ -498,8 +498,14 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.add(Logits, lg16); // cast back to bf16
         r.sub(Logits, lg);
     }
+    // bf16 products (pure bf16 on the CPU: oneDNN's scratch while each runs):
+    // a weight's gradient grad^T . x (rows x out x in) and an input's grad . W.
+    const auto weightProduct = [&](std::int64_t out, std::int64_t in) { r.product({0, out, BT, in, true, false, false}); };
+    const auto inputProduct = [&](std::int64_t out, std::int64_t in) { r.product({0, BT, out, in, false, false, false}); };
     if (headTrainable) tmp(headW); // head weight gradient (tied: held until the embedding's)
+    if (headTrainable) weightProduct(V, C);
     tmp(a);                        // grad of final norm output
+    inputProduct(V, C);
     r.sub(Logits, pureLlama ? lg16 : lg);
     if (headTrainable && !tied) grads.done(headW);
     // Pure bf16 RMSNorm backward, from the gradient of its output (in
@@ -526,9 +532,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.sub(Activations, 2 * a + 2 * m); // ln output (released by the head), its input and stats
     }
     // g (the running gradient, a) stays in Workspace from here on.
-    const auto weightGrad = [&](std::int64_t n) {
+    // A projection's weight (and bias) gradient, out x in, made by a product.
+    const auto weightGrad = [&](std::int64_t n, std::int64_t out, std::int64_t in) {
         if (lora) return;
         tmp(n * e);
+        weightProduct(out, in);
         grads.done(n * e);
     };
     const bool wgrad = !lora;
@@ -572,9 +580,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             blockForward();
         }
         if (llama) {
-            // down_proj
+            // down_proj (bias-free, mm: its weight's gradient first)
             if (wgrad) tmp(F * C * e);
+            if (wgrad) weightProduct(C, F);
             tmp(f);
+            inputProduct(C, F);
             r.sub(Activations, f);
             if (wgrad) grads.done(F * C * e);
             // silu(gate) * up
@@ -587,11 +597,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(f);
             // gate and up
             if (wgrad) tmp(F * C * e);
+            if (wgrad) weightProduct(F, C);
             tmp(a);
+            inputProduct(F, C);
             untmp(f);
             if (wgrad) grads.done(F * C * e);
             if (wgrad) tmp(F * C * e);
+            if (wgrad) weightProduct(F, C);
             tmp(a);
+            inputProduct(F, C);
             untmp(f);
             r.sub(Activations, a); // norm output
             tmp(a);
@@ -615,7 +629,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (!pureLlama) r.sub(Activations, a); // h
             // o_proj
             if (wgrad) tmp(C * C * e);
+            if (wgrad) weightProduct(C, C);
             tmp(a);
+            inputProduct(C, C);
             r.sub(Activations, a);
             if (wgrad) grads.done(C * C * e);
             tmp(a);
@@ -686,14 +702,17 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a); // gradient through the MLP dropout
             r.sub(Activations, noiseA);
         }
+        // Each projection (addmm) makes its input's gradient, then its weight's.
         tmp(f);
-        weightGrad(C * F + C);
+        inputProduct(C, F);
+        weightGrad(C * F + C, C, F);
         r.sub(Activations, f); // gelu output
         tmp(f);
         r.sub(Activations, f); // fc output
         untmp(f);
         tmp(a);
-        weightGrad(C * F + F);
+        inputProduct(F, C);
+        weightGrad(C * F + F, F, C);
         untmp(f);
         r.sub(Activations, a); // ln2 output
         tmp(a);
@@ -707,7 +726,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             r.sub(Activations, noiseA);
         }
         tmp(a);
-        weightGrad(C * C + C);
+        inputProduct(C, C);
+        weightGrad(C * C + C, C, C);
         r.sub(Activations, a); // merged heads
         if (drop) untmp(a);    // the gradient through the dropout, consumed
         tmp(a);
@@ -734,7 +754,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(3 * a);
         untmp(3 * a);
         tmp(a);
-        weightGrad(3 * C * C + 3 * C);
+        inputProduct(3 * C, C);
+        weightGrad(3 * C * C + 3 * C, 3 * C, C);
         untmp(3 * a);
         r.sub(Activations, a + 2 * m); // ln1 output and stats
         tmp(a);

@@ -124,17 +124,22 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const auto linear = [&](const char* name, std::int64_t in, std::int64_t outFeatures, bool bias, bool fp32In,
                             bool gIn) {
         const auto out = d.bt * outFeatures * lowBytes;
+        // The frozen product x W^T (+ b): addmm with a bias, else mm (in bf16
+        // on the CPU each takes oneDNN's scratch while it runs).
+        const GemmCall frozen{0, d.bt, in, outFeatures, false, true, bias};
         if (mixed) {
             // A base already stored in half precision needs no cast.
             const auto w = d.halfBase ? 0 : in * outFeatures * 2, b = bias && !d.halfBase ? outFeatures * 2 : 0,
                        cast = fp32In ? d.bt * in * 2 : 0;
             tmp(b + w + cast);
             tmp(out);
+            r.product(frozen);
             untmp(b + cast);
             untmp(w);
             if (gIn) r.add(WeightCopies, w); // saved for the input's gradient
         } else {
             tmp(out);
+            r.product(frozen);
         }
         if (!has(name)) return gIn;
         if (mixed) {
@@ -145,7 +150,15 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         const auto own = (mixed && fp32In ? d.bt * in * 2 : 0) + d.xa; // the adapter's own input cast; x A^T
         noGrad ? tmp(own) : act(own); // saved for A's and B's gradients
-        tmp(3 * out);
+        r.product({0, d.bt, in, rank, false, true, false}); // x A^T
+        // (x A^T) B^T, the scaling, the sum; the product's scratch after the first.
+        if (r.productsTracked()) {
+            tmp(out);
+            r.product({0, d.bt, rank, outFeatures, false, true, false});
+            tmp(2 * out);
+        } else {
+            tmp(3 * out);
+        }
         untmp(3 * out);
         if (noGrad) untmp(own);
         return !noGrad;
@@ -485,6 +498,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const std::int64_t headCast = mixed && !d.halfBase ? V * C * 2 : 0;
     if (mixed) tmp(headCast + d.ah); // the head's weight cast (none for a half-precision base) and input cast
     r.add(Logits, d.lgh);            // logits
+    if (lowLogits) r.product({0, d.bt, C, V, false, true, false});
     if (mixed) {
         untmp(d.ah + headCast);
         if (g) r.add(WeightCopies, headCast); // saved for the input's gradient
@@ -513,6 +527,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         r.add(Logits, d.lgh); // cast down
         r.sub(Logits, d.lg);
         tmp(d.ah); // grad of the head's input
+        r.product({0, d.bt, V, C, false, false, false});
         r.sub(Logits, d.lgh);
         if (g) r.sub(WeightCopies, headCast);
     }
@@ -559,7 +574,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (mixed) tmp(d.ah); // the running gradient cast down for the branch
         const bool adapted = has(llama ? "down_proj" : "out");
         const auto projInput = adapted ? d.fh : 0;
-        tmp(d.fh);
+        tmp(d.fh); // the gradient of its input through the frozen weight: grad . W (mm)
+        r.product({0, d.bt, C, F, false, false, false});
         if (mixed) untmp(d.ah);
         r.sub(WeightCopies, sv.copiesOut); // the output projection's casts
         if (adapted) {

@@ -42,6 +42,7 @@ public:
     // On the CPU, bf16 products take oneDNN's scratch while they run
     // (CpuGemmScratch.h); threads: LibTorch's intra-op threads. Off: none.
     void cpuProducts(int threads) { m_productThreads = threads; }
+    bool productsTracked() const { return m_productThreads > 0; }
     // A bf16 product runs: its output was just added; its scratch is live
     // on top of everything until it returns (no allocation in between).
     void product(const GemmCall& c)
