@@ -97,6 +97,8 @@ std::int64_t ask(const GemmCall& c, int threads)
 
 } // namespace
 
+bool cpuBf16ProductsUseOneDnn() { return cpuSendsBf16ToOneDnn(); }
+
 bool cpuGemmScratchKnown() { return cpuGemmScratchUnknownReason().empty(); }
 
 std::string cpuGemmScratchUnknownReason()

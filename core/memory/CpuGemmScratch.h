@@ -26,8 +26,11 @@ struct GemmCall {
     bool operator==(const GemmCall&) const = default;
 };
 
-// Whether this build can ask oneDNN (its headers were there) and this CPU
-// sends bf16 products to it (LibTorch's check: AVX-512 BW, VL and DQ).
+// Whether this CPU sends bf16 products to oneDNN (LibTorch's check: AVX-512
+// BW, VL and DQ); elsewhere they take no scratch.
+bool cpuBf16ProductsUseOneDnn();
+// Whether the scratch is known: this CPU does not send bf16 products to
+// oneDNN, or this build can ask oneDNN (the one LibTorch runs, headers there).
 bool cpuGemmScratchKnown();
 // Why not, in words, when it is not known; else empty.
 std::string cpuGemmScratchUnknownReason();

@@ -853,7 +853,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             formula = "cuBLAS workspaces through the caching allocator: the forward's and the autograd thread's handle, "
                       + std::to_string(cublasWorkspaceBytes(S.torchMajor, S.computeCapability)) + " bytes each";
             break;
-        case Workspace: formula = "temporaries of the phase at its peak (gradients in flight, products)"; break;
+        case Workspace: formula = "temporaries of the phase at its peak (gradients in flight, products, a bf16 product's CPU scratch)"; break;
         case WeightCopies:
             formula = "autocast's " + S.precision + " copies of the weights (2 bytes per element), saved for backward "
                       "and released layer by layer";
@@ -905,6 +905,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     if (A.attentionModules > 1) {
         est.notes.push_back("further attention modules add their maps; their projections are not modelled");
+    }
+    if (!S.gpu && (mixed || pure) && cpuBf16ProductsUseOneDnn()) {
+        const auto why = cpuGemmScratchUnknownReason();
+        est.notes.push_back(why.empty()
+            ? "bf16 matrix products on this CPU take oneDNN's scratch while they run; its size (oneDNN's blocking "
+              "for each shape, not a formula) is oneDNN's own answer for each product's shape, with "
+              + std::to_string(S.cpuThreads) + (S.cpuThreads == 1 ? " thread" : " threads")
+            : "the scratch oneDNN takes for bf16 matrix products on this CPU is not counted (" + why
+                  + "): small steps can measure a few percent more");
     }
     return est;
 }
@@ -1302,7 +1311,8 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
     // out, and the kExactCells nearest the budget are replayed with it, so
     // that there the figure and the verdict are the estimate's; elsewhere a
     // figure is under the estimate by at most one product's scratch.
-    if (!setup.gpu && (setup.precision == "bf16" || setup.precision == "bf16-pure") && cpuGemmScratchKnown()) {
+    if (!setup.gpu && (setup.precision == "bf16" || setup.precision == "bf16-pure") && cpuBf16ProductsUseOneDnn()
+        && cpuGemmScratchKnown()) {
         constexpr std::size_t kExactCells = 16;
         std::vector<std::size_t> order(map.peakBytes.size());
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
