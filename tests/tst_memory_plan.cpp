@@ -82,6 +82,7 @@ private Q_SLOTS:
     void gpuTermsAndAttentionModules();
     void fitMapMatchesTheEstimate();
     void bf16ProductsTakeOneDnnScratch();
+    void loraMlpDropoutNoiseGoesWithItsNode();
     void batchOneAndOneHeadAreNotUnderPlanned();
     void pureBf16LoraReleasesWhatItKept();
     void pureBf16LlamaFollowsItsFp32Islands();
@@ -541,6 +542,40 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     c.lora.targets = {"mlp"};
     c.train.precision = "bf16";
     rows.emplace_back("gpt lora mlp dropout accum 3", c);
+    QStringList outside;
+    for (const auto& [name, config] : rows) {
+        const double error = plannedError(name, config);
+        if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(QString::fromStdString(name)).arg(100 * error);
+    }
+    QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
+}
+
+// With LoRA the built-in GPT's MLP dropout noise was released with the rest
+// of what the block saved, after the MLP's backward; it goes when the
+// dropout's node has run, before the output projection's backward, and the
+// gradient through the dropout replaces the branch's. With checkpointing
+// the peak is there: 2.48% over (fp32) and 2.22% over (pure bf16).
+void TestMemoryPlan::loraMlpDropoutNoiseGoesWithItsNode()
+{
+    std::vector<std::pair<std::string, RunConfig>> rows;
+    auto c = small("gpt", 1, 112, 1, 4, 32);
+    c.model.positionalEncoding = "sinusoidal";
+    c.model.tieEmbeddings = false;
+    c.model.dropout = 0.1;
+    c.train.gradAccum = 3;
+    c.train.activationCheckpointing = true;
+    c.optim.optimizer = "sgd";
+    c.optim.momentum = 0;
+    c.lora.rank = 4;
+    c.lora.targets = {"mlp"};
+    rows.emplace_back("gpt lora mlp dropout ckpt", c);
+    c = small("gpt", 4, 112, 8, 16, 64);
+    c.model.dropout = 0.1;
+    c.train.activationCheckpointing = true;
+    c.train.precision = "bf16-pure";
+    c.lora.rank = 4;
+    c.lora.targets = {"mlp"};
+    rows.emplace_back("gpt pure lora mlp dropout ckpt", c);
     QStringList outside;
     for (const auto& [name, config] : rows) {
         const double error = plannedError(name, config);

@@ -226,6 +226,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         std::int64_t values = 0;    // the values, released by the probabilities x values backward
         std::int64_t projInput = 0; // an adapted output projection's input and rank-r product, released by its backward
         std::int64_t h = 0;         // h (x + attention), saved by the second norm, released by its backward
+        std::int64_t mlpNoise = 0;  // the built-in GPT's MLP dropout noise (counted in mlp), released by its backward
         bool scores = false;        // a gradient flows through the attention scores
         bool valuesGrad = false;    // ... and through the values
         bool attentionGrad = false; // the attention branch's output requires grad
@@ -243,6 +244,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const auto copiesBefore = r.live(WeightCopies), cachedBefore = cachedOnly;
         saved.input = gIn && !pureLlama ? d.a : 0;
         saved.normIn = gIn ? normSaved : 0;
+        saved.mlpNoise = 0;
         const auto attentionDone = [&] {
             saved.attention = r.live(Activations) - before + saved.input;
             saved.maps = r.live(AttentionMaps) - mapsBefore;
@@ -429,6 +431,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // temporaries go after the sum.
             if (drop) {
                 keepOrFree(gout, noiseAh); // noise
+                if (gout && !noGrad) saved.mlpNoise = noiseAh;
                 untmp(d.ah);               // out
             }
             keepOrFree(gfc, d.fh);        // fc output, saved by gelu
@@ -572,11 +575,19 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const std::int64_t heldAttentionGrad = mixed && parallel && sv.attentionGrad ? d.ah : 0;
         tmp(heldAttentionGrad);
         if (mixed) tmp(d.ah); // the running gradient cast down for the branch
+        // The MLP's dropout (the built-in GPT's): the gradient through it
+        // replaces the branch's, and its noise goes as its node has run.
+        const bool dropped = sv.mlpNoise > 0;
+        if (dropped) {
+            tmp(d.ah);
+            if (mixed) untmp(d.ah);
+            r.sub(Activations, sv.mlpNoise);
+        }
         const bool adapted = has(llama ? "down_proj" : "out");
         const auto projInput = adapted ? d.fh : 0;
         tmp(d.fh); // the gradient of its input through the frozen weight: grad . W (mm)
         r.product({0, d.bt, C, F, false, false, false});
-        if (mixed) untmp(d.ah);
+        if (mixed || dropped) untmp(d.ah);
         r.sub(WeightCopies, sv.copiesOut); // the output projection's casts
         if (adapted) {
             r.sub(Activations, projInput);
@@ -585,7 +596,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         tmp(llama ? 2 * d.fh : d.fh);
         untmp(llama ? 3 * d.fh : 2 * d.fh);
-        r.sub(Activations, sv.mlp - projInput - sv.normH);
+        r.sub(Activations, sv.mlp - projInput - sv.normH - sv.mlpNoise);
         r.sub(WeightCopies, sv.copiesMlp - sv.copiesOut);
         if (sv.normH > 0) {
             tmp(2 * d.a); // the gradients of gate's and up's input
