@@ -17,7 +17,7 @@ TB_MIRROR=${TRAINBENCH_MIRROR:-http://deb.debian.org/debian}
 # proves that core, the CLI and the core tests need neither. python3-torch is
 # the 2.6 reference of bench/train_throughput.sh --torch2.
 TB_CHROOT_PACKAGES=(g++ cmake make ccache pkg-config libtorch-dev libopenblas0-pthread qt6-base-dev
-  libonig-dev libicu-dev libgloo-dev
+  libonig-dev libicu-dev libgloo-dev libdnnl-dev
   libsqlite3-dev nlohmann-json3-dev python3-torch)
 
 # Unmounts everything at or below a folder, deepest first.

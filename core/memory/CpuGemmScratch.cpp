@@ -22,7 +22,7 @@ bool cpuSendsBf16ToOneDnn()
         && __builtin_cpu_supports("avx512dq");
 }
 
-#if defined(TB_HAVE_ONEDNN) && DNNL_VERSION_MAJOR == 2
+#if defined(TB_HAVE_ONEDNN)
 // The library LibTorch runs must be the one whose headers this was built
 // with: the descriptor's choices are that library's.
 bool sameOneDnn()
@@ -57,7 +57,7 @@ std::map<Key, std::int64_t> g_cache;
 
 std::int64_t ask(const GemmCall& c, int threads)
 {
-#if defined(TB_HAVE_ONEDNN) && DNNL_VERSION_MAJOR == 2
+#if defined(TB_HAVE_ONEDNN) && (DNNL_VERSION_MAJOR == 2 || DNNL_VERSION_MAJOR == 3)
     using namespace dnnl;
     static engine cpu(engine::kind::cpu, 0);
     const bool batched = c.batch > 0;
@@ -79,11 +79,17 @@ std::int64_t ask(const GemmCall& c, int threads)
         ops.append_sum(1.0f);
         attr.set_post_ops(ops);
     }
-    attr.set_output_scales(0, {1.0f});
     attr.set_scratchpad_mode(scratchpad_mode::user);
     try {
         ThreadsFor scope(threads);
+#if DNNL_VERSION_MAJOR == 2
+        // LibTorch 1.13's ideep sets output scales (alpha) on every product.
+        attr.set_output_scales(0, {1.0f});
         const matmul::primitive_desc pd(matmul::desc(src, weights, dst), attr, cpu);
+#else
+        // oneDNN 3 (LibTorch 2.x): no output scales; alpha 1 needs none.
+        const matmul::primitive_desc pd(cpu, src, weights, dst, attr);
+#endif
         return static_cast<std::int64_t>(pd.scratchpad_desc().get_size());
     } catch (const dnnl::error&) {
         return 0;
@@ -103,13 +109,13 @@ bool cpuGemmScratchKnown() { return cpuGemmScratchUnknownReason().empty(); }
 
 std::string cpuGemmScratchUnknownReason()
 {
-#if defined(TB_HAVE_ONEDNN) && DNNL_VERSION_MAJOR == 2
+#if defined(TB_HAVE_ONEDNN) && (DNNL_VERSION_MAJOR == 2 || DNNL_VERSION_MAJOR == 3)
     static const std::string reason = !cpuSendsBf16ToOneDnn()
         ? std::string() // LibTorch keeps bf16 products from oneDNN here: no scratch to know
         : !sameOneDnn() ? "the oneDNN LibTorch runs is not the one this build was made with" : "";
     return reason;
 #elif defined(TB_HAVE_ONEDNN)
-    return cpuSendsBf16ToOneDnn() ? "this build's oneDNN is not the 2.x LibTorch 1.13 runs" : "";
+    return cpuSendsBf16ToOneDnn() ? "this build's oneDNN is neither 2.x nor 3.x" : "";
 #else
     return cpuSendsBf16ToOneDnn() ? "this build has no oneDNN headers" : "";
 #endif

@@ -7,9 +7,10 @@
 // it through the CPU allocator for as long as the product runs, so it counts
 // in a step's peak. The size comes from oneDNN itself: the primitive
 // descriptor LibTorch's ideep builds for the call (plain strided operands,
-// an output of any layout, output scales, a sum post-op for addmm and
-// baddbmm, a user scratchpad), asked for its scratchpad, without running
-// anything. No LibTorch here.
+// an output of any layout, a sum post-op for addmm and baddbmm, a user
+// scratchpad; output scales with oneDNN 2.x, as LibTorch 1.13's ideep sets
+// them), asked for its scratchpad, without running anything. oneDNN 2.x
+// (LibTorch 1.13) and 3.x (LibTorch 2.x). No LibTorch here.
 
 #include <cstdint>
 #include <string>
