@@ -313,12 +313,9 @@ void TestDerivedPlan::additionTaskDrawsAlike()
 // too small, or a CPU without AVX-512).
 void TestDerivedPlan::oneDnnScratchOfBf16Products()
 {
-#if TORCH_VERSION_MAJOR < 2
-    // Debian 12's LibTorch runs the system's oneDNN, whose headers scripts install.
-    QVERIFY2(cpuGemmScratchKnown(), cpuGemmScratchUnknownReason().c_str());
-#else
-    if (!cpuGemmScratchKnown()) QSKIP(("not known on this LibTorch: " + cpuGemmScratchUnknownReason()).c_str());
-#endif
+    // (scripts install the headers of the oneDNN Debian's LibTorch runs; a
+    // build without them, or a wheel's LibTorch, cannot ask it.)
+    if (!cpuGemmScratchKnown()) QSKIP(("not known in this build: " + cpuGemmScratchUnknownReason()).c_str());
     MemoryProbe::installCpuCounter();
     torch::NoGradGuard noGrad;
     const auto bf16 = [](std::vector<std::int64_t> sizes) { return torch::randn(sizes).to(torch::kBFloat16); };

@@ -22,7 +22,7 @@ bool cpuSendsBf16ToOneDnn()
         && __builtin_cpu_supports("avx512dq");
 }
 
-#if defined(TB_HAVE_ONEDNN)
+#if defined(TB_HAVE_ONEDNN) && (DNNL_VERSION_MAJOR == 2 || DNNL_VERSION_MAJOR == 3)
 // The library LibTorch runs must be the one whose headers this was built
 // with: the descriptor's choices are that library's.
 bool sameOneDnn()
@@ -59,6 +59,7 @@ std::int64_t ask(const GemmCall& c, int threads)
 {
 #if defined(TB_HAVE_ONEDNN) && (DNNL_VERSION_MAJOR == 2 || DNNL_VERSION_MAJOR == 3)
     using namespace dnnl;
+    try {
     static engine cpu(engine::kind::cpu, 0);
     const bool batched = c.batch > 0;
     // Operands as LibTorch's tensors are: contiguous, or the transpose of a
@@ -80,7 +81,7 @@ std::int64_t ask(const GemmCall& c, int threads)
         attr.set_post_ops(ops);
     }
     attr.set_scratchpad_mode(scratchpad_mode::user);
-    try {
+    {
         ThreadsFor scope(threads);
 #if DNNL_VERSION_MAJOR == 2
         // LibTorch 1.13's ideep sets output scales (alpha) on every product.
@@ -91,8 +92,9 @@ std::int64_t ask(const GemmCall& c, int threads)
         const matmul::primitive_desc pd(cpu, src, weights, dst, attr);
 #endif
         return static_cast<std::int64_t>(pd.scratchpad_desc().get_size());
+    }
     } catch (const dnnl::error&) {
-        return 0;
+        return 0; // a shape oneDNN declines: LibTorch would not run it there either
     }
 #else
     (void)c;
@@ -128,8 +130,9 @@ std::int64_t cpuGemmScratchBytes(const GemmCall& c, int threads)
     if (!cpuSendsBf16ToOneDnn() || !cpuGemmScratchKnown()) return 0;
     if (c.m <= 0 || c.k <= 0 || c.n <= 0) return 0;
     const auto batch = c.batch > 0 ? c.batch : 1;
-    if (batch * c.m * c.k * c.n <= 16 * 16 * 16) return 0;
-    if (c.batch > 0 && c.m * c.k * c.n < 400) return 0;
+    const auto products = static_cast<__int128>(batch) * c.m * c.k * c.n; // (no overflow at any shape)
+    if (products <= 16 * 16 * 16) return 0;
+    if (c.batch > 0 && static_cast<__int128>(c.m) * c.k * c.n < 400) return 0;
     const Key key{c.batch, c.m, c.k, c.n, (c.srcTransposed ? 1 : 0) | (c.weightsTransposed ? 2 : 0) | (c.accumulate ? 4 : 0),
                   threads};
     std::lock_guard<std::mutex> lock(g_mutex);

@@ -75,11 +75,21 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
                                          : "sequence " + std::to_string(S.t0) + " to " + std::to_string(largestTracedSeqLen))
                       + "; tensors on the CPU (a GPU adds allocator blocks and workspaces)");
     if (S.hasProducts()) {
-        e.notes.push_back(withScratch
-            ? "the scratch oneDNN takes for each bf16 matrix product (its size follows oneDNN's blocking for the "
-              "shape on this CPU, not a formula) is oneDNN's own answer for the product's shape at this batch and sequence, "
-              "with " + std::to_string(setup.cpuThreads) + (setup.cpuThreads == 1 ? " thread" : " threads")
-            : "the CPU's scratch for bf16 matrix products (oneDNN's) is left out: on a GPU, cuBLAS works in its workspace");
+        if (!withScratch) {
+            e.notes.push_back("the CPU's scratch for bf16 matrix products (oneDNN's) is left out: on a GPU, cuBLAS works "
+                              "in its workspace");
+        } else if (!cpuBf16ProductsUseOneDnn()) {
+            e.notes.push_back("bf16 matrix products on this CPU do not go to oneDNN: the scratch they took while tracing "
+                              "(elsewhere) is left out");
+        } else if (!cpuGemmScratchKnown()) {
+            e.notes.push_back("the scratch oneDNN takes for bf16 matrix products is the largest each took while tracing ("
+                              + cpuGemmScratchUnknownReason() + "): longer rows can take more");
+        } else {
+            e.notes.push_back("the scratch oneDNN takes for each bf16 matrix product (its size follows oneDNN's blocking "
+                              "for the shape on this CPU, not a formula) is oneDNN's own answer for the product's shape "
+                              "at this batch and sequence, with " + std::to_string(setup.cpuThreads)
+                              + (setup.cpuThreads == 1 ? " thread" : " threads"));
+        }
     }
     if (S.irregularScratch > 0) {
         e.notes.push_back(withScratch

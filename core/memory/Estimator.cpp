@@ -192,7 +192,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // A recording (the fit map's compiler) is exact: no rounding.
     Replay r(S.gpu && !recording ? 512 : 1, recording ? &recording->trace : nullptr);
     // bf16 on the CPU: each product takes oneDNN's scratch while it runs.
-    if (!S.gpu && (S.precision == "bf16" || S.precision == "bf16-pure")) r.cpuProducts(S.cpuThreads);
+    const bool cpuBf16 = !S.gpu && (S.precision == "bf16" || S.precision == "bf16-pure");
+    if (cpuBf16) r.cpuProducts(S.cpuThreads);
     std::optional<CudaAllocatorModel> allocator;
     if (S.gpu && !recording) {
         CudaAllocatorSettings settings;
@@ -906,7 +907,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (A.attentionModules > 1) {
         est.notes.push_back("further attention modules add their maps; their projections are not modelled");
     }
-    if (!S.gpu && (mixed || pure) && cpuBf16ProductsUseOneDnn()) {
+    if (cpuBf16 && cpuBf16ProductsUseOneDnn()) {
         const auto why = cpuGemmScratchUnknownReason();
         est.notes.push_back(why.empty()
             ? "bf16 matrix products on this CPU take oneDNN's scratch while they run; its size (oneDNN's blocking "
@@ -1014,8 +1015,13 @@ TrainingSetup setupFor(const RunConfig& c)
     s.seqLen = effectiveSeqLen(c);
     s.gradAccum = c.train.gradAccum;
     s.gpus = c.train.worldSize; // data parallel: the plan is per rank
-    // train/Threads.h's threadSetupFor: LibTorch's pool runs one thread unless train.threads says N.
+    // As the trainer sets LibTorch's pool (train/Threads.h's threadSetupFor):
+    // train.threads N, else one thread, or with data parallel the cores
+    // shared among the ranks (planned as all on this machine).
     s.cpuThreads = c.train.threads > 0 ? c.train.threads : 1;
+    if (c.train.threads == 0 && c.train.worldSize > 1) {
+        s.cpuThreads = std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / c.train.worldSize);
+    }
     s.optimizer = c.optim.optimizer == "sgd" ? (c.optim.momentum > 0 ? "sgd" : "sgd-plain") : "adamw";
     s.weightDecay = c.optim.weightDecay > 0;
     s.precision = c.train.precision == "auto" ? "fp32" : c.train.precision;
@@ -1311,8 +1317,8 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
     // out, and the kExactCells nearest the budget are replayed with it, so
     // that there the figure and the verdict are the estimate's; elsewhere a
     // figure is under the estimate by at most one product's scratch.
-    if (!setup.gpu && (setup.precision == "bf16" || setup.precision == "bf16-pure") && cpuBf16ProductsUseOneDnn()
-        && cpuGemmScratchKnown()) {
+    if (compiled && !setup.gpu && (setup.precision == "bf16" || setup.precision == "bf16-pure")
+        && cpuBf16ProductsUseOneDnn() && cpuGemmScratchKnown()) {
         constexpr std::size_t kExactCells = 16;
         std::vector<std::size_t> order(map.peakBytes.size());
         for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;

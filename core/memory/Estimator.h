@@ -19,9 +19,9 @@
 // saved for backward, low-precision projections and maps, fp32 norms,
 // residual stream and loss. Pure bf16 on the Llama family follows the
 // model's fp32 islands (RMSNorm, softmax, loss, the bf16 AdamW). In bf16 on
-// the CPU each product the replay follows (the backward's, and with LoRA the
-// forward's) adds oneDNN's scratch for its shape while it runs
-// (CpuGemmScratch.h).
+// the CPU each product the replay follows (the projections' backward
+// products; with LoRA the forward's and some of the backward's) adds
+// oneDNN's scratch for its shape while it runs (CpuGemmScratch.h).
 
 #include <cstdint>
 #include <string>

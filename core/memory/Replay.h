@@ -47,7 +47,7 @@ public:
     // on top of everything until it returns (no allocation in between).
     void product(const GemmCall& c)
     {
-        if (m_productThreads <= 0) return;
+        if (m_productThreads <= 0 || m_trace) return;
         // (Not in a recorded trace: the fit map's compiler samples tiny
         // shapes, where oneDNN's blocking says nothing of large ones; the map
         // replays the cells nearest the budget instead.)

@@ -73,18 +73,19 @@ std::int64_t CompiledSegment::phasePeak(int phase, std::int64_t B, std::int64_t 
     std::int64_t most = 0;
     const auto u = T - t0 + 1;
     for (const auto& p : polys[static_cast<std::size_t>(phase)]) most = std::max(most, evaluateStepPoly(p, B, u));
-    if (withScratch) {
-        const auto& sites = isSmall && static_cast<std::size_t>(B - 1) < gemmSitesSmall.size()
-            ? gemmSitesSmall[static_cast<std::size_t>(B - 1)]
-            : gemmSites;
+    if (withScratch && (!gemmSites.empty() || !gemmSitesSmall.empty())) {
+        static const std::vector<GemmSite> none;
+        const auto& sites = !isSmall ? gemmSites
+            : static_cast<std::size_t>(B - 1) < gemmSitesSmall.size() ? gemmSitesSmall[static_cast<std::size_t>(B - 1)]
+                                                                      : none;
+        // Where this CPU sends no bf16 product to oneDNN there is no such
+        // scratch; where it does but oneDNN cannot be asked (another build
+        // read the plan), the largest each product took while tracing.
+        const bool uses = cpuBf16ProductsUseOneDnn(), ask = exactProducts && uses && cpuGemmScratchKnown();
         for (const auto& g : sites) {
-            if (g.phase != phase) continue;
+            if (g.phase != phase || !uses) continue;
             const auto base = evaluateStepPoly(g.base, B, u);
-            if (!exactProducts) {
-                most = std::max(most, base + g.traced);
-                continue;
-            }
-            most = std::max(most, base + cpuGemmScratchBytes(g.at(B, u), threads));
+            most = std::max(most, base + (ask ? cpuGemmScratchBytes(g.at(B, u), threads) : g.traced));
         }
     }
     if (withScratch && irregularScratch > 0) {

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include <ATen/record_function.h>
@@ -31,8 +32,10 @@ struct Recorder {
     std::int64_t pendingBytes = 0, pendingLive = 0;
     std::uint8_t pendingPhase = 0;
     GemmCall pendingGemm; // the product running when it was made (m = 0: none)
-    // The operators running, innermost last: a bf16 product's shape, or m = 0.
+    // The operators running on the tracing thread (owner), innermost last: a
+    // bf16 product's shape, or m = 0.
     std::vector<GemmCall> ops;
+    std::thread::id owner = std::this_thread::get_id();
 
     void push(std::int64_t live)
     {
@@ -106,7 +109,8 @@ void record(std::int64_t delta, std::int64_t live, const void* ptr)
         rec->pendingBytes = delta;
         rec->pendingLive = live;
         rec->pendingPhase = rec->phase;
-        rec->pendingGemm = rec->ops.empty() ? GemmCall{} : rec->ops.back();
+        // (The operator stack is the tracing thread's: its callbacks are thread-local.)
+        rec->pendingGemm = rec->ops.empty() || std::this_thread::get_id() != rec->owner ? GemmCall{} : rec->ops.back();
         return;
     }
     // (A scratch allocated in a phase after the previous entry's is kept as
