@@ -110,7 +110,7 @@ void record(std::int64_t delta, std::int64_t live, const void* ptr)
         rec->pendingLive = live;
         rec->pendingPhase = rec->phase;
         // (The operator stack is the tracing thread's: its callbacks are thread-local.)
-        rec->pendingGemm = rec->ops.empty() || std::this_thread::get_id() != rec->owner ? GemmCall{} : rec->ops.back();
+        rec->pendingGemm = std::this_thread::get_id() != rec->owner || rec->ops.empty() ? GemmCall{} : rec->ops.back();
         return;
     }
     // (A scratch allocated in a phase after the previous entry's is kept as

@@ -121,8 +121,17 @@ std::string firstLine(const std::string& text)
     while (start < text.size()) {
         const auto end = std::min(text.find('\n', start), text.size());
         const auto line = text.substr(start, end - start);
-        if (line.find_first_not_of(" \t\r") != std::string::npos) return line;
-        start = end + 1;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) {
+            start = end + 1;
+            continue;
+        }
+        // A damaged archive can trip one of LibTorch's internal checks
+        // ("type.present() INTERNAL ASSERT FAILED at ...parser.cpp"): say
+        // what it means, not the check's source.
+        if (line.find("INTERNAL ASSERT FAILED") != std::string::npos) {
+            return "its TorchScript code does not parse: the file is damaged";
+        }
+        return line;
     }
     return "no reason given";
 }
