@@ -173,15 +173,8 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
     // The cells nearest the budget take oneDNN's scratch for their own
     // shapes: their figures and verdicts are the estimate's.
     if (setup.gpu || !segment.hasProducts()) return map;
-    std::vector<std::size_t> order(map.peakBytes.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    const auto distance = [&](std::size_t i) { return std::abs(map.peakBytes[i] - budget); };
-    const auto exact = std::min(order.size(), kExactCells);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(exact), order.end(),
-                      [&](std::size_t x, std::size_t y) { return distance(x) < distance(y); });
     const auto cols = batches.size();
-    for (std::size_t n = 0; n < exact; ++n) {
-        const auto i = order[n];
+    for (const auto i : nearestToBudget(map.peakBytes, budget, kExactCells)) {
         map.peakBytes[i] = peakBytes(batches[i % cols], seqLens[i / cols], setup);
     }
     return map;

@@ -1320,13 +1320,8 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
     if (compiled && !setup.gpu && (setup.precision == "bf16" || setup.precision == "bf16-pure")
         && cpuBf16ProductsUseOneDnn() && cpuGemmScratchKnown()) {
         constexpr std::size_t kExactCells = 16;
-        std::vector<std::size_t> order(map.peakBytes.size());
-        for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-        const auto distance = [&](std::size_t i) { return std::abs(map.peakBytes[i] - budgetBytes); };
-        const auto exact = std::min(order.size(), kExactCells);
-        std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(exact), order.end(),
-                          [&](std::size_t x, std::size_t y) { return distance(x) < distance(y); });
-        forEachConcurrently(exact, [&](std::size_t n) {
+        const auto order = nearestToBudget(map.peakBytes, budgetBytes, kExactCells);
+        forEachConcurrently(order.size(), [&](std::size_t n) {
             const auto i = order[n];
             auto s = setup;
             s.seqLen = seqLens[i / cols];

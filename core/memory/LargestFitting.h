@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 namespace tb {
 
@@ -127,6 +128,21 @@ std::int64_t largestUnderBudget(Peak&& peak, std::int64_t budget, std::int64_t l
         seen = std::min(seen + 1, 3);
     }
     return lo;
+}
+
+// The indices of the `count` figures nearest the budget (either side),
+// nearest first: the fit map's cells worth evaluating exactly.
+inline std::vector<std::size_t> nearestToBudget(const std::vector<std::int64_t>& figures, std::int64_t budget,
+                                                std::size_t count)
+{
+    std::vector<std::size_t> order(figures.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto distance = [&](std::size_t i) { return std::abs(figures[i] - budget); };
+    count = std::min(order.size(), count);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(),
+                      [&](std::size_t x, std::size_t y) { return distance(x) < distance(y); });
+    order.resize(count);
+    return order;
 }
 
 } // namespace tb
