@@ -67,6 +67,18 @@ double plannedError(const std::string& name, const RunConfig& c)
     return error;
 }
 
+// Plans and measures every row, then fails naming those outside the bar
+// (within 2%, at most 0.5% under).
+void requireWithinBar(const std::vector<std::pair<std::string, RunConfig>>& rows)
+{
+    QStringList outside;
+    for (const auto& [name, config] : rows) {
+        const double error = plannedError(name, config);
+        if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(QString::fromStdString(name)).arg(100 * error);
+    }
+    QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
+}
+
 } // namespace
 
 class TestMemoryPlan : public QObject {
@@ -83,6 +95,9 @@ private Q_SLOTS:
     void fitMapMatchesTheEstimate();
     void bf16ProductsTakeOneDnnScratch();
     void loraMlpDropoutNoiseGoesWithItsNode();
+    void firstBlockWithAFrozenAttentionLetsItsGradientGo();
+    void adapterGradientsAppearWithTheirBackward();
+    void finalRmsNormBackwardHoldsPowsTemporaries();
     void batchOneAndOneHeadAreNotUnderPlanned();
     void pureBf16LoraReleasesWhatItKept();
     void pureBf16LlamaFollowsItsFp32Islands();
@@ -537,12 +552,7 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     c.lora.targets = {"mlp"};
     c.train.precision = "bf16";
     rows.emplace_back("gpt lora mlp dropout accum 3", c);
-    QStringList outside;
-    for (const auto& [name, config] : rows) {
-        const double error = plannedError(name, config);
-        if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(QString::fromStdString(name)).arg(100 * error);
-    }
-    QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
+    requireWithinBar(rows);
 }
 
 // With LoRA the built-in GPT's MLP dropout noise was released with the rest
@@ -553,6 +563,7 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
 void TestMemoryPlan::loraMlpDropoutNoiseGoesWithItsNode()
 {
     std::vector<std::pair<std::string, RunConfig>> rows;
+    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
     auto c = small("gpt", 1, 112, 1, 4, 32);
     c.model.positionalEncoding = "sinusoidal";
     c.model.tieEmbeddings = false;
@@ -571,12 +582,80 @@ void TestMemoryPlan::loraMlpDropoutNoiseGoesWithItsNode()
     c.lora.rank = 4;
     c.lora.targets = {"mlp"};
     rows.emplace_back("gpt pure lora mlp dropout ckpt", c);
-    QStringList outside;
-    for (const auto& [name, config] : rows) {
-        const double error = plannedError(name, config);
-        if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(QString::fromStdString(name)).arg(100 * error);
-    }
-    QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
+    requireWithinBar(rows);
+}
+
+namespace {
+
+// A small Llama on the addition task (a vocabulary of a few tokens, so
+// activations outweigh the logits), planned against its measured peak.
+RunConfig additionLlama(int layers, const std::string& precision)
+{
+    auto c = small("llama", layers, 64, 1, 64, 0);
+    c.data.source = "addition";
+    c.data.digits = 3;
+    c.train.precision = precision;
+    return c;
+}
+
+} // namespace
+
+// LoRA on the MLP only: in the first block nothing before the MLP requires
+// grad (frozen embedding and attention), so the gradient of the block's
+// output goes once the MLP's output projection has used it, and the norm's
+// and attention's backward never run. (Planned 4.8% over on both LibTorch
+// versions when the replay kept that gradient to the end.)
+void TestMemoryPlan::firstBlockWithAFrozenAttentionLetsItsGradientGo()
+{
+    std::vector<std::pair<std::string, RunConfig>> rows;
+    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto c = additionLlama(1, "fp32");
+    c.lora.rank = 4;
+    c.lora.targets = {"mlp"};
+    rows.emplace_back("llama L1 lora mlp", c);
+    c.lora.targets = {"down_proj"};
+    rows.emplace_back("llama L1 lora down", c);
+    requireWithinBar(rows);
+}
+
+// From LibTorch 2.0 zero_grad frees the gradients, so a LoRA step starts
+// backward without the adapters' gradients and each appears with its
+// adapter's backward. A small model at rank 8 makes them several percent of
+// the peak. (Planned 4.7% over on 2.x when all were counted from backward's
+// start.)
+void TestMemoryPlan::adapterGradientsAppearWithTheirBackward()
+{
+    std::vector<std::pair<std::string, RunConfig>> rows;
+    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto c = small("llama", 2, 48, 1, 4, 0);
+    c.data.source = "addition";
+    c.data.digits = 3;
+    c.model.tieEmbeddings = true;
+    c.optim.optimizer = "sgd";
+    c.optim.momentum = 0.9;
+    c.lora.rank = 8;
+    c.lora.targets = {"mlp"};
+    rows.emplace_back("llama L2 d48 lora r8 mlp", c);
+    c.lora.targets = {"attn", "mlp"};
+    rows.emplace_back("llama L2 d48 lora r8 all", c);
+    requireWithinBar(rows);
+}
+
+// The final RMSNorm's backward: x^2's gradient (mean's, then pow's three
+// temporaries) beside the gradient through x * rsqrt, which has no other
+// gradient to be added to. LibTorch 1.13 first frees the x^2 mean saved;
+// from 2.0 mean saves nothing, and that step is the step's peak under
+// autocast when the logits are small. (Planned 4% under on 2.x.)
+void TestMemoryPlan::finalRmsNormBackwardHoldsPowsTemporaries()
+{
+    std::vector<std::pair<std::string, RunConfig>> rows;
+    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto c = additionLlama(1, "bf16");
+    rows.emplace_back("llama L1 addition bf16", c);
+    c.lora.rank = 4;
+    c.lora.targets = {"o_proj"};
+    rows.emplace_back("llama L1 lora o bf16", c);
+    requireWithinBar(rows);
 }
 
 void TestMemoryPlan::batchOneAndOneHeadAreNotUnderPlanned()

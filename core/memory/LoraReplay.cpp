@@ -16,6 +16,9 @@
 // gradient; an adapter makes its own cast of an fp32 input and saves it for
 // A's gradient, while the frozen product's cast is a temporary.
 
+#include <initializer_list>
+#include <utility>
+
 #include "memory/Replay.h"
 
 namespace tb::memory_detail {
@@ -230,6 +233,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         bool scores = false;        // a gradient flows through the attention scores
         bool valuesGrad = false;    // ... and through the values
         bool attentionGrad = false; // the attention branch's output requires grad
+        // The gradient of the block's output is needed past the MLP branch
+        // (h, or for a parallel layer x or the attention branch, requires
+        // grad). Not so in a first block whose attention is frozen.
+        bool hGrad = true;
         std::int64_t input = 0;     // the block's input, saved by the first norm (counted in attention)
         std::int64_t normIn = 0, normH = 0; // pure: what the first and second norms saved (counted in attention, mlp)
     };
@@ -298,6 +305,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             residualSum(d.ah); // o
             normOutputDone(has("q_proj") || has("k_proj") || has("v_proj"));
             const bool gH = gIn || gAttn;
+            saved.hGrad = gH;
             attentionDone();
             saved.h = gH && !pureLlama ? d.a : 0;
             saved.normH = gH ? normSaved : 0;
@@ -381,6 +389,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             normOutputDone(has("qkv"));
         }
         const bool gH = parallel ? gIn : gIn || go; // what ln2 reads requires grad
+        saved.hGrad = gIn || go;
         attentionDone();
         if (gH && !parallel) keep(d.a);
         saved.h = gH && !parallel ? d.a : 0;
@@ -518,10 +527,16 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
 
     // ---- backward ----
     r.phase("backward");
-    // The adapters' gradients are small and not followed one by one: where
-    // zero_grad freed them, they are counted from the start of backward (on
-    // the safe side of when each is made).
-    grads.backwardDone();
+    // Where zero_grad freed the adapters' gradients, each adapter's (A's and
+    // B's, in the trainable parameters' dtype) appears as its backward runs:
+    // a projection's with that projection's, the attention's four as its
+    // backward starts (on the safe side of q's, k's and v's).
+    const std::int64_t gradBytes = d.pure ? 2 : 4;
+    const auto adapterGradients = [&](std::initializer_list<std::pair<const char*, std::pair<std::int64_t, std::int64_t>>> projections) {
+        for (const auto& [name, shape] : projections) {
+            if (has(name)) grads.appear(rank * (shape.first + shape.second) * gradBytes);
+        }
+    };
     r.add(Logits, d.lg); // grad of log-softmax output
     r.sub(Activations, d.idx);
     r.add(Logits, d.lg); // grad of logits
@@ -551,11 +566,24 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     };
     if (pureLlama && g) {
         pureNormBackward();
+    } else if (llama && g) {
+        // g * weight replaces g (the weight is frozen), then the gradients
+        // through x * rsqrt; x^2's backward: mean's, then pow's three
+        // temporaries beside the gradient through x * rsqrt (see
+        // MixedPrecisionReplay.cpp); mean's saved x^2 (1.13) goes first.
+        tmp(2 * d.a);
+        untmp(2 * d.a);
+        tmp(d.a);
+        r.sub(Activations, sq);
+        tmp(3 * d.a);
+        untmp(4 * d.a);
+        r.sub(Activations, finalSaved - sq);
     } else {
         tmp(3 * d.a); // norm backward
         untmp(3 * d.a);
         r.sub(Activations, finalSaved);
     }
+    bool runningLive = true;
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         auto sv = saved[static_cast<std::size_t>(l)];
         if (S.checkpointing) {
@@ -574,30 +602,52 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // down, waits through that branch.
         const std::int64_t heldAttentionGrad = mixed && parallel && sv.attentionGrad ? d.ah : 0;
         tmp(heldAttentionGrad);
+        // Without a gradient for h (never under checkpointing, where every
+        // block's input requires grad), the gradient of the block's output
+        // goes once the branch's first node has used it: the cast down under
+        // autocast, else the dropout, else the output projection's backward.
+        // Nothing of the block runs after the MLP's.
+        const bool runningGoes = !sv.hGrad;
         if (mixed) tmp(d.ah); // the running gradient cast down for the branch
+        if (mixed && runningGoes) untmp(d.a);
         // The MLP's dropout (the built-in GPT's): the gradient through it
         // replaces the branch's, and its noise goes as its node has run.
         const bool dropped = sv.mlpNoise > 0;
         if (dropped) {
             tmp(d.ah);
             if (mixed) untmp(d.ah);
+            else if (runningGoes) untmp(d.a);
             r.sub(Activations, sv.mlpNoise);
         }
+        const bool lastUse = runningGoes && !mixed && !dropped;
         const bool adapted = has(llama ? "down_proj" : "out");
         const auto projInput = adapted ? d.fh : 0;
+        adapterGradients({{llama ? "down_proj" : "out", {F, C}}});
         tmp(d.fh); // the gradient of its input through the frozen weight: grad . W (mm)
         r.product({0, d.bt, C, F, false, false, false});
         if (mixed || dropped) untmp(d.ah);
         r.sub(WeightCopies, sv.copiesOut); // the output projection's casts
         if (adapted) {
             r.sub(Activations, projInput);
-            tmp(2 * d.fh);
+            tmp(d.fh); // through the adapter
+            if (lastUse) untmp(d.a);
+            tmp(d.fh); // their sum
             untmp(2 * d.fh);
+        } else if (lastUse) {
+            untmp(d.a);
         }
         tmp(llama ? 2 * d.fh : d.fh);
         untmp(llama ? 3 * d.fh : 2 * d.fh);
+        if (llama) adapterGradients({{"gate_proj", {C, F}}, {"up_proj", {C, F}}});
+        else adapterGradients({{"fc", {C, F}}});
         r.sub(Activations, sv.mlp - projInput - sv.normH - sv.mlpNoise);
         r.sub(WeightCopies, sv.copiesMlp - sv.copiesOut);
+        if (runningGoes) {
+            // Neither h nor the block's input requires grad: the norm and
+            // the attention saved nothing, and their backward does not run.
+            runningLive = false;
+            continue;
+        }
         if (sv.normH > 0) {
             tmp(2 * d.a); // the gradients of gate's and up's input
             tmp(d.a);     // summed
@@ -616,6 +666,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // Attention: the output projection, gradients of probabilities and
         // scores, then of q, k, v and the norm.
         untmp(heldAttentionGrad); // consumed by the output projection's backward
+        if (llama) adapterGradients({{"o_proj", {C, C}}, {"q_proj", {C, C}}, {"k_proj", {C, KV}}, {"v_proj", {C, KV}}});
+        else adapterGradients({{"proj", {C, C}}, {"qkv", {C, 3 * C}}});
         r.sub(Activations, sv.projInput);
         r.sub(WeightCopies, sv.copiesProj); // its casts
         if (eager && sv.maps > 0 && !sv.scores) {
@@ -678,7 +730,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             r.sub(Activations, rng + d.a); // the saved generator state, the recomputed output
         }
     }
-    untmp(d.a); // the running gradient
+    if (runningLive) untmp(d.a); // the running gradient
     if (eager) r.sub(Activations, d.mask);
 }
 

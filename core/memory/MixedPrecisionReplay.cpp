@@ -354,9 +354,20 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     if (!tied) grads.done(headW);
     // Final norm backward; the running gradient (a) stays in the workspace from here on.
     if (llama) {
-        tmp(2 * d.a);
+        tmp(2 * d.a);       // g * weight, g * normed
         untmp(2 * d.a);
-        unact(2 * d.a + sq + d.m); // its saved tensors and the last block's output
+        unact(d.a + d.m);   // normed, rsqrt
+        // x^2's backward: mean's (the gradient spread over x), then pow's
+        // three temporaries (x^1, 2x^1, their product with the gradient),
+        // beside the gradient through x * rsqrt. The last block's output has
+        // no other consumer whose gradient that one could be added to, so it
+        // stays a tensor of its own; with LibTorch 1.13 mean's saved x^2
+        // goes first, from 2.0 nothing does.
+        tmp(d.a);
+        unact(sq);
+        tmp(3 * d.a);
+        untmp(4 * d.a);
+        unact(d.a);         // the last block's output
     } else {
         tmp(d.a);
         untmp(d.a);
