@@ -172,6 +172,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const double p = S.dropout;
     const bool drop = p > 0.0;
     const std::int64_t rng = rngStateBytes(S);
+    const std::int64_t rngPerBlock = checkpointStatesWait(S) ? 0 : rng; // a saved state freed with its block's backward
     // Under checkpointing the gradient of a block's output is held by the
     // checkpoint node until the block's backward returns.
     const std::int64_t heldGrad = S.checkpointing ? a : 0;
@@ -214,6 +215,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const std::int64_t tables = positionTableBytes(A);
     r.add(Weights, tables);
     GradientLife grads(r, S, Ptrain * e);
+    if (!lora) {
+        // Per block: two norms (gain and, in the GPT family, bias); biased
+        // projections: GPT's all four, the Llama family's q, k, v where set.
+        const std::int64_t kv = A.kvHeads * A.headDim(), q = A.heads * A.headDim();
+        const std::int64_t small = A.family == "llama" ? 2 * C + (A.qkvBias ? q + 2 * kv : 0) : 9 * C + F;
+        grads.smallPerBlock(small * e);
+    }
     std::int64_t stateTensors = 0;
     if (S.optimizer == "adamw") stateTensors = 2 * Ptrain * e;
     else if (S.optimizer == "adamw8bit") stateTensors = 2 * Ptrain; // one byte per moment (planning option)
@@ -360,7 +368,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (expands) tmp(akv); else act(akv); // rotated k: saved itself unless copied
             untmp(3 * akv);
             untmp(akv); // k projection released
-            if (expands) attentionCore(false, true), act(a); // keys and values expanded to every head
+            // Grouped-query keys and values are both expanded to every head
+            // (copies) before the scores are made (train/Layers.cpp).
+            if (expands) act(a), attentionCore(false, true);
             else if (folds) attentionCore(false, false), r.move(Workspace, Activations, akv); // v itself saved
             else attentionCore(false, false), act(a);   // values made contiguous
             tmp(a);   // probabilities x values
@@ -580,6 +590,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(rng);
             blockForward();
         }
+        grads.blockBackward();
         if (llama) {
             // down_proj (bias-free, mm: its weight's gradient first)
             if (wgrad) tmp(F * C * e);
@@ -682,7 +693,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 untmp(2 * a);
                 // No norm saved the block input; a checkpoint did, with the
                 // recomputed output and the generator's state.
-                if (S.checkpointing) r.sub(Activations, 2 * a + rng);
+                if (S.checkpointing) r.sub(Activations, 2 * a + rngPerBlock);
                 untmp(rng + heldGrad);
                 continue;
             }
@@ -694,7 +705,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);
             untmp(2 * a);
             r.sub(Activations, a); // the block input, saved by the norm
-            if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
+            if (S.checkpointing) r.sub(Activations, a + rngPerBlock); // the recomputed output, the saved state
             untmp(rng + heldGrad);
             continue;
         }
@@ -764,7 +775,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.sub(Activations, a); // block input
         tmp(a);
         untmp(2 * a);
-        if (S.checkpointing) r.sub(Activations, a + rng); // the recomputed output, the saved state
+        if (S.checkpointing) r.sub(Activations, a + rngPerBlock); // the recomputed output, the saved state
         untmp(rng + heldGrad);
     }
     if (drop && !llama) r.sub(Activations, noiseA); // embedding dropout noise
@@ -778,8 +789,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (!lora) {
         tmp(headW); // dense embedding gradient
         tmp(idx);
-        untmp(idx);
     }
+    if (checkpointStatesWait(S)) r.sub(Activations, A.layers * rng); // the blocks' saved generator states
+    if (!lora) untmp(idx);
     untmp(a); // running gradient
     if (!lora && tied) {
         tmp(headW); // sum with the head's gradient

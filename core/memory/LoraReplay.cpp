@@ -51,6 +51,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const std::int64_t sq32 = meanSavesInput(S) ? a32 : 0;
     const std::int64_t normSaved = pureLlama ? a32 + sq32 + d.m : 0; // what a pure norm saves for its input's gradient
     const std::int64_t rng = rngStateBytes(S);
+    const std::int64_t rngPerBlock = checkpointStatesWait(S) ? 0 : rng; // a saved state freed with its block's backward
     const std::int64_t sq = meanSavesInput(S) ? d.a : 0; // RMSNorm's x^2 while saved (1.13)
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
     const std::int64_t rank = S.loraRank;
@@ -237,6 +238,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // (h, or for a parallel layer x or the attention branch, requires
         // grad). Not so in a first block whose attention is frozen.
         bool hGrad = true;
+        bool inGrad = true; // the block's input requires grad (not so in a first block without checkpointing)
         std::int64_t input = 0;     // the block's input, saved by the first norm (counted in attention)
         std::int64_t normIn = 0, normH = 0; // pure: what the first and second norms saved (counted in attention, mlp)
     };
@@ -250,6 +252,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const auto before = r.live(Activations), mapsBefore = r.live(AttentionMaps);
         const auto copiesBefore = r.live(WeightCopies), cachedBefore = cachedOnly;
         saved.input = gIn && !pureLlama ? d.a : 0;
+        saved.inGrad = gIn;
         saved.normIn = gIn ? normSaved : 0;
         saved.mlpNoise = 0;
         const auto attentionDone = [&] {
@@ -280,10 +283,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             untmp(d.akvh);
             const bool gScores = gq || gk;
             gAttn = gScores || gv;
-            if (expands) tmp(d.ah); // keys expanded to every head (the rotated k stays until return)
+            // Keys and values expanded to every head, both before the scores
+            // (the rotated k stays until return).
+            if (expands) tmp(2 * d.ah);
             attentionMaps();
             const bool vItself = folds && !expands; // the v projection goes to the product uncopied
-            if (!vItself) tmp(d.ah); // values expanded or made contiguous
+            if (!vItself && !expands) tmp(d.ah); // values made contiguous
             tmp(d.ah); // probabilities x values
             keepOrFree(gk, d.ah); // rotated q, saved by q k^T when k requires grad
             keepOrFree(gq, expands ? d.ah : d.akvh); // keys (or the rotated k itself), saved when q requires grad
@@ -670,6 +675,15 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         else adapterGradients({{"proj", {C, C}}, {"qkv", {C, 3 * C}}});
         r.sub(Activations, sv.projInput);
         r.sub(WeightCopies, sv.copiesProj); // its casts
+        // Without a gradient for the block's input (the first block, its
+        // embedding frozen), the gradient of h goes once the output
+        // projection's backward has used it, and the input norm's backward
+        // and the residual sum never run.
+        const bool inputGoes = !sv.inGrad;
+        if (inputGoes) {
+            untmp(d.a);
+            runningLive = false;
+        }
         if (eager && sv.maps > 0 && !sv.scores) {
             tmp(d.ah); // the values' gradient; the probabilities need none
             r.sub(AttentionMaps, sv.maps);
@@ -720,17 +734,18 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             pureNormBackward();
             tmp(d.a);     // the residual sum
             untmp(2 * d.a);
-        } else if (!pureLlama) {
+        } else if (!pureLlama && !inputGoes) {
             tmp(3 * d.a);
             untmp(3 * d.a);
         }
         if (pureLlama && S.checkpointing) r.sub(Activations, d.a); // the block's input, its checkpoint
         if (S.checkpointing) {
             untmp(rng + d.a);
-            r.sub(Activations, rng + d.a); // the saved generator state, the recomputed output
+            r.sub(Activations, rngPerBlock + d.a); // the saved generator state, the recomputed output
         }
     }
     if (runningLive) untmp(d.a); // the running gradient
+    if (checkpointStatesWait(S)) r.sub(Activations, A.layers * rng); // the blocks' saved generator states
     if (eager) r.sub(Activations, d.mask);
 }
 

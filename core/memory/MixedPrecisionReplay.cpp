@@ -91,6 +91,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? noiseS : 0) : d.sh + (drop ? noiseSh + d.sh : 0);
     const std::int64_t extraMaps = (A.attentionModules - 1) * mapsPerModule;
     const std::int64_t rng = rngStateBytes(S);
+    const std::int64_t rngPerBlock = checkpointStatesWait(S) ? 0 : rng; // a saved state freed with its block's backward
     const std::int64_t blockWeights = llama ? 2 * C * C + 2 * C * KV + 3 * C * F : 4 * C * C + 2 * C * F;
 
     // ---- forward ----
@@ -146,29 +147,39 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         saved ? act(w) : tmp(w);
         untmp(3 * rw);
     };
+    // A projection's forward product, in -> out features: addmm with a bias,
+    // else mm (oneDNN's scratch on the CPU while it runs, its output just made).
+    const std::int64_t rows = S.batch * S.seqLen;
+    const auto forwardProduct = [&](std::int64_t in, std::int64_t out, bool bias) {
+        r.product({0, rows, in, out, false, true, bias});
+    };
     const auto blockForward = [&] {
         if (llama) {
             rmsForward();
             copy(C * C);
             act(d.ah);
             tmp(d.ah); // q
+            forwardProduct(C, C, A.qkvBias);
             copy(C * KV);
             act(d.ah);
             tmp(d.akvh); // k
+            forwardProduct(C, KV, A.qkvBias);
             copy(C * KV);
             act(d.ah);
             tmp(d.akvh); // v
+            forwardProduct(C, KV, A.qkvBias);
             ropeForward(d.ah, true);
             untmp(d.ah); // q projection released (q reassigned)
             ropeForward(d.akvh, !expands);
             untmp(d.akvh); // k projection released
-            if (expands) act(d.ah); // keys expanded to every head
+            if (expands) act(2 * d.ah); // keys and values expanded to every head, before the scores
             attentionCore();
-            if (expands || !folds) act(d.ah); // values made contiguous (or expanded)
+            if (!expands && !folds) act(d.ah); // values made contiguous
             tmp(d.ah);  // probabilities x values
             act(d.ah);  // heads merged
             copy(C * C);
             tmp(d.ah);  // o_proj
+            forwardProduct(C, C, false);
             releaseHeld();
             untmp(d.ah); // attention output released
             if (expands || !folds) untmp(expands ? 2 * d.akvh : d.akvh); // locals k (expanded) and v released on return
@@ -179,10 +190,14 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah + d.a); // o, the norm output
             rmsForward();
             copy(2 * C * F);
-            act(2 * (d.ah + d.fh)); // gate and up: input casts and outputs
-            act(2 * d.fh);          // silu, product
+            act(d.ah + d.fh); // gate: input cast and output
+            forwardProduct(C, F, false);
+            act(d.ah + d.fh); // up
+            forwardProduct(C, F, false);
+            act(2 * d.fh);    // silu, product
             copy(F * C);
             tmp(d.ah); // down
+            forwardProduct(F, C, false);
             releaseHeld();
             tmp(d.a);
             r.add(Activations, d.a); // residual out
@@ -196,6 +211,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         copy(3 * C * C);
         act(d.ah);      // input cast
         tmp(3 * d.ah);  // qkv
+        forwardProduct(C, 3 * C, true);
         if (rope) {
             ropeForward(d.ah, true);
             ropeForward(d.ah, true);
@@ -209,6 +225,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         copyBias(C);
         copy(C * C);
         tmp(d.ah);  // proj
+        forwardProduct(C, C, true);
         releaseHeld();
         untmp(d.ah); // attention output released
         // qkv released on return, or kept by the views the products saved
@@ -239,10 +256,13 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         act(2 * d.m);
         copyBias(F);
         copy(C * F);
-        act(d.ah + 2 * d.fh); // input cast, fc output, gelu
+        act(d.ah + d.fh); // input cast, fc output
+        forwardProduct(C, F, true);
+        act(d.fh);        // gelu
         copyBias(C);
         copy(F * C);
         tmp(d.ah); // out
+        forwardProduct(F, C, true);
         releaseHeld();
         if (drop) {
             act(noiseAh); // noise
@@ -319,6 +339,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     copy(V * C);
     act(d.ah);            // the head's input cast
     r.add(Logits, d.lgh); // logits
+    forwardProduct(C, V, false);
     untmp(d.a);           // the norm output
     act(d.idx);           // targets made contiguous
     r.add(Logits, d.lg);  // cast up for the loss
@@ -396,7 +417,6 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // input's grad . W and the weight's grad^T . x. A biased projection's
     // backward (addmm's) makes the input's first, a bias-free one's (mm's)
     // the weight's.
-    const std::int64_t rows = S.batch * S.seqLen;
     const auto linearBackward = [&](std::int64_t in, std::int64_t weight, std::int64_t gradOut, std::int64_t saved,
                                     bool biased) {
         const std::int64_t inF = in / (rows * kLow), outF = weight / inF;
@@ -461,6 +481,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             blockForward(); // recomputed with grad under its own autocast scope
             endScope();
         }
+        grads.blockBackward();
         tmp(d.ah); // the running gradient cast down for the branch
         if (llama) {
             linearBackward(d.fh, F * C, d.ah, d.fh, false); // down; the product
@@ -515,7 +536,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah);
             castInputBackward(C * C, d.ah, true, A.qkvBias); // q
             rmsBackward(false);
-            if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
+            if (S.checkpointing) unact(d.a + rngPerBlock); // the recomputed output, the saved generator state
             untmp(rng + heldGrad);
             continue;
         }
@@ -580,7 +601,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         unact(d.a + 2 * d.m); // block input and statistics
         tmp(d.a);
         untmp(2 * d.a);
-        if (S.checkpointing) unact(d.a + rng); // the recomputed output, the saved generator state
+        if (S.checkpointing) unact(d.a + rngPerBlock); // the recomputed output, the saved generator state
         untmp(rng + heldGrad);
     }
     if (drop && !llama) unact(noiseA); // embedding dropout noise
@@ -593,6 +614,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     }
     tmp(headW); // dense embedding gradient
     tmp(d.idx);
+    if (checkpointStatesWait(S)) unact(A.layers * rng); // the blocks' saved generator states
     untmp(d.idx);
     untmp(d.a); // running gradient
     if (tied) {

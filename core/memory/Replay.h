@@ -229,8 +229,13 @@ public:
         m_r.add(Gradients, bytes);
         m_kept += bytes;
     }
+    // A block's norm gains and biases (bytes), whose gradients the replays
+    // do not follow one by one: where zero_grad freed them they appear as
+    // the block's backward starts (on the safe side of each node's).
+    void smallPerBlock(std::int64_t bytes) { m_perBlock = bytes; }
+    void blockBackward() { appear(m_perBlock); }
     // After backward every trainable parameter has its gradient: those not
-    // replayed one by one (norm gains, small biases) are added here.
+    // replayed one by one (the final norm's, the rest) are added here.
     void backwardDone()
     {
         if (m_freed && m_kept < m_total) m_r.add(Gradients, m_total - m_kept);
@@ -241,8 +246,16 @@ public:
 private:
     Replay& m_r;
     bool m_freed;
-    std::int64_t m_total, m_kept = 0;
+    std::int64_t m_total, m_kept = 0, m_perBlock = 0;
 };
+
+// A checkpointed block keeps the generator's state in its autograd node's
+// saved data (train/Layers.cpp). LibTorch 1.13 frees it with the node, after
+// the block's backward; from 2.0 every block's state goes together once the
+// first block's backward is over and the embedding's has begun. The replays
+// release the waiting states once the embedding's gradient is made (with
+// LoRA, whose embedding is frozen, at the end of backward).
+inline bool checkpointStatesWait(const TrainingSetup& s) { return s.checkpointing && s.torchMajor >= 2; }
 
 // RMSNorm's x^2: saved for mean's backward by LibTorch 1.13, a temporary of
 // the norm's forward from 2.0 (mean's backward keeps only the shape).
