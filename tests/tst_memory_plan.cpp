@@ -568,6 +568,17 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     c.optim.momentum = 0.9;
     c.train.precision = "bf16";
     rows.emplace_back("gpt forward product bf16", c);
+    // ... and with LoRA in pure bf16, a frozen qkv's input gradient, grad . W (-0.64%).
+    c = small("gpt", 3, 80, 1, 1, 0);
+    c.model.positionalEncoding = "sinusoidal";
+    c.data.source = "addition";
+    c.data.digits = 2;
+    c.train.gradAccum = 2;
+    c.train.activationCheckpointing = true;
+    c.train.precision = "bf16-pure";
+    c.lora.rank = 4;
+    c.lora.targets = {"attn", "mlp"};
+    rows.emplace_back("gpt pure lora qkv input product", c);
     requireWithinBar(rows);
 }
 

@@ -653,8 +653,19 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             runningLive = false;
             continue;
         }
+        // The frozen input projections' input gradients, grad . W, each a
+        // bf16 product on the CPU (its scratch counted on top of what the
+        // lump below holds: on the safe side).
+        const auto inputProducts = [&](std::initializer_list<std::pair<std::int64_t, std::int64_t>> projections) {
+            for (const auto& [out, in] : projections) r.product({0, d.bt, out, in, false, false, false});
+        };
+        const auto mlpInputProducts = [&] {
+            if (llama) inputProducts({{F, C}, {F, C}});
+            else inputProducts({{F, C}});
+        };
         if (sv.normH > 0) {
             tmp(2 * d.a); // the gradients of gate's and up's input
+            mlpInputProducts();
             tmp(d.a);     // summed
             untmp(2 * d.a);
             pureNormBackward();
@@ -662,6 +673,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             untmp(2 * d.a);
         } else {
             tmp(3 * d.a); // norm backward and the residual sum
+            mlpInputProducts();
             untmp(3 * d.a);
         }
         r.sub(Activations, sv.h);
@@ -673,6 +685,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         untmp(heldAttentionGrad); // consumed by the output projection's backward
         if (llama) adapterGradients({{"o_proj", {C, C}}, {"q_proj", {C, C}}, {"k_proj", {C, KV}}, {"v_proj", {C, KV}}});
         else adapterGradients({{"proj", {C, C}}, {"qkv", {C, 3 * C}}});
+        // Its input's gradient through the frozen weight, where the
+        // attention's inputs need one.
+        if (sv.scores || sv.valuesGrad) inputProducts({{C, C}});
         r.sub(Activations, sv.projInput);
         r.sub(WeightCopies, sv.copiesProj); // its casts
         // Without a gradient for the block's input (the first block, its
@@ -726,6 +741,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // already live when the maps were back-propagated).
         const bool mapsDone = eager && sv.maps > 0;
         tmp((mapsDone ? 3 : 4) * d.ah);
+        if (sv.inGrad && llama) inputProducts({{C, C}, {KV, C}, {KV, C}}); // q, k, v: their input's gradients
+        else if (sv.inGrad) inputProducts({{3 * C, C}});                 // qkv
         untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);
         r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0) - sv.normIn);
         r.sub(WeightCopies, sv.copiesAttention - sv.copiesProj);
