@@ -67,12 +67,29 @@ double plannedError(const std::string& name, const RunConfig& c)
     return error;
 }
 
+using PlanRows = std::vector<std::pair<std::string, RunConfig>>;
+
+// An empty list of (name, config) rows, with room reserved: growing the
+// vector from one row draws a false -Warray-bounds from GCC 12.
+PlanRows planRows()
+{
+    PlanRows rows;
+    rows.reserve(8);
+    return rows;
+}
+
 // Plans and measures every row, then fails naming those outside the bar
 // (within 2%, at most 0.5% under).
-void requireWithinBar(const std::vector<std::pair<std::string, RunConfig>>& rows)
+void requireWithinBar(const PlanRows& rows)
 {
     QStringList outside;
     for (const auto& [name, config] : rows) {
+        const bool bf16 = config.train.precision == "bf16" || config.train.precision == "bf16-pure";
+        if (bf16 && cpuBf16ProductsUseOneDnn() && !cpuGemmScratchKnown()) {
+            // (A CPU bf16 step's peak can be a product's scratch, which this build cannot ask oneDNN for.)
+            std::printf("%-28s skipped: %s\n", name.c_str(), cpuGemmScratchUnknownReason().c_str());
+            continue;
+        }
         const double error = plannedError(name, config);
         if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(QString::fromStdString(name)).arg(100 * error);
     }
@@ -518,7 +535,7 @@ void TestMemoryPlan::gpuTermsAndAttentionModules()
 void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
 {
     if (!cpuGemmScratchKnown()) QSKIP(("oneDNN's scratch is not known in this build: " + cpuGemmScratchUnknownReason()).c_str());
-    std::vector<std::pair<std::string, RunConfig>> rows;
+    auto rows = planRows();
     auto c = small("gpt", 2, 64, 2, 64, 0);
     c.data.source = "addition";
     c.data.digits = 3;
@@ -589,8 +606,7 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
 // the peak is there: 2.48% over (fp32) and 2.22% over (pure bf16).
 void TestMemoryPlan::loraMlpDropoutNoiseGoesWithItsNode()
 {
-    std::vector<std::pair<std::string, RunConfig>> rows;
-    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto rows = planRows();
     auto c = small("gpt", 1, 112, 1, 4, 32);
     c.model.positionalEncoding = "sinusoidal";
     c.model.tieEmbeddings = false;
@@ -634,8 +650,7 @@ RunConfig additionLlama(int layers, const std::string& precision)
 // versions when the replay kept that gradient to the end.)
 void TestMemoryPlan::firstBlockWithAFrozenAttentionLetsItsGradientGo()
 {
-    std::vector<std::pair<std::string, RunConfig>> rows;
-    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto rows = planRows();
     auto c = additionLlama(1, "fp32");
     c.lora.rank = 4;
     c.lora.targets = {"mlp"};
@@ -652,8 +667,7 @@ void TestMemoryPlan::firstBlockWithAFrozenAttentionLetsItsGradientGo()
 // start.)
 void TestMemoryPlan::adapterGradientsAppearWithTheirBackward()
 {
-    std::vector<std::pair<std::string, RunConfig>> rows;
-    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto rows = planRows();
     auto c = small("llama", 2, 48, 1, 4, 0);
     c.data.source = "addition";
     c.data.digits = 3;
@@ -675,8 +689,7 @@ void TestMemoryPlan::adapterGradientsAppearWithTheirBackward()
 // autocast when the logits are small. (Planned 4% under on 2.x.)
 void TestMemoryPlan::finalRmsNormBackwardHoldsPowsTemporaries()
 {
-    std::vector<std::pair<std::string, RunConfig>> rows;
-    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto rows = planRows();
     auto c = additionLlama(1, "bf16");
     rows.emplace_back("llama L1 addition bf16", c);
     c.lora.rank = 4;
@@ -692,8 +705,7 @@ void TestMemoryPlan::finalRmsNormBackwardHoldsPowsTemporaries()
 // was planned 0.58% under on 2.x.)
 void TestMemoryPlan::checkpointStatesAndBlockBiasesFollowLibTorch()
 {
-    std::vector<std::pair<std::string, RunConfig>> rows;
-    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto rows = planRows();
     auto c = small("gpt", 4, 80, 2, 4, 0);
     c.model.positionalEncoding = "sinusoidal";
     c.model.tieEmbeddings = false;
@@ -713,8 +725,7 @@ void TestMemoryPlan::checkpointStatesAndBlockBiasesFollowLibTorch()
 // residual sum never run. (Planned 2.7% over when the replay kept it.)
 void TestMemoryPlan::firstBlockWithAFrozenInputLetsItsGradientGo()
 {
-    std::vector<std::pair<std::string, RunConfig>> rows;
-    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto rows = planRows();
     auto c = small("gpt", 1, 96, 8, 16, 128);
     c.model.tieEmbeddings = false;
     c.optim.optimizer = "sgd";
@@ -733,8 +744,7 @@ void TestMemoryPlan::firstBlockWithAFrozenInputLetsItsGradientGo()
 // at the softmax. (Planned 1.3% under when the values' copy came after.)
 void TestMemoryPlan::groupedKeysAndValuesAreBothExpandedBeforeTheScores()
 {
-    std::vector<std::pair<std::string, RunConfig>> rows;
-    rows.reserve(2); // (growing it from one row draws a false -Warray-bounds from GCC 12)
+    auto rows = planRows();
     auto c = small("llama", 1, 128, 8, 8, 48);
     c.model.nKvHead = 2;
     c.model.tieEmbeddings = true;

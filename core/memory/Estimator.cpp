@@ -216,10 +216,16 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     r.add(Weights, tables);
     GradientLife grads(r, S, Ptrain * e);
     if (!lora) {
-        // Per block: two norms (gain and, in the GPT family, bias); biased
-        // projections: GPT's all four, the Llama family's q, k, v where set.
+        // Per block, the gradients no replay follows one by one: the two
+        // norms' (gain and, in the GPT family, bias), and the projections'
+        // biases where the replay leaves them out: the mixed replay's GPT
+        // (all four), the Llama family's q, k and v (where set) in every
+        // replay. (The fp32 and pure bf16 GPT replay follows its biases
+        // with their weights.)
         const std::int64_t kv = A.kvHeads * A.headDim(), q = A.heads * A.headDim();
-        const std::int64_t small = A.family == "llama" ? 2 * C + (A.qkvBias ? q + 2 * kv : 0) : 9 * C + F;
+        const std::int64_t small = A.family == "llama" ? 2 * C + (A.qkvBias ? q + 2 * kv : 0)
+                                   : mixed                 ? 9 * C + F
+                                                           : 4 * C;
         grads.smallPerBlock(small * e);
     }
     std::int64_t stateTensors = 0;
@@ -368,9 +374,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (expands) tmp(akv); else act(akv); // rotated k: saved itself unless copied
             untmp(3 * akv);
             untmp(akv); // k projection released
-            // Grouped-query keys and values are both expanded to every head
-            // (copies) before the scores are made (train/Layers.cpp).
-            if (expands) act(a), attentionCore(false, true);
+            // Grouped-query keys and values expanded to every head: copies,
+            // both made before the scores with several key/value heads.
+            if (gqaValuesCopiedFirst(A, B, eager)) act(a), attentionCore(false, true);
+            else if (expands) attentionCore(false, true), act(a);
             else if (folds) attentionCore(false, false), r.move(Workspace, Activations, akv); // v itself saved
             else attentionCore(false, false), act(a);   // values made contiguous
             tmp(a);   // probabilities x values

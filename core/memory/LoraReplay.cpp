@@ -283,12 +283,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             untmp(d.akvh);
             const bool gScores = gq || gk;
             gAttn = gScores || gv;
-            // Keys and values expanded to every head, both before the scores
-            // (the rotated k stays until return).
-            if (expands) tmp(2 * d.ah);
+            // Keys and values expanded to every head, with several key/value
+            // heads both before the scores (the rotated k stays until return).
+            const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
+            if (expands) tmp(valuesFirst ? 2 * d.ah : d.ah);
             attentionMaps();
             const bool vItself = folds && !expands; // the v projection goes to the product uncopied
-            if (!vItself && !expands) tmp(d.ah); // values made contiguous
+            if (!vItself && !valuesFirst) tmp(d.ah); // values expanded or made contiguous
             tmp(d.ah); // probabilities x values
             keepOrFree(gk, d.ah); // rotated q, saved by q k^T when k requires grad
             keepOrFree(gq, expands ? d.ah : d.akvh); // keys (or the rotated k itself), saved when q requires grad
@@ -660,6 +661,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             for (const auto& [out, in] : projections) r.product({0, d.bt, out, in, false, false, false});
         };
         const auto mlpInputProducts = [&] {
+            if (parallel && !sv.inGrad) return; // a parallel layer's MLP reads the block's input
             if (llama) inputProducts({{F, C}, {F, C}});
             else inputProducts({{F, C}});
         };

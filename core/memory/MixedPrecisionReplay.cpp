@@ -172,9 +172,12 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah); // q projection released (q reassigned)
             ropeForward(d.akvh, !expands);
             untmp(d.akvh); // k projection released
-            if (expands) act(2 * d.ah); // keys and values expanded to every head, before the scores
+            // Keys and values expanded to every head: with several key/value
+            // heads both copies come before the scores.
+            const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
+            if (expands) act(valuesFirst ? 2 * d.ah : d.ah);
             attentionCore();
-            if (!expands && !folds) act(d.ah); // values made contiguous
+            if (!valuesFirst && (expands || !folds)) act(d.ah); // values made contiguous (or expanded)
             tmp(d.ah);  // probabilities x values
             act(d.ah);  // heads merged
             copy(C * C);

@@ -326,6 +326,13 @@ inline bool gqaExpandCopies(const ArchitectureSpec& a, std::int64_t batch, bool 
 {
     return a.family == "llama" && a.kvHeads < a.heads && !(a.kvHeads == 1 && batch == 1 && eager);
 }
+// Where the expansion copies, with several key/value heads the reshape makes
+// both copies before the scores; with one, the keys' is made by the fold of
+// q k^T and the values' by that of probabilities x values, after the maps.
+inline bool gqaValuesCopiedFirst(const ArchitectureSpec& a, std::int64_t batch, bool eager)
+{
+    return gqaExpandCopies(a, batch, eager) && a.kvHeads > 1;
+}
 
 // Buffers the built-in models register beside their parameters: the
 // sinusoidal position table, or RoPE's cos and sin tables (half the rotated
