@@ -11,6 +11,11 @@ With --random N [--seed S] it plans and measures N configurations drawn at
 random over the same space instead (configurations nobody tuned the planner on).
 With --derived the estimate is the derived plan (estimate --derived: the
 trainer's own step traced at small shapes) instead of the hand replay.
+With --lora-sweep it runs 78 small LoRA configurations instead (1 and 2
+layers, d_model 64, batch 32 on the addition task: every single Llama
+projection and group, GPT's groups with and without dropout, in fp32, bf16
+and pure bf16), where the first blocks' frozen parts and each adapter's
+gradient show most.
 With --families the random draws also take Hugging Face folders of every
 family the trainer reads (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX), written
 with random weights by tests/reference/hf_reference.py (needs python3-torch),
@@ -32,6 +37,9 @@ if DERIVED:
 FAMILIES = "--families" in args
 if FAMILIES:
     args.remove("--families")
+LORA_SWEEP = "--lora-sweep" in args
+if LORA_SWEEP:
+    args.remove("--lora-sweep")
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference", "hf_reference.py")
 RANDOM = option("--random", 0)
 SEED = option("--seed", 1)
@@ -211,10 +219,31 @@ def drawn(n, seed, tmp):
                     cfg(model, data, train, optim, lora)))
     return out
 
+def lora_sweep():
+    out = []
+    for typ in ("llama", "gpt"):
+        targets = ([["attn"], ["mlp"], ["down_proj"], ["gate_proj", "up_proj"], ["o_proj"], ["v_proj"], ["q_proj"]]
+                   if typ == "llama" else [["attn"], ["mlp"], ["attn", "mlp"]])
+        for t in targets:
+            for precision in ("fp32", "bf16", "bf16-pure"):
+                for dropout in ((0, 0.1) if typ == "gpt" else (0,)):
+                    for layers in (1, 2):
+                        model = {"type": typ, "n_layer": layers, "d_model": 64, "n_head": 2}
+                        if dropout:
+                            model["dropout"] = dropout
+                        if typ == "llama":
+                            model["n_kv_head"] = 1
+                        name = f"lora sweep {typ} L{layers} {precision} {','.join(t)}" + (" dropout" if dropout else "")
+                        out.append((name, cfg(model, {"source": "addition", "digits": 3}, {"precision": precision, "batch_size": 32},
+                                              lora={"rank": 4, "targets": t})))
+    return out
+
 rows = []
 declined = []
 with tempfile.TemporaryDirectory() as d:
-    if RANDOM:
+    if LORA_SWEEP:
+        configurations = lora_sweep()
+    elif RANDOM:
         configurations = drawn(RANDOM, SEED, d)
     else:
         tuned = with_init_from(d)
