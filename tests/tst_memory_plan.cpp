@@ -44,6 +44,14 @@ RunConfig small(const std::string& type, int layers, int d, int heads, int batch
     return c;
 }
 
+// The addition task (a vocabulary of a few tokens, so activations outweigh
+// the logits), with answers of `digits` digits and its fixed sequence.
+void onAddition(RunConfig& c, int digits)
+{
+    c.data.source = "addition";
+    c.data.digits = digits;
+}
+
 std::int64_t measuredPeak(const RunConfig& c)
 {
     TrainerOptions options;
@@ -177,8 +185,7 @@ std::vector<std::pair<std::string, RunConfig>> planGrid()
     c.model.tieEmbeddings = false;
     grid.emplace_back("gpt untied", c);
     c = small("gpt", 2, 32, 2, 32, 0);
-    c.data.source = "addition";
-    c.data.digits = 2;
+    onAddition(c, 2);
     grid.emplace_back("gpt addition", c);
     c = small("llama", 2, 64, 4, 8, 32);
     c.model.nKvHead = 2;
@@ -537,8 +544,7 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     if (!cpuGemmScratchKnown()) QSKIP(("oneDNN's scratch is not known in this build: " + cpuGemmScratchUnknownReason()).c_str());
     auto rows = planRows();
     auto c = small("gpt", 2, 64, 2, 64, 0);
-    c.data.source = "addition";
-    c.data.digits = 3;
+    onAddition(c, 3);
     c.train.precision = "bf16";
     rows.emplace_back("gpt addition bf16 b64", c);
     c = small("gpt", 3, 128, 4, 16, 128);
@@ -549,13 +555,11 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     // x W^T, the adapter's x A^T and its product with B) made the peak (-5.23%).
     c = small("gpt", 3, 64, 2, 32, 0);
     c.model.tieEmbeddings = false;
-    c.data.source = "addition";
-    c.data.digits = 3;
+    onAddition(c, 3);
     c.train.precision = "bf16-pure";
     rows.emplace_back("gpt pure bf16 addition", c);
     c = small("gpt", 1, 64, 4, 4, 0);
-    c.data.source = "addition";
-    c.data.digits = 2;
+    onAddition(c, 2);
     c.optim.optimizer = "sgd";
     c.optim.momentum = 0;
     c.lora.rank = 2;
@@ -565,8 +569,7 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     // ... and the gradient of a frozen projection's input, grad . W (-5.22%).
     c = small("gpt", 2, 80, 8, 32, 0);
     c.model.dropout = 0.1;
-    c.data.source = "addition";
-    c.data.digits = 2;
+    onAddition(c, 2);
     c.train.gradAccum = 3;
     c.lora.rank = 4;
     c.lora.targets = {"mlp"};
@@ -577,8 +580,7 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     c = small("gpt", 4, 64, 1, 2, 0);
     c.model.tieEmbeddings = false;
     c.model.dropout = 0.1;
-    c.data.source = "addition";
-    c.data.digits = 2;
+    onAddition(c, 2);
     c.train.gradAccum = 3;
     c.train.activationCheckpointing = true;
     c.optim.optimizer = "sgd";
@@ -588,8 +590,7 @@ void TestMemoryPlan::bf16ProductsTakeOneDnnScratch()
     // ... and with LoRA in pure bf16, a frozen qkv's input gradient, grad . W (-0.64%).
     c = small("gpt", 3, 80, 1, 1, 0);
     c.model.positionalEncoding = "sinusoidal";
-    c.data.source = "addition";
-    c.data.digits = 2;
+    onAddition(c, 2);
     c.train.gradAccum = 2;
     c.train.activationCheckpointing = true;
     c.train.precision = "bf16-pure";
@@ -630,13 +631,11 @@ void TestMemoryPlan::loraMlpDropoutNoiseGoesWithItsNode()
 
 namespace {
 
-// A small Llama on the addition task (a vocabulary of a few tokens, so
-// activations outweigh the logits), planned against its measured peak.
+// A small one-head Llama on the addition task.
 RunConfig additionLlama(int layers, const std::string& precision)
 {
     auto c = small("llama", layers, 64, 1, 64, 0);
-    c.data.source = "addition";
-    c.data.digits = 3;
+    onAddition(c, 3);
     c.train.precision = precision;
     return c;
 }
@@ -669,8 +668,7 @@ void TestMemoryPlan::adapterGradientsAppearWithTheirBackward()
 {
     auto rows = planRows();
     auto c = small("llama", 2, 48, 1, 4, 0);
-    c.data.source = "addition";
-    c.data.digits = 3;
+    onAddition(c, 3);
     c.model.tieEmbeddings = true;
     c.optim.optimizer = "sgd";
     c.optim.momentum = 0.9;
@@ -709,8 +707,7 @@ void TestMemoryPlan::checkpointStatesAndBlockBiasesFollowLibTorch()
     auto c = small("gpt", 4, 80, 2, 4, 0);
     c.model.positionalEncoding = "sinusoidal";
     c.model.tieEmbeddings = false;
-    c.data.source = "addition";
-    c.data.digits = 2;
+    onAddition(c, 2);
     c.train.activationCheckpointing = true;
     c.train.precision = "bf16";
     rows.emplace_back("gpt L4 checkpointing bf16", c);

@@ -172,7 +172,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const double p = S.dropout;
     const bool drop = p > 0.0;
     const std::int64_t rng = rngStateBytes(S);
-    const std::int64_t rngPerBlock = checkpointStatesWait(S) ? 0 : rng; // a saved state freed with its block's backward
+    const std::int64_t rngPerBlock = rngStateFreedPerBlock(S);
     // Under checkpointing the gradient of a block's output is held by the
     // checkpoint node until the block's backward returns.
     const std::int64_t heldGrad = S.checkpointing ? a : 0;

@@ -51,7 +51,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const std::int64_t sq32 = meanSavesInput(S) ? a32 : 0;
     const std::int64_t normSaved = pureLlama ? a32 + sq32 + d.m : 0; // what a pure norm saves for its input's gradient
     const std::int64_t rng = rngStateBytes(S);
-    const std::int64_t rngPerBlock = checkpointStatesWait(S) ? 0 : rng; // a saved state freed with its block's backward
+    const std::int64_t rngPerBlock = rngStateFreedPerBlock(S);
     const std::int64_t sq = meanSavesInput(S) ? d.a : 0; // RMSNorm's x^2 while saved (1.13)
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
     const std::int64_t rank = S.loraRank;
@@ -574,15 +574,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         pureNormBackward();
     } else if (llama && g) {
         // g * weight replaces g (the weight is frozen), then the gradients
-        // through x * rsqrt; x^2's backward: mean's, then pow's three
-        // temporaries beside the gradient through x * rsqrt (see
-        // MixedPrecisionReplay.cpp); mean's saved x^2 (1.13) goes first.
+        // through x * rsqrt, then x^2's.
         tmp(2 * d.a);
         untmp(2 * d.a);
-        tmp(d.a);
-        r.sub(Activations, sq);
-        tmp(3 * d.a);
-        untmp(4 * d.a);
+        replayFinalRmsSquareBackward(r, d.a, sq);
         r.sub(Activations, finalSaved - sq);
     } else {
         tmp(3 * d.a); // norm backward

@@ -91,7 +91,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? noiseS : 0) : d.sh + (drop ? noiseSh + d.sh : 0);
     const std::int64_t extraMaps = (A.attentionModules - 1) * mapsPerModule;
     const std::int64_t rng = rngStateBytes(S);
-    const std::int64_t rngPerBlock = checkpointStatesWait(S) ? 0 : rng; // a saved state freed with its block's backward
+    const std::int64_t rngPerBlock = rngStateFreedPerBlock(S);
     const std::int64_t blockWeights = llama ? 2 * C * C + 2 * C * KV + 3 * C * F : 4 * C * C + 2 * C * F;
 
     // ---- forward ----
@@ -381,16 +381,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(2 * d.a);       // g * weight, g * normed
         untmp(2 * d.a);
         unact(d.a + d.m);   // normed, rsqrt
-        // x^2's backward: mean's (the gradient spread over x), then pow's
-        // three temporaries (x^1, 2x^1, their product with the gradient),
-        // beside the gradient through x * rsqrt. The last block's output has
-        // no other consumer whose gradient that one could be added to, so it
-        // stays a tensor of its own; with LibTorch 1.13 mean's saved x^2
-        // goes first, from 2.0 nothing does.
-        tmp(d.a);
-        unact(sq);
-        tmp(3 * d.a);
-        untmp(4 * d.a);
+        replayFinalRmsSquareBackward(r, d.a, sq);
         unact(d.a);         // the last block's output
     } else {
         tmp(d.a);

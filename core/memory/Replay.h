@@ -253,9 +253,26 @@ private:
 // saved data (train/Layers.cpp). LibTorch 1.13 frees it with the node, after
 // the block's backward; from 2.0 every block's state goes together once the
 // first block's backward is over and the embedding's has begun. The replays
-// release the waiting states once the embedding's gradient is made (with
-// LoRA, whose embedding is frozen, at the end of backward).
+// release each block's own with its backward (rngStateFreedPerBlock: 1.13)
+// and the waiting ones once the embedding's gradient is made (with LoRA,
+// whose embedding is frozen, at the end of backward).
 inline bool checkpointStatesWait(const TrainingSetup& s) { return s.checkpointing && s.torchMajor >= 2; }
+
+// The final RMSNorm's backward, after its product with the weight and the
+// gradient through x * rsqrt (the running gradient, `a` bytes, live): x^2's
+// backward, mean's (the gradient spread over x), then pow's three
+// temporaries (x^1, 2 x^1, their product with the gradient). The last
+// block's output has no other consumer whose gradient that one could be
+// added to, so it stays a tensor of its own beside them. Mean's saved x^2
+// (`sq`: LibTorch 1.13) goes first; from 2.0 mean saves nothing, and the
+// step peaks one activation higher.
+inline void replayFinalRmsSquareBackward(Replay& r, std::int64_t a, std::int64_t sq)
+{
+    r.add(Workspace, a);
+    r.sub(Activations, sq);
+    r.add(Workspace, 3 * a);
+    r.sub(Workspace, 4 * a);
+}
 
 // RMSNorm's x^2: saved for mean's backward by LibTorch 1.13, a temporary of
 // the norm's forward from 2.0 (mean's backward keeps only the shape).
@@ -306,6 +323,11 @@ inline std::int64_t dropoutNoiseBytes(const TrainingSetup& s, std::int64_t bytes
 // this many bytes (mt19937 state); a CUDA generator's state is host memory.
 constexpr std::int64_t kCpuRngStateBytes = 5056;
 inline std::int64_t rngStateBytes(const TrainingSetup& s) { return s.checkpointing && !s.gpu ? kCpuRngStateBytes : 0; }
+// What a block's backward frees of the saved states (checkpointStatesWait).
+inline std::int64_t rngStateFreedPerBlock(const TrainingSetup& s)
+{
+    return checkpointStatesWait(s) ? 0 : rngStateBytes(s);
+}
 
 
 // matmul folds the batch dimensions of a [B, H, T, D] operand into one for
