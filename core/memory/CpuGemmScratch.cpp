@@ -107,6 +107,17 @@ std::int64_t ask(const GemmCall& c, int threads)
 
 bool cpuBf16ProductsUseOneDnn() { return cpuSendsBf16ToOneDnn(); }
 
+bool cpuPacksBf16Attention()
+{
+#if defined(TB_HAVE_ONEDNN) && DNNL_VERSION_MAJOR == 3
+    if (!cpuGemmScratchKnown()) return false;
+    static const bool packs = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+    return packs;
+#else
+    return false;
+#endif
+}
+
 bool cpuGemmScratchKnown() { return cpuGemmScratchUnknownReason().empty(); }
 
 std::string cpuGemmScratchUnknownReason()

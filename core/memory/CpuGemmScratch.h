@@ -40,4 +40,9 @@ std::string cpuGemmScratchUnknownReason();
 // 16^3) or where it is not known. Cached; thread-safe.
 std::int64_t cpuGemmScratchBytes(const GemmCall& call, int threads = 1);
 
+// Whether LibTorch 2.x's CPU flash attention packs bf16 keys and values for
+// oneDNN's brgemm (cpublas::could_pack): oneDNN's CPU ISA is AMX or newer.
+// False where oneDNN cannot be asked (no AMX is then assumed).
+bool cpuPacksBf16Attention();
+
 } // namespace tb

@@ -164,7 +164,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const std::int64_t akv = a * A.kvHeads / A.heads;
     const std::int64_t idx = BT * 8; // an int64 copy of the token ids or targets
     const bool llama = A.family == "llama";
-    const bool eager = S.attention != "fused";
+    // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
+    const auto fused = fusedAttentionBytes(A, S, e, !recording);
+    const bool eager = !fused.fused;
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
     const bool expands = gqaExpandCopies(A, B, eager); // the expanded keys and values are copies
@@ -327,9 +329,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         act(a);   // * weight
     };
     const auto attentionCore = [&](bool cloneQ, bool cloneK) {
+        if (!eager) return;
         if (cloneQ) act(a);
         if (cloneK) act(a);
-        if (!eager) return;
         tmp(s);      // q k^T
         tmp(s);      // * scale
         untmp(s);
@@ -357,6 +359,25 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         }
         r.add(AttentionMaps, extraMaps);
     };
+    // The fused kernel: its output and log-sum-exp saved, its blocks while it
+    // runs; the heads merged after it (a copy where the output is [B, H, T, D]).
+    const auto fusedForward = [&] {
+        act(fused.out);
+        act(fused.lse);
+        r.scratch(fused.forwardScratch);
+        if (fused.mergeCopies) act(a);
+    };
+    // Its backward, from the output's gradient (in the workspace) to those
+    // of q, k and v (zeroed, full heads), then what it saved released
+    // (`inputs`: q, k and v, or what keeps them) and the output's gradient.
+    const auto fusedBackward = [&](std::int64_t inputs) {
+        tmp(3 * a);
+        tmp(fused.backwardTemps);
+        r.scratch(fused.backwardScratch);
+        untmp(fused.backwardTemps);
+        untmp(a);
+        r.sub(Activations, inputs + fused.out + fused.lse);
+    };
     // Forward of one block; returns the bytes it saved (for checkpointing).
     const auto blockForward = [&] {
         const auto before = r.live(Activations) + r.live(AttentionMaps);
@@ -376,6 +397,14 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(akv); // k projection released
             // Grouped-query keys and values expanded to every head: copies,
             // both made before the scores with several key/value heads.
+            if (!eager) {
+                // Fused: the expanded keys and values (copies with several
+                // key/value heads), else the v projection itself, saved.
+                if (expands) act(2 * a);
+                else r.move(Workspace, Activations, akv);
+                fusedForward();
+                tmp(a); // o_proj
+            } else {
             if (gqaValuesCopiedFirst(A, B, eager)) act(a), attentionCore(false, true);
             else if (expands) attentionCore(false, true), act(a);
             else if (folds) attentionCore(false, false), r.move(Workspace, Activations, akv); // v itself saved
@@ -384,7 +413,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             act(a);   // heads merged
             tmp(a);   // o_proj
             untmp(a); // attention output released
-            untmp(expands ? 2 * akv : folds ? 0 : akv); // locals k (expanded) and v released on return
+            }
+            untmp(expands ? 2 * akv : folds || !eager ? 0 : akv); // locals k (expanded) and v released on return
             act(a);   // residual h
             untmp(a); // o_proj output
             rmsForward();
@@ -416,6 +446,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             } else {
                 attentionCore(!folds, !folds); // q and k made contiguous for the batched product
             }
+            if (!eager) {
+                fusedForward();
+                tmp(a); // proj
+                r.move(Workspace, Activations, 3 * a); // qkv, kept by the v view the kernel saved
+            } else {
             if (!folds) act(a); // v made contiguous
             tmp(a);   // probabilities x values
             act(a);   // heads merged
@@ -424,6 +459,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             // qkv released on return, or kept by the views the products saved
             if (folds) r.move(Workspace, Activations, 3 * a);
             else untmp(3 * a);
+            }
             if (drop) {
                 act(noiseA); // noise
                 tmp(a);      // dropped
@@ -651,8 +687,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (wgrad) weightProduct(C, C);
             tmp(a);
             inputProduct(C, C);
-            r.sub(Activations, a);
+            if (eager || fused.mergeCopies) r.sub(Activations, a); // merged heads (fused: else the kernel's output)
             if (wgrad) grads.done(C * C * e);
+            if (!eager) {
+                fusedBackward(a + (expands ? 2 * a : 2 * akv)); // q, the keys and the values
+            } else {
             tmp(a);
             untmp(a); // reshape (replaces the o_proj input gradient)
             // probabilities x values
@@ -668,6 +707,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(2 * a);
             untmp(s);
             r.sub(Activations, a + (expands ? a : akv)); // q and the keys (or the rotated k itself)
+            }
             // expanded heads summed back, RoPE backward
             if (gqa) {
                 tmp(akv);
@@ -747,8 +787,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(a);
         inputProduct(C, C);
         weightGrad(C * C + C, C, C);
-        r.sub(Activations, a); // merged heads
+        if (eager || fused.mergeCopies) r.sub(Activations, a); // merged heads (fused: else the kernel's output)
         if (drop) untmp(a);    // the gradient through the dropout, consumed
+        if (!eager) {
+            fusedBackward(3 * a + (rope ? 2 * a : 0)); // qkv, and the rotated q and k
+        } else {
         tmp(a);
         untmp(a);
         // probabilities x values
@@ -764,6 +807,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(2 * a);
         untmp(s);
         r.sub(Activations, folds && !rope ? 3 * a : 2 * a); // q and k (views: qkv)
+        }
         if (rope) {
             tmp(2 * a);
             untmp(2 * a);

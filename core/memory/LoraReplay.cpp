@@ -27,10 +27,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                     GradientLife& grads)
 {
     const bool llama = A.family == "llama";
-    const bool eager = S.attention != "fused";
     const bool rope = llama || A.positional == "rope";
-    const bool expands = gqaExpandCopies(A, S.batch, eager); // grouped-query keys and values expanded as copies
-    const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool mixed = d.mixed;
     // Pure bf16 on a Llama-family model (train/Llama.cpp, as transformers
@@ -58,6 +55,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Bytes per element of the projections' outputs: fp32, or fp16/bf16 under
     // autocast and in pure bf16.
     const std::int64_t lowBytes = d.ah / (d.bt * C);
+    // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
+    const auto fused = fusedAttentionBytes(A, S, lowBytes, !r.recording());
+    const bool eager = !fused.fused;
+    const bool expands = gqaExpandCopies(A, S.batch, eager); // grouped-query keys and values expanded as copies
+    const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     // Logits in fp16/bf16 (mixed and pure bf16) are cast up for the fp32 loss.
     const bool lowLogits = d.lgh != d.lg;
     const auto has = [&](const char* name) {
@@ -71,6 +73,26 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         r.add(Activations, b);
     };
     const auto keepOrFree = [&](bool saved, std::int64_t b) { saved ? keep(b) : untmp(b); };
+    // The fused kernel's output and log-sum-exp (the inputs' gradient needs
+    // them), and the heads merged after it (a copy where the output is [B,
+    // H, T, D]); the output projection's input otherwise is the output itself.
+    // Leaves the merged heads in the workspace.
+    const auto fusedForward = [&] {
+        tmp(fused.out);
+        tmp(fused.lse);
+        r.scratch(fused.forwardScratch);
+        if (fused.mergeCopies) tmp(d.ah);
+    };
+    // After the output projection: the output kept by the kernel (when the
+    // attention needs a gradient) or as the projection's input, the merged
+    // copy by an adapted projection. Returns what the projection alone keeps.
+    const auto fusedSaved = [&](bool gAttn, bool adapted) {
+        if (fused.mergeCopies) keepOrFree(adapted, d.ah);
+        const bool outByProj = !fused.mergeCopies && adapted && !gAttn;
+        keepOrFree(gAttn || outByProj, fused.out);
+        keepOrFree(gAttn, fused.lse);
+        return adapted ? (fused.mergeCopies ? d.ah : outByProj ? fused.out : 0) + d.xa : 0;
+    };
     // The maps one attention module holds: fp32 softmax and its cast down
     // (and fp32 noise), or the softmax (and noise and dropped copy) as computed.
     // (Dropout's noise: of an fp32 map, or of one in the weights' dtype, and
@@ -286,6 +308,23 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // Keys and values expanded to every head, with several key/value
             // heads both before the scores (the rotated k stays until return).
             const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
+            if (!eager) {
+                // Fused: with several key/value heads the expanded keys and
+                // values (copies) first. The kernel saves q, the keys and the
+                // values (else the rotated k and the v projection themselves)
+                // when any needs a gradient.
+                if (expands) tmp(2 * d.ah);
+                fusedForward();
+                const auto [go, oCasts] = savedCasts([&] { return linear("o_proj", C, C, false, false, gAttn); });
+                saved.copiesProj = oCasts;
+                saved.projInput = fusedSaved(gAttn, has("o_proj"));
+                keepOrFree(gAttn, d.ah + (expands ? 2 * d.ah : 2 * d.akvh));
+                if (expands) untmp(2 * d.akvh); // locals released on return: the rotated k, the v projection
+                saved.scores = gScores;
+                saved.valuesGrad = gv;
+                saved.values = 0;
+                gAttn = go;
+            } else {
             if (expands) tmp(valuesFirst ? 2 * d.ah : d.ah);
             attentionMaps();
             const bool vItself = folds && !expands; // the v projection goes to the product uncopied
@@ -307,6 +346,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
             if (!vItself) untmp(expands ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (expanded), v projection
             gAttn = go;
+            }
             // h = x + attn(norm(x)): the temporaries live until the sum exists.
             residualSum(d.ah); // o
             normOutputDone(has("q_proj") || has("k_proj") || has("v_proj"));
@@ -353,9 +393,21 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                     untmp(rw);
                 }
             }
-        } else if (!folds) {
+        } else if (!folds && eager) {
             tmp(2 * d.ah); // q and k made contiguous
         }
+        if (!eager) {
+            // Fused: the kernel saves q, k and v (views of qkv, which they
+            // keep, and the rotated q and k) when they need a gradient.
+            fusedForward();
+            saved.scores = saved.valuesGrad = gqkv;
+            saved.values = 0;
+            const auto [go, projCasts] = savedCasts([&] { return linear("proj", C, C, true, false, gqkv); });
+            saved.copiesProj = projCasts;
+            saved.attentionGrad = go;
+            saved.projInput = fusedSaved(gqkv, has("proj"));
+            keepOrFree(gqkv, rope ? 5 * d.ah : 3 * d.ah);
+        } else {
         attentionMaps();
         if (!folds) tmp(d.ah); // v made contiguous
         tmp(d.ah); // probabilities x values
@@ -373,6 +425,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         keepOrFree(has("proj"), d.ah);
         saved.projInput = has("proj") ? d.ah + d.xa : 0;
         keepOrFree(gqkv && folds, 3 * d.ah); // qkv: kept by the views the products saved
+        }
+        const bool go = saved.attentionGrad;
         if (drop) {
             tmp(noiseAh); // noise
             tmp(d.ah);    // dropped
@@ -738,6 +792,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // already live when the maps were back-propagated).
         const bool mapsDone = eager && sv.maps > 0;
         tmp((mapsDone ? 3 : 4) * d.ah);
+        if (!eager && (sv.scores || sv.valuesGrad)) {
+            // The fused kernel's backward: its blocks while it runs.
+            tmp(fused.backwardTemps);
+            r.scratch(fused.backwardScratch);
+            untmp(fused.backwardTemps);
+        }
         if (sv.inGrad && llama) inputProducts({{C, C}, {KV, C}, {KV, C}}); // q, k, v: their input's gradients
         else if (sv.inGrad) inputProducts({{3 * C, C}});                 // qkv
         untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);

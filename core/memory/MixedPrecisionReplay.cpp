@@ -28,7 +28,10 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
                      GradientLife& grads)
 {
     const bool llama = A.family == "llama";
-    const bool eager = S.attention != "fused";
+    constexpr std::int64_t kLow = 2; // bytes per element in fp16 and bf16
+    // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
+    const auto fused = fusedAttentionBytes(A, S, kLow, !r.recording());
+    const bool eager = !fused.fused;
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
     const bool expands = gqaExpandCopies(A, S.batch, eager); // the expanded keys and values are copies
@@ -37,7 +40,6 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const bool softmax32 = llama || A.fp32Softmax || S.gpu;
     const bool neox = A.neoxLayer;
     const bool masked = hasLossMask(S);
-    constexpr std::int64_t kLow = 2; // bytes per element in fp16 and bf16
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
 
     // A checkpointed block's first forward runs without grad: what autograd
@@ -153,6 +155,14 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const auto forwardProduct = [&](std::int64_t in, std::int64_t out, bool bias) {
         r.product({0, rows, in, out, false, true, bias});
     };
+    // The fused kernel: its output and log-sum-exp saved, its blocks while it
+    // runs; the heads merged after it (a copy where the output is [B, H, T, D]).
+    const auto fusedForward = [&] {
+        act(fused.out);
+        act(fused.lse);
+        r.scratch(fused.forwardScratch);
+        if (fused.mergeCopies) act(d.ah);
+    };
     const auto blockForward = [&] {
         if (llama) {
             rmsForward();
@@ -175,6 +185,18 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             // Keys and values expanded to every head: with several key/value
             // heads both copies come before the scores.
             const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
+            if (!eager) {
+                // Fused: the expanded keys and values (copies with several
+                // key/value heads), else the v projection itself, saved.
+                if (expands) act(2 * d.ah);
+                fusedForward();
+                copy(C * C);
+                tmp(d.ah); // o_proj
+                forwardProduct(C, C, false);
+                releaseHeld();
+                if (expands) untmp(2 * d.akvh); // locals k and v released on return
+                else keepTemporary(d.akvh);     // v, saved by the kernel's view
+            } else {
             if (expands) act(valuesFirst ? 2 * d.ah : d.ah);
             attentionCore();
             if (!valuesFirst && (expands || !folds)) act(d.ah); // values made contiguous (or expanded)
@@ -187,6 +209,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah); // attention output released
             if (expands || !folds) untmp(expands ? 2 * d.akvh : d.akvh); // locals k (expanded) and v released on return
             else keepTemporary(d.akvh); // v, saved by the product itself
+            }
             tmp(d.a);   // o cast up for the residual sum
             r.add(Activations, d.a); // residual h (the block holds it either way)
             untmp(d.a);
@@ -218,9 +241,18 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         if (rope) {
             ropeForward(d.ah, true);
             ropeForward(d.ah, true);
-        } else if (!folds) {
+        } else if (!folds && eager) {
             act(2 * d.ah); // q and k made contiguous for the batched product
         }
+        if (!eager) {
+            fusedForward();
+            copyBias(C);
+            copy(C * C);
+            tmp(d.ah); // proj
+            forwardProduct(C, C, true);
+            releaseHeld();
+            keepTemporary(3 * d.ah); // qkv, kept by the v view the kernel saved
+        } else {
         attentionCore();
         if (!folds) act(d.ah); // v made contiguous
         tmp(d.ah);  // probabilities x values
@@ -234,6 +266,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         // qkv released on return, or kept by the views the products saved
         if (folds) keepTemporary(3 * d.ah);
         else untmp(3 * d.ah);
+        }
         if (drop) {
             act(noiseAh); // noise
             tmp(d.ah);    // dropped
@@ -469,6 +502,21 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(d.sh); // scale
         untmp(d.sh);
     };
+    // The fused kernel's backward, from the output's gradient (in the
+    // workspace) to those of q, k and v (zeroed, full heads), then what it
+    // saved released (`inputs`: q, k and v, or what keeps them) and the
+    // output's gradient.
+    const auto fusedBackward = [&](std::int64_t inputs) {
+        tmp(3 * d.ah);
+        tmp(fused.backwardTemps);
+        r.scratch(fused.backwardScratch);
+        untmp(fused.backwardTemps);
+        untmp(d.ah);
+        unact(inputs + fused.out + fused.lse);
+    };
+    // What the projection after the attention saved: the merged heads (the
+    // fused kernel's output itself where merging is a view).
+    const std::int64_t mergedHeads = eager || fused.mergeCopies ? d.ah : 0;
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         if (S.checkpointing) {
             tmp(rng); // the generator's state, restored after the recomputation
@@ -490,11 +538,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             castInputBackward(C * F, d.fh, true, false);  // up
             rmsBackward(true);
             tmp(d.ah); // the running gradient cast down for the attention branch
-            linearBackward(d.ah, C * C, d.ah, d.ah, false); // o_proj; merged heads
+            linearBackward(d.ah, C * C, d.ah, mergedHeads, false); // o_proj; merged heads
             weightGradient(C * C);
-            tmp(d.ah); // heads split
-            untmp(d.ah);
             if (eager) {
+                tmp(d.ah); // heads split
+                untmp(d.ah);
                 tmp(d.ah); // grad of the values (every head)
                 tmp(d.sh); // grad of the probabilities
                 untmp(d.ah);
@@ -505,9 +553,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
                 untmp(d.sh);
                 unact(d.ah + (expands ? d.ah : d.akvh)); // rotated q, keys (or the rotated k itself)
             } else {
-                tmp(3 * d.ah);
-                untmp(d.ah);
-                unact(2 * d.ah + (expands ? d.ah : d.akvh));
+                fusedBackward(d.ah + (expands ? 2 * d.ah : 2 * d.akvh)); // q, the keys and the values
             }
             if (gqa) { // expanded heads summed back
                 tmp(d.akvh);
@@ -561,11 +607,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah);
             unact(noiseAh); // noise
         }
-        linearBackward(d.ah, C * C, d.ah, d.ah, true); // proj; merged heads
+        linearBackward(d.ah, C * C, d.ah, mergedHeads, true); // proj; merged heads
         weightGradient(C * C);
-        tmp(d.ah); // heads split
-        untmp(d.ah);
         if (eager) {
+            tmp(d.ah); // heads split
+            untmp(d.ah);
             tmp(d.ah); // grad of v
             tmp(d.sh); // grad of the probabilities
             untmp(d.ah);
@@ -576,9 +622,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.sh);
             unact(folds && !rope ? 3 * d.ah : 2 * d.ah); // q and k (views: qkv)
         } else {
-            tmp(3 * d.ah);
-            untmp(d.ah);
-            unact(3 * d.ah);
+            fusedBackward(3 * d.ah + (rope ? 2 * d.ah : 0)); // qkv, and the rotated q and k
         }
         if (rope) {
             tmp(2 * d.ah);

@@ -14,6 +14,7 @@
 #include "memory/CpuGemmScratch.h"
 #include "memory/CudaAllocatorModel.h"
 #include "memory/Estimator.h"
+#include "memory/FusedAttention.h"
 #include "memory/StepPolynomials.h"
 
 namespace tb::memory_detail {
@@ -51,8 +52,15 @@ public:
         // (Not in a recorded trace: the fit map's compiler samples tiny
         // shapes, where oneDNN's blocking says nothing of large ones; the map
         // replays the cells nearest the budget instead.)
-        const auto bytes = cpuGemmScratchBytes(c, m_productThreads);
-        if (bytes <= 0) return;
+        scratch(cpuGemmScratchBytes(c, m_productThreads));
+    }
+    // A buffer a kernel holds while it runs, with no allocation in between
+    // (the CPU flash attention's blocks, FusedAttention.h): on top of
+    // everything until it returns. Not in a recorded trace either: its size
+    // follows the kernel's choice of blocks, no polynomial in B and T.
+    void scratch(std::int64_t bytes)
+    {
+        if (bytes <= 0 || m_trace) return;
         const auto top = m_total + bytes;
         m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], top);
         if (top > m_peak) {
@@ -112,6 +120,7 @@ public:
         if (m_allocator) takeBlocks(from, bytes, &m_blocks[to]);
     }
     std::int64_t total() const { return m_total; }
+    bool recording() const { return m_trace != nullptr; }
     std::int64_t live(Cat c) const { return m_live[c]; }
     std::int64_t peak() const { return m_peak; }
     std::int64_t calls() const { return m_calls; }
@@ -342,11 +351,11 @@ inline bool matmulFoldsViews(std::int64_t batch, std::int64_t heads) { return ba
 // head dimensions for bmm. With several key/value heads the reshape copies;
 // with one it is a stride-0 view, which the fold copies at batch > 1 (bmm
 // saves the copy) but takes as it is at batch 1: autograd then saves the
-// rotated k and the v projection themselves. Fused attention is planned
-// with the copies.
+// rotated k and the v projection themselves. The fused kernel takes the
+// stride-0 views as they are.
 inline bool gqaExpandCopies(const ArchitectureSpec& a, std::int64_t batch, bool eager)
 {
-    return a.family == "llama" && a.kvHeads < a.heads && !(a.kvHeads == 1 && batch == 1 && eager);
+    return a.family == "llama" && a.kvHeads < a.heads && !(a.kvHeads == 1 && (batch == 1 || !eager));
 }
 // Where the expansion copies, with several key/value heads the reshape makes
 // both copies before the scores; with one, the keys' is made by the fold of
