@@ -20,6 +20,9 @@ With --families the random draws also take Hugging Face folders of every
 family the trainer reads (Llama, Mistral, Qwen2, GPT-2, GPT-NeoX), written
 with random weights by tests/reference/hf_reference.py (needs python3-torch),
 trained on random token ids.
+With --sdpa (a LibTorch 2.x CLI) half of the random draws use attention
+"sdpa" (scaled_dot_product_attention: the CPU's flash kernel, or its math
+fallback with dropout); the draws are otherwise those without the flag.
 """
 import json, os, random, statistics, struct, subprocess, sys, tempfile
 
@@ -37,6 +40,9 @@ if DERIVED:
 FAMILIES = "--families" in args
 if FAMILIES:
     args.remove("--families")
+SDPA = "--sdpa" in args
+if SDPA:
+    args.remove("--sdpa")
 LORA_SWEEP = "--lora-sweep" in args
 if LORA_SWEEP:
     args.remove("--lora-sweep")
@@ -169,11 +175,15 @@ def drawn(n, seed, tmp):
         ids = random.Random(seed + 1)
         with open(tokens, "wb") as f:
             f.write(struct.pack("<20000H", *[ids.randrange(3, 211) for _ in range(20000)]))
+    fused = random.Random(seed + 2)  # (--sdpa's own generator, as --families has)
     for i in range(n):
+        sdpa = SDPA and fused.random() < 0.5
         typ = rng.choice(["gpt", "llama", "hf", "hf"] if FAMILIES else ["gpt", "llama"])
         if typ == "hf":
             family, folder, options, names = hf_folder(rng, tmp, i)
             model = {"type": "hf", "path": folder}
+            if sdpa:
+                model["attention"] = "sdpa"
             data = {"source": "tokens", "path": tokens, "seq_len": rng.choice([16, 31, 48, 64])}
             train = {"precision": rng.choice(["fp32", "bf16", "bf16-pure"]), "batch_size": rng.choice([1, 2, 4, 8]),
                      "grad_accum": rng.choice([1, 1, 2, 3]), "activation_checkpointing": rng.random() < 0.3}
@@ -197,6 +207,8 @@ def drawn(n, seed, tmp):
             model["positional_encoding"] = rng.choice(["learned", "sinusoidal", "rope"])
         if rng.random() < 0.3:
             model["dropout"] = 0.1
+        if sdpa:
+            model["attention"] = "sdpa"
         data = {"source": rng.choice(["text", "text", "addition"])}
         if data["source"] == "text":
             data["seq_len"] = rng.choice([32, 48, 64, 128, 256])
