@@ -167,10 +167,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
     const auto fused = fusedAttentionBytes(A, S, e, !recording);
     const bool eager = !fused.fused;
+    // The math fallback in bf16 computes in fp32 (Replay.h); in fp32 it is eager's.
+    const bool math = fused.math && pure;
+    const auto mathShape = mathAttention(A, S, e);
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
-    const bool expands = gqaExpandCopies(A, B, eager); // the expanded keys and values are copies
-    const bool folds = eager && matmulFoldsViews(B, H); // head-split views go to bmm uncopied
+    // The expanded keys and values are copies (the math fallback takes one
+    // key/value head's stride-0 view to fp32 as it is).
+    const bool expands = math ? gqa && A.kvHeads > 1 : gqaExpandCopies(A, B, eager);
+    const bool folds = eager && !math && matmulFoldsViews(B, H); // head-split views go to bmm uncopied
     const double p = S.dropout;
     const bool drop = p > 0.0;
     const std::int64_t rng = rngStateBytes(S);
@@ -285,7 +290,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         act(a);
         r.sub(Activations, a);
     }
-    if (eager) {
+    // The trainer's causal mask, T x T booleans (SDPA, fused or math, needs none).
+    if (S.attention != "fused") {
         tmp(T * T);
         act(T * T);
         untmp(T * T);
@@ -329,7 +335,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         act(a);   // * weight
     };
     const auto attentionCore = [&](bool cloneQ, bool cloneK) {
-        if (!eager) return;
+        if (!eager || math) return;
         if (cloneQ) act(a);
         if (cloneK) act(a);
         tmp(s);      // q k^T
@@ -388,11 +394,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(akv); // q, k, v projections
             // RoPE: four products, a difference and a sum of half width, then cat.
             tmp(3 * a);
-            act(a);
+            math ? tmp(a) : act(a); // rotated q (the math fallback saves none of the bf16 q, k, v)
             untmp(3 * a);
             untmp(a); // q projection released (q reassigned)
             tmp(3 * akv);
-            if (expands) tmp(akv); else act(akv); // rotated k: saved itself unless copied
+            if (expands || math) tmp(akv); else act(akv); // rotated k: saved itself unless copied
             untmp(3 * akv);
             untmp(akv); // k projection released
             // Grouped-query keys and values expanded to every head: copies,
@@ -404,6 +410,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 else r.move(Workspace, Activations, akv);
                 fusedForward();
                 tmp(a); // o_proj
+            } else if (math) {
+                if (expands) tmp(2 * a); // the expanded keys and values (locals)
+                replayMathAttentionForward(r, mathShape);
+                act(a);   // heads merged
+                tmp(a);   // o_proj
+                untmp(a); // the attention's output released
+                untmp(a + 2 * akv + (expands ? 2 * a : 0)); // locals: rotated q and k, v, the expanded k and v
             } else {
             if (gqaValuesCopiedFirst(A, B, eager)) act(a), attentionCore(false, true);
             else if (expands) attentionCore(false, true), act(a);
@@ -414,7 +427,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);   // o_proj
             untmp(a); // attention output released
             }
-            untmp(expands ? 2 * akv : folds || !eager ? 0 : akv); // locals k (expanded) and v released on return
+            untmp(math ? 0 : expands ? 2 * akv : folds || !eager ? 0 : akv); // locals k (expanded) and v released on return
             act(a);   // residual h
             untmp(a); // o_proj output
             rmsForward();
@@ -433,13 +446,13 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 for (int i = 0; i < 2; ++i) {
                     tmp(3 * ra); // four products, a difference and a sum of half width
                     if (ra == a) {
-                        act(a);  // cat: the rotated q (then k)
+                        math ? tmp(a) : act(a); // cat: the rotated q (then k)
                         untmp(3 * a);
                         continue;
                     }
                     tmp(ra);     // cat: the rotated part
                     untmp(3 * ra);
-                    act(a);      // cat: q (then k) whole again
+                    math ? tmp(a) : act(a); // cat: q (then k) whole again
                     untmp(ra);
                 }
                 attentionCore(false, false);
@@ -450,6 +463,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 fusedForward();
                 tmp(a); // proj
                 r.move(Workspace, Activations, 3 * a); // qkv, kept by the v view the kernel saved
+            } else if (math) {
+                replayMathAttentionForward(r, mathShape);
+                act(a);   // heads merged
+                tmp(a);   // proj
+                untmp(a); // the attention's output released
+                untmp(3 * a + (rope ? 2 * a : 0)); // locals: qkv, the rotated q and k
             } else {
             if (!folds) act(a); // v made contiguous
             tmp(a);   // probabilities x values
@@ -691,6 +710,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (wgrad) grads.done(C * C * e);
             if (!eager) {
                 fusedBackward(a + (expands ? 2 * a : 2 * akv)); // q, the keys and the values
+            } else if (math) {
+                replayMathAttentionBackward(r, mathShape);
             } else {
             tmp(a);
             untmp(a); // reshape (replaces the o_proj input gradient)
@@ -791,6 +812,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         if (drop) untmp(a);    // the gradient through the dropout, consumed
         if (!eager) {
             fusedBackward(3 * a + (rope ? 2 * a : 0)); // qkv, and the rotated q and k
+        } else if (math) {
+            replayMathAttentionBackward(r, mathShape);
         } else {
         tmp(a);
         untmp(a);
@@ -851,7 +874,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     } else if (!lora) {
         grads.done(headW);
     }
-    if (eager) r.sub(Activations, T * T);
+    if (S.attention != "fused") r.sub(Activations, T * T);
     }
 
     grads.backwardDone();

@@ -70,7 +70,11 @@ FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const Trainin
                                         bool exactTemps)
 {
     FusedAttentionBytes f;
-    if (s.attention != "fused" || (!s.gpu && s.dropout > 0.0)) return f;
+    if (s.attention != "fused") return f;
+    if (!s.gpu && s.dropout > 0.0) {
+        f.math = true;
+        return f;
+    }
     f.fused = true;
     const std::int64_t B = s.batch, H = a.heads, T = s.seqLen, D = a.headDim();
     f.out = B * T * H * D * e;

@@ -29,7 +29,8 @@
 namespace tb {
 
 struct FusedAttentionBytes {
-    bool fused = false;              // false: eager attention, or SDPA's math fallback (planned as eager)
+    bool fused = false;              // false: eager attention, or SDPA's math fallback
+    bool math = false;               // SDPA's math fallback (the CPU, with dropout): Replay.h's MathAttention in bf16, eager in fp32
     bool mergeCopies = false;        // merging the heads of the output copies it (the CPU kernel's output is [B, H, T, D])
     std::int64_t out = 0;            // the output, saved (q's dtype)
     std::int64_t lse = 0;            // the log-sum-exp, fp32, saved

@@ -55,10 +55,15 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Bytes per element of the projections' outputs: fp32, or fp16/bf16 under
     // autocast and in pure bf16.
     const std::int64_t lowBytes = d.ah / (d.bt * C);
-    // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
+    // SDPA's fused kernel (FusedAttention.h); its math fallback computes in
+    // fp32 (Replay.h), which in fp32 is the eager path.
     const auto fused = fusedAttentionBytes(A, S, lowBytes, !r.recording());
-    const bool eager = !fused.fused;
-    const bool expands = gqaExpandCopies(A, S.batch, eager); // grouped-query keys and values expanded as copies
+    const bool math = fused.math && lowBytes == 2;
+    const auto mathShape = mathAttention(A, S, lowBytes);
+    const bool eager = !fused.fused && !math; // the eager path's maps and products
+    // Grouped-query keys and values expanded as copies (the math fallback
+    // takes one key/value head's stride-0 view to fp32 as it is).
+    const bool expands = math ? llama && A.kvHeads < A.heads && A.kvHeads > 1 : gqaExpandCopies(A, S.batch, !fused.fused);
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     // Logits in fp16/bf16 (mixed and pure bf16) are cast up for the fp32 loss.
     const bool lowLogits = d.lgh != d.lg;
@@ -100,11 +105,19 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const std::int64_t noiseMap = dropoutNoiseBytes(S, softmax32 ? d.s : d.sh, softmax32 ? 4 : lowBytes),
                        noiseAh = dropoutNoiseBytes(S, d.ah, lowBytes), noiseA = dropoutNoiseBytes(S, d.a, d.a / (d.bt * C));
     const std::int64_t mapsLive = softmax32 ? d.s + d.sh + (drop ? noiseMap : 0) : d.sh + (drop ? noiseMap + d.sh : 0);
+    // With dropout and no gradient for the scores nothing saves the softmax
+    // or the noise: both go once dropout returns, leaving the probabilities
+    // as used (the cast down, or the dropped copy).
+    const auto mapsLiveFor = [&](bool gScores) { return drop && !gScores ? d.sh : mapsLive; };
     // Scores, softmax (and, with dropout, its noise and dropped copy): the
-    // probabilities stay in the workspace until releaseMaps.
-    const auto attentionMaps = [&] {
+    // probabilities stay in the workspace until releaseMaps. copiesGo: the
+    // copies of q and k the product made, which go after it when nothing
+    // saved them.
+    const auto attentionMaps = [&](bool gScores, std::int64_t copiesGo) {
         if (!eager) return;
-        tmp(2 * d.sh); // q k^T, scaled
+        tmp(d.sh); // q k^T
+        untmp(copiesGo);
+        tmp(d.sh); // scaled
         untmp(d.sh);
         tmp(d.sh); // masked
         untmp(d.sh);
@@ -112,6 +125,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             tmp(2 * d.s); // cast up, softmax
             untmp(d.s + d.sh);
             if (drop) tmp(noiseMap), tmp(d.s); // noise, dropped
+            if (drop && !gScores) untmp(noiseMap + d.s); // the noise, the softmax
             tmp(d.sh);              // cast down
             if (drop) untmp(d.s);
             return;
@@ -119,6 +133,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp(d.sh); // softmax
         untmp(d.sh);
         if (drop) tmp(noiseMap), tmp(d.sh); // noise, dropped
+        if (drop && !gScores) untmp(noiseMap + d.sh); // the noise, the softmax
     };
     // The probabilities as used (the cast down, or the dropped copy) are
     // saved for the values' gradient; the rest (the softmax, fp32 where it
@@ -133,7 +148,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     };
     const auto releaseMaps = [&](bool gScores, bool gValues) {
         if (!eager) return;
-        untmp(mapsLive);
+        untmp(mapsLiveFor(gScores));
         r.add(AttentionMaps, mapsSaved(gScores, gValues));
     };
     // Weight casts under autocast: adapter casts cached until the forward's
@@ -308,7 +323,25 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // Keys and values expanded to every head, with several key/value
             // heads both before the scores (the rotated k stays until return).
             const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
-            if (!eager) {
+            if (math) {
+                // The math fallback saves none of the bf16 q, k and v.
+                if (expands) tmp(2 * d.ah); // the expanded keys and values (locals)
+                auto m = mathShape;
+                m.gScores = gScores;
+                m.gValues = gv;
+                replayMathAttentionForward(r, m);
+                if (m.mergeCopies) tmp(d.ah); // heads merged
+                const auto [go, oCasts] = savedCasts([&] { return linear("o_proj", C, C, false, false, gAttn); });
+                saved.copiesProj = oCasts;
+                if (m.mergeCopies) untmp(d.ah); // the attention's output
+                keepOrFree(has("o_proj"), d.ah);
+                saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
+                untmp(d.ah + 2 * d.akvh + (expands ? 2 * d.ah : 0)); // locals: rotated q and k, v, the expanded k and v
+                saved.scores = gScores;
+                saved.valuesGrad = gv;
+                saved.values = 0;
+                gAttn = go;
+            } else if (fused.fused) {
                 // Fused: with several key/value heads the expanded keys and
                 // values (copies) first. The kernel saves q, the keys and the
                 // values (else the rotated k and the v projection themselves)
@@ -326,7 +359,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                 gAttn = go;
             } else {
             if (expands) tmp(valuesFirst ? 2 * d.ah : d.ah);
-            attentionMaps();
+            attentionMaps(gScores, 0);
             const bool vItself = folds && !expands; // the v projection goes to the product uncopied
             if (!vItself && !valuesFirst) tmp(d.ah); // values expanded or made contiguous
             tmp(d.ah); // probabilities x values
@@ -396,7 +429,22 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         } else if (!folds && eager) {
             tmp(2 * d.ah); // q and k made contiguous
         }
-        if (!eager) {
+        if (math) {
+            // The math fallback saves none of the bf16 q, k and v.
+            auto m = mathShape;
+            m.gScores = m.gValues = gqkv;
+            replayMathAttentionForward(r, m);
+            saved.scores = saved.valuesGrad = gqkv;
+            saved.values = 0;
+            if (m.mergeCopies) tmp(d.ah); // heads merged
+            const auto [go, projCasts] = savedCasts([&] { return linear("proj", C, C, true, false, gqkv); });
+            saved.copiesProj = projCasts;
+            saved.attentionGrad = go;
+            if (m.mergeCopies) untmp(d.ah); // the attention's output
+            keepOrFree(has("proj"), d.ah);
+            saved.projInput = has("proj") ? d.ah + d.xa : 0;
+            untmp(3 * d.ah + (rope ? 2 * d.ah : 0)); // locals: qkv, the rotated q and k
+        } else if (fused.fused) {
             // Fused: the kernel saves q, k and v (views of qkv, which they
             // keep, and the rotated q and k) when they need a gradient.
             fusedForward();
@@ -408,11 +456,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             saved.projInput = fusedSaved(gqkv, has("proj"));
             keepOrFree(gqkv, rope ? 5 * d.ah : 3 * d.ah);
         } else {
-        attentionMaps();
+        // (Copies of q and k that nothing saves go after their product.)
+        const std::int64_t copiesGo = !gqkv && !folds && !rope ? 2 * d.ah : 0;
+        attentionMaps(gqkv, copiesGo);
         if (!folds) tmp(d.ah); // v made contiguous
         tmp(d.ah); // probabilities x values
         // q, k and v, saved when they require grad; views of qkv are not copies
-        keepOrFree(gqkv, !folds ? 3 * d.ah : rope ? 2 * d.ah : 0);
+        keepOrFree(gqkv, (!folds ? 3 * d.ah : rope ? 2 * d.ah : 0) - copiesGo);
         // released by the values' backward: their copy, or qkv once q and k no longer hold it
         saved.values = !gqkv ? 0 : !folds ? d.ah : rope ? 3 * d.ah : 0;
         releaseMaps(gqkv, gqkv);
@@ -530,7 +580,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp(noiseA + d.a); // noise, dropped (the embedding is frozen: nothing saved)
         untmp(noiseA + d.a);
     }
-    if (eager) act(d.mask);
+    if (S.attention != "fused") act(d.mask); // the trainer's causal mask (SDPA needs none)
     std::vector<Saved> saved(static_cast<std::size_t>(A.layers));
     // With checkpointing every block's input is made a grad-requiring leaf and
     // the block runs without grad: only its output stays.
@@ -790,9 +840,20 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         // q, k, v gradients and their projections (the values' gradient is
         // already live when the maps were back-propagated).
+        if (math && (sv.scores || sv.valuesGrad)) {
+            // The math fallback's backward, from the output's gradient; what
+            // it saved goes with its nodes, and the lump below stands for
+            // the gradients of q, k and v and their projections.
+            auto m = mathShape;
+            m.gScores = sv.scores;
+            m.gValues = sv.valuesGrad;
+            tmp(d.ah);
+            replayMathAttentionBackward(r, m);
+            untmp((m.gValues ? d.ah : 0) + (m.gScores ? 2 * d.ah : 0));
+        }
         const bool mapsDone = eager && sv.maps > 0;
         tmp((mapsDone ? 3 : 4) * d.ah);
-        if (!eager && (sv.scores || sv.valuesGrad)) {
+        if (fused.fused && (sv.scores || sv.valuesGrad)) {
             // The fused kernel's backward: its blocks while it runs.
             tmp(fused.backwardTemps);
             r.scratch(fused.backwardScratch);
@@ -801,7 +862,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (sv.inGrad && llama) inputProducts({{C, C}, {KV, C}, {KV, C}}); // q, k, v: their input's gradients
         else if (sv.inGrad) inputProducts({{3 * C, C}});                 // qkv
         untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);
-        r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0) - sv.normIn);
+        const std::int64_t mathSaved = math && sv.scores ? 3 * mathShape.a32 : 0; // gone with the math fallback's nodes
+        r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0) - sv.normIn - mathSaved);
         r.sub(WeightCopies, sv.copiesAttention - sv.copiesProj);
         if (sv.normIn > 0) {
             tmp(d.a);     // the projections' input gradients, summed
@@ -820,7 +882,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     }
     if (runningLive) untmp(d.a); // the running gradient
     if (checkpointStatesWait(S)) r.sub(Activations, A.layers * rng); // the blocks' saved generator states
-    if (eager) r.sub(Activations, d.mask);
+    if (S.attention != "fused") r.sub(Activations, d.mask);
 }
 
 } // namespace tb::memory_detail

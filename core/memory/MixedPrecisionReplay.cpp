@@ -32,10 +32,15 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
     const auto fused = fusedAttentionBytes(A, S, kLow, !r.recording());
     const bool eager = !fused.fused;
+    // SDPA's math fallback: in bf16 it computes in fp32 (Replay.h).
+    const bool math = fused.math;
+    const auto mathShape = mathAttention(A, S, kLow);
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
-    const bool expands = gqaExpandCopies(A, S.batch, eager); // the expanded keys and values are copies
-    const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
+    // The expanded keys and values are copies (the math fallback takes one
+    // key/value head's stride-0 view to fp32 as it is).
+    const bool expands = math ? gqa && A.kvHeads > 1 : gqaExpandCopies(A, S.batch, eager);
+    const bool folds = eager && !math && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     const bool drop = S.dropout > 0.0;
     const bool softmax32 = llama || A.fp32Softmax || S.gpu;
     const bool neox = A.neoxLayer;
@@ -109,7 +114,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(d.a);  // * weight: a temporary, each projection saves its own cast
     };
     const auto attentionCore = [&] {
-        if (!eager) return;
+        if (!eager || math) return;
         tmp(d.sh); // q k^T
         tmp(d.sh); // * scale
         untmp(d.sh);
@@ -178,14 +183,24 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             act(d.ah);
             tmp(d.akvh); // v
             forwardProduct(C, KV, A.qkvBias);
-            ropeForward(d.ah, true);
+            ropeForward(d.ah, !math); // (the math fallback saves none of the bf16 q, k, v)
             untmp(d.ah); // q projection released (q reassigned)
-            ropeForward(d.akvh, !expands);
+            ropeForward(d.akvh, !expands && !math);
             untmp(d.akvh); // k projection released
             // Keys and values expanded to every head: with several key/value
             // heads both copies come before the scores.
             const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
-            if (!eager) {
+            if (math) {
+                if (expands) tmp(2 * d.ah); // the expanded keys and values (locals)
+                replayMathAttentionForward(r, mathShape);
+                act(d.ah);  // heads merged
+                copy(C * C);
+                tmp(d.ah);  // o_proj
+                forwardProduct(C, C, false);
+                releaseHeld();
+                untmp(d.ah); // the attention's output released
+                untmp(d.ah + 2 * d.akvh + (expands ? 2 * d.ah : 0)); // locals: rotated q and k, v, the expanded k and v
+            } else if (!eager) {
                 // Fused: the expanded keys and values (copies with several
                 // key/value heads), else the v projection itself, saved.
                 if (expands) act(2 * d.ah);
@@ -239,12 +254,22 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         tmp(3 * d.ah);  // qkv
         forwardProduct(C, 3 * C, true);
         if (rope) {
-            ropeForward(d.ah, true);
-            ropeForward(d.ah, true);
-        } else if (!folds && eager) {
+            ropeForward(d.ah, !math);
+            ropeForward(d.ah, !math);
+        } else if (!folds && eager && !math) {
             act(2 * d.ah); // q and k made contiguous for the batched product
         }
-        if (!eager) {
+        if (math) {
+            replayMathAttentionForward(r, mathShape);
+            act(d.ah);  // heads merged
+            copyBias(C);
+            copy(C * C);
+            tmp(d.ah);  // proj
+            forwardProduct(C, C, true);
+            releaseHeld();
+            untmp(d.ah); // the attention's output released
+            untmp(3 * d.ah + (rope ? 2 * d.ah : 0)); // locals: qkv, the rotated q and k
+        } else if (!eager) {
             fusedForward();
             copyBias(C);
             copy(C * C);
@@ -344,7 +369,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         act(d.a);
         unact(d.a);
     }
-    if (eager) {
+    if (S.attention != "fused") { // the trainer's causal mask (SDPA needs none)
         tmp(d.mask);
         act(d.mask);
         untmp(d.mask);
@@ -540,7 +565,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             tmp(d.ah); // the running gradient cast down for the attention branch
             linearBackward(d.ah, C * C, d.ah, mergedHeads, false); // o_proj; merged heads
             weightGradient(C * C);
-            if (eager) {
+            if (math) {
+                replayMathAttentionBackward(r, mathShape);
+            } else if (eager) {
                 tmp(d.ah); // heads split
                 untmp(d.ah);
                 tmp(d.ah); // grad of the values (every head)
@@ -609,7 +636,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         }
         linearBackward(d.ah, C * C, d.ah, mergedHeads, true); // proj; merged heads
         weightGradient(C * C);
-        if (eager) {
+        if (math) {
+            replayMathAttentionBackward(r, mathShape);
+        } else if (eager) {
             tmp(d.ah); // heads split
             untmp(d.ah);
             tmp(d.ah); // grad of v
@@ -662,7 +691,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     } else {
         grads.done(headW);
     }
-    if (eager) unact(d.mask);
+    if (S.attention != "fused") unact(d.mask);
     grads.backwardDone();
 }
 

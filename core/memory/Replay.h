@@ -365,6 +365,130 @@ inline bool gqaValuesCopiedFirst(const ArchitectureSpec& a, std::int64_t batch, 
     return gqaExpandCopies(a, batch, eager) && a.kvHeads > 1;
 }
 
+// SDPA's math fallback with bf16 (or fp16) q, k and v: on the CPU a call
+// with dropout (FusedAttention.h). LibTorch 2.6's
+// _scaled_dot_product_attention_math copies q, k and v to fp32, scales q and
+// k^T by sqrt(scale), builds a float causal mask, and runs the products,
+// _safe_softmax and dropout in fp32 (three fp32 maps saved); the output is
+// cast back. None of the bf16 q, k and v is saved. In fp32 it keeps what the
+// eager path keeps, and is planned as eager.
+struct MathAttention {
+    std::int64_t a32 = 0, ah = 0; // q (and the expanded k, v): fp32, bf16
+    std::int64_t s32 = 0;         // one map, fp32
+    std::int64_t tt = 0;          // T x T
+    std::int64_t rows = 0;        // B x H x T
+    // The fp32 operands bmm needs copied (a head-split layout, batch and
+    // heads over 1), else saved themselves.
+    bool cloneQ = false, cloneK = false, cloneV = false;
+    bool mergeCopies = true; // the output's gradient arrives non-contiguous
+    // What needs a gradient: q or k (the scores' path), v (LoRA freezes some).
+    bool gScores = true, gValues = true;
+};
+inline MathAttention mathAttention(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t low)
+{
+    MathAttention m;
+    const std::int64_t B = s.batch, T = s.seqLen, H = a.heads, D = a.headDim();
+    m.ah = B * T * H * D * low;
+    m.a32 = B * T * H * D * 4;
+    m.s32 = B * H * T * T * 4;
+    m.tt = T * T;
+    m.rows = B * H * T;
+    const bool rope = a.family == "llama" || a.positional == "rope";
+    // Head-split views of a projection keep [B, T, H, D] through the fp32
+    // copies (RoPE's cat, and grouped keys and values expanded as copies or
+    // one head's stride-0 view, give contiguous ones).
+    const bool folds = B == 1 || H == 1;
+    m.cloneQ = m.cloneK = !rope && !folds;
+    m.cloneV = !folds && (a.family != "llama" || a.kvHeads == a.heads);
+    m.mergeCopies = H > 1 && T > 1;
+    return m;
+}
+// Forward, from q, k and v (bf16, wherever the replay keeps them) to the
+// bf16 output, left in the workspace.
+inline void replayMathAttentionForward(Replay& r, const MathAttention& m)
+{
+    const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
+    const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
+    const auto save = [&](bool saved, std::int64_t b) { saved ? r.move(Workspace, Activations, b) : untmp(b); };
+    tmp(3 * m.a32);                  // q, k and v in fp32 (locals)
+    tmp(m.a32);                      // q scaled (a local)
+    tmp(m.tt);                       // the causal mask: ones, tril
+    tmp(m.tt);
+    untmp(m.tt);
+    tmp(4 * m.tt);                   // as an fp32 additive mask (a local)
+    untmp(m.tt);
+    tmp(m.a32);                      // k^T scaled
+    if (m.cloneQ && m.gScores) r.add(Activations, m.a32); // copies for bmm, saved
+    if (m.cloneK && m.gScores) r.add(Activations, m.a32);
+    tmp(m.s32);                      // the scores
+    save(!m.cloneK && m.gScores, m.a32); // k^T scaled: saved itself, else gone
+    r.add(AttentionMaps, m.s32);     // softmax
+    tmp(m.s32 / 4);                  // _safe_softmax's isneginf and all
+    tmp(m.rows);
+    untmp(m.rows + m.s32 / 4);
+    untmp(m.s32);                    // the scores
+    r.add(AttentionMaps, m.s32);     // dropout's noise
+    r.add(AttentionMaps, m.s32);     // dropped
+    // Without a gradient for the scores nothing saved the noise and the
+    // softmax: they go once dropout returns.
+    if (!m.gScores) r.sub(AttentionMaps, 2 * m.s32);
+    tmp(m.s32 / 2);                  // the probabilities cast back (returned beside, unused)
+    if (m.cloneV && m.gScores) r.add(Activations, m.a32);
+    tmp(m.a32);                      // probabilities x values
+    tmp(m.ah);                       // cast back: the output
+    untmp(m.a32);
+    // Returned: the locals go, but for what bmm saved itself.
+    save(!m.cloneQ && m.gScores, m.a32); // q scaled
+    untmp(4 * m.tt + 2 * m.a32);     // the mask, k and q in fp32
+    save(!m.cloneV && m.gScores, m.a32); // v in fp32
+    untmp(m.s32 / 2);
+    if (!m.gValues) r.sub(AttentionMaps, m.s32); // the dropped copy, a local no gradient needs
+}
+// Backward, from the output's gradient (bf16, in the workspace) to those of
+// q, k and v (bf16, full heads, left in the workspace; only v's without the
+// scores' path).
+inline void replayMathAttentionBackward(Replay& r, const MathAttention& m)
+{
+    const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
+    const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
+    tmp(m.a32);                      // the gradient in fp32
+    untmp(m.ah);
+    if (m.mergeCopies) {
+        tmp(m.a32);                  // made contiguous for bmm
+        untmp(m.a32);
+    }
+    if (m.gValues) tmp(m.a32);       // the values' gradient
+    if (m.gScores) tmp(m.s32);       // the probabilities'
+    untmp(m.a32);
+    if (m.gScores) r.sub(Activations, m.a32); // the values bmm saved
+    if (m.gValues) r.sub(AttentionMaps, m.s32); // the dropped probabilities
+    if (m.gScores) {
+        tmp(m.s32);                  // dropout backward
+        untmp(m.s32);
+        r.sub(AttentionMaps, m.s32); // the noise
+        tmp(m.s32);                  // softmax backward
+        untmp(m.s32);
+        r.sub(AttentionMaps, m.s32); // the softmax
+        tmp(2 * m.a32);              // the gradients of q scaled and k^T scaled
+        untmp(m.s32);
+        r.sub(Activations, 2 * m.a32); // what bmm saved of them
+        tmp(m.a32);                  // the scalings' backward
+        untmp(m.a32);
+        tmp(m.a32);
+        untmp(m.a32);
+    }
+    if (m.gValues) {
+        tmp(m.ah);                   // cast back
+        untmp(m.a32);
+    }
+    if (m.gScores) {
+        tmp(m.ah);
+        untmp(m.a32);
+        tmp(m.ah);
+        untmp(m.a32);
+    }
+}
+
 // Buffers the built-in models register beside their parameters: the
 // sinusoidal position table, or RoPE's cos and sin tables (half the rotated
 // head dimensions wide), fp32 and sized to the longest sequence the model is
