@@ -194,7 +194,7 @@ def drawn(n, seed, tmp):
             if rng.random() < 0.5:
                 targets = rng.choice([["attn"], ["mlp"], ["attn", "mlp"], [rng.choice(names)], rng.sample(names, 2)])
                 lora = {"rank": rng.choice([2, 4, 8]), "targets": targets}
-            out.append((f"random {seed}.{i + 1}: {json.dumps([family] + options[4:] + [data['seq_len'], train, optim, lora])}",
+            out.append((f"random {seed}.{i + 1}: {json.dumps([family] + options[4:] + (['sdpa'] if sdpa else []) + [data['seq_len'], train, optim, lora])}",
                         cfg(model, data, train, optim, lora)))
             continue
         d = rng.choice([48, 64, 80, 96, 112, 128, 160, 192, 256])

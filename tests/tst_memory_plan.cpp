@@ -979,7 +979,8 @@ void TestMemoryPlan::gpuDropoutSavesOneByteMasks()
 
 // Fused attention saves no maps, so its backward releases none: the step
 // ends with what eager attention ends with (weights, gradients, optimizer
-// state, data), on the CPU and on a GPU. Before, fused attention released
+// state, data), on the CPU and on a GPU, fused or through the math
+// fallback. Before, fused attention released
 // maps it had never added (the end of a step one map per layer short), one
 // kv head at batch 1 left the values' copy live, and on a GPU a Llama's
 // attention output was released twice.
@@ -1004,19 +1005,26 @@ void TestMemoryPlan::fusedAttentionEndsTheStepAsEagerDoes()
     for (const auto& [arch, name] : {std::pair{llama, "llama kv 1"}, std::pair{gpt, "gpt"}}) {
         for (const char* precision : {"fp32", "bf16-pure"}) {
             for (const std::int64_t batch : {1, 4}) {
-              for (const bool gpu : {false, true}) {
+              // The CPU, a GPU the fused kernels run on, and (in bf16) a T4,
+              // where SDPA runs its math fallback; with dropout the CPU runs
+              // the math fallback too.
+              for (const int cc : {-1, 0, 75}) {
+                for (const double dropout : {0.0, 0.1}) {
                 TrainingSetup s;
-                s.gpu = gpu;
+                s.gpu = cc >= 0;
+                s.computeCapability = std::max(cc, 0);
                 s.batch = batch;
                 s.seqLen = 96;
                 s.precision = precision;
+                s.dropout = dropout;
                 s.attention = "eager";
                 const auto eager = estimateMemory(arch, s);
                 s.attention = "fused";
                 const auto fused = estimateMemory(arch, s);
-                const auto where = QString("%1 %2 batch %3%4").arg(name).arg(precision).arg(batch).arg(gpu ? " gpu" : "");
+                const auto where = QString("%1 %2 batch %3 cc %4 dropout %5").arg(name).arg(precision).arg(batch).arg(cc).arg(dropout);
                 QVERIFY2(fused.endOfStepBytes == eager.endOfStepBytes,
                          qPrintable(where + QString(": fused %1, eager %2").arg(fused.endOfStepBytes).arg(eager.endOfStepBytes)));
+                }
               }
             }
         }
@@ -1075,24 +1083,42 @@ void TestMemoryPlan::fusedAttentionBuffersFollowTheKernels()
     wide.heads = wide.kvHeads = 32;
     s.gpu = true;
     s.computeCapability = 80;
+    s.precision = "bf16";
     s.batch = 2;
     s.seqLen = 1000;
     f = fusedAttentionBytes(wide, s, 2);
     QVERIFY(f.fused);
-    QVERIFY(!f.mergeCopies); // the output is [B, T, H, D] whatever q is
+    QVERIFY(f.mergeCopies); // its output takes q's layout: RoPE's q is contiguous
     QCOMPARE(f.lse, std::int64_t{2 * 32 * 1000 * 4});
     QCOMPARE(f.forwardScratch, std::int64_t{0});
     // softmax_d and the fp32 dq accumulator, T rounded up to 128.
     QCOMPARE(f.backwardTemps, std::int64_t{2 * 32 * 1024 * 4 + 2 * 1024 * 32 * 128 * 4});
     // Left unrounded for the fit map's compiled polynomials.
     QCOMPARE(fusedAttentionBytes(wide, s, 2, false).backwardTemps, std::int64_t{2 * 32 * 1000 * 4 + 2 * 1000 * 32 * 128 * 4});
-    // fp32, or bf16 on a T4: the memory-efficient kernel, its log-sum-exp's
-    // T rounded up to 32, and a delta in backward.
-    for (const auto& [e, cc] : {std::pair{std::int64_t{4}, 80}, std::pair{std::int64_t{2}, 75}}) {
+    // fp32 on an A100, fp16 on a T4, a head dim of 200 on an RTX 3090: the
+    // memory-efficient kernel, its output [B, T, H, D], its log-sum-exp's T
+    // rounded up to 32, and in backward a delta and a workspace of about an
+    // fp32 copy of q (blocks of 64 queries, the head dim rounded up to 32).
+    ArchitectureSpec heads200 = wide;
+    heads200.hidden = 32 * 200;
+    for (const auto& [arch, e, cc, precision] :
+         {std::tuple{wide, std::int64_t{4}, 80, "fp32"}, std::tuple{wide, std::int64_t{2}, 75, "fp16"},
+          std::tuple{heads200, std::int64_t{2}, 86, "bf16"}}) {
         s.computeCapability = cc;
-        f = fusedAttentionBytes(wide, s, e);
+        s.precision = precision;
+        f = fusedAttentionBytes(arch, s, e);
+        const std::int64_t D = arch.headDim(), roundedD = (D + 31) / 32 * 32;
+        QVERIFY2(f.fused && !f.math, precision);
+        QVERIFY(!f.mergeCopies);
         QCOMPARE(f.lse, std::int64_t{2 * 32 * 1024 * 4});
-        QCOMPARE(f.backwardTemps, std::int64_t{2 * 32 * 1024 * 4});
+        QCOMPARE(f.backwardTemps, std::int64_t{2 * 32 * 1024 * 4 + 2 * 32 * 1024 * roundedD * 4});
+    }
+    // bf16 below sm80, or a card newer than LibTorch 2.6 knows: the math fallback.
+    s.precision = "bf16";
+    for (const int cc : {75, 100}) {
+        s.computeCapability = cc;
+        f = fusedAttentionBytes(wide, s, 2);
+        QVERIFY(!f.fused && f.math);
     }
 }
 
@@ -1131,6 +1157,18 @@ void TestMemoryPlan::fusedAttentionOnTheCpuFollowsTheKernel()
     c.model.dropout = 0.1;
     c.train.precision = "bf16-pure";
     rows.emplace_back("llama dropout pure gqa (math)", c);
+    // In fp32 at batch 1 or with one head bmm saves q and k scaled, and v itself.
+    c = sdpa(small("gpt", 2, 128, 4, 1, 128));
+    c.model.dropout = 0.1;
+    rows.emplace_back("gpt dropout b1 (math)", c);
+    c = sdpa(small("gpt", 2, 64, 1, 4, 128));
+    c.model.dropout = 0.1;
+    c.lora.rank = 4;
+    rows.emplace_back("gpt dropout one head lora (math)", c);
+    c = sdpa(small("llama", 2, 128, 4, 1, 128));
+    c.model.nKvHead = 1;
+    c.model.dropout = 0.1;
+    rows.emplace_back("llama dropout kv1 b1 (math)", c);
     c = sdpa(small("llama", 2, 64, 4, 8, 64));
     c.model.dropout = 0.1;
     c.train.precision = "bf16";

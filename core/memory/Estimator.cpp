@@ -10,6 +10,7 @@
 #include <cmath>
 #include <exception>
 #include <future>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <filesystem>
@@ -164,18 +165,25 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const std::int64_t akv = a * A.kvHeads / A.heads;
     const std::int64_t idx = BT * 8; // an int64 copy of the token ids or targets
     const bool llama = A.family == "llama";
-    // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
+    // SDPA's fused kernel (FusedAttention.h), or its math fallback.
     const auto fused = fusedAttentionBytes(A, S, e, !recording);
     const bool eager = !fused.fused;
-    // The math fallback in bf16 computes in fp32 (Replay.h); in fp32 it is eager's.
-    const bool math = fused.math && pure;
-    const auto mathShape = mathAttention(A, S, e);
+    const bool math = fused.math;
+    auto mathShape = mathAttention(A, S, e);
+    // What further attention modules per layer keep of SDPA: the fused
+    // kernel's output and log-sum-exp, or the math fallback's fp32 maps.
+    const std::int64_t extraAttention = (A.attentionModules - 1)
+        * (fused.fused ? fused.out + fused.lse : math ? mathShape.s32 + (mathShape.noise > 0 ? mathShape.noise + mathShape.s32 : 0) : 0);
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
     // The expanded keys and values are copies (the math fallback takes one
     // key/value head's stride-0 view to fp32 as it is).
     const bool expands = math ? gqa && A.kvHeads > 1 : gqaExpandCopies(A, B, eager);
     const bool folds = eager && !math && matmulFoldsViews(B, H); // head-split views go to bmm uncopied
+    // In fp32 the math fallback's bmm may save v itself: qkv (GPT), the
+    // expanded values, or the v projection (Llama) stay with it.
+    mathShape.callerValues = !llama ? 3 * a : expands ? a : akv;
+    const std::int64_t mathKeptValues = mathShape.keepsCallersValues() ? mathShape.callerValues : 0;
     const double p = S.dropout;
     const bool drop = p > 0.0;
     const std::int64_t rng = rngStateBytes(S);
@@ -372,17 +380,34 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         act(fused.lse);
         r.scratch(fused.forwardScratch);
         if (fused.mergeCopies) act(a);
+        r.add(AttentionMaps, extraAttention); // further modules' outputs and log-sum-exps (or maps)
     };
     // Its backward, from the output's gradient (in the workspace) to those
     // of q, k and v (zeroed, full heads), then what it saved released
     // (`inputs`: q, k and v, or what keeps them) and the output's gradient.
-    const auto fusedBackward = [&](std::int64_t inputs) {
-        tmp(3 * a);
+    const auto fusedBackward = [&](std::initializer_list<std::int64_t> inputs) {
+        tmp(a);
+        tmp(a);
+        tmp(a);
         tmp(fused.backwardTemps);
         r.scratch(fused.backwardScratch);
         untmp(fused.backwardTemps);
         untmp(a);
-        r.sub(Activations, inputs + fused.out + fused.lse);
+        for (const auto b : inputs) r.sub(Activations, b);
+        r.sub(Activations, fused.out);
+        r.sub(Activations, fused.lse);
+        r.sub(AttentionMaps, extraAttention);
+    };
+    // A local released on return, unless the math fallback's bmm kept it.
+    const auto releaseOrKeep = [&](std::int64_t bytes, std::int64_t kept) {
+        if (kept > 0) r.move(Workspace, Activations, bytes);
+        else untmp(bytes);
+    };
+    // The math fallback's output, [B, H, T, D]: its heads merged are a copy
+    // the projection saves, or (one head) the output itself.
+    const auto mathMerged = [&] {
+        if (mathShape.mergeCopies) act(a);
+        else r.move(Workspace, Activations, a);
     };
     // Forward of one block; returns the bytes it saved (for checkpointing).
     const auto blockForward = [&] {
@@ -406,17 +431,21 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (!eager) {
                 // Fused: the expanded keys and values (copies with several
                 // key/value heads), else the v projection itself, saved.
-                if (expands) act(2 * a);
+                if (expands) act(a), act(a);
                 else r.move(Workspace, Activations, akv);
                 fusedForward();
                 tmp(a); // o_proj
             } else if (math) {
-                if (expands) tmp(2 * a); // the expanded keys and values (locals)
+                if (expands) tmp(a), tmp(a); // the expanded keys and values (locals)
                 replayMathAttentionForward(r, mathShape);
-                act(a);   // heads merged
-                tmp(a);   // o_proj
-                untmp(a); // the attention's output released
-                untmp(a + 2 * akv + (expands ? 2 * a : 0)); // locals: rotated q and k, v, the expanded k and v
+                r.add(AttentionMaps, extraAttention);
+                mathMerged();
+                tmp(a); // o_proj
+                if (mathShape.mergeCopies) untmp(a); // the attention's output released
+                untmp(a);   // locals: the rotated q and k,
+                untmp(akv);
+                if (expands) untmp(a), untmp(akv); // the expanded k and the v projection,
+                releaseOrKeep(expands ? a : akv, mathKeptValues); // the values (fp32: bmm may keep them)
             } else {
             if (gqaValuesCopiedFirst(A, B, eager)) act(a), attentionCore(false, true);
             else if (expands) attentionCore(false, true), act(a);
@@ -465,10 +494,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 r.move(Workspace, Activations, 3 * a); // qkv, kept by the v view the kernel saved
             } else if (math) {
                 replayMathAttentionForward(r, mathShape);
-                act(a);   // heads merged
-                tmp(a);   // proj
-                untmp(a); // the attention's output released
-                untmp(3 * a + (rope ? 2 * a : 0)); // locals: qkv, the rotated q and k
+                r.add(AttentionMaps, extraAttention);
+                mathMerged();
+                tmp(a); // proj
+                if (mathShape.mergeCopies) untmp(a); // the attention's output released
+                if (rope) untmp(a), untmp(a);  // locals: the rotated q and k, qkv
+                releaseOrKeep(3 * a, mathKeptValues);
             } else {
             if (!folds) act(a); // v made contiguous
             tmp(a);   // probabilities x values
@@ -709,9 +740,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             if (eager || fused.mergeCopies) r.sub(Activations, a); // merged heads (fused: else the kernel's output)
             if (wgrad) grads.done(C * C * e);
             if (!eager) {
-                fusedBackward(a + (expands ? 2 * a : 2 * akv)); // q, the keys and the values
+                fusedBackward({a, expands ? a : akv, expands ? a : akv}); // q, the keys and the values
             } else if (math) {
                 replayMathAttentionBackward(r, mathShape);
+                r.sub(AttentionMaps, extraAttention);
             } else {
             tmp(a);
             untmp(a); // reshape (replaces the o_proj input gradient)
@@ -811,9 +843,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         if (eager || fused.mergeCopies) r.sub(Activations, a); // merged heads (fused: else the kernel's output)
         if (drop) untmp(a);    // the gradient through the dropout, consumed
         if (!eager) {
-            fusedBackward(3 * a + (rope ? 2 * a : 0)); // qkv, and the rotated q and k
+            fusedBackward({3 * a, rope ? a : 0, rope ? a : 0}); // qkv, and the rotated q and k
         } else if (math) {
             replayMathAttentionBackward(r, mathShape);
+            r.sub(AttentionMaps, extraAttention);
         } else {
         tmp(a);
         untmp(a);

@@ -71,33 +71,56 @@ FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const Trainin
 {
     FusedAttentionBytes f;
     if (s.attention != "fused") return f;
-    if (!s.gpu && s.dropout > 0.0) {
-        f.math = true;
-        return f;
-    }
-    f.fused = true;
     const std::int64_t B = s.batch, H = a.heads, T = s.seqLen, D = a.headDim();
-    f.out = B * T * H * D * e;
+    // The output takes q's layout: a head-split view of a projection gives
+    // [B, T, H, D], which merges as a view; RoPE's rotated q is a contiguous
+    // [B, H, T, D], whose merge copies (with one head, or one position, the
+    // transpose moves no data: a view).
+    const bool qContiguous = (a.family == "llama" || a.positional == "rope") && H > 1 && T > 1;
     if (!s.gpu) {
-        // The output takes q's layout: a head-split view of a projection
-        // gives [B, T, H, D], which merges as a view; RoPE's rotated q is a
-        // contiguous [B, H, T, D], whose merge copies.
-        // (One head, or one position: the transpose moves no data, a view.)
-        f.mergeCopies = (a.family == "llama" || a.positional == "rope") && H > 1 && T > 1;
+        if (s.dropout > 0.0) {
+            f.math = true;
+            return f;
+        }
+        f.fused = true;
+        f.out = B * T * H * D * e;
+        f.mergeCopies = qContiguous;
         f.lse = B * H * T * 4;
         cpuFlash(f, B, H, T, D, e, std::max(1, s.cpuThreads));
         return f;
     }
+    // LibTorch 2.6's choice on CUDA (sdp_utils.cpp): flash on sm80 to sm90 in
+    // fp16/bf16 with a head dim up to 256 (on sm86 to sm89 not (192, 224],
+    // nor over 224 with dropout, when training); else the memory-efficient
+    // kernel on sm50 to sm90 (fp16 and fp32, bf16 from sm80; the head dim a
+    // multiple of 8 in half precision, 4 in fp32); else the math fallback.
+    // An unknown card (0) is taken as one that runs them.
     const int cc = s.computeCapability;
-    const bool sm8x = cc == 86 || cc == 89;
-    const bool flash = e == 2 && (cc == 0 || (cc >= 80 && cc <= 90)) && D <= 256 && !(sm8x && D > 192 && D <= 224);
-    const std::int64_t rows = exactTemps ? roundUp(T, flash ? 128 : 32) : T;
+    const bool known = cc > 0, half = e == 2, bf16 = half && s.precision != "fp16";
+    const bool sm86to89 = cc >= 86 && cc <= 89;
+    const bool flash = half && (!known || (cc >= 80 && cc <= 90)) && D <= 256
+                       && !(sm86to89 && ((D > 192 && D <= 224) || (D > 224 && s.dropout > 0.0)));
+    const bool efficient = !flash && (!known || (cc >= 50 && cc <= 90)) && (!bf16 || !known || cc >= 80)
+                           && D % (half ? 8 : 4) == 0;
+    if (!flash && !efficient) {
+        f.math = true;
+        return f;
+    }
+    f.fused = true;
+    f.out = B * T * H * D * e;
     if (flash) {
+        // mha_fwd's output is empty_like(q transposed): q's layout, as on the CPU.
+        f.mergeCopies = qContiguous;
         f.lse = B * H * T * 4;
-        f.backwardTemps = B * H * rows * 4 + B * rows * H * roundUp(roundUp(D, 8), 32) * 4;
+        const std::int64_t rows = exactTemps ? roundUp(T, 128) : T;
+        f.backwardTemps = B * H * rows * 4 + B * rows * H * roundUp(roundUp(D, 8), 32) * 4; // softmax_d, dq accumulator
     } else {
+        // [B, T, H, D] allocated as such; the log-sum-exp's T rounded up to
+        // 32; backward's delta and its workspace, about an fp32 copy of q
+        // (grad-q accumulators, kernel_backward.h: blocks of 64 queries).
+        const std::int64_t rows = exactTemps ? roundUp(T, 32) : T;
         f.lse = B * H * rows * 4;
-        f.backwardTemps = B * H * rows * 4; // delta
+        f.backwardTemps = B * H * rows * 4 + B * H * (exactTemps ? roundUp(T, 64) : T) * roundUp(D, 32) * 4;
     }
     return f;
 }

@@ -4,8 +4,9 @@
 //
 // - On the CPU, a call with dropout goes to the math fallback
 //   (_scaled_dot_product_attention_math), a composite of the eager path's
-//   operations that keeps the same maps (probabilities, noise, dropped copy,
-//   copies of q, k and v for the products): it is planned as eager. Any other
+//   operations that keeps the same maps (probabilities, noise, dropped copy)
+//   and scaled copies of q and k: Replay.h's MathAttention (in bf16 it
+//   computes in fp32). Any other
 //   call runs the flash kernel (native/cpu/FlashAttentionKernel.cpp): its
 //   output takes q's layout (empty_like), the log-sum-exp is fp32 [B, T, H],
 //   and while it runs it holds per-thread blocks of qSplit x kvSplit scores
@@ -14,13 +15,17 @@
 //   packed for brgemm. Backward makes zeroed q, k and v gradients ([B, T, H,
 //   D]), per-thread blocks and a row sum, and in bf16 runs its gradient
 //   updates as oneDNN products, whose scratch CpuGemmScratch asks of oneDNN.
-// - On a GPU the flash kernel (sm80 to sm90, fp16 or bf16, head dim up to 256)
-//   saves the output ([B, T, H, D]: the merge after it is a view) and an fp32
-//   log-sum-exp [B, H, T]; its backward allocates dq, dk, dv, softmax_d and an
-//   fp32 dq accumulator, both with T rounded up to 128 (head dim rounded up
-//   to 8, then 32). The memory-efficient kernel (the others) rounds the
-//   log-sum-exp's T up to 32 and its backward allocates the three gradients
-//   and an fp32 delta. Neither keeps a T x T map.
+// - On a GPU (LibTorch 2.6's choice, sdp_utils.cpp) the flash kernel (sm80
+//   to sm90, fp16 or bf16, head dim up to 256) saves the output (q's layout,
+//   as on the CPU) and an fp32 log-sum-exp [B, H, T]; its backward allocates
+//   dq, dk, dv, softmax_d and an fp32 dq accumulator, both with T rounded up
+//   to 128 (head dim rounded up to 8, then 32). The memory-efficient kernel
+//   (sm50 to sm90; bf16 from sm80) allocates its output [B, T, H, D] (a view
+//   to merge), rounds the log-sum-exp's T up to 32, and its backward adds an
+//   fp32 delta and a workspace of about an fp32 copy of q. A setup neither
+//   takes (bf16 below sm80, a newer card than sm90) runs the math fallback.
+//   Neither kernel keeps a T x T map. (Not modelled: q, k and v padded to a
+//   head dim that is a multiple of 8, the flash kernel's split-KV buffers.)
 
 #include <cstdint>
 
@@ -30,12 +35,12 @@ namespace tb {
 
 struct FusedAttentionBytes {
     bool fused = false;              // false: eager attention, or SDPA's math fallback
-    bool math = false;               // SDPA's math fallback (the CPU, with dropout): Replay.h's MathAttention in bf16, eager in fp32
-    bool mergeCopies = false;        // merging the heads of the output copies it (the CPU kernel's output is [B, H, T, D])
+    bool math = false;               // SDPA's math fallback (the CPU with dropout; a GPU neither kernel takes): Replay.h's MathAttention
+    bool mergeCopies = false;        // merging the heads of the output copies it (an output in q's layout, RoPE's contiguous q)
     std::int64_t out = 0;            // the output, saved (q's dtype)
     std::int64_t lse = 0;            // the log-sum-exp, fp32, saved
     std::int64_t forwardScratch = 0; // CPU: the kernel's blocks while it runs
-    std::int64_t backwardTemps = 0;  // GPU: softmax_d and the fp32 accumulator while backward runs
+    std::int64_t backwardTemps = 0;  // GPU: softmax_d and the dq accumulator (flash), delta and workspace (efficient) while backward runs
     std::int64_t backwardScratch = 0; // CPU: blocks, row sums and the bf16 products' scratch while backward runs
 };
 

@@ -58,12 +58,24 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // SDPA's fused kernel (FusedAttention.h); its math fallback computes in
     // fp32 (Replay.h), which in fp32 is the eager path.
     const auto fused = fusedAttentionBytes(A, S, lowBytes, !r.recording());
-    const bool math = fused.math && lowBytes == 2;
-    const auto mathShape = mathAttention(A, S, lowBytes);
+    const bool math = fused.math;
+    auto mathShape = mathAttention(A, S, lowBytes);
     const bool eager = !fused.fused && !math; // the eager path's maps and products
     // Grouped-query keys and values expanded as copies (the math fallback
     // takes one key/value head's stride-0 view to fp32 as it is).
     const bool expands = math ? llama && A.kvHeads < A.heads && A.kvHeads > 1 : gqaExpandCopies(A, S.batch, !fused.fused);
+    // In fp32 the math fallback's bmm may save v itself: qkv (GPT), the
+    // expanded values, or the v projection (Llama) stay with it.
+    mathShape.callerValues = !llama ? 3 * d.ah : expands ? d.ah : d.akvh;
+    // What further attention modules per layer keep of SDPA (when the
+    // attention needs a gradient): the fused kernel's output and log-sum-exp,
+    // or the math fallback's fp32 maps.
+    const std::int64_t extraAttention = (A.attentionModules - 1)
+        * (fused.fused ? fused.out + fused.lse : math ? mathShape.s32 + (mathShape.noise > 0 ? mathShape.noise + mathShape.s32 : 0) : 0);
+    // What the math fallback's nodes saved and release themselves.
+    const auto mathSavedBy = [&](const MathAttention& m) {
+        return m.gScores ? 2 * m.a32 + (m.keepsCallersValues() ? m.callerValues : m.a32) : 0;
+    };
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     // Logits in fp16/bf16 (mixed and pure bf16) are cast up for the fp32 loss.
     const bool lowLogits = d.lgh != d.lg;
@@ -78,6 +90,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         r.add(Activations, b);
     };
     const auto keepOrFree = [&](bool saved, std::int64_t b) { saved ? keep(b) : untmp(b); };
+    // Further attention modules' share (extraAttention), kept when the
+    // attention needs a gradient.
+    const auto keepExtraAttention = [&](bool gAttn) {
+        tmp(extraAttention);
+        keepOrFree(gAttn, extraAttention);
+    };
     // The fused kernel's output and log-sum-exp (the inputs' gradient needs
     // them), and the heads merged after it (a copy where the output is [B,
     // H, T, D]); the output projection's input otherwise is the output itself.
@@ -325,18 +343,22 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
             if (math) {
                 // The math fallback saves none of the bf16 q, k and v.
-                if (expands) tmp(2 * d.ah); // the expanded keys and values (locals)
+                if (expands) tmp(d.ah), tmp(d.ah); // the expanded keys and values (locals)
                 auto m = mathShape;
                 m.gScores = gScores;
                 m.gValues = gv;
                 replayMathAttentionForward(r, m);
+                keepExtraAttention(gAttn);
                 if (m.mergeCopies) tmp(d.ah); // heads merged
                 const auto [go, oCasts] = savedCasts([&] { return linear("o_proj", C, C, false, false, gAttn); });
                 saved.copiesProj = oCasts;
                 if (m.mergeCopies) untmp(d.ah); // the attention's output
                 keepOrFree(has("o_proj"), d.ah);
                 saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
-                untmp(d.ah + 2 * d.akvh + (expands ? 2 * d.ah : 0)); // locals: rotated q and k, v, the expanded k and v
+                untmp(d.ah); // locals: the rotated q and k,
+                untmp(d.akvh);
+                if (expands) untmp(d.ah), untmp(d.akvh); // the expanded k and the v projection,
+                keepOrFree(m.keepsCallersValues(), expands ? d.ah : d.akvh); // the values (fp32: bmm may keep them)
                 saved.scores = gScores;
                 saved.valuesGrad = gv;
                 saved.values = 0;
@@ -346,12 +368,15 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                 // values (copies) first. The kernel saves q, the keys and the
                 // values (else the rotated k and the v projection themselves)
                 // when any needs a gradient.
-                if (expands) tmp(2 * d.ah);
+                if (expands) tmp(d.ah), tmp(d.ah);
                 fusedForward();
+                keepExtraAttention(gAttn);
                 const auto [go, oCasts] = savedCasts([&] { return linear("o_proj", C, C, false, false, gAttn); });
                 saved.copiesProj = oCasts;
                 saved.projInput = fusedSaved(gAttn, has("o_proj"));
-                keepOrFree(gAttn, d.ah + (expands ? 2 * d.ah : 2 * d.akvh));
+                keepOrFree(gAttn, d.ah); // q, the keys and the values
+                keepOrFree(gAttn, expands ? d.ah : d.akvh);
+                keepOrFree(gAttn, expands ? d.ah : d.akvh);
                 if (expands) untmp(2 * d.akvh); // locals released on return: the rotated k, the v projection
                 saved.scores = gScores;
                 saved.valuesGrad = gv;
@@ -434,6 +459,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             auto m = mathShape;
             m.gScores = m.gValues = gqkv;
             replayMathAttentionForward(r, m);
+            keepExtraAttention(gqkv);
             saved.scores = saved.valuesGrad = gqkv;
             saved.values = 0;
             if (m.mergeCopies) tmp(d.ah); // heads merged
@@ -443,18 +469,21 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             if (m.mergeCopies) untmp(d.ah); // the attention's output
             keepOrFree(has("proj"), d.ah);
             saved.projInput = has("proj") ? d.ah + d.xa : 0;
-            untmp(3 * d.ah + (rope ? 2 * d.ah : 0)); // locals: qkv, the rotated q and k
+            if (rope) untmp(d.ah), untmp(d.ah); // locals: the rotated q and k, qkv (fp32: bmm may keep it)
+            keepOrFree(m.keepsCallersValues(), 3 * d.ah);
         } else if (fused.fused) {
             // Fused: the kernel saves q, k and v (views of qkv, which they
             // keep, and the rotated q and k) when they need a gradient.
             fusedForward();
+            keepExtraAttention(gqkv);
             saved.scores = saved.valuesGrad = gqkv;
             saved.values = 0;
             const auto [go, projCasts] = savedCasts([&] { return linear("proj", C, C, true, false, gqkv); });
             saved.copiesProj = projCasts;
             saved.attentionGrad = go;
             saved.projInput = fusedSaved(gqkv, has("proj"));
-            keepOrFree(gqkv, rope ? 5 * d.ah : 3 * d.ah);
+            if (rope) keepOrFree(gqkv, d.ah), keepOrFree(gqkv, d.ah); // the rotated q and k, qkv
+            keepOrFree(gqkv, 3 * d.ah);
         } else {
         // (Copies of q and k that nothing saves go after their product.)
         const std::int64_t copiesGo = !gqkv && !folds && !rope ? 2 * d.ah : 0;
@@ -862,7 +891,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (sv.inGrad && llama) inputProducts({{C, C}, {KV, C}, {KV, C}}); // q, k, v: their input's gradients
         else if (sv.inGrad) inputProducts({{3 * C, C}});                 // qkv
         untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);
-        const std::int64_t mathSaved = math && sv.scores ? 3 * mathShape.a32 : 0; // gone with the math fallback's nodes
+        auto mathBlock = mathShape;
+        mathBlock.gScores = sv.scores;
+        const std::int64_t mathSaved = math ? mathSavedBy(mathBlock) : 0; // gone with the math fallback's nodes
         r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0) - sv.normIn - mathSaved);
         r.sub(WeightCopies, sv.copiesAttention - sv.copiesProj);
         if (sv.normIn > 0) {

@@ -20,6 +20,8 @@
 // - Backward makes each weight's gradient in the autocast dtype, converts it
 //   to fp32 and accumulates it; a cast input's gradient is converted back too.
 
+#include <initializer_list>
+
 #include "memory/Replay.h"
 
 namespace tb::memory_detail {
@@ -29,12 +31,16 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
 {
     const bool llama = A.family == "llama";
     constexpr std::int64_t kLow = 2; // bytes per element in fp16 and bf16
-    // SDPA's fused kernel (FusedAttention.h); its math fallback is planned as eager.
+    // SDPA's fused kernel (FusedAttention.h), or its math fallback.
     const auto fused = fusedAttentionBytes(A, S, kLow, !r.recording());
     const bool eager = !fused.fused;
     // SDPA's math fallback: in bf16 it computes in fp32 (Replay.h).
     const bool math = fused.math;
     const auto mathShape = mathAttention(A, S, kLow);
+    // What further attention modules per layer keep of SDPA: the fused
+    // kernel's output and log-sum-exp, or the math fallback's fp32 maps.
+    const std::int64_t extraAttention = (A.attentionModules - 1)
+        * (fused.fused ? fused.out + fused.lse : math ? mathShape.s32 + (mathShape.noise > 0 ? mathShape.noise + mathShape.s32 : 0) : 0);
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
     // The expanded keys and values are copies (the math fallback takes one
@@ -167,6 +173,29 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         act(fused.lse);
         r.scratch(fused.forwardScratch);
         if (fused.mergeCopies) act(d.ah);
+        keepMap(extraAttention); // further modules' outputs and log-sum-exps
+    };
+    // The attention's output projection (GPT's with a bias): its weight's
+    // casts, its output, its product; then what a no-grad pass held goes.
+    const auto outputProjection = [&](bool biased) {
+        if (biased) copyBias(C);
+        copy(C * C);
+        tmp(d.ah);
+        forwardProduct(C, C, biased);
+        releaseHeld();
+    };
+    // A checkpointed block's first pass runs without grad: the math fallback
+    // saves nothing then.
+    const auto mathPass = [&] {
+        auto m = mathShape;
+        m.gScores = m.gValues = !noGrad;
+        return m;
+    };
+    // The math fallback's output, [B, H, T, D]: its heads merged are a copy
+    // the projection saves, or (one head) the output itself.
+    const auto mathMerged = [&] {
+        if (mathShape.mergeCopies) act(d.ah);
+        else keepTemporary(d.ah);
     };
     const auto blockForward = [&] {
         if (llama) {
@@ -191,24 +220,22 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             // heads both copies come before the scores.
             const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
             if (math) {
-                if (expands) tmp(2 * d.ah); // the expanded keys and values (locals)
-                replayMathAttentionForward(r, mathShape);
-                act(d.ah);  // heads merged
-                copy(C * C);
-                tmp(d.ah);  // o_proj
-                forwardProduct(C, C, false);
-                releaseHeld();
-                untmp(d.ah); // the attention's output released
-                untmp(d.ah + 2 * d.akvh + (expands ? 2 * d.ah : 0)); // locals: rotated q and k, v, the expanded k and v
+                if (expands) tmp(d.ah), tmp(d.ah); // the expanded keys and values (locals)
+                replayMathAttentionForward(r, mathPass());
+                keepMap(extraAttention); // further modules' maps
+                mathMerged();
+                outputProjection(false); // o_proj
+                if (mathShape.mergeCopies) untmp(d.ah); // the attention's output released
+                untmp(d.ah); // locals: the rotated q and k, the v projection, the expanded k and v
+                untmp(d.akvh);
+                untmp(d.akvh);
+                if (expands) untmp(d.ah), untmp(d.ah);
             } else if (!eager) {
                 // Fused: the expanded keys and values (copies with several
                 // key/value heads), else the v projection itself, saved.
-                if (expands) act(2 * d.ah);
+                if (expands) act(d.ah), act(d.ah);
                 fusedForward();
-                copy(C * C);
-                tmp(d.ah); // o_proj
-                forwardProduct(C, C, false);
-                releaseHeld();
+                outputProjection(false); // o_proj
                 if (expands) untmp(2 * d.akvh); // locals k and v released on return
                 else keepTemporary(d.akvh);     // v, saved by the kernel's view
             } else {
@@ -217,10 +244,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             if (!valuesFirst && (expands || !folds)) act(d.ah); // values made contiguous (or expanded)
             tmp(d.ah);  // probabilities x values
             act(d.ah);  // heads merged
-            copy(C * C);
-            tmp(d.ah);  // o_proj
-            forwardProduct(C, C, false);
-            releaseHeld();
+            outputProjection(false); // o_proj
             untmp(d.ah); // attention output released
             if (expands || !folds) untmp(expands ? 2 * d.akvh : d.akvh); // locals k (expanded) and v released on return
             else keepTemporary(d.akvh); // v, saved by the product itself
@@ -260,33 +284,23 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             act(2 * d.ah); // q and k made contiguous for the batched product
         }
         if (math) {
-            replayMathAttentionForward(r, mathShape);
-            act(d.ah);  // heads merged
-            copyBias(C);
-            copy(C * C);
-            tmp(d.ah);  // proj
-            forwardProduct(C, C, true);
-            releaseHeld();
-            untmp(d.ah); // the attention's output released
-            untmp(3 * d.ah + (rope ? 2 * d.ah : 0)); // locals: qkv, the rotated q and k
+            replayMathAttentionForward(r, mathPass());
+            keepMap(extraAttention); // further modules' maps
+            mathMerged();
+            outputProjection(true); // proj
+            if (mathShape.mergeCopies) untmp(d.ah); // the attention's output released
+            if (rope) untmp(d.ah), untmp(d.ah); // locals: the rotated q and k, qkv
+            untmp(3 * d.ah);
         } else if (!eager) {
             fusedForward();
-            copyBias(C);
-            copy(C * C);
-            tmp(d.ah); // proj
-            forwardProduct(C, C, true);
-            releaseHeld();
+            outputProjection(true); // proj
             keepTemporary(3 * d.ah); // qkv, kept by the v view the kernel saved
         } else {
         attentionCore();
         if (!folds) act(d.ah); // v made contiguous
         tmp(d.ah);  // probabilities x values
         act(d.ah);  // heads merged
-        copyBias(C);
-        copy(C * C);
-        tmp(d.ah);  // proj
-        forwardProduct(C, C, true);
-        releaseHeld();
+        outputProjection(true); // proj
         untmp(d.ah); // attention output released
         // qkv released on return, or kept by the views the products saved
         if (folds) keepTemporary(3 * d.ah);
@@ -531,13 +545,18 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // workspace) to those of q, k and v (zeroed, full heads), then what it
     // saved released (`inputs`: q, k and v, or what keeps them) and the
     // output's gradient.
-    const auto fusedBackward = [&](std::int64_t inputs) {
-        tmp(3 * d.ah);
+    const auto fusedBackward = [&](std::initializer_list<std::int64_t> inputs) {
+        tmp(d.ah);
+        tmp(d.ah);
+        tmp(d.ah);
         tmp(fused.backwardTemps);
         r.scratch(fused.backwardScratch);
         untmp(fused.backwardTemps);
         untmp(d.ah);
-        unact(inputs + fused.out + fused.lse);
+        for (const auto b : inputs) unact(b);
+        unact(fused.out);
+        unact(fused.lse);
+        r.sub(AttentionMaps, extraAttention);
     };
     // What the projection after the attention saved: the merged heads (the
     // fused kernel's output itself where merging is a view).
@@ -567,6 +586,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             weightGradient(C * C);
             if (math) {
                 replayMathAttentionBackward(r, mathShape);
+                r.sub(AttentionMaps, extraAttention);
             } else if (eager) {
                 tmp(d.ah); // heads split
                 untmp(d.ah);
@@ -580,7 +600,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
                 untmp(d.sh);
                 unact(d.ah + (expands ? d.ah : d.akvh)); // rotated q, keys (or the rotated k itself)
             } else {
-                fusedBackward(d.ah + (expands ? 2 * d.ah : 2 * d.akvh)); // q, the keys and the values
+                fusedBackward({d.ah, expands ? d.ah : d.akvh, expands ? d.ah : d.akvh}); // q, the keys and the values
             }
             if (gqa) { // expanded heads summed back
                 tmp(d.akvh);
@@ -638,6 +658,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         weightGradient(C * C);
         if (math) {
             replayMathAttentionBackward(r, mathShape);
+            r.sub(AttentionMaps, extraAttention);
         } else if (eager) {
             tmp(d.ah); // heads split
             untmp(d.ah);
@@ -651,7 +672,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.sh);
             unact(folds && !rope ? 3 * d.ah : 2 * d.ah); // q and k (views: qkv)
         } else {
-            fusedBackward(3 * d.ah + (rope ? 2 * d.ah : 0)); // qkv, and the rotated q and k
+            fusedBackward({3 * d.ah, rope ? d.ah : 0, rope ? d.ah : 0}); // qkv, and the rotated q and k
         }
         if (rope) {
             tmp(2 * d.ah);

@@ -365,52 +365,69 @@ inline bool gqaValuesCopiedFirst(const ArchitectureSpec& a, std::int64_t batch, 
     return gqaExpandCopies(a, batch, eager) && a.kvHeads > 1;
 }
 
-// SDPA's math fallback with bf16 (or fp16) q, k and v: on the CPU a call
-// with dropout (FusedAttention.h). LibTorch 2.6's
-// _scaled_dot_product_attention_math copies q, k and v to fp32, scales q and
-// k^T by sqrt(scale), builds a float causal mask, and runs the products,
-// _safe_softmax and dropout in fp32 (three fp32 maps saved); the output is
-// cast back. None of the bf16 q, k and v is saved. In fp32 it keeps what the
-// eager path keeps, and is planned as eager.
+// SDPA's math fallback (FusedAttention.h: on the CPU a call with dropout;
+// on a GPU a setup neither fused kernel takes). LibTorch 2.6's
+// _scaled_dot_product_attention_math copies bf16 (fp16) q, k and v to fp32,
+// scales q and k^T by sqrt(scale) (new tensors), builds a float causal mask,
+// and runs the products, _safe_softmax and dropout in fp32; the output is
+// cast back. None of the bf16 q, k and v is saved. In fp32 nothing is
+// copied or cast: bmm saves q and k^T scaled (or their copies), and v itself
+// where it folds (the caller then keeps what holds it: callerValues).
 struct MathAttention {
-    std::int64_t a32 = 0, ah = 0; // q (and the expanded k, v): fp32, bf16
+    std::int64_t a32 = 0, ah = 0; // q (and the expanded k, v): fp32, the inputs' dtype
     std::int64_t s32 = 0;         // one map, fp32
+    std::int64_t noise = 0;       // dropout's: the CPU's in the map's dtype, CUDA's a bool mask; 0: no dropout
     std::int64_t tt = 0;          // T x T
     std::int64_t rows = 0;        // B x H x T
+    bool upcast = true;           // bf16/fp16 inputs, copied to fp32
     // The fp32 operands bmm needs copied (a head-split layout, batch and
     // heads over 1), else saved themselves.
     bool cloneQ = false, cloneK = false, cloneV = false;
-    bool mergeCopies = true; // the output's gradient arrives non-contiguous
+    bool mergeCopies = true; // the output is [B, H, T, D]: its gradient arrives non-contiguous
     // What needs a gradient: q or k (the scores' path), v (LoRA freezes some).
     bool gScores = true, gValues = true;
+    // fp32, v folded: bmm saves the caller's v, which keeps these bytes (qkv,
+    // the expanded values, the v projection) until the values' backward.
+    std::int64_t callerValues = 0;
+    bool keepsCallersValues() const { return !upcast && !cloneV && gScores; }
 };
-inline MathAttention mathAttention(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t low)
+inline MathAttention mathAttention(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t elementBytes)
 {
     MathAttention m;
     const std::int64_t B = s.batch, T = s.seqLen, H = a.heads, D = a.headDim();
-    m.ah = B * T * H * D * low;
+    m.ah = B * T * H * D * elementBytes;
     m.a32 = B * T * H * D * 4;
     m.s32 = B * H * T * T * 4;
+    m.noise = s.dropout > 0.0 ? (s.gpu ? m.s32 / 4 : m.s32) : 0;
     m.tt = T * T;
     m.rows = B * H * T;
-    const bool rope = a.family == "llama" || a.positional == "rope";
-    // Head-split views of a projection keep [B, T, H, D] through the fp32
-    // copies (RoPE's cat, and grouped keys and values expanded as copies or
-    // one head's stride-0 view, give contiguous ones).
+    m.upcast = elementBytes != 4;
+    const bool llama = a.family == "llama", rope = llama || a.positional == "rope";
+    // matmul folds [B, H] for bmm: a head-split view of a projection ([B, T,
+    // H, D], kept so by the fp32 copies) only with B or H 1; RoPE's cat and
+    // grouped keys and values expanded as copies are contiguous; one
+    // key/value head's stride-0 view is copied to fp32 contiguous, and in
+    // fp32 it folds only at batch 1.
     const bool folds = B == 1 || H == 1;
     m.cloneQ = m.cloneK = !rope && !folds;
-    m.cloneV = !folds && (a.family != "llama" || a.kvHeads == a.heads);
+    const bool oneKv = llama && a.kvHeads == 1 && H > 1;
+    m.cloneV = llama && a.kvHeads < H && !oneKv ? false : oneKv ? !m.upcast && B > 1 : !folds;
     m.mergeCopies = H > 1 && T > 1;
     return m;
 }
-// Forward, from q, k and v (bf16, wherever the replay keeps them) to the
-// bf16 output, left in the workspace.
+// Forward, from q, k and v (wherever the replay keeps them) to the output
+// (the inputs' dtype), left in the workspace. An fp32 caller whose v bmm
+// keeps (keepsCallersValues) saves what holds it itself.
 inline void replayMathAttentionForward(Replay& r, const MathAttention& m)
 {
     const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
     const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
     const auto save = [&](bool saved, std::int64_t b) { saved ? r.move(Workspace, Activations, b) : untmp(b); };
-    tmp(3 * m.a32);                  // q, k and v in fp32 (locals)
+    if (m.upcast) {
+        tmp(m.a32); // q, k and v in fp32 (locals)
+        tmp(m.a32);
+        tmp(m.a32);
+    }
     tmp(m.a32);                      // q scaled (a local)
     tmp(m.tt);                       // the causal mask: ones, tril
     tmp(m.tt);
@@ -418,41 +435,58 @@ inline void replayMathAttentionForward(Replay& r, const MathAttention& m)
     tmp(4 * m.tt);                   // as an fp32 additive mask (a local)
     untmp(m.tt);
     tmp(m.a32);                      // k^T scaled
-    if (m.cloneQ && m.gScores) r.add(Activations, m.a32); // copies for bmm, saved
-    if (m.cloneK && m.gScores) r.add(Activations, m.a32);
+    // Copies for bmm: saved, or (no gradient) gone after the product.
+    if (m.cloneQ) tmp(m.a32);
+    if (m.cloneK) tmp(m.a32);
     tmp(m.s32);                      // the scores
+    if (m.cloneK) save(m.gScores, m.a32);
+    if (m.cloneQ) save(m.gScores, m.a32);
     save(!m.cloneK && m.gScores, m.a32); // k^T scaled: saved itself, else gone
     r.add(AttentionMaps, m.s32);     // softmax
     tmp(m.s32 / 4);                  // _safe_softmax's isneginf and all
     tmp(m.rows);
     untmp(m.rows + m.s32 / 4);
     untmp(m.s32);                    // the scores
-    r.add(AttentionMaps, m.s32);     // dropout's noise
-    r.add(AttentionMaps, m.s32);     // dropped
-    // Without a gradient for the scores nothing saved the noise and the
-    // softmax: they go once dropout returns.
-    if (!m.gScores) r.sub(AttentionMaps, 2 * m.s32);
-    tmp(m.s32 / 2);                  // the probabilities cast back (returned beside, unused)
-    if (m.cloneV && m.gScores) r.add(Activations, m.a32);
+    if (m.noise > 0) {
+        r.add(AttentionMaps, m.noise); // dropout's noise (mask)
+        r.add(AttentionMaps, m.s32);   // dropped
+        // Without a gradient for the scores nothing saved the noise and the
+        // softmax: they go once dropout returns.
+        if (!m.gScores) r.sub(AttentionMaps, m.noise + m.s32);
+    }
+    if (m.upcast) tmp(m.s32 / 2);    // the probabilities cast back (returned beside, unused)
+    if (m.cloneV) tmp(m.a32);
     tmp(m.a32);                      // probabilities x values
-    tmp(m.ah);                       // cast back: the output
-    untmp(m.a32);
+    if (m.cloneV) save(m.gScores, m.a32);
+    if (m.upcast) {
+        tmp(m.ah);                   // cast back: the output
+        untmp(m.a32);
+    }
     // Returned: the locals go, but for what bmm saved itself.
     save(!m.cloneQ && m.gScores, m.a32); // q scaled
-    untmp(4 * m.tt + 2 * m.a32);     // the mask, k and q in fp32
-    save(!m.cloneV && m.gScores, m.a32); // v in fp32
-    untmp(m.s32 / 2);
-    if (!m.gValues) r.sub(AttentionMaps, m.s32); // the dropped copy, a local no gradient needs
+    untmp(4 * m.tt);                 // the mask
+    if (m.upcast) {
+        untmp(m.a32);                // k and q in fp32
+        untmp(m.a32);
+        save(!m.cloneV && m.gScores, m.a32); // v in fp32
+        untmp(m.s32 / 2);
+    }
+    // The dropped copy, a local no gradient needs without one for the
+    // values; without dropout the softmax, when no gradient needs it.
+    if (m.noise > 0 && !m.gValues) r.sub(AttentionMaps, m.s32);
+    if (m.noise == 0 && !m.gValues && !m.gScores) r.sub(AttentionMaps, m.s32);
 }
-// Backward, from the output's gradient (bf16, in the workspace) to those of
-// q, k and v (bf16, full heads, left in the workspace; only v's without the
-// scores' path).
+// Backward, from the output's gradient (in the workspace) to those of q, k
+// and v (the inputs' dtype, full heads, left in the workspace; only v's
+// without the scores' path).
 inline void replayMathAttentionBackward(Replay& r, const MathAttention& m)
 {
     const auto tmp = [&](std::int64_t b) { r.add(Workspace, b); };
     const auto untmp = [&](std::int64_t b) { r.sub(Workspace, b); };
-    tmp(m.a32);                      // the gradient in fp32
-    untmp(m.ah);
+    if (m.upcast) {
+        tmp(m.a32);                  // the gradient in fp32
+        untmp(m.ah);
+    }
     if (m.mergeCopies) {
         tmp(m.a32);                  // made contiguous for bmm
         untmp(m.a32);
@@ -460,23 +494,30 @@ inline void replayMathAttentionBackward(Replay& r, const MathAttention& m)
     if (m.gValues) tmp(m.a32);       // the values' gradient
     if (m.gScores) tmp(m.s32);       // the probabilities'
     untmp(m.a32);
-    if (m.gScores) r.sub(Activations, m.a32); // the values bmm saved
-    if (m.gValues) r.sub(AttentionMaps, m.s32); // the dropped probabilities
+    if (m.gScores) r.sub(Activations, m.keepsCallersValues() ? m.callerValues : m.a32); // the values bmm saved
+    // The probabilities as used: the dropped copy, or the softmax when its
+    // own backward does not need it.
+    if (m.gValues && (m.noise > 0 || !m.gScores)) r.sub(AttentionMaps, m.s32);
     if (m.gScores) {
-        tmp(m.s32);                  // dropout backward
-        untmp(m.s32);
-        r.sub(AttentionMaps, m.s32); // the noise
+        if (m.noise > 0) {
+            tmp(m.s32);              // dropout backward
+            untmp(m.s32);
+            r.sub(AttentionMaps, m.noise);
+        }
         tmp(m.s32);                  // softmax backward
         untmp(m.s32);
         r.sub(AttentionMaps, m.s32); // the softmax
-        tmp(2 * m.a32);              // the gradients of q scaled and k^T scaled
+        tmp(m.a32);                  // the gradients of q scaled and k^T scaled
+        tmp(m.a32);
         untmp(m.s32);
-        r.sub(Activations, 2 * m.a32); // what bmm saved of them
+        r.sub(Activations, m.a32);   // what bmm saved of them
+        r.sub(Activations, m.a32);
         tmp(m.a32);                  // the scalings' backward
         untmp(m.a32);
         tmp(m.a32);
         untmp(m.a32);
     }
+    if (!m.upcast) return;           // fp32: the gradients are the inputs'
     if (m.gValues) {
         tmp(m.ah);                   // cast back
         untmp(m.a32);
