@@ -419,7 +419,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(akv); // q, k, v projections
             // RoPE: four products, a difference and a sum of half width, then cat.
             tmp(3 * a);
-            math ? tmp(a) : act(a); // rotated q (the math fallback saves none of the bf16 q, k, v)
+            math ? tmp(a) : act(a); // rotated q (the math fallback saves its own scaled q)
             untmp(3 * a);
             untmp(a); // q projection released (q reassigned)
             tmp(3 * akv);

@@ -55,8 +55,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Bytes per element of the projections' outputs: fp32, or fp16/bf16 under
     // autocast and in pure bf16.
     const std::int64_t lowBytes = d.ah / (d.bt * C);
-    // SDPA's fused kernel (FusedAttention.h); its math fallback computes in
-    // fp32 (Replay.h), which in fp32 is the eager path.
+    // SDPA's fused kernel (FusedAttention.h), or its math fallback (Replay.h).
     const auto fused = fusedAttentionBytes(A, S, lowBytes, !r.recording());
     const bool math = fused.math;
     auto mathShape = mathAttention(A, S, lowBytes);
@@ -72,10 +71,6 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // or the math fallback's fp32 maps.
     const std::int64_t extraAttention = (A.attentionModules - 1)
         * (fused.fused ? fused.out + fused.lse : math ? mathShape.s32 + (mathShape.noise > 0 ? mathShape.noise + mathShape.s32 : 0) : 0);
-    // What the math fallback's nodes saved and release themselves.
-    const auto mathSavedBy = [&](const MathAttention& m) {
-        return m.gScores ? 2 * m.a32 + (m.keepsCallersValues() ? m.callerValues : m.a32) : 0;
-    };
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     // Logits in fp16/bf16 (mixed and pure bf16) are cast up for the fp32 loss.
     const bool lowLogits = d.lgh != d.lg;
@@ -287,6 +282,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         std::int64_t h = 0;         // h (x + attention), saved by the second norm, released by its backward
         std::int64_t mlpNoise = 0;  // the built-in GPT's MLP dropout noise (counted in mlp), released by its backward
         bool scores = false;        // a gradient flows through the attention scores
+        bool qGrad = false, kGrad = false; // ... to q, to k (the math fallback saves for each)
         bool valuesGrad = false;    // ... and through the values
         bool attentionGrad = false; // the attention branch's output requires grad
         // The gradient of the block's output is needed past the MLP branch
@@ -342,11 +338,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // heads both before the scores (the rotated k stays until return).
             const bool valuesFirst = gqaValuesCopiedFirst(A, S.batch, eager);
             if (math) {
-                // The math fallback saves none of the bf16 q, k and v.
+                // The math fallback saves none of q, k and v (but in fp32 the v bmm takes as it is).
                 if (expands) tmp(d.ah), tmp(d.ah); // the expanded keys and values (locals)
                 auto m = mathShape;
-                m.gScores = gScores;
-                m.gValues = gv;
+                m.needs(gq, gk, gv);
+                saved.qGrad = gq;
+                saved.kGrad = gk;
                 replayMathAttentionForward(r, m);
                 keepExtraAttention(gAttn);
                 if (m.mergeCopies) tmp(d.ah); // heads merged
@@ -377,7 +374,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
                 keepOrFree(gAttn, d.ah); // q, the keys and the values
                 keepOrFree(gAttn, expands ? d.ah : d.akvh);
                 keepOrFree(gAttn, expands ? d.ah : d.akvh);
-                if (expands) untmp(2 * d.akvh); // locals released on return: the rotated k, the v projection
+                if (expands) untmp(d.akvh), untmp(d.akvh); // locals released on return: the rotated k, the v projection
                 saved.scores = gScores;
                 saved.valuesGrad = gv;
                 saved.values = 0;
@@ -455,9 +452,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             tmp(2 * d.ah); // q and k made contiguous
         }
         if (math) {
-            // The math fallback saves none of the bf16 q, k and v.
+            // The math fallback saves none of q, k and v (but in fp32 the v bmm takes as it is).
             auto m = mathShape;
-            m.gScores = m.gValues = gqkv;
+            m.needs(gqkv, gqkv, gqkv);
+            saved.qGrad = saved.kGrad = gqkv;
             replayMathAttentionForward(r, m);
             keepExtraAttention(gqkv);
             saved.scores = saved.valuesGrad = gqkv;
@@ -869,16 +867,17 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         // q, k, v gradients and their projections (the values' gradient is
         // already live when the maps were back-propagated).
+        auto mathBlock = mathShape;
+        mathBlock.needs(sv.qGrad, sv.kGrad, sv.valuesGrad);
         if (math && (sv.scores || sv.valuesGrad)) {
             // The math fallback's backward, from the output's gradient; what
             // it saved goes with its nodes, and the lump below stands for
             // the gradients of q, k and v and their projections.
-            auto m = mathShape;
-            m.gScores = sv.scores;
-            m.gValues = sv.valuesGrad;
             tmp(d.ah);
-            replayMathAttentionBackward(r, m);
-            untmp((m.gValues ? d.ah : 0) + (m.gScores ? 2 * d.ah : 0));
+            replayMathAttentionBackward(r, mathBlock);
+            for (const bool g : {mathBlock.gValues, mathBlock.gK, mathBlock.gQ}) {
+                if (g) untmp(d.ah);
+            }
         }
         const bool mapsDone = eager && sv.maps > 0;
         tmp((mapsDone ? 3 : 4) * d.ah);
@@ -891,9 +890,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (sv.inGrad && llama) inputProducts({{C, C}, {KV, C}, {KV, C}}); // q, k, v: their input's gradients
         else if (sv.inGrad) inputProducts({{3 * C, C}});                 // qkv
         untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);
-        auto mathBlock = mathShape;
-        mathBlock.gScores = sv.scores;
-        const std::int64_t mathSaved = math ? mathSavedBy(mathBlock) : 0; // gone with the math fallback's nodes
+        const std::int64_t mathSaved = math ? mathBlock.savedBytes() : 0; // gone with the math fallback's nodes
         r.sub(Activations, sv.attention - sv.projInput - (mapsDone ? sv.values : 0) - sv.normIn - mathSaved);
         r.sub(WeightCopies, sv.copiesAttention - sv.copiesProj);
         if (sv.normIn > 0) {

@@ -188,7 +188,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // saves nothing then.
     const auto mathPass = [&] {
         auto m = mathShape;
-        m.gScores = m.gValues = !noGrad;
+        m.needs(!noGrad, !noGrad, !noGrad);
         return m;
     };
     // The math fallback's output, [B, H, T, D]: its heads merged are a copy
@@ -561,6 +561,16 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // What the projection after the attention saved: the merged heads (the
     // fused kernel's output itself where merging is a view).
     const std::int64_t mergedHeads = eager || fused.mergeCopies ? d.ah : 0;
+    // The attention's output projection (GPT's with a bias): the gradients
+    // of its input and weight; the merged heads go.
+    const auto outputProjectionBackward = [&](bool biased) {
+        linearBackward(d.ah, C * C, d.ah, mergedHeads, biased);
+        weightGradient(C * C);
+    };
+    const auto mathBackward = [&] {
+        replayMathAttentionBackward(r, mathShape);
+        r.sub(AttentionMaps, extraAttention);
+    };
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         if (S.checkpointing) {
             tmp(rng); // the generator's state, restored after the recomputation
@@ -582,11 +592,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             castInputBackward(C * F, d.fh, true, false);  // up
             rmsBackward(true);
             tmp(d.ah); // the running gradient cast down for the attention branch
-            linearBackward(d.ah, C * C, d.ah, mergedHeads, false); // o_proj; merged heads
-            weightGradient(C * C);
+            outputProjectionBackward(false); // o_proj
             if (math) {
-                replayMathAttentionBackward(r, mathShape);
-                r.sub(AttentionMaps, extraAttention);
+                mathBackward();
             } else if (eager) {
                 tmp(d.ah); // heads split
                 untmp(d.ah);
@@ -654,11 +662,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah);
             unact(noiseAh); // noise
         }
-        linearBackward(d.ah, C * C, d.ah, mergedHeads, true); // proj; merged heads
-        weightGradient(C * C);
+        outputProjectionBackward(true); // proj
         if (math) {
-            replayMathAttentionBackward(r, mathShape);
-            r.sub(AttentionMaps, extraAttention);
+            mathBackward();
         } else if (eager) {
             tmp(d.ah); // heads split
             untmp(d.ah);

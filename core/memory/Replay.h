@@ -384,12 +384,25 @@ struct MathAttention {
     // heads over 1), else saved themselves.
     bool cloneQ = false, cloneK = false, cloneV = false;
     bool mergeCopies = true; // the output is [B, H, T, D]: its gradient arrives non-contiguous
-    // What needs a gradient: q or k (the scores' path), v (LoRA freezes some).
-    bool gScores = true, gValues = true;
+    // What needs a gradient (LoRA freezes some): q, k (either: the scores'
+    // path), v. bmm keeps q scaled for k's gradient, k^T scaled for q's.
+    bool gQ = true, gK = true, gValues = true;
+    bool gScores() const { return gQ || gK; }
     // fp32, v folded: bmm saves the caller's v, which keeps these bytes (qkv,
     // the expanded values, the v projection) until the values' backward.
     std::int64_t callerValues = 0;
-    bool keepsCallersValues() const { return !upcast && !cloneV && gScores; }
+    bool keepsCallersValues() const { return !upcast && !cloneV && gScores(); }
+    // What its nodes save and release themselves (besides the maps).
+    std::int64_t savedBytes() const
+    {
+        return (gK ? a32 : 0) + (gQ ? a32 : 0) + (gScores() ? (keepsCallersValues() ? callerValues : a32) : 0);
+    }
+    void needs(bool q, bool k, bool v)
+    {
+        gQ = q;
+        gK = k;
+        gValues = v;
+    }
 };
 inline MathAttention mathAttention(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t elementBytes)
 {
@@ -439,9 +452,9 @@ inline void replayMathAttentionForward(Replay& r, const MathAttention& m)
     if (m.cloneQ) tmp(m.a32);
     if (m.cloneK) tmp(m.a32);
     tmp(m.s32);                      // the scores
-    if (m.cloneK) save(m.gScores, m.a32);
-    if (m.cloneQ) save(m.gScores, m.a32);
-    save(!m.cloneK && m.gScores, m.a32); // k^T scaled: saved itself, else gone
+    if (m.cloneK) save(m.gQ, m.a32);
+    if (m.cloneQ) save(m.gK, m.a32);
+    save(!m.cloneK && m.gQ, m.a32);  // k^T scaled: saved itself, else gone
     r.add(AttentionMaps, m.s32);     // softmax
     tmp(m.s32 / 4);                  // _safe_softmax's isneginf and all
     tmp(m.rows);
@@ -452,29 +465,29 @@ inline void replayMathAttentionForward(Replay& r, const MathAttention& m)
         r.add(AttentionMaps, m.s32);   // dropped
         // Without a gradient for the scores nothing saved the noise and the
         // softmax: they go once dropout returns.
-        if (!m.gScores) r.sub(AttentionMaps, m.noise + m.s32);
+        if (!m.gScores()) r.sub(AttentionMaps, m.noise + m.s32);
     }
     if (m.upcast) tmp(m.s32 / 2);    // the probabilities cast back (returned beside, unused)
     if (m.cloneV) tmp(m.a32);
     tmp(m.a32);                      // probabilities x values
-    if (m.cloneV) save(m.gScores, m.a32);
+    if (m.cloneV) save(m.gScores(), m.a32);
     if (m.upcast) {
         tmp(m.ah);                   // cast back: the output
         untmp(m.a32);
     }
     // Returned: the locals go, but for what bmm saved itself.
-    save(!m.cloneQ && m.gScores, m.a32); // q scaled
+    save(!m.cloneQ && m.gK, m.a32);  // q scaled
     untmp(4 * m.tt);                 // the mask
     if (m.upcast) {
         untmp(m.a32);                // k and q in fp32
         untmp(m.a32);
-        save(!m.cloneV && m.gScores, m.a32); // v in fp32
+        save(!m.cloneV && m.gScores(), m.a32); // v in fp32
         untmp(m.s32 / 2);
     }
     // The dropped copy, a local no gradient needs without one for the
     // values; without dropout the softmax, when no gradient needs it.
     if (m.noise > 0 && !m.gValues) r.sub(AttentionMaps, m.s32);
-    if (m.noise == 0 && !m.gValues && !m.gScores) r.sub(AttentionMaps, m.s32);
+    if (m.noise == 0 && !m.gValues && !m.gScores()) r.sub(AttentionMaps, m.s32);
 }
 // Backward, from the output's gradient (in the workspace) to those of q, k
 // and v (the inputs' dtype, full heads, left in the workspace; only v's
@@ -491,14 +504,15 @@ inline void replayMathAttentionBackward(Replay& r, const MathAttention& m)
         tmp(m.a32);                  // made contiguous for bmm
         untmp(m.a32);
     }
+    const bool gScores = m.gScores();
     if (m.gValues) tmp(m.a32);       // the values' gradient
-    if (m.gScores) tmp(m.s32);       // the probabilities'
+    if (gScores) tmp(m.s32);         // the probabilities'
     untmp(m.a32);
-    if (m.gScores) r.sub(Activations, m.keepsCallersValues() ? m.callerValues : m.a32); // the values bmm saved
+    if (gScores) r.sub(Activations, m.keepsCallersValues() ? m.callerValues : m.a32); // the values bmm saved
     // The probabilities as used: the dropped copy, or the softmax when its
     // own backward does not need it.
-    if (m.gValues && (m.noise > 0 || !m.gScores)) r.sub(AttentionMaps, m.s32);
-    if (m.gScores) {
+    if (m.gValues && (m.noise > 0 || !gScores)) r.sub(AttentionMaps, m.s32);
+    if (gScores) {
         if (m.noise > 0) {
             tmp(m.s32);              // dropout backward
             untmp(m.s32);
@@ -507,25 +521,21 @@ inline void replayMathAttentionBackward(Replay& r, const MathAttention& m)
         tmp(m.s32);                  // softmax backward
         untmp(m.s32);
         r.sub(AttentionMaps, m.s32); // the softmax
-        tmp(m.a32);                  // the gradients of q scaled and k^T scaled
-        tmp(m.a32);
+        if (m.gQ) tmp(m.a32);        // the gradients of q scaled and k^T scaled
+        if (m.gK) tmp(m.a32);
         untmp(m.s32);
-        r.sub(Activations, m.a32);   // what bmm saved of them
-        r.sub(Activations, m.a32);
-        tmp(m.a32);                  // the scalings' backward
-        untmp(m.a32);
-        tmp(m.a32);
-        untmp(m.a32);
+        if (m.gK) r.sub(Activations, m.a32); // what bmm saved of them
+        if (m.gQ) r.sub(Activations, m.a32);
+        for (const bool g : {m.gK, m.gQ}) {
+            if (!g) continue;
+            tmp(m.a32);              // the scaling's backward
+            untmp(m.a32);
+        }
     }
     if (!m.upcast) return;           // fp32: the gradients are the inputs'
-    if (m.gValues) {
+    for (const bool g : {m.gValues, m.gK, m.gQ}) {
+        if (!g) continue;
         tmp(m.ah);                   // cast back
-        untmp(m.a32);
-    }
-    if (m.gScores) {
-        tmp(m.ah);
-        untmp(m.a32);
-        tmp(m.ah);
         untmp(m.a32);
     }
 }
