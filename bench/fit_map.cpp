@@ -103,6 +103,8 @@ int main(int argc, char** argv)
     run("built-in GPT 4x256, text, bf16 (CPU)", tb::architectureFor(config),
         [&] { auto s = tb::setupFor(config); s.precision = "bf16"; return s; }(), 1LL << 30);
     run("built-in GPT 4x256, text, on a T4", tb::architectureFor(config), [&] { auto s = tb::setupFor(config); s.gpu = true; return s; }(), t4);
+    run("the same, bf16, SDPA (CPU)", tb::architectureFor(config),
+        [&] { auto s = tb::setupFor(config); s.precision = "bf16"; s.attention = "fused"; return s; }(), 1LL << 30);
     config.device = "cpu";
     config.train.precision = "fp32";
     runDerived("the same, derived (CPU)", config, tb::TrainingSetup{}, 1LL << 30);
@@ -117,6 +119,11 @@ int main(int argc, char** argv)
     lora.loraTargets = tb::loraProjections("llama", {"attn"});
     lora.checkpointing = true;
     run("Llama 2 7B LoRA fp16 ckpt on a T4", tb::findArchitecture("llama-2-7b").arch, lora, t4);
+    auto flash = lora;
+    flash.precision = "bf16";
+    flash.attention = "fused";
+    flash.computeCapability = 80;
+    run("the same, bf16, SDPA, on an A100", tb::findArchitecture("llama-2-7b").arch, flash, 85198045184); // 79.35 GiB
     auto heavy = tb::findArchitecture("pythia-2.8b").arch;
     run("Pythia 2.8B full fp16 on a T4", heavy, [&] { auto s = gpu; s.precision = "fp16"; return s; }(), t4);
     return 0;

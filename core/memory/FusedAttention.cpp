@@ -74,9 +74,10 @@ FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const Trainin
     const std::int64_t B = s.batch, H = a.heads, T = s.seqLen, D = a.headDim();
     // The output takes q's layout: a head-split view of a projection gives
     // [B, T, H, D], which merges as a view; RoPE's rotated q is a contiguous
-    // [B, H, T, D], whose merge copies (with one head, or one position, the
-    // transpose moves no data: a view).
-    const bool qContiguous = (a.family == "llama" || a.positional == "rope") && H > 1 && T > 1;
+    // [B, H, T, D], whose merge copies (with one head the transpose moves no
+    // data: a view; so with one position, planned as a copy all the same to
+    // keep the sizes polynomial in T for the fit map).
+    const bool qContiguous = (a.family == "llama" || a.positional == "rope") && H > 1;
     if (!s.gpu) {
         if (s.dropout > 0.0) {
             f.math = true;

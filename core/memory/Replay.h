@@ -425,7 +425,7 @@ inline MathAttention mathAttention(const ArchitectureSpec& a, const TrainingSetu
     m.cloneQ = m.cloneK = !rope && !folds;
     const bool oneKv = llama && a.kvHeads == 1 && H > 1;
     m.cloneV = llama && a.kvHeads < H && !oneKv ? false : oneKv ? !m.upcast && B > 1 : !folds;
-    m.mergeCopies = H > 1 && T > 1;
+    m.mergeCopies = H > 1; // (at T 1 a view, planned as a copy: sizes polynomial in T)
     return m;
 }
 // Forward, from q, k and v (wherever the replay keeps them) to the output
