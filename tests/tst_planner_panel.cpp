@@ -104,8 +104,10 @@ void TestPlannerPanel::presetOnT4MatchesTheEstimate()
     QVERIFY(p->estimate().has_value());
     QCOMPARE(p->estimate()->peakBytes, expected.peakBytes);
     QCOMPARE(p->budgetBytes(), GpuCatalogue::bundled().resolve("T4").gpu.memoryBytes);
-    // (11.93 GiB while GPT-NeoX's LoRA step was planned as GPT-2's block.)
-    QVERIFY2(p->verdictText() == "Fits (78%): 11.45 GiB of 14.74 GiB", qPrintable(p->verdictText()));
+    // (11.93 GiB while GPT-NeoX's LoRA step was planned as GPT-2's block;
+    // 11.45 GiB while the scores and their scaled copy went to the caching
+    // allocator's model as one block, where LibTorch allocates two.)
+    QVERIFY2(p->verdictText() == "Fits (81%): 11.95 GiB of 14.74 GiB", qPrintable(p->verdictText()));
     QCOMPARE(p->largestBatchHere(), largestBatch(arch, s, p->budgetBytes(), 65536));
     const auto longest = std::min<std::int64_t>(largestSequence(arch, s, p->budgetBytes()), arch.maxPositions);
     QCOMPARE(p->largestSeqHere(), longest);
