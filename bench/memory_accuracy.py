@@ -34,18 +34,15 @@ def option(name, default):
     value = args[i + 1]
     del args[i:i + 2]
     return int(value)
-DERIVED = "--derived" in args
-if DERIVED:
-    args.remove("--derived")
-FAMILIES = "--families" in args
-if FAMILIES:
-    args.remove("--families")
-SDPA = "--sdpa" in args
-if SDPA:
-    args.remove("--sdpa")
-LORA_SWEEP = "--lora-sweep" in args
-if LORA_SWEEP:
-    args.remove("--lora-sweep")
+def flag(name):
+    if name not in args:
+        return False
+    args.remove(name)
+    return True
+DERIVED = flag("--derived")
+FAMILIES = flag("--families")
+SDPA = flag("--sdpa")
+LORA_SWEEP = flag("--lora-sweep")
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference", "hf_reference.py")
 RANDOM = option("--random", 0)
 SEED = option("--seed", 1)

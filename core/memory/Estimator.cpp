@@ -170,10 +170,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const bool eager = !fused.fused;
     const bool math = fused.math;
     auto mathShape = mathAttention(A, S, e);
-    // What further attention modules per layer keep of SDPA: the fused
-    // kernel's output and log-sum-exp, or the math fallback's fp32 maps.
-    const std::int64_t extraAttention = (A.attentionModules - 1)
-        * (fused.fused ? fused.out + fused.lse : math ? mathShape.s32 + (mathShape.noise > 0 ? mathShape.noise + mathShape.s32 : 0) : 0);
+    const std::int64_t extraAttention = sdpaExtraModuleBytes(A, fused, mathShape);
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
     // The expanded keys and values are copies (the math fallback takes one

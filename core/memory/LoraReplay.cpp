@@ -66,11 +66,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // In fp32 the math fallback's bmm may save v itself: qkv (GPT), the
     // expanded values, or the v projection (Llama) stay with it.
     mathShape.callerValues = !llama ? 3 * d.ah : expands ? d.ah : d.akvh;
-    // What further attention modules per layer keep of SDPA (when the
-    // attention needs a gradient): the fused kernel's output and log-sum-exp,
-    // or the math fallback's fp32 maps.
-    const std::int64_t extraAttention = (A.attentionModules - 1)
-        * (fused.fused ? fused.out + fused.lse : math ? mathShape.s32 + (mathShape.noise > 0 ? mathShape.noise + mathShape.s32 : 0) : 0);
+    // (Kept when the attention needs a gradient.)
+    const std::int64_t extraAttention = sdpaExtraModuleBytes(A, fused, mathShape);
     const bool folds = eager && matmulFoldsViews(S.batch, A.heads); // head-split views go to bmm uncopied
     // Logits in fp16/bf16 (mixed and pure bf16) are cast up for the fp32 loss.
     const bool lowLogits = d.lgh != d.lg;

@@ -37,10 +37,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // SDPA's math fallback: in bf16 it computes in fp32 (Replay.h).
     const bool math = fused.math;
     const auto mathShape = mathAttention(A, S, kLow);
-    // What further attention modules per layer keep of SDPA: the fused
-    // kernel's output and log-sum-exp, or the math fallback's fp32 maps.
-    const std::int64_t extraAttention = (A.attentionModules - 1)
-        * (fused.fused ? fused.out + fused.lse : math ? mathShape.s32 + (mathShape.noise > 0 ? mathShape.noise + mathShape.s32 : 0) : 0);
+    const std::int64_t extraAttention = sdpaExtraModuleBytes(A, fused, mathShape);
     const bool rope = llama || A.positional == "rope";
     const bool gqa = llama && A.kvHeads < A.heads;
     // The expanded keys and values are copies (the math fallback takes one

@@ -411,7 +411,7 @@ inline MathAttention mathAttention(const ArchitectureSpec& a, const TrainingSetu
     m.ah = B * T * H * D * elementBytes;
     m.a32 = B * T * H * D * 4;
     m.s32 = B * H * T * T * 4;
-    m.noise = s.dropout > 0.0 ? (s.gpu ? m.s32 / 4 : m.s32) : 0;
+    m.noise = s.dropout > 0.0 ? dropoutNoiseBytes(s, m.s32, 4) : 0;
     m.tt = T * T;
     m.rows = B * H * T;
     m.upcast = elementBytes != 4;
@@ -421,12 +421,23 @@ inline MathAttention mathAttention(const ArchitectureSpec& a, const TrainingSetu
     // grouped keys and values expanded as copies are contiguous; one
     // key/value head's stride-0 view is copied to fp32 contiguous, and in
     // fp32 it folds only at batch 1.
-    const bool folds = B == 1 || H == 1;
+    const bool folds = matmulFoldsViews(B, H);
     m.cloneQ = m.cloneK = !rope && !folds;
     const bool oneKv = llama && a.kvHeads == 1 && H > 1;
     m.cloneV = llama && a.kvHeads < H && !oneKv ? false : oneKv ? !m.upcast && B > 1 : !folds;
     m.mergeCopies = H > 1; // (at T 1 a view, planned as a copy: sizes polynomial in T)
     return m;
+}
+// What further attention modules per layer (attentionModules) keep of
+// SDPA: the fused kernel's output and log-sum-exp, or the math fallback's
+// fp32 maps (softmax; with dropout its noise and the dropped copy).
+inline std::int64_t sdpaExtraModuleBytes(const ArchitectureSpec& a, const FusedAttentionBytes& fused,
+                                         const MathAttention& m)
+{
+    const std::int64_t perModule = fused.fused ? fused.out + fused.lse
+                                   : fused.math ? m.s32 + (m.noise > 0 ? m.noise + m.s32 : 0)
+                                                : 0;
+    return (a.attentionModules - 1) * perModule;
 }
 // Forward, from q, k and v (wherever the replay keeps them) to the output
 // (the inputs' dtype), left in the workspace. An fp32 caller whose v bmm
@@ -465,7 +476,7 @@ inline void replayMathAttentionForward(Replay& r, const MathAttention& m)
         r.add(AttentionMaps, m.s32);   // dropped
         // Without a gradient for the scores nothing saved the noise and the
         // softmax: they go once dropout returns.
-        if (!m.gScores()) r.sub(AttentionMaps, m.noise + m.s32);
+        if (!m.gScores()) r.sub(AttentionMaps, m.noise), r.sub(AttentionMaps, m.s32);
     }
     if (m.upcast) tmp(m.s32 / 2);    // the probabilities cast back (returned beside, unused)
     if (m.cloneV) tmp(m.a32);
