@@ -23,6 +23,10 @@ trained on random token ids.
 With --sdpa (a LibTorch 2.x CLI) half of the random draws use attention
 "sdpa" (scaled_dot_product_attention: the CPU's flash kernel, or its math
 fallback with dropout); the draws are otherwise those without the flag.
+With --windows (and --families) a Mistral folder has a sliding window of 4
+to 40 positions half the time: past it the trainer masks the window and runs
+eager attention, SDPA asked for or not. Drawn on a generator of its own, so
+the draws are otherwise those without the flag.
 """
 import json, os, random, statistics, struct, subprocess, sys, tempfile
 
@@ -42,6 +46,7 @@ def flag(name):
 DERIVED = flag("--derived")
 FAMILIES = flag("--families")
 SDPA = flag("--sdpa")
+WINDOWS = flag("--windows")
 LORA_SWEEP = flag("--lora-sweep")
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference", "hf_reference.py")
 RANDOM = option("--random", 0)
@@ -138,9 +143,10 @@ HF_PROJECTIONS = {
     "gpt_neox": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
 }
 
-def hf_folder(rng, tmp, i):
+def hf_folder(rng, tmp, i, windows):
     """A folder of a drawn family and shape (random weights), and what a LoRA
-    config may target in it."""
+    config may target in it. windows: the generator of Mistral's sliding
+    windows (None: no window)."""
     family = rng.choice(["llama", "mistral", "qwen2", "gpt2", "gpt_neox"])
     heads = rng.choice([1, 2, 4, 8])
     hidden = rng.choice([h for h in (48, 64, 80, 96, 128) if h % heads == 0 and (h // heads) % 2 == 0])
@@ -153,6 +159,8 @@ def hf_folder(rng, tmp, i):
         options += ["--rotary-pct", str(rng.choice([0.25, 0.5, 1.0]))]
         if rng.random() < 0.5:
             options.append("--sequential-residual")
+    if family == "mistral" and windows and windows.random() < 0.5:
+        options += ["--sliding-window", str(windows.randint(4, 40))]
     folder = os.path.join(tmp, "hf%d" % i)
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian's, with python3-torch
     subprocess.run([python, REFERENCE, "generate", folder] + options, check=True, capture_output=True)
@@ -173,11 +181,12 @@ def drawn(n, seed, tmp):
         with open(tokens, "wb") as f:
             f.write(struct.pack("<20000H", *[ids.randrange(3, 211) for _ in range(20000)]))
     fused = random.Random(seed + 2)  # (--sdpa's own generator, as --families has)
+    windows = random.Random(seed + 3) if WINDOWS else None  # (--windows' own)
     for i in range(n):
         sdpa = SDPA and fused.random() < 0.5
         typ = rng.choice(["gpt", "llama", "hf", "hf"] if FAMILIES else ["gpt", "llama"])
         if typ == "hf":
-            family, folder, options, names = hf_folder(rng, tmp, i)
+            family, folder, options, names = hf_folder(rng, tmp, i, windows)
             model = {"type": "hf", "path": folder}
             if sdpa:
                 model["attention"] = "sdpa"

@@ -20,6 +20,7 @@
 #include "train/DerivedPlan.h"
 #include "train/Trainer.h"
 
+#include "HfFolderFixtures.h"
 #include "ScriptFixtures.h"
 
 using namespace tb;
@@ -122,6 +123,7 @@ private Q_SLOTS:
     void oneDnnScratchOfBf16Products();
     void bf16ScratchBeyondTheTracedShapes();
     void sdpaOnTorch2();
+    void slidingWindowTracedOnBothSides();
     void cancelStopsTracing();
     void cliPlansTorchScriptConfig();
     void cliRefusesWhatDoesNotApply();
@@ -395,6 +397,42 @@ void TestDerivedPlan::sdpaOnTorch2()
     c.train.batchSize = 1;
     c.data.seqLen = 100;
     compare("llama sdpa", c, plan);
+}
+
+// A Mistral folder whose sliding window (160) is longer than the sequences
+// first traced (SDPA's step takes a form of its own from sequence 32; its
+// checks reach 131): past the window the step masks it, and SDPA gives way
+// to eager attention (train/Layers.cpp tablesFor). That step is traced
+// apart; the plan used to extrapolate the step within the window, which
+// with SDPA keeps no attention map.
+void TestDerivedPlan::slidingWindowTracedOnBothSides()
+{
+    QTemporaryDir dir;
+    const std::string folder = dir.path().toStdString();
+    writeMistralFolder(folder, 160);
+    auto c = base("hf", 4, 32);
+    c.model.path = folder;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    std::vector<std::string> attentions{"eager"};
+    if (builtTorchMajor() >= 2) attentions.push_back("sdpa");
+    for (const auto& attention : attentions) {
+        c.model.attention = attention;
+        const auto plan = deriveStep(c);
+        QVERIFY(plan.pastWindow.has_value());
+        QCOMPARE(plan.slidingWindow, std::int64_t{160});
+        const auto name = "mistral window 160 " + attention;
+        for (const auto& [batch, seq] : {std::pair{4, 100}, std::pair{2, 200}, std::pair{1, 161}}) {
+            c.train.batchSize = batch;
+            c.data.seqLen = seq;
+            compare(name.c_str(), c, plan);
+        }
+        // What estimate --derived --json writes keeps both steps.
+        const auto back = derivedStepFromJson(derivedStepToJson(plan));
+        for (const std::int64_t t : {100, 160, 161, 200}) {
+            QCOMPARE(back.peakBytes(3, t, TrainingSetup{}), plan.peakBytes(3, t, TrainingSetup{}));
+        }
+    }
 }
 
 void TestDerivedPlan::cancelStopsTracing()

@@ -9,6 +9,7 @@
 
 #include <sys/resource.h>
 
+#include "HfFolderFixtures.h"
 #include "ModelFixtures.h"
 #include "TestPrinters.h"
 
@@ -315,20 +316,11 @@ namespace {
 RunConfig hfFolderConfig(const QString& dir, const std::string& family)
 {
     const std::string folder = dir.toStdString();
-    const std::string json = family == "gpt2"
+    writeHfFolder(folder, family == "gpt2"
         ? R"({"model_type": "gpt2", "vocab_size": 40, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64})"
         : R"({"model_type": "gpt_neox", "vocab_size": 40, "hidden_size": 32, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64, "rotary_pct": 0.5})";
-    std::ofstream(folder + "/config.json") << json;
-    const auto arch = readHfArchitecture(folder);
-    auto model = makeModel(hfModelOptions(arch, folder, 64));
-    std::map<std::string, torch::Tensor> weights;
-    for (const auto& p : model->named_parameters()) weights[p.key()] = p.value().detach();
-    writeSafetensors(folder + "/model.safetensors", weights);
-    std::vector<std::uint16_t> ids(4000);
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint16_t>(3 + (i * 7) % 37);
-    std::ofstream(folder + "/train.bin", std::ios::binary)
-        .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 2));
+             "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 64, "rotary_pct": 0.5})",
+        40);
     RunConfig c = smallTextConfig();
     c.model.type = "hf";
     c.model.path = folder;

@@ -20,6 +20,8 @@
 #include "run/RunSession.h"
 #include "train/Trainer.h"
 
+#include "HfFolderFixtures.h"
+
 using namespace tb;
 
 namespace {
@@ -74,6 +76,19 @@ double plannedError(const std::string& name, const RunConfig& c)
     std::printf("%-28s %12lld %12lld %+7.2f%%\n", name.c_str(), static_cast<long long>(measured),
                 static_cast<long long>(estimate), 100 * error);
     return error;
+}
+
+// A Mistral folder in `dir` with a sliding window of `window`, and its tokens (HfFolderFixtures.h).
+RunConfig mistralFolder(const QString& dir, int window, int seq)
+{
+    const std::string folder = dir.toStdString();
+    writeMistralFolder(folder, window);
+    RunConfig c = small("hf", 2, 64, 4, 4, seq);
+    c.model.path = folder;
+    c.model.tieEmbeddings = false;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    return c;
 }
 
 using PlanRows = std::vector<std::pair<std::string, RunConfig>>;
@@ -139,6 +154,7 @@ private Q_SLOTS:
     void mathFallbackSavesWhatEachGradientNeeds();
     void gpuDropoutSavesOneByteMasks();
     void largestSequenceGrowsThePositionTable();
+    void slidingWindowPlansTheMaskedEagerStep();
     void runsRecordTheirEstimate();
 };
 
@@ -413,6 +429,83 @@ void TestMemoryPlan::largestSequenceGrowsThePositionTable()
 
 // Every run is its own check: the estimate is stored at launch beside the
 // measured peak, and a peak more than 10% over it is reported with its phase.
+// Past a Mistral model's sliding window the trainer masks the band below it
+// (two more T x T temporaries while the mask is built) and runs eager
+// attention even where SDPA was asked for (train/Layers.cpp tablesFor). The
+// planner had no window: it planned SDPA's step, without a single attention
+// map, for a step that keeps every layer's.
+void TestMemoryPlan::slidingWindowPlansTheMaskedEagerStep()
+{
+    QTemporaryDir dir;
+    auto within = mistralFolder(dir.path(), 24, 24);
+    auto past = within;
+    past.data.seqLen = 48;
+    const auto arch = architectureFor(past);
+    QCOMPARE(arch.slidingWindow, std::int64_t{24});
+    QCOMPARE(findArchitecture("mistral-7b").arch.slidingWindow, std::int64_t{4096}); // its config.json's
+
+    // The plan: within the window SDPA's own step; past it the eager step,
+    // and a note that says why.
+    auto setup = setupFor(past);
+    setup.attention = "fused";
+    const auto fused = estimateMemory(arch, setup);
+    setup.attention = "eager";
+    const auto eager = estimateMemory(arch, setup);
+    QCOMPARE(fused.peakBytes, eager.peakBytes);
+    QVERIFY(std::any_of(fused.notes.begin(), fused.notes.end(),
+                        [](const std::string& n) { return n.find("sliding window (24)") != std::string::npos; }));
+    setup.seqLen = 24;
+    const auto inside = estimateMemory(arch, setup).peakBytes;
+    setup.attention = "fused";
+    QVERIFY(estimateMemory(arch, setup).peakBytes < inside);
+
+    // The fit map compiles the step on each side of the window and agrees
+    // with the estimate in every cell.
+    for (const char* attention : {"fused", "eager"}) {
+        setup.attention = attention;
+        setup.batch = 6;
+        setup.seqLen = 30;
+        const auto budget = estimateMemory(arch, setup).peakBytes;
+        const auto batches = fitMapAxis(1, 12, 6), seqs = fitMapAxis(8, 60, 14);
+        const auto map = fitMap(arch, setup, budget, batches, seqs);
+        QVERIFY(map.compiled);
+        for (std::size_t row = 0; row < seqs.size(); ++row) {
+            for (std::size_t col = 0; col < batches.size(); ++col) {
+                setup.batch = batches[col];
+                setup.seqLen = seqs[row];
+                QVERIFY2(map.at(row, col) == estimateMemory(arch, setup).peakBytes,
+                         qPrintable(QString("%1 batch %2 seq %3").arg(attention).arg(batches[col]).arg(seqs[row])));
+            }
+        }
+    }
+
+    // Measured: the mask on both LibTorch versions; SDPA on 2.x, where past
+    // the window the step used to be planned far under.
+    auto rows = planRows();
+    rows.emplace_back("mistral window eager", past);
+    if (builtTorchMajor() >= 2) {
+        const auto sdpa = [](RunConfig c) {
+            c.model.attention = "sdpa";
+            return c;
+        };
+        rows.emplace_back("mistral within window sdpa", sdpa(within));
+        rows.emplace_back("mistral window sdpa", sdpa(past));
+        auto c = sdpa(past);
+        c.train.precision = "bf16";
+        c.train.activationCheckpointing = true;
+        rows.emplace_back("mistral window sdpa bf16 ckpt", c);
+        c = sdpa(past);
+        c.lora.rank = 4;
+        c.lora.targets = {"q_proj", "v_proj"};
+        rows.emplace_back("mistral window sdpa lora q,v", c);
+        c = sdpa(past);
+        c.train.precision = "bf16-pure";
+        c.model.dropout = 0.1;
+        rows.emplace_back("mistral window sdpa pure dropout", c);
+    }
+    requireWithinBar(rows);
+}
+
 void TestMemoryPlan::runsRecordTheirEstimate()
 {
     QTemporaryDir dir;

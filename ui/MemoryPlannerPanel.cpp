@@ -128,7 +128,8 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     m_attention->addItem(tr("eager (seq² maps)"), "eager");
     m_attention->addItem(tr("fused / flash"), "fused");
     m_attention->setToolTip(tr("eager keeps batch x heads x seq² score and probability maps per attention module; "
-                               "fused (SDPA, FlashAttention) keeps none"));
+                               "fused (SDPA, FlashAttention) keeps none. Past a Mistral model's sliding window "
+                               "the trainer runs eager attention either way, and the plan follows it"));
     form->addRow(tr("Attention"), m_attention);
     m_loraRank = spinBox(inputs, 0, 4096, 0);
     m_loraRank->setSpecialValueText(tr("off"));

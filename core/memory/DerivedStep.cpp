@@ -50,7 +50,7 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
     const bool withScratch = !setup.gpu;
     const auto asked = seqLen;
     seqLen = plannedSeqLen(seqLen);
-    const auto& S = segment;
+    const auto& S = segmentAt(seqLen);
     MemoryEstimate e;
     e.parameters = parameters;
     e.trainableParameters = trainableParameters;
@@ -99,7 +99,14 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
             : "the CPU's kernel scratch that does not follow the shapes (oneDNN's, up to "
                   + std::to_string(S.irregularScratch) + " bytes) is left out: on a GPU, cuBLAS works in its workspace");
     }
-    if (asked < seqLen && fixedSeqLen == 0) {
+    if (pastWindow) {
+        e.notes.push_back(seqLen > slidingWindow
+            ? "the sequence is longer than the model's sliding window (" + std::to_string(slidingWindow)
+                  + "): the step masks the window (and SDPA gives way to eager attention), traced as such"
+            : "within the model's sliding window (" + std::to_string(slidingWindow) + "); past it the step "
+                  "masks the window, traced apart");
+    }
+        if (asked < seqLen && fixedSeqLen == 0) {
         e.notes.push_back("sequence " + std::to_string(asked) + " is shorter than the shortest traced ("
                           + std::to_string(seqLen) + "), where the polynomials start: planned as "
                           + std::to_string(seqLen) + " (the peak grows with the sequence, so this is on the safe side)");
@@ -156,7 +163,7 @@ std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, con
     const auto planned = plannedSeqLen(seqLen);
     std::int64_t most = 0;
     for (int i = 0; i < kStepPhases; ++i) {
-        most = std::max(most, segment.phasePeak(i, batch, planned, !setup.gpu, setup.cpuThreads, exactProducts));
+        most = std::max(most, segmentAt(planned).phasePeak(i, batch, planned, !setup.gpu, setup.cpuThreads, exactProducts));
     }
     return most + dataParallelBytes(batch, seqLen, setup) + gpuFixedBytes(setup);
 }
@@ -172,7 +179,7 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
     }
     // The cells nearest the budget take oneDNN's scratch for their own
     // shapes: their figures and verdicts are the estimate's.
-    if (setup.gpu || !segment.hasProducts()) return map;
+    if (setup.gpu || !(segment.hasProducts() || (pastWindow && pastWindow->hasProducts()))) return map;
     const auto cols = batches.size();
     for (const auto i : nearestToBudget(map.peakBytes, budget, kExactCells)) {
         map.peakBytes[i] = peakBytes(batches[i % cols], seqLens[i / cols], setup);
@@ -192,28 +199,77 @@ std::int64_t DerivedStep::largestSeqLen(std::int64_t batch, const TrainingSetup&
     return largestUnderBudget([&](std::int64_t t) { return peakBytes(batch, t, setup); }, budget, 1 << 20);
 }
 
+namespace {
+
+nlohmann::json segmentToJson(const CompiledSegment& S)
+{
+    return {{"t0", S.t0},
+            {"t_last", S.tLast},
+            {"traces", S.traces},
+            {"general_from", S.generalFrom},
+            {"peaks", S.peaks},
+            {"peaks_small", S.peaksSmall},
+            {"first", S.first},
+            {"first_small", S.firstSmall},
+            {"scratch_bases", S.scratchBases},
+            {"scratch_bases_small", S.scratchBasesSmall},
+            {"irregular_scratch", S.irregularScratch},
+            {"gemm_sites", S.gemmSites},
+            {"gemm_sites_small", S.gemmSitesSmall}};
+}
+
+CompiledSegment segmentFromJson(const nlohmann::json& j)
+{
+    CompiledSegment S;
+    S.t0 = j.at("t0").get<std::int64_t>();
+    S.tLast = j.at("t_last").get<std::int64_t>();
+    S.traces = j.at("traces").get<int>();
+    S.generalFrom = j.at("general_from").get<std::int64_t>();
+    S.peaks = j.at("peaks").get<decltype(S.peaks)>();
+    S.peaksSmall = j.at("peaks_small").get<decltype(S.peaksSmall)>();
+    S.first = j.at("first").get<StepPoly>();
+    S.firstSmall = j.at("first_small").get<std::vector<StepPoly>>();
+    if (S.generalFrom < 2 || S.peaksSmall.size() != static_cast<std::size_t>(S.generalFrom - 1)
+        || S.firstSmall.size() != S.peaksSmall.size()) {
+        throw InputError("the derived plan's data is inconsistent: general_from " + std::to_string(S.generalFrom)
+                         + " with " + std::to_string(S.peaksSmall.size()) + " small-batch regimes");
+    }
+    S.scratchBases = j.at("scratch_bases").get<decltype(S.scratchBases)>();
+    S.scratchBasesSmall = j.at("scratch_bases_small").get<decltype(S.scratchBasesSmall)>();
+    S.irregularScratch = j.at("irregular_scratch").get<std::int64_t>();
+    // (Steps saved before products were recorded have none.)
+    if (j.contains("gemm_sites")) S.gemmSites = j.at("gemm_sites").get<std::vector<GemmSite>>();
+    if (j.contains("gemm_sites_small")) {
+        S.gemmSitesSmall = j.at("gemm_sites_small").get<std::vector<std::vector<GemmSite>>>();
+    }
+    if (!S.gemmSitesSmall.empty() && S.gemmSitesSmall.size() != S.peaksSmall.size()) {
+        throw InputError("the derived plan's data is inconsistent: " + std::to_string(S.gemmSitesSmall.size())
+                         + " small-batch product regimes for " + std::to_string(S.peaksSmall.size()));
+    }
+    if (S.scratchBasesSmall.size() != S.peaksSmall.size()) {
+        throw InputError("the derived plan's data is inconsistent: " + std::to_string(S.scratchBasesSmall.size())
+                         + " small-batch scratch regimes for " + std::to_string(S.peaksSmall.size()));
+    }
+    return S;
+}
+
+} // namespace
+
 std::string derivedStepToJson(const DerivedStep& step)
 {
-    const auto& S = step.segment;
-    const nlohmann::json out = {{"t0", S.t0},
-                                {"t_last", S.tLast},
-                                {"traces", S.traces},
-                                {"general_from", S.generalFrom},
-                                {"peaks", S.peaks},
-                                {"peaks_small", S.peaksSmall},
-                                {"first", S.first},
-                                {"first_small", S.firstSmall},
-                                {"parameters", step.parameters},
-                                {"trainable_parameters", step.trainableParameters},
-                                {"trainable_bytes", step.trainableBytes},
-                                {"largest_traced_seq_len", step.largestTracedSeqLen},
-                                {"fixed_seq_len", step.fixedSeqLen},
-                                {"traced_on", step.tracedOn},
-                                {"scratch_bases", S.scratchBases},
-                                {"scratch_bases_small", S.scratchBasesSmall},
-                                {"irregular_scratch", S.irregularScratch},
-                                {"gemm_sites", S.gemmSites},
-                                {"gemm_sites_small", S.gemmSitesSmall}};
+    // The segment's fields at the top level, as steps were saved before a
+    // window could make a second.
+    auto out = segmentToJson(step.segment);
+    out["parameters"] = step.parameters;
+    out["trainable_parameters"] = step.trainableParameters;
+    out["trainable_bytes"] = step.trainableBytes;
+    out["largest_traced_seq_len"] = step.largestTracedSeqLen;
+    out["fixed_seq_len"] = step.fixedSeqLen;
+    out["traced_on"] = step.tracedOn;
+    if (step.pastWindow) {
+        out["sliding_window"] = step.slidingWindow;
+        out["past_window"] = segmentToJson(*step.pastWindow);
+    }
     return out.dump();
 }
 
@@ -222,20 +278,7 @@ DerivedStep derivedStepFromJson(const std::string& text)
     try {
         const auto j = nlohmann::json::parse(text);
         DerivedStep step;
-        auto& S = step.segment;
-        S.t0 = j.at("t0").get<std::int64_t>();
-        S.tLast = j.at("t_last").get<std::int64_t>();
-        S.traces = j.at("traces").get<int>();
-        S.generalFrom = j.at("general_from").get<std::int64_t>();
-        S.peaks = j.at("peaks").get<decltype(S.peaks)>();
-        S.peaksSmall = j.at("peaks_small").get<decltype(S.peaksSmall)>();
-        S.first = j.at("first").get<StepPoly>();
-        S.firstSmall = j.at("first_small").get<std::vector<StepPoly>>();
-        if (S.generalFrom < 2 || S.peaksSmall.size() != static_cast<std::size_t>(S.generalFrom - 1)
-            || S.firstSmall.size() != S.peaksSmall.size()) {
-            throw InputError("the derived plan's data is inconsistent: general_from " + std::to_string(S.generalFrom)
-                             + " with " + std::to_string(S.peaksSmall.size()) + " small-batch regimes");
-        }
+        step.segment = segmentFromJson(j);
         step.parameters = j.at("parameters").get<std::int64_t>();
         step.trainableParameters = j.at("trainable_parameters").get<std::int64_t>();
         // (Steps saved before it was recorded: fp32 parameters.)
@@ -243,21 +286,13 @@ DerivedStep derivedStepFromJson(const std::string& text)
         step.largestTracedSeqLen = j.at("largest_traced_seq_len").get<std::int64_t>();
         step.fixedSeqLen = j.at("fixed_seq_len").get<std::int64_t>();
         step.tracedOn = j.at("traced_on").get<std::string>();
-        S.scratchBases = j.at("scratch_bases").get<decltype(S.scratchBases)>();
-        S.scratchBasesSmall = j.at("scratch_bases_small").get<decltype(S.scratchBasesSmall)>();
-        S.irregularScratch = j.at("irregular_scratch").get<std::int64_t>();
-        // (Steps saved before products were recorded have none.)
-        if (j.contains("gemm_sites")) S.gemmSites = j.at("gemm_sites").get<std::vector<GemmSite>>();
-        if (j.contains("gemm_sites_small")) {
-            S.gemmSitesSmall = j.at("gemm_sites_small").get<std::vector<std::vector<GemmSite>>>();
-        }
-        if (!S.gemmSitesSmall.empty() && S.gemmSitesSmall.size() != S.peaksSmall.size()) {
-            throw InputError("the derived plan's data is inconsistent: " + std::to_string(S.gemmSitesSmall.size())
-                             + " small-batch product regimes for " + std::to_string(S.peaksSmall.size()));
-        }
-        if (S.scratchBasesSmall.size() != S.peaksSmall.size()) {
-            throw InputError("the derived plan's data is inconsistent: " + std::to_string(S.scratchBasesSmall.size())
-                             + " small-batch scratch regimes for " + std::to_string(S.peaksSmall.size()));
+        if (j.contains("past_window")) {
+            step.slidingWindow = j.at("sliding_window").get<std::int64_t>();
+            if (step.slidingWindow <= 0) {
+                throw InputError("the derived plan's data is inconsistent: sliding window "
+                                 + std::to_string(step.slidingWindow));
+            }
+            step.pastWindow = segmentFromJson(j.at("past_window"));
         }
         return step;
     } catch (const nlohmann::json::exception& e) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "memory/Estimator.h"
@@ -16,6 +17,17 @@ namespace tb {
 
 struct DerivedStep {
     CompiledSegment segment;
+    // A model with a sliding window (Mistral) masks it once the sequence is
+    // longer, and runs eager attention even where SDPA was asked for: past
+    // slidingWindow the step is pastWindow's, traced with the window taken
+    // shorter than the traced sequences. (Without it: a window the traces
+    // already passed, or none.)
+    std::int64_t slidingWindow = 0;
+    std::optional<CompiledSegment> pastWindow;
+    const CompiledSegment& segmentAt(std::int64_t seqLen) const
+    {
+        return pastWindow && seqLen > slidingWindow ? *pastWindow : segment;
+    }
     std::int64_t parameters = 0, trainableParameters = 0;
     std::int64_t trainableBytes = 0; // the trainable parameters' bytes: data parallel's gradient buckets
     std::int64_t largestTracedSeqLen = 0;

@@ -133,6 +133,17 @@ struct Recording {
 };
 MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S, Recording* recording)
 {
+    // Past a sliding window the trainer masks the band below it and runs
+    // eager attention, SDPA asked for or not (train/Layers.cpp tablesFor).
+    if (S.attention == "fused" && arch.windowedAt(S.seqLen)) {
+        auto eager = S;
+        eager.attention = "eager";
+        auto est = estimateImpl(arch, eager, recording);
+        est.notes.push_back("the sequence (" + std::to_string(S.seqLen) + ") is longer than the model's sliding window ("
+                            + std::to_string(arch.slidingWindow) + "): the trainer masks the window and runs eager "
+                            "attention, SDPA asked for or not, so every layer keeps its attention maps");
+        return est;
+    }
     // The built-in model is built for the sequence length it trains on.
     ArchitectureSpec sized;
     if (S.positionsFollowSeq && arch.maxPositions != S.seqLen) {
@@ -295,12 +306,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         act(a);
         r.sub(Activations, a);
     }
-    // The trainer's causal mask, T x T booleans (SDPA, fused or math, needs none).
-    if (S.attention != "fused") {
-        tmp(T * T);
-        act(T * T);
-        untmp(T * T);
-    }
+    causalMask(r, A, S, T * T);
     // RMSNorm's x^2 while it stays saved (LibTorch 1.13).
     const std::int64_t sq = meanSavesInput(S) ? a : 0;
     // Pure bf16 on a Llama-family model (train/Llama.cpp, as transformers
@@ -1340,7 +1346,14 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
     out.trainableBytes = cache.trainableBytes(2, tFirst);
     out.tFirst = tFirst;
     if (tLast > tFirst) out.trainableBytesPerToken = cache.trainableBytes(2, tFirst + 1) - out.trainableBytes;
-    compileRange(cache, tFirst, tLast, bMax, out.segments);
+    // Past a sliding window the step masks it (and SDPA gives way to eager
+    // attention): a step of other allocations, compiled on its own.
+    if (arch.windowedAt(tLast) && !arch.windowedAt(tFirst)) {
+        compileRange(cache, tFirst, arch.slidingWindow, bMax, out.segments);
+        compileRange(cache, arch.slidingWindow + 1, tLast, bMax, out.segments);
+    } else {
+        compileRange(cache, tFirst, tLast, bMax, out.segments);
+    }
     // A step whose allocations do not follow polynomials anywhere is not compiled.
     if (std::none_of(out.segments.begin(), out.segments.end(), [](const auto& s) { return s.compiled; })) {
         return std::nullopt;

@@ -56,11 +56,16 @@ struct ArchitectureSpec {
     // goes when it returns, before the residual sum.
     bool mlpModule = false;
     std::int64_t rotaryDims = 0;   // head dimensions RoPE rotates (GPT-NeoX's rotary_pct); 0: all of them
+    // Mistral: a query sees this many most recent positions, itself
+    // included; 0: all. Past it the trainer masks the band below the window
+    // and runs eager attention even where SDPA was asked for.
+    std::int64_t slidingWindow = 0;
     int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
     bool fromHfFolder = false; // a run's Hugging Face model folder (model.type hf)
 
     std::int64_t headDim() const { return hidden / heads; }
+    bool windowedAt(std::int64_t seqLen) const { return slidingWindow > 0 && seqLen > slidingWindow; }
     std::int64_t ropeDims() const { return rotaryDims > 0 ? rotaryDims : headDim(); }
 };
 

@@ -604,7 +604,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         tmp(noiseA + d.a); // noise, dropped (the embedding is frozen: nothing saved)
         untmp(noiseA + d.a);
     }
-    if (S.attention != "fused") act(d.mask); // the trainer's causal mask (SDPA needs none)
+    causalMask(r, A, S, d.mask);
     std::vector<Saved> saved(static_cast<std::size_t>(A.layers));
     // With checkpointing every block's input is made a grad-requiring leaf and
     // the block runs without grad: only its output stays.

@@ -380,11 +380,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         act(d.a);
         unact(d.a);
     }
-    if (S.attention != "fused") { // the trainer's causal mask (SDPA needs none)
-        tmp(d.mask);
-        act(d.mask);
-        untmp(d.mask);
-    }
+    causalMask(r, A, S, d.mask);
     for (std::int64_t l = 0; l < A.layers; ++l) {
         if (!S.checkpointing) {
             blockForward();

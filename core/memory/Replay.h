@@ -339,6 +339,30 @@ inline std::int64_t rngStateFreedPerBlock(const TrainingSetup& s)
 }
 
 
+// The trainer's causal mask for eager attention (train/Layers.cpp
+// tablesFor), T x T booleans of `bytes`, built once per forward pass and
+// kept for the step: ones, then their upper triangle. Past a sliding window
+// (Mistral) the band below the window is or'd in, in one statement whose
+// temporaries live to its end: ones, their lower triangle and the or'd mask
+// while the first mask is still held, then the first mask goes. SDPA needs
+// none.
+inline void causalMask(Replay& r, const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t bytes)
+{
+    if (s.attention == "fused") return;
+    r.add(Workspace, bytes); // ones
+    r.add(Activations, bytes);
+    r.sub(Workspace, bytes);
+    if (!a.windowedAt(s.seqLen)) return;
+    r.add(Workspace, bytes);  // ones
+    r.add(Workspace, bytes);  // their band below the window
+    r.add(Workspace, bytes);  // the or'd mask ...
+    r.sub(Activations, bytes); // ... replaces the first
+    r.move(Workspace, Activations, bytes);
+    r.sub(Workspace, bytes);
+    r.sub(Workspace, bytes);
+}
+
+
 // matmul folds the batch dimensions of a [B, H, T, D] operand into one for
 // bmm. A head-split view ([B, T, H, D] transposed) folds without a copy only
 // when B or H is 1; otherwise it is copied and the copy is what autograd

@@ -10,6 +10,7 @@
 #include <ATen/record_function.h>
 
 #include "common/Errors.h"
+#include "config/HfArchitecture.h"
 #include "memory/MemoryProbe.h"
 #include "train/Trainer.h"
 
@@ -144,8 +145,9 @@ struct Traced {
 
 // Trains two steps at (B, T) on the CPU, one thread, and records the second
 // (the steady state: the optimizer state exists from its start, and on
-// LibTorch 1.13 the gradients too).
-Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T)
+// LibTorch 1.13 the gradients too). slidingWindow > 0: the model's window
+// taken as that many positions.
+Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slidingWindow)
 {
     RunConfig c = base;
     c.device = "cpu";
@@ -162,6 +164,7 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T)
     Recorder rec;
     TrainerOptions options;
     options.measureMemory = true;
+    options.slidingWindow = slidingWindow;
     // fp16 autocast is CUDA's: on the CPU the step is bf16 (the same element
     // sizes) with the fp16 run's dynamic loss scaling.
     if (c.train.precision == "fp16") {
@@ -233,6 +236,7 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
     // sampled again further out, up to sequence 128.
     int traced = 0;
     std::int64_t largest = 0;
+    int windowTaken = 0; // > 0: the model's sliding window taken as this many positions while tracing
     // A fixed sequence traces each batch once (every T is the same step).
     std::map<std::int64_t, StepTrace> byBatch;
     const auto tracer = [&](std::int64_t B, std::int64_t T) {
@@ -240,7 +244,7 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
             if (auto it = byBatch.find(B); it != byBatch.end()) return it->second;
         }
         if (progress.cancel && progress.cancel->load()) throw InputError("deriving the memory plan was cancelled");
-        auto t = traceStep(config, B, T);
+        auto t = traceStep(config, B, T, windowTaken);
         if (fixed) byBatch[B] = t.trace;
         step.parameters = t.parameters;
         step.trainableParameters = t.trainable;
@@ -250,30 +254,46 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
         if (progress.onTrace) progress.onTrace(traced, B, T);
         return std::move(t.trace);
     };
-    std::optional<CompiledSegment> segment;
-    std::int64_t t0 = fixed ? step.fixedSeqLen : 8;
-    for (;;) {
-        // Checked at shapes no sample had, up to four times the longest sample.
-        const std::vector<std::pair<std::int64_t, std::int64_t>> checks =
-            fixed ? std::vector<std::pair<std::int64_t, std::int64_t>>{{5, t0}, {1, t0}}
-                  : std::vector<std::pair<std::int64_t, std::int64_t>>{
-                        {5, t0 + 6}, {1, t0 + 5}, {4, 2 * t0 + 5}, {2, 4 * t0 + 3}};
-        // Batches 1 and 2 have polynomials of their own: at B = 1 matmul
-        // skips copies; B = 2 is kept apart as a margin against a data path
-        // or kernel that changes at the smallest batches (the addition task's
-        // draws did, before they went into one buffer): three more steps.
-        segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3);
-        if (segment || fixed || t0 >= 128) break;
-        t0 *= 4;
-    }
-    if (!segment) {
-        throw InputError("deriving the memory plan: this model's step allocates differently at batch 1 to 5 and "
-                         "sequence " + std::to_string(fixed ? step.fixedSeqLen : 8) + " to " + std::to_string(largest)
-                         + " than a polynomial in batch and sequence allows (a kernel that changes with the shape); "
-                           "measure it instead: trainbench-cli measure --config FILE");
-    }
-    step.segment = std::move(*segment);
+    const auto compile = [&] {
+        std::optional<CompiledSegment> segment;
+        std::int64_t t0 = fixed ? step.fixedSeqLen : 8;
+        for (;;) {
+            // Checked at shapes no sample had, up to four times the longest sample.
+            const std::vector<std::pair<std::int64_t, std::int64_t>> checks =
+                fixed ? std::vector<std::pair<std::int64_t, std::int64_t>>{{5, t0}, {1, t0}}
+                      : std::vector<std::pair<std::int64_t, std::int64_t>>{
+                            {5, t0 + 6}, {1, t0 + 5}, {4, 2 * t0 + 5}, {2, 4 * t0 + 3}};
+            // Batches 1 and 2 have polynomials of their own: at B = 1 matmul
+            // skips copies; B = 2 is kept apart as a margin against a data path
+            // or kernel that changes at the smallest batches (the addition task's
+            // draws did, before they went into one buffer): three more steps.
+            segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3);
+            if (segment || fixed || t0 >= 128) break;
+            t0 *= 4;
+        }
+        if (!segment) {
+            throw InputError("deriving the memory plan: this model's step allocates differently at batch 1 to 5 and "
+                             "sequence " + std::to_string(fixed ? step.fixedSeqLen : 8) + " to " + std::to_string(largest)
+                             + " than a polynomial in batch and sequence allows (a kernel that changes with the shape); "
+                               "measure it instead: trainbench-cli measure --config FILE");
+        }
+        return std::move(*segment);
+    };
+    step.segment = compile();
     step.segment.traces = traced; // steps actually run (a fixed sequence reuses them)
+    // A sliding window (Mistral) longer than the traced sequences: past it
+    // the step masks the window and runs eager attention, SDPA asked for or
+    // not. That step is traced too, with the window taken as one position
+    // (every traced sequence is past it; its sizes do not depend on the
+    // window's length).
+    const auto window = config.model.type == "hf" ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
+    if (window > 0 && !fixed && window >= step.segment.t0) {
+        const int before = traced;
+        windowTaken = 1;
+        step.pastWindow = compile();
+        step.pastWindow->traces = traced - before;
+        step.slidingWindow = window;
+    }
     step.largestTracedSeqLen = largest;
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU";
     if (config.train.precision == "fp16") {

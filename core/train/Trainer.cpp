@@ -175,13 +175,15 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
 
     torch::manual_seed(config.train.seed);
     m->data = makeDataset(config, options.data);
+    auto modelOptions = modelOptionsFor(config, *m->data);
+    if (options.slidingWindow > 0) modelOptions.slidingWindow = options.slidingWindow;
     if (config.model.type == "hf") {
         // The folder (or the checkpoint resumed) fills every base weight: build
         // them in the dtype they train in, without random draws.
         const WeightsFromFile fromFile(m->precision == "bf16-pure" ? torch::kBFloat16 : torch::kFloat);
-        m->model = makeModel(modelOptionsFor(config, *m->data));
+        m->model = makeModel(modelOptions);
     } else {
-        m->model = makeModel(modelOptionsFor(config, *m->data));
+        m->model = makeModel(modelOptions);
     }
     // A Hugging Face folder brings its weights (a resumed run's come from its checkpoint).
     if (config.model.type == "hf" && options.resumeFrom.empty()) loadHfFolderWeights(*m->model, resolvedModelPath(config));

@@ -95,6 +95,9 @@ struct TrainerOptions {
     std::function<void(int step, int phase)> onPhaseBegin;
     // Tokenizing a corpus before the first step: its progress, summary and cancellation.
     DataPreparation data;
+    // > 0: the model's sliding window taken as this many positions (the
+    // derived memory plan traces the step past a window at short sequences).
+    int slidingWindow = 0;
 };
 
 struct TrainResult {
