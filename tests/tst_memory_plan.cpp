@@ -155,6 +155,7 @@ private Q_SLOTS:
     void gpuDropoutSavesOneByteMasks();
     void largestSequenceGrowsThePositionTable();
     void slidingWindowPlansTheMaskedEagerStep();
+    void pureBf16BuffersLogitsAndUnsavedMasks();
     void runsRecordTheirEstimate();
 };
 
@@ -504,6 +505,74 @@ void TestMemoryPlan::slidingWindowPlansTheMaskedEagerStep()
         rows.emplace_back("mistral window sdpa pure dropout", c);
     }
     requireWithinBar(rows);
+}
+
+// Two things a draw (1 layer, one head, 128 positions, pure bf16, LoRA on
+// the MLP) found 2.05% over: pure bf16 casts the whole module, so RoPE's
+// (and the sinusoidal) position tables are bf16, not fp32; and the causal
+// mask is saved only where a block's masked scores need a gradient or a
+// checkpoint holds it; else it goes when the model's forward returns, before
+// the head and the loss. Each row's every phase is held to the bar, which
+// found a third: a pure bf16 GPT's loss reads an fp32 copy of its bf16
+// logits, as a Llama's does (its forward phase was 3.7% under).
+void TestMemoryPlan::pureBf16BuffersLogitsAndUnsavedMasks()
+{
+    auto rows = planRows();
+    auto c = small("llama", 1, 80, 1, 2, 128);
+    c.model.nKvHead = 1;
+    c.model.tieEmbeddings = true;
+    c.train.precision = "bf16-pure";
+    c.train.gradAccum = 3;
+    c.lora.rank = 4;
+    c.lora.targets = {"mlp"};
+    rows.emplace_back("llama pure lora mlp (drawn)", c);
+    // (The sample text's held-out tenth is long enough for 512 positions.)
+    c = small("llama", 1, 64, 1, 1, 512);
+    c.train.precision = "bf16-pure";
+    c.data.valFraction = 0.1;
+    rows.emplace_back("llama pure one head t512", c);
+    c = small("gpt", 2, 64, 2, 1, 384);
+    c.model.positionalEncoding = "sinusoidal";
+    c.train.precision = "bf16-pure";
+    c.data.valFraction = 0.1;
+    rows.emplace_back("gpt sinusoidal pure t384", c);
+    c = small("llama", 1, 64, 2, 1, 512);
+    c.lora.rank = 4;
+    c.lora.targets = {"mlp"};
+    c.data.valFraction = 0.1;
+    rows.emplace_back("llama lora mlp one layer", c);
+    c.lora.targets = {"v_proj"}; // the probabilities are saved for v's gradient; the mask is not
+    c.data.valFraction = 0.1;
+    rows.emplace_back("llama lora v one layer", c);
+    c = small("gpt", 1, 64, 2, 1, 512);
+    c.model.positionalEncoding = "rope";
+    c.train.precision = "bf16";
+    c.lora.rank = 4;
+    c.lora.targets = {"mlp"};
+    c.data.valFraction = 0.1;
+    rows.emplace_back("gpt rope bf16 lora mlp", c);
+    QStringList outside;
+    for (const auto& [name, config] : rows) {
+        if (config.train.precision != "fp32" && cpuBf16ProductsUseOneDnn() && !cpuGemmScratchKnown()) continue;
+        TrainerOptions options;
+        options.recordPhaseMemory = true;
+        Trainer trainer(config, options);
+        const auto result = trainer.run({});
+        const auto est = estimateMemory(architectureFor(config), setupFor(config));
+        for (const auto& planned : est.phases) {
+            std::int64_t measured = 0;
+            for (const auto& p : result.phaseMemory) {
+                if (p.phase == planned.phase) measured = std::max(measured, p.peakBytes);
+            }
+            const double error = static_cast<double>(planned.bytes - measured) / static_cast<double>(measured);
+            std::printf("%-28s %-9s %10lld %10lld %+7.2f%%\n", name.c_str(), planned.phase.c_str(),
+                        static_cast<long long>(measured), static_cast<long long>(planned.bytes), 100 * error);
+            if (error > 0.02 || error < -0.005) {
+                outside << QString("%1 %2 (%3%)").arg(QString::fromStdString(name), QString::fromStdString(planned.phase)).arg(100 * error);
+            }
+        }
+    }
+    QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
 }
 
 void TestMemoryPlan::runsRecordTheirEstimate()

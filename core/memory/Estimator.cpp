@@ -235,7 +235,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // Pure bf16 keeps the adapters in bf16 too; mixed precision keeps fp32 ones.
     const bool fp32Adapters = halfBase && !pure;
     r.add(Weights, fp32Adapters ? (P - Ptrain) * 2 + Ptrain * 4 : P * e);
-    const std::int64_t tables = positionTableBytes(A);
+    const std::int64_t tables = positionTableBytes(A, S);
     r.add(Weights, tables);
     GradientLife grads(r, S, Ptrain * e);
     if (!lora) {
@@ -569,10 +569,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // Final norm, head, loss.
     if (llama) rmsForward();
     else act(a + 2 * m);
-    if (pureLlama) {
-        // The last block's output, and the embedding output (unless its
-        // block's checkpoint keeps it).
-        r.sub(Activations, S.checkpointing ? a : 2 * a);
+    // The last block's output, and the embedding output (unless its
+    // block's checkpoint keeps it).
+    if (pureLlama) r.sub(Activations, S.checkpointing ? a : 2 * a);
+    if (pure) {
+        // Pure bf16 (any family): the loss reads an fp32 copy of the bf16 logits.
         r.add(Logits, lg16);       // logits, bf16
         act(idx);                  // targets made contiguous
         r.add(Logits, lg);         // their fp32 copy for the loss
@@ -601,7 +602,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     r.sub(Activations, idx);
     r.add(Logits, lg); // grad of logits
     r.sub(Logits, 2 * lg);
-    if (pureLlama) {
+    if (pure) {
         r.add(Logits, lg16); // cast back to bf16
         r.sub(Logits, lg);
     }
@@ -613,7 +614,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (headTrainable) weightProduct(V, C);
     tmp(a);                        // grad of final norm output
     inputProduct(V, C);
-    r.sub(Logits, pureLlama ? lg16 : lg);
+    r.sub(Logits, pure ? lg16 : lg);
     if (headTrainable && !tied) grads.done(headW);
     // Pure bf16 RMSNorm backward, from the gradient of its output (in
     // Workspace; the output itself already released by its consumer).
@@ -949,7 +950,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         case Weights:
             formula = fp32Adapters ? "frozen parameters x 2 bytes + trainable (adapter) parameters x 4 bytes"
                                : "parameters x " + std::to_string(e) + " bytes";
-            if (tables > 0) formula += " + fp32 position tables";
+            if (tables > 0) formula += pure ? " + bf16 position tables" : " + fp32 position tables";
             break;
         case Gradients:
             formula = "trainable parameters x " + std::to_string(e) + " bytes (kept between steps)";

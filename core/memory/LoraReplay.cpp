@@ -16,6 +16,7 @@
 // gradient; an adapter makes its own cast of an fp32 input and saves it for
 // A's gradient, while the frozen product's cast is a temporary.
 
+#include <algorithm>
 #include <initializer_list>
 #include <utility>
 
@@ -637,6 +638,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // Final norm (its output is not saved: the head is frozen), head, loss.
     norm(g);
     if (!S.checkpointing) untmp(d.a); // the embedding output
+    // The causal mask outlives the forward where a checkpoint holds it or a
+    // block's masked scores need a gradient (masked_fill saves it); else it
+    // goes with the model's forward, once the final norm has run.
+    const bool maskKept = S.attention != "fused"
+        && (S.checkpointing || std::any_of(saved.begin(), saved.end(), [](const Saved& sv) { return sv.scores; }));
+    if (S.attention != "fused" && !maskKept) r.sub(Activations, d.mask);
     // Its statistics and the last block's output (pure: its fp32 copies, not the output).
     const std::int64_t finalSaved = !g ? 0 : pureLlama ? normSaved : (llama ? sq + d.m : 2 * d.m) + d.a;
     if (!g) untmp(d.a); // the last block's output
@@ -907,7 +914,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     }
     if (runningLive) untmp(d.a); // the running gradient
     if (checkpointStatesWait(S)) r.sub(Activations, A.layers * rng); // the blocks' saved generator states
-    if (S.attention != "fused") r.sub(Activations, d.mask);
+    if (maskKept) r.sub(Activations, d.mask);
 }
 
 } // namespace tb::memory_detail

@@ -577,13 +577,15 @@ inline void replayMathAttentionBackward(Replay& r, const MathAttention& m)
 
 // Buffers the built-in models register beside their parameters: the
 // sinusoidal position table, or RoPE's cos and sin tables (half the rotated
-// head dimensions wide), fp32 and sized to the longest sequence the model is
-// built for.
-inline std::int64_t positionTableBytes(const ArchitectureSpec& a)
+// head dimensions wide), sized to the longest sequence the model is built
+// for: fp32, or bf16 in pure bf16 (the trainer casts the whole module,
+// buffers too).
+inline std::int64_t positionTableBytes(const ArchitectureSpec& a, const TrainingSetup& s)
 {
+    const std::int64_t e = s.precision == "bf16-pure" ? 2 : 4;
     const bool rope = a.family == "llama" || a.positional == "rope";
-    if (rope) return 2 * a.maxPositions * (a.ropeDims() / 2) * 4;
-    if (a.family != "llama" && a.positional == "sinusoidal") return a.maxPositions * a.hidden * 4;
+    if (rope) return 2 * a.maxPositions * (a.ropeDims() / 2) * e;
+    if (a.family != "llama" && a.positional == "sinusoidal") return a.maxPositions * a.hidden * e;
     return 0;
 }
 // One step with LoRA (LoraReplay.cpp), in fp32, under autocast or in pure
