@@ -54,6 +54,7 @@ private Q_SLOTS:
     void mapRangeFollowsTheModelAndClicksSnap();
     void presetsSortedByFamilyAndSize();
     void torchScriptExperimentIsDerived();
+    void mistralPastItsWindowIsPlannedEager();
 
 private:
     MemoryPlannerPanel* planner() const { return m_window->plannerPanel(); }
@@ -506,4 +507,34 @@ void TestPlannerPanel::torchScriptExperimentIsDerived()
     planner()->setBatch(9);
     QVERIFY2(!planner()->estimate(), qPrintable(planner()->verdictText()));
     QCOMPARE(derive->text(), QString("&Derive plan from the model"));
+}
+
+// Mistral 7B's sliding window is 4096 positions: past it the trainer runs
+// eager attention, fused asked for or not, and the panel says so in its notes.
+void TestPlannerPanel::mistralPastItsWindowIsPlannedEager()
+{
+    QVERIFY(m_window->hardwarePanel()->selectTarget("a100-80gb")); // 8192 positions on the map
+    auto* p = planner();
+    QVERIFY(p->selectSource("mistral-7b"));
+    p->precisionBox()->setCurrentIndex(p->precisionBox()->findData("bf16"));
+    p->loraRankBox()->setValue(16);
+    p->checkpointingBox()->setChecked(true);
+    auto* attention = p->findChild<QComboBox*>("plannerAttention");
+    attention->setCurrentIndex(attention->findData("fused"));
+    p->setBatch(1);
+    auto* notes = p->findChild<QLabel*>("plannerNotes");
+    p->setSeqLen(4096);
+    QVERIFY(p->estimate().has_value());
+    const auto within = p->estimate()->peakBytes;
+    QVERIFY2(!notes->text().contains("sliding window"), qPrintable(notes->text()));
+    p->setSeqLen(8192);
+    QCOMPARE(p->seqLen(), 8192);
+    QVERIFY(p->estimate().has_value());
+    const auto past = p->estimate()->peakBytes;
+    QVERIFY2(notes->text().contains("sliding window (4096)"), qPrintable(notes->text()));
+    attention->setCurrentIndex(attention->findData("eager"));
+    QCOMPARE(p->estimate()->peakBytes, past);
+    attention->setCurrentIndex(attention->findData("fused"));
+    QVERIFY2(past > 2 * within, qPrintable(QString("%1 at 8192, %2 at 4096").arg(past).arg(within))); // maps at 8192; none at 4096
+    screenshot("planner-mistral-window.png");
 }
