@@ -399,17 +399,17 @@ void TestDerivedPlan::sdpaOnTorch2()
     compare("llama sdpa", c, plan);
 }
 
-// A Mistral folder whose sliding window (160) is longer than the sequences
-// first traced (SDPA's step takes a form of its own from sequence 32; its
-// checks reach 131): past the window the step masks it, and SDPA gives way
-// to eager attention (train/Layers.cpp tablesFor). That step is traced
-// apart; the plan used to extrapolate the step within the window, which
-// with SDPA keeps no attention map.
+// A Mistral folder whose sliding window (100) lies among the sequences a
+// step is traced at (SDPA's step takes a form of its own from sequence 32,
+// and its checks reach 131): past the window the step masks it, and SDPA
+// gives way to eager attention (train/Layers.cpp tablesFor). Each step is
+// traced apart, within the window with none taken; the plan used to
+// extrapolate the step within the window, which with SDPA keeps no map.
 void TestDerivedPlan::slidingWindowTracedOnBothSides()
 {
     QTemporaryDir dir;
     const std::string folder = dir.path().toStdString();
-    writeMistralFolder(folder, 160);
+    writeMistralFolder(folder, 100);
     auto c = base("hf", 4, 32);
     c.model.path = folder;
     c.data.source = "tokens";
@@ -420,16 +420,16 @@ void TestDerivedPlan::slidingWindowTracedOnBothSides()
         c.model.attention = attention;
         const auto plan = deriveStep(c);
         QVERIFY(plan.pastWindow.has_value());
-        QCOMPARE(plan.slidingWindow, std::int64_t{160});
-        const auto name = "mistral window 160 " + attention;
-        for (const auto& [batch, seq] : {std::pair{4, 100}, std::pair{2, 200}, std::pair{1, 161}}) {
+        QCOMPARE(plan.slidingWindow, std::int64_t{100});
+        const auto name = "mistral window 100 " + attention;
+        for (const auto& [batch, seq] : {std::pair{4, 64}, std::pair{2, 100}, std::pair{2, 200}, std::pair{1, 101}}) {
             c.train.batchSize = batch;
             c.data.seqLen = seq;
             compare(name.c_str(), c, plan);
         }
         // What estimate --derived --json writes keeps both steps.
         const auto back = derivedStepFromJson(derivedStepToJson(plan));
-        for (const std::int64_t t : {100, 160, 161, 200}) {
+        for (const std::int64_t t : {64, 100, 101, 200}) {
             QCOMPARE(back.peakBytes(3, t, TrainingSetup{}), plan.peakBytes(3, t, TrainingSetup{}));
         }
     }

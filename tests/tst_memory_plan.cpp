@@ -103,10 +103,14 @@ PlanRows planRows()
 }
 
 // Plans and measures every row, then fails naming those outside the bar
-// (within 2%, at most 0.5% under).
-void requireWithinBar(const PlanRows& rows)
+// (within 2%, at most 0.5% under): the step's peak, or with everyPhase the
+// peak of each phase (forward, backward, optimizer).
+void requireWithinBar(const PlanRows& rows, bool everyPhase = false)
 {
     QStringList outside;
+    const auto check = [&](const QString& what, double error) {
+        if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(what).arg(100 * error);
+    };
     for (const auto& [name, config] : rows) {
         const bool bf16 = config.train.precision == "bf16" || config.train.precision == "bf16-pure";
         if (bf16 && cpuBf16ProductsUseOneDnn() && !cpuGemmScratchKnown()) {
@@ -114,8 +118,25 @@ void requireWithinBar(const PlanRows& rows)
             std::printf("%-28s skipped: %s\n", name.c_str(), cpuGemmScratchUnknownReason().c_str());
             continue;
         }
-        const double error = plannedError(name, config);
-        if (error > 0.02 || error < -0.005) outside << QString("%1 (%2%)").arg(QString::fromStdString(name)).arg(100 * error);
+        if (!everyPhase) {
+            check(QString::fromStdString(name), plannedError(name, config));
+            continue;
+        }
+        TrainerOptions options;
+        options.recordPhaseMemory = true;
+        Trainer trainer(config, options);
+        const auto result = trainer.run({});
+        const auto est = estimateMemory(architectureFor(config), setupFor(config));
+        for (const auto& planned : est.phases) {
+            std::int64_t measured = 0;
+            for (const auto& p : result.phaseMemory) {
+                if (p.phase == planned.phase) measured = std::max(measured, p.peakBytes);
+            }
+            const double error = static_cast<double>(planned.bytes - measured) / static_cast<double>(measured);
+            std::printf("%-28s %-9s %12lld %12lld %+7.2f%%\n", name.c_str(), planned.phase.c_str(),
+                        static_cast<long long>(measured), static_cast<long long>(planned.bytes), 100 * error);
+            check(QString::fromStdString(name + " " + planned.phase), error);
+        }
     }
     QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
 }
@@ -156,6 +177,7 @@ private Q_SLOTS:
     void largestSequenceGrowsThePositionTable();
     void slidingWindowPlansTheMaskedEagerStep();
     void pureBf16BuffersLogitsAndUnsavedMasks();
+    void tiedHeadGradientUnderAutocast();
     void runsRecordTheirEstimate();
 };
 
@@ -428,8 +450,6 @@ void TestMemoryPlan::largestSequenceGrowsThePositionTable()
     QVERIFY(estimateMemory(architectureFor(c), setupFor(c)).peakBytes > budget);
 }
 
-// Every run is its own check: the estimate is stored at launch beside the
-// measured peak, and a peak more than 10% over it is reported with its phase.
 // Past a Mistral model's sliding window the trainer masks the band below it
 // (two more T x T temporaries while the mask is built) and runs eager
 // attention even where SDPA was asked for (train/Layers.cpp tablesFor). The
@@ -511,8 +531,8 @@ void TestMemoryPlan::slidingWindowPlansTheMaskedEagerStep()
 // the MLP) found 2.05% over: pure bf16 casts the whole module, so RoPE's
 // (and the sinusoidal) position tables are bf16, not fp32; and the causal
 // mask is saved only where a block's masked scores need a gradient or a
-// checkpoint holds it; else it goes when the model's forward returns, before
-// the head and the loss. Each row's every phase is held to the bar, which
+// checkpoint holds it; else it goes with the statement that runs the blocks
+// and the final norm, before the head and the loss. Each row's every phase is held to the bar, which
 // found a third: a pure bf16 GPT's loss reads an fp32 copy of its bf16
 // logits, as a Llama's does (its forward phase was 3.7% under).
 void TestMemoryPlan::pureBf16BuffersLogitsAndUnsavedMasks()
@@ -526,7 +546,7 @@ void TestMemoryPlan::pureBf16BuffersLogitsAndUnsavedMasks()
     c.lora.rank = 4;
     c.lora.targets = {"mlp"};
     rows.emplace_back("llama pure lora mlp (drawn)", c);
-    // (The sample text's held-out tenth is long enough for 512 positions.)
+    // (The bundled sample text's held-out tenth, 916 bytes, holds 512 positions; its twentieth does not.)
     c = small("llama", 1, 64, 1, 1, 512);
     c.train.precision = "bf16-pure";
     c.data.valFraction = 0.1;
@@ -542,7 +562,6 @@ void TestMemoryPlan::pureBf16BuffersLogitsAndUnsavedMasks()
     c.data.valFraction = 0.1;
     rows.emplace_back("llama lora mlp one layer", c);
     c.lora.targets = {"v_proj"}; // the probabilities are saved for v's gradient; the mask is not
-    c.data.valFraction = 0.1;
     rows.emplace_back("llama lora v one layer", c);
     c = small("gpt", 1, 64, 2, 1, 512);
     c.model.positionalEncoding = "rope";
@@ -551,30 +570,33 @@ void TestMemoryPlan::pureBf16BuffersLogitsAndUnsavedMasks()
     c.lora.targets = {"mlp"};
     c.data.valFraction = 0.1;
     rows.emplace_back("gpt rope bf16 lora mlp", c);
-    QStringList outside;
-    for (const auto& [name, config] : rows) {
-        if (config.train.precision != "fp32" && cpuBf16ProductsUseOneDnn() && !cpuGemmScratchKnown()) continue;
-        TrainerOptions options;
-        options.recordPhaseMemory = true;
-        Trainer trainer(config, options);
-        const auto result = trainer.run({});
-        const auto est = estimateMemory(architectureFor(config), setupFor(config));
-        for (const auto& planned : est.phases) {
-            std::int64_t measured = 0;
-            for (const auto& p : result.phaseMemory) {
-                if (p.phase == planned.phase) measured = std::max(measured, p.peakBytes);
-            }
-            const double error = static_cast<double>(planned.bytes - measured) / static_cast<double>(measured);
-            std::printf("%-28s %-9s %10lld %10lld %+7.2f%%\n", name.c_str(), planned.phase.c_str(),
-                        static_cast<long long>(measured), static_cast<long long>(planned.bytes), 100 * error);
-            if (error > 0.02 || error < -0.005) {
-                outside << QString("%1 %2 (%3%)").arg(QString::fromStdString(name), QString::fromStdString(planned.phase)).arg(100 * error);
-            }
-        }
-    }
-    QVERIFY2(outside.isEmpty(), qPrintable("outside the bar (within 2%, at most 0.5% under): " + outside.join(", ")));
+    requireWithinBar(rows, true);
 }
 
+// A tied head's two gradients meet in the weight's input buffer. Under
+// autocast on LibTorch 2.x the head's arrives as an fp32 cast of its own and
+// the embedding's is added into it in place; the plan summed them into a
+// third (a --families draw, GPT-NeoX at batch 1: +5.7%). In fp32 the head's
+// is a transposed product's, and 2.x still sums anew, as 1.13 always does.
+void TestMemoryPlan::tiedHeadGradientUnderAutocast()
+{
+    auto rows = planRows();
+    for (const char* precision : {"bf16", "fp32"}) {
+        auto c = small("gpt", 2, 64, 2, 1, 31);
+        c.model.positionalEncoding = "rope";
+        c.train.precision = precision;
+        c.optim.optimizer = "sgd";
+        c.optim.momentum = 0;
+        rows.emplace_back(std::string("gpt tied b1 ") + precision, c);
+        c.model.type = "llama";
+        c.model.tieEmbeddings = true;
+        rows.emplace_back(std::string("llama tied b1 ") + precision, c);
+    }
+    requireWithinBar(rows, true);
+}
+
+// Every run is its own check: the estimate is stored at launch beside the
+// measured peak, and a peak more than 10% over it is reported with its phase.
 void TestMemoryPlan::runsRecordTheirEstimate()
 {
     QTemporaryDir dir;

@@ -161,6 +161,13 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
     return a;
 }
 
+// Mistral's sliding_window: absent, transformers' default (4096); null, none.
+std::int64_t mistralWindow(const json& j, const Reader& r)
+{
+    const auto* w = r.find("sliding_window");
+    return !j.contains("sliding_window") ? defaultsFor("mistral").slidingWindow : w ? r.positive("sliding_window", 0) : 0;
+}
+
 std::string familyList()
 {
     std::string out;
@@ -174,6 +181,19 @@ const std::vector<std::string>& hfFamilies()
 {
     static const std::vector<std::string> families{"llama", "mistral", "qwen2", "gpt2", "gpt_neox"};
     return families;
+}
+
+std::int64_t hfSlidingWindow(const std::string& content, const std::string& source)
+{
+    json j;
+    try {
+        j = json::parse(content);
+    } catch (const json::exception& e) {
+        throw InputError(source + " is not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!j.is_object()) throw InputError(source + " must hold one JSON object, as a Hugging Face config.json does");
+    const Reader r(j, source);
+    return r.text("model_type") == "mistral" ? mistralWindow(j, r) : 0;
 }
 
 HfArchitecture hfArchitectureFromJson(const std::string& content, const std::string& source)
@@ -251,10 +271,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
         a.qkvBias = a.outputBias = bias;
         a.mlpBias = a.modelType == "llama" && r.flag("mlp_bias", false);
     }
-    if (a.modelType == "mistral") {
-        const auto* w = r.find("sliding_window");
-        a.slidingWindow = !j.contains("sliding_window") ? d.slidingWindow : w ? r.positive("sliding_window", 0) : 0;
-    }
+    if (a.modelType == "mistral") a.slidingWindow = mistralWindow(j, r);
     if (a.heads % a.kvHeads != 0) {
         throw InputError(source + ": num_key_value_heads " + std::to_string(a.kvHeads)
                          + " does not divide num_attention_heads " + std::to_string(a.heads));

@@ -56,6 +56,10 @@ const std::vector<std::string>& hfFamilies();
 // Parses a config.json's text. Throws InputError naming `source`, the field and
 // what is wrong, or the unsupported family or feature by name.
 HfArchitecture hfArchitectureFromJson(const std::string& text, const std::string& source);
+// The sliding window alone, read as hfArchitectureFromJson reads it (0: none;
+// other families have none), without its refusals: the memory planner plans
+// configs the trainer would refuse for reasons that do not change the memory.
+std::int64_t hfSlidingWindow(const std::string& text, const std::string& source);
 // Reads DIR/config.json. Throws InputError when the folder or file is missing.
 HfArchitecture readHfArchitecture(const std::string& folder);
 

@@ -117,7 +117,7 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
         a.qkvBias = type == "qwen2" || flag(j, "attention_bias", false, source);
         // Mistral's window, read as the trainer reads it (absent: transformers' 4096).
-        if (type == "mistral") a.slidingWindow = hfArchitectureFromJson(content, source).slidingWindow;
+        a.slidingWindow = hfSlidingWindow(content, source);
         if (a.family == "gpt" && a.kvHeads != a.heads) {
             throw InputError(source + ": grouped-query attention with a GELU MLP is not planned yet");
         }

@@ -102,11 +102,11 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
     if (pastWindow) {
         e.notes.push_back(seqLen > slidingWindow
             ? "the sequence is longer than the model's sliding window (" + std::to_string(slidingWindow)
-                  + "): the step masks the window (and SDPA gives way to eager attention), traced as such"
+                  + "): the step masks the window and runs eager attention (SDPA asked for or not), traced apart"
             : "within the model's sliding window (" + std::to_string(slidingWindow) + "); past it the step "
-                  "masks the window, traced apart");
+                  "masks the window and runs eager attention, traced apart");
     }
-        if (asked < seqLen && fixedSeqLen == 0) {
+    if (asked < seqLen && fixedSeqLen == 0) {
         e.notes.push_back("sequence " + std::to_string(asked) + " is shorter than the shortest traced ("
                           + std::to_string(seqLen) + "), where the polynomials start: planned as "
                           + std::to_string(seqLen) + " (the peak grows with the sequence, so this is on the safe side)");

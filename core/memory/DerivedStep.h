@@ -20,8 +20,7 @@ struct DerivedStep {
     // A model with a sliding window (Mistral) masks it once the sequence is
     // longer, and runs eager attention even where SDPA was asked for: past
     // slidingWindow the step is pastWindow's, traced with the window taken
-    // shorter than the traced sequences. (Without it: a window the traces
-    // already passed, or none.)
+    // as one position (and segment traced with none).
     std::int64_t slidingWindow = 0;
     std::optional<CompiledSegment> pastWindow;
     const CompiledSegment& segmentAt(std::int64_t seqLen) const
@@ -71,7 +70,7 @@ struct DerivedStep {
     // form; the peak grows with the sequence, so planning it longer is safe).
     std::int64_t plannedSeqLen(std::int64_t seqLen) const
     {
-        return fixedSeqLen > 0 ? fixedSeqLen : std::max(seqLen, segment.t0);
+        return fixedSeqLen > 0 ? fixedSeqLen : std::max(seqLen, segmentAt(seqLen).t0);
     }
 };
 

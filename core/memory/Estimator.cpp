@@ -141,7 +141,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         auto est = estimateImpl(arch, eager, recording);
         est.notes.push_back("the sequence (" + std::to_string(S.seqLen) + ") is longer than the model's sliding window ("
                             + std::to_string(arch.slidingWindow) + "): the trainer masks the window and runs eager "
-                            "attention, SDPA asked for or not, so every layer keeps its attention maps");
+                            "attention, SDPA asked for or not, with its attention maps");
         return est;
     }
     // The built-in model is built for the sequence length it trains on.
@@ -905,7 +905,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (!lora) untmp(idx);
     untmp(a); // running gradient
     if (!lora && tied) {
-        tmp(headW); // sum with the head's gradient
+        tmp(headW); // sum with the head's gradient (a transposed product's: not added in place)
         untmp(2 * headW);
         grads.done(headW);
     } else if (!lora) {

@@ -705,8 +705,17 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     untmp(d.idx);
     untmp(d.a); // running gradient
     if (tied) {
-        tmp(headW); // sum with the head's gradient
-        untmp(2 * headW);
+        // The head's gradient (its fp32 cast, held since the head's backward)
+        // and the dense one meet in the weight's input buffer: LibTorch 1.13
+        // sums them into a new tensor; 2.x adds the second into the first in
+        // place, the cast being a contiguous tensor of its own (fp32 and pure
+        // bf16, whose head gradient is a transposed product's, still sum anew).
+        if (S.torchMajor < 2) {
+            tmp(headW);
+            untmp(2 * headW);
+        } else {
+            untmp(headW); // the dense gradient, added in place
+        }
         grads.done(headW);
     } else {
         grads.done(headW);

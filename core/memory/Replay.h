@@ -341,7 +341,8 @@ inline std::int64_t rngStateFreedPerBlock(const TrainingSetup& s)
 
 // The trainer's causal mask for eager attention (train/Layers.cpp
 // tablesFor), T x T booleans of `bytes`, built once per forward pass and
-// kept for the step: ones, then their upper triangle. Past a sliding window
+// kept while masked_fill or a checkpoint saves it (the replays release it):
+// ones, then their upper triangle. Past a sliding window
 // (Mistral) the band below the window is or'd in, in one statement whose
 // temporaries live to its end: ones, their lower triangle and the or'd mask
 // while the first mask is still held, then the first mask goes. SDPA needs

@@ -279,15 +279,16 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
         }
         return std::move(*segment);
     };
+    // A sliding window (Mistral): past it the step masks the window and runs
+    // eager attention, SDPA asked for or not. Neither step depends on the
+    // window's length, so each is traced apart at the usual shapes: within
+    // the window with none taken, past it with a window of one position.
+    const auto window = config.model.type == "hf" && !fixed
+        ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
+    if (window > 0) windowTaken = 1 << 30;
     step.segment = compile();
     step.segment.traces = traced; // steps actually run (a fixed sequence reuses them)
-    // A sliding window (Mistral) longer than the traced sequences: past it
-    // the step masks the window and runs eager attention, SDPA asked for or
-    // not. That step is traced too, with the window taken as one position
-    // (every traced sequence is past it; its sizes do not depend on the
-    // window's length).
-    const auto window = config.model.type == "hf" ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
-    if (window > 0 && !fixed && window >= step.segment.t0) {
+    if (window > 0) {
         const int before = traced;
         windowTaken = 1;
         step.pastWindow = compile();
