@@ -34,10 +34,13 @@ double medianMs(int rounds, F&& f)
     return times[times.size() / 2];
 }
 
-void run(const char* label, const tb::ArchitectureSpec& arch, tb::TrainingSetup setup, std::int64_t budget)
+// longest: the map's longest sequence (0: the model's table, else 4096).
+void run(const char* label, const tb::ArchitectureSpec& arch, tb::TrainingSetup setup, std::int64_t budget,
+         std::int64_t longest = 0)
 {
     if (skipped(label)) return;
-    const std::int64_t maxSeq = arch.positional == "learned" && !setup.positionsFollowSeq ? arch.maxPositions : 4096;
+    const std::int64_t maxSeq = longest > 0 ? longest
+                              : arch.positional == "learned" && !setup.positionsFollowSeq ? arch.maxPositions : 4096;
     const auto batches = tb::fitMapAxis(1, 256, 128);
     const auto seqs = tb::fitMapAxis(1, maxSeq, 128);
     tb::FitMap map;
@@ -124,6 +127,12 @@ int main(int argc, char** argv)
     flash.attention = "fused";
     flash.computeCapability = 80;
     run("the same, bf16, SDPA, on an A100", tb::findArchitecture("llama-2-7b").arch, flash, 85198045184); // 79.35 GiB
+    auto eager = flash;
+    eager.attention = "eager";
+    run("the same, bf16, eager, on an A100", tb::findArchitecture("llama-2-7b").arch, eager, 85198045184);
+    // Past its 4096-position window Mistral runs eager attention: the map
+    // compiles each side of the window apart.
+    run("Mistral 7B, as above, SDPA, to 8192", tb::findArchitecture("mistral-7b").arch, flash, 85198045184, 8192);
     auto heavy = tb::findArchitecture("pythia-2.8b").arch;
     run("Pythia 2.8B full fp16 on a T4", heavy, [&] { auto s = gpu; s.precision = "fp16"; return s; }(), t4);
     return 0;

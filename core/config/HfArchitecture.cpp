@@ -161,6 +161,19 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
     return a;
 }
 
+// A config.json's text as its one JSON object.
+json configObject(const std::string& content, const std::string& source)
+{
+    json j;
+    try {
+        j = json::parse(content);
+    } catch (const json::exception& e) {
+        throw InputError(source + " is not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!j.is_object()) throw InputError(source + " must hold one JSON object, as a Hugging Face config.json does");
+    return j;
+}
+
 // Mistral's sliding_window: absent, transformers' default (4096); null, none.
 std::int64_t mistralWindow(const json& j, const Reader& r)
 {
@@ -185,26 +198,14 @@ const std::vector<std::string>& hfFamilies()
 
 std::int64_t hfSlidingWindow(const std::string& content, const std::string& source)
 {
-    json j;
-    try {
-        j = json::parse(content);
-    } catch (const json::exception& e) {
-        throw InputError(source + " is not valid JSON (" + std::string(e.what()) + ")");
-    }
-    if (!j.is_object()) throw InputError(source + " must hold one JSON object, as a Hugging Face config.json does");
+    const json j = configObject(content, source);
     const Reader r(j, source);
     return r.text("model_type") == "mistral" ? mistralWindow(j, r) : 0;
 }
 
 HfArchitecture hfArchitectureFromJson(const std::string& content, const std::string& source)
 {
-    json j;
-    try {
-        j = json::parse(content);
-    } catch (const json::exception& e) {
-        throw InputError(source + " is not valid JSON (" + std::string(e.what()) + ")");
-    }
-    if (!j.is_object()) throw InputError(source + " must hold one JSON object, as a Hugging Face config.json does");
+    const json j = configObject(content, source);
     const Reader r(j, source);
     HfArchitecture a;
     a.source = source;
