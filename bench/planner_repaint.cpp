@@ -53,7 +53,7 @@ int main(int argc, char** argv)
     panel.show();
     QApplication::processEvents();
     std::printf("%-22s %22s %22s %26s\n", "model", "batch slider (ms)", "sequence slider (ms)", "precision + map (ms)");
-    for (const char* source : {"experiment", "gpt2", "pythia-2.8b", "llama-2-7b"}) {
+    for (const char* source : {"experiment", "gpt2", "pythia-2.8b", "llama-2-7b", "mistral-7b"}) {
         panel.selectSource(source);
         QApplication::processEvents();
         std::vector<double> batch, seq, inputs;

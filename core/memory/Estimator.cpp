@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <filesystem>
 #include <optional>
 #include <string_view>
@@ -1257,6 +1258,9 @@ void forEachConcurrently(std::size_t n, F&& f)
 // The hand replay's allocation traces at (B, T), recorded once each: the
 // compiler's samples and checks are known before it runs, so they are
 // recorded side by side first (a Llama 2 7B step has about 4,000 allocations).
+// The segments on either side of a sliding window compile side by side from
+// one cache: a trace, once in, stays where it is (std::map) and is read in
+// place; finding and adding are locked.
 class TraceCache {
 public:
     TraceCache(const ArchitectureSpec& arch, const TrainingSetup& setup) : m_arch(arch), m_setup(setup) {}
@@ -1264,9 +1268,13 @@ public:
     {
         std::sort(points.begin(), points.end());
         points.erase(std::unique(points.begin(), points.end()), points.end());
-        std::erase_if(points, [&](const auto& p) { return m_traces.count(p) > 0; });
+        {
+            const std::lock_guard lock(m_mutex);
+            std::erase_if(points, [&](const auto& p) { return m_traces.count(p) > 0; });
+        }
         std::vector<Entry> made(points.size());
         forEachConcurrently(points.size(), [&](std::size_t i) { made[i] = record(points[i].first, points[i].second); });
+        const std::lock_guard lock(m_mutex);
         for (std::size_t i = 0; i < points.size(); ++i) m_traces.emplace(points[i], std::move(made[i]));
     }
     const StepTrace& trace(std::int64_t B, std::int64_t T) { return entry(B, T).trace; }
@@ -1291,12 +1299,18 @@ private:
     }
     const Entry& entry(std::int64_t B, std::int64_t T)
     {
-        const auto it = m_traces.find({B, T});
-        if (it != m_traces.end()) return it->second;
-        return m_traces.emplace(std::pair{B, T}, record(B, T)).first->second;
+        {
+            const std::lock_guard lock(m_mutex);
+            const auto it = m_traces.find({B, T});
+            if (it != m_traces.end()) return it->second;
+        }
+        auto made = record(B, T);
+        const std::lock_guard lock(m_mutex);
+        return m_traces.emplace(std::pair{B, T}, std::move(made)).first->second; // (kept if another thread was first)
     }
     const ArchitectureSpec& m_arch;
     TrainingSetup m_setup;
+    std::mutex m_mutex;
     std::map<std::pair<std::int64_t, std::int64_t>, Entry> m_traces;
 };
 
@@ -1318,8 +1332,8 @@ void compileRange(TraceCache& cache, std::int64_t t0, std::int64_t tLast, std::i
                   std::vector<CompiledSegment>& out)
 {
     cache.prefetch(compilerPoints(t0, tLast, bMax));
-    const auto tracer = [&](std::int64_t B, std::int64_t T) { return cache.trace(B, T); };
-    if (auto segment = compileSegment(tracer, t0, tLast, bMax, segmentChecks(t0, tLast, bMax))) {
+    const auto tracer = [&](std::int64_t B, std::int64_t T) -> const StepTrace& { return cache.trace(B, T); };
+    if (auto segment = compileSegmentInPlace(tracer, t0, tLast, bMax, segmentChecks(t0, tLast, bMax))) {
         out.push_back(std::move(*segment));
         return;
     }
@@ -1341,19 +1355,28 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
 {
     CompiledStep out;
     TraceCache cache(arch, setup);
-    auto points = compilerPoints(tFirst, tLast, bMax);
-    points.emplace_back(2, tFirst + 1);
+    // Past a sliding window the step masks it (and SDPA gives way to eager
+    // attention): a step of other allocations, compiled on its own, side by
+    // side with the one within the window.
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges{{tFirst, tLast}};
+    if (arch.windowedAt(tLast) && !arch.windowedAt(tFirst)) {
+        ranges = {{tFirst, arch.slidingWindow}, {arch.slidingWindow + 1, tLast}};
+    }
+    std::vector<std::pair<std::int64_t, std::int64_t>> points{{2, tFirst + 1}};
+    for (const auto& [t0, t1] : ranges) {
+        const auto more = compilerPoints(t0, t1, bMax);
+        points.insert(points.end(), more.begin(), more.end());
+    }
     cache.prefetch(points);
     out.trainableBytes = cache.trainableBytes(2, tFirst);
     out.tFirst = tFirst;
     if (tLast > tFirst) out.trainableBytesPerToken = cache.trainableBytes(2, tFirst + 1) - out.trainableBytes;
-    // Past a sliding window the step masks it (and SDPA gives way to eager
-    // attention): a step of other allocations, compiled on its own.
-    if (arch.windowedAt(tLast) && !arch.windowedAt(tFirst)) {
-        compileRange(cache, tFirst, arch.slidingWindow, bMax, out.segments);
-        compileRange(cache, arch.slidingWindow + 1, tLast, bMax, out.segments);
-    } else {
-        compileRange(cache, tFirst, tLast, bMax, out.segments);
+    std::vector<std::vector<CompiledSegment>> parts(ranges.size());
+    forEachConcurrently(ranges.size(), [&](std::size_t i) {
+        compileRange(cache, ranges[i].first, ranges[i].second, bMax, parts[i]);
+    });
+    for (auto& part : parts) {
+        for (auto& segment : part) out.segments.push_back(std::move(segment));
     }
     // A step whose allocations do not follow polynomials anywhere is not compiled.
     if (std::none_of(out.segments.begin(), out.segments.end(), [](const auto& s) { return s.compiled; })) {

@@ -89,11 +89,9 @@ public:
         m_total += bytes;
         ++m_calls;
         if (m_allocator) m_blocks[c].push_back({bytes, m_allocator->allocate(bytes)});
-        if (m_trace) {
-            m_trace->live.push_back(m_total);
-            m_trace->transient.push_back(m_total);
-            m_trace->gemm.emplace_back();
-        }
+        // A recorded trace has no scratch (product and scratch leave it
+        // out), so its transients and products stay empty (StepTrace).
+        if (m_trace) m_trace->live.push_back(m_total);
         m_phasePeak[m_phase] = std::max(m_phasePeak[m_phase], m_total);
         if (m_total > m_peak) {
             m_peak = m_total;

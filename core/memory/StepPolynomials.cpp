@@ -1,6 +1,7 @@
 #include "memory/StepPolynomials.h"
 
 #include <algorithm>
+#include <map>
 
 namespace tb {
 namespace {
@@ -15,15 +16,18 @@ const std::vector<std::int64_t>& values(const StepTrace& t, bool transient)
 // Per entry, the quadratic in u through the traces at u = 1, 2, 3 (nullopt
 // where the values are not on one with integer coefficients). The traces
 // must agree in length and phases.
-std::optional<std::vector<std::optional<Quadratic>>> quadratics(const std::array<StepTrace, 3>& row, bool transient)
+using TraceRow = std::array<const StepTrace*, 3>;
+
+std::optional<std::vector<std::optional<Quadratic>>> quadratics(const TraceRow& row, bool transient)
 {
-    const auto n = row[0].live.size();
-    for (const auto& t : row) {
-        if (t.live.size() != n || t.phase != row[0].phase || values(t, transient).size() != n) return std::nullopt;
+    const auto n = row[0]->live.size();
+    for (const auto* t : row) {
+        if (t->live.size() != n || t->phase != row[0]->phase || values(*t, transient).size() != n) return std::nullopt;
     }
+    const auto &x1 = values(*row[0], transient), &x2 = values(*row[1], transient), &x3 = values(*row[2], transient);
     std::vector<std::optional<Quadratic>> out(n);
     for (std::size_t k = 0; k < n; ++k) {
-        const auto v1 = values(row[0], transient)[k], v2 = values(row[1], transient)[k], v3 = values(row[2], transient)[k];
+        const auto v1 = x1[k], v2 = x2[k], v3 = x3[k];
         const auto d2 = v3 - 2 * v2 + v1;
         if (d2 % 2 != 0) continue;
         const auto c2 = d2 / 2, c1 = v2 - v1 - 3 * c2;
@@ -129,8 +133,11 @@ namespace {
 struct Regime {
     std::vector<StepPoly> live, transient;
     std::vector<char> regular; // per entry: the transient is on its polynomial
-    std::vector<std::optional<GemmSite>> gemm; // per entry: a bf16 product's scratch, known at any shape
+    // Per entry: a bf16 product's scratch, known at any shape (empty where
+    // no trace recorded a product).
+    std::vector<std::optional<GemmSite>> gemm;
     const StepTrace* tags = nullptr;
+    bool site(std::size_t k) const { return k < gemm.size() && gemm[k]; }
 };
 
 const GemmCall* gemmOf(const StepTrace& t, std::size_t k)
@@ -142,16 +149,16 @@ const GemmCall* gemmOf(const StepTrace& t, std::size_t k)
 // the live bytes (quadratic in u per batch, linear in B from g on), and
 // oneDNN's scratch for it must be what the trace saw. rows: the traces at
 // u = 1, 2, 3 for one batch (a small B), or for B = g and g + 1.
-std::optional<GemmSite> fitGemmSite(const std::vector<const std::array<StepTrace, 3>*>& rows, std::size_t k, std::int64_t g)
+std::optional<GemmSite> fitGemmSite(const std::vector<const TraceRow*>& rows, std::size_t k, std::int64_t g)
 {
-    const GemmCall* first = gemmOf((*rows[0])[0], k);
+    const GemmCall* first = gemmOf(*(*rows[0])[0], k);
     if (!first) return std::nullopt;
     std::array<std::array<Quadratic, 4>, 2> q{};
     std::int64_t traced = 0;
     for (std::size_t r = 0; r < rows.size(); ++r) {
         std::array<std::array<std::int64_t, 3>, 4> v{};
         for (std::size_t u = 0; u < 3; ++u) {
-            const auto& t = (*rows[r])[u];
+            const auto& t = *(*rows[r])[u];
             const GemmCall* c = gemmOf(t, k);
             if (!c || c->srcTransposed != first->srcTransposed || c->weightsTransposed != first->weightsTransposed
                 || c->accumulate != first->accumulate || (c->batch > 0) != (first->batch > 0)) {
@@ -221,6 +228,20 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
                                               const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
                                               std::int64_t generalFrom)
 {
+    std::map<std::pair<std::int64_t, std::int64_t>, StepTrace> kept;
+    const auto source = [&](std::int64_t B, std::int64_t T) -> const StepTrace& {
+        const auto it = kept.find({B, T});
+        if (it != kept.end()) return it->second;
+        return kept.emplace(std::pair{B, T}, trace(B, T)).first->second;
+    };
+    return compileSegmentInPlace(source, t0, tLast, bMax, checks, generalFrom);
+}
+
+std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trace, std::int64_t t0, std::int64_t tLast,
+                                                     std::int64_t bMax,
+                                                     const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
+                                                     std::int64_t generalFrom)
+{
     const auto g = std::max<std::int64_t>(generalFrom, 2);
     bMax = std::max<std::int64_t>(bMax, g + 1);
     CompiledSegment out;
@@ -228,11 +249,11 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
     out.tLast = tLast;
     out.generalFrom = g;
     // traces[B - 1][u - 1] for B from 1 to g + 1.
-    std::vector<std::array<StepTrace, 3>> traces(static_cast<std::size_t>(g + 1));
+    std::vector<TraceRow> traces(static_cast<std::size_t>(g + 1));
     std::vector<std::vector<std::optional<Quadratic>>> live, transient;
     for (std::int64_t b = 1; b <= g + 1; ++b) {
         auto& row = traces[static_cast<std::size_t>(b - 1)];
-        for (int u = 0; u < 3; ++u) row[static_cast<std::size_t>(u)] = trace(b, t0 + u);
+        for (int u = 0; u < 3; ++u) row[static_cast<std::size_t>(u)] = &trace(b, t0 + u);
         out.traces += 3;
         auto l = quadratics(row, false);
         auto t = quadratics(row, true);
@@ -243,13 +264,13 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
         transient.push_back(std::move(*t));
     }
     const auto G = static_cast<std::size_t>(g - 1);
-    if (live[G].size() != live[G + 1].size() || traces[G][0].phase != traces[G + 1][0].phase) return std::nullopt;
+    if (live[G].size() != live[G + 1].size() || traces[G][0]->phase != traces[G + 1][0]->phase) return std::nullopt;
     // Regimes: B < g each on its own (index B - 1), then B >= g (index g - 1):
     // linear in B through B = g and g + 1.
     std::vector<Regime> regimes(static_cast<std::size_t>(g));
     for (std::size_t r = 0; r < regimes.size(); ++r) {
         auto& R = regimes[r];
-        R.tags = &traces[r][0];
+        R.tags = traces[r][0];
         const auto n = live[r].size();
         R.live.resize(n);
         R.transient.resize(n);
@@ -280,10 +301,10 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
     // Checked where no sample was taken: a live total off its polynomial
     // fails the segment; a transient off its one is irregular scratch.
     const auto regimeOf = [&](std::int64_t B) -> Regime& { return regimes[static_cast<std::size_t>(std::min(B, g) - 1)]; };
-    std::vector<std::pair<std::int64_t, StepTrace>> checked;
+    std::vector<std::pair<std::int64_t, const StepTrace*>> checked;
     for (const auto& [B, T] : checks) {
-        checked.emplace_back(B, trace(B, T));
-        const auto& t = checked.back().second;
+        checked.emplace_back(B, &trace(B, T));
+        const auto& t = *checked.back().second;
         ++out.traces;
         auto& R = regimeOf(B);
         if (t.live.size() != R.live.size() || t.phase != R.tags->phase) return std::nullopt;
@@ -298,17 +319,22 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
     // checks: known at any shape. Also where the scratch looked regular: at
     // the shapes traced it may follow a polynomial by chance (the same
     // blocking at a few batches) and leave it further out.
-    for (std::size_t r = 0; r < regimes.size(); ++r) {
+    const auto recordsProducts = [](const StepTrace* t) { return !t->gemm.empty(); };
+    const bool products = std::any_of(traces.begin(), traces.end(), [&](const TraceRow& row) {
+        return std::any_of(row.begin(), row.end(), recordsProducts);
+    });
+    for (std::size_t r = 0; r < regimes.size() && products; ++r) {
         auto& R = regimes[r];
         R.gemm.assign(R.regular.size(), std::nullopt);
-        std::vector<const std::array<StepTrace, 3>*> rows{&traces[r]};
+        std::vector<const TraceRow*> rows{&traces[r]};
         if (r == G) rows.push_back(&traces[G + 1]);
         for (std::size_t k = 0; k < R.regular.size(); ++k) {
             if (R.regular[k] && R.transient[k] == R.live[k]) continue; // no scratch after this entry
             auto site = fitGemmSite(rows, k, g);
             if (!site) continue;
             for (std::size_t i = 0; i < checked.size() && site; ++i) {
-                const auto& [B, t] = checked[i];
+                const auto& B = checked[i].first;
+                const auto& t = *checked[i].second;
                 if (&regimeOf(B) != &R) continue;
                 const GemmCall* c = gemmOf(t, k);
                 if (!c || !(*c == site->at(B, checks[i].second - t0 + 1))
@@ -326,17 +352,17 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
     // which entries are irregular) and in the samples.
     for (const auto& [B, t] : checked) {
         const auto& R = regimeOf(B);
-        const auto& tv = values(t, true);
+        const auto& tv = values(*t, true);
         for (std::size_t k = 0; k < R.regular.size(); ++k) {
-            if (!R.regular[k] && !R.gemm[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
+            if (!R.regular[k] && !R.site(k)) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t->live[k]);
         }
     }
     for (std::size_t r = 0; r < traces.size(); ++r) {
         const auto& R = regimes[std::min(r, G)];
-        for (const auto& t : traces[r]) {
-            const auto& tv = values(t, true);
+        for (const auto* t : traces[r]) {
+            const auto& tv = values(*t, true);
             for (std::size_t k = 0; k < R.regular.size() && k < tv.size(); ++k) {
-                if (!R.regular[k] && !R.gemm[k]) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t.live[k]);
+                if (!R.regular[k] && !R.site(k)) out.irregularScratch = std::max(out.irregularScratch, tv[k] - t->live[k]);
             }
         }
     }
@@ -347,7 +373,7 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
         StepTrace tags = *R.tags, baseTags;
         std::vector<StepPoly> irregular;
         for (std::size_t k = 0; k < R.live.size(); ++k) {
-            if (R.gemm[k]) {
+            if (R.site(k)) {
                 sites.push_back(*R.gemm[k]);
                 sites.back().base = R.live[k];
             } else if (R.regular[k]) {

@@ -42,6 +42,8 @@ struct StepTrace {
     std::vector<GemmCall> gemm;
 };
 using StepTracer = std::function<StepTrace(std::int64_t batch, std::int64_t seqLen)>;
+// A tracer whose traces outlive the compile (a cache's), read in place.
+using StepTraceSource = std::function<const StepTrace&(std::int64_t batch, std::int64_t seqLen)>;
 
 constexpr int kStepMonomials = 6;
 using StepPoly = std::array<std::int64_t, kStepMonomials>;
@@ -109,10 +111,16 @@ std::vector<std::pair<std::int64_t, std::int64_t>> segmentChecks(std::int64_t t0
 // Compiles the step over [t0, tLast] from traces at T in {t0, t0 + 1,
 // t0 + 2} and B from 1 to generalFrom + 1; nullopt where a check's trace
 // differs from the polynomials in length or in any value. bMax bounds B (for
-// ordering only).
+// ordering only). Each (B, T) is traced once.
 std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int64_t t0, std::int64_t tLast,
                                               std::int64_t bMax,
                                               const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
                                               std::int64_t generalFrom = 2);
+// The same, reading the traces where they are kept (no copies: a 7B step's
+// trace has thousands of entries).
+std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trace, std::int64_t t0, std::int64_t tLast,
+                                                     std::int64_t bMax,
+                                                     const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
+                                                     std::int64_t generalFrom = 2);
 
 } // namespace tb
