@@ -1,4 +1,5 @@
 #include "config/HfArchitecture.h"
+#include "config/HfConfigObject.h"
 
 #include <filesystem>
 #include <fstream>
@@ -161,18 +162,6 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
     return a;
 }
 
-// A config.json's text as its one JSON object.
-json configObject(const std::string& content, const std::string& source)
-{
-    json j;
-    try {
-        j = json::parse(content);
-    } catch (const json::exception& e) {
-        throw InputError(source + " is not valid JSON (" + std::string(e.what()) + ")");
-    }
-    if (!j.is_object()) throw InputError(source + " must hold one JSON object, as a Hugging Face config.json does");
-    return j;
-}
 
 // Mistral's sliding_window: absent, transformers' default (4096); null, none.
 std::int64_t mistralWindow(const json& j, const Reader& r)
@@ -190,6 +179,18 @@ std::string familyList()
 
 } // namespace
 
+json hfConfigObject(const std::string& content, const std::string& source)
+{
+    json j;
+    try {
+        j = json::parse(content);
+    } catch (const json::exception& e) {
+        throw InputError(source + " is not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!j.is_object()) throw InputError(source + " must hold one JSON object, as a Hugging Face config.json does");
+    return j;
+}
+
 const std::vector<std::string>& hfFamilies()
 {
     static const std::vector<std::string> families{"llama", "mistral", "qwen2", "gpt2", "gpt_neox"};
@@ -198,14 +199,14 @@ const std::vector<std::string>& hfFamilies()
 
 std::int64_t hfSlidingWindow(const std::string& content, const std::string& source)
 {
-    const json j = configObject(content, source);
+    const json j = hfConfigObject(content, source);
     const Reader r(j, source);
     return r.text("model_type") == "mistral" ? mistralWindow(j, r) : 0;
 }
 
 HfArchitecture hfArchitectureFromJson(const std::string& content, const std::string& source)
 {
-    const json j = configObject(content, source);
+    const json j = hfConfigObject(content, source);
     const Reader r(j, source);
     HfArchitecture a;
     a.source = source;

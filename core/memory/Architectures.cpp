@@ -9,6 +9,7 @@
 
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
+#include "config/HfConfigObject.h"
 
 namespace tb {
 
@@ -56,13 +57,7 @@ std::string text(const json& j, const char* key)
 
 ArchitectureSpec architectureFromHfConfig(const std::string& content, const std::string& source)
 {
-    json j;
-    try {
-        j = json::parse(content);
-    } catch (const json::parse_error& e) {
-        throw InputError(source + ": not valid JSON (" + std::string(e.what()) + ")");
-    }
-    if (!j.is_object()) throw InputError(source + ": a config.json holds one JSON object");
+    const json j = hfConfigObject(content, source);
 
     ArchitectureSpec a;
     const auto type = text(j, "model_type");

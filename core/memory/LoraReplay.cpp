@@ -641,9 +641,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // The causal mask outlives the forward where a checkpoint holds it or a
     // block's masked scores need a gradient (masked_fill saves it); else it
     // goes with the model's forward, once the final norm has run.
-    const bool maskKept = S.attention != "fused"
+    const bool eagerMask = S.attention != "fused"; // (fused attention takes none)
+    const bool maskKept = eagerMask
         && (S.checkpointing || std::any_of(saved.begin(), saved.end(), [](const Saved& sv) { return sv.scores; }));
-    if (S.attention != "fused" && !maskKept) r.sub(Activations, d.mask);
+    if (eagerMask && !maskKept) r.sub(Activations, d.mask);
     // Its statistics and the last block's output (pure: its fp32 copies, not the output).
     const std::int64_t finalSaved = !g ? 0 : pureLlama ? normSaved : (llama ? sq + d.m : 2 * d.m) + d.a;
     if (!g) untmp(d.a); // the last block's output
