@@ -105,6 +105,11 @@ def named_cases(tmp):
                                                   "--sequential-residual"]),
         ("neox tied, rotary 0.5", ["--family", "gpt_neox", "--tied", "--rotary-pct", "0.5", "--heads", "2",
                                    "--hidden", "32"]),
+        # Heads 6 wide: half of them is 3 dimensions, which RoPE cannot rotate,
+        # so the generator writes rotary_pct 1.0 (it once took the width of a
+        # head it drew, not of the hidden size given, and wrote 0.5).
+        ("neox 6-wide heads, rotary 0.5 asked", ["--family", "gpt_neox", "--rotary-pct", "0.5", "--heads", "8",
+                                                 "--hidden", "48"]),
     ]
     for i, (name, options) in enumerate(cases):
         yield name, os.path.join(tmp, "case%d" % i), options + ["--seed", str(100 + i)]

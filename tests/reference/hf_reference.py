@@ -158,6 +158,7 @@ def generate_gpt(args, rng):
     heads = args.heads or rng.choice([2, 4])
     head_dim = rng.choice([8, 12, 16])
     hidden = args.hidden or heads * head_dim
+    head_dim = hidden // heads  # (a hidden size given sets it: the rotary fraction below is of this one)
     vocab = args.vocab or rng.randint(40, 300)
     layers = args.layers or rng.randint(1, 3)
     inner = args.intermediate or rng.choice([40, 64, 96])
