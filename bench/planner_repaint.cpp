@@ -54,7 +54,10 @@ int main(int argc, char** argv)
     QApplication::processEvents();
     std::printf("%-22s %22s %22s %26s\n", "model", "batch slider (ms)", "sequence slider (ms)", "precision + map (ms)");
     for (const char* source : {"experiment", "gpt2", "pythia-2.8b", "llama-2-7b", "mistral-7b"}) {
-        panel.selectSource(source);
+        if (!panel.selectSource(source)) {
+            std::printf("%-22s not offered by the panel\n", source);
+            continue;
+        }
         QApplication::processEvents();
         std::vector<double> batch, seq, inputs;
         for (int i = 0; i < 60; ++i) {

@@ -162,7 +162,6 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
     return a;
 }
 
-
 // Mistral's sliding_window: absent, transformers' default (4096); null, none.
 std::int64_t mistralWindow(const json& j, const Reader& r)
 {

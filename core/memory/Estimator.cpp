@@ -1332,7 +1332,7 @@ void compileRange(TraceCache& cache, std::int64_t t0, std::int64_t tLast, std::i
                   std::vector<CompiledSegment>& out)
 {
     cache.prefetch(compilerPoints(t0, tLast, bMax));
-    const auto tracer = [&](std::int64_t B, std::int64_t T) -> const StepTrace& { return cache.trace(B, T); };
+    const auto tracer = [&](std::int64_t B, std::int64_t T) { return &cache.trace(B, T); };
     if (auto segment = compileSegmentInPlace(tracer, t0, tLast, bMax, segmentChecks(t0, tLast, bMax))) {
         out.push_back(std::move(*segment));
         return;

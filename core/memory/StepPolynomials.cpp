@@ -229,10 +229,10 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
                                               std::int64_t generalFrom)
 {
     std::map<std::pair<std::int64_t, std::int64_t>, StepTrace> kept;
-    const auto source = [&](std::int64_t B, std::int64_t T) -> const StepTrace& {
+    const auto source = [&](std::int64_t B, std::int64_t T) -> const StepTrace* {
         const auto it = kept.find({B, T});
-        if (it != kept.end()) return it->second;
-        return kept.emplace(std::pair{B, T}, trace(B, T)).first->second;
+        if (it != kept.end()) return &it->second;
+        return &kept.emplace(std::pair{B, T}, trace(B, T)).first->second;
     };
     return compileSegmentInPlace(source, t0, tLast, bMax, checks, generalFrom);
 }
@@ -253,7 +253,7 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
     std::vector<std::vector<std::optional<Quadratic>>> live, transient;
     for (std::int64_t b = 1; b <= g + 1; ++b) {
         auto& row = traces[static_cast<std::size_t>(b - 1)];
-        for (int u = 0; u < 3; ++u) row[static_cast<std::size_t>(u)] = &trace(b, t0 + u);
+        for (int u = 0; u < 3; ++u) row[static_cast<std::size_t>(u)] = trace(b, t0 + u);
         out.traces += 3;
         auto l = quadratics(row, false);
         auto t = quadratics(row, true);
@@ -303,7 +303,7 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
     const auto regimeOf = [&](std::int64_t B) -> Regime& { return regimes[static_cast<std::size_t>(std::min(B, g) - 1)]; };
     std::vector<std::pair<std::int64_t, const StepTrace*>> checked;
     for (const auto& [B, T] : checks) {
-        checked.emplace_back(B, &trace(B, T));
+        checked.emplace_back(B, trace(B, T));
         const auto& t = *checked.back().second;
         ++out.traces;
         auto& R = regimeOf(B);
@@ -370,7 +370,8 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
     const auto compiled = [&](const Regime& R, std::array<std::vector<StepPoly>, kStepPhases>& peaks,
                               std::array<std::vector<StepPoly>, kStepPhases>& bases, std::vector<GemmSite>& sites) {
         std::vector<StepPoly> candidates = R.live;
-        StepTrace tags = *R.tags, baseTags;
+        StepTrace tags, baseTags; // (their phases only)
+        tags.phase = R.tags->phase;
         std::vector<StepPoly> irregular;
         for (std::size_t k = 0; k < R.live.size(); ++k) {
             if (R.site(k)) {

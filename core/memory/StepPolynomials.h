@@ -42,8 +42,11 @@ struct StepTrace {
     std::vector<GemmCall> gemm;
 };
 using StepTracer = std::function<StepTrace(std::int64_t batch, std::int64_t seqLen)>;
-// A tracer whose traces outlive the compile (a cache's), read in place.
-using StepTraceSource = std::function<const StepTrace&(std::int64_t batch, std::int64_t seqLen)>;
+// A tracer whose traces outlive the compile, read in place: the pointer
+// must stay valid across later calls (a std::map's node, not a vector's
+// element). (A pointer, not a reference: a lambda returning a trace by
+// value would convert to a reference-returning std::function and dangle.)
+using StepTraceSource = std::function<const StepTrace*(std::int64_t batch, std::int64_t seqLen)>;
 
 constexpr int kStepMonomials = 6;
 using StepPoly = std::array<std::int64_t, kStepMonomials>;
@@ -90,7 +93,7 @@ struct CompiledSegment {
     std::vector<GemmSite> gemmSites;
     std::vector<std::vector<GemmSite>> gemmSitesSmall;
     bool compiled = true;             // false: not polynomial here (its rows are replayed)
-    int traces = 0;                   // steps traced to compile and check it
+    int traces = 0;                   // samples and checks it was compiled from (one trace may serve twice)
 
     // withScratch false: without the CPU's kernel scratch (a GPU has none of
     // it). threads: the CPU's intra-op threads (oneDNN's buffers are per thread).
@@ -111,7 +114,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> segmentChecks(std::int64_t t0
 // Compiles the step over [t0, tLast] from traces at T in {t0, t0 + 1,
 // t0 + 2} and B from 1 to generalFrom + 1; nullopt where a check's trace
 // differs from the polynomials in length or in any value. bMax bounds B (for
-// ordering only). Each (B, T) is traced once.
+// ordering only). Each (B, T) is traced once: a check at a sample's shape
+// reads the sample's trace.
 std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int64_t t0, std::int64_t tLast,
                                               std::int64_t bMax,
                                               const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
