@@ -326,15 +326,35 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         // ln2, of h (GPT-NeoX's parallel layer: of the layer's input)
         tmp(d.a);
         act(2 * d.m);
+        // Without grad (a checkpointed block's first pass) nothing keeps the
+        // norm's statistics, nor fc's input cast once its product has run.
+        const std::int64_t unkeptStats = noGrad ? 2 * d.m : 0;
+        r.sub(Activations, unkeptStats);
+        held -= unkeptStats;
         copyBias(F);
         copy(C * F);
-        act(d.ah + d.fh); // input cast, fc output
+        if (noGrad) {
+            act(d.ah); // input cast
+            act(d.fh); // fc output
+        } else {
+            act(d.ah + d.fh); // input cast, fc output
+        }
         forwardProduct(C, F, true);
+        if (noGrad) {
+            unact(d.ah);
+            held -= d.ah;
+        }
         act(d.fh);        // gelu
         copyBias(C);
         copy(F * C);
         tmp(d.ah); // out
         forwardProduct(F, C, true);
+        // Without grad, the built-in GPT's fc and gelu outputs are
+        // temporaries of the statement that makes the residual sum below:
+        // they go after it (an MLP module's locals go when it returns;
+        // GPT-NeoX's branch is a statement of its own).
+        const std::int64_t statementLocals = noGrad && !A.mlpModule && !neox ? 2 * d.fh : 0;
+        held -= statementLocals;
         releaseHeld();
         if (drop) {
             act(noiseAh); // noise
@@ -359,6 +379,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         r.add(Activations, d.a); // residual out
         untmp(d.a);
         untmp((drop && !outGoesFirst ? 2 : 1) * d.ah + (parallel ? 0 : d.a)); // out (and dropped), ln2 output
+        unact(statementLocals);
         if (neox) untmp((parallel ? d.a : 0) + d.ah); // x + attn, the attention output
     };
 
