@@ -586,7 +586,7 @@ void TestMemoryPlan::checkpointedGptForwardKeepsStatementTemporaries()
     c.model.tieEmbeddings = false;
     c.train.precision = "bf16";
     c.train.activationCheckpointing = true;
-    rows.emplace_back("gpt ckpt bf16 b16 (drawn)", c);
+    rows.emplace_back("gpt ckpt bf16 b16 (drawn; accumulation 1 here)", c);
     c = small("gpt", 3, 128, 2, 16, 32);
     c.model.positionalEncoding = "rope";
     c.train.precision = "bf16";
