@@ -84,6 +84,7 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         sizes({"vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "n_positions"}, 0, 4);
         a.tieEmbeddings = flag(j, "tie_word_embeddings", true, source);
         a.mlpModule = true;
+        a.conv1d = true;
     } else if (type == "gpt_neox") {
         a.family = "gpt";
         a.positional = "rope";

@@ -608,13 +608,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.sub(Logits, lg);
     }
     // bf16 products (pure bf16 on the CPU: oneDNN's scratch while each runs):
-    // a weight's gradient grad^T . x (rows x out x in) and an input's grad . W.
-    const auto weightProduct = [&](std::int64_t out, std::int64_t in) { r.product({0, out, BT, in, true, false, false}); };
-    const auto inputProduct = [&](std::int64_t out, std::int64_t in) { r.product({0, BT, out, in, false, false, false}); };
+    // a weight's gradient grad^T . x (rows x out x in) and an input's grad . W,
+    // transposed the other way for a Conv1D block (ProjectionProducts).
+    const ProjectionProducts head{BT, false}, projection{BT, A.conv1d};
+    const auto weightProduct = [&](std::int64_t out, std::int64_t in) { r.product(projection.weightGradient(in, out)); };
+    const auto inputProduct = [&](std::int64_t out, std::int64_t in) { r.product(projection.inputGradient(in, out)); };
     if (headTrainable) tmp(headW); // head weight gradient (tied: held until the embedding's)
-    if (headTrainable) weightProduct(V, C);
+    if (headTrainable) r.product(head.weightGradient(C, V));
     tmp(a);                        // grad of final norm output
-    inputProduct(V, C);
+    r.product(head.inputGradient(C, V));
     r.sub(Logits, pure ? lg16 : lg);
     if (headTrainable && !tied) grads.done(headW);
     // Pure bf16 RMSNorm backward, from the gradient of its output (in

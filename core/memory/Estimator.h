@@ -55,6 +55,10 @@ struct ArchitectureSpec {
     // the built-in GPT's one expression): what it makes and does not return
     // goes when it returns, before the residual sum.
     bool mlpModule = false;
+    // GPT-2's projections are Conv1D modules: weights stored [in, out],
+    // y = addmm(b, x, W). The same memory as nn.Linear's, but the products
+    // transpose the other operands (a bf16 product's CPU scratch differs).
+    bool conv1d = false;
     std::int64_t rotaryDims = 0;   // head dimensions RoPE rotates (GPT-NeoX's rotary_pct); 0: all of them
     // Mistral: a query sees this many most recent positions, itself
     // included; 0: all. Past it the trainer masks the band below the window

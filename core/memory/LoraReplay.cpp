@@ -173,12 +173,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // A projection (in -> out features): the frozen product, plus x A^T (saved
     // for B's gradient), its product with B, the scaling and the sum. Leaves
     // the output in the workspace; returns whether it requires grad.
+    const ProjectionProducts projection{d.bt, A.conv1d}; // the frozen base's (Conv1D: GPT-2's)
     const auto linear = [&](const char* name, std::int64_t in, std::int64_t outFeatures, bool bias, bool fp32In,
                             bool gIn) {
         const auto out = d.bt * outFeatures * lowBytes;
         // The frozen product x W^T (+ b): addmm with a bias, else mm (in bf16
         // on the CPU each takes oneDNN's scratch while it runs).
-        const GemmCall frozen{0, d.bt, in, outFeatures, false, true, bias};
+        const GemmCall frozen = projection.forward(in, outFeatures, bias);
         if (mixed) {
             // A base already stored in half precision needs no cast.
             const auto w = d.halfBase ? 0 : in * outFeatures * 2, b = bias && !d.halfBase ? outFeatures * 2 : 0,
@@ -761,7 +762,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const auto projInput = adapted ? d.fh : 0;
         adapterGradients({{llama ? "down_proj" : "out", {F, C}}});
         tmp(d.fh); // the gradient of its input through the frozen weight: grad . W (mm)
-        r.product({0, d.bt, C, F, false, false, false});
+        r.product(projection.inputGradient(F, C));
         if (mixed || dropped) untmp(d.ah);
         r.sub(WeightCopies, sv.copiesOut); // the output projection's casts
         if (adapted) {
@@ -789,7 +790,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // bf16 product on the CPU (its scratch counted on top of what the
         // lump below holds: on the safe side).
         const auto inputProducts = [&](std::initializer_list<std::pair<std::int64_t, std::int64_t>> projections) {
-            for (const auto& [out, in] : projections) r.product({0, d.bt, out, in, false, false, false});
+            for (const auto& [out, in] : projections) r.product(projection.inputGradient(in, out));
         };
         const auto mlpInputProducts = [&] {
             if (parallel && !sv.inGrad) return; // a parallel layer's MLP reads the block's input

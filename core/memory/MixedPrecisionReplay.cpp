@@ -160,8 +160,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // A projection's forward product, in -> out features: addmm with a bias,
     // else mm (oneDNN's scratch on the CPU while it runs, its output just made).
     const std::int64_t rows = S.batch * S.seqLen;
+    const ProjectionProducts projection{rows, A.conv1d}; // the block's (the head is nn.Linear's)
     const auto forwardProduct = [&](std::int64_t in, std::int64_t out, bool bias) {
-        r.product({0, rows, in, out, false, true, bias});
+        r.product(projection.forward(in, out, bias));
     };
     // The fused kernel: its output and log-sum-exp saved, its blocks while it
     // runs; the heads merged after it (a copy where the output is [B, H, T, D]).
@@ -428,7 +429,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     copy(V * C);
     act(d.ah);            // the head's input cast
     r.add(Logits, d.lgh); // logits
-    forwardProduct(C, V, false);
+    r.product(ProjectionProducts{rows, false}.forward(C, V, false));
     untmp(d.a);           // the norm output
     act(d.idx);           // targets made contiguous
     r.add(Logits, d.lg);  // cast up for the loss
@@ -494,7 +495,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // weight in the autocast dtype; the gradient it received (gradOut), its
     // saved input (saved) and its weight copy go.
     // Each gradient is a bf16 product (oneDNN's scratch on the CPU): the
-    // input's grad . W and the weight's grad^T . x. A biased projection's
+    // input's grad . W and the weight's grad^T . x (Conv1D's: grad . W^T and
+    // x^T . grad). A biased projection's
     // backward (addmm's) makes the input's first, a bias-free one's (mm's)
     // the weight's.
     const auto linearBackward = [&](std::int64_t in, std::int64_t weight, std::int64_t gradOut, std::int64_t saved,
@@ -502,11 +504,11 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         const std::int64_t inF = in / (rows * kLow), outF = weight / inF;
         const auto inputGradient = [&] {
             tmp(in);
-            r.product({0, rows, outF, inF, false, false, false});
+            r.product(projection.inputGradient(inF, outF));
         };
         if (biased) inputGradient();
         tmp(weight * kLow);
-        r.product({0, outF, rows, inF, true, false, false});
+        r.product(projection.weightGradient(inF, outF));
         if (!biased) inputGradient();
         untmp(gradOut);
         unact(saved);

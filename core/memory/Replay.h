@@ -315,6 +315,28 @@ inline void replayPureRmsBackward(Replay& r, std::int64_t a, std::int64_t m, std
     untmp(2 * a);
 }
 
+// A block projection's bf16 products as LibTorch's kernel receives them
+// (`rows` = batch x sequence). nn.Linear keeps its weight [out, in] and
+// computes x W^T (+ b); GPT-2's Conv1D keeps it [in, out] and computes
+// addmm(b, x, W) (ArchitectureSpec::conv1d). The transposes move between the
+// operands, and oneDNN's blocking, so its scratch, follows them.
+struct ProjectionProducts {
+    std::int64_t rows = 0;
+    bool conv1d = false;
+    // x W^T or x W: addmm with a bias (accumulating), else mm.
+    GemmCall forward(std::int64_t in, std::int64_t out, bool bias) const
+    {
+        return {0, rows, in, out, false, !conv1d, bias};
+    }
+    // The input's gradient: grad . W, or grad . W^T.
+    GemmCall inputGradient(std::int64_t in, std::int64_t out) const { return {0, rows, out, in, false, conv1d, false}; }
+    // The weight's: grad^T . x ([out, in]), or x^T . grad ([in, out]).
+    GemmCall weightGradient(std::int64_t in, std::int64_t out) const
+    {
+        return conv1d ? GemmCall{0, in, rows, out, true, false, false} : GemmCall{0, out, rows, in, true, false, false};
+    }
+};
+
 // Dropout's saved noise, for a tensor of `bytes` with `elementBytes` per
 // element: the CPU's dropout draws it in the tensor's dtype (scaled
 // Bernoulli draws); CUDA's fused kernel (native_dropout) keeps a one-byte
