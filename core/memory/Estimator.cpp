@@ -552,14 +552,15 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     std::int64_t blockSaved = 0;
     for (std::int64_t l = 0; l < A.layers; ++l) {
         if (S.checkpointing) {
+            // The generator's state, saved with the block before it runs.
             // Forward without grad: the block's tensors are temporaries; only
             // its output (the next block's saved input) stays.
+            act(rng);
             const auto mapsBefore = r.live(AttentionMaps);
             blockSaved = blockForward();
             const auto maps = r.live(AttentionMaps) - mapsBefore;
             r.sub(AttentionMaps, maps);
             r.sub(Activations, blockSaved - maps - a);
-            act(rng); // the generator's state, saved with the block
         } else {
             blockSaved = blockForward();
             // Pure bf16: the block's input goes once it returns (the first

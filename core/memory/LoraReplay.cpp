@@ -615,6 +615,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     for (std::int64_t l = 0; l < A.layers; ++l) {
         auto& sv = saved[static_cast<std::size_t>(l)];
         const auto cachedBefore = cachedOnly, adapterBefore = adapterCasts;
+        if (S.checkpointing) act(rng); // the generator's state, saved with the block before it runs
         noGrad = S.checkpointing;
         const bool gOut = block(g && !noGrad, sv);
         noGrad = false;
@@ -629,7 +630,6 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             cachedOnly = cachedBefore + adapters;
             sv = {};
             keep(d.a); // the output: the next block's checkpoint
-            act(rng);  // the generator's state, saved with the block
             g = true;
         } else {
             if (gOut) keep(d.a);

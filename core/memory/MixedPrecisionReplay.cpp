@@ -408,8 +408,10 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             blockForward();
             continue;
         }
+        // The generator's state is saved with the block before it runs.
         // Without grad only the output stays; the weight copies stay cached
         // until the autocast scope ends.
+        act(rng);
         const auto activations = r.live(Activations), maps = r.live(AttentionMaps);
         noGrad = true;
         blockForward();
@@ -417,7 +419,6 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         noGrad = false;
         r.sub(AttentionMaps, r.live(AttentionMaps) - maps);
         unact(r.live(Activations) - activations - d.a);
-        act(rng);
     }
     // Final norm, head, loss.
     if (llama) {
