@@ -214,7 +214,12 @@ torch::Tensor Gpt2LmImpl::forward(const torch::Tensor& tokens)
 {
     const auto T = tokens.size(1);
     TORCH_CHECK(T <= m_options.maxLen, "sequence of ", T, " tokens is longer than the model's ", m_options.maxLen);
-    auto x = m_wte(tokens) + m_wpe(torch::arange(T, tokens.options()));
+    // The tokens' embeddings first, then the positions', as transformers'
+    // GPT2Model makes them (one + leaves its operands' order to the
+    // compiler). Autograd runs the later node's backward first: the
+    // positions' gradient, then the tokens' (a tied head's sum).
+    auto x = m_wte(tokens);
+    x = x + m_wpe(torch::arange(T, tokens.options()));
     x = dropoutIf(x, m_options.dropout, is_training());
     x = m_lnf(runBlocks(x, m_blocks, tablesFor(T, tokens)));
     return m_head ? m_head(x) : at::linear(x, m_wte->weight);
