@@ -196,7 +196,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const double p = S.dropout;
     const bool drop = p > 0.0;
     const std::int64_t rng = rngStateBytes(S);
-    const std::int64_t rngPerBlock = rngStateFreedPerBlock(S);
     // Under checkpointing the gradient of a block's output is held by the
     // checkpoint node until the block's backward returns.
     const std::int64_t heldGrad = S.checkpointing ? a : 0;
@@ -801,7 +800,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 untmp(2 * a);
                 // No norm saved the block input; a checkpoint did, with the
                 // recomputed output and the generator's state.
-                if (S.checkpointing) r.sub(Activations, 2 * a + rngPerBlock);
+                if (S.checkpointing) r.sub(Activations, 2 * a);
                 untmp(rng + heldGrad);
                 continue;
             }
@@ -813,7 +812,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             tmp(a);
             untmp(2 * a);
             r.sub(Activations, a); // the block input, saved by the norm
-            if (S.checkpointing) r.sub(Activations, a + rngPerBlock); // the recomputed output, the saved state
+            if (S.checkpointing) r.sub(Activations, a); // the recomputed output
             untmp(rng + heldGrad);
             continue;
         }
@@ -890,7 +889,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         r.sub(Activations, a); // block input
         tmp(a);
         untmp(2 * a);
-        if (S.checkpointing) r.sub(Activations, a + rngPerBlock); // the recomputed output, the saved state
+        if (S.checkpointing) r.sub(Activations, a); // the recomputed output
         untmp(rng + heldGrad);
     }
     if (drop && !llama) r.sub(Activations, noiseA); // embedding dropout noise
@@ -905,7 +904,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         tmp(headW); // dense embedding gradient
         tmp(idx);
     }
-    if (checkpointStatesWait(S)) r.sub(Activations, A.layers * rng); // the blocks' saved generator states
     if (!lora) untmp(idx);
     untmp(a); // running gradient
     if (!lora && tied) {
@@ -915,6 +913,9 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     } else if (!lora) {
         grads.done(headW);
     }
+    // What the blocks' autograd nodes hold goes with the graph: their saved
+    // generator states and the mask.
+    r.sub(Activations, A.layers * rng);
     if (S.attention != "fused") r.sub(Activations, T * T);
     }
 

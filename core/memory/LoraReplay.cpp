@@ -49,7 +49,6 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const std::int64_t sq32 = meanSavesInput(S) ? a32 : 0;
     const std::int64_t normSaved = pureLlama ? a32 + sq32 + d.m : 0; // what a pure norm saves for its input's gradient
     const std::int64_t rng = rngStateBytes(S);
-    const std::int64_t rngPerBlock = rngStateFreedPerBlock(S);
     const std::int64_t sq = meanSavesInput(S) ? d.a : 0; // RMSNorm's x^2 while saved (1.13)
     const std::int64_t C = A.hidden, F = A.intermediate, V = A.vocabSize, KV = A.kvHeads * A.headDim();
     const std::int64_t rank = S.loraRank;
@@ -911,11 +910,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         if (pureLlama && S.checkpointing) r.sub(Activations, d.a); // the block's input, its checkpoint
         if (S.checkpointing) {
             untmp(rng + d.a);
-            r.sub(Activations, rngPerBlock + d.a); // the saved generator state, the recomputed output
+            r.sub(Activations, d.a); // the recomputed output
         }
     }
     if (runningLive) untmp(d.a); // the running gradient
-    if (checkpointStatesWait(S)) r.sub(Activations, A.layers * rng); // the blocks' saved generator states
+    // What the blocks' autograd nodes hold goes with the graph: their saved
+    // generator states and the mask.
+    r.sub(Activations, A.layers * rng);
     if (maskKept) r.sub(Activations, d.mask);
 }
 

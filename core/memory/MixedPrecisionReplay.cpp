@@ -101,7 +101,6 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     const std::int64_t mapsPerModule = softmax32 ? d.s + d.sh + (drop ? noiseS : 0) : d.sh + (drop ? noiseSh + d.sh : 0);
     const std::int64_t extraMaps = (A.attentionModules - 1) * mapsPerModule;
     const std::int64_t rng = rngStateBytes(S);
-    const std::int64_t rngPerBlock = rngStateFreedPerBlock(S);
     const std::int64_t blockWeights = llama ? 2 * C * C + 2 * C * KV + 3 * C * F : 4 * C * C + 2 * C * F;
 
     // ---- forward ----
@@ -648,7 +647,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
             untmp(d.ah);
             castInputBackward(C * C, d.ah, true, A.qkvBias); // q
             rmsBackward(false);
-            if (S.checkpointing) unact(d.a + rngPerBlock); // the recomputed output, the saved generator state
+            if (S.checkpointing) unact(d.a); // the recomputed output
             untmp(rng + heldGrad);
             continue;
         }
@@ -712,7 +711,7 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
         unact(d.a + 2 * d.m); // block input and statistics
         tmp(d.a);
         untmp(2 * d.a);
-        if (S.checkpointing) unact(d.a + rngPerBlock); // the recomputed output, the saved generator state
+        if (S.checkpointing) unact(d.a); // the recomputed output
         untmp(rng + heldGrad);
     }
     if (drop && !llama) unact(noiseA); // embedding dropout noise
@@ -725,7 +724,6 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     }
     tmp(headW); // dense embedding gradient
     tmp(d.idx);
-    if (checkpointStatesWait(S)) unact(A.layers * rng); // the blocks' saved generator states
     untmp(d.idx);
     untmp(d.a); // running gradient
     if (tied) {
@@ -744,6 +742,9 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     } else {
         grads.done(headW);
     }
+    // What the blocks' autograd nodes hold goes with the graph: their saved
+    // generator states and the mask.
+    unact(A.layers * rng);
     if (S.attention != "fused") unact(d.mask);
     grads.backwardDone();
 }

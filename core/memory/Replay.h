@@ -256,14 +256,6 @@ private:
     std::int64_t m_total, m_kept = 0, m_perBlock = 0;
 };
 
-// A checkpointed block keeps the generator's state in its autograd node's
-// saved data (train/Layers.cpp). LibTorch 1.13 frees it with the node, after
-// the block's backward; from 2.0 every block's state goes together once the
-// first block's backward is over and the embedding's has begun. The replays
-// release each block's own with its backward (rngStateFreedPerBlock: 1.13)
-// and the waiting ones once the embedding's gradient is made (with LoRA,
-// whose embedding is frozen, at the end of backward).
-inline bool checkpointStatesWait(const TrainingSetup& s) { return s.checkpointing && s.torchMajor >= 2; }
 
 // The final RMSNorm's backward, after its product with the weight and the
 // gradient through x * rsqrt (the running gradient, `a` bytes, live): x^2's
@@ -350,13 +342,12 @@ inline std::int64_t dropoutNoiseBytes(const TrainingSetup& s, std::int64_t bytes
 // Activation checkpointing saves the default generator's state with each
 // block and holds the current one while it recomputes: on the CPU a tensor of
 // this many bytes (mt19937 state); a CUDA generator's state is host memory.
+// A block's state is kept in its autograd node's saved data
+// (train/Layers.cpp), which its backward does not release: every block's
+// goes with the graph, once the embedding's gradient is made (with LoRA,
+// whose embedding is frozen, at the end of backward), on 1.13 as on 2.x.
 constexpr std::int64_t kCpuRngStateBytes = 5056;
 inline std::int64_t rngStateBytes(const TrainingSetup& s) { return s.checkpointing && !s.gpu ? kCpuRngStateBytes : 0; }
-// What a block's backward frees of the saved states (checkpointStatesWait).
-inline std::int64_t rngStateFreedPerBlock(const TrainingSetup& s)
-{
-    return checkpointStatesWait(s) ? 0 : rngStateBytes(s);
-}
 
 
 // The trainer's causal mask for eager attention (train/Layers.cpp
