@@ -78,17 +78,35 @@ double plannedError(const std::string& name, const RunConfig& c)
     return error;
 }
 
-// A Mistral folder in `dir` with a sliding window of `window`, and its tokens (HfFolderFixtures.h).
-RunConfig mistralFolder(const QString& dir, int window, int seq)
+// `c` training the Hugging Face folder written in `dir` (HfFolderFixtures.h) on its tokens.
+RunConfig onFolder(const QString& dir, RunConfig c)
 {
     const std::string folder = dir.toStdString();
-    writeMistralFolder(folder, window);
-    RunConfig c = small("hf", 2, 64, 4, 4, seq);
+    c.model.type = "hf";
     c.model.path = folder;
-    c.model.tieEmbeddings = false;
     c.data.source = "tokens";
     c.data.path = folder + "/train.bin";
     return c;
+}
+
+// A Mistral folder in `dir` with a sliding window of `window`, and its tokens.
+RunConfig mistralFolder(const QString& dir, int window, int seq)
+{
+    writeMistralFolder(dir.toStdString(), window);
+    RunConfig c = small("hf", 2, 64, 4, 4, seq);
+    c.model.tieEmbeddings = false;
+    return onFolder(dir, c);
+}
+
+// A tied GPT-2 folder at batch 1, with few positions: the step peaks where
+// the head's gradient and the embedding's are summed.
+RunConfig tiedGpt2Folder(const QString& dir)
+{
+    writeHfFolder(dir.toStdString(),
+                  R"({"model_type": "gpt2", "vocab_size": 300, "n_embd": 64, "n_layer": 2, "n_head": 2,
+                      "n_inner": 64, "n_positions": 64, "tie_word_embeddings": true})",
+                  300);
+    return onFolder(dir, small("hf", 2, 64, 2, 1, 16));
 }
 
 using PlanRows = std::vector<std::pair<std::string, RunConfig>>;
@@ -612,16 +630,13 @@ void TestMemoryPlan::conv1dProjectionsTransposeTheirProducts()
 {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
-    const std::string folder = dir.path().toStdString();
-    writeHfFolder(folder,
+    writeHfFolder(dir.path().toStdString(),
                   R"({"model_type": "gpt2", "vocab_size": 256, "n_embd": 128, "n_layer": 3, "n_head": 4,
                       "n_inner": 256, "n_positions": 64, "tie_word_embeddings": false})",
                   256);
     auto c = small("hf", 3, 128, 4, 16, 32);
-    c.model.path = folder;
     c.model.tieEmbeddings = false;
-    c.data.source = "tokens";
-    c.data.path = folder + "/train.bin";
+    c = onFolder(dir.path(), c);
     c.train.activationCheckpointing = true;
     auto rows = planRows();
     for (const char* precision : {"bf16", "bf16-pure"}) {
@@ -645,22 +660,6 @@ void TestMemoryPlan::checkpointSavesTheGeneratorStateFirst()
     c.lora.targets = {"mlp"};
     rows.emplace_back("gpt lora mlp ckpt fp32 b1", c);
     requireWithinBar(rows, true);
-}
-
-// A tied GPT-2 folder at batch 1, with few positions: the step peaks where
-// the head's gradient and the embedding's are summed.
-RunConfig tiedGpt2Folder(const QString& dir)
-{
-    const std::string folder = dir.toStdString();
-    writeHfFolder(folder,
-                  R"({"model_type": "gpt2", "vocab_size": 300, "n_embd": 64, "n_layer": 2, "n_head": 2,
-                      "n_inner": 64, "n_positions": 64, "tie_word_embeddings": true})",
-                  300);
-    auto c = small("hf", 2, 64, 2, 1, 16);
-    c.model.path = folder;
-    c.data.source = "tokens";
-    c.data.path = folder + "/train.bin";
-    return c;
 }
 
 // The trainer's GPT-2 made its embeddings as the operands of one +, whose
