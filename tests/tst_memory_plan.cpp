@@ -679,7 +679,7 @@ void TestMemoryPlan::gpt2FolderEmbedsTokensFirst()
 // Every checkpointed block's saved generator state goes with the graph,
 // after the embedding's gradient, on LibTorch 1.13 too (the plan released
 // each with its block's backward there): a tied GPT-2 folder peaks at the
-// embedding's gradient with both states still held (-0.72% before).
+// embedding's gradient with both states still held (-0.71% before).
 void TestMemoryPlan::checkpointStatesGoWithTheGraph()
 {
     QTemporaryDir dir;
@@ -1004,11 +1004,11 @@ void TestMemoryPlan::finalRmsNormBackwardHoldsPowsTemporaries()
     requireWithinBar(rows);
 }
 
-// Under checkpointing each block's node keeps the generator's state; from
-// LibTorch 2.0 all of them stay until the first block's backward is over.
-// And where zero_grad freed the gradients, a block's norm and bias
-// gradients appear with its backward, not at its end. (A 4-layer GPT in bf16
-// was planned 0.58% under on 2.x.)
+// Under checkpointing each block's node keeps the generator's state, and all
+// of them stay until the first block's backward is over (the graph frees
+// them: checkpointStatesGoWithTheGraph). And where zero_grad freed the
+// gradients, a block's norm and bias gradients appear with its backward, not
+// at its end. (A 4-layer GPT in bf16 was planned 0.58% under on 2.x.)
 void TestMemoryPlan::checkpointStatesAndBlockBiasesFollowLibTorch()
 {
     auto rows = planRows();

@@ -799,7 +799,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
                 tmp(a);
                 untmp(2 * a);
                 // No norm saved the block input; a checkpoint did, with the
-                // recomputed output and the generator's state.
+                // recomputed output (its generator state goes with the graph).
                 if (S.checkpointing) r.sub(Activations, 2 * a);
                 untmp(rng + heldGrad);
                 continue;

@@ -176,8 +176,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const auto linear = [&](const char* name, std::int64_t in, std::int64_t outFeatures, bool bias, bool fp32In,
                             bool gIn) {
         const auto out = d.bt * outFeatures * lowBytes;
-        // The frozen product x W^T (+ b): addmm with a bias, else mm (in bf16
-        // on the CPU each takes oneDNN's scratch while it runs).
+        // The frozen product x W^T (+ b; GPT-2's Conv1D: x W + b): addmm with
+        // a bias, else mm (in bf16 on the CPU each takes oneDNN's scratch
+        // while it runs).
         const GemmCall frozen = projection.forward(in, outFeatures, bias);
         if (mixed) {
             // A base already stored in half precision needs no cast.
@@ -760,7 +761,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const bool adapted = has(llama ? "down_proj" : "out");
         const auto projInput = adapted ? d.fh : 0;
         adapterGradients({{llama ? "down_proj" : "out", {F, C}}});
-        tmp(d.fh); // the gradient of its input through the frozen weight: grad . W (mm)
+        tmp(d.fh); // the gradient of its input through the frozen weight: grad . W (mm; Conv1D: grad . W^T)
         r.product(projection.inputGradient(F, C));
         if (mixed || dropped) untmp(d.ah);
         r.sub(WeightCopies, sv.copiesOut); // the output projection's casts
@@ -785,7 +786,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             runningLive = false;
             continue;
         }
-        // The frozen input projections' input gradients, grad . W, each a
+        // The frozen input projections' input gradients, grad . W (Conv1D: W^T), each a
         // bf16 product on the CPU (its scratch counted on top of what the
         // lump below holds: on the safe side).
         const auto inputProducts = [&](std::initializer_list<std::pair<std::int64_t, std::int64_t>> projections) {
