@@ -786,9 +786,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             runningLive = false;
             continue;
         }
-        // The frozen input projections' input gradients, grad . W (Conv1D: W^T), each a
-        // bf16 product on the CPU (its scratch counted on top of what the
-        // lump below holds: on the safe side).
+        // The frozen input projections' input gradients, grad . W (Conv1D:
+        // grad . W^T), each a bf16 product on the CPU (its scratch counted on
+        // top of what the lump below holds: on the safe side).
         const auto inputProducts = [&](std::initializer_list<std::pair<std::int64_t, std::int64_t>> projections) {
             for (const auto& [out, in] : projections) r.product(projection.inputGradient(in, out));
         };

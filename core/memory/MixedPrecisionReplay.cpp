@@ -496,9 +496,8 @@ void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& 
     // saved input (saved) and its weight copy go.
     // Each gradient is a bf16 product (oneDNN's scratch on the CPU): the
     // input's grad . W and the weight's grad^T . x (Conv1D's: grad . W^T and
-    // x^T . grad). A biased projection's
-    // backward (addmm's) makes the input's first, a bias-free one's (mm's)
-    // the weight's.
+    // x^T . grad). A biased projection's backward (addmm's) makes the input's
+    // first, a bias-free one's (mm's) the weight's.
     const auto linearBackward = [&](std::int64_t in, std::int64_t weight, std::int64_t gradOut, std::int64_t saved,
                                     bool biased) {
         const std::int64_t inF = in / (rows * kLow), outF = weight / inF;
