@@ -675,9 +675,30 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     // a projection's with that projection's, the attention's four as its
     // backward starts (on the safe side of q's, k's and v's).
     const std::int64_t gradBytes = d.pure ? 2 : 4;
-    const auto adapterGradients = [&](std::initializer_list<std::pair<const char*, std::pair<std::int64_t, std::int64_t>>> projections) {
-        for (const auto& [name, shape] : projections) {
-            if (has(name)) grads.appear(rank * (shape.first + shape.second) * gradBytes);
+    // An adapter's backward, from the gradient of its scaled output: B's
+    // gradient, then that of x A^T, then A's and (where the projection's
+    // input needs one) x's, each a product in the autocast dtype. On the CPU
+    // in bf16 each takes oneDNN's scratch, on top of the gradients of that
+    // moment; the largest of the four moments is planned (the gradients are
+    // small, the scratch need not be: oneDNN's blocking for an odd number of
+    // rows can ask for far more than the product's output).
+    struct Adapted {
+        const char* name;
+        std::int64_t in, out;
+        bool inputGrad; // the projection's input needs a gradient
+    };
+    const auto adapterGradients = [&](std::initializer_list<Adapted> projections) {
+        for (const auto& p : projections) {
+            if (!has(p.name)) continue;
+            grads.appear(rank * (p.in + p.out) * gradBytes);
+            if (!r.productsTracked()) continue;
+            const std::int64_t gs = d.bt * p.out * lowBytes, hg = d.bt * rank * lowBytes,
+                               gb = p.out * rank * lowBytes, ga = rank * p.in * lowBytes, xg = d.bt * p.in * lowBytes;
+            std::int64_t top = std::max(gs + gb + r.productScratch({0, p.out, d.bt, rank, true, false, false}),
+                                        gs + gb + hg + r.productScratch({0, d.bt, p.out, rank, false, false, false}));
+            top = std::max(top, hg + ga + r.productScratch({0, rank, d.bt, p.in, true, false, false}));
+            if (p.inputGrad) top = std::max(top, hg + ga + xg + r.productScratch({0, d.bt, rank, p.in, false, false, false}));
+            r.scratch(top);
         }
     };
     r.add(Logits, d.lg); // grad of log-softmax output
@@ -760,7 +781,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         const bool lastUse = runningGoes && !mixed && !dropped;
         const bool adapted = has(llama ? "down_proj" : "out");
         const auto projInput = adapted ? d.fh : 0;
-        adapterGradients({{llama ? "down_proj" : "out", {F, C}}});
+        const bool mlpInnerGrad = sv.hGrad || (llama ? has("gate_proj") || has("up_proj") : has("fc"));
+        adapterGradients({{llama ? "down_proj" : "out", F, C, mlpInnerGrad}});
         tmp(d.fh); // the gradient of its input through the frozen weight: grad . W (mm; Conv1D: grad . W^T)
         r.product(projection.inputGradient(F, C));
         if (mixed || dropped) untmp(d.ah);
@@ -776,8 +798,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         }
         tmp(llama ? 2 * d.fh : d.fh);
         untmp(llama ? 3 * d.fh : 2 * d.fh);
-        if (llama) adapterGradients({{"gate_proj", {C, F}}, {"up_proj", {C, F}}});
-        else adapterGradients({{"fc", {C, F}}});
+        if (llama) adapterGradients({{"gate_proj", C, F, sv.hGrad}, {"up_proj", C, F, sv.hGrad}});
+        else adapterGradients({{"fc", C, F, sv.hGrad}});
         r.sub(Activations, sv.mlp - projInput - sv.normH - sv.mlpNoise);
         r.sub(WeightCopies, sv.copiesMlp - sv.copiesOut);
         if (runningGoes) {
@@ -817,8 +839,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // Attention: the output projection, gradients of probabilities and
         // scores, then of q, k, v and the norm.
         untmp(heldAttentionGrad); // consumed by the output projection's backward
-        if (llama) adapterGradients({{"o_proj", {C, C}}, {"q_proj", {C, C}}, {"k_proj", {C, KV}}, {"v_proj", {C, KV}}});
-        else adapterGradients({{"proj", {C, C}}, {"qkv", {C, 3 * C}}});
+        const bool headsGrad = sv.scores || sv.valuesGrad; // the output projection's input needs a gradient
+        if (llama) {
+            adapterGradients({{"o_proj", C, C, headsGrad}, {"q_proj", C, C, sv.inGrad}, {"k_proj", C, KV, sv.inGrad},
+                              {"v_proj", C, KV, sv.inGrad}});
+        } else {
+            adapterGradients({{"proj", C, C, headsGrad}, {"qkv", C, 3 * C, sv.inGrad}});
+        }
         // Its input's gradient through the frozen weight, where the
         // attention's inputs need one.
         if (sv.scores || sv.valuesGrad) inputProducts({{C, C}});

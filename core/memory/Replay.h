@@ -46,13 +46,15 @@ public:
     bool productsTracked() const { return m_productThreads > 0; }
     // A bf16 product runs: its output was just added; its scratch is live
     // on top of everything until it returns (no allocation in between).
-    void product(const GemmCall& c)
+    void product(const GemmCall& c) { scratch(productScratch(c)); }
+    // The scratch that product would take; 0 where none is tracked.
+    std::int64_t productScratch(const GemmCall& c) const
     {
-        if (m_productThreads <= 0 || m_trace) return;
         // (Not in a recorded trace: the fit map's compiler samples tiny
         // shapes, where oneDNN's blocking says nothing of large ones; the map
         // replays the cells nearest the budget instead.)
-        scratch(cpuGemmScratchBytes(c, m_productThreads));
+        if (m_productThreads <= 0 || m_trace) return 0;
+        return cpuGemmScratchBytes(c, m_productThreads);
     }
     // A buffer a kernel holds while it runs, with no allocation in between
     // (the CPU flash attention's blocks, FusedAttention.h): on top of
