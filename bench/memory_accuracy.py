@@ -27,6 +27,10 @@ With --windows (and --families) a Mistral folder has a sliding window of 4
 to 40 positions half the time: past it the trainer masks the window and runs
 eager attention, SDPA asked for or not. Drawn on a generator of its own, so
 the draws are otherwise those without the flag.
+With --odd half of the built-in models' draws take widths that are not powers
+of two instead: 3, 5, 6 or 12 heads of 8 to 16 dimensions, an odd d_ff (99
+to 301), an odd sequence (17 to 97 positions) and an odd batch (1 to 7); on
+a generator of its own too.
 """
 import json, os, random, statistics, struct, subprocess, sys, tempfile
 
@@ -47,6 +51,7 @@ DERIVED = flag("--derived")
 FAMILIES = flag("--families")
 SDPA = flag("--sdpa")
 WINDOWS = flag("--windows")
+ODD = flag("--odd")
 LORA_SWEEP = flag("--lora-sweep")
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference", "hf_reference.py")
 RANDOM = option("--random", 0)
@@ -182,6 +187,7 @@ def drawn(n, seed, tmp):
             f.write(struct.pack("<20000H", *[ids.randrange(3, 211) for _ in range(20000)]))
     fused = random.Random(seed + 2)  # (--sdpa's own generator, as --families has)
     windows = random.Random(seed + 3) if WINDOWS else None  # (--windows' own)
+    odd = random.Random(seed + 4) if ODD else None  # (--odd's own)
     for i in range(n):
         sdpa = SDPA and fused.random() < 0.5
         typ = rng.choice(["gpt", "llama", "hf", "hf"] if FAMILIES else ["gpt", "llama"])
@@ -222,6 +228,16 @@ def drawn(n, seed, tmp):
             data["digits"] = rng.choice([2, 3])
         train = {"precision": rng.choice(["fp32", "bf16", "bf16-pure"]), "batch_size": rng.choice([1, 2, 4, 8, 16, 32]),
                  "grad_accum": rng.choice([1, 1, 2, 3, 4]), "activation_checkpointing": rng.random() < 0.3}
+        if odd and odd.random() < 0.5:
+            heads = odd.choice([3, 5, 6, 12])
+            model["n_head"] = heads
+            model["d_model"] = heads * odd.choice([8, 10, 12, 16])  # (even head widths: RoPE pairs them)
+            model["d_ff"] = odd.choice([99, 171, 257, 301])
+            if typ == "llama":
+                model["n_kv_head"] = odd.choice([k for k in (1, 3, heads) if heads % k == 0])
+            if data["source"] == "text":
+                data["seq_len"] = odd.choice([17, 33, 47, 63, 97])
+            train["batch_size"] = odd.choice([1, 3, 5, 7])
         # (SGD in pure bf16 is refused: it rounds the small updates away.)
         optim = {"optimizer": rng.choice(["adamw", "sgd"]) if train["precision"] != "bf16-pure" else "adamw"}
         if optim["optimizer"] == "sgd":
