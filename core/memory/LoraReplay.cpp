@@ -384,8 +384,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             const bool vItself = folds && !expands; // the v projection goes to the product uncopied
             if (!vItself && !valuesFirst) tmp(d.ah); // values expanded or made contiguous
             tmp(d.ah); // probabilities x values
-            keepOrFree(gk, d.ah); // rotated q, saved by q k^T when k requires grad
-            keepOrFree(gq, expands ? d.ah : d.akvh); // keys (or the rotated k itself), saved when q requires grad
+            // The rotated q, saved by q k^T when k requires grad, else a local
+            // of the attention until it returns (after o_proj); the rotated k
+            // likewise, saved when q requires grad (an expanded copy of the
+            // keys is the product's temporary).
+            if (gk) keep(d.ah);
+            if (gq || expands) keepOrFree(gq, expands ? d.ah : d.akvh);
+            const std::int64_t unsavedLocals = (gk ? 0 : d.ah) + (gq || expands ? 0 : d.akvh);
             releaseMaps(gScores, gv);
             saved.scores = gScores;
             saved.valuesGrad = gv;
@@ -398,6 +403,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             untmp(d.ah); // probabilities x values
             keepOrFree(has("o_proj"), d.ah);
             saved.projInput = has("o_proj") ? d.ah + d.xa : 0;
+            untmp(unsavedLocals);
             if (!vItself) untmp(expands ? 2 * d.akvh : d.akvh); // locals released on return: rotated k (expanded), v projection
             gAttn = go;
             }
@@ -742,6 +748,12 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         untmp(3 * d.a);
         r.sub(Activations, finalSaved);
     }
+    // A block norm's backward with the residual sum, in fp32 (a frozen
+    // weight). An RMSNorm's holds the gradient through x * rsqrt beside
+    // mean's and pow's three temporaries; LibTorch 1.13's mean saved x^2,
+    // which goes before pow's temporaries come, and from 2.0 there is none
+    // to go: two activations more at once than on 1.13 (measure --trace).
+    const std::int64_t normLump = (llama && !meanSavesInput(S) ? 5 : 3) * d.a;
     bool runningLive = true;
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
         auto sv = saved[static_cast<std::size_t>(l)];
@@ -828,9 +840,9 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             tmp(d.a);     // the residual sum
             untmp(2 * d.a);
         } else {
-            tmp(3 * d.a); // norm backward and the residual sum
+            tmp(normLump); // norm backward and the residual sum
             mlpInputProducts();
-            untmp(3 * d.a);
+            untmp(normLump);
         }
         r.sub(Activations, sv.h);
         // Under checkpointing the node still holds the gradient of the block's
@@ -932,8 +944,8 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             tmp(d.a);     // the residual sum
             untmp(2 * d.a);
         } else if (!pureLlama && !inputGoes) {
-            tmp(3 * d.a);
-            untmp(3 * d.a);
+            tmp(normLump);
+            untmp(normLump);
         }
         if (pureLlama && S.checkpointing) r.sub(Activations, d.a); // the block's input, its checkpoint
         if (S.checkpointing) {
