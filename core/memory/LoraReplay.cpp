@@ -387,15 +387,20 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             // The rotated q, saved by q k^T when k requires grad, else a local
             // of the attention until it returns (after o_proj); the rotated k
             // likewise, saved when q requires grad (an expanded copy of the
-            // keys is the product's temporary).
+            // keys is a local of the attention's core, gone before o_proj).
             if (gk) keep(d.ah);
             if (gq || expands) keepOrFree(gq, expands ? d.ah : d.akvh);
-            const std::int64_t unsavedLocals = (gk ? 0 : d.ah) + (gq || expands ? 0 : d.akvh);
+            std::int64_t unsavedLocals = (gk ? 0 : d.ah) + (gq || expands ? 0 : d.akvh);
             releaseMaps(gScores, gv);
             saved.scores = gScores;
             saved.valuesGrad = gv;
+            // The values (or v itself), saved when the probabilities require
+            // grad; else a copy goes with the product, and v itself, a local,
+            // when the attention returns.
             const auto values = vItself ? d.akvh : d.ah;
-            keepOrFree(gScores, values); // values (or v itself), saved when the probabilities require grad
+            if (gScores) keep(values);
+            else if (vItself) unsavedLocals += values;
+            else untmp(values);
             saved.values = gScores ? values : 0;
             tmp(d.ah); // heads merged
             const auto [go, oCasts] = savedCasts([&] { return linear("o_proj", C, C, false, false, gAttn); });
@@ -683,21 +688,27 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
     const std::int64_t gradBytes = d.pure ? 2 : 4;
     // An adapter's backward, from the gradient of its scaled output: B's
     // gradient, then that of x A^T, then A's and (where the projection's
-    // input needs one) x's, each a product in the autocast dtype. On the CPU
-    // in bf16 each takes oneDNN's scratch, on top of the gradients of that
-    // moment; the largest of the four moments is planned (the gradients are
-    // small, the scratch need not be: oneDNN's blocking for an odd number of
-    // rows can ask for far more than the product's output).
+    // input needs one) x's, each a product in the adapters' compute dtype.
+    // On the CPU in bf16 each takes oneDNN's scratch, on top of the
+    // gradients of that moment; the largest of the four moments is planned
+    // (the gradients are small, the scratch need not be: oneDNN's blocking
+    // for an odd number of rows can ask for far more than the product's
+    // output). adapterGradients makes the gradients appear and plans that
+    // moment; the attention's q, k and v adapters' moments come later, with
+    // their projections' input gradients (adapterScratch).
     struct Adapted {
         const char* name;
         std::int64_t in, out;
         bool inputGrad; // the projection's input needs a gradient
     };
-    const auto adapterGradients = [&](std::initializer_list<Adapted> projections) {
+    const auto adapterAppear = [&](std::initializer_list<Adapted> projections) {
         for (const auto& p : projections) {
-            if (!has(p.name)) continue;
-            grads.appear(rank * (p.in + p.out) * gradBytes);
-            if (!r.productsTracked()) continue;
+            if (has(p.name)) grads.appear(rank * (p.in + p.out) * gradBytes);
+        }
+    };
+    const auto adapterScratch = [&](std::initializer_list<Adapted> projections) {
+        for (const auto& p : projections) {
+            if (!has(p.name) || !r.productsTracked()) continue;
             const std::int64_t gs = d.bt * p.out * lowBytes, hg = d.bt * rank * lowBytes,
                                gb = p.out * rank * lowBytes, ga = rank * p.in * lowBytes, xg = d.bt * p.in * lowBytes;
             std::int64_t top = std::max(gs + gb + r.productScratch({0, p.out, d.bt, rank, true, false, false}),
@@ -706,6 +717,10 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             if (p.inputGrad) top = std::max(top, hg + ga + xg + r.productScratch({0, d.bt, rank, p.in, false, false, false}));
             r.scratch(top);
         }
+    };
+    const auto adapterGradients = [&](std::initializer_list<Adapted> projections) {
+        adapterAppear(projections);
+        adapterScratch(projections);
     };
     r.add(Logits, d.lg); // grad of log-softmax output
     r.sub(Activations, d.idx);
@@ -749,10 +764,11 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         r.sub(Activations, finalSaved);
     }
     // A block norm's backward with the residual sum, in fp32 (a frozen
-    // weight). An RMSNorm's holds the gradient through x * rsqrt beside
-    // mean's and pow's three temporaries; LibTorch 1.13's mean saved x^2,
-    // which goes before pow's temporaries come, and from 2.0 there is none
-    // to go: two activations more at once than on 1.13 (measure --trace).
+    // weight), as one lump of activations at once: three, as measured on
+    // 1.13; five for an RMSNorm on 2.x, as measured (measure --trace: the
+    // gradient through x * rsqrt held beside mean's gradient and pow's three
+    // temporaries, the norm's input still saved). Where an MLP as wide as the
+    // model or wider makes the step's peak elsewhere, the lump does not show.
     const std::int64_t normLump = (llama && !meanSavesInput(S) ? 5 : 3) * d.a;
     bool runningLive = true;
     for (std::int64_t l = A.layers - 1; l >= 0; --l) {
@@ -852,12 +868,13 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
         // scores, then of q, k, v and the norm.
         untmp(heldAttentionGrad); // consumed by the output projection's backward
         const bool headsGrad = sv.scores || sv.valuesGrad; // the output projection's input needs a gradient
-        if (llama) {
-            adapterGradients({{"o_proj", C, C, headsGrad}, {"q_proj", C, C, sv.inGrad}, {"k_proj", C, KV, sv.inGrad},
-                              {"v_proj", C, KV, sv.inGrad}});
-        } else {
-            adapterGradients({{"proj", C, C, headsGrad}, {"qkv", C, 3 * C, sv.inGrad}});
-        }
+        // q's, k's and v's adapters (or qkv's), to a step (appear, scratch).
+        const auto inputAdapters = [&](const auto& step) {
+            if (llama) step({{"q_proj", C, C, sv.inGrad}, {"k_proj", C, KV, sv.inGrad}, {"v_proj", C, KV, sv.inGrad}});
+            else step({{"qkv", C, 3 * C, sv.inGrad}});
+        };
+        adapterGradients({{llama ? "o_proj" : "proj", C, C, headsGrad}});
+        inputAdapters(adapterAppear);
         // Its input's gradient through the frozen weight, where the
         // attention's inputs need one.
         if (sv.scores || sv.valuesGrad) inputProducts({{C, C}});
@@ -932,6 +949,7 @@ void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S
             r.scratch(fused.backwardScratch);
             untmp(fused.backwardTemps);
         }
+        inputAdapters(adapterScratch);
         if (sv.inGrad && llama) inputProducts({{C, C}, {KV, C}, {KV, C}}); // q, k, v: their input's gradients
         else if (sv.inGrad) inputProducts({{3 * C, C}});                 // qkv
         untmp((mapsDone && !sv.valuesGrad ? 3 : 4) * d.ah);
