@@ -714,6 +714,19 @@ void TestMemoryPlan::adapterGradientsTakeOneDnnScratch()
     requireWithinBar(rows, true);
 }
 
+// A checkpointed Llama (2 layers, d_model 144, 6 heads) with LoRA on the
+// attention and an MLP narrower than the model (d_ff 99).
+RunConfig narrowMlpLoraLlama(int batch, int seq)
+{
+    auto c = small("llama", 2, 144, 6, batch, seq);
+    c.model.dFf = 99;
+    c.model.tieEmbeddings = false;
+    c.train.activationCheckpointing = true;
+    c.lora.rank = 4;
+    c.lora.targets = {"attn"};
+    return c;
+}
+
 // A Llama with LoRA on the attention and an MLP narrower than the model
 // (d_ff 99 < d_model 144), checkpointed, peaks where the attention's and the
 // norms' tensors are, which the MLP's usually outweigh:
@@ -728,14 +741,9 @@ void TestMemoryPlan::narrowMlpLlamaWithLoraOnAttention()
 {
     auto rows = planRows();
     for (const char* precision : {"fp32", "bf16"}) {
-        auto c = small("llama", 2, 144, 6, 9, 17);
+        auto c = narrowMlpLoraLlama(9, 17);
         c.model.nKvHead = 1;
-        c.model.dFf = 99;
-        c.model.tieEmbeddings = false;
         c.train.precision = precision;
-        c.train.activationCheckpointing = true;
-        c.lora.rank = 4;
-        c.lora.targets = {"attn"};
         rows.emplace_back(std::string("llama d_ff 99 lora attn ") + precision, c);
     }
     requireWithinBar(rows, true);
@@ -749,13 +757,7 @@ void TestMemoryPlan::narrowMlpLlamaWithLoraOnAttention()
 void TestMemoryPlan::unsavedValuesLiveUntilTheAttentionReturns()
 {
     auto rows = planRows();
-    auto c = small("llama", 2, 144, 6, 1, 64);
-    c.model.dFf = 99;
-    c.model.tieEmbeddings = false;
-    c.train.activationCheckpointing = true;
-    c.lora.rank = 4;
-    c.lora.targets = {"attn"};
-    rows.emplace_back("llama b1 d_ff 99 lora attn", c);
+    rows.emplace_back("llama b1 d_ff 99 lora attn", narrowMlpLoraLlama(1, 64));
     requireWithinBar(rows, true);
 }
 
