@@ -1,23 +1,25 @@
-// Training learns on most seeds the way a user runs it: default train.threads
-// and the machine's own CPU kernels, no pin. 2-digit addition, 500 steps,
-// held-out exact match must reach 80% on six seeds per model (three for
-// sinusoidal positions), allowing one miss (bench/learning_robustness.sh
-// measures 16 seeds against a plain-PyTorch reference; docs/learning.md,
-// "Learning robustness"). The GPTs are judged at step 500; the Llama model
-// already at step 300, where a late escape from the addition plateau shows.
+// The initialisations that made RoPE models stall on the addition plateau,
+// checked on the seeds where they stalled, at the step where it showed. The
+// many-seed statistics behind them (16+ seeds per model beside a plain-PyTorch
+// reference, per kernel set) are bench/learning_robustness.sh's, with their
+// figures in docs/learning.md; this suite keeps one fast check per bug, each
+// of which fails on the code that had it:
+//   - GPT with RoPE, zero-initialised residual outputs (before 2026-11-24):
+//     seed 1 under 80% at step 500 on the development machine.
+//   - GPT with RoPE, N(0, 0.02) token embeddings (before 2026-11-25): seed 9
+//     stalled at 12.6% at step 500.
+//   - Llama, N(0, 0.02) token embeddings: seeds 4 and 5 at 17% and 12% at
+//     step 300 (the Llama runs are judged there and stopped).
+// The current defaults reach 100% on all of them on every kernel set
+// measured (docs/learning.md). Each run is a real training as a user runs
+// it: default train.threads, the machine's own kernels, no pin.
 //
-// The counts were chosen so that the old defaults fail and the new ones pass:
-// on the development machine (its own kernels) the old GPT with RoPE missed
-// seeds 1 and 4 of 1-6 at step 500 (zero-initialised residual outputs), the
-// old Llama seeds 3 and 5 (N(0, 0.02) linear layers), and with N(0, 0.02)
-// token embeddings the Llama was under 80% at step 300 on seeds 4 and 5
-// (17% and 12%; 69% and 98% at step 500). With rows of norm 1
-// (tokenEmbeddingStd) none of the six is.
-//
-// The first Llama model that learned (seed 1 here; its step-300 checkpoint) is
+// The first Llama that learned (seed 4 here; its step-300 checkpoint) is
 // then the base of a LoRA fine-tune to 3 digits, so the suite trains no model
-// twice. ctest runs the suite as three entries (tests/CMakeLists.txt) so that
-// they balance against the other suites under -j 2.
+// twice. About 150 s on the 2-core development machine (over the suite's
+// usual 120 s: seven trainings, the fewest that cover the three bugs and
+// LoRA learning on a trained base); ctest runs it as two entries
+// (tests/CMakeLists.txt) so that they balance against the other suites.
 #include <QtTest>
 
 #include <functional>
@@ -34,7 +36,6 @@ namespace {
 using Weights = std::vector<std::pair<std::string, std::vector<float>>>;
 
 constexpr double kBar = 0.8;
-const std::vector<int> kSixSeeds{1, 2, 3, 4, 5, 6};
 
 TrainResult train(const RunConfig& config, const TrainerOptions& options = {}, Weights* weights = nullptr)
 {
@@ -83,7 +84,7 @@ RunConfig llamaAddition(int digits, int steps)
 }
 
 // Trains every seed up to `step` (an evaluation step of the config), prints
-// each result, and allows one run under the bar there. A run whose config goes
+// each result, and fails on any run under the bar there. A run whose config goes
 // further is stopped right after that evaluation: its learning-rate schedule
 // is still the config's, so the figure is the one a full run has at `step`,
 // and no step is trained that nothing judges. Checkpoints go under `dir`;
@@ -119,7 +120,7 @@ QString missesOf(const char* what, int step, const std::vector<int>& seeds, cons
         results << figure;
         if (atStep < kBar) misses << figure;
     }
-    if (misses.size() <= 1) return {};
+    if (misses.isEmpty()) return {};
     return QString("%1: %2 of %3 seeds under %4% held-out exact match at step %5 (%6)")
         .arg(what)
         .arg(misses.size())
@@ -135,34 +136,26 @@ class TestLearningRobustness : public QObject {
     Q_OBJECT
 
     QTemporaryDir m_dir;
-    std::string m_llamaBase; // the first 2-digit Llama that learned (seed 1 here, at step 300), base of the LoRA test
+    std::string m_llamaBase; // the first 2-digit Llama that learned (seed 4 here, at step 300), base of the LoRA test
     Weights m_llamaBaseWeights;
 
 private Q_SLOTS:
-    void gptWithRopeLearnsOnMostSeeds();
-    void gptWithSinusoidLearnsOnMostSeeds();
-    void llamaLearnsOnMostSeeds();
+    void gptWithRopeEscapesThePlateau();
+    void llamaEscapesThePlateauByStep300();
     void loraFineTuneOfTrainedBaseBeatsRandomBase();
 };
 
-void TestLearningRobustness::gptWithRopeLearnsOnMostSeeds()
+void TestLearningRobustness::gptWithRopeEscapesThePlateau()
 {
-    const auto failure = missesOf("gpt rope", 500, kSixSeeds, m_dir, [](int) { return gptAddition("rope"); });
+    // Seed 1: zero residual outputs missed it; seed 9: N(0, 0.02) token embeddings stalled there.
+    const auto failure = missesOf("gpt rope", 500, {1, 9}, m_dir, [](int) { return gptAddition("rope"); });
     QVERIFY2(failure.isEmpty(), qPrintable(failure));
 }
 
-void TestLearningRobustness::gptWithSinusoidLearnsOnMostSeeds()
+void TestLearningRobustness::llamaEscapesThePlateauByStep300()
 {
-    // The encoding the zero-initialised residual outputs protect; its defaults
-    // did not change, so three seeds (learned positions are tst_learning's
-    // bundled 3-digit example).
-    const auto failure = missesOf("gpt sinusoidal", 500, {1, 2, 3}, m_dir, [](int) { return gptAddition("sinusoidal"); });
-    QVERIFY2(failure.isEmpty(), qPrintable(failure));
-}
-
-void TestLearningRobustness::llamaLearnsOnMostSeeds()
-{
-    const auto failure = missesOf("llama", 300, kSixSeeds, m_dir, [](int) { auto c = llamaAddition(2, 500); c.train.evalEvery = 100; return c; },
+    // Seeds 4 and 5: 17% and 12% at step 300 with N(0, 0.02) token embeddings.
+    const auto failure = missesOf("llama", 300, {4, 5}, m_dir, [](int) { auto c = llamaAddition(2, 500); c.train.evalEvery = 100; return c; },
                                   [this](int, const TrainResult& result, Weights&& weights) {
                                       // Keep the first model that learned: the LoRA test tunes it.
                                       if (!m_llamaBase.empty() || result.finalValAccuracy < kBar) return;
