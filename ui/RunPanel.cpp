@@ -51,156 +51,16 @@ QString clock(double seconds)
 RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
 {
     qRegisterMetaType<tb::SessionOutcome>();
-    m_start = new QPushButton(tr("Start"), this);
-    m_start->setToolTip(tr("Start training with this config (Ctrl+R)"));
-    m_stop = new QPushButton(tr("Stop"), this);
-    m_stop->setToolTip(tr("Stop after the current step and save a checkpoint (Ctrl+.)"));
-    m_stop->setEnabled(false);
-    m_hostBox = new QComboBox(this);
-    m_hostBox->setToolTip(tr("Where Start trains: this computer, or a GPU server saved in Run ▸ Hosts… (over ssh; "
-                             "data and model paths in the config then name files there)"));
-    m_hostBox->setSizeAdjustPolicy(QComboBox::AdjustToContents);
-    m_sendData = new QCheckBox(tr("send data"), this);
-    m_sendData->setToolTip(tr("Copy the config's data file from this computer to the host before training there "
-                              "(checked by SHA-256; not sent again while the host has it)"));
-    m_sendData->setVisible(false);
-    connect(m_hostBox, &QComboBox::currentIndexChanged, this, [this] { updateStartButton(); });
-    // The reason and the status keep their space whether or not they have
-    // text, so the plots do not shrink when "Cannot start" or the end-of-run
-    // summary appears: one line for the reason (the whole text in its
-    // tooltip), two for the status.
-    m_reason = plainLabel(this);
-    m_reason->setWordWrap(false);
-    m_reason->setStyleSheet("color: #c0392b");
-    QSizePolicy keep = m_reason->sizePolicy();
-    keep.setRetainSizeWhenHidden(true);
-    keep.setHorizontalPolicy(QSizePolicy::Ignored); // a long reason is clipped, not widening the window
-    m_reason->setSizePolicy(keep);
-    m_preflight = plainLabel(this, tr("Preflight: checking…"));
-    m_preflight->setToolTip(tr("Preflight for a launch on this machine; the Diagnostics tab (Ctrl+4) lists the findings"));
-    m_progress = new QProgressBar(this);
-    m_progress->setFormat(tr("no run"));
-    m_progress->setValue(0);
-    m_loss = new QLabel(tr("loss –"), this);
-    m_rate = new QLabel(tr("– tokens/s"), this);
-    m_time = new QLabel(tr("elapsed – · ETA –"), this);
-    m_status = plainLabel(this);
-    m_status->setWordWrap(true);
-    m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_status->setFixedHeight(2 * m_status->fontMetrics().lineSpacing() + 4);
-    m_status->setAlignment(Qt::AlignLeft | Qt::AlignTop);
-
-    auto* buttons = new QHBoxLayout;
-    buttons->addWidget(m_start);
-    buttons->addWidget(m_stop);
-    buttons->addWidget(new QLabel(tr("on"), this));
-    buttons->addWidget(m_hostBox);
-    buttons->addWidget(m_sendData);
-    buttons->addWidget(m_preflight);
-    buttons->addWidget(m_progress, 1);
-    auto* stats = new QHBoxLayout;
-    for (QLabel* l : {m_loss, m_rate, m_time}) {
-        QFont f = l->font();
-        f.setPointSizeF(f.pointSizeF() * 1.1);
-        l->setFont(f);
-        stats->addWidget(l);
-        stats->addSpacing(16);
-    }
-    stats->addStretch(1);
-
-    m_lossPlot = new LossPlot(this);
-    m_memoryPlot = new MemoryPlot(this);
-    // One step axis: both plots span the same steps (validation at step 0 included).
-    m_lossPlot->shareKeyRangeWith(m_memoryPlot);
-    m_smoothing = new QSlider(Qt::Horizontal, this);
-    m_smoothing->setRange(0, 99);
-    m_smoothing->setValue(90);
-    m_smoothing->setMaximumWidth(160);
-    m_smoothing->setToolTip(tr("Exponential smoothing of the training loss"));
-    m_logScale = new QCheckBox(tr("log scale"), this);
-    auto* plotControls = new QHBoxLayout;
-    plotControls->addWidget(new QLabel(tr("Smoothing"), this));
-    plotControls->addWidget(m_smoothing);
-    plotControls->addSpacing(12);
-    plotControls->addWidget(m_logScale);
-    plotControls->addStretch(1);
-    plotControls->addWidget(new QLabel(tr("drag to pan · wheel to zoom · double-click to fit · right-click to export"), this));
-
-    m_log = new QPlainTextEdit(this);
-    m_log->setReadOnly(true);
-    m_log->setMaximumBlockCount(5000);
-    m_log->setPlaceholderText(tr("Run events (started, checkpoints, warnings, errors) appear here."));
-    // Eight lines at least (it was four, too few to read a failure's events).
-    m_log->setMinimumHeight(8 * m_log->fontMetrics().lineSpacing() + 2 * m_log->frameWidth()
-                            + static_cast<int>(2 * m_log->document()->documentMargin()));
-
-    m_sample = new SampleBox(this);
-
-    auto* plots = new QWidget(this);
-    auto* plotLayout = new QVBoxLayout(plots);
-    plotLayout->setContentsMargins(0, 0, 0, 0);
-    plotLayout->addLayout(plotControls);
-    plotLayout->addWidget(m_lossPlot, 3);
-    plotLayout->addWidget(m_memoryPlot, 2);
-    auto* splitter = new QSplitter(Qt::Vertical, this);
-    splitter->addWidget(plots);
-    splitter->addWidget(m_log);
-    splitter->setStretchFactor(0, 4);
-    splitter->setStretchFactor(1, 1);
-
     auto* layout = new QVBoxLayout(this);
-    layout->addLayout(buttons);
-    layout->addWidget(m_reason);
-    layout->addLayout(stats);
-    layout->addWidget(m_status);
-    layout->addWidget(splitter, 1);
+    buildControls(layout);
+    layout->addWidget(buildPlots(), 1);
     layout->addWidget(m_sample);
-
     connect(m_start, &QPushButton::clicked, this, &RunPanel::start);
     connect(m_stop, &QPushButton::clicked, this, &RunPanel::stop);
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) { m_lossPlot->setSmoothing(v / 100.0); });
     connect(m_logScale, &QCheckBox::toggled, m_lossPlot, &MetricPlot::setLogScale);
 
-    // Worker-object pattern: no parent, moved to its own thread, deleted with it.
-    m_thread = new QThread(this);
-    m_thread->setObjectName("training");
-    m_worker = new TrainingWorker;
-    m_worker->moveToThread(m_thread);
-    connect(m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
-    connect(m_worker, &TrainingWorker::started, this, &RunPanel::onStarted);
-    connect(m_worker, &TrainingWorker::finished, this, &RunPanel::onFinished);
-    connect(m_worker, &TrainingWorker::refused, this, &RunPanel::onRefused);
-    connect(m_worker, &TrainingWorker::refusedByPreflight, this, &RunPanel::onRefusedByPreflight);
-    m_askOverride = [this](const QString& findings) {
-        return QMessageBox::warning(this, tr("Preflight found errors"),
-                                    tr("Preflight expects this run to fail:\n\n%1\n\nLaunch anyway? The override is "
-                                       "recorded with the run.").arg(findings),
-                                    QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel)
-            == QMessageBox::Yes;
-    };
-    // Repaint at most ~30 times a second, whatever the step rate.
-    m_drainTimer.setSingleShot(true);
-    m_drainTimer.setInterval(33);
-    connect(&m_drainTimer, &QTimer::timeout, this, &RunPanel::drainProgress);
-    connect(m_worker, &TrainingWorker::progressAvailable, this, [this] {
-        if (!m_drainTimer.isActive()) m_drainTimer.start();
-    });
-    m_thread->start();
-
-    // Runs on a host: launched, followed and stopped over ssh from their own thread.
-    m_remoteThread = new QThread(this);
-    m_remoteThread->setObjectName("remote");
-    m_remote = new RemoteRunWorker;
-    m_remote->moveToThread(m_remoteThread);
-    connect(m_remoteThread, &QThread::finished, m_remote, &QObject::deleteLater);
-    connect(m_remote, &RemoteRunWorker::started, this, &RunPanel::onRemoteStarted);
-    connect(m_remote, &RemoteRunWorker::finished, this, &RunPanel::onFinished);
-    connect(m_remote, &RemoteRunWorker::refused, this, &RunPanel::onRefused);
-    connect(m_remote, &RemoteRunWorker::linkChanged, this, &RunPanel::onLink);
-    connect(m_remote, &RemoteRunWorker::progressAvailable, this, [this] {
-        if (!m_drainTimer.isActive()) m_drainTimer.start();
-    });
-    m_remoteThread->start();
+    startWorkers();
     m_linkTimer.setInterval(1000);
     connect(&m_linkTimer, &QTimer::timeout, this, &RunPanel::showLink);
     reloadHosts();
@@ -326,7 +186,7 @@ void RunPanel::beginRun(const QString& what)
     m_lossPlot->clear();
     m_memoryPlot->clear();
     m_log->clear();
-    m_firstStep = -1;
+    m_pace.reset();
     m_resuming = false;
     m_historyUntil = -1;
     m_runId = 0;
@@ -610,15 +470,15 @@ void RunPanel::drainProgress()
         m_lossPlot->appendTraining(steps, losses);
         m_memoryPlot->append(steps, current, peak);
         const StepMetrics& last = batch.steps.back();
-        if (m_firstStep < 0) m_firstStep = batch.steps.front().step - 1;
         const double elapsed = m_elapsed.elapsed() / 1000.0;
-        const double perStep = elapsed / std::max(1, last.step - m_firstStep);
+        m_pace.observe(batch.steps.front().step, last.totalSteps, elapsed);
+        m_pace.observe(last.step, last.totalSteps, elapsed);
         m_progress->setMaximum(last.totalSteps);
         m_progress->setValue(last.step);
         m_progress->setFormat(tr("step %1 / %2  (%p%)").arg(last.step).arg(last.totalSteps));
         m_loss->setText(tr("loss %1").arg(last.loss, 0, 'f', 4));
         m_rate->setText(tr("%1 tokens/s").arg(last.tokensPerSecond, 0, 'f', 0));
-        m_time->setText(tr("elapsed %1 · ETA %2").arg(clock(elapsed), clock(perStep * (last.totalSteps - last.step))));
+        m_time->setText(tr("elapsed %1 · ETA %2").arg(clock(elapsed), clock(m_pace.etaSeconds())));
         Q_EMIT progressShown(last.step, last.totalSteps);
     }
     if (!batch.evals.empty()) {
@@ -662,9 +522,7 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
         : tr("Run %1 %2 after %3 of %4 steps").arg(outcome.runId).arg(status).arg(outcome.stepsDone).arg(outcome.totalSteps);
     if (outcome.stepsDone > 0) text += tr(", loss %1").arg(outcome.finalLoss, 0, 'f', 4);
     if (outcome.finalValLoss >= 0) text += tr(", validation loss %1").arg(outcome.finalValLoss, 0, 'f', 4);
-    if (outcome.measuredPeakBytes > 0 && outcome.estimatedPeakBytes > 0) {
-        const double error = static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
-            / static_cast<double>(outcome.measuredPeakBytes);
+    if (const auto error = outcome.estimateError()) {
         const QString during = outcome.measuredPeakPhase.empty()
             ? QString()
             : tr(" (during %1)").arg(QString::fromStdString(outcome.measuredPeakPhase));
@@ -672,7 +530,7 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
                     .arg(static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, 0, 'f', 1)
                     .arg(during)
                     .arg(static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0, 0, 'f', 1)
-                    .arg(QString::fromStdString(signedPercentText(error)));
+                    .arg(QString::fromStdString(signedPercentText(*error)));
     }
     if (outcome.status == RunStatus::Failed) {
         text += tr(".\nError: %1").arg(QString::fromStdString(outcome.message));

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "RemoteRunWorker.h"
+#include "run/RunPace.h"
 #include "TrainingWorker.h"
 
 class QCheckBox;
@@ -21,6 +22,7 @@ class QProgressBar;
 class QPushButton;
 class QSlider;
 class QThread;
+class QVBoxLayout;
 
 namespace tb::ui {
 
@@ -100,6 +102,10 @@ Q_SIGNALS:
     void linkChanged(const QString& text);
 
 private:
+    // The widgets and worker threads (RunPanelLayout.cpp).
+    void buildControls(QVBoxLayout* layout);
+    QWidget* buildPlots();
+    void startWorkers();
     void beginRun(const QString& what);
     void drainProgress();
     void onStarted(qint64 runId, const QString& description, qint64 estimatedPeakBytes);
@@ -136,7 +142,7 @@ private:
     QString m_dbPath;
     bool m_running = false;
     qint64 m_runId = 0;
-    int m_firstStep = -1;
+    tb::RunPace m_pace;
     bool m_resuming = false;
     int m_historyUntil = -1; // steps up to this one came from the store, not the worker
 

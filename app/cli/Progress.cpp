@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "Command.h"
+#include "run/RunPace.h"
 
 namespace tb::cli {
 namespace {
@@ -110,7 +111,7 @@ int runWithProgress(RunSession& session, bool quiet, const std::function<void(st
     using Clock = std::chrono::steady_clock;
     const auto started = Clock::now();
     auto lastPrint = Clock::time_point{};
-    int firstStep = -1;
+    RunPace pace;
     double lastVal = -1;
     SessionCallbacks callbacks;
     callbacks.onStarted = [&](std::int64_t runId, const std::string& description) {
@@ -124,18 +125,17 @@ int runWithProgress(RunSession& session, bool quiet, const std::function<void(st
         if (!quiet && e.severity == "error") printedError = e.message;
     };
     callbacks.onStep = [&](const StepMetrics& s) {
-        if (firstStep < 0) firstStep = s.step - 1;
         const auto now = Clock::now();
+        const double elapsed = std::chrono::duration<double>(now - started).count();
+        pace.observe(s.step, s.totalSteps, elapsed);
         if (quiet || (now - lastPrint < std::chrono::seconds(1) && s.step != s.totalSteps)) return;
         lastPrint = now;
-        const double elapsed = std::chrono::duration<double>(now - started).count();
-        const double perStep = elapsed / std::max(1, s.step - firstStep);
         char line[256];
         std::snprintf(line, sizeof line, "step %d/%d  loss %.4f%s  %s tok/s  elapsed %s  ETA %s", s.step,
                       s.totalSteps, s.loss,
                       lastVal >= 0 ? ("  val " + std::to_string(lastVal).substr(0, 6)).c_str() : "",
                       rate(s.tokensPerSecond).c_str(), duration(elapsed).c_str(),
-                      duration(perStep * (s.totalSteps - s.step)).c_str());
+                      duration(pace.etaSeconds()).c_str());
         std::cout << line << std::endl;
     };
 
@@ -164,14 +164,12 @@ int runWithProgress(RunSession& session, bool quiet, const std::function<void(st
                       outcome.steadyTokensPerSecond);
         std::cout << line;
     }
-    if (outcome.measuredPeakBytes > 0 && outcome.estimatedPeakBytes > 0) {
+    if (const auto error = outcome.estimateError()) {
         char line[200];
         std::snprintf(line, sizeof line, "memory: peak %.1f MiB of tensors measured (during %s), estimate %.1f MiB (%s)\n",
                       static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, outcome.measuredPeakPhase.c_str(),
                       static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0,
-                      signedPercentText(static_cast<double>(outcome.estimatedPeakBytes - outcome.measuredPeakBytes)
-                                        / static_cast<double>(outcome.measuredPeakBytes))
-                          .c_str());
+                      signedPercentText(*error).c_str());
         std::cout << line;
     }
     if (outcome.status == RunStatus::Failed) {

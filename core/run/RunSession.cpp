@@ -238,7 +238,120 @@ namespace {
 // seconds by another process.
 constexpr std::chrono::seconds kStoreGiveUp{60};
 
+// The metrics a step stores, by the names the store, the plots and `runs` read.
+std::vector<std::pair<std::string, double>> storedValues(const StepMetrics& s, bool measureMemory)
+{
+    std::vector<std::pair<std::string, double>> values{
+        {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.gradNorm}, {"tokens_per_s", s.tokensPerSecond}, {"step_ms", s.stepMs}};
+    if (measureMemory) {
+        values.emplace_back("mem_current_bytes", static_cast<double>(s.memCurrentBytes));
+        values.emplace_back("mem_peak_bytes", static_cast<double>(s.memPeakBytes));
+    }
+    if (s.lossScale > 0) values.emplace_back("loss_scale", s.lossScale);
+    if (!s.rankPeakBytes.empty()) {
+        // Data parallel: every rank's peak (mem_peak_bytes is the largest).
+        for (std::size_t r = 0; r < s.rankPeakBytes.size(); ++r) {
+            values.emplace_back("mem_peak_bytes_rank" + std::to_string(r), static_cast<double>(s.rankPeakBytes[r]));
+        }
+        values.emplace_back("comm_wait_ms", s.commWaitMs);
+    }
+    return values;
+}
+
 } // namespace
+
+void RunSession::recordPreflight(SessionOutcome& outcome)
+{
+    if (m_preflight.empty()) return;
+    const bool overridden = hasErrors(m_preflight);
+    try {
+        retryWhileBusy([&] {
+            m_store->addFindings({m_runId, "preflight", wallClockNow(), overridden, findingsToJson(m_preflight, false)});
+            if (overridden) {
+                m_store->addEvent({m_runId, wallClockNow(), "warning", "preflight_override",
+                                   "launched past preflight errors (forced)"});
+            }
+        }, kStoreGiveUp);
+    } catch (const std::exception&) {
+        outcome.lostValues += 1;
+    }
+}
+
+TrainerOptions RunSession::trainerOptions(const SessionCallbacks& callbacks)
+{
+    TrainerOptions to;
+    to.checkpointDir = m_store->runFolder(m_runId);
+    to.resumeFrom = m_resumeCheckpoint;
+    to.initFrom = m_initFromPath;
+    to.measureMemory = m_options.measureMemory && !m_options.bare;
+    to.dist = m_options.dist;
+    to.dist.timeoutSeconds = m_config.train.distTimeoutS;
+    to.distOverlap = m_options.distOverlap;
+    to.forceLossScaling = m_options.forceLossScaling;
+    to.injectNonFiniteGradientAtStep = m_options.injectNonFiniteGradientAtStep;
+    to.injectRank = m_options.injectRank;
+    // Tokenizing the data: progress goes to the front end only; the summary
+    // and any skipped lines are the run's events.
+    to.data.cancel = &m_cancel;
+    to.data.onEvent = [&](const std::string& severity, const std::string& kind, const std::string& message) {
+        if (severity != "progress") {
+            retryWhileBusy([&] { m_store->addEvent({m_runId, wallClockNow(), severity, kind, message}); }, kStoreGiveUp);
+        }
+        if (callbacks.onEvent) callbacks.onEvent({severity, kind, message});
+    };
+    return to;
+}
+
+TrainerCallbacks RunSession::storingCallbacks(MetricWriter& writer, SessionOutcome& outcome, const SessionCallbacks& callbacks)
+{
+    // The memory check's warning is said once per run.
+    auto estimateWarned = std::make_shared<bool>(false);
+    TrainerCallbacks tc;
+    tc.onStep = [this, &writer, &outcome, &callbacks, estimateWarned](const StepMetrics& s) {
+        // One step's values in one transaction: a follower (here or
+        // over ssh) assembles steps from them and must not see half.
+        if (m_options.recordMetrics) writer.addMetrics(s.step, storedValues(s, m_options.measureMemory));
+        writer.setStepsDone(s.step);
+        if (s.memPeakBytes > outcome.measuredPeakBytes) {
+            outcome.measuredPeakBytes = s.memPeakBytes;
+            outcome.measuredPeakPhase = s.memPeakPhase;
+        }
+        // Every run checks the planner: a measured peak more than 10%
+        // over the estimate is reported once, with the phase.
+        if (m_estimate && !*estimateWarned) {
+            const auto warning = memoryEstimateWarning(m_estimate->probePeakBytes(), s.memPeakBytes, s.memPeakPhase, s.step);
+            if (!warning.empty()) {
+                *estimateWarned = true;
+                const TrainerEvent e{"warning", "memory_estimate", warning};
+                writer.addEvent(e.severity, e.kind, e.message);
+                if (callbacks.onEvent) callbacks.onEvent(e);
+            }
+        }
+        if (callbacks.onStep) callbacks.onStep(s);
+    };
+    tc.onEval = [&writer, &callbacks](const EvalMetrics& e) {
+        writer.addMetric(e.step, "val_loss", e.valLoss);
+        if (e.valAccuracy >= 0) writer.addMetric(e.step, "val_accuracy", e.valAccuracy);
+        if (callbacks.onEval) callbacks.onEval(e);
+    };
+    tc.onEvent = [&writer, &callbacks](const TrainerEvent& e) {
+        writer.addEvent(e.severity, e.kind, e.message);
+        if (callbacks.onEvent) callbacks.onEvent(e);
+    };
+    tc.onCheckpoint = [this, &writer, &callbacks](int step, const std::string& path, std::int64_t bytes) {
+        // Metrics up to this step must be stored before the checkpoint is
+        // announced, so a resume from it never lacks earlier metrics.
+        writer.flush();
+        retryWhileBusy([&] {
+            m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
+            m_store->dropMissingArtifacts(m_runId);
+        }, kStoreGiveUp);
+        const TrainerEvent e{"info", "checkpoint", "checkpoint saved at step " + std::to_string(step) + ": " + path};
+        writer.addEvent(e.severity, e.kind, e.message);
+        if (callbacks.onEvent) callbacks.onEvent(e);
+    };
+    return tc;
+}
 
 SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
 {
@@ -252,20 +365,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
                                       kAppVersion, torchVersion(), m_config.train.steps, true});
     }
     outcome.runId = m_runId;
-    if (!resuming && !m_preflight.empty()) {
-        const bool overridden = hasErrors(m_preflight);
-        try {
-            retryWhileBusy([&] {
-                m_store->addFindings({m_runId, "preflight", wallClockNow(), overridden, findingsToJson(m_preflight, false)});
-                if (overridden) {
-                    m_store->addEvent({m_runId, wallClockNow(), "warning", "preflight_override",
-                                       "launched past preflight errors (forced)"});
-                }
-            }, kStoreGiveUp);
-        } catch (const std::exception&) {
-            outcome.lostValues += 1;
-        }
-    }
+    if (!resuming) recordPreflight(outcome);
     // Every failure is explained the same way and kept with the run.
     const auto explain = [&](const std::string& message, const std::string& device,
                              const std::optional<DeviceMeeting>& meeting) {
@@ -307,26 +407,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
 
     std::unique_ptr<Trainer> trainer;
     try {
-        TrainerOptions to;
-        to.checkpointDir = m_store->runFolder(m_runId);
-        to.resumeFrom = m_resumeCheckpoint;
-        to.initFrom = m_initFromPath;
-        to.measureMemory = m_options.measureMemory && !m_options.bare;
-        to.dist = m_options.dist;
-        to.dist.timeoutSeconds = m_config.train.distTimeoutS;
-        to.distOverlap = m_options.distOverlap;
-        to.forceLossScaling = m_options.forceLossScaling;
-        to.injectNonFiniteGradientAtStep = m_options.injectNonFiniteGradientAtStep;
-        to.injectRank = m_options.injectRank;
-        // Tokenizing the data: progress goes to the front end only; the summary
-        // and any skipped lines are the run's events.
-        to.data.cancel = &m_cancel;
-        to.data.onEvent = [&](const std::string& severity, const std::string& kind, const std::string& message) {
-            if (severity != "progress") {
-                retryWhileBusy([&] { m_store->addEvent({m_runId, wallClockNow(), severity, kind, message}); }, kStoreGiveUp);
-            }
-            if (callbacks.onEvent) callbacks.onEvent({severity, kind, message});
-        };
+        const TrainerOptions to = trainerOptions(callbacks);
         RunConfig config = m_config;
         if (m_options.bare) config.train.logEvery = config.train.steps;
         trainer = std::make_unique<Trainer>(config, to);
@@ -381,68 +462,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
             result = trainer->run(tc);
         } else {
             MetricWriter writer(m_dbPath, m_runId);
-            bool estimateWarned = false;
-            TrainerCallbacks tc;
-            tc.onStep = [&](const StepMetrics& s) {
-                if (m_options.recordMetrics) {
-                    // One step's values in one transaction: a follower (here or
-                    // over ssh) assembles steps from them and must not see half.
-                    std::vector<std::pair<std::string, double>> values{
-                        {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.gradNorm}, {"tokens_per_s", s.tokensPerSecond}, {"step_ms", s.stepMs}};
-                    if (m_options.measureMemory) {
-                        values.emplace_back("mem_current_bytes", static_cast<double>(s.memCurrentBytes));
-                        values.emplace_back("mem_peak_bytes", static_cast<double>(s.memPeakBytes));
-                    }
-                    if (s.lossScale > 0) values.emplace_back("loss_scale", s.lossScale);
-                    if (!s.rankPeakBytes.empty()) {
-                        // Data parallel: every rank's peak (mem_peak_bytes is the largest).
-                        for (std::size_t r = 0; r < s.rankPeakBytes.size(); ++r) {
-                            values.emplace_back("mem_peak_bytes_rank" + std::to_string(r), static_cast<double>(s.rankPeakBytes[r]));
-                        }
-                        values.emplace_back("comm_wait_ms", s.commWaitMs);
-                    }
-                    writer.addMetrics(s.step, values);
-                }
-                writer.setStepsDone(s.step);
-                if (s.memPeakBytes > outcome.measuredPeakBytes) {
-                    outcome.measuredPeakBytes = s.memPeakBytes;
-                    outcome.measuredPeakPhase = s.memPeakPhase;
-                }
-                // Every run checks the planner: a measured peak more than 10%
-                // over the estimate is reported once, with the phase.
-                if (m_estimate && !estimateWarned) {
-                    const auto warning = memoryEstimateWarning(m_estimate->probePeakBytes(), s.memPeakBytes, s.memPeakPhase, s.step);
-                    if (!warning.empty()) {
-                        estimateWarned = true;
-                        const TrainerEvent e{"warning", "memory_estimate", warning};
-                        writer.addEvent(e.severity, e.kind, e.message);
-                        if (callbacks.onEvent) callbacks.onEvent(e);
-                    }
-                }
-                if (callbacks.onStep) callbacks.onStep(s);
-            };
-            tc.onEval = [&](const EvalMetrics& e) {
-                writer.addMetric(e.step, "val_loss", e.valLoss);
-                if (e.valAccuracy >= 0) writer.addMetric(e.step, "val_accuracy", e.valAccuracy);
-                if (callbacks.onEval) callbacks.onEval(e);
-            };
-            tc.onEvent = [&](const TrainerEvent& e) {
-                writer.addEvent(e.severity, e.kind, e.message);
-                if (callbacks.onEvent) callbacks.onEvent(e);
-            };
-            tc.onCheckpoint = [&](int step, const std::string& path, std::int64_t bytes) {
-                // Metrics up to this step must be stored before the checkpoint is
-                // announced, so a resume from it never lacks earlier metrics.
-                writer.flush();
-                retryWhileBusy([&] {
-                    m_store->addArtifact({m_runId, "checkpoint", step, path, bytes, wallClockNow()});
-                    m_store->dropMissingArtifacts(m_runId);
-                }, kStoreGiveUp);
-                const TrainerEvent e{"info", "checkpoint", "checkpoint saved at step " + std::to_string(step) + ": " + path};
-                writer.addEvent(e.severity, e.kind, e.message);
-                if (callbacks.onEvent) callbacks.onEvent(e);
-            };
-            result = trainer->run(tc);
+            result = trainer->run(storingCallbacks(writer, outcome, callbacks));
             writer.setStepsDone(result.stepsDone);
             writer.flush();
             writerError = writer.error();

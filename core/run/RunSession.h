@@ -20,6 +20,8 @@
 
 namespace tb {
 
+class MetricWriter;
+
 struct SessionOptions {
     std::string dbPath;         // empty: RunStore::defaultPath()
     bool measureMemory = true;  // the memory probe
@@ -88,6 +90,8 @@ struct SessionOutcome {
     std::int64_t estimatedPeakBytes = 0;
     std::int64_t measuredPeakBytes = 0;
     std::string measuredPeakPhase;
+    // The planner's error on this run's peak (common/PeakError.h).
+    std::optional<double> estimateError() const { return peakEstimateError(estimatedPeakBytes, measuredPeakBytes); }
     // A failed run's explanation, the primary finding first (empty otherwise).
     std::vector<Finding> failureFindings;
 };
@@ -123,6 +127,12 @@ public:
 private:
     RunSession() = default;
     void resolveInitFrom();
+    // The parts of run(): preflight's findings stored with a new run, the
+    // trainer's options, and the callbacks that store each step's metrics,
+    // evaluations, events and checkpoints through `writer` and pass them on.
+    void recordPreflight(SessionOutcome& outcome);
+    TrainerOptions trainerOptions(const SessionCallbacks& callbacks);
+    TrainerCallbacks storingCallbacks(MetricWriter& writer, SessionOutcome& outcome, const SessionCallbacks& callbacks);
     RunConfig m_config;
     SessionOptions m_options;
     std::string m_dbPath;

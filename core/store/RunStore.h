@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/PeakError.h"
+
 namespace tb {
 
 class Database;
@@ -67,8 +69,8 @@ struct RunRecord {
     // (estimated - measured) / measured peak, when both are known.
     std::optional<double> estimateError() const
     {
-        if (!estimatedPeakBytes || !measuredPeakBytes || *measuredPeakBytes <= 0) return std::nullopt;
-        return static_cast<double>(*estimatedPeakBytes - *measuredPeakBytes) / static_cast<double>(*measuredPeakBytes);
+        if (!estimatedPeakBytes || !measuredPeakBytes) return std::nullopt;
+        return peakEstimateError(*estimatedPeakBytes, *measuredPeakBytes);
     }
     // The processes (data-parallel ranks) that trained it: the stored
     // config's train.world_size, 1 when absent or unreadable.
