@@ -18,6 +18,7 @@
 #include "ConfigDocument.h"
 #include "ScriptFixtures.h"
 #include "DiagnosticsPanel.h"
+#include "GpuTargetModel.h"
 #include "RunPanel.h"
 #include "diagnose/ErrorExplainer.h"
 #include "store/RunStore.h"
@@ -103,7 +104,9 @@ void TestDiagnosticsPanel::preflightFollowsEditsAndAppliesFixes()
     doc.loadText(exampleText(), "default.json");
     DiagnosticsPanel panel(&doc);
     panel.resize(1100, 700);
-    panel.setTarget(GpuCatalogue::bundled().resolve("T4"));
+    GpuTargetModel targets;
+    targets.setTarget(GpuCatalogue::bundled().resolve("T4"));
+    panel.setTargetModel(&targets);
     panel.waitForPreflight();
     QVERIFY(!has(panel.plannedFindings(), "bf16_unsupported"));
 

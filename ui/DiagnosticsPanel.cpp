@@ -1,5 +1,7 @@
 #include "DiagnosticsPanel.h"
 
+#include "GpuTargetModel.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDragEnterEvent>
@@ -139,44 +141,7 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     pasteRow->addWidget(m_explain);
     pasteLayout->addLayout(pasteRow);
 
-    // The device audit: every tensor a step touches, against the run's device.
-    m_auditDevice = new QComboBox(this);
-    m_auditDevice->setEditable(true);
-    m_auditDevice->addItem(tr("the config's device"), QString());
-    m_auditDevice->addItem(QStringLiteral("cuda:0"), QStringLiteral("cuda:0"));
-    m_auditDevice->addItem(QStringLiteral("cpu"), QStringLiteral("cpu"));
-    m_auditDevice->setToolTip(tr("The device the run will train on. A GPU this machine lacks is judged: parameters "
-                                 "and buffers follow the model there, anything else stays where it is."));
-    m_auditButton = new QPushButton(tr("A&udit"), this);
-    m_auditButton->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
-    m_auditButton->setToolTip(tr("Build the model the config describes and check every tensor (Ctrl+Shift+A)"));
-    m_onlyMisplaced = new QCheckBox(tr("Only &misplaced"), this);
-    m_onlyMisplaced->setChecked(true);
-    m_auditSummary = plainLabel(this, tr("Audit the model for the device it will train on: parameters, buffers, a "
-                                         "TorchScript model's tensor attributes and the optimizer state."));
-    m_auditSummary->setWordWrap(true);
-    m_auditTable = new QTableWidget(0, 6, this);
-    m_auditTable->setHorizontalHeaderLabels({tr("Tensor"), tr("Kind"), tr("Dtype"), tr("Device"), tr("Expected"),
-                                             tr("Likely cause")});
-    m_auditTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    m_auditTable->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_auditTable->verticalHeader()->setVisible(false);
-    m_auditTable->horizontalHeader()->setStretchLastSection(true);
-    m_auditTable->setWordWrap(false);
-    m_auditTable->setTextElideMode(Qt::ElideRight);
-    m_auditTable->setAccessibleName(tr("Device audit"));
-    auto* auditBox = new QWidget(this);
-    auto* auditLayout = new QVBoxLayout(auditBox);
-    auditLayout->setContentsMargins(0, 0, 0, 0);
-    auto* auditRow = new QHBoxLayout;
-    auditRow->addWidget(plainLabel(this, tr("Device:")));
-    auditRow->addWidget(m_auditDevice);
-    auditRow->addWidget(m_auditButton);
-    auditRow->addStretch(1);
-    auditRow->addWidget(m_onlyMisplaced);
-    auditLayout->addLayout(auditRow);
-    auditLayout->addWidget(m_auditSummary);
-    auditLayout->addWidget(m_auditTable, 1);
+    QWidget* auditBox = buildAuditTab();
 
     m_tools = new QTabWidget(this);
     m_tools->addTab(pasteBox, tr("Explain a failure"));
@@ -233,6 +198,49 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     });
     rebuild();
     schedulePreflight();
+}
+
+QWidget* DiagnosticsPanel::buildAuditTab()
+{
+    // The device audit: every tensor a step touches, against the run's device.
+    m_auditDevice = new QComboBox(this);
+    m_auditDevice->setEditable(true);
+    m_auditDevice->addItem(tr("the config's device"), QString());
+    m_auditDevice->addItem(QStringLiteral("cuda:0"), QStringLiteral("cuda:0"));
+    m_auditDevice->addItem(QStringLiteral("cpu"), QStringLiteral("cpu"));
+    m_auditDevice->setToolTip(tr("The device the run will train on. A GPU this machine lacks is judged: parameters "
+                                 "and buffers follow the model there, anything else stays where it is."));
+    m_auditButton = new QPushButton(tr("A&udit"), this);
+    m_auditButton->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
+    m_auditButton->setToolTip(tr("Build the model the config describes and check every tensor (Ctrl+Shift+A)"));
+    m_onlyMisplaced = new QCheckBox(tr("Only &misplaced"), this);
+    m_onlyMisplaced->setChecked(true);
+    m_auditSummary = plainLabel(this, tr("Audit the model for the device it will train on: parameters, buffers, a "
+                                         "TorchScript model's tensor attributes and the optimizer state."));
+    m_auditSummary->setWordWrap(true);
+    m_auditTable = new QTableWidget(0, 6, this);
+    m_auditTable->setHorizontalHeaderLabels({tr("Tensor"), tr("Kind"), tr("Dtype"), tr("Device"), tr("Expected"),
+                                             tr("Likely cause")});
+    m_auditTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_auditTable->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_auditTable->verticalHeader()->setVisible(false);
+    m_auditTable->horizontalHeader()->setStretchLastSection(true);
+    m_auditTable->setWordWrap(false);
+    m_auditTable->setTextElideMode(Qt::ElideRight);
+    m_auditTable->setAccessibleName(tr("Device audit"));
+    auto* auditBox = new QWidget(this);
+    auto* auditLayout = new QVBoxLayout(auditBox);
+    auditLayout->setContentsMargins(0, 0, 0, 0);
+    auto* auditRow = new QHBoxLayout;
+    auditRow->addWidget(plainLabel(this, tr("Device:")));
+    auditRow->addWidget(m_auditDevice);
+    auditRow->addWidget(m_auditButton);
+    auditRow->addStretch(1);
+    auditRow->addWidget(m_onlyMisplaced);
+    auditLayout->addLayout(auditRow);
+    auditLayout->addWidget(m_auditSummary);
+    auditLayout->addWidget(m_auditTable, 1);
+    return auditBox;
 }
 
 void DiagnosticsPanel::runAudit(const QString& device)
@@ -329,10 +337,10 @@ DiagnosticsPanel::~DiagnosticsPanel()
     m_auditWatcher.waitForFinished();
 }
 
-void DiagnosticsPanel::setTarget(const GpuTarget& target)
+void DiagnosticsPanel::setTargetModel(GpuTargetModel* targets)
 {
-    m_target = target;
-    m_hasTarget = true;
+    m_targets = targets;
+    connect(targets, &GpuTargetModel::changed, this, &DiagnosticsPanel::schedulePreflight);
     schedulePreflight();
 }
 
@@ -347,7 +355,7 @@ void DiagnosticsPanel::startPreflight()
     m_checking = true;
     const std::optional<RunConfig> config = m_document->config();
     const std::vector<ConfigIssue> issues = m_document->issues();
-    const std::optional<GpuTarget> target = m_hasTarget ? std::optional<GpuTarget>(m_target) : std::nullopt;
+    const std::optional<GpuTarget> target = m_targets ? std::optional<GpuTarget>(m_targets->target()) : std::nullopt;
     m_watcher.setFuture(QtConcurrent::run([config, issues, target, local = m_local] {
         Result r;
         // The driver and LibTorch are asked once, not on every edit.
@@ -488,13 +496,13 @@ void DiagnosticsPanel::rebuild()
         }
         top->setExpanded(true);
     };
-    if (m_hasTarget) addGroup(Planned, tr("Preflight for %1").arg(QString::fromStdString(m_target.label())), m_planned);
+    if (m_targets) addGroup(Planned, tr("Preflight for %1").arg(QString::fromStdString(m_targets->target().label())), m_planned);
     addGroup(Launch, tr("Launch on this machine"), m_launch);
     if (m_failureRun > 0) addGroup(Failure, tr("Run %1 failed").arg(m_failureRun), m_failure);
     if (!m_explainedSource.isEmpty()) addGroup(Explained, tr("Explained: %1").arg(m_explainedSource), m_explained);
     m_summary->setText(tr("Preflight checks the config against the target GPU (%1) and this machine as you edit it. "
                           "Select a finding for its cause and fix.")
-                           .arg(m_hasTarget ? QString::fromStdString(m_target.label()) : tr("none chosen")));
+                           .arg(m_targets ? QString::fromStdString(m_targets->target().label()) : tr("none chosen")));
     if (!previousKind.empty()) selectKind(QString::fromStdString(previousKind));
     showSelected();
 }

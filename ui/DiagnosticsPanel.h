@@ -33,6 +33,7 @@ class QTreeWidget;
 namespace tb::ui {
 
 class ConfigDocument;
+class GpuTargetModel;
 
 class DiagnosticsPanel final : public QWidget {
     Q_OBJECT
@@ -41,7 +42,8 @@ public:
     explicit DiagnosticsPanel(ConfigDocument* document, QWidget* parent = nullptr);
     ~DiagnosticsPanel() override;
 
-    void setTarget(const GpuTarget& target);
+    // The window's target GPU: findings for it follow its changes.
+    void setTargetModel(GpuTargetModel* targets);
     // A failed run's explanation (SessionOutcome::failureFindings).
     void showFailure(qint64 runId, const std::vector<Finding>& findings);
     // Explains text (pasted, dropped or read from a file) into its own group,
@@ -82,6 +84,8 @@ protected:
     void dropEvent(QDropEvent* event) override;
 
 private:
+    // The device audit: every tensor a step touches, against the run's device.
+    QWidget* buildAuditTab();
     struct Result {
         std::vector<Finding> planned;
         std::vector<Finding> launch;
@@ -99,8 +103,7 @@ private:
     void fillAuditTable();
 
     ConfigDocument* m_document;
-    GpuTarget m_target;
-    bool m_hasTarget = false;
+    GpuTargetModel* m_targets = nullptr;
     QTimer m_debounce;
     QFutureWatcher<Result> m_watcher;
     QFutureWatcher<std::vector<Finding>> m_explainWatcher;

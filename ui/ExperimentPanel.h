@@ -21,6 +21,7 @@ class QTextBrowser;
 namespace tb::ui {
 
 class ConfigDocument;
+class GpuTargetModel;
 
 // The data preview of an hf model with text or jsonl data, made off the GUI thread.
 struct DataPreview {
@@ -43,7 +44,8 @@ public:
     QString otherIssuesText() const;
     QPlainTextEdit* jsonView() const { return m_json; }
     // The GPU the estimate line plans for (the Hardware panel's target).
-    void setTarget(const GpuTarget& target);
+    // The window's target GPU: the estimate follows its changes.
+    void setTargetModel(GpuTargetModel* targets);
     // The current config's memory estimate, as shown under the form.
     QString estimateText() const;
     // File › Open model folder…: model.type hf with that folder, its sizes
@@ -62,6 +64,7 @@ Q_SIGNALS:
     void planRequested();
 
 private:
+    QWidget* buildForm(); // the form's fields, in a scroll area
     enum class Kind { Text, Integer, Number, Choice, Flag, Path };
     struct Field {
         QString path;
@@ -91,8 +94,7 @@ private:
     QTextBrowser* m_preview;
     QString m_previewKey;
     QFutureWatcher<DataPreview> m_previewWatcher;
-    GpuTarget m_target;
-    bool m_haveTarget = false;
+    GpuTargetModel* m_targets = nullptr;
     QTimer m_jsonDebounce;
     bool m_updating = false;
 };

@@ -55,8 +55,9 @@ private:
 
 } // namespace
 
-HardwarePanel::HardwarePanel(std::shared_ptr<GpuDriver> driver, const TorchCudaInfo& torch, QWidget* parent)
-    : QWidget(parent), m_driver(std::move(driver))
+HardwarePanel::HardwarePanel(std::shared_ptr<GpuDriver> driver, const TorchCudaInfo& torch, QWidget* parent,
+                             GpuTargetModel* targets)
+    : QWidget(parent), m_driver(std::move(driver)), m_targets(targets ? targets : new GpuTargetModel(this))
 {
     m_report = discoverGpus(*m_driver, torch);
     auto* content = new QWidget(this);
@@ -239,7 +240,6 @@ void HardwarePanel::updateTarget()
             if (g.id == id) t.gpu = g;
         }
     }
-    m_target = t;
     QString details = tr("%1 GiB per GPU as PyTorch reports it · compute capability %2")
                           .arg(t.gpu.memoryGib, 0, 'f', 2).arg(QString::fromStdString(t.gpu.cc.text()));
     if (t.gpu.bandwidthGbs > 0) {
@@ -257,7 +257,7 @@ void HardwarePanel::updateTarget()
     }
     m_targetCapabilities = capabilityGrid(t.gpu.cc);
     m_targetLayout->addWidget(m_targetCapabilities);
-    Q_EMIT targetChanged(QString::fromStdString(t.label()));
+    m_targets->setTarget(t);
 }
 
 void HardwarePanel::setRemoteGpus(const QString& host, const std::vector<tb::remote::RemoteGpu>& gpus)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu/Catalogue.h"
+#include "GpuTargetModel.h"
 #include "gpu/Discovery.h"
 #include "remote/HostCheck.h"
 
@@ -29,13 +30,17 @@ class HardwarePanel final : public QWidget {
     Q_OBJECT
 
 public:
-    HardwarePanel(std::shared_ptr<GpuDriver> driver, const TorchCudaInfo& torch, QWidget* parent = nullptr);
+    // `targets`: where the chosen target goes (the window's one model); a
+    // model of its own when none is given.
+    HardwarePanel(std::shared_ptr<GpuDriver> driver, const TorchCudaInfo& torch, QWidget* parent = nullptr,
+                  GpuTargetModel* targets = nullptr);
     ~HardwarePanel() override;
 
     const GpuReport& report() const { return m_report; }
     // The current target: a catalogue GPU and count, or a detected device
     // described in catalogue terms.
-    GpuTarget target() const { return m_target; }
+    const GpuTarget& target() const { return m_targets->target(); }
+    GpuTargetModel* targets() const { return m_targets; }
     // Selects a target by name ("2xT4", "A100", a detected device's name).
     bool selectTarget(const QString& text, QString* error = nullptr);
     // The GPUs a host reported (Run > Hosts > Test): targets "On HOST: cuda:N NAME",
@@ -43,9 +48,6 @@ public:
     void setRemoteGpus(const QString& host, const std::vector<tb::remote::RemoteGpu>& gpus);
     // All visible capability lines, for tests and screen readers.
     QStringList capabilityTexts() const;
-
-Q_SIGNALS:
-    void targetChanged(const QString& label);
 
 private:
     QWidget* deviceBox(const DeviceInfo& device);
@@ -55,7 +57,7 @@ private:
 
     std::shared_ptr<GpuDriver> m_driver;
     GpuReport m_report;
-    GpuTarget m_target;
+    GpuTargetModel* m_targets;
     QComboBox* m_targetBox;
     QSpinBox* m_count;
     QLabel* m_targetDetails;

@@ -100,36 +100,7 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     m_table->setWordWrap(false);
     setUpColumns();
 
-    // Overlays.
-    m_lossPlot = new OverlayPlot(tr("loss"), this);
-    m_memoryPlot = new OverlayPlot(tr("peak tensor memory (MiB)"), this);
-    m_memoryPlot->setZeroBased(true);
-    m_byTime = new QCheckBox(tr("by elapsed time"), this);
-    m_logY = new QCheckBox(tr("log scale"), this);
-    m_lineage = new QCheckBox(tr("follow lineage"), this);
-    m_lineage->setToolTip(tr("Also draw the runs each selected run started from (train.init_from), back to the first"));
-    m_smoothing = new QSlider(Qt::Horizontal, this);
-    m_smoothing->setRange(0, 99);
-    m_smoothing->setValue(0);
-    m_smoothing->setMaximumWidth(140);
-    m_smoothing->setToolTip(tr("Smoothing of the loss curves (exponential moving average)"));
-    auto* plots = new QWidget(this);
-    auto* plotLayout = new QVBoxLayout(plots);
-    plotLayout->setContentsMargins(0, 0, 0, 0);
-    auto* plotOptions = new QHBoxLayout;
-    plotOptions->addWidget(new QLabel(tr("Selected runs:"), this));
-    plotOptions->addWidget(m_byTime);
-    plotOptions->addWidget(m_logY);
-    plotOptions->addWidget(m_lineage);
-    plotOptions->addWidget(new QLabel(tr("smoothing"), this));
-    plotOptions->addWidget(m_smoothing);
-    plotOptions->addStretch(1);
-    plotOptions->addWidget(new QLabel(tr("click a legend entry to hide its curve"), this));
-    plotLayout->addLayout(plotOptions);
-    auto* plotSplit = new QSplitter(Qt::Horizontal, plots);
-    plotSplit->addWidget(m_lossPlot);
-    plotSplit->addWidget(m_memoryPlot);
-    plotLayout->addWidget(plotSplit, 1);
+    QWidget* plots = buildOverlays();
 
     // Config diff.
     m_diff = new QTableWidget(this);
@@ -138,38 +109,7 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     m_diff->horizontalHeader()->setStretchLastSection(true);
     m_diff->verticalHeader()->hide();
 
-    // Details of the current run.
-    auto* details = new QWidget(this);
-    auto* form = new QFormLayout(details);
-    m_name = new QLineEdit(details);
-    m_tags = new QLineEdit(details);
-    m_tags->setPlaceholderText(tr("comma-separated, e.g. baseline, lr-sweep"));
-    m_note = new QPlainTextEdit(details);
-    m_note->setPlaceholderText(tr("What this run was for, what you learned"));
-    m_save = new QPushButton(tr("&Save name, tags and note"), details);
-    form->addRow(tr("Name"), m_name);
-    form->addRow(tr("Tags"), m_tags);
-    form->addRow(tr("Note"), m_note);
-    auto* actions = new QHBoxLayout;
-    m_open = new QPushButton(tr("&Open in editor"), details);
-    m_open->setToolTip(tr("Load this run's config into the Experiment panel as a new config"));
-    m_export = new QPushButton(tr("E&xport CSV…"), details);
-    m_export->setToolTip(tr("The selected runs' metrics, one row per (run, step, key)"));
-    m_delete = new QPushButton(tr("&Delete…"), details);
-    m_resume = new QPushButton(tr("&Resume"), details);
-    m_resume->setToolTip(tr("Continue a cancelled or interrupted run from its last checkpoint"));
-    m_attach = new QPushButton(tr("&Attach"), details);
-    m_attach->setToolTip(tr("Watch a run that runs on a host live again, in the Run tab"));
-    m_exportConfig = new QPushButton(tr("Export &config…"), details);
-    actions->addWidget(m_save);
-    actions->addWidget(m_open);
-    actions->addWidget(m_resume);
-    actions->addWidget(m_attach);
-    actions->addWidget(m_export);
-    actions->addWidget(m_exportConfig);
-    actions->addStretch(1);
-    actions->addWidget(m_delete);
-    form->addRow(actions);
+    QWidget* details = buildDetails();
 
     m_tabs = new QTabWidget(this);
     m_tabs->addTab(plots, tr("Curves"));
@@ -225,6 +165,76 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
         }
     });
     selectionChanged();
+}
+
+QWidget* HistoryPanel::buildOverlays()
+{
+    m_lossPlot = new OverlayPlot(tr("loss"), this);
+    m_memoryPlot = new OverlayPlot(tr("peak tensor memory (MiB)"), this);
+    m_memoryPlot->setZeroBased(true);
+    m_byTime = new QCheckBox(tr("by elapsed time"), this);
+    m_logY = new QCheckBox(tr("log scale"), this);
+    m_lineage = new QCheckBox(tr("follow lineage"), this);
+    m_lineage->setToolTip(tr("Also draw the runs each selected run started from (train.init_from), back to the first"));
+    m_smoothing = new QSlider(Qt::Horizontal, this);
+    m_smoothing->setRange(0, 99);
+    m_smoothing->setValue(0);
+    m_smoothing->setMaximumWidth(140);
+    m_smoothing->setToolTip(tr("Smoothing of the loss curves (exponential moving average)"));
+    auto* plots = new QWidget(this);
+    auto* plotLayout = new QVBoxLayout(plots);
+    plotLayout->setContentsMargins(0, 0, 0, 0);
+    auto* plotOptions = new QHBoxLayout;
+    plotOptions->addWidget(new QLabel(tr("Selected runs:"), this));
+    plotOptions->addWidget(m_byTime);
+    plotOptions->addWidget(m_logY);
+    plotOptions->addWidget(m_lineage);
+    plotOptions->addWidget(new QLabel(tr("smoothing"), this));
+    plotOptions->addWidget(m_smoothing);
+    plotOptions->addStretch(1);
+    plotOptions->addWidget(new QLabel(tr("click a legend entry to hide its curve"), this));
+    plotLayout->addLayout(plotOptions);
+    auto* plotSplit = new QSplitter(Qt::Horizontal, plots);
+    plotSplit->addWidget(m_lossPlot);
+    plotSplit->addWidget(m_memoryPlot);
+    plotLayout->addWidget(plotSplit, 1);
+    return plots;
+}
+
+QWidget* HistoryPanel::buildDetails()
+{
+    auto* details = new QWidget(this);
+    auto* form = new QFormLayout(details);
+    m_name = new QLineEdit(details);
+    m_tags = new QLineEdit(details);
+    m_tags->setPlaceholderText(tr("comma-separated, e.g. baseline, lr-sweep"));
+    m_note = new QPlainTextEdit(details);
+    m_note->setPlaceholderText(tr("What this run was for, what you learned"));
+    m_save = new QPushButton(tr("&Save name, tags and note"), details);
+    form->addRow(tr("Name"), m_name);
+    form->addRow(tr("Tags"), m_tags);
+    form->addRow(tr("Note"), m_note);
+    auto* actions = new QHBoxLayout;
+    m_open = new QPushButton(tr("&Open in editor"), details);
+    m_open->setToolTip(tr("Load this run's config into the Experiment panel as a new config"));
+    m_export = new QPushButton(tr("E&xport CSV…"), details);
+    m_export->setToolTip(tr("The selected runs' metrics, one row per (run, step, key)"));
+    m_delete = new QPushButton(tr("&Delete…"), details);
+    m_resume = new QPushButton(tr("&Resume"), details);
+    m_resume->setToolTip(tr("Continue a cancelled or interrupted run from its last checkpoint"));
+    m_attach = new QPushButton(tr("&Attach"), details);
+    m_attach->setToolTip(tr("Watch a run that runs on a host live again, in the Run tab"));
+    m_exportConfig = new QPushButton(tr("Export &config…"), details);
+    actions->addWidget(m_save);
+    actions->addWidget(m_open);
+    actions->addWidget(m_resume);
+    actions->addWidget(m_attach);
+    actions->addWidget(m_export);
+    actions->addWidget(m_exportConfig);
+    actions->addStretch(1);
+    actions->addWidget(m_delete);
+    form->addRow(actions);
+    return details;
 }
 
 void HistoryPanel::setDatabasePath(const QString& path)

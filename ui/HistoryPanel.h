@@ -103,6 +103,8 @@ Q_SIGNALS:
     void exported(const QString& message);
 
 private:
+    QWidget* buildOverlays(); // the selected runs' curves and their options
+    QWidget* buildDetails();  // name, tags, note and the actions on the current run
     void selectionChanged();
     void showOverlay();
     void showDiff();

@@ -19,6 +19,7 @@
 
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
+#include "GpuTargetModel.h"
 #include "HardwarePanel.h"
 #include "DiagnosticsPanel.h"
 #include "HistoryPanel.h"
@@ -50,20 +51,21 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_tabs->addTab(m_run, tr("Run"));
     m_experiment = new ExperimentPanel(m_document, this);
     QDockWidget* experimentDock = addPanel(m_experiment, tr("Experiment"), Qt::LeftDockWidgetArea);
-    m_hardware = new HardwarePanel(std::shared_ptr<GpuDriver>(makeNvidiaDriver()), torchCudaInfo(), this);
+    m_targets = new GpuTargetModel(this);
+    m_hardware = new HardwarePanel(std::shared_ptr<GpuDriver>(makeNvidiaDriver()), torchCudaInfo(), this, m_targets);
     tabifyDockWidget(experimentDock, addPanel(m_hardware, tr("Hardware"), Qt::LeftDockWidgetArea));
     experimentDock->raise();
     m_planner = new MemoryPlannerPanel(m_document, this);
     m_tabs->addTab(m_planner, tr("Memory planner"));
-    m_planner->setTarget(m_hardware->target());
-    m_experiment->setTarget(m_hardware->target());
+    m_planner->setTargetModel(m_targets);
+    m_experiment->setTargetModel(m_targets);
     connect(m_experiment, &ExperimentPanel::planRequested, this, [this] { m_tabs->setCurrentWidget(m_planner); });
     m_history = new HistoryPanel(this);
     m_tabs->addTab(m_history, tr("History"));
     m_history->setDatabasePath(m_run->databasePath());
     m_diagnostics = new DiagnosticsPanel(m_document, this);
     m_tabs->addTab(m_diagnostics, tr("Diagnostics"));
-    m_diagnostics->setTarget(m_hardware->target());
+    m_diagnostics->setTargetModel(m_targets);
     connect(m_diagnostics, &DiagnosticsPanel::launchVerdictChanged, m_run, &RunPanel::setPreflightVerdict);
     // A failed run opens its explanation.
     connect(m_run, &RunPanel::runFinished, this, [this](const tb::SessionOutcome& outcome) {
@@ -119,14 +121,11 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     });
     statusBar()->addPermanentWidget(m_targetLabel);
     statusBar()->addPermanentWidget(m_dbLabel);
-    m_targetLabel->setText(tr("target: %1").arg(QString::fromStdString(m_hardware->target().label())));
-    connect(m_hardware, &HardwarePanel::targetChanged, this,
-            [this](const QString& label) {
-                m_targetLabel->setText(tr("target: %1").arg(label));
-                m_planner->setTarget(m_hardware->target());
-                m_experiment->setTarget(m_hardware->target());
-                m_diagnostics->setTarget(m_hardware->target());
-            });
+    const auto showTarget = [this] {
+        m_targetLabel->setText(tr("target: %1").arg(QString::fromStdString(m_targets->target().label())));
+    };
+    showTarget();
+    connect(m_targets, &GpuTargetModel::changed, this, showTarget);
     m_dbLabel->setText(tr("store: %1").arg(m_run->databasePath()));
 
     buildMenus();

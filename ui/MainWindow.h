@@ -15,6 +15,7 @@ namespace tb::ui {
 class ConfigDocument;
 class DiagnosticsPanel;
 class ExperimentPanel;
+class GpuTargetModel;
 class HardwarePanel;
 class HistoryPanel;
 class MemoryPlannerPanel;
@@ -71,6 +72,7 @@ private:
 
     ConfigDocument* m_document;
     ExperimentPanel* m_experiment;
+    GpuTargetModel* m_targets;
     HardwarePanel* m_hardware;
     RunPanel* m_run;
     MemoryPlannerPanel* m_planner;

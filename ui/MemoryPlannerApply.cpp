@@ -2,6 +2,8 @@
 // field by field, with what changed said in the status bar, and why the button
 // is greyed out when it is.
 #include "MemoryPlannerPanel.h"
+
+#include "GpuTargetModel.h"
 #include "PlainText.h"
 
 #include <QJsonArray>
@@ -68,7 +70,7 @@ QString MemoryPlannerPanel::applyToExperiment()
         set("data.seq_len", tr("sequence"), seqLen(), QString::number(effectiveSeqLen(*config)), QString::number(seqLen()));
     }
     // "auto" stays when it already resolves to the planned precision on the target.
-    const std::string resolved = planOnTarget(*config, std::optional<GpuTarget>(m_target)).setup.precision;
+    const std::string resolved = planOnTarget(*config, std::optional<GpuTarget>(target())).setup.precision;
     if (resolved != precision.toStdString()) {
         set("train.precision", tr("precision"), precision, QString::fromStdString(config->train.precision), precision);
     }

@@ -1,5 +1,7 @@
 #include "PlainText.h"
 #include "MemoryPlannerPanel.h"
+
+#include "GpuTargetModel.h"
 #include "MetricPlot.h"
 #include "Units.h"
 
@@ -37,316 +39,19 @@
 #include "memory/Architectures.h"
 
 namespace tb::ui {
-namespace {
-
-
-QSpinBox* spinBox(QWidget* parent, int lo, int hi, int value)
-{
-    auto* box = new QSpinBox(parent);
-    box->setRange(lo, hi);
-    box->setValue(value);
-    box->setAccelerated(true);
-    return box;
-}
-
-} // namespace
 
 MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent)
     : QWidget(parent), m_document(document)
 {
-    m_target = GpuCatalogue::bundled().resolve("T4"); // until the Hardware panel names one
-
-    // ---- inputs ----
-    auto* inputs = new QWidget(this);
-    auto* form = new QFormLayout(inputs);
-    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-    m_source = new QComboBox(inputs);
-    m_source->setObjectName("plannerSource");
-    m_source->addItem(tr("Current experiment"), "experiment");
-    m_source->insertSeparator(1);
-    // Sorted by family and size; the titles carry the size, the tooltip the exact count.
-    for (const auto& p : bundledArchitectures()) {
-        m_source->addItem(QString::fromStdString(p.title), QString::fromStdString(p.id));
-        m_source->setItemData(m_source->count() - 1,
-                              tr("%1 parameters").arg(QLocale().toString(static_cast<qlonglong>(p.arch.publishedParameters))),
-                              Qt::ToolTipRole);
-    }
-    m_source->setToolTip(tr("The model to plan for: the experiment being edited, a published model, or an imported config.json"));
-    m_import = new QPushButton(tr("Import config.json…"), inputs);
-    m_import->setToolTip(tr("Plan for any decoder-only model described by a Hugging Face config.json"));
-    auto* sourceRow = new QWidget(inputs);
-    auto* sourceLayout = new QVBoxLayout(sourceRow);
-    sourceLayout->setContentsMargins(0, 0, 0, 0);
-    sourceLayout->addWidget(m_source);
-    sourceLayout->addWidget(m_import);
-    form->addRow(tr("Model"), sourceRow);
-    m_targetLabel = plainLabel(inputs);
-    m_targetLabel->setWordWrap(true);
-    m_targetLabel->setToolTip(tr("Choose the target GPU in the Hardware panel"));
-    form->addRow(tr("Target"), m_targetLabel);
-
-    const auto sliderRow = [&](QSlider*& slider, QSpinBox*& box, int hi, int value, const QString& name) {
-        auto* row = new QWidget(inputs);
-        auto* h = new QHBoxLayout(row);
-        h->setContentsMargins(0, 0, 0, 0);
-        slider = new QSlider(Qt::Horizontal, row);
-        slider->setRange(1, hi);
-        slider->setValue(value);
-        slider->setObjectName(name + "Slider");
-        box = spinBox(row, 1, kBatchLimit, value);
-        box->setObjectName(name + "Box");
-        h->addWidget(slider, 1);
-        h->addWidget(box);
-        return row;
-    };
-    form->addRow(tr("&Batch"), sliderRow(m_batchSlider, m_batchBox, 256, 8, "batch"));
-    form->addRow(tr("&Sequence"), sliderRow(m_seqSlider, m_seqBox, 2048, 512, "seq"));
-    m_seqBox->setRange(1, 1 << 20);
-
-    m_precision = new QComboBox(inputs);
-    m_precision->addItem(tr("fp32"), "fp32");
-    m_precision->addItem(tr("fp16 mixed"), "fp16");
-    m_precision->addItem(tr("bf16 mixed"), "bf16");
-    m_precision->addItem(tr("bf16 pure"), "bf16-pure");
-    m_precision->setToolTip(tr("Mixed: fp16/bf16 compute with fp32 master weights. Pure bf16: weights, gradients and "
-                               "optimizer state in bf16 (train.precision \"bf16-pure\")."));
-    form->addRow(tr("Precision"), m_precision);
-    m_optimizer = new QComboBox(inputs);
-    m_optimizer->setObjectName("plannerOptimizer");
-    m_optimizer->addItem(tr("AdamW"), "adamw");
-    m_optimizer->addItem(tr("SGD with momentum"), "sgd");
-    m_optimizer->addItem(tr("SGD"), "sgd-plain");
-    m_optimizer->addItem(tr("8-bit AdamW"), "adamw8bit");
-    m_optimizer->setToolTip(tr("8-bit AdamW (one byte per moment) is a planning option; the trainer does not run it."));
-    form->addRow(tr("Optimizer"), m_optimizer);
-    m_checkpointing = new QCheckBox(tr("recompute blocks"), inputs);
-    m_checkpointing->setToolTip(tr("Activation checkpointing: keep only each block's input and recompute the block in "
-                                   "backward; less memory, about a third more compute"));
-    form->addRow(tr("Checkpointing"), m_checkpointing);
-    m_attention = new QComboBox(inputs);
-    m_attention->setObjectName("plannerAttention");
-    m_attention->addItem(tr("eager (seq² maps)"), "eager");
-    m_attention->addItem(tr("fused / flash"), "fused");
-    m_attention->setToolTip(tr("eager keeps batch x heads x seq² score and probability maps per attention module; "
-                               "fused (SDPA, FlashAttention) keeps none. Past a Mistral model's sliding window "
-                               "the trainer runs eager attention either way, and the plan follows it"));
-    form->addRow(tr("Attention"), m_attention);
-    m_loraRank = spinBox(inputs, 0, 4096, 0);
-    m_loraRank->setSpecialValueText(tr("off"));
-    form->addRow(tr("LoRA rank"), m_loraRank);
-    m_loraTargets = new QComboBox(inputs);
-    m_loraTargets->setObjectName("plannerLoraTargets");
-    m_loraTargets->addItem(tr("attention projections"), "attn");
-    m_loraTargets->addItem(tr("MLP projections"), "mlp");
-    m_loraTargets->addItem(tr("attention + MLP"), "attn,mlp");
-    form->addRow(tr("LoRA targets"), m_loraTargets);
-    m_gradAccum = spinBox(inputs, 1, 1 << 16, 1);
-    m_gradAccum->setObjectName("plannerGradAccum");
-    form->addRow(tr("Grad accumulation"), m_gradAccum);
-    m_apply = new QPushButton(tr("&Apply to experiment"), inputs);
-    form->addRow(QString(), m_apply);
-    m_applyNote = new QLabel(inputs);
-    m_applyNote->setObjectName("plannerApplyNote");
-    m_applyNote->setWordWrap(true);
-    m_applyNote->setStyleSheet("color: palette(placeholder-text)");
-    m_applyNote->hide();
-    form->addRow(QString(), m_applyNote);
-    auto* applyShortcut = new QShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A), this);
-    applyShortcut->setContext(Qt::WidgetWithChildrenShortcut);
-    connect(applyShortcut, &QShortcut::activated, this, [this] {
-        if (m_apply->isEnabled()) applyToExperiment();
-    });
-
-    auto* scroll = new QScrollArea(this);
-    scroll->setWidget(inputs);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    // Long names (presets, imported paths) are elided, not allowed to widen the column.
-    for (QComboBox* box : inputs->findChildren<QComboBox*>()) {
-        box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
-        box->setMinimumContentsLength(14);
-        box->setMinimumWidth(120); // the separator makes the source box ask for more
-
-    }
-    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-    scroll->setFixedWidth(330);
-
-    // ---- results ----
-    m_verdict = plainLabel(this);
-    m_verdict->setObjectName("plannerVerdict");
-    m_verdict->setWordWrap(true);
-    QFont big = m_verdict->font();
-    big.setBold(true);
-    big.setPointSizeF(big.pointSizeF() * 1.15);
-    m_verdict->setFont(big);
-    m_verdict->setMinimumHeight(2 * QFontMetrics(big).lineSpacing() + 2); // room for a wrapped line
-    m_verdict->setAlignment(Qt::AlignLeft | Qt::AlignTop);
-    m_answers = plainLabel(this);
-    m_answers->setObjectName("plannerAnswers");
-    m_answers->setWordWrap(true);
-    m_answers->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_notes = plainLabel(this);
-    m_notes->setObjectName("plannerNotes");
-    m_notes->setWordWrap(true);
-    m_notes->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    QFont small = m_notes->font();
-    small.setPointSizeF(small.pointSizeF() * 0.9);
-    m_notes->setFont(small);
-
-    m_termPlot = new QCustomPlot(this);
-    m_termPlot->setObjectName("plannerTerms");
-    m_termPlot->setMinimumHeight(170);
-    m_termPlot->setMaximumHeight(210);
-    m_termPlot->setMouseTracking(true);
-    m_termPlot->yAxis->setVisible(false);
-    m_termPlot->xAxis->setLabel(tr("GiB at the peak (line: usable memory per card)"));
-    m_termPlot->legend->setVisible(true);
-    m_termPlot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
-    m_termPlot->legend->setWrap(3);
-    m_termPlot->plotLayout()->addElement(1, 0, m_termPlot->legend);
-    m_termPlot->plotLayout()->setRowStretchFactor(1, 0.001);
-    m_budgetLine = new QCPItemStraightLine(m_termPlot);
-    m_budgetLine->setPen(QPen(QColor(0xc0, 0x39, 0x2b), 2, Qt::DashLine));
-    applyPlotPalette(m_termPlot);
-    m_termPlot->legend->setBorderPen(Qt::NoPen);
-    connect(m_termPlot, &QCustomPlot::mouseMove, this, &MemoryPlannerPanel::termPlotHover);
-
-    m_mapPlot = new QCustomPlot(this);
-    m_mapPlot->setObjectName("plannerMap");
-    m_mapPlot->setMinimumHeight(260);
-    m_mapPlot->xAxis->setLabel(tr("batch size"));
-    m_mapPlot->yAxis->setLabel(tr("sequence length"));
-    useIntegerTicks(m_mapPlot->xAxis);
-    useIntegerTicks(m_mapPlot->yAxis);
-    m_mapPlot->setToolTip(tr("Peak memory as a share of the target's usable memory. Click a cell to plan at that batch and sequence."));
-    m_colorMap = new QCPColorMap(m_mapPlot->xAxis, m_mapPlot->yAxis);
-    m_colorMap->setInterpolate(false);
-    QCPColorGradient gradient;
-    gradient.setColorStopAt(0.0, QColor(0x1b, 0x5e, 0x20));
-    gradient.setColorStopAt(0.45, QColor(0x7c, 0xb3, 0x42));
-    gradient.setColorStopAt(0.72, QColor(0xfb, 0xc0, 0x2d)); // 90% of the budget
-    gradient.setColorStopAt(0.799, QColor(0xef, 0x6c, 0x00));
-    gradient.setColorStopAt(0.801, QColor(0x8e, 0x1b, 0x1b)); // over the budget
-    gradient.setColorStopAt(1.0, QColor(0x4a, 0x0c, 0x0c));
-    m_colorMap->setGradient(gradient);
-    m_colorMap->setDataRange(QCPRange(0.0, 1.25));
-    auto* scale = new QCPColorScale(m_mapPlot);
-    scale->setType(QCPAxis::atRight);
-    scale->setDataRange(QCPRange(0.0, 1.25));
-    scale->setGradient(gradient);
-    scale->axis()->setLabel(tr("peak / usable memory"));
-    m_mapPlot->plotLayout()->addElement(0, 1, scale);
-    m_colorMap->setColorScale(scale);
-    m_frontier = m_mapPlot->addGraph();
-    m_frontier->setName(tr("largest sequence that fits"));
-    m_frontier->setPen(QPen(Qt::white, 2));
-    m_frontier->setLineStyle(QCPGraph::lsStepLeft);
-    m_marker = m_mapPlot->addGraph();
-    m_marker->setLineStyle(QCPGraph::lsNone);
-    m_marker->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCrossCircle, QPen(Qt::white, 2), Qt::NoBrush, 14));
-    applyPlotPalette(m_mapPlot);
-    scale->axis()->setTickLabelColor(palette().color(QPalette::Text));
-    scale->axis()->setLabelColor(palette().color(QPalette::Text));
-    connect(m_mapPlot, &QCustomPlot::mousePress, this, &MemoryPlannerPanel::mapClicked);
-
-    m_derive = new QPushButton(tr("&Derive plan from the model"), this);
-    m_derive->setObjectName("plannerDerive");
-    m_derive->setToolTip(tr("Trains the model's step a few times at small batches and sequences on this computer's CPU "
-                            "(a few seconds) and plans every batch and sequence from what it allocated (Alt+D)"));
-    m_derive->hide();
-    connect(m_derive, &QPushButton::clicked, this, &MemoryPlannerPanel::deriveOrCancel);
-
-    auto* results = new QWidget(this);
-    auto* r = new QVBoxLayout(results);
-    r->setContentsMargins(0, 0, 0, 0);
-    r->addWidget(m_verdict);
-    r->addWidget(m_derive, 0, Qt::AlignLeft);
-    r->addWidget(m_answers);
-    r->addWidget(m_termPlot);
-    r->addWidget(m_mapPlot, 1);
-    r->addWidget(m_notes);
+    m_targets = new GpuTargetModel(this); // until the window gives its own
 
     auto* layout = new QHBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
-    layout->addWidget(scroll);
-    layout->addWidget(results, 1);
-
-    // ---- wiring ----
-    connect(m_batchSlider, &QSlider::valueChanged, this, [this](int v) {
-        if (!m_updating && v != m_batchBox->value()) m_batchBox->setValue(v);
-    });
-    connect(m_seqSlider, &QSlider::valueChanged, this, [this](int v) {
-        if (!m_updating && v != m_seqBox->value()) m_seqBox->setValue(v);
-    });
-    connect(m_batchBox, &QSpinBox::valueChanged, this, [this](int v) {
-        if (m_updating) return;
-        if (v > m_batchSlider->maximum()) { // past the map: widen it
-            int hi = m_batchSlider->maximum();
-            while (hi < v) hi *= 2;
-            m_updating = true;
-            m_batchSlider->setMaximum(std::min(hi, kBatchLimit));
-            m_updating = false;
-            m_batchSlider->setValue(v);
-            inputsChanged();
-            return;
-        }
-        m_updating = true;
-        m_batchSlider->setValue(v);
-        m_updating = false;
-        pointChanged();
-    });
-    connect(m_seqBox, &QSpinBox::valueChanged, this, [this](int v) {
-        if (m_updating) return;
-        m_updating = true;
-        m_seqSlider->setValue(v);
-        m_updating = false;
-        pointChanged();
-    });
-    for (QComboBox* box : {m_precision, m_optimizer, m_attention, m_loraTargets}) {
-        connect(box, &QComboBox::currentIndexChanged, this, [this] {
-            if (!m_updating) inputsChanged();
-        });
-    }
-    connect(m_checkpointing, &QCheckBox::toggled, this, [this] {
-        if (!m_updating) inputsChanged();
-    });
-    for (QSpinBox* box : {m_loraRank, m_gradAccum}) {
-        connect(box, &QSpinBox::valueChanged, this, [this] {
-            if (!m_updating) inputsChanged();
-        });
-    }
-    connect(m_source, &QComboBox::currentIndexChanged, this, [this] {
-        if (m_updating) return;
-        if (source() == "experiment") loadFromExperiment();
-        else if (m_lastSource == "experiment") {
-            // From the experiment to a published model: plan its usual fine-tuning
-            // point (batch 1, 512 tokens) rather than the small model's values.
-            m_updating = true;
-            m_loraTargets->setCurrentIndex(m_loraTargets->findData("attn"));
-            m_batchBox->setValue(1);
-            m_seqBox->setMaximum(1 << 20);
-            m_seqBox->setValue(512);
-            m_updating = false;
-        }
-        m_lastSource = source();
-        inputsChanged();
-    });
-    connect(m_import, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Import a model's config.json"), QString(),
-                                                          tr("Model configs (*.json);;All files (*)"));
-        if (path.isEmpty()) return;
-        QString error;
-        if (!importHfConfig(path, &error)) plainWarning(this, tr("Import config.json"), error);
-    });
-    connect(m_apply, &QPushButton::clicked, this, &MemoryPlannerPanel::applyToExperiment);
-    connect(m_document, &ConfigDocument::changed, this, [this] {
-        if (source() != "experiment") return;
-        loadFromExperiment();
-        inputsChanged();
-    });
-
+    layout->addWidget(buildInputs());
+    layout->addWidget(buildResults(), 1);
+    wireInputs();
     loadFromExperiment();
-    setTarget(m_target);
+    showTarget();
 }
 
 MemoryPlannerPanel::~MemoryPlannerPanel()
@@ -391,9 +96,21 @@ bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
     return true;
 }
 
-void MemoryPlannerPanel::setTarget(const GpuTarget& target)
+void MemoryPlannerPanel::setTargetModel(GpuTargetModel* targets)
 {
-    m_target = target;
+    if (m_targets->parent() == this) delete m_targets;
+    m_targets = targets;
+    connect(targets, &GpuTargetModel::changed, this, &MemoryPlannerPanel::showTarget);
+    showTarget();
+}
+
+const GpuTarget& MemoryPlannerPanel::target() const { return m_targets->target(); }
+
+std::int64_t MemoryPlannerPanel::budgetBytes() const { return target().gpu.memoryBytes; }
+
+void MemoryPlannerPanel::showTarget()
+{
+    const GpuTarget& target = this->target();
     m_targetLabel->setText(tr("%1: %2 usable per card%3")
                                .arg(QString::fromStdString(target.label()), bytesText(target.gpu.memoryBytes),
                                     target.count > 1 ? tr(", data parallel over %1 cards").arg(target.count) : QString()));
@@ -422,7 +139,7 @@ void MemoryPlannerPanel::loadFromExperiment()
     m_seqBox->setValue(effectiveSeqLen(*config));
     // What the trainer will use on the target: "auto" resolved there, as
     // the Experiment form, preflight and `estimate` resolve it.
-    const auto setup = planOnTarget(*config, std::optional<GpuTarget>(m_target)).setup;
+    const auto setup = planOnTarget(*config, std::optional<GpuTarget>(target())).setup;
     m_precision->setCurrentIndex(std::max(0, m_precision->findData(QString::fromStdString(setup.precision))));
     m_optimizer->setCurrentIndex(std::max(0, m_optimizer->findData(QString::fromStdString(setup.optimizer))));
     m_checkpointing->setChecked(config->train.activationCheckpointing);
@@ -482,13 +199,13 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                 return std::nullopt;
             }
             plan.derived = &*m_derived;
-            plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(m_target)).setup;
+            plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(target())).setup;
             plan.setup.batch = batch();
             plan.setup.seqLen = seqLen();
             return plan;
         }
         if (config->data.source == "text") config->data.seqLen = seqLen();
-        const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(m_target));
+        const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(target()));
         plan.arch = resolved.arch;
         plan.setup = resolved.setup;
         plan.setup.loraTargets = plannedLoraTargets(config->model.type, targets);
@@ -514,8 +231,8 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
     // Published models are fine-tuned with the frozen base loaded in half precision.
     s.halfBase = src != "experiment" && s.loraRank > 0 && s.precision != "fp32";
     s.gpu = true;
-    s.gpus = m_target.count;
-    if (m_target.gpu.cc.known()) s.computeCapability = m_target.gpu.cc.major * 10 + m_target.gpu.cc.minor;
+    s.gpus = target().count;
+    if (target().gpu.cc.known()) s.computeCapability = target().gpu.cc.major * 10 + target().gpu.cc.minor;
     return plan;
 }
 
@@ -568,7 +285,7 @@ void MemoryPlannerPanel::pointChanged()
     m_estimate = planAt(*plan, plan->setup.batch, plan->setup.seqLen);
     // Preflight's precision verdict for this card, shown before the memory's.
     m_precisionError = QString::fromStdString(precisionError(
-        plan->setup.precision, m_target.gpu.cc.known() ? std::optional<ComputeCapability>(m_target.gpu.cc) : std::nullopt));
+        plan->setup.precision, target().gpu.cc.known() ? std::optional<ComputeCapability>(target().gpu.cc) : std::nullopt));
     const auto budget = budgetBytes();
     m_largestBatch = largestBatchOf(*plan, plan->setup.seqLen, kBatchLimit);
     if (m_seqSlider->isEnabled()) {
@@ -578,7 +295,7 @@ void MemoryPlannerPanel::pointChanged()
         m_largestSeq = 0;
     }
     m_verdict->setText(verdictText());
-    m_verdict->setToolTip(tr("Peak of the plan against the usable memory of one %1").arg(QString::fromStdString(m_target.gpu.name)));
+    m_verdict->setToolTip(tr("Peak of the plan against the usable memory of one %1").arg(QString::fromStdString(target().gpu.name)));
     const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
     m_verdict->setStyleSheet(use > 1.0 || !m_precisionError.isEmpty() ? "color: #c0392b"
                              : use > 0.9                            ? "color: #b9770e"
@@ -587,7 +304,7 @@ void MemoryPlannerPanel::pointChanged()
     m_answers->setText(answersText());
     QStringList notes;
     for (const auto& n : m_estimate->notes) notes << QString::fromStdString(n);
-    if (!m_target.note.empty()) notes << QString::fromStdString(m_target.note);
+    if (!target().note.empty()) notes << QString::fromStdString(target().note);
     notes << tr("%1 parameters, %2 trainable; peak during %3.")
                  .arg(QLocale().toString(static_cast<qlonglong>(m_estimate->parameters)),
                       QLocale().toString(static_cast<qlonglong>(m_estimate->trainableParameters)),

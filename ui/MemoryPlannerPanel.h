@@ -34,6 +34,7 @@ class QSpinBox;
 namespace tb::ui {
 
 class ConfigDocument;
+class GpuTargetModel;
 
 class MemoryPlannerPanel final : public QWidget {
     Q_OBJECT
@@ -43,7 +44,9 @@ public:
     ~MemoryPlannerPanel() override; // stops a derivation in progress
 
     // The GPU planned for (the Hardware panel's target).
-    void setTarget(const GpuTarget& target);
+    // The window's target GPU: the plan follows its changes. Until one is
+    // set, a model of the panel's own (the catalogue's T4).
+    void setTargetModel(GpuTargetModel* targets);
     // "experiment", a preset id ("llama-2-7b"), or "imported" once a file was imported.
     bool selectSource(const QString& source);
     QString source() const;
@@ -66,7 +69,7 @@ public:
     const FitMap& fitMap() const { return m_map; }
     std::int64_t largestBatchHere() const { return m_largestBatch; }
     std::int64_t largestSeqHere() const { return m_largestSeq; }
-    std::int64_t budgetBytes() const { return m_target.gpu.memoryBytes; }
+    std::int64_t budgetBytes() const;
     QString verdictText() const;
     QString answersText() const;
     // The term under a point of the bar plot ("" between bars): its tooltip.
@@ -97,7 +100,15 @@ Q_SIGNALS:
 private:
     static constexpr int kMapCells = 128;     // the heat map is kMapCells x kMapCells
     static constexpr int kBatchLimit = 65536; // the batch spin box's limit
+    // The widgets (MemoryPlannerLayout.cpp).
+    QWidget* buildInputs();
+    QWidget* buildResults();
+    void buildTermPlot();
+    void buildMapPlot();
+    void wireInputs();
     void updateApplyState();
+    const GpuTarget& target() const;
+    void showTarget();
     struct Plan {
         ArchitectureSpec arch;
         TrainingSetup setup;
@@ -126,7 +137,7 @@ private:
     void termPlotHover(QMouseEvent* event);
 
     ConfigDocument* m_document;
-    GpuTarget m_target;
+    GpuTargetModel* m_targets = nullptr;
     std::optional<ArchitectureSpec> m_imported;
     QString m_lastSource = "experiment";
 
