@@ -111,20 +111,39 @@ bool validDevice(const std::string& device)
     return true;
 }
 
-} // namespace
-
-std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
+// A Hugging Face folder's config.json against the run: its LoRA targets
+// and its positions.
+void checkHfFolder(Checker& check, const RunConfig& c)
 {
-    std::vector<ConfigIssue> issues;
-    Checker check(issues);
-
-    if (c.name.empty() || c.name.size() > 200) check.add("name", "must be 1 to 200 characters long");
-    else if (!isValidUtf8(c.name)) check.add("name", "is not valid UTF-8 text; use a name your terminal shows as letters");
-    if (!validDevice(c.device)) {
-        check.add("device", "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\" (N a device index), got \""
-                                + c.device + "\"");
+    try {
+        const auto arch = readHfArchitecture(resolvedModelPath(c));
+        // A LoRA target must be one of the family's own projections.
+        std::vector<std::string> own{"attn", "mlp"};
+        if (arch.llamaFamily()) own.insert(own.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
+        else if (arch.modelType == "gpt2") own.insert(own.end(), {"c_attn", "c_proj", "c_fc"});
+        else own.insert(own.end(), {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"});
+        for (std::size_t i = 0; c.lora.rank > 0 && i < c.lora.targets.size(); ++i) {
+            if (std::find(own.begin(), own.end(), c.lora.targets[i]) == own.end()) {
+                std::string list;
+                for (const auto& name : own) {
+                    if (!list.empty()) list += ", ";
+                    list += name;
+                }
+                check.add("lora.targets[" + std::to_string(i) + "]", "\"" + c.lora.targets[i] + "\" is not a projection of a "
+                          + arch.modelType + " model; use one of " + list);
+            }
+        }
+        if (effectiveSeqLen(c) > arch.maxPositions) {
+            check.add("data.seq_len", std::to_string(effectiveSeqLen(c)) + " tokens is more than the model's "
+                                          + std::to_string(arch.maxPositions) + " positions (max_position_embeddings)");
+        }
+    } catch (const InputError& e) {
+        check.add("model.path", e.what());
     }
+}
 
+void checkModel(Checker& check, const RunConfig& c, bool checkFiles)
+{
     const auto& m = c.model;
     check.oneOf("model.type", m.type, {"gpt", "llama", "torchscript", "hf"});
     if (m.type == "hf") {
@@ -132,31 +151,7 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
             check.add("model.path", "an hf model needs its Hugging Face model folder (config.json and safetensors "
                                     "files), e.g. \"models/TinyLlama-1.1B\"");
         } else if (checkFiles) {
-            try {
-                const auto arch = readHfArchitecture(resolvedModelPath(c));
-                // A LoRA target must be one of the family's own projections.
-                std::vector<std::string> own{"attn", "mlp"};
-                if (arch.llamaFamily()) own.insert(own.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
-                else if (arch.modelType == "gpt2") own.insert(own.end(), {"c_attn", "c_proj", "c_fc"});
-                else own.insert(own.end(), {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"});
-                for (std::size_t i = 0; c.lora.rank > 0 && i < c.lora.targets.size(); ++i) {
-                    if (std::find(own.begin(), own.end(), c.lora.targets[i]) == own.end()) {
-                        std::string list;
-                        for (const auto& name : own) {
-                            if (!list.empty()) list += ", ";
-                            list += name;
-                        }
-                        check.add("lora.targets[" + std::to_string(i) + "]", "\"" + c.lora.targets[i] + "\" is not a projection of a "
-                                  + arch.modelType + " model; use one of " + list);
-                    }
-                }
-                if (effectiveSeqLen(c) > arch.maxPositions) {
-                    check.add("data.seq_len", std::to_string(effectiveSeqLen(c)) + " tokens is more than the model's "
-                                                  + std::to_string(arch.maxPositions) + " positions (max_position_embeddings)");
-                }
-            } catch (const InputError& e) {
-                check.add("model.path", e.what());
-            }
+            checkHfFolder(check, c);
         }
         if (c.data.source == "addition") {
             check.add("data.source", "an hf model trains on its own tokenizer's ids: use \"text\", \"jsonl\" or \"chat\" "
@@ -223,6 +218,11 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
                                                    + std::to_string(m.dModel / std::max(1, m.nHead)));
     }
 
+}
+
+void checkData(Checker& check, const RunConfig& c, bool checkFiles)
+{
+    const auto& m = c.model;
     const auto& d = c.data;
     check.oneOf("data.source", d.source, {"addition", "text", "jsonl", "chat", "tokens"});
     if (d.source != "jsonl" && d.field != "text") check.add("data.field", "is only used with data.source \"jsonl\"");
@@ -268,6 +268,10 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
         }
     }
 
+}
+
+void checkOptimization(Checker& check, const RunConfig& c)
+{
     const auto& o = c.optim;
     check.oneOf("optim.optimizer", o.optimizer, {"adamw", "sgd"});
     if (c.train.precision == "bf16-pure" && o.optimizer == "sgd") {
@@ -301,6 +305,12 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
         check.add("train.precision", "fp16 needs a CUDA device; on the CPU use \"fp32\" or \"bf16\"");
     }
 
+}
+
+void checkLora(Checker& check, const RunConfig& c)
+{
+    const auto& m = c.model;
+    const auto& t = c.train;
     const auto& l = c.lora;
     check.intRange("lora.rank", l.rank, 0, 4096, "an integer (0 = off)");
     if (l.rank > 0 && m.dModel >= 8 && l.rank >= m.dModel) {
@@ -320,6 +330,26 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     check.oneOf("train.weights_dtype", t.weightsDtype, {"fp32", "fp16", "bf16"});
     check.oneOf("train.offload", t.offload, {"none", "cpu"});
     if (t.initFrom.size() > 4096) check.add("train.init_from", "must be at most 4096 characters");
+}
+
+} // namespace
+
+std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
+{
+    std::vector<ConfigIssue> issues;
+    Checker check(issues);
+
+    if (c.name.empty() || c.name.size() > 200) check.add("name", "must be 1 to 200 characters long");
+    else if (!isValidUtf8(c.name)) check.add("name", "is not valid UTF-8 text; use a name your terminal shows as letters");
+    if (!validDevice(c.device)) {
+        check.add("device", "must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\" (N a device index), got \""
+                                + c.device + "\"");
+    }
+
+    checkModel(check, c, checkFiles);
+    checkData(check, c, checkFiles);
+    checkOptimization(check, c);
+    checkLora(check, c);
     return issues;
 }
 

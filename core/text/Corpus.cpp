@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 
@@ -126,6 +127,155 @@ std::size_t sharedPrefix(const std::vector<std::int32_t>& whole, const std::vect
     std::size_t n = 0;
     while (n < whole.size() && n < prefix.size() && whole[n] == prefix[n]) ++n;
     return n;
+}
+
+// The cache entry's name: everything that decides its tokens (the
+// tokenizer's content, the format and its options, and the file's path,
+// size, modification time and first MiB).
+std::string cacheKey(const CorpusSpec& spec, const Tokenizer& tok, const fs::path& path, std::uint64_t size,
+                     std::uint64_t mtimeNs, const std::string& head)
+{
+    Fnv key;
+    key.add("trainbench token cache " + std::to_string(kFormatVersion));
+    key.add(tok.contentHash());
+    key.add(spec.format);
+    key.add(spec.format == "jsonl" ? spec.field : "");
+    key.add(spec.skipBadLines ? "skip" : "stop");
+    key.add(std::to_string(spec.eos));
+    key.add(std::to_string(spec.bos));
+    key.add(spec.format == "chat" ? spec.chatSource + spec.chatVariables.dump() : "");
+    key.add(path.string());
+    key.add(std::to_string(size));
+    key.add(std::to_string(mtimeNs));
+    key.add(head.data(), head.size());
+    return key.hex();
+}
+
+// Whether the cache entry is complete (its meta.json and files agree), read
+// into `out`; a damaged entry is removed, to be made again.
+bool reuseEntry(const fs::path& entry, CorpusCache& out)
+{
+    std::error_code ec;
+    if (!fs::is_regular_file(entry / "meta.json", ec)) return false;
+    try {
+        std::ifstream m(entry / "meta.json");
+        const json meta = json::parse(m);
+        out.tokens = meta.at("tokens").get<std::uint64_t>();
+        out.documents = meta.at("documents").get<std::uint64_t>();
+        out.skippedLines = meta.at("skipped_lines").get<std::uint64_t>();
+        out.skippedExamples = meta.at("skipped_examples").get<std::vector<std::string>>();
+        out.dtype = meta.at("dtype").get<std::string>();
+        const auto width = out.dtype == "uint32" ? 4u : 2u;
+        if (fs::file_size(out.tokensPath, ec) == out.tokens * width &&
+            fs::file_size(out.documentsPath, ec) == (out.documents + 1) * 8 &&
+            (out.maskPath.empty() || fs::file_size(out.maskPath, ec) == out.tokens)) {
+            out.reused = true;
+            return true;
+        }
+    } catch (const std::exception&) {
+    }
+    fs::remove_all(entry, ec); // damaged: make it again
+    return false;
+}
+
+// Calls `line` with each line of `file` (without its newline) and its
+// number from 1, reading a block at a time; `progress` after each block.
+void forEachLine(std::FILE* file, const std::string& name, std::uint64_t size, const CorpusProgress& progress,
+                 const std::function<void(std::string_view, std::uint64_t)>& line)
+{
+    std::fseek(file, 0, SEEK_SET);
+    std::vector<char> block(kBlock);
+    std::string carry;
+    std::uint64_t lineNo = 0, done = 0;
+    while (true) {
+        const std::size_t n = std::fread(block.data(), 1, block.size(), file);
+        if (n == 0) break;
+        done += n;
+        std::size_t begin = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (block[i] != '\n') continue;
+            ++lineNo;
+            if (!carry.empty()) {
+                carry.append(block.data() + begin, i - begin);
+                line(carry, lineNo);
+                carry.clear();
+            } else {
+                line(std::string_view(block.data() + begin, i - begin), lineNo);
+            }
+            begin = i + 1;
+        }
+        if (carry.size() + (n - begin) > kMaxDocument)
+            throw InputError("data.path: " + name + " line " + std::to_string(lineNo + 1) + " is longer than 256 MiB");
+        carry.append(block.data() + begin, n - begin);
+        if (progress) progress(done, size);
+    }
+    if (std::ferror(file)) throw InputError("data.path: error reading " + name);
+    if (!carry.empty()) line(carry, ++lineNo);
+}
+
+// Removes the entries of the same file, tokenizer and format other than
+// `entry` (made before the file changed).
+void pruneOlderEntries(const std::string& root, const fs::path& entry, const fs::path& path, const std::string& tokenizerHash,
+                       const CorpusSpec& spec)
+{
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+        if (e.path() == entry || !e.is_directory() || e.path().filename().string().find(".partial-") != std::string::npos) continue;
+        try {
+            std::ifstream m(e.path() / "meta.json");
+            if (!m) continue;
+            const json other = json::parse(m);
+            if (other.value("path", "") == path.string() && other.value("tokenizer_hash", "") == tokenizerHash &&
+                other.value("format", "") == spec.format && other.value("field", "") == spec.field)
+                fs::remove_all(e.path(), ec);
+        } catch (const std::exception&) {
+        }
+    }
+}
+
+// A JSONL record's text: the string in `field`. Empty, with `why` said,
+// when the line is not an object holding a non-empty string there.
+std::string jsonlText(std::string_view line, const std::string& field, std::string& why)
+{
+    json record;
+    try {
+        record = json::parse(line);
+    } catch (const json::parse_error& e) {
+        why = "not valid JSON (at byte " + std::to_string(e.byte) + ")";
+        return {};
+    }
+    if (!record.is_object()) {
+        why = "not a JSON object (it is " + jsonTypeName(record) + ")";
+        return {};
+    }
+    const auto f = record.find(field);
+    if (f == record.end()) {
+        why = "no field \"" + clipForMessage(field, 40) + "\" (set data.field to the field that holds the text)";
+    } else if (!f->is_string()) {
+        why = "field \"" + clipForMessage(field, 40) + "\" is " + jsonTypeName(*f) + ", not a string";
+    } else if (f->get_ref<const std::string&>().empty()) {
+        why = "field \"" + clipForMessage(field, 40) + "\" is empty";
+    } else {
+        return f->get_ref<const std::string&>();
+    }
+    return {};
+}
+
+// The entry's meta.json: what it was made from and what it holds.
+void writeMeta(const fs::path& dir, const CorpusSpec& spec, const Tokenizer& tok, const fs::path& path, std::uint64_t size,
+               std::uint64_t mtimeNs, const CorpusCache& out)
+{
+    const json meta = {{"version", kFormatVersion},   {"path", path.string()},          {"format", spec.format},
+                       {"field", spec.field},         {"tokenizer", tok.source()},      {"tokenizer_hash", tok.contentHash()},
+                       {"eos", spec.eos},             {"size", size},                   {"mtime_ns", mtimeNs},
+                       {"tokens", out.tokens},        {"documents", out.documents},     {"skipped_lines", out.skippedLines},
+                       {"skipped_examples", out.skippedExamples}, {"dtype", out.dtype}, {"seconds", out.seconds},
+                       {"mask", !out.maskPath.empty()}};
+    {
+        std::ofstream m(dir / "meta.json");
+        m << meta.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
+        if (!m) throw RunError("cannot write the token cache " + (dir / "meta.json").string());
+    }
 }
 
 } // namespace
@@ -296,20 +446,7 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     std::string head(std::min<std::uint64_t>(size, kHeadBytes), '\0');
     if (std::fread(head.data(), 1, head.size(), in.get()) != head.size()) throw InputError("data.path: cannot read " + spec.path);
 
-    Fnv key;
-    key.add("trainbench token cache " + std::to_string(kFormatVersion));
-    key.add(tok.contentHash());
-    key.add(spec.format);
-    key.add(spec.format == "jsonl" ? spec.field : "");
-    key.add(spec.skipBadLines ? "skip" : "stop");
-    key.add(std::to_string(spec.eos));
-    key.add(std::to_string(spec.bos));
-    key.add(spec.format == "chat" ? spec.chatSource + spec.chatVariables.dump() : "");
-    key.add(path.string());
-    key.add(std::to_string(size));
-    key.add(std::to_string(mtimeNs));
-    key.add(head.data(), head.size());
-    const std::string name = key.hex();
+    const std::string name = cacheKey(spec, tok, path, size, mtimeNs, head);
     const fs::path entry = fs::path(root) / name;
 
     CorpusCache out;
@@ -320,29 +457,9 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     out.fileBytes = size;
     out.dtype = tok.vocabLimit() <= 65536 ? "uint16" : "uint32";
 
-    auto readMeta = [&](const fs::path& metaPath) {
-        std::ifstream m(metaPath);
-        const json meta = json::parse(m);
-        out.tokens = meta.at("tokens").get<std::uint64_t>();
-        out.documents = meta.at("documents").get<std::uint64_t>();
-        out.skippedLines = meta.at("skipped_lines").get<std::uint64_t>();
-        out.skippedExamples = meta.at("skipped_examples").get<std::vector<std::string>>();
-        out.dtype = meta.at("dtype").get<std::string>();
-    };
-    if (fs::is_regular_file(entry / "meta.json", ec)) {
-        try {
-            readMeta(entry / "meta.json");
-            const auto width = out.dtype == "uint32" ? 4u : 2u;
-            if (fs::file_size(out.tokensPath, ec) == out.tokens * width &&
-                fs::file_size(out.documentsPath, ec) == (out.documents + 1) * 8 &&
-                (out.maskPath.empty() || fs::file_size(out.maskPath, ec) == out.tokens)) {
-                out.reused = true;
-                if (progress) progress(size, size);
-                return out;
-            }
-        } catch (const std::exception&) {
-        }
-        fs::remove_all(entry, ec); // damaged: make it again
+    if (reuseEntry(entry, out)) {
+        if (progress) progress(size, size);
+        return out;
     }
 
     fs::create_directories(root, ec);
@@ -433,62 +550,14 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
             put(std::move(conversation.ids), &conversation.mask);
             return;
         }
-        json record;
-        try {
-            record = json::parse(text);
-        } catch (const json::parse_error& e) {
-            bad(lineNo, "not valid JSON (at byte " + std::to_string(e.byte) + ")");
-            return;
-        }
-        if (!record.is_object()) {
-            bad(lineNo, "not a JSON object (it is " + jsonTypeName(record) + ")");
-            return;
-        }
-        const auto f = record.find(spec.field);
-        if (f == record.end()) {
-            bad(lineNo, "no field \"" + clipForMessage(spec.field, 40) + "\" (set data.field to the field that holds the text)");
-            return;
-        }
-        if (!f->is_string()) {
-            bad(lineNo, "field \"" + clipForMessage(spec.field, 40) + "\" is " + jsonTypeName(*f) + ", not a string");
-            return;
-        }
-        if (f->get_ref<const std::string&>().empty()) {
-            bad(lineNo, "field \"" + clipForMessage(spec.field, 40) + "\" is empty");
-            return;
-        }
-        emit(f->get_ref<const std::string&>());
+        std::string why;
+        const std::string recordText = jsonlText(text, spec.field, why);
+        if (!why.empty()) bad(lineNo, why);
+        else emit(recordText);
     };
 
     // The file, line by line, a block at a time: memory holds one block and one document.
-    std::fseek(in.get(), 0, SEEK_SET);
-    std::vector<char> block(kBlock);
-    std::string carry;
-    std::uint64_t lineNo = 0, done = 0;
-    while (true) {
-        const std::size_t n = std::fread(block.data(), 1, block.size(), in.get());
-        if (n == 0) break;
-        done += n;
-        std::size_t begin = 0;
-        for (std::size_t i = 0; i < n; ++i) {
-            if (block[i] != '\n') continue;
-            ++lineNo;
-            if (!carry.empty()) {
-                carry.append(block.data() + begin, i - begin);
-                line(carry, lineNo);
-                carry.clear();
-            } else {
-                line(std::string_view(block.data() + begin, i - begin), lineNo);
-            }
-            begin = i + 1;
-        }
-        if (carry.size() + (n - begin) > kMaxDocument)
-            throw InputError("data.path: " + spec.path + " line " + std::to_string(lineNo + 1) + " is longer than 256 MiB");
-        carry.append(block.data() + begin, n - begin);
-        if (progress) progress(done, size);
-    }
-    if (std::ferror(in.get())) throw InputError("data.path: error reading " + spec.path);
-    if (!carry.empty()) line(carry, ++lineNo);
+    forEachLine(in.get(), spec.path, size, progress, line);
     if (spec.format == "text" && !document.empty()) emit(document);
     documents.put<std::uint64_t>(written);
     tokens.close();
@@ -497,17 +566,7 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     out.tokens = written;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-    const json meta = {{"version", kFormatVersion},   {"path", path.string()},          {"format", spec.format},
-                       {"field", spec.field},         {"tokenizer", tok.source()},      {"tokenizer_hash", tok.contentHash()},
-                       {"eos", spec.eos},             {"size", size},                   {"mtime_ns", mtimeNs},
-                       {"tokens", out.tokens},        {"documents", out.documents},     {"skipped_lines", out.skippedLines},
-                       {"skipped_examples", out.skippedExamples}, {"dtype", out.dtype}, {"seconds", out.seconds},
-                       {"mask", !out.maskPath.empty()}};
-    {
-        std::ofstream m(partial / "meta.json");
-        m << meta.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
-        if (!m) throw RunError("cannot write the token cache " + (partial / "meta.json").string());
-    }
+    writeMeta(partial, spec, tok, path, size, mtimeNs, out);
     fs::rename(partial, entry, ec);
     if (ec) {
         // Another run finished the same entry first: use it.
@@ -516,18 +575,7 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
         cleanup.keep = true;
     }
     // Older entries of the same file (it changed since) are of no further use.
-    for (const auto& e : fs::directory_iterator(root, ec)) {
-        if (e.path() == entry || !e.is_directory() || e.path().filename().string().find(".partial-") != std::string::npos) continue;
-        try {
-            std::ifstream m(e.path() / "meta.json");
-            if (!m) continue;
-            const json other = json::parse(m);
-            if (other.value("path", "") == path.string() && other.value("tokenizer_hash", "") == tok.contentHash() &&
-                other.value("format", "") == spec.format && other.value("field", "") == spec.field)
-                fs::remove_all(e.path(), ec);
-        } catch (const std::exception&) {
-        }
-    }
+    pruneOlderEntries(root, entry, path, tok.contentHash(), spec);
     return out;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
@@ -30,6 +31,23 @@ std::uint64_t mix(std::uint64_t z)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
+}
+
+// `maxBatches` batches of evenly spaced windows starting between firstStart
+// and lastStart (the held-out tail): deterministic and seed-free.
+std::vector<Batch> heldOutBatches(std::int64_t firstStart, std::int64_t lastStart, int batchSize, int maxBatches,
+                                  const std::function<Batch(const torch::Tensor&)>& windowsAt)
+{
+    const auto count = static_cast<std::int64_t>(batchSize) * maxBatches;
+    const auto starts = torch::linspace(static_cast<double>(firstStart), static_cast<double>(lastStart), count,
+                                        torch::kDouble)
+                            .round()
+                            .to(torch::kLong);
+    std::vector<Batch> batches;
+    for (std::int64_t i = 0; i < count; i += batchSize) {
+        batches.push_back(windowsAt(starts.narrow(0, i, std::min<std::int64_t>(batchSize, count - i))));
+    }
+    return batches;
 }
 
 } // namespace
@@ -256,19 +274,8 @@ Batch TextDataset::trainBatch(int batchSize, at::Generator& gen) const
 
 std::vector<Batch> TextDataset::validationBatches(int batchSize, int maxBatches) const
 {
-    // Evenly spaced windows over the held-out tail: deterministic and seed-free.
-    const auto n = m_data.size(0);
-    const auto firstStart = m_trainEnd, lastStart = n - m_seqLen - 1;
-    const auto count = static_cast<std::int64_t>(batchSize) * maxBatches;
-    const auto starts = torch::linspace(static_cast<double>(firstStart), static_cast<double>(lastStart), count,
-                                        torch::kDouble)
-                            .round()
-                            .to(torch::kLong);
-    std::vector<Batch> batches;
-    for (std::int64_t i = 0; i < count; i += batchSize) {
-        batches.push_back(windows(starts.narrow(0, i, std::min<std::int64_t>(batchSize, count - i))));
-    }
-    return batches;
+    return heldOutBatches(m_trainEnd, m_data.size(0) - m_seqLen - 1, batchSize, maxBatches,
+                          [this](const torch::Tensor& starts) { return windows(starts); });
 }
 
 std::string TextDataset::describe() const
@@ -416,17 +423,8 @@ Batch TokenDataset::trainBatch(int batchSize, at::Generator& gen) const
 
 std::vector<Batch> TokenDataset::validationBatches(int batchSize, int maxBatches) const
 {
-    const auto n = m_data.size(0);
-    const auto count = static_cast<std::int64_t>(batchSize) * maxBatches;
-    const auto starts = torch::linspace(static_cast<double>(m_trainEnd), static_cast<double>(n - m_seqLen - 1), count,
-                                        torch::kDouble)
-                            .round()
-                            .to(torch::kLong);
-    std::vector<Batch> batches;
-    for (std::int64_t i = 0; i < count; i += batchSize) {
-        batches.push_back(windows(starts.narrow(0, i, std::min<std::int64_t>(batchSize, count - i))));
-    }
-    return batches;
+    return heldOutBatches(m_trainEnd, m_data.size(0) - m_seqLen - 1, batchSize, maxBatches,
+                          [this](const torch::Tensor& starts) { return windows(starts); });
 }
 
 std::string TokenDataset::describe() const

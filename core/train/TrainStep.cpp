@@ -43,6 +43,24 @@ ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
     return modelOptionsFor(config, data.vocabSize(), data.seqLen());
 }
 
+namespace {
+
+// What the run sets on either kind of model (a folder's or a built-in one):
+// dropout, the attention path, checkpointing and LoRA.
+void applyRunSwitches(ModelOptions& o, const RunConfig& config)
+{
+    o.dropout = config.model.dropout;
+    o.attention = config.model.attention;
+    o.activationCheckpointing = config.train.activationCheckpointing;
+    o.loraRank = config.lora.rank;
+    o.loraAlpha = config.lora.alpha;
+    // "attn" and "mlp" name groups of projections; a llama config may also name one.
+    const auto projections = loraProjections(config.model.type, config.lora.targets);
+    o.loraTargets = {projections.begin(), projections.end()};
+}
+
+} // namespace
+
 ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
 {
     const auto& m = config.model;
@@ -50,13 +68,7 @@ ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
     if (m.type == "hf") {
         const auto folder = resolvedModelPath(config);
         o = hfModelOptions(readHfArchitecture(folder), folder, seqLen);
-        o.dropout = m.dropout;
-        o.attention = m.attention;
-        o.activationCheckpointing = config.train.activationCheckpointing;
-        o.loraRank = config.lora.rank;
-        o.loraAlpha = config.lora.alpha;
-        const auto projections = loraProjections(m.type, config.lora.targets);
-        o.loraTargets = {projections.begin(), projections.end()};
+        applyRunSwitches(o, config);
         return o;
     }
     o.type = m.type;
@@ -71,15 +83,8 @@ ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
     o.positionalEncoding = m.type == "llama" ? "rope" : m.positionalEncoding;
     o.ropeTheta = m.ropeTheta;
     o.rmsNormEps = m.rmsNormEps;
-    o.dropout = m.dropout;
     o.tieEmbeddings = m.tieEmbeddings;
-    o.attention = m.attention;
-    o.activationCheckpointing = config.train.activationCheckpointing;
-    o.loraRank = config.lora.rank;
-    o.loraAlpha = config.lora.alpha;
-    // "attn" and "mlp" name groups of projections; a llama config may also name one.
-    const auto projections = loraProjections(m.type, config.lora.targets);
-    o.loraTargets = {projections.begin(), projections.end()};
+    applyRunSwitches(o, config);
     return o;
 }
 

@@ -35,13 +35,6 @@ namespace {
 
 
 
-std::string fixed(double v, int digits)
-{
-    std::ostringstream out;
-    out << std::fixed << std::setprecision(digits) << v;
-    return out.str();
-}
-
 // The embedding tables: the built-in GPT's wte/wpe and Llama's
 // model.embed_tokens; in a Hugging Face folder also GPT-2's transformer.wte/wpe
 // and GPT-NeoX's gpt_neox.embed_in (its untied embed_out is a head, decayed
@@ -66,6 +59,13 @@ std::string detail::firstLine(const std::string& text)
 {
     const auto nl = text.find('\n');
     return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+std::string detail::fixed(double v, int digits)
+{
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(digits) << v;
+    return out.str();
 }
 
 std::string torchVersion() { return TORCH_VERSION; }
@@ -336,7 +336,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     const auto& t = m->config.train;
     const int total = t.steps;
     const int evalEvery = t.evalEvery > 0 ? t.evalEvery : std::max(1, total / 10);
-    const auto emit = [&](const char* severity, const char* kind, const std::string& message) {
+    const TrainerEmit emit = [&](const char* severity, const char* kind, const std::string& message) {
         if (callbacks.onEvent) callbacks.onEvent({severity, kind, message});
     };
     TrainResult result;
@@ -344,33 +344,12 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     // On the CPU, keep the step's freed tensors in the heap for the next step (HostHeap.h).
     std::optional<HostHeapScope> heap;
     if (m->torchDevice.is_cpu()) heap.emplace();
-    emit("info", "start",
-         (m->startStep > 0 ? "resumed at step " + std::to_string(m->startStep) + " on " : "training on ") + m->device
-             + ", precision " + m->precision + ", " + std::to_string(parameterCount()) + " parameters ("
-             + std::to_string(trainableParameterCount()) + " trainable), " + m->data->describe()
-             + (m->world > 1 ? "; data parallel: " + std::to_string(m->world) + " processes (" + m->options.dist.launcher
-                                   + "), global batch " + std::to_string(m->world) + " x " + std::to_string(t.batchSize)
-                             : std::string())
-             // Said only where Trainbench chose other kernels than OpenBLAS did.
-             + (m->torchDevice.is_cpu() && !selectBlasKernels().replaced.empty() ? "; " + selectBlasKernels().describe()
-                                                                                  : std::string()));
-    if (m->validation.empty() && m->rank == 0) emit("warning", "validation", "the validation split is empty; no validation loss will be reported");
-    if (!m->flagged.empty()) {
-        std::string list;
-        for (std::size_t i = 0; i < m->flagged.size() && i < 4; ++i) {
-            list += (i ? "; " : "") + m->flagged[i].path + " (" + m->flagged[i].kind + ", " + m->flagged[i].device + ")";
-        }
-        if (m->flagged.size() > 4) list += "; and " + std::to_string(m->flagged.size() - 4) + " more";
-        emit("warning", "device_audit",
-             std::to_string(m->flagged.size()) + " tensor(s) will not follow the model to a device: " + list
-                 + ". Register them as parameters or buffers (trainbench-cli audit lists each with its cause)");
-    }
+    m->announce(emit, parameterCount(), trainableParameterCount());
 
     const std::string memoryDevice = m->options.measureMemory ? m->device : std::string();
     const double tokensPerStep = static_cast<double>(t.batchSize) * t.gradAccum * m->data->seqLen() * m->world;
     bool stopAgreed = false;
     double steadyCommWait = 0;
-    torch::Tensor lossAccumulator;
     Clock::time_point steadyFrom;
     int steadyFromStep = 0;
     double excludedSeconds = 0; // validation and checkpoints are not training throughput
@@ -392,88 +371,16 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             m->setLearningRate(lr);
             m->optimizer->zero_grad();
 
-            // Per-phase tensor bytes: the step's peak and the phase it came in
-            // (all of them for trainbench-cli measure). A phase that runs once
-            // per micro-batch keeps its largest peak.
-            const bool phases = !memoryDevice.empty();
-            std::array<PhaseMemory, 3> phase;
-            const auto phaseBegin = [&](int i) {
-                if (m->options.onPhaseBegin) m->options.onPhaseBegin(step, i);
-                if (!phases) return;
-                MemoryProbe::resetPeak(memoryDevice);
-                const auto now = MemoryProbe::snapshot(memoryDevice).currentBytes;
-                if (phase[i].phase.empty()) phase[i].startBytes = now;
-            };
-            const auto phaseEnd = [&](int i, const char* name) {
-                if (!phases) return;
-                const auto mem = MemoryProbe::snapshot(memoryDevice);
-                phase[i].step = step;
-                phase[i].phase = name;
-                phase[i].peakBytes = std::max(phase[i].peakBytes, mem.peakBytes);
-                phase[i].endBytes = mem.currentBytes;
-            };
-            phaseBegin(0);
-            std::vector<Batch> micro;
-            micro.reserve(t.gradAccum);
-            for (int i = 0; i < t.gradAccum; ++i) micro.push_back(m->data->trainBatch(t.batchSize * m->world, m->dataGen));
-            // The loss is normalised by the global batch's tokens, so summing
-            // the ranks' gradients gives the global batch's gradient exactly.
-            const double normalizer = maskedTokenCount(micro);
-            if (m->world > 1) {
-                for (auto& b : micro) b = b.rows(static_cast<std::int64_t>(m->rank) * t.batchSize, t.batchSize);
-            }
-            lossAccumulator = torch::Tensor();
+            StepPhases phases(m->options, memoryDevice, step);
             double commWait = 0;
-            for (std::size_t i = 0; i < micro.size(); ++i) {
-                const auto& cpuBatch = micro[i];
-                m->lastInputs = cpuBatch.inputs;
-                const auto batch = cpuBatch.to(m->torchDevice);
-                torch::Tensor loss;
-                {
-                    compat::AutocastScope scope(m->torchDevice.type(), m->autocast(), m->autocastDtype());
-                    loss = maskedLossSum(m->model->forward(batch.inputs), batch, normalizer);
-                }
-                phaseEnd(0, "forward");
-                phaseBegin(1);
-#ifdef TB_HAVE_C10D
-                if (m->reducer && i + 1 == micro.size()) m->reducer->arm(); // the others: no_sync
-#endif
-                (m->useScaler() ? m->scaler.scale(loss) : loss).backward();
-                lossAccumulator = lossAccumulator.defined() ? lossAccumulator + loss.detach() : loss.detach();
-                phaseEnd(1, "backward");
-                phaseBegin(0);
-            }
-#ifdef TB_HAVE_C10D
-            if (m->reducer) commWait = m->reducer->finish();
-#endif
-            phaseBegin(2);
-            if (step == m->options.injectNonFiniteGradientAtStep && !m->trainable.empty()
-                && (m->options.injectRank < 0 || m->options.injectRank == m->rank)) {
-                m->trainable.front().grad().fill_(std::numeric_limits<float>::infinity());
-            }
-            bool skipped = false;
-            if (m->useScaler()) {
-                bool finite = m->scaler.unscale(m->trainable);
-                // An overflow on any rank skips the step on every rank.
-                if (m->world > 1) finite = m->allFinite(finite);
-                m->scaler.update(finite);
-                skipped = !finite;
-            }
+            const torch::Tensor lossSum = m->forwardBackward(phases, commWait);
+            phases.begin(2);
             torch::Tensor gradNorm;
-            if (!skipped) {
-                const double clip = m->config.optim.gradClip > 0 ? m->config.optim.gradClip
-                                                                  : std::numeric_limits<double>::infinity();
-                gradNorm = clipGradNorm(m->trainable, clip);
-                m->optimizer->step();
-            } else {
-                emit("warning", "loss_scale",
-                     "step " + std::to_string(step) + ": fp16 gradients overflowed; step skipped, loss scale now "
-                         + fixed(m->scaler.currentScale(), 0));
-            }
-            phaseEnd(2, "optimizer");
+            const bool skipped = !m->optimizerStep(step, gradNorm, emit);
+            phases.end(2, "optimizer");
             m->lastInputs = torch::Tensor(); // kept only while a step may fail, not as memory between steps
-            if (phases && m->options.recordPhaseMemory) {
-                result.phaseMemory.insert(result.phaseMemory.end(), phase.begin(), phase.end());
+            if (phases.measured() && m->options.recordPhaseMemory) {
+                result.phaseMemory.insert(result.phaseMemory.end(), phases.phases().begin(), phases.phases().end());
             }
             result.stepsDone = step;
             // Data parallel: the global loss (each rank's share is its tokens'
@@ -482,9 +389,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             std::vector<std::int64_t> rankPeaks;
             double globalLoss = 0;
             if (m->world > 1) {
-                std::int64_t peak = 0;
-                for (const auto& p : phase) peak = std::max(peak, p.peakBytes);
-                const auto shared = m->shareStep(lossAccumulator, m_cancel.load(), peak);
+                const auto shared = m->shareStep(lossSum, m_cancel.load(), phases.largestPeak());
                 globalLoss = shared.loss;
                 stopAgreed = shared.cancel;
                 rankPeaks = shared.peaks;
@@ -495,43 +400,20 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             // checks it every step and they stop on the same step.
             if (log || evalNow || m_cancel.load() || m->world > 1) {
                 // Reading the loss synchronises a GPU: only when it is reported.
-                const double loss = m->world > 1 ? globalLoss : lossAccumulator.item<double>();
+                const double loss = m->world > 1 ? globalLoss : lossSum.item<double>();
                 result.finalLoss = loss;
                 if (!std::isfinite(loss)) {
                     result.status = TrainResult::Status::Failed;
                     result.message = "the loss became " + std::string(std::isnan(loss) ? "NaN" : "infinite")
-                        + " at step " + std::to_string(step) + " (learning rate " + fixed(lr, 6)
+                        + " at step " + std::to_string(step) + " (learning rate " + detail::fixed(lr, 6)
                         + "): lower optim.lr, keep optim.grad_clip on, or train in fp32";
                     emit("error", "diverged", result.message);
                     return result;
                 }
                 if (log && callbacks.onStep) {
-                    StepMetrics s;
-                    s.step = step;
-                    s.totalSteps = total;
-                    s.loss = loss;
-                    s.lr = lr;
-                    s.gradNorm = gradNorm.defined() ? gradNorm.item<double>() : 0.0;
-                    s.stepMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
-                    s.commWaitMs = commWait * 1000.0;
-                    s.tokensPerSecond = tokensPerStep / std::max(s.stepMs / 1000.0, 1e-9);
-                    if (phases) {
-                        s.memCurrentBytes = MemoryProbe::snapshot(memoryDevice).currentBytes;
-                        for (const auto& p : phase) {
-                            if (p.peakBytes > s.memPeakBytes) {
-                                s.memPeakBytes = p.peakBytes;
-                                s.memPeakPhase = p.phase == "forward" ? "forward" : p.phase == "backward" ? "backward" : "optimizer";
-                            }
-                        }
-                    }
-                    if (!rankPeaks.empty()) {
-                        s.rankPeakBytes = rankPeaks;
-                        s.memPeakRank = static_cast<int>(std::max_element(rankPeaks.begin(), rankPeaks.end()) - rankPeaks.begin());
-                        s.memPeakBytes = rankPeaks[static_cast<std::size_t>(s.memPeakRank)];
-                    }
-                    s.lossScale = m->useScaler() ? m->scaler.currentScale() : 0.0;
-                    s.skipped = skipped;
-                    callbacks.onStep(s);
+                    const double stepMs = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+                    callbacks.onStep(m->stepMetrics({step, total, loss, lr, stepMs, commWait, tokensPerStep, skipped},
+                                                    gradNorm, phases, rankPeaks));
                 }
             }
             const auto pausedAt = Clock::now();
@@ -578,20 +460,10 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
         // A TorchScript model's errors come as the interpreter's traceback; its last line is the error.
         result.message = errorSummary(e.what());
     }
-#ifdef TB_HAVE_C10D
-    // A collective that failed: which rank is gone, and its last message.
-    if (result.status == TrainResult::Status::Failed && m->group && DistGroup::looksLikeCollectiveFailure(result.message)) {
-        result.message = m->group->explain(result.message);
+    if (result.status == TrainResult::Status::Failed) {
+        m->explainFailure(result);
+        emit("error", "exception", result.message);
     }
-#endif
-    if (result.status == TrainResult::Status::Failed && isDeviceMismatchText(result.message) && m->lastInputs.defined()) {
-        try {
-            result.deviceMeeting = locateDeviceMeeting(*m->model, m->lastInputs.to(m->torchDevice));
-        } catch (const std::exception&) {
-            // The locator is a help; the failure stands without it.
-        }
-    }
-    if (result.status == TrainResult::Status::Failed) emit("error", "exception", result.message);
     return result;
 }
 

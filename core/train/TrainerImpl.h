@@ -1,8 +1,11 @@
 #pragma once
 // Trainer's private state, shared by Trainer.cpp (construction, the step loop,
-// evaluation) and TrainerCheckpoint.cpp (saving, pruning and loading
-// checkpoints). Not for use outside core/train.
+// evaluation), TrainerStep.cpp (the parts of one step) and
+// TrainerCheckpoint.cpp (saving, pruning and loading checkpoints). Not for
+// use outside core/train.
 
+#include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +29,32 @@ namespace tb {
 namespace detail {
 // The first line of an exception's text (LibTorch appends its C++ backtrace).
 std::string firstLine(const std::string& text);
+// `v` with `digits` decimals, as messages print figures.
+std::string fixed(double v, int digits);
 } // namespace detail
+
+// One step's tensor bytes per phase (forward, backward, optimizer): the
+// step's peak and the phase it came in (all of them for trainbench-cli
+// measure). A phase that runs once per micro-batch keeps its largest peak.
+// Measures nothing when `device` is empty; the options' onPhaseBegin hook is
+// called either way.
+class StepPhases final {
+public:
+    StepPhases(const TrainerOptions& options, std::string device, int step);
+    void begin(int i);
+    void end(int i, const char* name);
+    bool measured() const { return !m_device.empty(); }
+    const std::array<PhaseMemory, 3>& phases() const { return m_phase; }
+    std::int64_t largestPeak() const;
+
+private:
+    const TrainerOptions& m_options;
+    std::string m_device;
+    int m_step;
+    std::array<PhaseMemory, 3> m_phase;
+};
+
+using TrainerEmit = std::function<void(const char* severity, const char* kind, const std::string& message)>;
 
 struct Trainer::Impl {
     RunConfig config;
@@ -137,6 +165,32 @@ struct Trainer::Impl {
         m.valAccuracy = examples > 0 ? exact / examples : -1.0;
         return m;
     }
+
+    // One step's parts (TrainerStep.cpp). The "start" event (and the device
+    // audit's warning) that opens a run.
+    void announce(const TrainerEmit& emit, std::int64_t parameters, std::int64_t trainableParameters) const;
+    // Draws the step's micro-batches, runs forward and backward on each
+    // (the gradients reduced across ranks on the last), and returns the
+    // summed loss; `commWait` gets the seconds spent waiting on the reduce.
+    torch::Tensor forwardBackward(StepPhases& phases, double& commWait);
+    // Unscales (fp16), clips and steps; false when an overflow skipped the
+    // step. `gradNorm` gets the norm before clipping when it stepped.
+    bool optimizerStep(int step, torch::Tensor& gradNorm, const TrainerEmit& emit);
+    struct StepFigures {
+        int step = 0;
+        int totalSteps = 0;
+        double loss = 0;
+        double lr = 0;
+        double stepMs = 0;
+        double commWaitSeconds = 0;
+        double tokensPerStep = 0;
+        bool skipped = false;
+    };
+    StepMetrics stepMetrics(const StepFigures& f, const torch::Tensor& gradNorm, const StepPhases& phases,
+                            const std::vector<std::int64_t>& rankPeaks) const;
+    // A failed run's message made as useful as it can be: which rank is
+    // gone, and where a device mismatch met.
+    void explainFailure(TrainResult& result);
 
     // Checkpoints (TrainerCheckpoint.cpp).
     void prepareCheckpointDir() const;
