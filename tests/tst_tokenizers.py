@@ -480,6 +480,7 @@ total={{ ns.count }} last={{ ns.last }} defined={{ tools is defined }} none={{ n
 {{ {'b': 1, 'a': [1, 2.5, none, true, 'x']} | tojson }} {{ messages | length > 2 and 'many' or 'few' }} {{ 'yes' if add_generation_prompt else 'no' }}
 {%- for k, v in {'x': 1, 'y': 2}.items() %} {{ k }}={{ v }}{% endfor %} {{ range(3) | list | join(',') }} {{ [3, 1] | first }}{{ [3, 1] | last }} {{ none }} {{ true }} {{ 1.0 }} {{ [1, 'a'] }}
 {{ missing | default('dflt') }} {{ '' | default('empty', true) }} {{ 'a,b,,c'.split(',') }} {{ 'Hello World'.replace('o', '0') }} {{ 'x' * 3 }} {{ eos_token }}
+{{ 'a b c'.split(maxsplit=1) | tojson(ensure_ascii=False) }} {{ 'xhix' | trim(chars='x') }} {{ none | default('d', boolean=true) }} {{ [1, 2] | join(d='-') }} {{ 6 is divisibleby(num=3) }}
 """
 
 
@@ -562,6 +563,12 @@ def chat_templates(tmp, modules):
     p = subprocess.run([CLI, "chat-template", "--model", folder], input=b'{"messages": []}\n', capture_output=True)
     if p.returncode != 2 or "line 2: {% macro %} is not supported" not in p.stderr.decode():
         failures.append("an unsupported construct is not named with its line: %s" % p.stderr.decode().strip())
+    # So is an argument a builtin does not take (jinja2's join takes attribute=; ours does not).
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{{ bos_token }}\n{{ messages | join(attribute='role') }}"}, f)
+    p = subprocess.run([CLI, "chat-template", "--model", folder], input=b'{"messages": []}\n', capture_output=True)
+    if p.returncode != 2 or "line 2: filter join got an unexpected keyword argument 'attribute'" not in p.stderr.decode():
+        failures.append("an argument a builtin does not take is not named with its line: %s" % p.stderr.decode().strip())
     return failures
 
 EOT = {"llama3": "<|eot_id|>", "qwen3": "<|im_end|>", "gemma3": "<end_of_turn>", "mistral": "</s>"}
