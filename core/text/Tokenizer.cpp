@@ -7,10 +7,9 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "common/Errors.h"
+#include "text/AddedVocabulary.h"
 #include "text/Bpe.h"
 #include "text/Decoders.h"
 #include "text/JsonFields.h"
@@ -27,88 +26,6 @@ namespace {
 
 using json = nlohmann::json;
 constexpr std::uintmax_t kMaxFileBytes = 2ull * 1024 * 1024 * 1024; // a tokenizer.json is tens of MB
-
-// ---------------------------------------------------------------- added tokens
-
-struct AddedToken {
-    std::string content;
-    std::string pattern; // what is matched: content, or its normalised form for normalized tokens
-    std::int32_t id = 0;
-    bool special = false, normalized = true, lstrip = false, rstrip = false, singleWord = false;
-};
-
-// Leftmost-longest matching of a set of strings (a byte trie).
-class TokenTrie {
-public:
-    void add(const std::string& s, std::size_t value)
-    {
-        if (s.empty()) return;
-        if (m_nodes.empty()) m_nodes.emplace_back();
-        std::size_t node = 0;
-        for (const char c : s) {
-            const auto key = (std::uint64_t(node) << 8) | static_cast<unsigned char>(c);
-            const auto it = m_edges.find(key);
-            if (it != m_edges.end()) node = it->second;
-            else {
-                m_nodes.emplace_back();
-                m_edges.emplace(key, m_nodes.size() - 1);
-                node = m_nodes.size() - 1;
-            }
-        }
-        m_nodes[node].value = std::int64_t(value);
-        m_first[static_cast<unsigned char>(s[0])] = true;
-    }
-    bool empty() const { return m_nodes.empty(); }
-    // The leftmost-longest match at or after `from`: {start, end, value}.
-    bool find(std::string_view s, std::size_t from, std::size_t& start, std::size_t& end, std::size_t& value) const
-    {
-        for (std::size_t i = from; i < s.size(); ++i) {
-            if (!m_first[static_cast<unsigned char>(s[i])]) continue;
-            std::size_t node = 0;
-            std::int64_t best = -1;
-            std::size_t bestEnd = 0;
-            for (std::size_t k = i; k < s.size(); ++k) {
-                const auto it = m_edges.find((std::uint64_t(node) << 8) | static_cast<unsigned char>(s[k]));
-                if (it == m_edges.end()) break;
-                node = it->second;
-                if (m_nodes[node].value >= 0) {
-                    best = m_nodes[node].value;
-                    bestEnd = k + 1;
-                }
-            }
-            if (best >= 0) {
-                start = i;
-                end = bestEnd;
-                value = std::size_t(best);
-                return true;
-            }
-        }
-        return false;
-    }
-
-private:
-    struct Node {
-        std::int64_t value = -1;
-    };
-    std::vector<Node> m_nodes;
-    std::unordered_map<std::uint64_t, std::size_t> m_edges;
-    std::array<bool, 256> m_first{};
-};
-
-bool endsWithWord(std::string_view s)
-{
-    if (s.empty()) return false;
-    std::size_t st = s.size() - 1;
-    while (st > 0 && (static_cast<unsigned char>(s[st]) & 0xC0) == 0x80) --st;
-    return isWordChar(nextCodePoint(s, st));
-}
-
-bool startsWithWord(std::string_view s)
-{
-    if (s.empty()) return false;
-    std::size_t i = 0;
-    return isWordChar(nextCodePoint(s, i));
-}
 
 std::uint64_t fnv1a(std::string_view s)
 {
@@ -137,58 +54,10 @@ struct Tokenizer::Impl {
     std::int32_t spBos = -1, spEos = -1;
     PostProcessorPtr postProcessor;
     DecoderPtr decoder;
-    std::vector<AddedToken> added;
-    std::unordered_map<std::int32_t, std::size_t> addedById;
-    std::unordered_map<std::string, std::int32_t> addedByContent;
-    std::unordered_set<std::string> specialContents;
-    TokenTrie rawTrie, normalizedTrie;
+    AddedVocabulary added;
     std::int32_t limit = 0;
 
-    void splitAdded(std::vector<Piece>& pieces, const TokenTrie& trie) const;
 };
-
-void Tokenizer::Impl::splitAdded(std::vector<Piece>& pieces, const TokenTrie& trie) const
-{
-    if (trie.empty()) return;
-    splitEach(pieces, [&](Piece& p, std::vector<Piece>& out) {
-        const std::string_view s = p.text;
-        std::size_t startOffset = 0, from = 0, st = 0, en = 0, index = 0;
-        while (trie.find(s, from, st, en, index)) {
-            from = en;
-            const AddedToken& t = added[index];
-            if (t.singleWord) {
-                const bool startSpace = st == 0 || !endsWithWord(s.substr(0, st));
-                const bool stopSpace = en == s.size() || !startsWithWord(s.substr(en));
-                if (!startSpace || !stopSpace) continue;
-            }
-            if (t.lstrip) {
-                std::size_t ns = st; // the leftmost start of the whitespace that ends s[0, st)
-                while (ns > 0) {
-                    std::size_t cs = ns - 1;
-                    while (cs > 0 && (static_cast<unsigned char>(s[cs]) & 0xC0) == 0x80) --cs;
-                    std::size_t i = cs;
-                    if (!isWhiteSpace(nextCodePoint(s, i))) break;
-                    ns = cs;
-                }
-                st = std::max(ns, startOffset);
-            }
-            if (t.rstrip) {
-                std::size_t i = en;
-                while (i < s.size()) {
-                    std::size_t k = i;
-                    if (!isWhiteSpace(nextCodePoint(s, k))) break;
-                    i = k;
-                }
-                en = i;
-                from = en;
-            }
-            if (startOffset < st) out.push_back({p.text.substr(startOffset, st - startOffset), p.atStart && startOffset == 0, -1});
-            out.push_back({p.text.substr(st, en - st), p.atStart && st == 0, t.id});
-            startOffset = en;
-        }
-        if (startOffset < s.size()) out.push_back({p.text.substr(startOffset), p.atStart && startOffset == 0, -1});
-    });
-}
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : m(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
@@ -265,7 +134,7 @@ Tokenizer Tokenizer::fromSentencePiece(const std::filesystem::path& file)
         impl->hash = buf;
     }
     const auto addSpecial = [&](const std::string& content, std::int32_t id, bool special, bool lstrip, bool rstrip) {
-        if (content.empty() || impl->addedByContent.count(content)) return;
+        if (content.empty() || impl->added.contains(content)) return;
         AddedToken t;
         t.content = t.pattern = content;
         t.id = id;
@@ -273,10 +142,7 @@ Tokenizer Tokenizer::fromSentencePiece(const std::filesystem::path& file)
         t.normalized = false;
         t.lstrip = lstrip;
         t.rstrip = rstrip;
-        impl->addedByContent[content] = id;
-        if (special) impl->specialContents.insert(content);
-        impl->addedById[id] = impl->added.size();
-        impl->added.push_back(t);
+        impl->added.add(t);
     };
     // Tokens tokenizer_config.json adds (chat markers beyond the model's
     // pieces, or pieces made special), as transformers' added_tokens_decoder.
@@ -326,7 +192,7 @@ Tokenizer Tokenizer::fromSentencePiece(const std::filesystem::path& file)
         if (it->is_string()) text = it->get<std::string>();
         else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) text = (*it)["content"].get<std::string>();
         else throw InputError(configFile.string() + ": " + key + " must be a string or {\"content\": ...}");
-        if (const auto a = impl->addedByContent.find(text); a != impl->addedByContent.end()) return a->second;
+        if (const auto a = impl->added.idOf(text)) return *a;
         if (const auto id = impl->sp->id(text)) return *id;
         throw InputError(configFile.string() + ": " + key + " \"" + clipForMessage(text) + "\" is not a piece of tokenizer.model "
                          "nor an added token");
@@ -335,11 +201,8 @@ Tokenizer Tokenizer::fromSentencePiece(const std::filesystem::path& file)
     impl->spEos = tokenNamed("eos_token", impl->sp->eos());
     if (impl->spAddBos && impl->spBos < 0) impl->spAddBos = false;
     if (impl->spAddEos && impl->spEos < 0) impl->spAddEos = false;
-    impl->limit = impl->sp->size();
-    for (std::size_t i = 0; i < impl->added.size(); ++i) {
-        impl->rawTrie.add(impl->added[i].content, i);
-        impl->limit = std::max(impl->limit, impl->added[i].id + 1);
-    }
+    impl->added.finish();
+    impl->limit = std::max(impl->sp->size(), impl->added.idLimit());
     return Tokenizer(std::move(impl));
 }
 
@@ -396,26 +259,16 @@ Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source
             t.singleWord = boolField(a, "single_word", false, at);
             if (t.content.empty()) continue;
             if (firstInvalidUtf8(t.content) != std::string::npos) throw InputError(at + ".content is not valid UTF-8");
-            if (const auto it = impl->addedByContent.find(t.content); it != impl->addedByContent.end()) t.id = it->second;
+            if (const auto id = impl->added.idOf(t.content)) t.id = *id;
             else if (const auto v = impl->model->tokenToId(t.content)) t.id = *v;
             else t.id = nextId++;
             t.pattern = t.content;
             if (t.normalized && impl->normalizer) impl->normalizer->apply(t.pattern);
-            impl->addedByContent[t.content] = t.id;
-            if (t.special) impl->specialContents.insert(t.content);
-            if (const auto it = impl->addedById.find(t.id); it != impl->addedById.end()) impl->added[it->second] = t;
-            else {
-                impl->addedById[t.id] = impl->added.size();
-                impl->added.push_back(t);
-            }
+            impl->added.add(t);
         }
     }
-    impl->limit = impl->model->idLimit();
-    for (std::size_t i = 0; i < impl->added.size(); ++i) {
-        const auto& t = impl->added[i];
-        (t.normalized ? impl->normalizedTrie : impl->rawTrie).add(t.normalized ? t.pattern : t.content, i);
-        impl->limit = std::max(impl->limit, t.id + 1);
-    }
+    impl->added.finish();
+    impl->limit = std::max(impl->model->idLimit(), impl->added.idLimit());
     return Tokenizer(std::move(impl));
 }
 
@@ -425,7 +278,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
         throw InputError("the text is not valid UTF-8 at byte " + std::to_string(bad) + "; tokenizers take UTF-8 text");
     std::vector<Piece> pieces;
     if (!text.empty()) pieces.push_back({std::string(text), true, -1});
-    m->splitAdded(pieces, m->rawTrie);
+    m->added.splitRaw(pieces);
     if (m->sp) {
         // SentencePiece: each stretch between special tokens is encoded on
         // its own (with its dummy-prefix space), as transformers' slow
@@ -443,7 +296,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
         if (m->normalizer) m->normalizer->apply(p.text);
         if (!p.text.empty()) out.push_back(std::move(p));
     });
-    m->splitAdded(pieces, m->normalizedTrie);
+    m->added.splitNormalized(pieces);
     if (m->preTokenizer) m->preTokenizer->apply(pieces);
     std::vector<std::int32_t> ids;
     ids.reserve(text.size() / 3 + 4);
@@ -457,7 +310,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
 
 std::optional<std::string> Tokenizer::idToToken(std::int32_t id) const
 {
-    if (const auto it = m->addedById.find(id); it != m->addedById.end()) return m->added[it->second].pattern;
+    if (const AddedToken* t = m->added.byId(id)) return t->pattern;
     if (m->sp) return m->sp->piece(id);
     if (const auto* t = m->model->idToToken(id)) return *t;
     return std::nullopt;
@@ -475,10 +328,9 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
             run.clear();
         };
         for (const auto id : ids) {
-            if (const auto it = m->addedById.find(id); it != m->addedById.end()) {
+            if (const AddedToken* t = m->added.byId(id)) {
                 flush();
-                const auto& t = m->added[it->second];
-                if (!(skipSpecialTokens && t.special)) out += t.content;
+                if (!(skipSpecialTokens && t->special)) out += t->content;
             } else if (id >= 0 && id < m->sp->size()) {
                 run.push_back(id);
             } else {
@@ -497,7 +349,7 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
         if (!t)
             throw InputError("the id " + std::to_string(id) + " is not in the tokenizer's vocabulary (ids run from 0 to " +
                              std::to_string(m->limit - 1) + ")");
-        if (skipSpecialTokens && m->specialContents.count(*t)) continue;
+        if (skipSpecialTokens && m->added.isSpecialContent(*t)) continue;
         tokens.push_back(std::move(*t));
     }
     if (!m->decoder) {
@@ -515,23 +367,17 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpe
 
 std::optional<std::int32_t> Tokenizer::tokenToId(std::string_view token) const
 {
-    if (const auto it = m->addedByContent.find(std::string(token)); it != m->addedByContent.end()) return it->second;
+    if (const auto id = m->added.idOf(token)) return id;
     if (m->sp) return m->sp->id(token);
     return m->model->tokenToId(token);
 }
 
-std::size_t Tokenizer::specialTokenAt(std::string_view text) const
-{
-    std::size_t best = 0;
-    for (const auto& content : m->specialContents)
-        if (content.size() > best && text.substr(0, content.size()) == content) best = content.size();
-    return best;
-}
+std::size_t Tokenizer::specialTokenAt(std::string_view text) const { return m->added.specialTokenAt(text); }
 
 bool Tokenizer::isSpecial(std::int32_t id) const
 {
     const auto t = idToToken(id);
-    return t && m->specialContents.count(*t) > 0;
+    return t && m->added.isSpecialContent(*t);
 }
 
 std::int32_t Tokenizer::vocabLimit() const { return m->limit; }
