@@ -3,22 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "common/Errors.h"
-#include "text/AddedVocabulary.h"
-#include "text/Bpe.h"
-#include "text/Decoders.h"
-#include "text/JsonFields.h"
-#include "text/Normalizers.h"
-#include "text/Pieces.h"
-#include "text/PostProcessors.h"
-#include "text/PreTokenizers.h"
-#include "text/SentencePieceModel.h"
 #include "text/Regex.h"
+#include "text/TokenizerPipeline.h"
 #include "text/Unicode.h"
 
 namespace tb::text {
@@ -39,25 +29,18 @@ std::uint64_t fnv1a(std::string_view s)
 
 } // namespace
 
-// ---------------------------------------------------------------- the tokenizer
+std::string hashContent(std::string_view content)
+{
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(content)));
+    return buf;
+}
 
-struct Tokenizer::Impl {
-    std::string source;
-    std::string hash;
-    NormalizerPtr normalizer;
-    PreTokenizerPtr preTokenizer;
-    std::unique_ptr<Bpe> model;
-    // A tokenizer.model instead of a tokenizer.json: SentencePiece encodes
-    // the text between special tokens; BOS/EOS as tokenizer_config.json says.
-    std::shared_ptr<const SentencePieceModel> sp;
-    bool spAddBos = true, spAddEos = false;
-    std::int32_t spBos = -1, spEos = -1;
-    PostProcessorPtr postProcessor;
-    DecoderPtr decoder;
-    AddedVocabulary added;
-    std::int32_t limit = 0;
-
-};
+void Tokenizer::Impl::finish()
+{
+    added.finish();
+    limit = std::max(model->idLimit(), added.idLimit());
+}
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : m(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
@@ -102,176 +85,6 @@ Tokenizer Tokenizer::fromModelFolder(const std::filesystem::path& dir)
     return fromFile(file);
 }
 
-Tokenizer Tokenizer::fromSentencePiece(const std::filesystem::path& file)
-{
-    auto impl = std::make_shared<Impl>();
-    impl->sp = SentencePieceModel::load(file);
-    impl->source = file.string();
-    std::string content;
-    {
-        std::ifstream in(file, std::ios::binary);
-        content.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    const auto configFile = file.parent_path() / "tokenizer_config.json";
-    std::optional<json> config;
-    {
-        std::error_code ec;
-        if (std::filesystem::is_regular_file(configFile, ec)) {
-            std::ifstream in(configFile, std::ios::binary);
-            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-            content += text; // add_bos_token and the added tokens change the ids
-            try {
-                config = json::parse(text);
-            } catch (const json::parse_error& e) {
-                throw InputError(configFile.string() + ": not valid JSON at byte " + std::to_string(e.byte));
-            }
-            if (!config->is_object()) throw InputError(configFile.string() + ": must be a JSON object");
-        }
-    }
-    {
-        char buf[17];
-        std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(content)));
-        impl->hash = buf;
-    }
-    const auto addSpecial = [&](const std::string& content, std::int32_t id, bool special, bool lstrip, bool rstrip) {
-        if (content.empty() || impl->added.contains(content)) return;
-        AddedToken t;
-        t.content = t.pattern = content;
-        t.id = id;
-        t.special = special;
-        t.normalized = false;
-        t.lstrip = lstrip;
-        t.rstrip = rstrip;
-        impl->added.add(t);
-    };
-    // Tokens tokenizer_config.json adds (chat markers beyond the model's
-    // pieces, or pieces made special), as transformers' added_tokens_decoder.
-    if (config) {
-        const std::string at = configFile.string();
-        if (const auto it = config->find("added_tokens_decoder"); it != config->end() && it->is_object()) {
-            for (const auto& [key, a] : it->items()) {
-                std::int32_t id = -1;
-                try {
-                    id = std::stoi(key);
-                } catch (const std::exception&) {
-                    throw InputError(at + ": added_tokens_decoder key \"" + clipForMessage(key) + "\" is not a token id");
-                }
-                const std::string where = at + ": added_tokens_decoder[\"" + key + "\"]";
-                if (!a.is_object()) throw InputError(where + " must be an object");
-                const std::string text = stringField(a, "content", where);
-                if (firstInvalidUtf8(text) != std::string::npos) throw InputError(where + ".content is not valid UTF-8");
-                if (id < 0 || id > 16'000'000) throw InputError(where + ": the id must be from 0 to 16000000");
-                if (id < impl->sp->size() && impl->sp->piece(id) != text) {
-                    throw InputError(where + ": \"" + clipForMessage(text) + "\" but tokenizer.model's piece " + key + " is \""
-                                     + clipForMessage(*impl->sp->piece(id)) + "\"");
-                }
-                addSpecial(text, id, boolField(a, "special", false, where), boolField(a, "lstrip", false, where),
-                           boolField(a, "rstrip", false, where));
-            }
-        }
-        const auto flag = [&](const char* key, bool fallback) {
-            const auto it = config->find(key);
-            return it != config->end() && it->is_boolean() ? it->get<bool>() : fallback;
-        };
-        impl->spAddBos = flag("add_bos_token", true);
-        impl->spAddEos = flag("add_eos_token", false);
-    }
-    // SentencePiece's control symbols (<s>, </s>) and its unknown piece are
-    // special: their text in the input becomes the token.
-    for (std::int32_t id = 0; id < impl->sp->size(); ++id) {
-        if (impl->sp->isControlOrUnknown(id)) addSpecial(*impl->sp->piece(id), id, true, false, false);
-    }
-    // BOS and EOS: tokenizer_config.json's bos_token/eos_token, else the
-    // model's own (its trainer's bos_id and eos_id).
-    const auto tokenNamed = [&](const char* key, std::int32_t fallback) -> std::int32_t {
-        if (!config) return fallback;
-        const auto it = config->find(key);
-        if (it == config->end()) return fallback;
-        if (it->is_null()) return -1;
-        std::string text;
-        if (it->is_string()) text = it->get<std::string>();
-        else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) text = (*it)["content"].get<std::string>();
-        else throw InputError(configFile.string() + ": " + key + " must be a string or {\"content\": ...}");
-        if (const auto a = impl->added.idOf(text)) return *a;
-        if (const auto id = impl->sp->id(text)) return *id;
-        throw InputError(configFile.string() + ": " + key + " \"" + clipForMessage(text) + "\" is not a piece of tokenizer.model "
-                         "nor an added token");
-    };
-    impl->spBos = tokenNamed("bos_token", impl->sp->bos());
-    impl->spEos = tokenNamed("eos_token", impl->sp->eos());
-    if (impl->spAddBos && impl->spBos < 0) impl->spAddBos = false;
-    if (impl->spAddEos && impl->spEos < 0) impl->spAddEos = false;
-    impl->added.finish();
-    impl->limit = std::max(impl->sp->size(), impl->added.idLimit());
-    return Tokenizer(std::move(impl));
-}
-
-Tokenizer Tokenizer::fromJson(const std::string& text, const std::string& source)
-{
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::parse_error& e) {
-        throw InputError(source + ": not valid JSON at byte " + std::to_string(e.byte) + "; is it a tokenizer.json?");
-    }
-    if (!j.is_object() || !j.contains("model")) throw InputError(source + ": not a tokenizer.json (no \"model\")");
-    auto impl = std::make_shared<Impl>();
-    impl->source = source;
-    {
-        char buf[17];
-        std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
-        impl->hash = buf;
-    }
-
-    const json& model = j["model"];
-    if (!model.is_object()) throw InputError(source + ": \"model\" must be an object");
-    std::string modelType = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>() : "";
-    if (modelType.empty() && model.contains("merges")) modelType = "BPE"; // older files leave the type out
-    if (modelType != "BPE")
-        throw InputError(source + ": the tokenizer model \"" + clipForMessage(modelType) +
-                         "\" is not supported; Trainbench reads BPE tokenizers (GPT-2, Llama, Mistral, Qwen, Gemma style), not Unigram or WordPiece");
-    impl->model = std::make_unique<Bpe>(model, source);
-
-    auto component = [&](const char* key) -> const json* {
-        const auto it = j.find(key);
-        return it == j.end() || it->is_null() ? nullptr : &*it;
-    };
-    if (const auto* n = component("normalizer")) impl->normalizer = makeNormalizer(*n, componentPath(source, "normalizer"), 0);
-    if (const auto* p = component("pre_tokenizer")) impl->preTokenizer = makePreTokenizer(*p, componentPath(source, "pre_tokenizer"), 0);
-    if (const auto* p = component("post_processor")) impl->postProcessor = makePostProcessor(*p, componentPath(source, "post_processor"), 0);
-    if (const auto* d = component("decoder")) impl->decoder = makeDecoder(*d, componentPath(source, "decoder"), 0);
-
-    // Added tokens get their ids as the Rust library's add_tokens gives them:
-    // the id the content already has, else the next free one.
-    std::int32_t nextId = std::int32_t(impl->model->vocabSize());
-    if (const auto* list = component("added_tokens")) {
-        if (!list->is_array()) throw InputError(source + ": added_tokens must be an array");
-        for (std::size_t i = 0; i < list->size(); ++i) {
-            const json& a = (*list)[i];
-            const std::string at = componentPath(source, "added_tokens[" + std::to_string(i) + "]");
-            if (!a.is_object()) throw InputError(at + " must be an object");
-            AddedToken t;
-            t.content = stringField(a, "content", at);
-            t.special = boolField(a, "special", false, at);
-            t.normalized = boolField(a, "normalized", !t.special, at);
-            t.lstrip = boolField(a, "lstrip", false, at);
-            t.rstrip = boolField(a, "rstrip", false, at);
-            t.singleWord = boolField(a, "single_word", false, at);
-            if (t.content.empty()) continue;
-            if (firstInvalidUtf8(t.content) != std::string::npos) throw InputError(at + ".content is not valid UTF-8");
-            if (const auto id = impl->added.idOf(t.content)) t.id = *id;
-            else if (const auto v = impl->model->tokenToId(t.content)) t.id = *v;
-            else t.id = nextId++;
-            t.pattern = t.content;
-            if (t.normalized && impl->normalizer) impl->normalizer->apply(t.pattern);
-            impl->added.add(t);
-        }
-    }
-    impl->added.finish();
-    impl->limit = std::max(impl->model->idLimit(), impl->added.idLimit());
-    return Tokenizer(std::move(impl));
-}
-
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpecialTokens) const
 {
     if (const auto bad = firstInvalidUtf8(text); bad != std::string_view::npos)
@@ -279,19 +92,6 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
     std::vector<Piece> pieces;
     if (!text.empty()) pieces.push_back({std::string(text), true, -1});
     m->added.splitRaw(pieces);
-    if (m->sp) {
-        // SentencePiece: each stretch between special tokens is encoded on
-        // its own (with its dummy-prefix space), as transformers' slow
-        // Llama tokenizer does.
-        std::vector<std::int32_t> ids;
-        if (addSpecialTokens && m->spAddBos) ids.push_back(m->spBos);
-        for (const auto& p : pieces) {
-            if (p.id >= 0) ids.push_back(p.id);
-            else m->sp->encode(p.text, ids);
-        }
-        if (addSpecialTokens && m->spAddEos) ids.push_back(m->spEos);
-        return ids;
-    }
     splitEach(pieces, [&](Piece& p, std::vector<Piece>& out) {
         if (m->normalizer) m->normalizer->apply(p.text);
         if (!p.text.empty()) out.push_back(std::move(p));
@@ -308,67 +108,50 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
     return ids;
 }
 
-std::optional<std::string> Tokenizer::idToToken(std::int32_t id) const
-{
-    if (const AddedToken* t = m->added.byId(id)) return t->pattern;
-    if (m->sp) return m->sp->piece(id);
-    if (const auto* t = m->model->idToToken(id)) return *t;
-    return std::nullopt;
-}
-
 std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpecialTokens) const
 {
-    if (m->sp) {
-        // Runs of model pieces go to SentencePiece; added and special tokens
-        // are their text (none with skipSpecialTokens).
-        std::string out;
-        std::vector<std::int32_t> run;
-        const auto flush = [&] {
-            if (!run.empty()) out += m->sp->decode(run);
-            run.clear();
-        };
-        for (const auto id : ids) {
-            if (const AddedToken* t = m->added.byId(id)) {
-                flush();
-                if (!(skipSpecialTokens && t->special)) out += t->content;
-            } else if (id >= 0 && id < m->sp->size()) {
-                run.push_back(id);
-            } else {
-                throw InputError("the id " + std::to_string(id) + " is not in the tokenizer's vocabulary (tokenizer.model's "
-                                 "pieces are 0 to " + std::to_string(m->sp->size() - 1) + ", and the added tokens of "
-                                 "tokenizer_config.json)");
-            }
-        }
-        flush();
-        return out;
-    }
+    // Ids -> tokens: an added token is its text; each run of the model's ids
+    // between them is the model's (one token per id, or the run's text).
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
+    std::vector<std::int32_t> run;
+    const auto flush = [&] {
+        if (!run.empty()) m->model->decodeRun(run, tokens);
+        run.clear();
+    };
     for (const auto id : ids) {
-        auto t = idToToken(id);
-        if (!t)
-            throw InputError("the id " + std::to_string(id) + " is not in the tokenizer's vocabulary (ids run from 0 to " +
-                             std::to_string(m->limit - 1) + ")");
-        if (skipSpecialTokens && m->added.isSpecialContent(*t)) continue;
-        tokens.push_back(std::move(*t));
+        if (const AddedToken* t = m->added.byId(id)) {
+            flush();
+            if (!(skipSpecialTokens && m->added.isSpecialContent(t->pattern))) tokens.push_back(t->pattern);
+        } else if (m->model->hasId(id)) {
+            run.push_back(id);
+        } else {
+            throw InputError("the id " + std::to_string(id) + " is not in the tokenizer's vocabulary (" + m->model->describeIds(m->limit) + ")");
+        }
     }
+    flush();
+    std::string out;
     if (!m->decoder) {
-        std::string out;
+        // No decoder: tokenizers joins the tokens with spaces.
         for (std::size_t i = 0; i < tokens.size(); ++i) {
             if (i) out.push_back(' ');
             out += tokens[i];
         }
         return out;
     }
-    std::string out;
     for (const auto& s : m->decoder->chain(std::move(tokens))) out += s;
     return out;
+}
+
+std::optional<std::string> Tokenizer::idToToken(std::int32_t id) const
+{
+    if (const AddedToken* t = m->added.byId(id)) return t->pattern;
+    return m->model->idToToken(id);
 }
 
 std::optional<std::int32_t> Tokenizer::tokenToId(std::string_view token) const
 {
     if (const auto id = m->added.idOf(token)) return id;
-    if (m->sp) return m->sp->id(token);
     return m->model->tokenToId(token);
 }
 
