@@ -8,6 +8,7 @@
 
 #include "common/Errors.h"
 #include "text/Regex.h"
+#include "text/TokenizerConfig.h"
 #include "text/TokenizerPipeline.h"
 #include "text/Unicode.h"
 
@@ -182,16 +183,6 @@ std::optional<json> readJsonFile(const std::filesystem::path& file)
     }
 }
 
-// "eos_token": "</s>" or {"content": "</s>", ...}
-std::optional<std::string> tokenText(const json& config, const char* key)
-{
-    const auto it = config.find(key);
-    if (it == config.end()) return std::nullopt;
-    if (it->is_string()) return it->get<std::string>();
-    if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
-    return std::nullopt;
-}
-
 std::int32_t tokenIdField(const json& config, const char* key)
 {
     const auto it = config.find(key);
@@ -206,16 +197,16 @@ std::int32_t tokenIdField(const json& config, const char* key)
 FolderSpecialTokens readFolderSpecialTokens(const std::filesystem::path& dir, const Tokenizer& tok)
 {
     FolderSpecialTokens out;
-    if (const auto config = readJsonFile(dir / "tokenizer_config.json"); config && config->is_object()) {
-        for (const auto& [key, target] : {std::pair<const char*, std::int32_t*>{"bos_token", &out.bos}, {"eos_token", &out.eos}}) {
-            if (const auto text = tokenText(*config, key)) {
-                const auto id = tok.tokenToId(*text);
-                if (!id) throw InputError((dir / "tokenizer_config.json").string() + ": " + key + " \"" + clipForMessage(*text) +
-                                          "\" is not a token of tokenizer.json");
-                *target = *id;
-            }
-        }
-    }
+    const TokenizerConfig config = readTokenizerConfig(dir);
+    const auto idOf = [&](const char* key, const TokenizerConfig::SpecialToken& token, std::int32_t& target) {
+        if (!token.content) return; // missing or null: config.json may say
+        const auto id = tok.tokenToId(*token.content);
+        if (!id) throw InputError(config.file.string() + ": " + key + " \"" + clipForMessage(*token.content) +
+                                  "\" is not a token of tokenizer.json");
+        target = *id;
+    };
+    idOf("bos_token", config.bosToken, out.bos);
+    idOf("eos_token", config.eosToken, out.eos);
     for (const char* file : {"config.json", "generation_config.json"}) {
         if (out.bos >= 0 && out.eos >= 0) break;
         if (const auto config = readJsonFile(dir / file); config && config->is_object()) {

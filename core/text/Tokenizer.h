@@ -5,7 +5,7 @@
 // (TokenizerPipeline.h). The model is BPE; Unigram and WordPiece models are
 // refused by name. A folder with only a SentencePiece tokenizer.model runs
 // the same pipeline with libsentencepiece as the model, tokenizer_config.json
-// giving its added tokens and BOS/EOS.
+// (TokenizerConfig.h) giving its added tokens and BOS/EOS.
 
 #include <cstdint>
 #include <filesystem>
