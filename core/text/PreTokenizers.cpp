@@ -20,7 +20,8 @@ struct ByteLevelPreTokenizer final : PreTokenizer {
     void apply(std::vector<Piece>& pieces) const override
     {
         splitEach(pieces, [&](Piece& p, std::vector<Piece>& out) {
-            if (addPrefixSpace && (p.text.empty() || p.text[0] != ' ')) p.text.insert(0, " ");
+            // A char, not " ": GCC 12 warns (-Wrestrict) falsely on insert(0, " ") here.
+            if (addPrefixSpace && (p.text.empty() || p.text[0] != ' ')) p.text.insert(p.text.begin(), ' ');
             if (useRegex) splitPiece(p, spansFromMatches(p.text, regex->findAll(p.text)), Behavior::Isolated, out);
             else if (!p.text.empty()) out.push_back(std::move(p));
         });
