@@ -445,6 +445,47 @@ def check_errors(path):
             problems.append("tokenize %s: exit %d, stderr %r" % (args, p.returncode, p.stderr.decode()))
     return problems
 
+def check_config_errors(tmp, tokenizer_json):
+    """A bad value in tokenizer_config.json is one sentence naming the file and
+    the key, the same from every command that reads the file: not a default
+    taken in silence by one reader and an error from another."""
+    problems = []
+    conversation = json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}) + "\n"
+    json_folder = os.path.join(tmp, "config-json")
+    os.makedirs(json_folder, exist_ok=True)
+    if not os.path.exists(os.path.join(json_folder, "tokenizer.json")):
+        os.symlink(tokenizer_json, os.path.join(json_folder, "tokenizer.json"))
+    readers = [("chat-template --tokenize", json_folder, ["chat-template", "--model", json_folder, "--tokenize"], conversation),
+               ("sample --model", json_folder, ["sample", "--model", json_folder, "--prompt", "hi"], "")]
+    sp_model = os.path.join(tmp, "sp-bpe", "tokenizer.model")
+    if os.path.exists(sp_model):  # check_sentencepiece made it, and this build reads SentencePiece
+        sp_folder = os.path.join(tmp, "config-sp")
+        os.makedirs(sp_folder, exist_ok=True)
+        if not os.path.exists(os.path.join(sp_folder, "tokenizer.model")):
+            os.symlink(sp_model, os.path.join(sp_folder, "tokenizer.model"))
+        readers.append(("tokenize --model (tokenizer.model)", sp_folder, ["tokenize", "--model", sp_folder, "--text", "hi"], ""))
+    cases = [({"add_bos_token": "yes"}, "add_bos_token must be true, false or null, not a string"),
+             ({"add_eos_token": 1}, "add_eos_token must be true, false or null, not a number"),
+             ({"bos_token": 5}, 'bos_token must be a string, {"content": "..."} or null, not a number'),
+             ({"eos_token": {"content": ["</s>"]}}, 'eos_token must be a string, {"content": "..."} or null, not an object'),
+             ({"pad_token": ["<pad>"]}, 'pad_token must be a string, {"content": "..."} or null, not a list'),
+             ({"added_tokens_decoder": ["<s>"]}, 'added_tokens_decoder must be an object of "ID": {"content": ...}, not a list'),
+             ({"added_tokens_decoder": {"x1": {"content": "<s>"}}}, 'added_tokens_decoder key "x1" is not a token id'),
+             ({"added_tokens_decoder": {"1": {"content": "<s>", "special": "yes"}}}, 'added_tokens_decoder["1"].special must be true or false')]
+    for bad, expected in cases:
+        config = dict({"chat_template": CHATML_TEMPLATE, "bos_token": "<s>", "eos_token": "<|im_end|>"}, **bad)
+        for name, folder, args, stdin in readers:
+            with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+                json.dump(config, f)
+            p = subprocess.run([CLI] + args, input=stdin, capture_output=True, text=True)
+            want = os.path.join(folder, "tokenizer_config.json") + ": " + expected
+            if p.returncode != 2 or want not in p.stderr or p.stderr.count("\n") != 1:
+                problems.append("%s with %s: expected exit 2 and %r, got exit %d: %r" % (name, json.dumps(bad), want, p.returncode,
+                                                                                      p.stderr.strip()[:300]))
+    print("tokenizer_config.json: %d bad values, each one error naming the file and the key from %d commands%s" % (
+        len(cases), len(readers), "" if not problems else " (DIFFERENT)"))
+    return problems
+
 # ------------------------------------------------------------------ chat templates
 
 MISTRAL_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
@@ -780,6 +821,7 @@ def main():
     failures += check_errors(vocabularies[0][1])
     if not only or "sentencepiece" in only.split(","):
         failures += check_sentencepiece(tmp)
+    failures += check_config_errors(tmp, vocabularies[0][1])
     if not only or "chat" in only.split(","):
         failures += chat_templates(tmp, MODULES)
         failures += chat_training_data(tmp, MODULES)

@@ -120,10 +120,26 @@ std::optional<std::int32_t> Bpe::tokenToId(std::string_view token) const
     return it->second;
 }
 
-const std::string* Bpe::idToToken(std::int32_t id) const
+const std::string* Bpe::tokenAt(std::int32_t id) const
 {
     if (id < 0 || std::size_t(id) >= m_vocabR.size()) return nullptr;
     return m_vocabR[std::size_t(id)];
+}
+
+std::optional<std::string> Bpe::idToToken(std::int32_t id) const
+{
+    if (const auto* t = tokenAt(id)) return *t;
+    return std::nullopt;
+}
+
+void Bpe::decodeRun(std::span<const std::int32_t> ids, std::vector<std::string>& out) const
+{
+    for (const auto id : ids) out.push_back(*tokenAt(id));
+}
+
+std::string Bpe::describeIds(std::int32_t tokenizerLimit) const
+{
+    return "ids run from 0 to " + std::to_string(tokenizerLimit - 1);
 }
 
 void Bpe::tokenize(std::string_view word, std::vector<std::int32_t>& out) const

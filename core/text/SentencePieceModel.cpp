@@ -143,7 +143,7 @@ std::shared_ptr<const SentencePieceModel> SentencePieceModel::load(const std::fi
     return std::shared_ptr<const SentencePieceModel>(new SentencePieceModel(std::move(impl)));
 }
 
-void SentencePieceModel::encode(std::string_view text, std::vector<std::int32_t>& ids) const
+void SentencePieceModel::tokenize(std::string_view text, std::vector<std::int32_t>& ids) const
 {
     std::string why;
     if (shim().encode(m->handle, text.data(), text.size(), &pushIds, &ids, &putString, &why) != 0) {
@@ -151,25 +151,30 @@ void SentencePieceModel::encode(std::string_view text, std::vector<std::int32_t>
     }
 }
 
-std::string SentencePieceModel::decode(const std::vector<std::int32_t>& ids) const
+void SentencePieceModel::decodeRun(std::span<const std::int32_t> ids, std::vector<std::string>& out) const
 {
     const std::vector<int> in(ids.begin(), ids.end());
     std::string text;
     if (shim().decode(m->handle, in.data(), in.size(), &putString, &text) != 0) {
         throw InputError("SentencePiece could not decode the ids: " + text);
     }
-    return text;
+    out.push_back(std::move(text));
+}
+
+std::string SentencePieceModel::describeIds(std::int32_t) const
+{
+    return "tokenizer.model's pieces are 0 to " + std::to_string(m->size - 1) + ", and the added tokens of tokenizer_config.json";
 }
 
 std::int32_t SentencePieceModel::size() const { return m->size; }
 
-std::optional<std::string> SentencePieceModel::piece(std::int32_t id) const
+std::optional<std::string> SentencePieceModel::idToToken(std::int32_t id) const
 {
     if (id < 0 || id >= m->size) return std::nullopt;
     return m->pieces[static_cast<std::size_t>(id)];
 }
 
-std::optional<std::int32_t> SentencePieceModel::id(std::string_view piece) const
+std::optional<std::int32_t> SentencePieceModel::tokenToId(std::string_view piece) const
 {
     // PieceToId gives the unknown piece's id for a piece it does not have.
     const int id = shim().pieceToId(m->handle, piece.data(), piece.size());

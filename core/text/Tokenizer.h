@@ -1,10 +1,11 @@
 #pragma once
 // A Hugging Face tokenizer.json, run in C++ with the ids Hugging Face's own
 // `tokenizers` library gives: added tokens split out first, then the
-// normalizer, pre-tokenizer, model (BPE), post-processor; the decoder back.
-// Unigram and WordPiece models are refused by name. A folder with only a
-// SentencePiece tokenizer.model is run by libsentencepiece, special tokens
-// split out first.
+// normalizer, pre-tokenizer, model, post-processor; the decoder back
+// (TokenizerPipeline.h). The model is BPE; Unigram and WordPiece models are
+// refused by name. A folder with only a SentencePiece tokenizer.model runs
+// the same pipeline with libsentencepiece as the model, tokenizer_config.json
+// (TokenizerConfig.h) giving its added tokens and BOS/EOS.
 
 #include <cstdint>
 #include <filesystem>
