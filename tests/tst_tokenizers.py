@@ -456,6 +456,7 @@ def check_config_errors(tmp, tokenizer_json):
     if not os.path.exists(os.path.join(json_folder, "tokenizer.json")):
         os.symlink(tokenizer_json, os.path.join(json_folder, "tokenizer.json"))
     readers = [("chat-template --tokenize", json_folder, ["chat-template", "--model", json_folder, "--tokenize"], conversation),
+               ("chat-template", json_folder, ["chat-template", "--model", json_folder], conversation),
                ("sample --model", json_folder, ["sample", "--model", json_folder, "--prompt", "hi"], "")]
     sp_model = os.path.join(tmp, "sp-bpe", "tokenizer.model")
     if os.path.exists(sp_model):  # check_sentencepiece made it, and this build reads SentencePiece

@@ -1,4 +1,5 @@
 #include "text/ChatTemplate.h"
+#include "text/TokenizerConfig.h"
 
 #include <fstream>
 
@@ -43,34 +44,15 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const
 FolderChatTemplate readFolderChatTemplate(const std::filesystem::path& dir)
 {
     FolderChatTemplate out;
-    const auto configPath = dir / "tokenizer_config.json";
+    // The one reader of tokenizer_config.json (TokenizerConfig.h), with its rule for bad values.
+    const TokenizerConfig config = readTokenizerConfig(dir);
+    for (const auto& [key, token] : config.specialTokens())
+        if (token->content) out.variables[key] = *token->content;
+    if (config.chatTemplate) {
+        out.source = *config.chatTemplate;
+        out.where = config.file.string() + " chat_template";
+    }
     std::error_code ec;
-    json config = json::object();
-    if (std::filesystem::is_regular_file(configPath, ec)) {
-        if (std::filesystem::file_size(configPath, ec) > (64u << 20)) throw InputError(configPath.string() + " is larger than 64 MiB");
-        std::ifstream in(configPath, std::ios::binary);
-        try {
-            config = json::parse(in);
-        } catch (const json::parse_error& e) {
-            throw InputError(configPath.string() + ": not valid JSON at byte " + std::to_string(e.byte));
-        }
-    }
-    if (config.is_object()) {
-        for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
-            const auto it = config.find(key);
-            if (it == config.end()) continue;
-            if (it->is_string()) out.variables[key] = *it;
-            else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out.variables[key] = (*it)["content"];
-        }
-        if (const auto t = config.find("chat_template"); t != config.end()) {
-            if (t->is_string()) out.source = t->get<std::string>();
-            else if (t->is_array())
-                for (const auto& named : *t)
-                    if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string())
-                        out.source = named["template"].get<std::string>();
-            out.where = configPath.string() + " chat_template";
-        }
-    }
     if (out.source.empty() && std::filesystem::is_regular_file(dir / "chat_template.jinja", ec)) {
         std::ifstream in(dir / "chat_template.jinja", std::ios::binary);
         out.source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
