@@ -1,5 +1,8 @@
 // trainbench-cli as a user (and a crash) meets it: exit codes, messages,
 // signals, kill -9, resume, and that bad input never damages a database.
+// About 2.5 minutes on 2 cores (over the suite's usual 120 s): each case is
+// a real trainbench-cli process, and the signal, kill and resume cases must
+// train long enough to be interrupted mid-step.
 #include <QtTest>
 
 #include <cmath>

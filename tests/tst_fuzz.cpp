@@ -1,6 +1,11 @@
 // Fuzzing: random and mutated configs and database files, and random CLI
 // argument vectors. Nothing may crash, every rejection must be one of the
 // project's own errors, and a database that was only read must not change.
+// About 2 minutes on 2 cores (over the suite's usual 120 s): 10,000 mutated
+// configs, 10,000 damaged database files (each opened, queried and compared
+// after) and 10,000 argument vectors in process, then 100 trainbench-cli
+// processes on random arguments: enough draws that every field and
+// subcommand is hit many times.
 #include <QtTest>
 
 #include <fstream>

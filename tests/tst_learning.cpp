@@ -1,4 +1,9 @@
 // The models actually learn: the default example and the addition task.
+// About 2.5 to 3 minutes on 2 cores (over the suite's usual 120 s): the two
+// bundled examples trained as a user runs them (the default text GPT, 300
+// steps; 3-digit addition, 1,000 steps at batch 128, the step count the
+// example ships with) and a small GPT in fp32 and in bf16 autocast. Each is
+// the only check that what a newcomer runs first learns.
 #include <QtTest>
 
 #include "TestPrinters.h"

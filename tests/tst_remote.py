@@ -3,6 +3,11 @@
 here as this test's own child with generated host and user keys, and killed
 by its pid at the end. The "remote" is this machine with another store.
 
+Why it takes about 3 minutes on 2 cores (over the suite's usual 120 s): each
+case is real ssh connections to a real sshd and trainbench-cli started on
+the far side (about 1 s each), and the follow cases need a run long enough
+to kill its ssh client, its follower and then the run itself mid-way.
+
   tst_remote.py TRAINBENCH_CLI [TST_REMOTE_GUI]
 
 Cases: hosts add/list/test/remove (an unknown host key is refused with its
