@@ -192,11 +192,9 @@ DecoderPtr makeDecoder(const json& j, const std::string& at, int depth)
         return d;
     }
     if (type == "Sequence") {
-        const auto it = j.find("decoders");
-        if (it == j.end() || !it->is_array()) throw InputError(here + ".decoders must be an array");
         auto d = std::make_unique<SequenceDecoder>();
-        for (std::size_t i = 0; i < it->size(); ++i)
-            d->parts.push_back(makeDecoder((*it)[i], at + ".decoders[" + std::to_string(i) + "]", depth + 1));
+        readSequenceParts(j, "decoders", here, at, depth, d->parts,
+                          [](const auto& part, const std::string& path, int d) { return makeDecoder(part, path, d); });
         return d;
     }
     throw InputError(at + ": the decoder \"" + clipForMessage(type) +

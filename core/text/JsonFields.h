@@ -6,6 +6,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "common/Errors.h"
+
 namespace tb::text {
 
 // Components nest (Sequence of Sequence ...) at most this deep.
@@ -24,5 +26,17 @@ char32_t charField(const nlohmann::json& j, const char* key, const std::string& 
 const char* jsonKind(const nlohmann::json& j);
 // Throws when `depth` passes kMaxComponentDepth.
 void checkDepth(int depth, const std::string& at);
+
+// A "Sequence" component's parts, one rule for every stage: j[key] must be an
+// array, and each element becomes make(element, "AT.KEY[i]", depth + 1).
+template <class Json, class Parts, class Make>
+void readSequenceParts(const Json& j, const char* key, const std::string& here, const std::string& at, int depth,
+                       Parts& parts, const Make& make)
+{
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_array()) throw InputError(here + "." + key + " must be an array");
+    for (std::size_t i = 0; i < it->size(); ++i)
+        parts.push_back(make((*it)[i], at + "." + key + "[" + std::to_string(i) + "]", depth + 1));
+}
 
 } // namespace tb::text

@@ -101,11 +101,9 @@ NormalizerPtr makeNormalizer(const json& j, const std::string& at, int depth)
         return n;
     }
     if (type == "Sequence") {
-        const auto it = j.find("normalizers");
-        if (it == j.end() || !it->is_array()) throw InputError(here + ".normalizers must be an array");
         auto n = std::make_unique<SequenceNormalizer>();
-        for (std::size_t i = 0; i < it->size(); ++i)
-            n->parts.push_back(makeNormalizer((*it)[i], at + ".normalizers[" + std::to_string(i) + "]", depth + 1));
+        readSequenceParts(j, "normalizers", here, at, depth, n->parts,
+                          [](const auto& part, const std::string& path, int d) { return makeNormalizer(part, path, d); });
         return n;
     }
     throw InputError(at + ": the normalizer \"" + clipForMessage(type) +

@@ -105,11 +105,9 @@ PostProcessorPtr makePostProcessor(const json& j, const std::string& at, int dep
         return makeTemplatePostProcessor({cls}, {idOfPair(j, "sep", here)});
     }
     if (type == "Sequence") {
-        const auto it = j.find("processors");
-        if (it == j.end() || !it->is_array()) throw InputError(here + ".processors must be an array");
         auto p = std::make_unique<SequencePostProcessor>();
-        for (std::size_t i = 0; i < it->size(); ++i)
-            p->parts.push_back(makePostProcessor((*it)[i], at + ".processors[" + std::to_string(i) + "]", depth + 1));
+        readSequenceParts(j, "processors", here, at, depth, p->parts,
+                          [](const auto& part, const std::string& path, int d) { return makePostProcessor(part, path, d); });
         return p;
     }
     throw InputError(at + ": the post-processor \"" + clipForMessage(type) +

@@ -207,11 +207,9 @@ PreTokenizerPtr makePreTokenizer(const json& j, const std::string& at, int depth
         return p;
     }
     if (type == "Sequence") {
-        const auto it = j.find("pretokenizers");
-        if (it == j.end() || !it->is_array()) throw InputError(here + ".pretokenizers must be an array");
         auto p = std::make_unique<SequencePreTokenizer>();
-        for (std::size_t i = 0; i < it->size(); ++i)
-            p->parts.push_back(makePreTokenizer((*it)[i], at + ".pretokenizers[" + std::to_string(i) + "]", depth + 1));
+        readSequenceParts(j, "pretokenizers", here, at, depth, p->parts,
+                          [](const auto& part, const std::string& path, int d) { return makePreTokenizer(part, path, d); });
         return p;
     }
     throw InputError(at + ": the pre-tokenizer \"" + clipForMessage(type) +
