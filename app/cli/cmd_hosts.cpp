@@ -71,7 +71,7 @@ int hosts(const Args& args)
         return kExitOk;
     }
     if (sub == "add") {
-        need(3, "add NAME DEST [--remote-cli PATH] [--remote-db PATH] [--ssh-options \"...\"] [--accept-new-host-key]");
+        need(3, "add NAME DEST [--remote-cli PATH] [--remote-db FILE] [--ssh-options \"ARGS\"] [--accept-new-host-key] [--replace]");
         remote::Host host;
         host.name = p[1];
         host.destination = p[2];
@@ -116,7 +116,7 @@ int hosts(const Args& args)
 const CommandRegistration registration{Command{
     "hosts",
     "Save, test and remove the GPU servers remote runs go to (over ssh).",
-    "add NAME DEST [--remote-cli PATH] [--remote-db PATH] [--accept-new-host-key] | list | test NAME | remove NAME",
+    "add NAME DEST [--remote-cli PATH] [--remote-db FILE] [--ssh-options \"ARGS\"] [--accept-new-host-key] [--replace] | list [--json] | test NAME | remove NAME",
     {{"--remote-cli", true, "trainbench-cli's path on the host (default: trainbench-cli on its PATH)", "PATH"},
      {"--remote-db", true, "the store on the host (default: its default store)", "FILE"},
      {"--ssh-options", true, "extra ssh arguments for this host, e.g. \"-i KEY -o Port=2222\"", "\"ARGS\""},
