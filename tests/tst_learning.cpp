@@ -1,9 +1,9 @@
 // The models actually learn: the default example and the addition task.
-// About 2.5 to 3 minutes on 2 cores (over the suite's usual 120 s): the two
+// About 2 minutes on 2 cores (over the suite's usual 120 s): the two
 // bundled examples trained as a user runs them (the default text GPT, 300
-// steps; 3-digit addition, 1,000 steps at batch 128, the step count the
-// example ships with) and a small GPT in fp32 and in bf16 autocast. Each is
-// the only check that what a newcomer runs first learns.
+// steps; 3-digit addition at batch 128 on its own schedule, judged at step
+// 500) and a small GPT in fp32 and in bf16 autocast. Each is the only check
+// that what a newcomer runs first learns.
 #include <QtTest>
 
 #include "TestPrinters.h"
@@ -69,12 +69,27 @@ void TestLearning::defaultExampleHalvesValidationLoss()
 
 void TestLearning::additionReachesNinetyPercentOnHeldOutSums()
 {
+    // The example as it ships (its 1,000-step schedule), judged at its
+    // step-500 evaluation and stopped there: the held-out exact match is
+    // 97.9% then and 100% at the end (docs/learning.md), so the second half
+    // adds time, not a check.
     RunConfig config = loadConfigFile(TB_SOURCE_DIR "/resources/examples/addition.json");
     config.device = "cpu";
-    const auto curve = train(config);
-    QCOMPARE(curve.result.status, TrainResult::Status::Finished);
-    QVERIFY2(curve.result.finalValAccuracy >= 0.9,
-             qPrintable(QString("exact match on held-out sums: %1").arg(curve.result.finalValAccuracy)));
+    QCOMPARE(config.train.steps, 1000);
+    QCOMPARE(500 % config.train.evalEvery, 0);
+    double atStep500 = -1;
+    Trainer trainer(config, {});
+    TrainerCallbacks callbacks;
+    callbacks.onEval = [&](const EvalMetrics& e) {
+        qInfo("step %d: val loss %.4f, exact match %.1f%%", e.step, e.valLoss, 100.0 * e.valAccuracy);
+        if (e.step != 500) return;
+        atStep500 = e.valAccuracy;
+        trainer.requestCancel();
+    };
+    const auto result = trainer.run(callbacks);
+    QCOMPARE(result.status, TrainResult::Status::Cancelled);
+    QCOMPARE(result.stepsDone, 500);
+    QVERIFY2(atStep500 >= 0.9, qPrintable(QString("exact match on held-out sums at step 500: %1").arg(atStep500)));
 }
 
 void TestLearning::bf16AutocastMatchesFp32()
