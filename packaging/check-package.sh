@@ -9,12 +9,24 @@ contents=$(dpkg-deb -c "$deb")
 status=0
 for want in ./usr/bin/trainbench ./usr/bin/trainbench-cli ./usr/share/applications/trainbench.desktop \
             ./usr/share/icons/hicolor/scalable/apps/trainbench.svg ./usr/share/trainbench/examples/default.json \
-            ./usr/lib/trainbench/libtb_sentencepiece.so; do
+            ./usr/lib/trainbench/libtb_sentencepiece.so ./usr/lib/trainbench/trainbench-cli-torch; do
   if grep -q " $want\$" <<<"$contents"; then echo "package: has $want"; else echo "package: MISSING $want"; status=1; fi
 done
 depends=$(dpkg-deb -f "$deb" Depends)
 for dep in libtorch1.13 libqt6widgets6 libqcustomplot2.1-qt6 libsqlite3-0 libonig5 libicu72 libgloo0 libsentencepiece0; do
   grep -q "$dep" <<<"$depends" || { echo "package: Depends lacks $dep"; status=1; }
 done
+# Unpacked, the two programs of trainbench-cli find each other: the front
+# answers a LibTorch-free command itself and hands --version on to
+# lib/trainbench/trainbench-cli-torch (app/CMakeLists.txt).
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+dpkg-deb -x "$deb" "$unpacked"
+if version=$("$unpacked/usr/bin/trainbench-cli" --version 2>&1) && [[ $version == *"(LibTorch "* ]] &&
+   "$unpacked/usr/bin/trainbench-cli" validate --help >/dev/null 2>&1; then
+  echo "package: the unpacked trainbench-cli runs: $version"
+else
+  echo "package: the unpacked trainbench-cli does not run: $version"; status=1
+fi
 echo "package: $(basename "$deb") $(du -h "$deb" | cut -f1), Depends: $depends"
 exit $status

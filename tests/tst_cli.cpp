@@ -38,6 +38,7 @@ class TestCli : public QObject {
 private Q_SLOTS:
     void init();
     void versionAndHelp();
+    void frontRunsLibTorchFreeCommandsWithoutLibTorch();
     void tinyRunFinishesListsAndExports();
     void badInputExitsTwoWithOneMessage_data();
     void badInputExitsTwoWithOneMessage();
@@ -137,6 +138,38 @@ void TestCli::versionAndHelp()
     }
     r = cli({});
     QCOMPARE(r.exitCode, 2);
+}
+
+// trainbench-cli is a front without LibTorch that hands the commands needing
+// it to trainbench-cli-torch (app/CMakeLists.txt): the front must not link
+// LibTorch (or every command pays 0.7 s to load it), must run its own commands
+// itself, and must say so when the other program is missing.
+void TestCli::frontRunsLibTorchFreeCommandsWithoutLibTorch()
+{
+    QProcess readelf;
+    readelf.start("readelf", {"-d", TB_CLI_PATH});
+    QVERIFY(readelf.waitForFinished(30000));
+    const QString needed = QString::fromUtf8(readelf.readAllStandardOutput());
+    QVERIFY2(needed.contains("(NEEDED)"), qPrintable(needed));
+    QVERIFY2(!needed.contains("libtorch") && !needed.contains("libc10"), qPrintable(needed));
+
+    // A copy of the front alone: its own commands run, a LibTorch command is
+    // one message naming the program it needs and where it looked.
+    const QString alone = m_dir->filePath("bin/trainbench-cli");
+    QVERIFY(QDir().mkpath(m_dir->filePath("bin")));
+    QVERIFY(QFile::copy(TB_CLI_PATH, alone));
+    auto r = cli({"validate", "--config", writeConfig("tiny.json", R"({"name": "t"})")}, 30000, alone);
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains(": valid."), qPrintable(r.out + r.err));
+    r = cli({"train", "--config", "x.json"}, 30000, alone);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.startsWith("trainbench-cli: failed: 'train' is run by trainbench-cli-torch, which is not at ") &&
+                 r.err.contains("reinstall Trainbench") && r.err.count('\n') == 1,
+             qPrintable(r.err));
+    // The built one hands it on: the same process, so the exit code and output are trainbench-cli-torch's.
+    r = cli({"train", "--config", m_dir->filePath("missing.json")});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("config file not found"), qPrintable(r.err));
 }
 
 void TestCli::tinyRunFinishesListsAndExports()

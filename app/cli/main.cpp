@@ -7,9 +7,43 @@
 #include "common/Errors.h"
 #include "common/Version.h"
 #include "config/RunConfig.h"
+
+#ifdef TB_CLI_FRONT
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#else
 #include "train/Trainer.h"
+#endif
 
 namespace {
+
+#ifdef TB_CLI_FRONT
+// The front (app/CMakeLists.txt says why there are two programs): a command
+// this program lacks, and --help and --version, are trainbench-cli-torch's.
+// Replaces this process with it; returns only when it cannot be run.
+int runInTorchProgram(char** argv)
+{
+    // Run from the build tree: the build tree's; installed: relative to this program's folder.
+    char self[4096] = {0};
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    const std::string exe = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string();
+    const std::string path = exe == TB_CLI_FRONT_BUILD_PATH || exe.empty()
+                                 ? std::string(TB_CLI_TORCH_BUILD_PATH)
+                                 : exe.substr(0, exe.rfind('/') + 1) + TB_CLI_TORCH_FROM_BIN;
+    const char* command = argv[1] ? argv[1] : "--help";
+    if (access(path.c_str(), X_OK) != 0) {
+        std::cerr << "trainbench-cli: failed: '" << command << "' is run by trainbench-cli-torch, which is not at "
+                  << path << "; reinstall Trainbench\n";
+        return tb::cli::kExitFailed;
+    }
+    std::cout.flush();
+    execv(path.c_str(), argv);
+    std::cerr << "trainbench-cli: failed: cannot run " << path << " for '" << command << "': " << std::strerror(errno) << "\n";
+    return tb::cli::kExitFailed;
+}
+#endif
 
 void printHelp()
 {
@@ -33,6 +67,13 @@ int main(int argc, char** argv)
 {
     using namespace tb::cli;
     std::vector<std::string> args(argv + 1, argv + argc);
+#ifdef TB_CLI_FRONT
+    {
+        const auto& here = commands();
+        if (args.empty() || std::none_of(here.begin(), here.end(), [&](const Command& c) { return c.name == args[0]; }))
+            return runInTorchProgram(argv);
+    }
+#endif
     if (args.empty()) {
         printHelp();
         return kExitBadInput;
@@ -42,10 +83,12 @@ int main(int argc, char** argv)
         printHelp();
         return kExitOk;
     }
+#ifndef TB_CLI_FRONT
     if (name == "--version" || name == "version") {
         std::cout << "trainbench-cli " << tb::kAppVersion << " (LibTorch " << tb::torchVersion() << ")\n";
         return kExitOk;
     }
+#endif
     const auto& all = commands();
     const auto command = std::find_if(all.begin(), all.end(), [&](const Command& c) { return c.name == name; });
     try {

@@ -48,11 +48,15 @@ const Shim& shim()
     static std::once_flag once;
     static Shim s;
     std::call_once(once, [] {
-        // The installed one, relative to the program's folder; then the
-        // build tree's (programs and tests run from the build tree).
+        // The installed one, relative to the program's folder (a program in
+        // bin/, or trainbench-cli-torch beside the library in lib/trainbench/);
+        // then the build tree's (programs and tests run from the build tree).
         std::vector<std::string> candidates;
 #ifdef TB_SP_SHIM_FROM_BIN
-        if (const auto exe = executableFolder(); !exe.empty()) candidates.push_back(exe + "/" TB_SP_SHIM_FROM_BIN);
+        if (const auto exe = executableFolder(); !exe.empty()) {
+            candidates.push_back(exe + "/" TB_SP_SHIM_FROM_BIN);
+            candidates.push_back(exe + "/libtb_sentencepiece.so");
+        }
 #endif
 #ifdef TB_SP_SHIM_BUILD_PATH
         candidates.push_back(TB_SP_SHIM_BUILD_PATH);
