@@ -29,12 +29,13 @@ endfunction()
 
 # One Qt Test executable per test class, registered with ctest.
 # Labels: "learning" for the long learning suites (LEARNING), which run on one
-# LibTorch tree only; "gui" for the panel suites (GUI); every other suite is
-# "torch2", the set scripts/test also runs against LibTorch 2.x. ENTRIES: the
+# LibTorch tree only; "gui" for the panel suites (GUI); "cli" for LibTorch-free
+# command-line suites that also run on one tree only (CLI); every other suite
+# is "torch2", the set scripts/test also runs against LibTorch 2.x. ENTRIES: the
 # executable is registered by tb_add_test_entry instead, one ctest entry per
 # group of test functions.
 function(tb_add_test name)
-  cmake_parse_arguments(ARG "TORCH;LEARNING;GUI;ENTRIES" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "TORCH;LEARNING;GUI;CLI;ENTRIES" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   set_target_properties(${name} PROPERTIES AUTOMOC ON)
   target_link_libraries(${name} PRIVATE Qt6::Test ${ARG_LIBS})
@@ -52,6 +53,8 @@ function(tb_add_test name)
     set(label learning)
   elseif(ARG_GUI)
     set(label gui)
+  elseif(ARG_CLI)
+    set(label cli)
   else()
     set(label torch2)
   endif()

@@ -480,9 +480,12 @@ def check_config_errors(tmp, tokenizer_json):
              ({"added_tokens_decoder": ["<s>"]}, 'added_tokens_decoder must be an object of "ID": {"content": ...}, not a list'),
              ({"added_tokens_decoder": {"x1": {"content": "<s>"}}}, 'added_tokens_decoder key "x1" is not a token id'),
              ({"added_tokens_decoder": {"1": {"content": "<s>", "special": "yes"}}}, 'added_tokens_decoder["1"].special must be true or false')]
-    for bad, expected in cases:
+    # Each bad value through one reader, in turn (one reader of the file
+    # serves them all): every reader meets two or three of the values, so a
+    # command that took a default in silence fails on its share.
+    for index, (bad, expected) in enumerate(cases):
         config = dict({"chat_template": CHATML_TEMPLATE, "bos_token": "<s>", "eos_token": "<|im_end|>"}, **bad)
-        for name, folder, args, stdin in readers:
+        for name, folder, args, stdin in [readers[index % len(readers)]]:
             with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
                 json.dump(config, f)
             p = subprocess.run([CLI] + args, input=stdin, capture_output=True, text=True)
@@ -490,7 +493,7 @@ def check_config_errors(tmp, tokenizer_json):
             if p.returncode != 2 or want not in p.stderr or p.stderr.count("\n") != 1:
                 problems.append("%s with %s: expected exit 2 and %r, got exit %d: %r" % (name, json.dumps(bad), want, p.returncode,
                                                                                       p.stderr.strip()[:300]))
-    print("tokenizer_config.json: %d bad values, each one error naming the file and the key from %d commands%s" % (
+    print("tokenizer_config.json: %d bad values, each one error naming the file and the key, over %d commands%s" % (
         len(cases), len(readers), "" if not problems else " (DIFFERENT)"))
     return problems
 
@@ -826,10 +829,11 @@ def main():
         if only and name not in only.split(","):
             continue
         failures += check_vocabulary(name.replace("llama2", "mistral"), path, 1000 + seed)
-    failures += check_errors(vocabularies[0][1])
+    # The error checks run on GPT-2's vocabulary, the quickest of the real ones to load.
+    failures += check_errors(gpt2)
     if not only or "sentencepiece" in only.split(","):
         failures += check_sentencepiece(tmp)
-    failures += check_config_errors(tmp, vocabularies[0][1])
+    failures += check_config_errors(tmp, gpt2)
     if not only or "chat" in only.split(","):
         failures += chat_templates(tmp, MODULES)
         failures += chat_training_data(tmp, MODULES)
