@@ -17,7 +17,7 @@
 //
 // The first Llama that learned (seed 1 here; its step-300 checkpoint) is
 // then the base of a LoRA fine-tune to 3 digits, so the suite trains no model
-// twice. Over the suite's usual 120 s (eight trainings, the fewest that cover
+// twice. Over the suite's usual 120 s (seven trainings, the fewest that cover
 // the three bugs and LoRA learning on a trained base); ctest runs it as two entries
 // (tests/CMakeLists.txt) so that they balance against the other suites.
 #include <QtTest>
@@ -142,7 +142,7 @@ class TestLearningRobustness : public QObject {
 private Q_SLOTS:
     void gptWithRopeEscapesThePlateau();
     void llamaEscapesThePlateauByStep300();
-    void loraFineTuneOfTrainedBaseBeatsRandomBase();
+    void loraFineTuneOfTrainedBaseLearnsThreeDigits();
 };
 
 void TestLearningRobustness::gptWithRopeEscapesThePlateau()
@@ -167,21 +167,31 @@ void TestLearningRobustness::llamaEscapesThePlateauByStep300()
     QVERIFY2(failure.isEmpty(), qPrintable(failure));
 }
 
-void TestLearningRobustness::loraFineTuneOfTrainedBaseBeatsRandomBase()
+void TestLearningRobustness::loraFineTuneOfTrainedBaseLearnsThreeDigits()
 {
     if (m_llamaBase.empty()) QFAIL("no Llama seed reached the bar: nothing to fine-tune");
     auto tune = llamaAddition(3, 500);
     tune.lora.rank = 16;
     tune.lora.alpha = 32;
-    auto fromRandom = tune;
     tune.train.initFrom = m_llamaBase;
     Weights tunedWeights;
     const auto tuned = train(tune, {}, &tunedWeights);
-    const auto random = train(fromRandom, {});
-    qInfo("3-digit held-out exact match after 500 LoRA steps: %.1f%% from the 2-digit base, %.1f%% from a random base",
-          100 * tuned.finalValAccuracy, 100 * random.finalValAccuracy);
-    QVERIFY2(tuned.finalValAccuracy >= 0.5 && tuned.finalValAccuracy >= random.finalValAccuracy + 0.3,
-             qPrintable(QString("trained base %1, random base %2").arg(tuned.finalValAccuracy).arg(random.finalValAccuracy)));
+    // What the base does on 3 digits before the adapters learn: one step
+    // (from B = 0, the adapters barely move), then the evaluation.
+    auto untrained = tune;
+    untrained.train.steps = 1;
+    untrained.train.evalEvery = 1;
+    untrained.optim.warmupSteps = 0;
+    TrainResult before;
+    try {
+        before = train(untrained, {});
+    } catch (const std::exception& e) {
+        QFAIL(e.what());
+    }
+    qInfo("3-digit held-out exact match from the 2-digit base: %.1f%% after 500 LoRA steps, %.1f%% after 1",
+          100 * tuned.finalValAccuracy, 100 * before.finalValAccuracy);
+    QVERIFY2(tuned.finalValAccuracy >= 0.5 && tuned.finalValAccuracy >= before.finalValAccuracy + 0.3,
+             qPrintable(QString("after 500 steps %1, after 1 %2").arg(tuned.finalValAccuracy).arg(before.finalValAccuracy)));
     const std::map<std::string, std::vector<float>> base(m_llamaBaseWeights.begin(), m_llamaBaseWeights.end());
     int adapters = 0;
     for (const auto& [name, values] : tunedWeights) {
