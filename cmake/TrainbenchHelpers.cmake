@@ -38,10 +38,10 @@ function(tb_add_test name)
   cmake_parse_arguments(ARG "TORCH;LEARNING;GUI;CLI;ENTRIES" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   set_target_properties(${name} PROPERTIES AUTOMOC ON)
-  target_link_libraries(${name} PRIVATE Qt6::Test ${ARG_LIBS})
-  target_compile_definitions(${name} PRIVATE QT_NO_KEYWORDS QT_NO_CONTEXTLESS_CONNECT
-    TB_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    TB_CLI_PATH="$<TARGET_FILE:trainbench-cli>")
+  # The source tree's and trainbench-cli's paths come from tb_test_paths
+  # (tests/TestPaths.h), never from a compile definition: ccache hits in any clone.
+  target_link_libraries(${name} PRIVATE Qt6::Test tb_test_paths ${ARG_LIBS})
+  target_compile_definitions(${name} PRIVATE QT_NO_KEYWORDS QT_NO_CONTEXTLESS_CONNECT)
   tb_warnings(${name})
   if(ARG_TORCH)
     tb_use_torch_pch(${name})

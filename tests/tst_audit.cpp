@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "TestPaths.h"
 #include "ScriptFixtures.h"
 #include "diagnose/ErrorExplainer.h"
 #include "diagnose/Preflight.h"

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "TestPaths.h"
 #include "TestPrinters.h"
 #include "store/RunStore.h"
 #include "store/Sqlite.h"

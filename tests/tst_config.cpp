@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "TestPaths.h"
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
 #include "config/RunConfig.h"
@@ -34,7 +35,7 @@ private Q_SLOTS:
 void TestConfig::bundledExamplesParse_data()
 {
     QTest::addColumn<QString>("file");
-    for (const auto& entry : std::filesystem::directory_iterator(TB_SOURCE_DIR "/resources/examples")) {
+    for (const auto& entry : std::filesystem::directory_iterator(tb::test::sourcePath("resources/examples"))) {
         const auto name = entry.path().filename().string();
         QTest::newRow(name.c_str()) << QString::fromStdString(entry.path().string());
     }

@@ -11,6 +11,7 @@
 
 #include <torch/version.h>
 
+#include "TestPaths.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
 #include "memory/CpuGemmScratch.h"

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "TestPaths.h"
 #include "diagnose/ErrorExplainer.h"
 #include "diagnose/Preflight.h"
 #include "diagnose/TargetPlan.h"
@@ -23,13 +24,13 @@ namespace {
 
 nlohmann::json corpus()
 {
-    std::ifstream in(TB_SOURCE_DIR "/tests/data/explain_corpus.json");
+    std::ifstream in(tb::test::sourcePath("tests/data/explain_corpus.json"));
     return nlohmann::json::parse(in);
 }
 
 RunConfig defaultConfig()
 {
-    return loadConfigFile(TB_SOURCE_DIR "/resources/examples/default.json");
+    return loadConfigFile(tb::test::sourcePath("resources/examples/default.json"));
 }
 
 PreflightTarget gpu(const std::string& name)

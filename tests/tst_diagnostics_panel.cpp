@@ -15,6 +15,7 @@
 #include <QTextBrowser>
 #include <QTreeWidget>
 
+#include "TestPaths.h"
 #include "ConfigDocument.h"
 #include "ScriptFixtures.h"
 #include "DiagnosticsPanel.h"
@@ -30,7 +31,7 @@ namespace {
 
 QString exampleText()
 {
-    QFile f(TB_SOURCE_DIR "/resources/examples/default.json");
+    QFile f(QString::fromStdString(tb::test::sourcePath("resources/examples/default.json")));
     f.open(QIODevice::ReadOnly);
     return QString::fromUtf8(f.readAll());
 }

@@ -21,6 +21,7 @@
 
 #include <csignal>
 
+#include "TestPaths.h"
 #include "ConfigDocument.h"
 #include "HistoryPanel.h"
 #include "LossPlot.h"

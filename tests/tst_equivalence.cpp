@@ -9,6 +9,7 @@
 
 #include <sys/resource.h>
 
+#include "TestPaths.h"
 #include "HfFolderFixtures.h"
 #include "ModelFixtures.h"
 #include "TestPrinters.h"
@@ -445,7 +446,7 @@ void TestEquivalence::checkpointsOfEitherLibTorchResume_data()
 void TestEquivalence::checkpointsOfEitherLibTorchResume()
 {
     QFETCH(QString, file);
-    const std::string dir = TB_SOURCE_DIR "/tests/data/checkpoints/";
+    const std::string dir = tb::test::sourcePath("tests/data/checkpoints/");
     const std::string path = dir + file.toStdString();
     auto config = loadConfigFile(dir + "tiny.json");
     config.train.steps = 4;

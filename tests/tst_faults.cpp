@@ -9,6 +9,7 @@
 #include <csignal>
 #include <random>
 
+#include "TestPaths.h"
 #include "TestPrinters.h"
 #include "store/RunStore.h"
 #include "store/Sqlite.h"

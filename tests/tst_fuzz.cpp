@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "TestPaths.h"
 #include "Command.h"
 #include "TestPrinters.h"
 #include "config/RunConfig.h"

@@ -6,6 +6,7 @@
 // that what a newcomer runs first learns.
 #include <QtTest>
 
+#include "TestPaths.h"
 #include "TestPrinters.h"
 
 #include "config/RunConfig.h"
@@ -50,7 +51,7 @@ private Q_SLOTS:
 
 void TestLearning::defaultExampleHalvesValidationLoss()
 {
-    RunConfig config = loadConfigFile(TB_SOURCE_DIR "/resources/examples/default.json");
+    RunConfig config = loadConfigFile(tb::test::sourcePath("resources/examples/default.json"));
     config.device = "cpu";
     const auto curve = train(config);
     QCOMPARE(curve.result.status, TrainResult::Status::Finished);
@@ -73,7 +74,7 @@ void TestLearning::additionReachesNinetyPercentOnHeldOutSums()
     // step-500 evaluation and stopped there: the held-out exact match is
     // 97.9% then and 100% at the end (docs/learning.md), so the second half
     // adds time, not a check.
-    RunConfig config = loadConfigFile(TB_SOURCE_DIR "/resources/examples/addition.json");
+    RunConfig config = loadConfigFile(tb::test::sourcePath("resources/examples/addition.json"));
     config.device = "cpu";
     QCOMPARE(config.train.steps, 1000);
     QCOMPARE(500 % config.train.evalEvery, 0);

@@ -24,6 +24,7 @@
 
 #include <functional>
 
+#include "TestPaths.h"
 #include "TestPrinters.h"
 
 #include "config/RunConfig.h"
@@ -48,7 +49,7 @@ TrainResult train(const RunConfig& config, const TrainerOptions& options = {}, W
 // resources/examples/addition.json's GPT (checked, so the test follows it) at 2 digits, 500 steps.
 RunConfig gptAddition(const std::string& encoding)
 {
-    RunConfig c = loadConfigFile(TB_SOURCE_DIR "/resources/examples/addition.json");
+    RunConfig c = loadConfigFile(tb::test::sourcePath("resources/examples/addition.json"));
     if (c.model.type != "gpt" || c.model.nLayer != 3 || c.model.dModel != 128 || c.model.nHead != 4
         || c.model.tieEmbeddings || c.optim.lr != 1e-3 || c.optim.warmupSteps != 50 || c.train.batchSize != 128)
         qFatal("resources/examples/addition.json moved: update tst_learning_robustness and the bench together");

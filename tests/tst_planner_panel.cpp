@@ -4,6 +4,7 @@
 // shown must be core's estimate for the same inputs.
 #include <QtTest>
 
+#include "TestPaths.h"
 #include "ScriptFixtures.h"
 
 #include <QJsonDocument>
