@@ -15,8 +15,9 @@ TB_CHROOT=$TB_CACHE/trixie
 TB_MIRROR=${TRAINBENCH_MIRROR:-http://deb.debian.org/debian}
 # Build dependencies from trixie. No QCustomPlot and no GUI: the tree also
 # proves that core, the CLI and the core tests need neither. python3-torch is
-# the 2.6 reference of bench/train_throughput.sh --torch2.
-TB_CHROOT_PACKAGES=(g++ cmake make ccache pkg-config libtorch-dev libopenblas0-pthread qt6-base-dev
+# the 2.6 reference of bench/train_throughput.sh --torch2. binutils-gold: the
+# linker CMakeLists.txt picks (a clean clone relinks every program).
+TB_CHROOT_PACKAGES=(g++ binutils-gold cmake make ccache pkg-config libtorch-dev libopenblas0-pthread qt6-base-dev
   libonig-dev libicu-dev libgloo-dev libdnnl-dev
   libsqlite3-dev nlohmann-json3-dev python3-torch)
 
