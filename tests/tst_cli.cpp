@@ -613,9 +613,18 @@ void TestCli::estimateResolvesAutoOnTheTarget()
         QCOMPARE(planned, QString(precision));
         QCOMPARE(bytes, peak({"--gpu", gpu, "--precision", precision}).first);
     }
+    // One verdict: the tiny model's memory fits a T4, but bf16 does not run
+    // there, and that is the answer (it printed "fits" and then "does NOT run").
     auto r = cli({"estimate", "--config", config, "--gpu", "T4", "--precision", "bf16"});
     QCOMPARE(r.exitCode, 0);
-    QVERIFY2(r.out.contains("does NOT run there") && r.out.contains("7.5"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("does not run: bf16 needs compute capability 8.0") && r.out.contains("7.5"), qPrintable(r.out));
+    QVERIFY2(!r.out.contains("fits"), qPrintable(r.out));
+    r = cli({"estimate", "--config", config, "--gpu", "T4", "--precision", "bf16", "--json"});
+    const auto gpu = QJsonDocument::fromJson(r.out.toUtf8()).object()["gpu"].toObject();
+    QCOMPARE(gpu["verdict"].toString(), QString("does_not_run"));
+    QVERIFY(gpu["precision_error"].toString().contains("7.5"));
+    r = cli({"estimate", "--config", config, "--gpu", "T4", "--json"});
+    QCOMPARE(QJsonDocument::fromJson(r.out.toUtf8()).object()["gpu"].toObject()["verdict"].toString(), QString("fits"));
 }
 
 void TestCli::preflightExplainAndForcedTrain()

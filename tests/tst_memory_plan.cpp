@@ -7,16 +7,20 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <tuple>
 #include <cstdio>
 
 #include "config/RunConfig.h"
+#include "diagnose/TargetPlan.h"
+#include "gpu/Catalogue.h"
 #include "common/Errors.h"
 #include "memory/Architectures.h"
 #include "memory/CpuGemmScratch.h"
 #include "memory/Estimator.h"
 #include "memory/FusedAttention.h"
 #include "memory/LargestFitting.h"
+#include "memory/Verdict.h"
 #include "run/RunSession.h"
 #include "train/Trainer.h"
 
@@ -205,6 +209,8 @@ private Q_SLOTS:
     void unsavedValuesLiveUntilTheAttentionReturns();
     void tiedHeadGradientUnderAutocast();
     void runsRecordTheirEstimate();
+    void noTermIsNegative();
+    void oneVerdict();
 };
 
 void TestMemoryPlan::parameterCountIsExact()
@@ -814,6 +820,108 @@ void TestMemoryPlan::runsRecordTheirEstimate()
                  && warning.find("by 20%") != std::string::npos,
              warning.c_str());
     QCOMPARE(memoryEstimateWarning(0, 5000, "forward", 1), std::string());
+
+    // On a GPU the run's estimate is the planner's for that card: "auto"
+    // resolved there and its compute capability's cuBLAS workspaces and
+    // context (it was planned as an unknown GPU, other figures on an H100).
+    auto gpuConfig = c;
+    gpuConfig.device = "auto";
+    gpuConfig.train.precision = "auto";
+    const auto h100 = GpuCatalogue::bundled().resolve("H100");
+    const TargetPlan planned = planOnTarget(gpuConfig, std::optional<GpuTarget>(h100));
+    QCOMPARE(planned.setup.precision, std::string("bf16"));
+    const auto expectedOnH100 = estimateMemory(planned.arch, planned.setup);
+    const auto recorded = launchEstimate(gpuConfig, "cuda:0", h100.gpu.cc);
+    QCOMPARE(recorded.peakBytes, expectedOnH100.peakBytes);
+    QCOMPARE(recorded.terms.size(), expectedOnH100.terms.size());
+    for (std::size_t i = 0; i < recorded.terms.size(); ++i) {
+        QCOMPARE(recorded.terms[i].name, expectedOnH100.terms[i].name);
+        QCOMPARE(recorded.terms[i].bytes, expectedOnH100.terms[i].bytes);
+    }
+    // What was recorded before: the trainer's precision on a GPU of no capability.
+    auto withoutCard = setupFor(gpuConfig);
+    withoutCard.gpu = true;
+    withoutCard.precision = "bf16";
+    QVERIFY2(estimateMemory(planned.arch, withoutCard).peakBytes != recorded.peakBytes,
+             "an H100's workspaces and context differ from a card of unknown capability's");
+    QCOMPARE(launchEstimate(c, "cpu", std::nullopt).tensorPeakBytes, expected);
+}
+
+// On a GPU each allocation is rounded to the caching allocator's 512 bytes
+// on its own; a sum the replay allocates as one and releases in parts rounds
+// differently, and releasing the rounded parts took more than the category
+// held: Llama 2 7B and 13B LoRA rows at odd lengths planned a workspace of
+// -0.03 MiB (-512 bytes a layer). Every term is live bytes, never negative,
+// and the terms add up to the peak.
+void TestMemoryPlan::noTermIsNegative()
+{
+    ArchitectureSpec a;
+    a.family = "llama";
+    a.positional = "rope";
+    a.hidden = 5120; // Llama 2 13B's layer, two of them
+    a.layers = 2;
+    a.heads = a.kvHeads = 40;
+    a.intermediate = 13824;
+    a.vocabSize = 32000;
+    a.tieEmbeddings = false;
+    a.maxPositions = 4096;
+    const std::vector<std::string> all{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    int checked = 0;
+    for (const int torchMajor : {1, 2}) {
+        for (const char* precision : {"bf16", "bf16-pure", "fp16", "fp32"}) {
+            for (const std::int64_t seq : {129, 333, 777}) {
+                for (const int rank : {0, 16, 64}) {
+                    TrainingSetup s;
+                    s.batch = seq == 333 ? 2 : 1;
+                    s.seqLen = seq;
+                    s.torchMajor = torchMajor;
+                    s.gpu = true;
+                    s.computeCapability = 90;
+                    s.precision = precision;
+                    s.halfBase = rank > 0 && std::string(precision) != "fp32";
+                    s.loraRank = rank;
+                    s.loraTargets = rank > 0 ? all : std::vector<std::string>{};
+                    s.dropout = rank == 16 ? 0.1 : 0.0;
+                    s.attention = seq == 777 ? "fused" : "eager";
+                    const auto e = estimateMemory(a, s);
+                    std::int64_t sum = 0;
+                    for (const auto& t : e.terms) {
+                        QVERIFY2(t.bytes >= 0, qPrintable(QString("%1: %2 bytes (%3, seq %4, rank %5, LibTorch %6)")
+                                                              .arg(QString::fromStdString(t.name))
+                                                              .arg(t.bytes)
+                                                              .arg(precision)
+                                                              .arg(seq)
+                                                              .arg(rank)
+                                                              .arg(torchMajor)));
+                        sum += t.bytes;
+                    }
+                    QCOMPARE(sum, e.peakBytes);
+                    ++checked;
+                }
+            }
+        }
+    }
+    QCOMPARE(checked, 72);
+}
+
+// The verdict every surface shows is decided in one function: over 90% of
+// the budget is tight, over it does not fit, a precision the card lacks does
+// not run whatever the memory; a fix aiming at roomyPeakBytes leaves no warning.
+void TestMemoryPlan::oneVerdict()
+{
+    QCOMPARE(memoryVerdict(90, 100), MemoryVerdict::Fits);
+    QCOMPARE(memoryVerdict(91, 100), MemoryVerdict::Tight);
+    QCOMPARE(memoryVerdict(100, 100), MemoryVerdict::Tight);
+    QCOMPARE(memoryVerdict(101, 100), MemoryVerdict::DoesNotFit);
+    QCOMPARE(memoryVerdict(1, 100, "needs compute capability 8.0 or newer"), MemoryVerdict::DoesNotRun);
+    QCOMPARE(std::string(verdictKey(MemoryVerdict::Tight)), std::string("tight"));
+    for (const std::int64_t budget : {std::int64_t{1}, std::int64_t{9}, std::int64_t{10}, std::int64_t{15826954486},
+                                      std::int64_t{84986665370}, std::numeric_limits<std::int64_t>::max()}) {
+        const auto room = roomyPeakBytes(budget);
+        QCOMPARE(memoryVerdict(room, budget), MemoryVerdict::Fits);
+        QVERIFY(memoryVerdict(room + 1, budget) != MemoryVerdict::Fits);
+        QVERIFY(static_cast<double>(room) <= 0.9 * static_cast<double>(budget) * (1 + 1e-12));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestMemoryPlan)

@@ -35,6 +35,7 @@
 #include "Units.h"
 #include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
+#include "memory/Verdict.h"
 #include "text/ChatTemplate.h"
 #include "text/Corpus.h"
 #include "text/Tokenizer.h"
@@ -546,17 +547,18 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
         const TargetPlan there = planOnTarget(*config, std::optional<GpuTarget>(target));
         const auto gpu = estimateMemory(there.arch, there.setup);
         const double use = static_cast<double>(gpu.peakBytes) / static_cast<double>(target.gpu.memoryBytes);
-        if (!there.precision.error.empty()) {
+        const auto verdict = memoryVerdict(gpu.peakBytes, target.gpu.memoryBytes, there.precision.shortfall);
+        if (verdict == MemoryVerdict::DoesNotRun) {
             // A precision the GPU lacks is preflight's error there, whatever the memory.
-            text += tr("; on %1: %2 does not run (%3)")
+            text += tr("; on %1: %2 %3 (%4)")
                         .arg(QString::fromStdString(target.label()), QString::fromStdString(there.setup.precision),
-                             QString::fromStdString(there.precision.shortfall));
+                             QString::fromUtf8(verdictWords(verdict)), QString::fromStdString(there.precision.shortfall));
         } else {
             text += tr("; on %1 in %2, %3 of %4 (%5%), %6")
                         .arg(QString::fromStdString(target.label()), QString::fromStdString(there.setup.precision),
                              gibText(gpu.peakBytes), gibText(target.gpu.memoryBytes))
                         .arg(100.0 * use, 0, 'f', 0)
-                        .arg(use > 1.0 ? tr("does not fit") : use > 0.9 ? tr("fits with under 10% to spare") : tr("fits"));
+                        .arg(QString::fromUtf8(verdictWords(verdict)));
         }
     }
     m_estimate->setText(text + ".");

@@ -37,6 +37,7 @@
 #include "gpu/Capability.h"
 #include "diagnose/TargetPlan.h"
 #include "memory/Architectures.h"
+#include "memory/Verdict.h"
 
 namespace tb::ui {
 
@@ -296,10 +297,10 @@ void MemoryPlannerPanel::pointChanged()
     }
     m_verdict->setText(verdictText());
     m_verdict->setToolTip(tr("Peak of the plan against the usable memory of one %1").arg(QString::fromStdString(target().gpu.name)));
-    const double use = static_cast<double>(m_estimate->peakBytes) / static_cast<double>(budget);
-    m_verdict->setStyleSheet(use > 1.0 || !m_precisionError.isEmpty() ? "color: #c0392b"
-                             : use > 0.9                            ? "color: #b9770e"
-                                                                    : "color: #1e8449");
+    const auto verdict = memoryVerdict(m_estimate->peakBytes, budget, m_precisionError.toStdString());
+    m_verdict->setStyleSheet(verdict == MemoryVerdict::Fits    ? "color: #1e8449"
+                             : verdict == MemoryVerdict::Tight ? "color: #b9770e"
+                                                               : "color: #c0392b");
     if (!m_precisionError.isEmpty()) m_verdict->setToolTip(m_precisionError);
     m_answers->setText(answersText());
     QStringList notes;
@@ -518,10 +519,11 @@ QString MemoryPlannerPanel::verdictText() const
     const QString amount = m_estimate->lowerBound ? tr("at least %1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget))
                                                   : tr("%1 of %2").arg(bytesText(m_estimate->peakBytes), bytesText(budget));
     const QString percent = QString::number(100.0 * use, 'f', 0) + "%";
-    if (!m_precisionError.isEmpty()) return tr("Does not run: %1 %2").arg(m_precision->currentText(), m_precisionError);
-    if (use > 1.0) return tr("Does not fit (%1): %2").arg(percent, amount);
-    if (use > 0.9) return tr("Fits, under 10% to spare (%1): %2").arg(percent, amount);
-    return tr("Fits (%1): %2").arg(percent, amount);
+    const auto verdict = memoryVerdict(m_estimate->peakBytes, budget, m_precisionError.toStdString());
+    QString words = QString::fromUtf8(verdictWords(verdict));
+    words[0] = words[0].toUpper();
+    if (verdict == MemoryVerdict::DoesNotRun) return tr("%1: %2 %3").arg(words, m_precision->currentText(), m_precisionError);
+    return tr("%1 (%2): %3").arg(words, percent, amount);
 }
 
 QString MemoryPlannerPanel::answersText() const

@@ -15,6 +15,7 @@
 #include "gpu/Catalogue.h"
 #include "memory/Architectures.h"
 #include "memory/Estimator.h"
+#include "memory/Verdict.h"
 #include "train/DerivedPlan.h"
 
 namespace tb::cli {
@@ -195,28 +196,30 @@ std::string precisionProblem(const GpuTarget& gpu, const TrainingSetup& setup)
 nlohmann::json gpuJson(const GpuTarget& gpu, const TrainingSetup& setup, const MemoryEstimate& e)
 {
     const auto usable = gpu.gpu.memoryBytes;
+    const auto problem = precisionProblem(gpu, setup);
     nlohmann::json out = {{"name", gpu.label()},
                           {"memory_bytes", usable},
                           {"precision", setup.precision},
+                          {"verdict", verdictKey(memoryVerdict(e.peakBytes, usable, problem))},
                           {"fits", e.peakBytes <= usable},
                           {"use_fraction", static_cast<double>(e.peakBytes) / static_cast<double>(usable)},
                           {"lower_bound", e.lowerBound}};
-    if (const auto problem = precisionProblem(gpu, setup); !problem.empty()) out["precision_error"] = problem;
+    if (!problem.empty()) out["precision_error"] = problem;
     return out;
 }
 
+// One line, one verdict: a precision the card lacks is the verdict, whatever
+// the memory (the share is still shown).
 void printVerdict(const GpuTarget& gpu, const TrainingSetup& setup, const MemoryEstimate& e)
 {
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(gpu.gpu.memoryBytes);
+    const auto problem = precisionProblem(gpu, setup);
+    const auto verdict = memoryVerdict(e.peakBytes, gpu.gpu.memoryBytes, problem);
+    std::string words = verdictWords(verdict);
+    if (verdict == MemoryVerdict::DoesNotRun) words += ": " + setup.precision + " " + problem;
     std::printf("%s: %.2f GiB usable per card; %s; the estimate uses %s%.0f%%: %s\n", gpu.label().c_str(),
                 gpu.gpu.memoryBytes / (1024.0 * 1024.0 * 1024.0), setup.precision.c_str(),
-                e.lowerBound ? "at least " : "", 100 * use,
-                use > 1.0   ? "does NOT fit"
-                : use > 0.9 ? "fits, with under 10% to spare (risky)"
-                            : "fits");
-    if (const auto problem = precisionProblem(gpu, setup); !problem.empty()) {
-        std::printf("does NOT run there: %s %s\n", setup.precision.c_str(), problem.c_str());
-    }
+                e.lowerBound ? "at least " : "", 100 * use, words.c_str());
     if (!gpu.note.empty()) std::printf("note: %s\n", gpu.note.c_str());
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/ByteSize.h"
 #include "memory/Estimator.h"
+#include "memory/Verdict.h"
 
 namespace tb {
 
@@ -356,7 +357,8 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     const auto& setup = plan.setup;
     const auto e = estimateMemory(arch, setup);
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
-    if (use <= 0.9) return;
+    const auto verdict = memoryVerdict(e.peakBytes, target.memoryBytes);
+    if (verdict == MemoryVerdict::Fits) return;
     auto terms = e.terms;
     std::sort(terms.begin(), terms.end(), [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
     std::string dominant;
@@ -365,7 +367,7 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     }
     char percent[16];
     std::snprintf(percent, sizeof percent, "%.0f%%", 100.0 * use);
-    const bool over = use > 1.0;
+    const bool over = verdict == MemoryVerdict::DoesNotFit;
     Finding f = make(over ? "memory_over_budget" : "memory_near_budget", over ? Severity::Error : Severity::Warning,
                      over ? "The memory estimate does not fit " + target.label
                           : "The memory estimate leaves little room on " + target.label,
@@ -383,7 +385,7 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
     // A fix leaves the 10% room whose lack is itself a warning, so applying
     // it creates no new finding.
-    const std::int64_t room = budget / 10 * 9;
+    const std::int64_t room = roomyPeakBytes(budget);
     const auto [batch, accum] = batchKeepingEffective(arch, setup, room, effective);
     if (batch > 0 && batch < c.train.batchSize) {
         f.fix = "Batch " + std::to_string(batch) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)

@@ -101,23 +101,27 @@ public:
             m_peakPhase = m_phase;
         }
     }
+    // On a GPU the bytes released are the blocks' (each allocation rounded
+    // on its own): a sum allocated as one and released in parts (or the
+    // reverse) rounds differently, and releasing the rounded parts would
+    // take more than the category holds (a term of -512 bytes per layer).
     void sub(Cat c, std::int64_t bytes)
     {
         if (bytes == 0) return;
         bytes = round(bytes);
+        if (m_allocator) bytes = takeBlocks(c, bytes, nullptr);
         m_live[c] -= bytes;
         m_total -= bytes;
         ++m_calls;
-        if (m_allocator) takeBlocks(c, bytes, nullptr);
     }
     // Live bytes that change role without an allocation (a temporary that
     // becomes a parameter's gradient).
     void move(Cat from, Cat to, std::int64_t bytes)
     {
         bytes = round(bytes);
+        if (m_allocator) bytes = takeBlocks(from, bytes, &m_blocks[to]);
         m_live[from] -= bytes;
         m_live[to] += bytes;
-        if (m_allocator) takeBlocks(from, bytes, &m_blocks[to]);
     }
     std::int64_t total() const { return m_total; }
     bool recording() const { return m_trace != nullptr; }
@@ -148,8 +152,10 @@ private:
     // else the newest blocks that fit in what is left;
     // the part of a larger block is released as the block's release and a
     // new allocation of the rest (and of the part, when it moves), so the
-    // model's allocated bytes follow the replay's live bytes.
-    void takeBlocks(Cat c, std::int64_t bytes, std::vector<Held>* to)
+    // model's allocated bytes follow the replay's live bytes. Returns the
+    // bytes taken: less than asked only when the category holds less (the
+    // rounded parts of what was allocated as one sum).
+    std::int64_t takeBlocks(Cat c, std::int64_t bytes, std::vector<Held>* to)
     {
         auto& v = m_blocks[c];
         const auto give = [&](std::size_t i) {
@@ -158,7 +164,10 @@ private:
             v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
         };
         for (std::size_t i = v.size(); i-- > 0;) {
-            if (v[i].bytes == bytes) return give(i);
+            if (v[i].bytes == bytes) {
+                give(i);
+                return bytes;
+            }
         }
         // The newest blocks, when together they are exactly that size.
         std::int64_t sum = 0;
@@ -166,24 +175,26 @@ private:
         while (first > 0 && sum < bytes) sum += v[--first].bytes;
         if (sum == bytes) {
             for (std::size_t i = v.size(); i-- > first;) give(i);
-            return;
+            return bytes;
         }
+        const std::int64_t asked = bytes;
         for (std::size_t i = v.size(); i-- > 0 && bytes > 0;) {
             if (v[i].bytes <= bytes) {
                 bytes -= v[i].bytes;
                 give(i);
             }
         }
-        if (bytes <= 0) return;
+        if (bytes <= 0) return asked;
         for (std::size_t i = v.size(); i-- > 0;) {
             if (v[i].bytes > bytes) {
                 releaseHeld(v[i]);
                 v[i].bytes -= bytes;
                 v[i].handle = m_allocator->allocate(v[i].bytes);
                 if (to) to->push_back({bytes, m_allocator->allocate(bytes)});
-                return;
+                return asked;
             }
         }
+        return asked - bytes;
     }
     void releaseHeld(const Held& h)
     {

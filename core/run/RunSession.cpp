@@ -1,6 +1,7 @@
 #include "run/RunSession.h"
 #include "diagnose/TargetPlan.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -42,17 +43,6 @@ std::optional<double> known(double v)
     return v;
 }
 
-// The planner's estimate for what this run trains, on the device and in the
-// precision it really uses: the peak tensor bytes (what the memory probe
-// measures) and the terms.
-MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device, const std::string& precision)
-{
-    auto setup = setupFor(config);
-    setup.gpu = device.rfind("cuda", 0) == 0;
-    setup.precision = precision;
-    return estimateMemory(architectureFor(config), setup);
-}
-
 std::string estimateJson(const MemoryEstimate& e)
 {
     nlohmann::json components = nlohmann::json::object();
@@ -73,6 +63,13 @@ std::string mib(std::int64_t bytes)
 }
 
 } // namespace
+
+MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device, std::optional<ComputeCapability> cc)
+{
+    const bool gpu = device.rfind("cuda", 0) == 0;
+    const TargetPlan plan = planOnTarget(config, gpu, cc, std::max(1, config.train.worldSize));
+    return estimateMemory(plan.arch, plan.setup);
+}
 
 std::string memoryEstimateWarning(std::int64_t estimatedBytes, std::int64_t measuredBytes, const std::string& phase,
                                   int step)
@@ -169,7 +166,7 @@ RunSession::RunSession(RunConfig config, SessionOptions options)
     if (auto problem = planningOnlyFieldsProblem(m_config); !problem.empty()) throw InputError(problem);
     m_config.baseDir.clear();
     // Fail on a device that does not exist before a run record is created.
-    (void)resolvePrecision(m_config.train.precision, resolveDevice(m_config.device));
+    (void)resolvePrecision(m_config.train.precision, deviceCapability(resolveDevice(m_config.device)));
     m_dbPath = m_options.dbPath.empty() ? RunStore::defaultPath() : m_options.dbPath;
     m_store = std::make_unique<RunStore>(m_dbPath);
     resolveInitFrom();
@@ -440,7 +437,7 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         if (resuming) m_store->truncateMetricsAfter(m_runId, m_resumeStep);
         m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
         if (!m_options.bare && plannableModel(m_config)) {
-            m_estimate = launchEstimate(m_config, trainer->device(), trainer->precision());
+            m_estimate = launchEstimate(m_config, trainer->device(), trainer->computeCapability());
             m_store->setEstimate(m_runId, m_estimate->probePeakBytes(), estimateJson(*m_estimate));
             outcome.estimatedPeakBytes = m_estimate->probePeakBytes();
         }

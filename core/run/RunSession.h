@@ -96,6 +96,14 @@ struct SessionOutcome {
     std::vector<Finding> failureFindings;
 };
 
+// The planner's estimate for what a run trains on its device ("cpu",
+// "cuda:N") of capability cc: the config resolved through planOnTarget, as
+// the Memory planner, the Experiment form, preflight and estimate resolve a
+// target, so a run on an H100 records the figures (precision, cuBLAS
+// workspaces, CUDA context) the planner shows for an H100. The run stores
+// its peak tensor bytes (what the memory probe measures) and terms.
+MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device, std::optional<ComputeCapability> cc);
+
 // Every run checks the memory planner: the warning event's text when the
 // measured peak tensor bytes exceed the launch estimate by more than 10%,
 // naming the step and the phase; empty otherwise.

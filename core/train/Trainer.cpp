@@ -94,19 +94,23 @@ std::string resolveDevice(const std::string& requested)
     return "cuda:" + std::to_string(index);
 }
 
-std::string resolvePrecision(const std::string& requested, const std::string& device)
+// The device's compute capability: nullopt on the CPU; on a GPU the driver's
+// answer (unknown when it gives none).
+std::optional<ComputeCapability> deviceCapability(const std::string& device)
 {
-    std::optional<ComputeCapability> cc;
-    if (device != "cpu") {
-        // The driver API answers without creating a CUDA context.
-        const auto driver = makeNvidiaDriver();
-        const int index = cudaIndexOf(device);
-        ComputeCapability found;
-        for (const auto& d : driver->devices()) {
-            if (d.index == index) found = d.cc;
-        }
-        cc = found;
+    if (device == "cpu") return std::nullopt;
+    // The driver API answers without creating a CUDA context.
+    const auto driver = makeNvidiaDriver();
+    const int index = cudaIndexOf(device);
+    ComputeCapability found;
+    for (const auto& d : driver->devices()) {
+        if (d.index == index) found = d.cc;
     }
+    return found;
+}
+
+std::string resolvePrecision(const std::string& requested, std::optional<ComputeCapability> cc)
+{
     // Decided before any model is built (docs/known-failures.md: bf16 weights on a 7.5 GPU).
     const PrecisionDecision decision = decidePrecision(requested, cc);
     if (!decision.error.empty()) throw InputError(decision.error);
@@ -164,7 +168,8 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     } else {
         m->device = resolveDevice(config.device);
     }
-    m->precision = resolvePrecision(config.train.precision, m->device);
+    m->capability = deviceCapability(m->device);
+    m->precision = resolvePrecision(config.train.precision, m->capability);
     m->torchDevice = torch::Device(m->device);
     if (options.measureMemory && m->device == "cpu") MemoryProbe::installCpuCounter();
 
@@ -293,6 +298,7 @@ Trainer::~Trainer() = default;
 
 const std::string& Trainer::device() const { return m->device; }
 const std::string& Trainer::precision() const { return m->precision; }
+std::optional<ComputeCapability> Trainer::computeCapability() const { return m->capability; }
 int Trainer::startStep() const { return m->startStep; }
 int Trainer::worldSize() const { return m->world; }
 int Trainer::rank() const { return m->rank; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,9 +125,13 @@ struct TrainResult {
 // "auto" -> "cuda" where LibTorch sees a GPU, else "cpu". Throws InputError
 // for a device that does not exist here, naming what does.
 std::string resolveDevice(const std::string& requested);
-// The precision a run will use: auto -> bf16 where native on CUDA, fp16 with
-// loss scaling on older CUDA GPUs, fp32 on the CPU.
-std::string resolvePrecision(const std::string& requested, const std::string& device);
+// A resolved device's compute capability: nullopt for "cpu"; for "cuda:N"
+// the driver's answer (unknown when the driver gives none).
+std::optional<ComputeCapability> deviceCapability(const std::string& device);
+// The precision a run will use on a device of capability cc (nullopt: the
+// CPU): auto -> bf16 where native on CUDA, fp16 with loss scaling on older
+// CUDA GPUs, fp32 on the CPU. Throws InputError where it cannot run.
+std::string resolvePrecision(const std::string& requested, std::optional<ComputeCapability> cc);
 // "1.13.1" etc.
 std::string torchVersion();
 // Whether LibTorch here can run on a CUDA device.
@@ -153,6 +158,9 @@ public:
 
     const std::string& device() const;
     const std::string& precision() const;
+    // The device's compute capability (deviceCapability): what the run's
+    // launch estimate is planned for, as the planner plans a target.
+    std::optional<ComputeCapability> computeCapability() const;
     std::int64_t parameterCount() const;
     std::int64_t trainableParameterCount() const;
     // Their bytes in the dtypes they train in (what data parallel's gradient buckets hold).

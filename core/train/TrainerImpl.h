@@ -61,6 +61,7 @@ struct Trainer::Impl {
     TrainerOptions options;
     std::string device;
     std::string precision;
+    std::optional<ComputeCapability> capability; // nullopt on the CPU
     torch::Device torchDevice{torch::kCPU};
     std::unique_ptr<Dataset> data;
     std::shared_ptr<CausalLmImpl> model;
