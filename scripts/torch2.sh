@@ -14,12 +14,17 @@ TB_CACHE=${TRAINBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/trainbench}
 TB_CHROOT=$TB_CACHE/trixie
 TB_MIRROR=${TRAINBENCH_MIRROR:-http://deb.debian.org/debian}
 # Build dependencies from trixie. No QCustomPlot and no GUI: the tree also
-# proves that core, the CLI and the core tests need neither. python3-torch is
-# the 2.6 reference of bench/train_throughput.sh --torch2. binutils-gold: the
-# linker CMakeLists.txt picks (a clean clone relinks every program).
-TB_CHROOT_PACKAGES=(g++ binutils-gold cmake make ccache pkg-config libtorch-dev libopenblas0-pthread qt6-base-dev
-  libonig-dev libicu-dev libgloo-dev libdnnl-dev
-  libsqlite3-dev nlohmann-json3-dev python3-torch)
+# proves that core, the CLI and the core tests need neither. LibTorch is the
+# CUDA build GPU users run (contrib: libtorch-cuda-dev, with the CUDA 12.4
+# toolkit, NCCL and Gloo's CUDA build), compiled and tested here on the CPU;
+# it replaces the CPU-only libtorch-dev and libgloo-dev, which conflict with
+# it. python3-torch-cuda is the 2.6 reference of bench/train_throughput.sh
+# --torch2. binutils-gold: the linker CMakeLists.txt picks (a clean clone
+# relinks every program).
+TB_CHROOT_SOURCES="main contrib non-free"
+TB_CHROOT_PACKAGES=(g++ binutils-gold cmake make ccache pkg-config libtorch-cuda-dev nvidia-cuda-toolkit libnccl-dev
+  libgloo-cuda-dev libopenblas0-pthread qt6-base-dev libonig-dev libicu-dev libdnnl-dev
+  libsqlite3-dev nlohmann-json3-dev python3-torch-cuda)
 
 # Unmounts everything at or below a folder, deepest first.
 tb_unmount_below() {
@@ -79,16 +84,29 @@ tb_chroot_ensure() {
     tb_remove_tree "$TB_CHROOT"
     mv "$TB_CHROOT.partial" "$TB_CHROOT"
   fi
-  echo "torch2: installing the build dependencies in the chroot (about 4 minutes the first time)"
+  echo "torch2: installing the build dependencies in the chroot (about 8 minutes the first time: 2.5 GB of CUDA)"
   tb_chroot_mount "$TB_CHROOT"
+  echo "deb $TB_MIRROR trixie $TB_CHROOT_SOURCES" >"$TB_CHROOT/etc/apt/sources.list"
+  # nvidia-cudnn is an installer: its post-install script downloads cuDNN
+  # from NVIDIA once its licence is agreed to. Declined here, so it installs
+  # nothing and needs no network beyond the mirror; tb_cudnn_stub stands in.
+  echo "nvidia-cudnn nvidia-cudnn/question select I Decline" | tb_in_chroot debconf-set-selections
   tb_in_chroot apt-get update -qq
   tb_in_chroot apt-get install -y -qq --no-install-recommends "${TB_CHROOT_PACKAGES[@]}" >"$TB_CACHE/apt.log" 2>&1 || {
     tail -5 "$TB_CACHE/apt.log" >&2
     echo "torch2: apt-get install failed in the chroot; the log is $TB_CACHE/apt.log" >&2
     return 1
   }
+  tb_in_chroot apt-get autoremove -y -qq >>"$TB_CACHE/apt.log" 2>&1
   tb_in_chroot apt-get clean
+  tb_cudnn_stub
   echo "$want" >"$TB_CHROOT/.trainbench-packages"
+}
+
+# TEST-ONLY: a stand-in libcudnn.so.9 in the chroot (scripts/cudnn-test-stub
+# says what it is and why); the chroot must be mounted.
+tb_cudnn_stub() {
+  tb_in_chroot /src/scripts/cudnn-test-stub
 }
 
 # Builds the 2.x tree and runs its tests with scripts/gpu-build, the command a
@@ -103,6 +121,6 @@ tb_torch2() (
   started=$(date +%s)
   tb_chroot_ensure
   tb_chroot_mount "$TB_CHROOT"
-  echo "torch2: chroot ready ($(( $(date +%s) - started )) s); LibTorch $(tb_in_chroot dpkg-query -W -f='${Version}' libtorch-dev)"
+  echo "torch2: chroot ready ($(( $(date +%s) - started )) s); LibTorch $(tb_in_chroot dpkg-query -W -f='${Version}' libtorch-cuda-dev) (CUDA build)"
   tb_in_chroot /src/scripts/gpu-build --build /build
 )

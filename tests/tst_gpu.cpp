@@ -74,8 +74,12 @@ void TestGpu::discoveryStates_data()
     QTest::addColumn<int>("scenario");
     QTest::addColumn<int>("state");
     QTest::addColumn<QString>("summary");
-    QTest::newRow("no driver library") << 0 << int(GpuState::NoDriverLibrary) << "No NVIDIA driver library";
-    QTest::newRow("driver, no device") << 1 << int(GpuState::NoDevice) << "sees no GPU";
+    // Without a GPU: no driver, a driver that sees no GPU, and (said with
+    // either) a CUDA build of LibTorch that trains on the CPU here.
+    QTest::newRow("no driver library") << 0 << int(GpuState::NoDriverLibrary) << "No NVIDIA driver on this machine (libcuda.so.1 not found). This LibTorch is built with CUDA 12.1, but without a GPU it trains on the CPU here.";
+    QTest::newRow("driver, no device") << 1 << int(GpuState::NoDevice) << "The NVIDIA driver is running but sees no GPU. This LibTorch is built with CUDA";
+    QTest::newRow("library, no kernel module") << 6 << int(GpuState::NoDriverLibrary) << "No NVIDIA driver is running here: its library (libcuda.so.1) is installed, but the NVIDIA kernel module is not loaded. This LibTorch is built with CUDA";
+    QTest::newRow("no driver, CPU-only LibTorch") << 7 << int(GpuState::NoDriverLibrary) << "No NVIDIA driver on this machine (libcuda.so.1 not found).";
     QTest::newRow("a T4") << 2 << int(GpuState::Usable) << "1 usable GPU";
     QTest::newRow("an A100") << 3 << int(GpuState::Usable) << "1 usable GPU";
     QTest::newRow("driver too old") << 4 << int(GpuState::DriverTooOld) << "older than the CUDA 12.1 runtime";
@@ -96,10 +100,13 @@ void TestGpu::discoveryStates()
     case 3: driver.list = {FakeGpuDriver::a100()}; break;
     case 4: driver.list = {FakeGpuDriver::t4()}; driver.cudaVersion = 11080; break;
     case 5: driver.list = {FakeGpuDriver::t4()}; torch = TorchCudaInfo{}; break;
+    case 6: driver.isLoaded = false; driver.error = "the NVIDIA kernel module is not loaded"; break;
+    case 7: driver.isLoaded = false; driver.error = "libcuda.so.1 not found"; torch = TorchCudaInfo{}; break;
     }
     const GpuReport report = discoverGpus(driver, torch);
     QCOMPARE(int(report.state), state);
     QVERIFY2(QString::fromStdString(report.summary).contains(summary), report.summary.c_str());
+    if (scenario == 7) QVERIFY2(!QString::fromStdString(report.summary).contains("CUDA"), report.summary.c_str());
     if (report.state != GpuState::Usable) QVERIFY(!report.fix.empty());
     if (scenario == 2) {
         QCOMPARE(report.devices.at(0).cc.text(), std::string("7.5"));

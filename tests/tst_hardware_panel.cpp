@@ -54,7 +54,7 @@ void TestHardwarePanel::noGpuIsStatedPlainly()
     driver->error = "libcuda.so.1 not found";
     HardwarePanel panel(driver, TorchCudaInfo{});
     auto* state = panel.findChild<QLabel*>("gpuState");
-    QVERIFY(state->text().contains("No NVIDIA driver library"));
+    QVERIFY(state->text().contains("No NVIDIA driver on this machine (libcuda.so.1 not found)"));
     QVERIFY(state->text().contains("catalogue"));
     QCOMPARE(panel.target().gpu.id, std::string("t4")); // plan for the common free GPU by default
 }

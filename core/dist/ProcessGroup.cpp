@@ -14,6 +14,11 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+// A CUDA LibTorch's c10d has NCCL (its torch_cuda target defines USE_C10D_NCCL).
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "common/Errors.h"
 
@@ -94,10 +99,31 @@ std::string lastLineOf(const std::string& path)
 
 } // namespace
 
+// The class a backend's collectives are called on: 2.x splits the backends
+// (Gloo, NCCL) from the ProcessGroup that dispatches to them; in 1.13 each
+// backend is a ProcessGroup.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
 struct DistGroup::Impl {
     DistLaunch launch;
     c10::intrusive_ptr<c10d::Store> store;
     c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#ifdef USE_C10D_NCCL
+    c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl; // a CUDA run's CUDA tensors
+#endif
+    // The backend that carries a tensor's collectives.
+    CollectiveBackend* backendFor(bool cudaTensor) const
+    {
+#ifdef USE_C10D_NCCL
+        if (cudaTensor && nccl) return nccl.get();
+#endif
+        (void)cudaTensor;
+        return gloo.get();
+    }
     std::vector<c10::intrusive_ptr<c10d::Work>> started;
     std::chrono::milliseconds timeout{300000};
     std::string host;
@@ -105,7 +131,7 @@ struct DistGroup::Impl {
     std::string runFolder;
 };
 
-DistGroup::DistGroup(const DistLaunch& launch) : m(std::make_unique<Impl>())
+DistGroup::DistGroup(const DistLaunch& launch, bool cudaRun) : m(std::make_unique<Impl>())
 {
     m->launch = launch;
     m->timeout = std::chrono::milliseconds(static_cast<long long>(launch.timeoutSeconds) * 1000);
@@ -190,6 +216,46 @@ DistGroup::DistGroup(const DistLaunch& launch) : m(std::make_unique<Impl>())
     } catch (const std::exception& e) {
         throw RunError(explain("connecting the ranks' Gloo group failed: " + firstLine(e.what())));
     }
+#ifdef USE_C10D_NCCL
+    if (cudaRun) {
+        // NCCL for the CUDA tensors (gradients, weights): no copy through the
+        // host, and bf16 sums. Its communicators connect at the first collective.
+        auto ncclOptions = c10d::ProcessGroupNCCL::Options::create();
+        ncclOptions->timeout = m->timeout;
+        try {
+            m->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+                c10::make_intrusive<c10d::PrefixStore>("nccl", m->store), launch.rank, launch.worldSize, ncclOptions);
+        } catch (const std::exception& e) {
+            throw RunError(explain("creating the ranks' NCCL group failed: " + firstLine(e.what())));
+        }
+    }
+#else
+    (void)cudaRun;
+#endif
+}
+
+bool DistGroup::ncclBuilt()
+{
+#ifdef USE_C10D_NCCL
+    return true;
+#else
+    return false;
+#endif
+}
+
+std::string DistGroup::backendFor(bool cudaTensor) const
+{
+    return m->backendFor(cudaTensor) == m->gloo.get() ? "gloo" : "nccl";
+}
+
+std::string DistGroup::backendFor(const at::Tensor& tensor) const { return backendFor(tensor.is_cuda()); }
+
+std::chrono::milliseconds DistGroup::ncclTimeout() const
+{
+#ifdef USE_C10D_NCCL
+    if (m->nccl) return m->nccl->getOptions()->timeout;
+#endif
+    return std::chrono::milliseconds(0);
 }
 
 DistGroup::~DistGroup() = default;
@@ -204,7 +270,7 @@ void DistGroup::broadcastFromRankZero(const std::vector<at::Tensor>& tensors)
         std::vector<at::Tensor> one{t};
         c10d::BroadcastOptions o;
         o.rootRank = 0;
-        m->gloo->broadcast(one, o)->wait(m->timeout);
+        m->backendFor(t.is_cuda())->broadcast(one, o)->wait(m->timeout);
     }
 }
 
@@ -213,13 +279,13 @@ void DistGroup::allreduce(at::Tensor& tensor, Reduce op)
     std::vector<at::Tensor> one{tensor};
     c10d::AllreduceOptions o;
     o.reduceOp = op == Reduce::Sum ? c10d::ReduceOp::SUM : op == Reduce::Max ? c10d::ReduceOp::MAX : c10d::ReduceOp::MIN;
-    m->gloo->allreduce(one, o)->wait(m->timeout);
+    m->backendFor(tensor.is_cuda())->allreduce(one, o)->wait(m->timeout);
 }
 
 void DistGroup::startSum(at::Tensor& tensor)
 {
     std::vector<at::Tensor> one{tensor};
-    m->started.push_back(m->gloo->allreduce(one));
+    m->started.push_back(m->backendFor(tensor.is_cuda())->allreduce(one));
 }
 
 double DistGroup::waitStarted()
@@ -259,7 +325,7 @@ void DistGroup::endTogether()
 
 bool DistGroup::looksLikeCollectiveFailure(const std::string& error)
 {
-    for (const char* mark : {"gloo", "Gloo", "Connection", "connection", "timed out", "Timed out", "Timeout", "timeout",
+    for (const char* mark : {"gloo", "Gloo", "NCCL", "nccl", "Connection", "connection", "timed out", "Timed out", "Timeout", "timeout",
                              "Socket", "socket", "peer"}) {
         if (error.find(mark) != std::string::npos) return true;
     }

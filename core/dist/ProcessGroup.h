@@ -1,8 +1,11 @@
 #pragma once
 // The process group of a data-parallel run, on PyTorch's own c10d: a
-// TCPStore for the rendezvous and ProcessGroupGloo for the collectives (the
-// concrete backend class, whose constructor and collectives are the same in
-// LibTorch 1.13 and 2.x). Only core/train includes this header.
+// TCPStore for the rendezvous, ProcessGroupGloo for CPU tensors and the
+// control plane (the concrete backend class, whose constructor and
+// collectives are the same in LibTorch 1.13 and 2.x), and on a CUDA run in a
+// LibTorch built with NCCL, ProcessGroupNCCL for CUDA tensors: each
+// collective goes to the backend of its tensor's device, as PyTorch's
+// "cuda:nccl,cpu:gloo" does. Only core/train includes this header.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -24,10 +27,22 @@ public:
     // naming WORLD_SIZE or RANK), then the Gloo group connects. Throws
     // InputError for what the user can fix (a port in use, a wrong
     // WORLD_SIZE, rank 0 unreachable), with the variable and its value.
-    explicit DistGroup(const DistLaunch& launch);
+    // cudaRun: the run trains on a CUDA device; where NCCL is built in, its
+    // CUDA tensors' collectives then go through NCCL (created here, its
+    // communicators at the first collective).
+    DistGroup(const DistLaunch& launch, bool cudaRun);
     ~DistGroup();
     DistGroup(const DistGroup&) = delete;
     DistGroup& operator=(const DistGroup&) = delete;
+
+    // Whether this LibTorch has ProcessGroupNCCL (a CUDA build's c10d).
+    static bool ncclBuilt();
+    // The backend a tensor's collectives use: "nccl" for a CUDA tensor on a
+    // CUDA run where NCCL is built in, else "gloo".
+    std::string backendFor(bool cudaTensor) const;
+    std::string backendFor(const at::Tensor& tensor) const;
+    // The NCCL group's timeout (the launch's train.dist_timeout_s); 0 without one.
+    std::chrono::milliseconds ncclTimeout() const;
 
     int rank() const;
     int size() const;
@@ -35,7 +50,7 @@ public:
 
     // Every rank gets rank 0's values of these tensors, in place.
     void broadcastFromRankZero(const std::vector<at::Tensor>& tensors);
-    // Blocking all-reduce of one tensor, in place (Gloo has no AVG: sum and divide).
+    // Blocking all-reduce of one tensor, in place (no AVG: sum and divide).
     void allreduce(at::Tensor& tensor, Reduce op);
     // Starts a sum all-reduce of `tensor` in place and returns at once; the
     // collectives must be started in the same order on every rank.
@@ -56,8 +71,8 @@ public:
     // A collective failed with `error`: the sentence that says which rank is
     // gone (its pid, when it ran on this machine) and its last message.
     std::string explain(const std::string& error) const;
-    // Whether a failure's text comes from Gloo or the store (a lost or hung
-    // rank), not from the model or the data.
+    // Whether a failure's text comes from Gloo, NCCL or the store (a lost
+    // or hung rank), not from the model or the data.
     static bool looksLikeCollectiveFailure(const std::string& error);
 private:
     struct Impl;

@@ -14,14 +14,28 @@ GpuReport discoverGpus(const GpuDriver& driver, const TorchCudaInfo& torch)
     r.torch = torch;
     if (!driver.loaded()) {
         const std::string error = driver.loadError();
+        // Three cases, three messages: a driver that sees no GPU; no driver
+        // at all (no library, or the library without its kernel module);
+        // and, said with either, a CUDA build of LibTorch that will run on
+        // the CPU here.
+        const std::string cudaBuild = torch.builtWithCuda
+            ? " This LibTorch is built with CUDA" + (torch.cudaRuntimeVersion > 0 ? " " + cudaVersionText(torch.cudaRuntimeVersion) : std::string())
+                + ", but without a GPU it trains on the CPU here."
+            : std::string();
         if (error == "no CUDA device") {
             r.state = GpuState::NoDevice;
-            r.summary = "The NVIDIA driver is installed but sees no GPU.";
+            r.summary = "The NVIDIA driver is running but sees no GPU." + cudaBuild;
             r.fix = "Check that the GPU is attached to this machine or container (nvidia-smi; docker --gpus all); "
                     "meanwhile plan for a GPU from the catalogue.";
+        } else if (error == "the NVIDIA kernel module is not loaded") {
+            r.state = GpuState::NoDriverLibrary;
+            r.summary = "No NVIDIA driver is running here: its library (libcuda.so.1) is installed, but "
+                + error + "." + cudaBuild;
+            r.fix = "On a machine with a GPU, install and load the NVIDIA driver (nvidia-smi should list the GPU); "
+                    "in a container, start it with the GPU (docker --gpus all). Meanwhile plan for a GPU from the catalogue.";
         } else {
             r.state = GpuState::NoDriverLibrary;
-            r.summary = "No NVIDIA driver library on this machine (" + error + ").";
+            r.summary = "No NVIDIA driver on this machine (" + error + ")." + cudaBuild;
             r.fix = "Install the NVIDIA driver to train on a GPU here, or pick the GPU you will rent from the "
                     "catalogue to plan for it.";
         }

@@ -2,6 +2,8 @@
 // cuda.h and nvml.h; return code 0 is success in both.
 #include <dlfcn.h>
 
+#include <filesystem>
+
 #include <cstring>
 
 #include "gpu/Discovery.h"
@@ -57,8 +59,14 @@ public:
         m_cudaInitialised = init != nullptr;
         const int rc = init ? init(0) : -1;
         if (rc != 0) {
-            // CUDA_ERROR_NO_DEVICE (100): a driver without a GPU.
-            m_error = rc == 100 ? "no CUDA device" : "cuInit failed with CUDA error " + std::to_string(rc);
+            // The user-space library without the kernel module (a container
+            // or chroot with libcuda1 installed, no driver running): cuInit
+            // fails as it does without a GPU (CUDA_ERROR_NO_DEVICE, 100).
+            if (!std::filesystem::exists("/proc/driver/nvidia/version")) {
+                m_error = "the NVIDIA kernel module is not loaded";
+            } else {
+                m_error = rc == 100 ? "no CUDA device" : "cuInit failed with CUDA error " + std::to_string(rc);
+            }
             return;
         }
         m_loaded = true;

@@ -258,12 +258,17 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
 void Trainer::Impl::connect()
 {
 #ifdef TB_HAVE_C10D
-    if (precision == "bf16-pure") {
-        // Gloo has no bfloat16 all-reduce (pytorch/pytorch#111131).
-        throw InputError("train.precision \"bf16-pure\" cannot train data parallel here: Gloo, the backend this build "
-                         "uses, cannot add bf16 gradients across processes. Use \"bf16\" (mixed, fp32 gradients) or fp32");
+    // CUDA tensors' collectives go through NCCL where this LibTorch has it;
+    // the rest through Gloo.
+    const bool cudaRun = device != "cpu";
+    if (precision == "bf16-pure" && !(cudaRun && DistGroup::ncclBuilt())) {
+        // Gloo has no bfloat16 all-reduce (pytorch/pytorch#111131); NCCL has.
+        throw InputError(std::string("train.precision \"bf16-pure\" cannot train data parallel here: Gloo, the backend ")
+                         + (cudaRun ? "this LibTorch (built without NCCL) uses" : "for CPU tensors")
+                         + ", cannot add bf16 gradients across processes. Use \"bf16\" (mixed, fp32 gradients) or fp32"
+                         + (cudaRun ? "" : ", or train on CUDA GPUs with a CUDA build (NCCL)"));
     }
-    group = std::make_unique<DistGroup>(options.dist);
+    group = std::make_unique<DistGroup>(options.dist, cudaRun);
     rank = group->rank();
     world = group->size();
     std::string folder = options.checkpointDir;

@@ -1,8 +1,16 @@
 // A stand-in for libcuda.so.1 with no devices, for tst_cuda_loading: the
 // driver API entry points Trainbench resolves first, each answering
-// "success, zero devices".
+// "success, zero devices". FAKE_CUINIT_RC set: cuInit fails with that code
+// (100, CUDA_ERROR_NO_DEVICE, is what a library without its kernel module
+// or without a GPU answers).
+#include <cstdlib>
+
 extern "C" {
-int cuInit(unsigned) { return 0; }
+int cuInit(unsigned)
+{
+    const char* rc = std::getenv("FAKE_CUINIT_RC");
+    return rc ? std::atoi(rc) : 0;
+}
 int cuDriverGetVersion(int* version)
 {
     *version = 12040;
