@@ -15,7 +15,7 @@
 #   overhead: only the full product against --bare (more rounds in the same time).
 #   hf: only the Hugging Face folder workload.
 #   --torch2: the same on LibTorch 2.6, in the Debian 13 chroot of scripts/test
-#     (its trainbench-cli and Debian 13's python3-torch 2.6; build it first with
+#     (its trainbench-cli and Debian 13's python3-torch-cuda 2.6, run on the CPU; build it first with
 #     scripts/test --torch2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
