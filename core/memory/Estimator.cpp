@@ -1035,6 +1035,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     if (A.attentionModules > 1) {
         est.notes.push_back("further attention modules add their maps; their projections are not modelled");
     }
+    if (!A.notExact.empty()) est.notes.push_back(A.notExact);
     if (cpuBf16 && cpuBf16ProductsUseOneDnn()) {
         const auto why = cpuGemmScratchUnknownReason();
         est.notes.push_back(why.empty()
@@ -1084,6 +1085,7 @@ ArchitectureSpec architectureFor(const RunConfig& c)
         throw InputError("the memory planner models the built-in architectures (gpt, llama) and published ones; a "
                          "torchscript model's memory is measured while it trains (trainbench-cli measure)");
     }
+    std::string notExact;
     if (c.model.type == "hf") {
         // The folder's config.json, read by the same parser as 'estimate --hf-config'.
         try {
@@ -1092,12 +1094,18 @@ ArchitectureSpec architectureFor(const RunConfig& c)
             a.maxPositions = a.positional == "learned" ? a.maxPositions : effectiveSeqLen(c);
             a.fromHfFolder = true;
             return a;
-        } catch (const InputError&) {
+        } catch (const InputError& e) {
             // The folder is gone, or has what the planner does not model (e.g. a
-            // head_dim of its own): plan the sizes the run recorded from it.
+            // head_dim of its own): plan the sizes the run recorded from it,
+            // and say that this is not the model the trainer builds.
+            notExact = std::string("not exact: ") + e.what()
+                + "; planned from the config's sizes (hidden / heads as the head size), which can be well under "
+                  "the step's peak. Derive the plan from the trainer's own step (trainbench-cli estimate --derived "
+                  "--config FILE) or measure it (trainbench-cli measure --config FILE)";
         }
     }
     ArchitectureSpec a;
+    a.notExact = notExact;
     a.name = c.name;
     a.family = c.model.type == "hf" ? "llama" : c.model.type;
     a.fromHfFolder = c.model.type == "hf";

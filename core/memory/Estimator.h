@@ -67,6 +67,11 @@ struct ArchitectureSpec {
     int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
     bool fromHfFolder = false; // a run's Hugging Face model folder (model.type hf)
+    // Non-empty: the plan is not of the model as the trainer builds it (a
+    // folder whose config.json has what this planner does not model, such
+    // as a head size apart from hidden / heads), and why; the estimate says
+    // so in a note instead of planning it silently as something else.
+    std::string notExact;
 
     std::int64_t headDim() const { return hidden / heads; }
     bool windowedAt(std::int64_t seqLen) const { return slidingWindow > 0 && seqLen > slidingWindow; }
