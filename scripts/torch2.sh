@@ -84,7 +84,7 @@ tb_chroot_ensure() {
     tb_remove_tree "$TB_CHROOT"
     mv "$TB_CHROOT.partial" "$TB_CHROOT"
   fi
-  echo "torch2: installing the build dependencies in the chroot (about 8 minutes the first time: 2.5 GB of CUDA)"
+  echo "torch2: installing the build dependencies in the chroot (about 4 minutes the first time, with 2.5 GB of CUDA packages)"
   tb_chroot_mount "$TB_CHROOT"
   echo "deb $TB_MIRROR trixie $TB_CHROOT_SOURCES" >"$TB_CHROOT/etc/apt/sources.list"
   # nvidia-cudnn is an installer: its post-install script downloads cuDNN
