@@ -113,7 +113,7 @@ function(tb_moc_without_torch target)
   if(NOT done)
     set(patterns "")
     foreach(dir IN LISTS TORCH_INCLUDE_DIRS)
-      string(APPEND patterns "    -I${dir}) continue ;;\n")
+      string(APPEND patterns "    \"-I${dir}\") continue ;;\n")
     endforeach()
     file(GENERATE OUTPUT "${wrapper}" CONTENT
 "#!/bin/sh
