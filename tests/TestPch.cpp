@@ -1,0 +1,3 @@
+// Anchors the precompiled Qt Test header that most suites reuse
+// (tests/CMakeLists.txt).
+#include <QtTest>
