@@ -555,6 +555,20 @@ void TestCli::historyCommandsTagNoteFilterCompareDelete()
         store.markEnded(b, RunStatus::Failed, {3, 4.0, std::nullopt, std::nullopt, "diverged"});
     }
     const QString ida = QString::number(a), idb = QString::number(b);
+    // The table's names were cut at 24 bytes (and so inside a UTF-8 character);
+    // the column is as wide as the longest name.
+    {
+        RunStore store(m_db.toStdString());
+        const auto c = store.createRun({"llama-3.2-1b lora r16 on alpaca — 3 epochs", R"({"name":"x"})", "cpu", "fp32", "0", "1.13", 10});
+        store.markEnded(c, RunStatus::Finished, {10, 1.5, std::nullopt, std::nullopt, ""});
+        const auto table = cli({"runs", "--db", m_db}).out.split('\n');
+        QVERIFY2(table.size() > 3 && table.join('\n').contains("llama-3.2-1b lora r16 on alpaca — 3 epochs finished"),
+                 qPrintable(table.join('\n')));
+        // Every row's status starts in the header's STATUS column.
+        const int column = table[0].indexOf("STATUS");
+        for (int row = 1; row <= 3; ++row) QVERIFY2(table[row].mid(column).startsWith("finished") || table[row].mid(column).startsWith("failed"), qPrintable(table[row]));
+        QCOMPARE(cli({"delete", QString::number(c), "--yes", "--db", m_db}).exitCode, 0);
+    }
     auto r = cli({"tag", ida, "baseline", "--db", m_db});
     QCOMPARE(r.exitCode, 0);
     QVERIFY(r.out.contains("baseline"));

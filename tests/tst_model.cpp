@@ -91,6 +91,7 @@ private Q_SLOTS:
     void additionPromptsAndAnswers_data();
     void additionPromptsAndAnswers();
     void textFileIsMappedNotCopied();
+    void tokenizingProgressSaysTheSizeInItsUnit();
 };
 
 void TestModel::outputShape_data()
@@ -295,6 +296,15 @@ std::int64_t residentBytes(const char* kind)
     return -1;
 }
 } // namespace
+
+// A small file's progress said "100% (0.0 of 0.0 MB)".
+void TestModel::tokenizingProgressSaysTheSizeInItsUnit()
+{
+    QCOMPARE(tb::tokenizingProgressText("notes.txt", 900, 900), std::string("tokenizing notes.txt: 100% (900 bytes of 900 bytes)"));
+    QCOMPARE(tb::tokenizingProgressText("corpus.jsonl", 3u << 20, 12u << 20),
+             std::string("tokenizing corpus.jsonl: 25% (3.00 MiB of 12.00 MiB)"));
+    QCOMPARE(tb::tokenizingProgressText("empty.txt", 0, 0), std::string("tokenizing empty.txt: 100% (0 bytes of 0 bytes)"));
+}
 
 void TestModel::textFileIsMappedNotCopied()
 {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "remote/Sha256.h"
+#include "remote/Ssh.h"
 
 using tb::remote::Sha256;
 
@@ -17,7 +18,23 @@ class TestRemoteCore : public QObject {
 private Q_SLOTS:
     void sha256OfThePublishedExamples_data();
     void sha256OfThePublishedExamples();
+    void unresolvedNameIsTheHostsNotTheUsers();
 };
+
+// "the name me@ does not resolve": ssh names the host part; so does the sentence.
+void TestRemoteCore::unresolvedNameIsTheHostsNotTheUsers()
+{
+    tb::remote::Host host;
+    host.name = "gpu";
+    host.destination = "me@gpu-box.invalid";
+    tb::remote::SshResult r;
+    r.exitCode = 255;
+    r.err = "ssh: Could not resolve hostname gpu-box.invalid: Name or service not known\r\n";
+    const QString sentence = QString::fromStdString(tb::remote::connectionFailure(host, r));
+    QVERIFY2(sentence.startsWith("the name gpu-box.invalid does not resolve"), qPrintable(sentence));
+    host.destination = "gpu-box.invalid";
+    QVERIFY(QString::fromStdString(tb::remote::connectionFailure(host, r)).startsWith("the name gpu-box.invalid does not resolve"));
+}
 
 void TestRemoteCore::sha256OfThePublishedExamples_data()
 {

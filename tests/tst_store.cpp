@@ -209,6 +209,7 @@ void TestStore::deadOwnerBecomesInterrupted()
         RunStore store(dbPath());
         id = store.createRun(sampleRun());
         store.markRunning(id, 100, "cpu", "fp32");
+        store.appendMetrics({{id, 1, "loss", 2.5, 1}, {id, 2, "loss", 2.25, 2}});
     }
     // Pretend the owner was a process that no longer exists.
     {
@@ -222,6 +223,12 @@ void TestStore::deadOwnerBecomesInterrupted()
     QCOMPARE(run->status, RunStatus::Interrupted);
     QVERIFY(QString::fromStdString(run->message).contains("trainbench-cli resume"));
     QCOMPARE(store.events(id).back().kind, std::string("interrupted"));
+    // It never recorded a final loss; its last stored one is shown (History and
+    // `runs` showed none, though the metrics were there).
+    QVERIFY(run->finalLoss.has_value());
+    QCOMPARE(*run->finalLoss, 2.25);
+    QCOMPARE(*store.listRuns().front().finalLoss, 2.25);
+    QCOMPARE(store.listRuns("loss<2.3").size(), std::size_t(1)); // and the filter reads the same loss
 }
 
 // A reader that may not write (trainbench-cli runs, export, compare, follow)

@@ -1,4 +1,5 @@
 // trainbench-cli runs: list the stored runs.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -61,7 +62,15 @@ int runs(const Args& args)
         else std::cout << "no runs yet in " << store->path() << "\n";
         return kExitOk;
     }
-    std::printf("%-5s %-24s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", "ID", "NAME", "STATUS", "STEPS", "LOSS",
+    // The NAME column is as wide as the longest name, in characters (a name
+    // was cut at 24 bytes, inside a UTF-8 character too).
+    const auto width = [](const std::string& text) {
+        return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+    };
+    std::size_t nameWidth = 4;
+    for (const auto& r : all) nameWidth = std::max(nameWidth, width(r.name));
+    const auto padded = [&](const std::string& text) { return text + std::string(nameWidth - width(text), ' '); };
+    std::printf("%-5s %s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", "ID", padded("NAME").c_str(), "STATUS", "STEPS", "LOSS",
                 "VAL_LOSS", "DEVICE", "PEAK MiB (EST/MEAS/ERR)", "CREATED");
     for (const auto& r : all) {
         const std::string steps = std::to_string(r.stepsDone) + "/" + std::to_string(r.stepsTotal);
@@ -80,8 +89,8 @@ int runs(const Args& args)
         const std::string device = r.worldSize() > 1 ? r.device + " x" + std::to_string(r.worldSize()) : r.device;
         std::string created = formatTime(r.createdAt);
         if (r.origin.runId != 0) created += "  (from " + r.origin.label + ", run " + std::to_string(r.origin.runId) + ")";
-        std::printf("%-5lld %-24s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", static_cast<long long>(r.id),
-                    r.name.substr(0, 24).c_str(), runStatusName(r.status).c_str(), steps.c_str(), loss, val,
+        std::printf("%-5lld %s %-11s %-13s %-10s %-10s %-7s %-25s %s\n", static_cast<long long>(r.id),
+                    padded(r.name).c_str(), runStatusName(r.status).c_str(), steps.c_str(), loss, val,
                     device.c_str(), memory, created.c_str());
     }
     return kExitOk;

@@ -454,6 +454,28 @@ std::vector<ConfigDifference> configDifferences(const std::vector<std::string>& 
     return out;
 }
 
+namespace {
+
+// Whether two runs train the same model on the same data. Only then does a
+// name say what one changed from the other: "experiment" (a new config's
+// name) was diffed against whatever ran under that name last, a GPT on
+// addition against a Llama folder on chat data.
+bool sameModelAndData(const std::string& a, const std::string& b, const std::vector<ConfigDifference>& differences)
+{
+    try {
+        const RunConfig x = parseConfig(a, "run"), y = parseConfig(b, "run");
+        return x.model.type == y.model.type && x.model.path == y.model.path && x.data.source == y.data.source
+            && x.data.path == y.data.path;
+    } catch (const std::exception&) {
+        // A stored config that no longer parses (its folder gone): the fields as written.
+        return std::none_of(differences.begin(), differences.end(), [](const ConfigDifference& d) {
+            return d.path == "model.type" || d.path == "model.path" || d.path == "data.source" || d.path == "data.path";
+        });
+    }
+}
+
+} // namespace
+
 std::string defaultRunName(const std::string& name, std::int64_t id, const std::string& configJson,
                            const std::string& previousConfigJson)
 {
@@ -465,6 +487,7 @@ std::string defaultRunName(const std::string& name, std::int64_t id, const std::
     } catch (const InputError&) {
         return base; // an unreadable earlier config: nothing to compare with
     }
+    if (!sameModelAndData(configJson, previousConfigJson, differences)) return base;
     std::string out = base;
     std::size_t shown = 0;
     for (const auto& d : differences) {

@@ -180,7 +180,9 @@ std::vector<ConfigDifference> configDifferences(const std::vector<std::string>& 
 // A run's default name: the config's name, the run's id and up to three fields
 // that differ from the previous run of the same config name, as
 // "default-text #3 lr=0.001 batch_size=16 +2 more". previousConfigJson empty:
-// the first such run ("default-text #1"). At most 200 characters.
+// the first such run ("default-text #1"), or one that trains another model or
+// on other data (model.type or path, data.source or path): just the id. At
+// most 200 characters.
 std::string defaultRunName(const std::string& name, std::int64_t id, const std::string& configJson,
                            const std::string& previousConfigJson);
 

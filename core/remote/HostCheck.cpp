@@ -7,10 +7,11 @@
 
 namespace tb::remote {
 
-HostCheck checkHost(const Host& host, bool acceptNewKey)
+HostCheck checkHost(const Host& host, bool acceptNewKey, const std::atomic<bool>* cancel)
 {
     HostCheck check;
     SshOptions ssh;
+    ssh.cancel = cancel;
     ssh.verbose = true; // stderr names the server's host key
     ssh.hostKeyChecking = acceptNewKey ? "accept-new" : "yes";
     std::string said;
@@ -30,7 +31,9 @@ HostCheck checkHost(const Host& host, bool acceptNewKey)
     }
     check.hostKey = serverHostKey(said);
     check.keyAccepted = said.find("Permanently added") != std::string::npos;
-    const auto devices = runCli(host, {"devices", "--json"}, {}, false);
+    SshOptions plain;
+    plain.cancel = cancel;
+    const auto devices = runCli(host, {"devices", "--json"}, {}, false, plain);
     const auto list = nlohmann::json::parse(devices.out, nullptr, false);
     if (devices.exitCode != 0 || !list.is_array()) {
         throw InputError("'trainbench-cli devices --json' failed on " + host.label() + ": " + sshMessages(devices.err));

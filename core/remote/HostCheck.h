@@ -2,6 +2,7 @@
 // Testing a host: ssh reaches it, its trainbench-cli is this version, and
 // which GPUs it has. Shared by 'trainbench-cli hosts' and the Hosts dialog.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ struct HostCheck {
 
 // InputError with one sentence for every other failure (key changed, login
 // refused, no route, trainbench-cli missing or of another version).
-HostCheck checkHost(const Host& host, bool acceptNewKey);
+// cancel: set from another thread to stop (the ssh in flight is killed; it
+// throws InputError "connecting to HOST was cancelled").
+HostCheck checkHost(const Host& host, bool acceptNewKey, const std::atomic<bool>* cancel = nullptr);
 
 } // namespace tb::remote

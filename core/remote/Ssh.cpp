@@ -105,7 +105,8 @@ int waitFor(pid_t pid)
 }
 
 // Feeds `input`, reads stdout and stderr until both close; `onOut` gets stdout's bytes.
-void pump(Child& c, const std::string& input, const std::function<void(const char*, std::size_t)>& onOut, std::string& err)
+void pump(Child& c, const std::string& input, const std::function<void(const char*, std::size_t)>& onOut, std::string& err,
+          const std::atomic<bool>* cancel = nullptr)
 {
     signal(SIGPIPE, SIG_IGN);
     std::size_t written = 0;
@@ -123,10 +124,23 @@ void pump(Child& c, const std::string& input, const std::function<void(const cha
         if (c.out >= 0) { fds[n] = {c.out, POLLIN, 0}; outAt = n++; }
         if (c.err >= 0) { fds[n] = {c.err, POLLIN, 0}; errAt = n++; }
         if (c.in >= 0) { fds[n] = {c.in, POLLOUT, 0}; inAt = n++; }
-        if (poll(fds, static_cast<nfds_t>(n), -1) < 0) {
+        if (cancel && cancel->load()) {
+            // Its own process group (spawn): ssh and anything it started.
+            kill(-c.pid, SIGTERM);
+            kill(c.pid, SIGTERM);
+            err += std::string("\n") + kSshCancelled + "\n";
+            for (int* fd : {&c.out, &c.err}) {
+                if (*fd >= 0) close(*fd);
+                *fd = -1;
+            }
+            break;
+        }
+        const int ready = poll(fds, static_cast<nfds_t>(n), cancel ? 200 : -1);
+        if (ready < 0) {
             if (errno == EINTR) continue;
             break;
         }
+        if (ready == 0) continue;
         if (inAt >= 0 && fds[inAt].revents) {
             const auto k = write(c.in, input.data() + written, input.size() - written);
             if (k > 0) written += static_cast<std::size_t>(k);
@@ -157,8 +171,9 @@ SshResult runSsh(const Host& host, const std::string& command, const std::string
 {
     Child c = spawn(sshArgv(host, command, options));
     SshResult r;
-    pump(c, input, [&](const char* data, std::size_t size) { r.out.append(data, size); }, r.err);
+    pump(c, input, [&](const char* data, std::size_t size) { r.out.append(data, size); }, r.err, options.cancel);
     r.exitCode = waitFor(c.pid);
+    if (options.cancel && options.cancel->load()) r.exitCode = 255;
     return r;
 }
 
@@ -251,7 +266,8 @@ bool transientFailure(const SshResult& r)
 {
     if (r.exitCode != 255) return false;
     for (const char* permanent : {"Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED", "Permission denied",
-                                  "Too many authentication failures", "Could not resolve hostname", "cannot run the ssh client"}) {
+                                  "Too many authentication failures", "Could not resolve hostname", "cannot run the ssh client",
+                                  kSshCancelled}) {
         if (r.err.find(permanent) != std::string::npos) return false;
     }
     return true;
@@ -263,7 +279,9 @@ std::string connectionFailure(const Host& host, const SshResult& r)
     const std::string where = host.label() == host.destination ? host.destination : host.label() + " (" + host.destination + ")";
     const auto has = [&](const char* text) { return r.err.find(text) != std::string::npos; };
     std::string sentence;
-    if (r.exitCode == 127) {
+    if (r.exitCode == 255 && has(kSshCancelled)) {
+        return "connecting to " + where + " was cancelled";
+    } else if (r.exitCode == 127) {
         sentence = "trainbench-cli was not found on " + where + " (tried '" + host.remoteCli
             + "'): install Trainbench there, or give its path with --remote-cli";
     } else if (r.exitCode != 255) {
@@ -285,7 +303,10 @@ std::string connectionFailure(const Host& host, const SshResult& r)
         sentence = where + " refused authentication: add your public key to ~/.ssh/authorized_keys there, load it into "
                            "ssh-agent, or name it with IdentityFile in ~/.ssh/config (passwords are not asked for)";
     } else if (has("Could not resolve hostname")) {
-        sentence = "the name " + host.destination + " does not resolve: check the host name or the alias in ~/.ssh/config";
+        // The host part: "me@" is the user's name, not what failed to resolve.
+        const auto at = host.destination.rfind('@');
+        const std::string name = at == std::string::npos ? host.destination : host.destination.substr(at + 1);
+        sentence = "the name " + name + " does not resolve: check the host name or the alias in ~/.ssh/config";
     } else if (has("Connection refused")) {
         sentence = where + " refused the connection: check the port and that sshd runs there";
     } else if (has("No route to host") || has("Network is unreachable") || has("timed out") || has("Connection timed out")) {
@@ -311,9 +332,10 @@ std::string cliCommand(const Host& host, const std::vector<std::string>& args, b
     return remoteCommand(line);
 }
 
-SshResult runCli(const Host& host, const std::vector<std::string>& args, const std::string& input, bool onStore)
+SshResult runCli(const Host& host, const std::vector<std::string>& args, const std::string& input, bool onStore,
+                 const SshOptions& options)
 {
-    auto r = runSsh(host, cliCommand(host, args, onStore), input);
+    auto r = runSsh(host, cliCommand(host, args, onStore), input, options);
     if (const auto failure = connectionFailure(host, r); !failure.empty()) throw InputError(failure);
     return r;
 }

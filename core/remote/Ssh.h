@@ -3,6 +3,7 @@
 // agent, always in batch mode (never a prompt hidden in a background
 // process), and one sentence for each way a connection fails.
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,7 +26,13 @@ struct SshOptions {
     int connectTimeoutS = 10;
     // A link that stops answering is dropped after about 3 x this.
     int aliveIntervalS = 5;
+    // Set (from another thread) to stop: ssh is killed within a fifth of a
+    // second and the call returns exit 255 with kSshCancelled in its stderr.
+    const std::atomic<bool>* cancel = nullptr;
 };
+
+// The line a cancelled call's stderr ends with.
+inline constexpr const char* kSshCancelled = "trainbench: cancelled";
 
 // ssh's argv for running `command` on `host`.
 std::vector<std::string> sshArgv(const Host& host, const std::string& command, const SshOptions& options = {});
@@ -66,7 +73,8 @@ bool transientFailure(const SshResult& result);
 std::string cliCommand(const Host& host, const std::vector<std::string>& args, bool onStore = true);
 // Runs the host's trainbench-cli and returns what it printed; a connection
 // failure is an InputError with its sentence.
-SshResult runCli(const Host& host, const std::vector<std::string>& args, const std::string& input = {}, bool onStore = true);
+SshResult runCli(const Host& host, const std::vector<std::string>& args, const std::string& input = {}, bool onStore = true,
+                 const SshOptions& options = {});
 // Checks that the host's trainbench-cli runs and is this version; InputError
 // naming both versions otherwise. Returns its --version line; `sshStderr`
 // gets what ssh said (with options.verbose, the server's host key).

@@ -196,21 +196,29 @@ void RunSession::resolveInitFrom()
     m_initFromLabel = from;
 }
 
+std::string resumeRefusal(RunStore& store, std::int64_t runId)
+{
+    const std::string label = "run " + std::to_string(runId);
+    const auto record = store.run(runId);
+    if (!record) return label + " does not exist in " + store.path() + "; 'trainbench-cli runs' lists the runs";
+    if (record->status == RunStatus::Finished) return label + " already finished; there is nothing to resume";
+    if (!store.latestCheckpoint(runId)) {
+        return label + " has no checkpoint to resume from (it stopped before its first checkpoint; set "
+                       "train.checkpoint_every to checkpoint more often). Start it again instead";
+    }
+    return {};
+}
+
 std::unique_ptr<RunSession> RunSession::resume(std::int64_t runId, SessionOptions options)
 {
     std::unique_ptr<RunSession> session(new RunSession());
     session->m_options = std::move(options);
     session->m_dbPath = session->m_options.dbPath.empty() ? RunStore::defaultPath() : session->m_options.dbPath;
     session->m_store = std::make_unique<RunStore>(session->m_dbPath);
+    if (const std::string refusal = resumeRefusal(*session->m_store, runId); !refusal.empty()) throw InputError(refusal);
     const auto record = session->m_store->run(runId);
     const std::string label = "run " + std::to_string(runId);
-    if (!record) throw InputError(label + " does not exist in " + session->m_dbPath + "; 'trainbench-cli runs' lists the runs");
-    if (record->status == RunStatus::Finished) throw InputError(label + " already finished; there is nothing to resume");
     const auto checkpoint = session->m_store->latestCheckpoint(runId);
-    if (!checkpoint) {
-        throw InputError(label + " has no checkpoint to resume from (it stopped before its first checkpoint; set "
-                                 "train.checkpoint_every to checkpoint more often). Start it again instead");
-    }
     session->m_config = parseConfig(record->configJson, label + "'s stored config");
     // Last: of two processes resuming this run, exactly one gets past here.
     session->m_store->claimRun(runId);

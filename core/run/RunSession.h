@@ -110,6 +110,12 @@ MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device
 std::string memoryEstimateWarning(std::int64_t estimatedBytes, std::int64_t measuredBytes, const std::string& phase,
                                   int step);
 
+// Why stored run `runId` cannot be resumed, in the words `resume` refuses it
+// with (the command line and the window give this one answer); empty when it
+// can be. A run whose status is running is refused when it is claimed, with
+// the process that holds it.
+std::string resumeRefusal(RunStore& store, std::int64_t runId);
+
 class RunSession final {
 public:
     // A new run. Throws InputError (config, device, database) before anything is stored.

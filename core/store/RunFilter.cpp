@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "config/RunConfig.h"
+#include "store/StoreSchema.h"
 
 namespace tb::store_detail {
 namespace {
@@ -67,7 +68,7 @@ constexpr Column kColumns[] = {{"id", "id", true},
                                {"device", "device", false},
                                {"precision", "precision", false},
                                {"steps", "steps_done", true},
-                               {"loss", "final_loss", true},
+                               {"loss", kShownLossSql, true}, // as `runs` and History show it
                                {"val_loss", "final_val_loss", true},
                                {"note", "note", false}};
 

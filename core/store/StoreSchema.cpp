@@ -155,7 +155,9 @@ const char* migrationSql(int from) { return kMigrationSql[from]; }
 std::string runColumns(int schema)
 {
     std::string c = "id, name, status, created_at, started_at, ended_at, config_json, device, precision, app_version, "
-                    "torch_version, steps_total, steps_done, final_loss, final_val_loss, final_val_accuracy, message, "
+                    "torch_version, steps_total, steps_done, ";
+    c += kShownLossSql;
+    c += ", final_val_loss, final_val_accuracy, message, "
                     "heartbeat_at, ";
     c += schema >= 3 ? "estimated_peak_bytes, estimate_json, measured_peak_bytes, "
                      : "NULL, '', (SELECT max(value) FROM metrics m WHERE m.run_id = runs.id AND m.key = 'mem_peak_bytes'), ";

@@ -19,6 +19,12 @@ constexpr std::int64_t kBlockSteps = 128;
 int latestSchema();
 const char* migrationSql(int from);
 
+// A run's loss as every view shows and filters it: its final loss, or, for a
+// run that ended without one (interrupted, or still running), its last
+// stored loss. An SQL expression over the runs table.
+constexpr const char* kShownLossSql =
+    "coalesce(final_loss, (SELECT value FROM latest_metrics l WHERE l.run_id = runs.id AND l.key = 'loss'))";
+
 // The columns readRun() expects. A database opened read-only keeps the
 // schema it has (reading never migrates), so what a newer schema added is
 // read as NULL or empty there.

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 
+#include "common/ByteSize.h"
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
 #include "text/ChatTemplate.h"
@@ -521,6 +522,13 @@ std::string TokenDataset::decodeCompletion(const std::vector<std::int64_t>& ids)
     return out;
 }
 
+std::string tokenizingProgressText(const std::string& shown, std::uint64_t done, std::uint64_t total)
+{
+    const int percent = total ? static_cast<int>(done * 100 / total) : 100;
+    return "tokenizing " + shown + ": " + std::to_string(percent) + "% ("
+        + byteSizeText(static_cast<std::int64_t>(done)) + " of " + byteSizeText(static_cast<std::int64_t>(total)) + ")";
+}
+
 int datasetVocabSize(const RunConfig& config)
 {
     if (config.model.type == "hf") return static_cast<int>(readHfArchitecture(resolvedModelPath(config)).vocabSize);
@@ -593,10 +601,7 @@ std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPre
             if (tenth == lastTenth || (now - last < std::chrono::seconds(2) && done < total)) return;
             lastTenth = tenth;
             last = now;
-            char line[160];
-            std::snprintf(line, sizeof line, "tokenizing %s: %d%% (%.1f of %.1f MB)", shown.c_str(),
-                          total ? static_cast<int>(done * 100 / total) : 100, done / 1e6, total / 1e6);
-            say("progress", line);
+            say("progress", tokenizingProgressText(shown, done, total));
         },
         prep.cancel);
     if (corpus.reused) {

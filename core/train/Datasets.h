@@ -84,6 +84,10 @@ std::unique_ptr<Dataset> makeDataset(const RunConfig& config, const DataPreparat
 // The vocabulary of the dataset a config names, without reading its data.
 int datasetVocabSize(const RunConfig& config);
 
+// The progress line of tokenizing a file: "tokenizing F: 40% (1.20 MiB of
+// 3.00 MiB)", in the unit that suits the file (a small one said "0.0 of 0.0 MB").
+std::string tokenizingProgressText(const std::string& shown, std::uint64_t done, std::uint64_t total);
+
 // Addition: "a+b=" followed by the digits of a+b, least significant first,
 // then an end marker. Reversing the answer lets a causal model produce each
 // digit after the digits it depends on (carries flow from low to high digits).
