@@ -23,6 +23,7 @@
 #include "HistoryPanel.h"
 #include "MainWindow.h"
 #include "MetricPlot.h"
+#include "run/RunSession.h"
 #include "store/RunStore.h"
 #include "store/Sqlite.h"
 
@@ -274,7 +275,8 @@ void TestHistoryPanel::lineageResumeSmoothingAndLegend()
     QCOMPARE(panel.lossPlot()->seriesCount(), 1);
     panel.setFollowLineage(true);
     QCOMPARE(panel.lossPlot()->seriesCount(), 2); // the parent it started from
-    QVERIFY(!panel.resumeButton()->isEnabled()); // finished
+    QVERIFY(!panel.resumeButton()->isEnabled()); // finished, and the button says so as `resume` does
+    QVERIFY2(panel.resumeButton()->toolTip().contains("already finished"), qPrintable(panel.resumeButton()->toolTip()));
 
     panel.selectRuns({m_ids[0]});
     const double raw = panel.lossPlot()->graph(0)->data()->at(10)->value;
@@ -288,6 +290,19 @@ void TestHistoryPanel::lineageResumeSmoothingAndLegend()
     Q_EMIT plot->legendClick(plot->legend, plot->legend->itemWithPlottable(plot->graph(0)), nullptr);
     QVERIFY(plot->graph(0)->visible());
 
+    // Stopped before its first checkpoint: greyed out, with the command line's reason.
+    std::int64_t early;
+    {
+        RunStore store(db().toStdString());
+        early = store.createRun({"early", R"({"name":"e"})", "cpu", "fp32", "0", "1.13", 50});
+        store.markEnded(early, RunStatus::Cancelled, {3, 2.5, std::nullopt, std::nullopt, "cancelled"});
+        QCOMPARE(QString::fromStdString(resumeRefusal(store, stopped)), QString());
+    }
+    panel.refresh();
+    panel.selectRuns({early});
+    QVERIFY(!panel.resumeButton()->isEnabled());
+    QVERIFY2(panel.resumeButton()->toolTip().contains("has no checkpoint to resume from"),
+             qPrintable(panel.resumeButton()->toolTip()));
     panel.selectRuns({stopped});
     QVERIFY(panel.resumeButton()->isEnabled());
     QSignalSpy resume(&panel, &HistoryPanel::resumeRequested);
@@ -402,6 +417,17 @@ void TestHistoryPanel::defaultRunNamesCarryIdAndDifferences()
         QCOMPARE(store.run(first)->name, "sweep #" + std::to_string(first));
         QCOMPARE(store.run(second)->name, "sweep #" + std::to_string(second) + " lr=0.003");
         QCOMPARE(store.run(third)->name, "sweep #" + std::to_string(third) + " batch_size=16");
+        // A config of the same name that trains another model (a new config's
+        // "experiment" after the addition GPT) is not named against it.
+        const auto gpt = store.createRun({"experiment", R"({"name":"experiment","optim":{"lr":0.001}})", "cpu", "fp32", "0", "1.13", 10, true});
+        const auto llama = store.createRun({"experiment", R"({"name":"experiment","model":{"type":"llama"},"data":{"source":"text"}})",
+                                            "cpu", "fp32", "0", "1.13", 10, true});
+        QCOMPARE(store.run(gpt)->name, "experiment #" + std::to_string(gpt));
+        QCOMPARE(store.run(llama)->name, "experiment #" + std::to_string(llama));
+        // The same model and data, written out or left to the defaults: named by what changed.
+        const auto again = store.createRun({"experiment", R"({"name":"experiment","model":{"type":"llama"},"data":{"source":"text"},"train":{"batch_size":4}})",
+                                            "cpu", "fp32", "0", "1.13", 10, true});
+        QCOMPARE(store.run(again)->name, "experiment #" + std::to_string(again) + " batch_size=4");
     }
     QVERIFY(history()->refresh());
     QVERIFY(history()->model()->find(third));

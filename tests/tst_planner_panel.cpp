@@ -148,6 +148,17 @@ void TestPlannerPanel::sliderUpdatesEverythingButTheMap()
     QCOMPARE(marker->dataCount(), 1);
     QCOMPARE(marker->data()->at(0)->key, static_cast<double>(end));
     QCOMPARE(marker->data()->at(0)->value, 1024.0);
+    // The marker (14 px) is drawn whole inside the map, at its far end and at
+    // batch 1 (it sat half outside, on the edge).
+    for (const int b : {end, 1}) {
+        p->batchSlider()->setValue(b);
+        p->mapPlot()->replot();
+        const QRect area = p->mapPlot()->axisRect()->rect();
+        const double x = p->mapPlot()->xAxis->coordToPixel(b);
+        QVERIFY2(x - area.left() >= 6 && area.right() - x >= 6,
+                 qPrintable(QString("batch %1 at x %2 in %3..%4").arg(b).arg(x).arg(area.left()).arg(area.right())));
+    }
+    p->batchSlider()->setValue(end);
     // A batch past the slider widens the map.
     p->batchBox()->setValue(1000);
     QCOMPARE(p->batchSlider()->maximum(), 1024);
@@ -331,7 +342,7 @@ void TestPlannerPanel::formPlannerPreflightAndCliAgree()
     QCOMPARE(planner()->estimate()->peakBytes, peak);
     // The form.
     const QString form = m_window->experimentPanel()->estimateText();
-    QVERIFY2(form.contains("in fp16") && form.contains(gibText(peak)), qPrintable(form));
+    QVERIFY2(form.contains("in fp16") && form.contains(bytesText(peak)), qPrintable(form));
     // Preflight, on a card just too small for it.
     auto small = t4;
     small.gpu.memoryBytes = peak - 1;

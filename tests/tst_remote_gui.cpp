@@ -7,6 +7,7 @@
 // the cases are skipped (ctest runs this binary through tst_remote only).
 #include <QtTest>
 
+#include <QApplication>
 #include <QCheckBox>
 #include <QLabel>
 #include <QPlainTextEdit>
@@ -88,6 +89,21 @@ void TestRemoteGui::hostsDialogTestsASavedHost()
     QVERIFY(QTest::qWaitForWindowExposed(&dialog));
     QCOMPARE(dialog.table()->rowCount(), 1);
     QCOMPARE(dialog.table()->item(0, 0)->text(), QString("gpu"));
+    // Add…: every field wide enough for its placeholder (they were cut off).
+    QStringList narrow;
+    bool seen = false;
+    QTimer::singleShot(0, &dialog, [&] {
+        auto* form = qobject_cast<QDialog*>(QApplication::activeModalWidget());
+        if (!form) return;
+        seen = true;
+        for (auto* edit : form->findChildren<QLineEdit*>()) {
+            if (edit->width() < edit->fontMetrics().horizontalAdvance(edit->placeholderText()) + 8) narrow << edit->placeholderText();
+        }
+        form->reject();
+    });
+    dialog.addButton()->click();
+    QVERIFY(seen);
+    QVERIFY2(narrow.isEmpty(), qPrintable(narrow.join(" | ")));
     dialog.table()->selectRow(0);
     QSignalSpy done(&dialog, &HostsDialog::checkDone);
     QSignalSpy tested(&dialog, &HostsDialog::hostTested);
@@ -111,6 +127,34 @@ void TestRemoteGui::hostsDialogTestsASavedHost()
     dialog.addHost(missing);
     QVERIFY(done.wait(30000));
     QVERIFY2(dialog.resultLabel()->text().contains("does not resolve"), qPrintable(dialog.resultLabel()->text()));
+    QCOMPARE(dialog.table()->rowCount(), 1);
+    // Connecting can be cancelled (there was no way to): a host whose
+    // trainbench-cli never answers.
+    QTemporaryDir scripts;
+    const QString slow = scripts.filePath("slow-cli");
+    {
+        QFile f(slow);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("#!/bin/sh\nsleep 60\n");
+        f.close();
+        QVERIFY(f.setPermissions(f.permissions() | QFileDevice::ExeOwner));
+    }
+    auto hung = tb::remote::HostBook().find("gpu");
+    QVERIFY(hung);
+    hung->name = "hung";
+    hung->remoteCli = slow.toStdString();
+    done.clear();
+    dialog.addHost(*hung);
+    QVERIFY(dialog.busy() && dialog.cancelButton()->isVisible());
+    QTest::qWait(1500); // connected; the command there waits
+    QVERIFY(dialog.busy());
+    QElapsedTimer sinceCancel;
+    sinceCancel.start();
+    dialog.cancelButton()->click();
+    QVERIFY(done.wait(10000));
+    QVERIFY2(sinceCancel.elapsed() < 3000, qPrintable(QString::number(sinceCancel.elapsed())));
+    QVERIFY2(dialog.resultLabel()->text().contains("was cancelled"), qPrintable(dialog.resultLabel()->text()));
+    QVERIFY(!dialog.busy() && !dialog.cancelButton()->isVisible());
     QCOMPARE(dialog.table()->rowCount(), 1);
 }
 

@@ -2,13 +2,16 @@
 // store, and never freeze the GUI thread.
 #include <QtTest>
 
+#include <QDockWidget>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QStatusBar>
 
 #include "ConfigDocument.h"
 #include "LossPlot.h"
+#include "MetricPlot.h"
 #include "ExperimentPanel.h"
 #include "MainWindow.h"
 #include "RunPanel.h"
@@ -37,6 +40,8 @@ private Q_SLOTS:
     void lossPlotStaysBoundedAndKeepsSpikes();
     void plotsReadRight();
     void followedStepsReachThePlotOnce();
+    void longAnswerKeepsTheWindowAndASqueezedLayoutIsRepaired();
+    void runTabIsUsableAt1280x720();
 
 private:
     void setSteps(int steps)
@@ -87,6 +92,8 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     connect(panel, &RunPanel::progressShown, this, [&](int step, int) {
         if (shotTaken || step < 30) return;
         shotTaken = true;
+        // The editor's preflight is not shown beside a run in progress.
+        QVERIFY(!panel->preflightLabel()->isVisible());
         // A picture of the real window mid-run, kept in the build tree.
         const QString path = QCoreApplication::applicationDirPath() + "/main-window-mid-run.png";
         QVERIFY(m_window->grab().save(path));
@@ -118,6 +125,7 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     QTest::qWait(20);
     QCOMPARE(panel->lossPlot()->height(), plotHeight);
     QVERIFY(shotTaken);
+    QVERIFY(panel->preflightLabel()->isVisible()); // back for the next Start
     qInfo("worst event-loop gap during the run: %lld ms (%lld probes)", worstGapMs, qint64(progress.count()));
     QVERIFY2(worstGapMs <= 100, qPrintable(QString("GUI froze for %1 ms").arg(worstGapMs)));
     QVERIFY(panel->startButton()->isEnabled());
@@ -125,7 +133,7 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     // The planner's estimate beside the measured memory, and the error at the end.
     QVERIFY(panel->memoryPlot()->estimateCurve()->pointCount() > 0);
     // The event log shows eight lines at least (it was four).
-    const auto* log = panel->findChild<QPlainTextEdit*>();
+    const auto* log = panel->findChild<QPlainTextEdit*>("eventLog");
     QVERIFY(log);
     QVERIFY2(log->viewport()->height() >= 8 * log->fontMetrics().lineSpacing(),
              qPrintable(QString("event log %1 px, a line %2 px").arg(log->viewport()->height()).arg(log->fontMetrics().lineSpacing())));
@@ -147,13 +155,13 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     QVERIFY(generated.wait(60000));
     const QString text = generated.first().first().toString();
     QVERIFY2(text.startsWith("The ") && text.size() > 4, qPrintable(text));
-    QCOMPARE(sample->resultLabel()->text(), text);
+    QCOMPARE(sample->resultView()->toPlainText(), text);
     QVERIFY(sample->generateButton()->isEnabled());
     QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/main-window-sample.png"));
     // Another run's model: the box no longer shows this run's sample under the new heading.
     sample->setModel(outcome.config, QString::fromStdString(outcome.checkpoint), outcome.runId + 1);
     QVERIFY(sample->title().contains(QString::number(outcome.runId + 1)));
-    QVERIFY2(sample->resultLabel()->text().isEmpty(), qPrintable(sample->resultLabel()->text()));
+    QVERIFY2(sample->resultView()->toPlainText().isEmpty(), qPrintable(sample->resultView()->toPlainText()));
 }
 
 void TestRunPanel::stopMidRunCancelsWithCheckpoint()
@@ -362,13 +370,34 @@ void TestRunPanel::plotsReadRight()
     // The memory plot (steps 1-60) spans the same steps as the loss plot (0-60).
     QCOMPARE(memory.xAxis->range().lower, loss.xAxis->range().lower);
     QCOMPARE(memory.xAxis->range().upper, loss.xAxis->range().upper);
-    // Zoomed in to three steps, the ticks stay on whole steps.
+    // Cleared for a new run, neither plot keeps this run's steps on its axes.
+    {
+        LossPlot next;
+        MemoryPlot nextMemory;
+        next.setRunLength(60);
+        next.appendTraining(steps, losses);
+        nextMemory.append(steps, mib, mib);
+        next.fitToData();
+        nextMemory.fitToData();
+        QVERIFY(next.xAxis->range().upper > 60.0 && nextMemory.xAxis->range().upper > 60.0);
+        next.clear();
+        nextMemory.clear();
+        QVERIFY2(next.xAxis->range().upper <= 1.0, qPrintable(QString::number(next.xAxis->range().upper)));
+        QVERIFY(nextMemory.xAxis->range().upper <= 1.0 && nextMemory.yAxis->range().upper <= 1.0);
+    }
+    // Zoomed in to three steps, and over spans where QCustomPlot's readable
+    // step is 2.5 x 10^k (the tour saw "3" at step 2.5), the ticks stay on
+    // whole steps.
     for (QCPAxis* axis : {loss.xAxis, memory.xAxis}) {
-        axis->setRange(0.2, 3.1);
-        QVector<double> ticks;
-        axis->ticker()->generate(axis->range(), QLocale(), 'f', 0, ticks, nullptr, nullptr);
-        QVERIFY(!ticks.isEmpty());
-        for (double t : ticks) QVERIFY2(t == std::round(t), qPrintable(QString::number(t)));
+        for (const auto& [lower, upper] : {std::pair{0.2, 3.1}, {0.0, 20.0}, {-1.0, 21.0}, {0.0, 12.0}, {0.0, 60.0},
+                                           {0.0, 130.0}, {0.0, 2500.0}, {5.0, 9.0}}) {
+            axis->setRange(lower, upper);
+            QVector<double> ticks;
+            axis->ticker()->generate(axis->range(), QLocale(), 'f', 0, ticks, nullptr, nullptr);
+            QVERIFY(!ticks.isEmpty());
+            for (double t : ticks)
+                QVERIFY2(t == std::round(t), qPrintable(QString("tick %1 on %2..%3").arg(t).arg(lower).arg(upper)));
+        }
     }
 }
 
@@ -396,6 +425,62 @@ void TestRunPanel::followedStepsReachThePlotOnce()
     QCOMPARE(out[1].memPeakBytes, std::int64_t(3));
     QCOMPARE(out[2].loss, 4.0);
     QVERIFY(!a.finish());
+}
+
+// The tour's high finding: sampling a model without a tokenizer answers in
+// ids, one unbroken line; its label widened the window to 4264 px and
+// squeezed the Experiment dock to about 130 px, and the squeeze was saved and
+// came back at every start.
+void TestRunPanel::longAnswerKeepsTheWindowAndASqueezedLayoutIsRepaired()
+{
+    auto* sample = m_window->findChild<SampleBox*>();
+    auto* dock = m_window->findChild<QDockWidget*>("ExperimentDock");
+    QVERIFY(sample && dock);
+    QCoreApplication::processEvents();
+    const int width = m_window->width();
+    QStringList ids;
+    for (int i = 0; i < 1500; ++i) ids << QString::number(10000 + i);
+    sample->showResult(ids.join(','), false);
+    QTest::qWait(100);
+    QCOMPARE(m_window->width(), width);
+    QVERIFY2(dock->width() >= 300, qPrintable(QString::number(dock->width())));
+    QVERIFY(sample->resultView()->toPlainText().endsWith("11499"));
+    // A layout saved with the dock squeezed is repaired at the next start.
+    m_window->resizeDocks({dock}, {120}, Qt::Horizontal);
+    QTRY_VERIFY2(dock->width() < 300, qPrintable(QString::number(dock->width())));
+    QVERIFY(m_window->close()); // saves the layout
+    m_window = std::make_unique<MainWindow>(dbPath());
+    m_window->setAskBeforeClosing(false);
+    m_window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
+    auto* restored = m_window->findChild<QDockWidget*>("ExperimentDock");
+    QTRY_VERIFY2(restored->width() >= 300, qPrintable(QString::number(restored->width())));
+    QVERIFY(m_window->statusBar()->currentMessage().contains("Experiment"));
+    QVERIFY(m_window->close()); // a repaired layout is what the next start finds
+}
+
+// At 1280x720 the Run tab's plots were about 100 px each, their legends
+// covered the curves and the memory axis title was cut off.
+void TestRunPanel::runTabIsUsableAt1280x720()
+{
+    m_window->resize(1280, 720);
+    QTest::qWait(100);
+    QVERIFY2(m_window->minimumSizeHint().height() <= 720 && m_window->height() <= 720,
+             qPrintable(QString("window %1 px tall, at least %2").arg(m_window->height()).arg(m_window->minimumSizeHint().height())));
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/main-window-1280x720.png"));
+    RunPanel* panel = m_window->runPanel();
+    for (MetricPlot* plot : std::initializer_list<MetricPlot*>{panel->lossPlot(), panel->memoryPlot()}) {
+        plot->replot();
+        QVERIFY2(plot->height() >= 160, qPrintable(QString("%1: %2 px").arg(plot->yAxis->label()).arg(plot->height())));
+        QVERIFY2(!plot->legend->outerRect().intersects(plot->axisRect()->rect()), qPrintable(plot->yAxis->label()));
+        // The axis title fits beside the axis.
+        QVERIFY2(QFontMetrics(plot->yAxis->labelFont()).horizontalAdvance(plot->yAxis->label()) <= plot->axisRect()->height(),
+                 qPrintable(QString("%1: %2 px beside an axis of %3 px (plot %4 px)")
+                                .arg(plot->yAxis->label())
+                                .arg(QFontMetrics(plot->yAxis->labelFont()).horizontalAdvance(plot->yAxis->label()))
+                                .arg(plot->axisRect()->height())
+                                .arg(plot->height())));
+    }
 }
 
 QTEST_MAIN(TestRunPanel)

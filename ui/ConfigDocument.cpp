@@ -218,6 +218,33 @@ void ConfigDocument::revalidate()
     } catch (const ConfigError& e) {
         m_issues = e.issues();
     }
+    m_effective = {};
+    std::optional<RunConfig> effective = m_config;
+    if (!effective) {
+        // The defaults of the config's model type (or the default model's).
+        const QJsonValue type = value("model.type");
+        const QJsonObject minimal{{"model", QJsonObject{{"type", type.isString() ? type : QJsonValue("gpt")}}}};
+        for (const QByteArray& text : {QJsonDocument(minimal).toJson(), QByteArray("{}")}) {
+            try {
+                effective = parseConfig(text.toStdString(), "defaults", {});
+                break;
+            } catch (const ConfigError&) {
+            }
+        }
+    }
+    if (effective) m_effective = QJsonDocument::fromJson(QByteArray::fromStdString(configToJson(*effective))).object();
+}
+
+QJsonValue ConfigDocument::effectiveValue(const QString& path) const
+{
+    const QJsonValue own = value(path);
+    if (!own.isUndefined()) return own;
+    QJsonValue current = m_effective;
+    for (const auto& key : path.split('.')) {
+        if (!current.isObject()) return QJsonValue(QJsonValue::Undefined);
+        current = current.toObject().value(key);
+    }
+    return current;
 }
 
 } // namespace tb::ui

@@ -42,6 +42,11 @@ public:
     bool isValid() const { return m_issues.empty(); }
     // The validated config (with baseDir set); empty while invalid.
     std::optional<RunConfig> config() const;
+    // The value the run takes at a path: the config's own, or, where it leaves
+    // the key out, what the config parser gives it (a built-in llama's RoPE,
+    // not the GPT's learned positions), so the form shows what will train.
+    // While the config is invalid, the defaults of its model type.
+    QJsonValue effectiveValue(const QString& path) const;
 
     bool isModified() const { return m_modified; }
     void setModified(bool modified);
@@ -60,6 +65,7 @@ private:
     bool m_jsonOk = false;
     std::vector<ConfigIssue> m_issues;
     std::optional<RunConfig> m_config;
+    QJsonObject m_effective; // the parsed config written back as JSON (effectiveValue)
     QString m_path;
     QString m_displayName;
     bool m_modified = false;

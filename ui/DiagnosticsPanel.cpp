@@ -1,5 +1,6 @@
 #include "DiagnosticsPanel.h"
 
+#include "FileDialogs.h"
 #include "GpuTargetModel.h"
 
 #include <QCheckBox>
@@ -173,7 +174,7 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     connect(m_apply, &QPushButton::clicked, this, &DiagnosticsPanel::applySelectedFix);
     connect(m_explain, &QPushButton::clicked, this, [this] { explainText(m_paste->toPlainText(), tr("pasted text")); });
     connect(m_openLog, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Explain a log file"));
+        const QString path = openFileName(this, tr("Explain a log file"));
         QString error;
         if (!path.isEmpty() && !explainFile(path, &error)) plainWarning(this, tr("Explain a log file"), error);
     });

@@ -1,4 +1,5 @@
 #include "PlainText.h"
+#include "FileDialogs.h"
 #include "ExperimentPanel.h"
 
 #include "GpuTargetModel.h"
@@ -207,13 +208,13 @@ void ExperimentPanel::browseFile(const QString& field)
     const QString start = m_document->filePath().isEmpty() ? QString() : QFileInfo(m_document->filePath()).absolutePath();
     const bool model = field == "model.path";
     if (model && m_document->value("model.type").toString() == "hf") {
-        const QString folder = QFileDialog::getExistingDirectory(this, tr("Choose a Hugging Face model folder"), start);
+        const QString folder = existingDirectory(this, tr("Choose a Hugging Face model folder"), start);
         if (!folder.isEmpty()) openModelFolder(folder);
         return;
     }
     if (!model && m_document->value("model.type").toString() == "hf" && m_document->value("data.source").toString() != "tokens") {
-        const QString file = QFileDialog::getOpenFileName(this, tr("Choose a text or JSON lines file"), start,
-                                                          tr("Text and JSON lines (*.txt *.md *.jsonl *.json);;All files (*)"));
+        const QString file = openFileName(this, tr("Choose a text or JSON lines file"), start,
+                                          tr("Text and JSON lines (*.txt *.md *.jsonl *.json);;All files (*)"));
         if (file.isEmpty()) return;
         // A .jsonl file is records (or conversations, when chat is chosen); anything else is text.
         const bool jsonl = file.endsWith(".jsonl", Qt::CaseInsensitive) || file.endsWith(".json", Qt::CaseInsensitive);
@@ -222,15 +223,13 @@ void ExperimentPanel::browseFile(const QString& field)
         return;
     }
     if (!model && m_document->value("data.source").toString() == "tokens") {
-        const QString file = QFileDialog::getOpenFileName(this, tr("Choose a token id file"), start,
-                                                          tr("Token ids (*.bin);;All files (*)"));
+        const QString file = openFileName(this, tr("Choose a token id file"), start, tr("Token ids (*.bin);;All files (*)"));
         if (!file.isEmpty()) m_document->setValue(field, file);
         return;
     }
-    const QString path = QFileDialog::getOpenFileName(this, model ? tr("Choose a TorchScript model") : tr("Choose a text file"),
-                                                      start,
-                                                      model ? tr("TorchScript modules (*.pt *.pth *.ts);;All files (*)")
-                                                            : tr("Text files (*.txt *.md *.csv);;All files (*)"));
+    const QString path = openFileName(this, model ? tr("Choose a TorchScript model") : tr("Choose a text file"), start,
+                                      model ? tr("TorchScript modules (*.pt *.pth *.ts);;All files (*)")
+                                            : tr("Text files (*.txt *.md *.csv);;All files (*)"));
     if (path.isEmpty()) return;
     // Choosing the file chooses what it is for.
     if (model) m_document->setValue("model.type", QString("torchscript"));
@@ -351,14 +350,16 @@ void ExperimentPanel::refreshFromDocument()
         switch (f.kind) {
         case Kind::Choice: {
             auto* combo = static_cast<QComboBox*>(f.editor);
-            const QString text = v.isUndefined() ? combo->itemText(0) : display(v);
+            // Left out: what the run will use (a llama's RoPE), not the list's first entry.
+            const QJsonValue shown = m_document->effectiveValue(f.path);
+            const QString text = shown.isUndefined() ? combo->itemText(0) : display(shown);
             if (combo->currentText() != text) {
                 if (combo->findText(text) < 0 && !combo->isEditable()) combo->addItem(text);
                 combo->setCurrentText(text);
             }
             break;
         }
-        case Kind::Flag: static_cast<QCheckBox*>(f.editor)->setChecked(v.toBool(false)); break;
+        case Kind::Flag: static_cast<QCheckBox*>(f.editor)->setChecked(m_document->effectiveValue(f.path).toBool(false)); break;
         default: {
             auto* edit = static_cast<QLineEdit*>(f.editor);
             // Do not rewrite the field being typed into ("1e-" is not yet a number).
@@ -539,9 +540,9 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
     const RunConfig* config = &configValue;
     const TargetPlan here = planOnTarget(*config, std::nullopt);
     const auto cpu = estimateMemory(here.arch, here.setup);
-    QString text = tr("Memory estimate: %1 MiB of tensors at the peak (during %2)")
-                       .arg(static_cast<double>(cpu.peakBytes) / 1048576.0, 0, 'f', 1)
-                       .arg(QString::fromStdString(cpu.peakPhase));
+    // In the unit that suits it, as the GPU figure beside it (not 261900.0 MiB beside 268.36 GiB).
+    QString text = tr("Memory estimate: %1 of tensors at the peak (during %2)")
+                       .arg(bytesText(cpu.peakBytes), QString::fromStdString(cpu.peakPhase));
     if (m_targets && config->device != "cpu") {
         const GpuTarget& target = m_targets->target();
         const TargetPlan there = planOnTarget(*config, std::optional<GpuTarget>(target));
@@ -556,7 +557,7 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
         } else {
             text += tr("; on %1 in %2, %3 of %4 (%5%), %6")
                         .arg(QString::fromStdString(target.label()), QString::fromStdString(there.setup.precision),
-                             gibText(gpu.peakBytes), gibText(target.gpu.memoryBytes))
+                             bytesText(gpu.peakBytes), bytesText(target.gpu.memoryBytes))
                         .arg(100.0 * use, 0, 'f', 0)
                         .arg(QString::fromUtf8(verdictWords(verdict)));
         }

@@ -52,6 +52,8 @@ public:
     // left to its config.json, and token-id data.
     void openModelFolder(const QString& folder);
     // The read-only architecture line of an hf model (empty otherwise).
+    // The memory estimate line under the form.
+    QLabel* estimateLabel() const { return m_estimate; }
     QString architectureText() const;
     // The data preview's header line (empty while hidden): the first document's
     // token count, or why there is none.

@@ -1,4 +1,5 @@
 #include "common/Percent.h"
+#include "FileDialogs.h"
 #include "PlainText.h"
 #include "HistoryPanel.h"
 #include "MetricPlot.h"
@@ -42,6 +43,7 @@
 
 #include "common/Errors.h"
 #include "config/RunConfig.h"
+#include "run/RunSession.h"
 #include "memory/Estimator.h"
 #include "store/Sqlite.h"
 
@@ -152,8 +154,8 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     connect(m_exportConfig, &QPushButton::clicked, this, [this] {
         const auto* r = currentRun();
         if (!r) return;
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export config"),
-                                                          QString::fromStdString(r->name) + ".json", tr("Configs (*.json)"));
+        const QString path = saveFileName(this, tr("Export config"), QString::fromStdString(r->name) + ".json",
+                                          tr("Configs (*.json)"));
         if (!path.isEmpty()) exportConfigAndReport(path);
     });
     connect(m_save, &QPushButton::clicked, this, [this] { saveDetails(m_name->text(), m_tags->text(), m_note->toPlainText()); });
@@ -317,16 +319,23 @@ void HistoryPanel::selectionChanged()
     m_delete->setEnabled(!ids.empty());
     m_export->setEnabled(!ids.empty());
     m_exportConfig->setEnabled(ids.size() == 1);
-    // Resume: a cancelled or interrupted run that has a checkpoint.
-    bool resumable = false;
-    if (const auto* r = currentRun(); r && (r->status == RunStatus::Cancelled || r->status == RunStatus::Interrupted)) {
+    // Resume: what `trainbench-cli resume` would refuse, the button says why.
+    QString refusal;
+    if (const auto* r = currentRun(); !r) {
+        refusal = tr("select one run");
+    } else if (r->status == RunStatus::Running) {
+        refusal = tr("run %1 is already running").arg(r->id);
+    } else {
         try {
             RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
-            resumable = store.latestCheckpoint(r->id).has_value();
-        } catch (const std::exception&) {
+            refusal = QString::fromStdString(resumeRefusal(store, r->id));
+        } catch (const std::exception& e) {
+            refusal = QString::fromUtf8(e.what());
         }
     }
-    m_resume->setEnabled(resumable);
+    m_resume->setEnabled(refusal.isEmpty());
+    m_resume->setToolTip(refusal.isEmpty() ? tr("Continue this run from its last checkpoint")
+                                           : tr("Cannot resume: %1").arg(refusal));
     // Attach: a copy of a run still running on a host (as last heard).
     const auto* current = currentRun();
     m_attach->setEnabled(current && current->origin.runId != 0 && current->status == RunStatus::Running
@@ -650,7 +659,7 @@ bool HistoryPanel::exportConfigAndReport(const QString& path)
 
 void HistoryPanel::askExport()
 {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Export metrics"), "runs.csv", tr("CSV (*.csv)"));
+    const QString path = saveFileName(this, tr("Export metrics"), "runs.csv", tr("CSV (*.csv)"));
     if (path.isEmpty()) return;
     const QString db = QFileInfo(m_dbPath).absoluteFilePath();
     if (QFileInfo(path).absoluteFilePath() == db || QFileInfo(path).absoluteFilePath().startsWith(db + "-")) {

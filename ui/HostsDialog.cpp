@@ -46,11 +46,15 @@ HostsDialog::HostsDialog(QWidget* parent) : QDialog(parent)
     m_add = new QPushButton(tr("&Add…"), this);
     m_test = new QPushButton(tr("&Test connection"), this);
     m_remove = new QPushButton(tr("&Remove…"), this);
+    m_cancelCheck = new QPushButton(tr("Ca&ncel"), this);
+    m_cancelCheck->setToolTip(tr("Stop connecting (nothing is saved)"));
+    m_cancelCheck->hide();
     auto* close = new QPushButton(tr("Close"), this);
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_add);
     buttons->addWidget(m_test);
     buttons->addWidget(m_remove);
+    buttons->addWidget(m_cancelCheck);
     buttons->addStretch(1);
     buttons->addWidget(close);
     auto* layout = new QVBoxLayout(this);
@@ -63,6 +67,12 @@ HostsDialog::HostsDialog(QWidget* parent) : QDialog(parent)
     connect(m_test, &QPushButton::clicked, this, &HostsDialog::testSelected);
     connect(m_remove, &QPushButton::clicked, this, &HostsDialog::removeSelected);
     connect(close, &QPushButton::clicked, this, &QDialog::accept);
+    connect(m_cancelCheck, &QPushButton::clicked, this, [this] {
+        if (!m_cancel) return;
+        m_cancel->store(true);
+        m_cancelCheck->setEnabled(false);
+        m_result->setText(tr("Cancelling…"));
+    });
     connect(m_table, &QTableWidget::itemSelectionChanged, this, [this] { setBusy(m_busy, m_result->text()); });
     m_askKey = [this](const QString& host, const QString& key) {
         return QMessageBox::question(this, tr("New host key"),
@@ -109,21 +119,25 @@ void HostsDialog::setBusy(bool busy, const QString& text)
     m_add->setEnabled(!busy);
     m_test->setEnabled(!busy && selected);
     m_remove->setEnabled(!busy && selected);
+    m_cancelCheck->setVisible(busy);
+    m_cancelCheck->setEnabled(busy);
 }
 
 void HostsDialog::check(const tb::remote::Host& host, bool acceptNewKey,
                         std::function<void(const tb::remote::HostCheck&, const QString&)> then)
 {
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    const auto cancel = m_cancel;
     auto* watcher = new QFutureWatcher<CheckResult>(this);
     connect(watcher, &QFutureWatcher<CheckResult>::finished, this, [watcher, then] {
         const CheckResult r = watcher->result();
         watcher->deleteLater();
         then(r.check, r.error);
     });
-    watcher->setFuture(QtConcurrent::run([host, acceptNewKey] {
+    watcher->setFuture(QtConcurrent::run([host, acceptNewKey, cancel] {
         CheckResult r;
         try {
-            r.check = tb::remote::checkHost(host, acceptNewKey);
+            r.check = tb::remote::checkHost(host, acceptNewKey, cancel.get());
         } catch (const std::exception& e) {
             r.error = QString::fromUtf8(e.what());
         }
@@ -160,6 +174,10 @@ void HostsDialog::askForNewHost()
     store->setPlaceholderText(tr("its default store"));
     auto* options = new QLineEdit(&form);
     options->setPlaceholderText(tr("extra ssh arguments, e.g. -i ~/.ssh/gpu_key"));
+    // Wide enough to read every placeholder whole.
+    for (QLineEdit* edit : {name, destination, cli, store, options}) {
+        edit->setMinimumWidth(edit->fontMetrics().horizontalAdvance(edit->placeholderText()) + 32);
+    }
     auto* layout = new QFormLayout(&form);
     layout->addRow(tr("Name"), name);
     layout->addRow(tr("ssh destination"), destination);

@@ -5,7 +5,9 @@
 
 #include <QDialog>
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "remote/HostCheck.h"
@@ -31,6 +33,9 @@ public:
     void setRemoveQuestion(std::function<bool(const QString& host)> ask) { m_askRemove = std::move(ask); }
     QTableWidget* table() const { return m_table; }
     QLabel* resultLabel() const { return m_result; }
+    QPushButton* addButton() const { return m_add; }
+    // Shown while a connection is checked: stops it (the ssh in flight is killed).
+    QPushButton* cancelButton() const { return m_cancelCheck; }
     bool busy() const { return m_busy; }
 
 Q_SIGNALS:
@@ -54,6 +59,8 @@ private:
     QPushButton* m_add;
     QPushButton* m_test;
     QPushButton* m_remove;
+    QPushButton* m_cancelCheck;
+    std::shared_ptr<std::atomic<bool>> m_cancel; // the check in flight's
     bool m_busy = false;
     std::function<bool(const QString&, const QString&)> m_askKey;
     std::function<bool(const QString&)> m_askRemove;

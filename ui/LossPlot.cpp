@@ -12,6 +12,7 @@ LossPlot::LossPlot(QWidget* parent) : MetricPlot(tr("loss"), parent)
     m_val->graph()->setLineStyle(QCPGraph::lsNone);
     m_val->graph()->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7));
     useIntegerTicks(xAxis);
+    placeLegendAbove();
 }
 
 void LossPlot::clear()
@@ -21,8 +22,7 @@ void LossPlot::clear()
     m_losses.clear();
     m_haveEma = false;
     m_runLength = 0;
-    resetView();
-    requestReplot();
+    resetAxes();
 }
 
 void LossPlot::appendTraining(const QVector<double>& steps, const QVector<double>& losses)
@@ -80,14 +80,18 @@ void LossPlot::recomputeSmoothed()
     requestReplot();
 }
 
-MemoryPlot::MemoryPlot(QWidget* parent) : MetricPlot(tr("tensor memory (MiB)"), parent)
+// The unit alone beside the axis: at its least height (160 px, a 1280x720
+// window) the axis is 79 px, and "tensor memory (MiB)" was cut off; the
+// legend above says what is plotted.
+MemoryPlot::MemoryPlot(QWidget* parent) : MetricPlot(tr("MiB"), parent)
 {
-    m_current = addCurve(tr("current"), QColor(40, 150, 80));
+    m_current = addCurve(tr("tensor memory"), QColor(40, 150, 80));
     m_peak = addCurve(tr("peak in step"), QColor(170, 60, 160));
     m_estimate = addCurve(tr("estimated peak (planner)"), QColor(200, 120, 20));
     m_estimate->graph()->setPen(QPen(QColor(200, 120, 20), 1, Qt::DashLine));
     setZeroBased(true);
     useIntegerTicks(xAxis);
+    placeLegendAbove();
 }
 
 void MemoryPlot::setEstimate(double mib) { m_estimateMiB = mib; }
@@ -98,8 +102,7 @@ void MemoryPlot::clear()
     m_peak->clear();
     m_estimate->clear();
     m_estimateMiB = 0;
-    resetView();
-    requestReplot();
+    resetAxes();
 }
 
 void MemoryPlot::append(const QVector<double>& steps, const QVector<double>& currentMiB,

@@ -1,4 +1,5 @@
 #include "PlainText.h"
+#include "FileDialogs.h"
 #include "MainWindow.h"
 
 #include <QAction>
@@ -9,13 +10,17 @@
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFrame>
 #include <QInputDialog>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTimer>
 
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
@@ -111,6 +116,15 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_linkLabel = plainLabel(this);
     m_linkLabel->setToolTip(tr("The link to the host of the run shown (over ssh)"));
     m_linkLabel->hide();
+    // The permanent fields are set off from the messages and from each other
+    // by a rule (they ran together: "…checkpoint savedtarget: H100store: …").
+    const auto rule = [this] {
+        auto* line = new QFrame(this);
+        line->setFrameShape(QFrame::VLine);
+        line->setFrameShadow(QFrame::Sunken);
+        return line;
+    };
+    statusBar()->addPermanentWidget(rule());
     statusBar()->addPermanentWidget(m_linkLabel);
     connect(m_run, &RunPanel::linkChanged, this, [this](const QString& text) {
         m_linkLabel->setText(text);
@@ -120,13 +134,14 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
                                                                  : "color: #1e8449");
     });
     statusBar()->addPermanentWidget(m_targetLabel);
+    statusBar()->addPermanentWidget(rule());
     statusBar()->addPermanentWidget(m_dbLabel);
     const auto showTarget = [this] {
         m_targetLabel->setText(tr("target: %1").arg(QString::fromStdString(m_targets->target().label())));
     };
     showTarget();
     connect(m_targets, &GpuTargetModel::changed, this, showTarget);
-    m_dbLabel->setText(tr("store: %1").arg(m_run->databasePath()));
+    showStore(m_run->databasePath());
 
     buildMenus();
     connect(m_document, &ConfigDocument::changed, this, &MainWindow::onDocumentChanged);
@@ -152,6 +167,48 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
 
 MainWindow::~MainWindow() = default;
 
+namespace {
+// A docked panel's width by default, and the least at which its form is usable.
+constexpr int kDockWidth = 430;
+constexpr int kDockMinUsableWidth = 300;
+} // namespace
+
+void MainWindow::showEvent(QShowEvent* event)
+{
+    QMainWindow::showEvent(event);
+    if (m_layoutRepaired) return;
+    m_layoutRepaired = true;
+    // After the restored state is laid out.
+    QTimer::singleShot(0, this, [this] {
+        const QStringList repaired = repairLayout();
+        if (!repaired.isEmpty())
+            statusBar()->showMessage(tr("The saved window layout left %1 too narrow to use; restored its width").arg(repaired.join(tr(" and "))), 10000);
+    });
+}
+
+void MainWindow::showStore(const QString& path)
+{
+    // A long path is cut in the middle, not into the messages; the tooltip has it whole.
+    const QString text = tr("store: %1").arg(path);
+    m_dbLabel->setText(m_dbLabel->fontMetrics().elidedText(text, Qt::ElideMiddle, 420));
+    m_dbLabel->setToolTip(tr("Experiment database: %1").arg(path));
+}
+
+QStringList MainWindow::repairLayout()
+{
+    QStringList repaired;
+    for (QDockWidget* dock : findChildren<QDockWidget*>()) {
+        // A dock behind another in a tab group is hidden: its width is not shown.
+        if (dock->isFloating() || !dock->isVisible() || dock->visibleRegion().isEmpty()) continue;
+        const Qt::DockWidgetArea area = dockWidgetArea(dock);
+        if (area != Qt::LeftDockWidgetArea && area != Qt::RightDockWidgetArea) continue;
+        if (dock->width() >= kDockMinUsableWidth) continue;
+        resizeDocks({dock}, {kDockWidth}, Qt::Horizontal);
+        repaired << dock->windowTitle();
+    }
+    return repaired;
+}
+
 QDockWidget* MainWindow::addPanel(QWidget* panel, const QString& title, Qt::DockWidgetArea area)
 {
     auto* dock = new QDockWidget(title, this);
@@ -159,7 +216,7 @@ QDockWidget* MainWindow::addPanel(QWidget* panel, const QString& title, Qt::Dock
     dock->setWidget(panel);
     dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
     addDockWidget(area, dock);
-    resizeDocks({dock}, {430}, Qt::Horizontal);
+    resizeDocks({dock}, {kDockWidth}, Qt::Horizontal);
     return dock;
 }
 
@@ -169,10 +226,9 @@ void MainWindow::buildMenus()
     file->addAction(tr("&New"), QKeySequence::New, this, &MainWindow::newConfig);
     file->addAction(tr("&Open config…"), QKeySequence::Open, this, &MainWindow::openConfigDialog);
     file->addAction(tr("Open model &folder…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this, [this] {
-        const QString folder = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model folder"));
-        if (folder.isEmpty()) return;
-        m_experiment->openModelFolder(folder);
-        statusBar()->showMessage(tr("Model folder %1: %2").arg(folder, m_experiment->architectureText()), 8000);
+        if (!maybeSave()) return;
+        const QString folder = existingDirectory(this, tr("Open a Hugging Face model folder"));
+        if (!folder.isEmpty()) openModelFolder(folder);
     });
     QMenu* examples = file->addMenu(tr("&Examples"));
     for (const QString& name : QDir(":/examples").entryList({"*.json"}, QDir::Files, QDir::Name)) {
@@ -184,11 +240,13 @@ void MainWindow::buildMenus()
     updateRecentMenu();
     file->addSeparator();
     file->addAction(tr("&Save"), QKeySequence::Save, this, &MainWindow::save);
-    file->addAction(tr("Save &As…"), QKeySequence::SaveAs, this, &MainWindow::saveAs);
+    // Spelled out: QKeySequence::SaveAs is empty on desktops without GNOME's or KDE's key bindings.
+    file->addAction(tr("Save &As…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S), this, &MainWindow::saveAs);
     file->addSeparator();
     file->addAction(tr("Open experiment &database…"), this, &MainWindow::openDatabase);
     file->addSeparator();
-    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+    // Spelled out: QKeySequence::Quit is empty on some platforms (Qt's generic one among them).
+    file->addAction(tr("&Quit"), QKeySequence(Qt::CTRL | Qt::Key_Q), this, &QWidget::close);
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     m_startAction = run->addAction(tr("&Start"), QKeySequence(Qt::CTRL | Qt::Key_R), m_run, &RunPanel::start);
@@ -253,6 +311,19 @@ void MainWindow::openExample(const QString& resourcePath)
     m_document->loadText(QString::fromUtf8(file.readAll()), QFileInfo(resourcePath).fileName());
 }
 
+bool MainWindow::openModelFolder(const QString& folder)
+{
+    if (!maybeSave()) return false;
+    // A new config for that model, named after the folder: nothing of the
+    // previous experiment (its name, dropout, warmup, optimizer, accumulation)
+    // carries over into a fine-tune it was never planned for.
+    const QJsonObject fresh{{"name", QFileInfo(folder).fileName()}};
+    m_document->loadText(QString::fromUtf8(QJsonDocument(fresh).toJson()), "untitled.json");
+    m_experiment->openModelFolder(folder);
+    statusBar()->showMessage(tr("New config for the model folder %1: %2").arg(folder, m_experiment->architectureText()), 8000);
+    return true;
+}
+
 void MainWindow::newConfig()
 {
     if (!maybeSave()) return;
@@ -262,7 +333,7 @@ void MainWindow::newConfig()
 void MainWindow::openConfigDialog()
 {
     if (!maybeSave()) return;
-    const QString path = QFileDialog::getOpenFileName(this, tr("Open config"), QString(), tr("Configs (*.json);;All files (*)"));
+    const QString path = openFileName(this, tr("Open config"), QString(), tr("Configs (*.json);;All files (*)"));
     if (!path.isEmpty()) openConfig(path);
 }
 
@@ -280,7 +351,7 @@ bool MainWindow::save()
 
 bool MainWindow::saveAs()
 {
-    QString path = QFileDialog::getSaveFileName(this, tr("Save config as"), m_document->displayName(), tr("Configs (*.json)"));
+    QString path = saveFileName(this, tr("Save config as"), m_document->displayName(), tr("Configs (*.json)"));
     if (path.isEmpty()) return false;
     if (!path.endsWith(".json", Qt::CaseInsensitive)) path += ".json";
     QString error;
@@ -304,9 +375,8 @@ bool MainWindow::maybeSave()
 
 void MainWindow::openDatabase()
 {
-    const QString path = QFileDialog::getSaveFileName(this, tr("Open or create an experiment database"), m_run->databasePath(),
-                                                      tr("Experiment databases (*.db);;All files (*)"),
-                                                      nullptr, QFileDialog::DontConfirmOverwrite);
+    const QString path = saveFileName(this, tr("Open or create an experiment database"), m_run->databasePath(),
+                                      tr("Experiment databases (*.db);;All files (*)"), QFileDialog::DontConfirmOverwrite);
     if (path.isEmpty()) return;
     try {
         // Refuses non-SQLite, foreign or newer files, read-only and without a
@@ -318,7 +388,7 @@ void MainWindow::openDatabase()
     }
     m_run->setDatabasePath(path);
     m_history->setDatabasePath(path);
-    m_dbLabel->setText(tr("store: %1").arg(path));
+    showStore(path);
 }
 
 void MainWindow::resumeLatest()

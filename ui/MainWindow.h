@@ -31,6 +31,9 @@ public:
 
     bool openConfig(const QString& path);
     void openExample(const QString& resourcePath);
+    // File › Open model folder…: a new config for a Hugging Face folder (asks
+    // to save the current one first); false when that was cancelled.
+    bool openModelFolder(const QString& folder);
     ConfigDocument* document() const { return m_document; }
     ExperimentPanel* experimentPanel() const { return m_experiment; }
     HardwarePanel* hardwarePanel() const { return m_hardware; }
@@ -46,8 +49,15 @@ public:
     // 'trainbench-cli train --nproc N' in the background; its log's path.
     QString startProcesses(int processes);
 
+    // Repairs a restored layout that leaves a docked panel too narrow to use
+    // (a saved state can hold one squeezed by a window that grew): such a
+    // dock gets its default width back. Runs once, after the first show;
+    // returns the panels repaired.
+    QStringList repairLayout();
+
 protected:
     void closeEvent(QCloseEvent* event) override;
+    void showEvent(QShowEvent* event) override;
 
 private:
     QDockWidget* addPanel(QWidget* panel, const QString& title, Qt::DockWidgetArea area);
@@ -66,6 +76,7 @@ private:
     void runOnSlurm();
     void about();
     void updateTitle();
+    void showStore(const QString& path);
     void updateRecentMenu();
     void rememberRecent(const QString& path);
     void onDocumentChanged();
@@ -88,6 +99,7 @@ private:
     QAction* m_stopAction = nullptr;
     QAction* m_resumeAction = nullptr;
     bool m_askBeforeClosing = true;
+    bool m_layoutRepaired = false;
 };
 
 } // namespace tb::ui

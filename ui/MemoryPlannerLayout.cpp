@@ -1,6 +1,7 @@
 // The Memory planner's widgets: the inputs column, the results (verdict,
 // terms, fit map) and the wiring between inputs and plan. The planning
 // itself is in MemoryPlannerPanel.cpp.
+#include "FileDialogs.h"
 #include "MemoryPlannerPanel.h"
 
 #include <QCheckBox>
@@ -329,8 +330,8 @@ void MemoryPlannerPanel::wireInputs()
         inputsChanged();
     });
     connect(m_import, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Import a model's config.json"), QString(),
-                                                          tr("Model configs (*.json);;All files (*)"));
+        const QString path = openFileName(this, tr("Import a model's config.json"), QString(),
+                                          tr("Model configs (*.json);;All files (*)"));
         if (path.isEmpty()) return;
         QString error;
         if (!importHfConfig(path, &error)) plainWarning(this, tr("Import config.json"), error);

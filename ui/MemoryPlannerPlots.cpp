@@ -127,8 +127,15 @@ void MemoryPlannerPanel::rebuildMap(const Plan& plan)
         }
     }
     m_frontier->setData(fx, fy, true);
-    m_mapPlot->xAxis->setRange(static_cast<double>(batches.front()) - 0.5, static_cast<double>(batches.back()) + 0.5);
-    m_mapPlot->yAxis->setRange(y0 - 0.5, y1 + 0.5);
+    // Half a cell beyond the first and last cell centres, and at least 4% of
+    // the span: the cells are drawn whole, and the 14 px marker at the map's
+    // edge (batch 1, the largest batch) is drawn inside it (half a point, 0.5,
+    // left it half outside a map of many cells).
+    const double spanX = static_cast<double>(batches.back() - batches.front());
+    const double halfX = std::max(nx > 1 ? spanX / (2.0 * (nx - 1)) : 0.5, 0.04 * spanX);
+    const double halfY = std::max(ny > 1 ? (y1 - y0) / (2.0 * (ny - 1)) : 0.5, 0.04 * (y1 - y0));
+    m_mapPlot->xAxis->setRange(static_cast<double>(batches.front()) - halfX, static_cast<double>(batches.back()) + halfX);
+    m_mapPlot->yAxis->setRange(y0 - halfY, y1 + halfY);
     m_mapPlot->yAxis->setTicks(!fixedSeq);
     m_mapPlot->yAxis->setLabel(fixedSeq ? tr("sequence length %1 (fixed)").arg(y0) : tr("sequence length"));
 }

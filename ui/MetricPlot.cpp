@@ -7,6 +7,7 @@
 #include <QMenu>
 #include <QMessageBox>
 
+#include "FileDialogs.h"
 #include "PlainText.h"
 
 namespace tb::ui {
@@ -162,6 +163,24 @@ void MetricPlot::setLogScale(bool log)
     fitToData();
 }
 
+void MetricPlot::placeLegendAbove()
+{
+    if (!axisRect()->insetLayout()->take(legend)) return;
+    plotLayout()->insertRow(0);
+    plotLayout()->addElement(0, 0, legend);
+    plotLayout()->setRowStretchFactor(0, 0.001);
+    legend->setFillOrder(QCPLegend::foColumnsFirst);
+    legend->setMargins(QMargins(6, 2, 6, 2));
+}
+
+void MetricPlot::resetAxes()
+{
+    resetView();
+    xAxis->setRange(0.0, 1.0);
+    yAxis->setRange(yAxis->scaleType() == QCPAxis::stLogarithmic ? 0.1 : 0.0, 1.0);
+    requestReplot();
+}
+
 void MetricPlot::fitToData()
 {
     // From the curves' running bounds: O(curves), not a walk over every point.
@@ -223,7 +242,16 @@ bool MetricPlot::keyBounds(double& lower, double& upper) const
 
 double IntegerTicker::getTickStep(const QCPRange& range)
 {
-    return std::max(1.0, QCPAxisTicker::getTickStep(range));
+    // QCustomPlot's readable steps include 2.5 x 10^k; on a step axis 2.5 put
+    // ticks at 2.5, 7.5, ... labelled with rounded whole numbers ("3" at 2.5).
+    // The step is a whole 1, 2 or 5 x 10^k instead, at least one.
+    const double step = QCPAxisTicker::getTickStep(range);
+    if (!(step > 1.0)) return 1.0;
+    const double magnitude = std::pow(10.0, std::floor(std::log10(step)));
+    for (double mantissa : {1.0, 2.0, 5.0, 10.0}) {
+        if (mantissa * magnitude >= step * (1.0 - 1e-9)) return std::round(mantissa * magnitude);
+    }
+    return std::round(10.0 * magnitude);
 }
 
 int IntegerTicker::getSubTickCount(double tickStep)
@@ -298,7 +326,7 @@ void MetricPlot::showContextMenu(const QPoint& pos)
 void MetricPlot::exportTo(const QString& format)
 {
     const QString filter = format == "png" ? tr("PNG image (*.png)") : tr("PDF document (*.pdf)");
-    QString path = QFileDialog::getSaveFileName(this, tr("Export plot"), yAxis->label() + "." + format, filter);
+    QString path = saveFileName(this, tr("Export plot"), yAxis->label() + "." + format, filter);
     if (path.isEmpty()) return;
     if (!path.endsWith("." + format, Qt::CaseInsensitive)) path += "." + format;
     const bool ok = format == "png" ? savePng(path, 0, 0, 2.0) : savePdf(path);

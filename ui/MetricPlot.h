@@ -73,6 +73,12 @@ public:
     // Follow the data while the user has not zoomed or panned.
     void followData();
     void resetView() { m_userMovedView = false; }
+    // Follows the data again and shows empty axes (steps 0-1): a new run's
+    // plot does not keep the previous run's ranges until its first step.
+    void resetAxes();
+    // The legend in a row of its own above the plot, its entries side by
+    // side: inside the axis rect it covered the curves of a short plot.
+    void placeLegendAbove();
     // The y axis starts at zero (quantities such as memory).
     void setZeroBased(bool zeroBased) { m_zeroBased = zeroBased; }
     // A logarithmic y axis (losses), then re-fit.

@@ -29,6 +29,7 @@
 
 #include "LossPlot.h"
 #include "SampleBox.h"
+#include "Units.h"
 #include "config/RunConfig.h"
 #include "remote/HostBook.h"
 #include "store/RunStore.h"
@@ -54,7 +55,6 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent)
     auto* layout = new QVBoxLayout(this);
     buildControls(layout);
     layout->addWidget(buildPlots(), 1);
-    layout->addWidget(m_sample);
     connect(m_start, &QPushButton::clicked, this, &RunPanel::start);
     connect(m_stop, &QPushButton::clicked, this, &RunPanel::stop);
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) { m_lossPlot->setSmoothing(v / 100.0); });
@@ -526,11 +526,9 @@ void RunPanel::onFinished(const tb::SessionOutcome& outcome)
         const QString during = outcome.measuredPeakPhase.empty()
             ? QString()
             : tr(" (during %1)").arg(QString::fromStdString(outcome.measuredPeakPhase));
-        text += tr(".\nMemory: peak %1 MiB measured%2, estimate %3 MiB (%4)")
-                    .arg(static_cast<double>(outcome.measuredPeakBytes) / 1048576.0, 0, 'f', 1)
-                    .arg(during)
-                    .arg(static_cast<double>(outcome.estimatedPeakBytes) / 1048576.0, 0, 'f', 1)
-                    .arg(QString::fromStdString(signedPercentText(*error)));
+        text += tr(".\nMemory: peak %1 measured%2, estimate %3 (%4)")
+                    .arg(bytesText(outcome.measuredPeakBytes), during, bytesText(outcome.estimatedPeakBytes),
+                         QString::fromStdString(signedPercentText(*error)));
     }
     if (outcome.status == RunStatus::Failed) {
         text += tr(".\nError: %1").arg(QString::fromStdString(outcome.message));
@@ -574,6 +572,10 @@ void RunPanel::setRunning(bool running)
 {
     m_running = running;
     updateStartButton();
+    // Preflight judges the editor's config for the next Start; beside a run
+    // in progress (a resume of another config, or an edited one) it would
+    // read as a verdict on the run shown.
+    m_preflight->setVisible(!running);
     Q_EMIT runningChanged(running);
 }
 

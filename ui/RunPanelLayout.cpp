@@ -109,6 +109,7 @@ QWidget* RunPanel::buildPlots()
     plotControls->addWidget(new QLabel(tr("drag to pan · wheel to zoom · double-click to fit · right-click to export"), this));
 
     m_log = new QPlainTextEdit(this);
+    m_log->setObjectName("eventLog");
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(5000);
     m_log->setPlaceholderText(tr("Run events (started, checkpoints, warnings, errors) appear here."));
@@ -122,13 +123,19 @@ QWidget* RunPanel::buildPlots()
     plotLayout->addLayout(plotControls);
     plotLayout->addWidget(m_lossPlot, 3);
     plotLayout->addWidget(m_memoryPlot, 2);
+    // The events and the Sample box side by side under the plots: stacked,
+    // they left the two plots about 100 px each in a 1280x720 window.
+    m_sample = new SampleBox(this);
+    auto* bottom = new QWidget(this);
+    auto* bottomLayout = new QHBoxLayout(bottom);
+    bottomLayout->setContentsMargins(0, 0, 0, 0);
+    bottomLayout->addWidget(m_log, 3);
+    bottomLayout->addWidget(m_sample, 2);
     auto* splitter = new QSplitter(Qt::Vertical, this);
     splitter->addWidget(plots);
-    splitter->addWidget(m_log);
+    splitter->addWidget(bottom);
     splitter->setStretchFactor(0, 4);
     splitter->setStretchFactor(1, 1);
-
-    m_sample = new SampleBox(this);
     return splitter;
 }
 

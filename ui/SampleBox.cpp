@@ -3,8 +3,8 @@
 #include <QApplication>
 #include <QDoubleSpinBox>
 #include <QHBoxLayout>
-#include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QPointer>
 #include <QPushButton>
 #include <QVBoxLayout>
@@ -37,10 +37,14 @@ SampleBox::SampleBox(QWidget* parent) : QGroupBox(tr("Sample"), parent)
     m_temperature->setToolTip(tr("0 picks the most likely token each time (greedy)"));
     m_generate = new QPushButton(tr("Generate"), this);
     m_generate->setToolTip(tr("Generate from the run's latest checkpoint (Enter in the prompt)"));
-    m_result = new QLabel(this);
-    m_result->setTextFormat(Qt::PlainText);
-    m_result->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_result->setWordWrap(true);
+    m_result = new QPlainTextEdit(this);
+    m_result->setReadOnly(true);
+    m_result->setWordWrapMode(QTextOption::WrapAtWordBoundaryOrAnywhere);
+    m_result->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    m_result->setPlaceholderText(tr("the model's answer"));
+    // Four lines tall, then it scrolls; its width is the box's, whatever the answer.
+    m_result->setFixedHeight(m_result->fontMetrics().lineSpacing() * 4 + 2 * m_result->frameWidth() + 8);
+    m_result->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
     auto* row = new QHBoxLayout;
     row->addWidget(m_prompt, 1);
     row->addWidget(m_temperature);
@@ -85,7 +89,7 @@ void SampleBox::generate()
 {
     if (m_checkpoint.isEmpty() || !m_generate->isEnabled()) return;
     m_generate->setEnabled(false);
-    m_result->setText(tr("generating…"));
+    m_result->setPlainText(tr("generating…"));
     SampleRequest request;
     request.prompt = m_prompt->text().toStdString();
     request.temperature = m_temperature->value();
@@ -116,7 +120,7 @@ void SampleBox::generate()
 void SampleBox::showResult(const QString& text, bool error)
 {
     m_generate->setEnabled(true);
-    m_result->setText(error ? tr("Cannot sample: %1").arg(text) : text);
+    m_result->setPlainText(error ? tr("Cannot sample: %1").arg(text) : text);
     if (!error) Q_EMIT generated(text);
 }
 

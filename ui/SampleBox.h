@@ -1,6 +1,9 @@
 #pragma once
 // Generate from the model a run just trained: prompt, temperature, Generate.
-// Generation runs off the GUI thread; the answer is shown as plain text.
+// Generation runs off the GUI thread; the answer is shown as plain text in a
+// box of a few lines that wraps anywhere and scrolls: a model without a
+// tokenizer answers in ids, one line thousands of characters long, and a label
+// sized to it once widened the window to 4264 px.
 
 #include <QGroupBox>
 
@@ -9,7 +12,7 @@
 #include "config/RunConfig.h"
 
 class QDoubleSpinBox;
-class QLabel;
+class QPlainTextEdit;
 class QLineEdit;
 class QPushButton;
 
@@ -29,14 +32,14 @@ public:
     QLineEdit* promptEdit() const { return m_prompt; }
     QDoubleSpinBox* temperatureBox() const { return m_temperature; }
     QPushButton* generateButton() const { return m_generate; }
-    QLabel* resultLabel() const { return m_result; }
+    QPlainTextEdit* resultView() const { return m_result; }
+    // Shows a generation's answer (or, with error, why there is none).
+    void showResult(const QString& text, bool error);
 
 Q_SIGNALS:
     void generated(const QString& completion);
 
 private:
-    void showResult(const QString& text, bool error);
-
     struct Job;
     std::shared_ptr<Job> m_job; // the generation in flight, if any
     RunConfig m_config;
@@ -46,7 +49,7 @@ private:
     QLineEdit* m_prompt;
     QDoubleSpinBox* m_temperature;
     QPushButton* m_generate;
-    QLabel* m_result;
+    QPlainTextEdit* m_result;
 };
 
 } // namespace tb::ui

@@ -1,4 +1,5 @@
 #include "SlurmDialog.h"
+#include "FileDialogs.h"
 #include "CliProgram.h"
 
 #include <QComboBox>
@@ -47,7 +48,7 @@ SlurmDialog::SlurmDialog(const QString& configPath, const QString& name, QWidget
     m_folder = new QLineEdit(QFileInfo(m_configPath).absolutePath() + "/trainbench-slurm", this);
     auto* browse = new QPushButton(tr("Browse…"), this);
     connect(browse, &QPushButton::clicked, this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("A folder every node sees"), m_folder->text());
+        const QString dir = existingDirectory(this, tr("A folder every node sees"), m_folder->text());
         if (!dir.isEmpty()) m_folder->setText(dir);
     });
     auto* perNodeRow = new QHBoxLayout;
