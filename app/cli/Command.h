@@ -1,6 +1,7 @@
 #pragma once
 // The subcommand registry of trainbench-cli and the option parser they share.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -67,5 +68,8 @@ inline constexpr int kExitBadInput = 2;
 // preflight (and a train it blocks): a finding is an error.
 inline constexpr int kExitFindings = 3;
 inline constexpr int kExitCancelled = 130;
+
+// Bytes in MiB, as estimate and measure print them.
+inline double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 } // namespace tb::cli

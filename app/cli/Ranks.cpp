@@ -24,21 +24,21 @@
 namespace tb::cli {
 namespace {
 
-std::atomic<int> g_signals{0};
+std::atomic<int> g_rankSignals{0};
 std::atomic<Trainer*> g_trainer{nullptr};
 
-extern "C" void countSignal(int) { g_signals.fetch_add(1); }
+extern "C" void countSignal(int) { g_rankSignals.fetch_add(1); }
 
-std::atomic<bool> g_requeue{false};
+std::atomic<bool> g_rankRequeue{false};
 
 extern "C" void cancelRank(int signal)
 {
     // SIGUSR1 under Slurm: checkpoint for a requeue; a SIGTERM after it must
     // not end the rank before the checkpoint (rank 0 writes it, all must reach it).
-    if (signal == SIGUSR1) g_requeue.store(true);
-    else if (signal == SIGTERM && g_requeue.load()) return;
+    if (signal == SIGUSR1) g_rankRequeue.store(true);
+    else if (signal == SIGTERM && g_rankRequeue.load()) return;
     // A second signal ends the rank at once; rank 0 sees it gone.
-    else if (g_signals.fetch_add(1) >= 1) _exit(kExitCancelled);
+    else if (g_rankSignals.fetch_add(1) >= 1) _exit(kExitCancelled);
     if (Trainer* t = g_trainer.load()) t->requestCancel(); // an atomic store
 }
 
@@ -177,7 +177,7 @@ int launchRanks(const RankLaunch& launch)
     while (running > 0) {
         // Pass each signal on once: the ranks stop together after their step
         // (a second one aborts them, as a second Ctrl-C does one process).
-        for (const int seen = g_signals.load(); forwarded < seen; ++forwarded) {
+        for (const int seen = g_rankSignals.load(); forwarded < seen; ++forwarded) {
             for (pid_t p : pids) {
                 if (p > 0) kill(p, SIGINT);
             }
@@ -214,7 +214,7 @@ int launchRanks(const RankLaunch& launch)
             // A stop (130) is a normal end: the others stop on the same step.
             const bool bad = WIFSIGNALED(status)
                 || (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kExitCancelled);
-            if (bad && g_signals.load() == 0 && !killed[r]) {
+            if (bad && g_rankSignals.load() == 0 && !killed[r]) {
                 reports.push_back("rank " + std::to_string(r) + " (pid " + std::to_string(done) + ") " + describeExit(status));
             }
             // The others see a dead peer at their next collective and end on
@@ -227,7 +227,7 @@ int launchRanks(const RankLaunch& launch)
     for (const auto& line : reports) std::cerr << "trainbench-cli: " << line << "\n";
     const int first = statuses.front();
     if (WIFEXITED(first)) return WEXITSTATUS(first);
-    return g_signals.load() > 0 ? kExitCancelled : kExitFailed;
+    return g_rankSignals.load() > 0 ? kExitCancelled : kExitFailed;
 }
 
 int trainAsRank(RunConfig config, const DistLaunch& launchIn, const RankOptions& options)
@@ -281,7 +281,7 @@ int trainAsRank(RunConfig config, const DistLaunch& launchIn, const RankOptions&
 
     Trainer trainer(config, to);
     g_trainer.store(&trainer);
-    if (g_signals.load() > 0 || g_requeue.load()) trainer.requestCancel(); // a signal while it was being built
+    if (g_rankSignals.load() > 0 || g_rankRequeue.load()) trainer.requestCancel(); // a signal while it was being built
     TrainerCallbacks callbacks;
     callbacks.onEvent = [&](const TrainerEvent& e) {
         std::cerr << self << ": " << e.severity << ": " << e.kind << ": " << e.message << std::endl;

@@ -85,7 +85,7 @@ int chatTemplate(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration chatTemplateRegistration{Command{
     "chat-template",
     "Render conversations with a model folder's chat template (tokenizer_config.json), as transformers' "
     "apply_chat_template renders them: each standard-input line is {\"messages\": [{\"role\", \"content\"}, ...], ...} "

@@ -130,7 +130,7 @@ int devices(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration devicesRegistration{Command{
     "devices",
     "Show the GPUs here and what they can do, or the catalogue of GPUs to plan for.",
     "[--catalog] [--gpu NAME] [--json]",

@@ -21,8 +21,6 @@
 namespace tb::cli {
 namespace {
 
-double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
-
 struct Plan {
     ArchitectureSpec arch;
     TrainingSetup setup;

@@ -13,7 +13,7 @@
 namespace tb::cli {
 namespace {
 
-int exportRun(const Args& args)
+int exportMetrics(const Args& args)
 {
     const auto id = args.runId();
     const std::string format = args.value("--format").value_or("csv");
@@ -60,14 +60,14 @@ int exportRun(const Args& args)
     return out->good() ? kExitOk : kExitFailed;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration exportRegistration{Command{
     "export",
     "Export a run's metrics in long format (run, step, key, value, wall_time).",
     "RUN_ID [--db FILE] [--format csv|json] [--output FILE]",
     {{"--db", true, "experiment database", "FILE"},
      {"--format", true, "csv (default) or json", "FORMAT"},
      {"--output", true, "write to a file instead of standard output", "FILE"}},
-    &exportRun}};
+    &exportMetrics}};
 
 } // namespace
 } // namespace tb::cli

@@ -44,7 +44,7 @@ int exportModelCommand(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration exportModelRegistration{Command{
     "export-model",
     "Write a run's model weights as model.safetensors (and a Hugging Face config.json for llama models; an hf run: "
     "a model folder of its family, or a PEFT adapter folder with LoRA).",

@@ -22,7 +22,7 @@ int follow(const Args& args)
     return followLocal(args.value("--db").value_or(""), runId, options);
 }
 
-std::vector<OptionSpec> options()
+std::vector<OptionSpec> followOptions()
 {
     std::vector<OptionSpec> o{
         {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)", "FILE"},
@@ -34,11 +34,11 @@ std::vector<OptionSpec> options()
     return o;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration followRegistration{Command{
     "follow",
     "Stream a run's metrics, events and status until it ends (here or on a host).",
     "RUN_ID [--db FILE | --host H] [--from-step N] [--jsonl]",
-    options(),
+    followOptions(),
     &follow}};
 
 } // namespace

@@ -113,7 +113,7 @@ int hosts(const Args& args)
                                  : "unknown 'hosts' action '" + sub + "': use add, list, test or remove");
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration hostsRegistration{Command{
     "hosts",
     "Save, test and remove the GPU servers remote runs go to (over ssh).",
     "add NAME DEST [--remote-cli PATH] [--remote-db FILE] [--ssh-options \"ARGS\"] [--accept-new-host-key] [--replace] | list [--json] | test NAME | remove NAME",

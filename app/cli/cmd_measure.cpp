@@ -47,8 +47,6 @@ void printAllocation(std::int64_t delta, std::int64_t live, const void* payload)
     allocated.erase(it);
 }
 
-double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
-
 int measure(const Args& args)
 {
     if (!args.positionals().empty()) {
@@ -187,7 +185,7 @@ int measure(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration measureRegistration{Command{
     "measure",
     "Run a few training steps and report the tensor memory of each phase (no run is stored).",
     "--config FILE [--steps N] [--device D] [--nproc N] [--json]",

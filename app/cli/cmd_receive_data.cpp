@@ -33,7 +33,7 @@ int receiveData(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration receiveDataRegistration{Command{
     "receive-data",
     "Receive a data file sent by 'train --host H --send-data' (run over ssh; reads stdin).",
     "--name FILE --sha256 HEX --size BYTES [--check] [--db FILE]",

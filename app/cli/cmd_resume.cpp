@@ -74,7 +74,7 @@ int resume(const Args& args)
     return runWithProgress(*session, args.flag("--quiet"), runIdWriter(args.value("--run-id-file").value_or("")));
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration resumeRegistration{Command{
     "resume",
     "Continue a cancelled or interrupted run from its last checkpoint (a data-parallel run with as many processes as it had).",
     "RUN_ID [--db FILE] [--nproc N] [--run-id-file FILE]",

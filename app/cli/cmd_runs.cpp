@@ -96,7 +96,7 @@ int runs(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration runsRegistration{Command{
     "runs",
     "List stored runs: id, name, status, steps done, final loss, estimated vs measured peak memory.",
     "[--filter EXPR] [--db FILE] [--json]",

@@ -43,7 +43,7 @@ void report(const ImportResult& result, const RunBundle& bundle, const std::stri
     }
 }
 
-int exportRun(const Args& args)
+int exportRunBundle(const Args& args)
 {
     auto store = openExistingStore(args.value("--db").value_or(""));
     const auto bundle = bundleOf(*store, args.runId());
@@ -136,16 +136,16 @@ std::vector<OptionSpec> fetchOptions()
     return o;
 }
 
-const CommandRegistration exportRegistration{Command{
+const CommandRegistration exportRunRegistration{Command{
     "export-run",
     "Write a run (config, metrics, events, findings, origin) as one bundle file.",
     "RUN_ID [--db FILE] [--output FILE] [--checkpoint]",
     {kDb,
      {"--output", true, "the bundle file (default: stdout)", "FILE"},
      {"--checkpoint", false, "also copy its latest checkpoint beside the bundle (FILE.checkpoint.pt)"}},
-    &exportRun}};
+    &exportRunBundle}};
 
-const CommandRegistration importRegistration{Command{
+const CommandRegistration importRunRegistration{Command{
     "import-run",
     "Add a run from a bundle file (export-run) to the store; importing it again adds nothing.",
     "FILE [--db FILE]",
@@ -153,7 +153,7 @@ const CommandRegistration importRegistration{Command{
     &importRun,
     1}};
 
-const CommandRegistration fetchRegistration{Command{
+const CommandRegistration fetchRunRegistration{Command{
     "fetch",
     "Copy a run from a host into the local store, to compare it with local runs.",
     "RUN_ID --host H [--db FILE] [--checkpoint]",

@@ -145,7 +145,7 @@ int sample(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration sampleRegistration{Command{
     "sample",
     "Generate from a trained run (its latest checkpoint, or --checkpoint FILE), or from a Hugging Face model folder.",
     "(RUN_ID --prompt TEXT | --model DIR (--prompt TEXT | --prompt-ids 1,2,3)) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] "

@@ -104,7 +104,7 @@ int slurm(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration slurmRegistration{Command{
     "slurm",
     "Write the sbatch script of a data-parallel run on a Slurm cluster (and submit it with --submit).",
     "--config FILE --nodes N (--gpus-per-node G | --tasks-per-node T) [--partition P] [--time T] [--account A] "

@@ -46,7 +46,7 @@ int stop(const Args& args)
     return kExitFailed;
 }
 
-std::vector<OptionSpec> options()
+std::vector<OptionSpec> stopOptions()
 {
     std::vector<OptionSpec> o{
         {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)", "FILE"},
@@ -55,11 +55,11 @@ std::vector<OptionSpec> options()
     return o;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration stopRegistration{Command{
     "stop",
     "Stop a running run after its current step, with a checkpoint (here or on a host).",
     "RUN_ID [--db FILE | --host H] [--wait S]",
-    options(),
+    stopOptions(),
     &stop}};
 
 } // namespace

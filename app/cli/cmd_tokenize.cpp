@@ -112,7 +112,7 @@ int tokenize(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration tokenizeRegistration{Command{
     "tokenize",
     "Turn text into token ids with a model folder's tokenizer (tokenizer.json, else tokenizer.model), or ids back into text (--decode). Input comes "
     "from standard input, or --text. Without --jsonl the whole input is one text and the output is one line of ids; "

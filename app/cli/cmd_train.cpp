@@ -301,7 +301,7 @@ int train(const Args& args)
     return trainHere({});
 }
 
-std::vector<OptionSpec> options()
+std::vector<OptionSpec> trainOptions()
 {
     std::vector<OptionSpec> o{
         {"--config", true, "the experiment config (JSON); '-' reads it from stdin", "FILE"},
@@ -327,11 +327,11 @@ std::vector<OptionSpec> options()
     return o;
 }
 
-const CommandRegistration registration{Command{
+const CommandRegistration trainRegistration{Command{
     "train",
     "Train a model from a JSON config and store the run (here, or on a host over ssh).",
     "--config FILE [--db FILE | --host H [--send-data]] [--nproc N | --detach] [--device D] [--steps N] [--name S] [--force]",
-    options(),
+    trainOptions(),
     &train}};
 
 } // namespace

@@ -26,7 +26,7 @@ int validate(const Args& args)
     return kExitOk;
 }
 
-const CommandRegistration registration{Command{"validate",
+const CommandRegistration validateRegistration{Command{"validate",
                                                "Check a config file and report every problem with its JSON path.",
                                                "--config FILE",
                                                {{"--config", true, "the experiment config (JSON)", "FILE"}},

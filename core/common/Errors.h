@@ -19,4 +19,11 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// The first line of an error's text (LibTorch appends its C++ backtrace to what()).
+inline std::string firstLine(const std::string& text)
+{
+    const auto end = text.find('\n');
+    return end == std::string::npos ? text : text.substr(0, end);
+}
+
 } // namespace tb

@@ -19,12 +19,6 @@ namespace {
 constexpr std::size_t kMaxLine = 2000;     // and at most this much of a line
 constexpr int kWindowLines = 4;            // a message may wrap over this many lines
 
-struct Pattern {
-    std::string contains; // lower-case
-    std::optional<std::regex> regex;
-    std::optional<Severity> severity;
-};
-
 std::string lower(std::string s)
 {
     for (auto& c : s) {
@@ -224,6 +218,11 @@ void addPlannerAnswer(Finding& f, const ExplainContext& context)
 }
 
 struct ErrorExplainer::Entry {
+    struct Pattern {
+        std::string contains; // lower-case
+        std::optional<std::regex> regex;
+        std::optional<Severity> severity;
+    };
     FindingKind kind;
     int priority = 0;
     std::vector<Pattern> patterns;
@@ -356,7 +355,7 @@ ErrorExplainer ErrorExplainer::fromJson(const std::string& json, const std::stri
             entry.kind.fix = k.at("fix").get<std::string>();
             entry.priority = k.value("priority", 0);
             for (const auto& p : k.at("patterns")) {
-                Pattern pattern;
+                Entry::Pattern pattern;
                 pattern.contains = lower(p.at("contains").get<std::string>());
                 if (p.contains("regex")) pattern.regex.emplace(p.at("regex").get<std::string>(), std::regex::ECMAScript | std::regex::optimize);
                 if (p.contains("severity")) pattern.severity = severityFromName(p.at("severity").get<std::string>());

@@ -25,11 +25,6 @@
 namespace tb {
 namespace {
 
-std::string firstLine(const std::string& text)
-{
-    const auto end = text.find('\n');
-    return end == std::string::npos ? text : text.substr(0, end);
-}
 
 std::string thisHost()
 {

@@ -1,5 +1,8 @@
 #include "text/Regex.h"
 
+// Oniguruma would #define UChar, which ICU (Unicode.cpp, when a unity batch
+// holds both) declares as a type of its own; this file names OnigUChar only.
+#define ONIG_ESCAPE_UCHAR_COLLISION
 #include <oniguruma.h>
 
 #include <mutex>

@@ -89,13 +89,13 @@ GemmCall gemmOf(const at::RecordFunction& fn)
     return c;
 }
 
-std::unique_ptr<at::ObserverContext> enterOp(const at::RecordFunction& fn)
+std::unique_ptr<at::ObserverContext> enterGemmOp(const at::RecordFunction& fn)
 {
     if (auto* rec = g_recorder) rec->ops.push_back(rec->on ? gemmOf(fn) : GemmCall{});
     return nullptr;
 }
 
-void leaveOp(const at::RecordFunction&, at::ObserverContext*)
+void leaveGemmOp(const at::RecordFunction&, at::ObserverContext*)
 {
     if (auto* rec = g_recorder; rec && !rec->ops.empty()) rec->ops.pop_back();
 }
@@ -198,7 +198,7 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slid
         MemoryProbe::setCpuTrace(&record);
         // The products' shapes, on this thread (the traced step runs on it).
         const auto ops = at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&enterOp, &leaveOp).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+            at::RecordFunctionCallback(&enterGemmOp, &leaveGemmOp).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
         TrainResult result;
         try {
             result = trainer.run(callbacks);

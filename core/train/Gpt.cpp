@@ -5,12 +5,6 @@
 namespace tb {
 namespace {
 
-// Dropout only where it does something: at p = 0 a module call is pure overhead.
-torch::Tensor dropoutIf(const torch::Tensor& x, double p, bool training)
-{
-    return p > 0.0 && training ? torch::dropout(x, p, true) : x;
-}
-
 // Initialisation, chosen on held-out exact match for 2-digit addition with
 // the bundled addition architecture (3 layers, d_model 128, 4 heads, untied
 // head, batch 128, lr 1e-3, warmup 50, 500 steps), 16 seeds per choice, the

@@ -3,11 +3,6 @@
 namespace tb {
 namespace {
 
-torch::Tensor dropoutIf(const torch::Tensor& x, double p, bool training)
-{
-    return p > 0.0 && training ? torch::dropout(x, p, true) : x;
-}
-
 torch::Tensor gelu(const torch::Tensor& x, bool tanh) { return tanh ? torch::gelu(x, "tanh") : torch::gelu(x); }
 
 torch::nn::LayerNorm layerNorm(const ModelOptions& o)

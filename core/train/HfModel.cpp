@@ -24,8 +24,6 @@ namespace fs = std::filesystem;
 
 std::string shapeText(at::IntArrayRef sizes) { return c10::str(sizes); }
 
-bool isAdapter(const std::string& name) { return name.find("lora_") != std::string::npos; }
-
 // The safetensors files of a folder, mapped, and which file holds each tensor.
 struct FolderTensors {
     std::vector<std::unique_ptr<MappedSafetensors>> files;
@@ -189,7 +187,7 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
     for (const auto& p : params) {
         const auto found = mapped.byName.find(p.key());
         if (found == mapped.byName.end()) {
-            if (isAdapter(p.key())) continue;
+            if (isAdapterName(p.key())) continue;
             problem(p.key(), "the model folder " + folder + " has no tensor " + p.key() + " " + shapeText(p.value().sizes())
                                  + ", which its config.json's " + o.hfFamily
                                  + " architecture needs (is a shard missing, or config.json from another model?)");

@@ -71,6 +71,11 @@ WeightsFromFile::~WeightsFromFile() { tWeightsFromFile = m_previous; }
 
 std::optional<at::ScalarType> WeightsFromFile::active() { return tWeightsFromFile; }
 
+torch::Tensor dropoutIf(const torch::Tensor& x, double p, bool training)
+{
+    return p > 0.0 && training ? torch::dropout(x, p, true) : x;
+}
+
 torch::nn::Embedding makeEmbedding(int num, int dim, double std)
 {
     if (const auto dtype = WeightsFromFile::active()) {
@@ -164,8 +169,7 @@ void CausalLmImpl::freezeBaseForLora()
 {
     if (m_options.loraRank <= 0) return;
     for (auto& item : named_parameters()) {
-        const bool adapter = item.key().find("lora_") != std::string::npos;
-        item.value().set_requires_grad(adapter);
+        item.value().set_requires_grad(isAdapterName(item.key()));
     }
 }
 

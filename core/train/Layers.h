@@ -89,6 +89,12 @@ torch::nn::Embedding makeEmbedding(int num, int dim, double std);
 // for the evidence.
 enum class LinearInit { Normal, Uniform, Zero };
 
+// Dropout only where it does something: at p = 0 a module call is pure overhead.
+torch::Tensor dropoutIf(const torch::Tensor& x, double p, bool training);
+
+// Whether a parameter or checkpoint tensor name is a LoRA adapter's ("...lora_A", "...lora_B").
+inline bool isAdapterName(const std::string& name) { return name.find("lora_") != std::string::npos; }
+
 // The standard deviation of the token embedding table's N(0, std) start:
 // 1/sqrt(d_model) (rows of norm about 1) for an untied table in a RoPE model,
 // 0.02 otherwise. Evidence in Layers.cpp.

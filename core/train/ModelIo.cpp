@@ -25,13 +25,6 @@ namespace fs = std::filesystem;
 
 std::string shapeText(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
-bool isAdapter(const std::string& name) { return name.find("lora_") != std::string::npos; }
-
-std::string firstLine(const std::string& text)
-{
-    const auto nl = text.find('\n');
-    return nl == std::string::npos ? text : text.substr(0, nl);
-}
 
 // The next token from the last position's fp32 logits: the most likely at
 // temperature 0, else drawn from softmax(logits / T), among the top k if k > 0.
@@ -120,7 +113,7 @@ void loadModelWeights(CausalLmImpl& model, const std::map<std::string, torch::Te
     for (const auto& p : params) {
         const auto found = weights.find(p.key());
         if (found == weights.end()) {
-            if (isAdapter(p.key())) continue; // a fresh adapter on a trained base
+            if (isAdapterName(p.key())) continue; // a fresh adapter on a trained base
             throw InputError(source + " has no tensor " + p.key() + " " + shapeText(p.value())
                              + ", which this model needs: it was saved from another architecture");
         }
@@ -131,7 +124,7 @@ void loadModelWeights(CausalLmImpl& model, const std::map<std::string, torch::Te
     }
     for (const auto& [name, tensor] : weights) {
         if (params.contains(name)) continue;
-        if (isAdapter(name)) {
+        if (isAdapterName(name)) {
             throw InputError(source + " holds LoRA adapter " + name + ", which this model does not have: export it with "
                                       "'trainbench-cli export-model RUN --merge-lora', or use the same lora settings");
         }
@@ -149,7 +142,7 @@ std::map<std::string, torch::Tensor> modelTensors(CausalLmImpl& model, bool merg
     torch::NoGradGuard noGrad;
     std::map<std::string, torch::Tensor> out;
     for (const auto& p : model.named_parameters()) {
-        if (mergeLora && isAdapter(p.key())) continue;
+        if (mergeLora && isAdapterName(p.key())) continue;
         out[p.key()] = p.value().detach().to(torch::kCPU).clone();
     }
     if (!mergeLora) return out;

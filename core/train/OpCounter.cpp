@@ -21,13 +21,13 @@ std::unique_ptr<at::ObserverContext> countOp(const at::RecordFunction& fn)
 
 thread_local std::vector<const char*>* t_stack = nullptr;
 
-std::unique_ptr<at::ObserverContext> enterOp(const at::RecordFunction& fn)
+std::unique_ptr<at::ObserverContext> pushOpName(const at::RecordFunction& fn)
 {
     if (t_stack) t_stack->push_back(fn.name());
     return nullptr;
 }
 
-void leaveOp(const at::RecordFunction&, at::ObserverContext*)
+void popOpName(const at::RecordFunction&, at::ObserverContext*)
 {
     if (t_stack && !t_stack->empty()) t_stack->pop_back();
 }
@@ -39,7 +39,7 @@ OpTracker::OpTracker()
     static thread_local std::vector<const char*> stack;
     stack.clear();
     t_stack = &stack;
-    m_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&enterOp, &leaveOp));
+    m_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&pushOpName, &popOpName));
 }
 
 OpTracker::~OpTracker()

@@ -115,7 +115,7 @@ void mirror(torch::nn::Module& into, const torch::jit::Module& from)
 }
 
 // The first line that says something (the interpreter's errors start with a blank one).
-std::string firstLine(const std::string& text)
+std::string firstSayingLine(const std::string& text)
 {
     std::size_t start = 0;
     while (start < text.size()) {
@@ -157,9 +157,9 @@ torch::jit::Module loadScriptedModule(const std::string& path)
             module = torch::jit::load(path, torch::Device(torch::kCPU));
         }
     } catch (const c10::Error& e) {
-        refuse("cannot be loaded as a TorchScript module (" + firstLine(e.what_without_backtrace()) + ")");
+        refuse("cannot be loaded as a TorchScript module (" + firstSayingLine(e.what_without_backtrace()) + ")");
     } catch (const std::exception& e) {
-        refuse("cannot be loaded as a TorchScript module (" + firstLine(e.what()) + ")");
+        refuse("cannot be loaded as a TorchScript module (" + firstSayingLine(e.what()) + ")");
     }
     if (!module.find_method("forward")) refuse("has no forward method");
     return module;
@@ -204,7 +204,7 @@ std::vector<std::pair<std::string, std::string>> moveModel(CausalLmImpl& model, 
         try {
             t.tensor.set_data(t.tensor.to(device));
         } catch (const c10::Error& e) {
-            failed.emplace_back(t.path, firstLine(e.what_without_backtrace()));
+            failed.emplace_back(t.path, firstSayingLine(e.what_without_backtrace()));
         }
     }
     return failed;
@@ -295,9 +295,9 @@ bool isDeviceMismatchText(const std::string& message)
 
 std::string errorSummary(const std::string& message)
 {
-    if (message.find("TorchScript interpreter") == std::string::npos) return firstLine(message);
+    if (message.find("TorchScript interpreter") == std::string::npos) return firstSayingLine(message);
     std::size_t end = message.find_last_not_of(" \t\r\n");
-    if (end == std::string::npos) return firstLine(message);
+    if (end == std::string::npos) return firstSayingLine(message);
     const auto start = message.rfind('\n', end);
     return message.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1));
 }

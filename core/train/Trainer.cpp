@@ -1,4 +1,5 @@
 #include "train/Trainer.h"
+#include "common/Errors.h"
 #include "train/Bf16AdamW.h"
 #include "train/HfModel.h"
 #include "train/TrainerImpl.h"
@@ -54,12 +55,6 @@ int cudaIndexOf(const std::string& device)
 }
 
 } // namespace
-
-std::string detail::firstLine(const std::string& text)
-{
-    const auto nl = text.find('\n');
-    return nl == std::string::npos ? text : text.substr(0, nl);
-}
 
 std::string detail::fixed(double v, int digits)
 {
@@ -465,7 +460,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
 #endif
     } catch (const c10::Error& e) {
         result.status = TrainResult::Status::Failed;
-        result.message = detail::firstLine(e.what_without_backtrace());
+        result.message = firstLine(e.what_without_backtrace());
     } catch (const std::exception& e) {
         result.status = TrainResult::Status::Failed;
         // A TorchScript model's errors come as the interpreter's traceback; its last line is the error.

@@ -165,7 +165,7 @@ std::string Trainer::Impl::saveCheckpoint(int step, const TrainerCallbacks& call
             return error;
         });
     } catch (const c10::Error& e) {
-        reason = detail::firstLine(e.what_without_backtrace());
+        reason = firstLine(e.what_without_backtrace());
     }
     if (!reason.empty()) {
         throw RunError("could not write the checkpoint for step " + std::to_string(step) + " (" + reason + ")"
@@ -187,7 +187,7 @@ void Trainer::Impl::loadCheckpoint(const std::string& path)
         // Onto the CPU whatever device wrote it; parameters are copied to theirs below.
         archive.load_from(path, torch::Device(torch::kCPU));
     } catch (const c10::Error& e) {
-        throw InputError("checkpoint " + path + " cannot be read (" + detail::firstLine(e.what_without_backtrace())
+        throw InputError("checkpoint " + path + " cannot be read (" + firstLine(e.what_without_backtrace())
                          + "); it may be truncated or not a Trainbench checkpoint");
     }
     // A fresh tensor per key: InputArchive::read into a defined tensor resizes it in place.
@@ -232,7 +232,7 @@ void Trainer::Impl::loadCheckpoint(const std::string& path)
         const auto scale = read("scaler");
         scaler.setScale(scale[0].item<double>(), static_cast<int>(scale[1].item<double>()));
     } catch (const c10::Error& e) {
-        throw InputError("checkpoint " + path + " does not fit this run (" + detail::firstLine(e.what_without_backtrace())
+        throw InputError("checkpoint " + path + " does not fit this run (" + firstLine(e.what_without_backtrace())
                          + ")");
     }
 }

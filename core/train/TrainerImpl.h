@@ -27,8 +27,6 @@
 
 namespace tb {
 namespace detail {
-// The first line of an exception's text (LibTorch appends its C++ backtrace).
-std::string firstLine(const std::string& text);
 // `v` with `digits` decimals, as messages print figures.
 std::string fixed(double v, int digits);
 } // namespace detail
