@@ -710,6 +710,74 @@ def chat_training_data(tmp, modules):
                 break
         print("chat data %-7s %d conversations: reference ids, %s, loss on exactly the assistant turns and %s" % (
             name, len(ours), "one BOS" if bos else "no BOS (the family has none)", EOT[name]))
+        failures += other_shapes(name, folder, conversations, ours)
+    return failures
+
+
+def sharegpt(messages):
+    roles = {"user": "human", "assistant": "gpt", "system": "system"}
+    return {"conversations": [{"from": roles[m["role"]], "value": m["content"]} for m in messages]}
+
+
+def alpaca(messages, split):
+    """A conversation as Alpaca's record, as LLaMA-Factory reads it: the last
+    user turn is instruction + "\\n" + input (split at a space, when `split`),
+    earlier turns are "history" pairs."""
+    record = {}
+    if messages[0]["role"] == "system":
+        record["system"] = messages[0]["content"]
+        messages = messages[1:]
+    turns = [(messages[i]["content"], messages[i + 1]["content"]) for i in range(0, len(messages), 2)]
+    question, answer = turns[-1]
+    if split and "\n" in question:
+        record["instruction"], record["input"] = question.split("\n", 1)
+    else:
+        record["instruction"], record["input"] = question, ""
+    record["output"] = answer
+    if len(turns) > 1:
+        record["history"] = [list(t) for t in turns[:-1]]
+    return record
+
+
+def other_shapes(name, folder, conversations, ours):
+    """ShareGPT's and Alpaca's shapes of the same conversations train exactly
+    as the "messages" shape: the same text, ids and loss mask."""
+    failures = []
+    plain = [(c, o) for c, o in zip(conversations, ours) if all(isinstance(m["content"], str) for m in c)]
+    for shape, records in (("ShareGPT", [sharegpt(c) for c, _ in plain]),
+                           ("Alpaca", [alpaca(c, i % 2 == 0) for i, (c, _) in enumerate(plain)])):
+        p = subprocess.run([CLI, "chat-template", "--model", folder, "--tokenize"],
+                           input="".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode(),
+                           capture_output=True)
+        got = [json.loads(l) for l in p.stdout.decode().split("\n") if l] if p.returncode == 0 else []
+        if p.returncode != 0 or len(got) != len(plain):
+            failures.append("chat data %s, %s records: %s" % (name, shape, p.stderr.decode().strip()))
+            continue
+        for (c, o), g, r in zip(plain, got, records):
+            if (g["text"], g["ids"], g["mask"]) != (o["text"], o["ids"], o["mask"]):
+                failures.append("chat data %s: the %s record %s trains otherwise than its messages %s" % (
+                    name, shape, json.dumps(r)[:160], json.dumps(c)[:160]))
+                break
+        print("chat data %-7s %d %s records: the same text, ids and loss mask as their messages" % (
+            name, len(got), shape))
+    if name != "llama3":
+        return failures
+    # Each shape's bad record, named (the run names its line; a run on chat data checks that).
+    for record, why in (({"instruction": "Add 2 and 3."}, 'no "output" (the answer to train on)'),
+                        ({"instruction": 5, "output": "x"}, '"instruction" is not a string'),
+                        ({"instruction": "q", "output": "a", "history": [["only one"]]},
+                         '"history" entry 1 is not a [user, assistant] pair of strings'),
+                        ({"conversations": {"from": "human"}}, '"conversations" is not a list'),
+                        ({"conversations": [{"from": "human"}]}, 'turn 1: no "value"'),
+                        ({"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "yo"}]},
+                         'turn 2 is from "bot" (human, gpt or system)'),
+                        ({"messages": "hi"}, '"messages" is not a list'),
+                        ({"prompt": "hi"}, 'no "messages" list (nor ShareGPT\'s "conversations", nor Alpaca\'s')):
+        p = subprocess.run([CLI, "chat-template", "--model", folder, "--tokenize"], input=(json.dumps(record) + "\n").encode(),
+                           capture_output=True)
+        if p.returncode == 0 or why not in p.stderr.decode():
+            failures.append("chat data: %s is not refused with %r: exit %d, %s" % (
+                json.dumps(record), why, p.returncode, p.stderr.decode().strip()))
     return failures
 
 def chat_training_run(tmp, modules):
@@ -724,14 +792,18 @@ def chat_training_run(tmp, modules):
         return ["chat run: could not generate the model folder: " + generate.stderr]
     rng = random.Random(8)
     lines = []
-    for _ in range(300):
+    for i in range(300):
         a, b = rng.randint(1, 9), rng.randint(1, 9)
-        lines.append(json.dumps({"messages": [{"role": "user", "content": "What is %d plus %d?" % (a, b)},
-                                              {"role": "assistant", "content": "%d plus %d is %d." % (a, b, a + b)}]}))
+        messages = [{"role": "user", "content": "What is %d plus %d?" % (a, b)},
+                    {"role": "assistant", "content": "%d plus %d is %d." % (a, b, a + b)}]
+        # The three shapes a chat file may hold, mixed.
+        lines.append(json.dumps([{"messages": messages}, sharegpt(messages), alpaca(messages, False)][i % 3]))
     lines.insert(5, json.dumps({"messages": [{"role": "assistant", "content": "hi"}]}))   # line 6: wrong order
     lines.insert(9, json.dumps({"messages": []}))                                          # line 10: empty
     lines.insert(12, json.dumps({"text": "no messages"}))                                  # line 13
     lines.insert(15, "{broken")                                                            # line 16
+    lines.insert(18, json.dumps({"conversations": [{"from": "human", "value": "hi"},      # line 19: a role
+                                                   {"from": "bot", "value": "yo"}]}))      # ShareGPT lacks
     data = os.path.join(tmp, "chat.jsonl")
     with open(data, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -752,7 +824,8 @@ def chat_training_run(tmp, modules):
         json.dump(cfg, f)
     got = subprocess.run([CLI, "train", "--config", path, "--db", db], capture_output=True, text=True, env=env)
     losses = [float(l.split("loss")[1].split()[0]) for l in got.stdout.splitlines() if l.startswith("step ")]
-    if got.returncode != 0 or "skipped 4 bad lines" not in got.stderr or "line 10: an empty conversation" not in got.stderr:
+    if (got.returncode != 0 or "skipped 5 bad lines" not in got.stderr or "line 10: an empty conversation" not in got.stderr
+            or 'line 19: turn 2 is from "bot" (human, gpt or system)' not in got.stderr):
         failures.append("chat run with skip_bad_lines: exit %d, %s" % (got.returncode, got.stderr.strip()))
     elif not (len(losses) >= 2 and losses[-1] < 0.5 * losses[0]):
         failures.append("chat run did not learn: %s" % losses)

@@ -58,12 +58,16 @@ int chatTemplate(const Args& args)
             throw InputError(where + ": not valid JSON (at byte " + std::to_string(e.byte) + ")");
         }
         json context = folder.variables;
-        if (record.is_array()) context["messages"] = record;
-        else if (record.is_object() && record.contains("messages")) {
-            for (const auto& [k, v] : record.items()) context[k] = v;
-        } else {
-            throw InputError(where + ": each line must be {\"messages\": [...]} or a list of messages");
+        json messages;
+        if (record.is_array()) {
+            messages = record;
+        } else if (const auto why = text::conversationMessages(record, messages); !why.empty()) {
+            throw InputError(where + ": " + why + " (a line is {\"messages\": [...]}, a ShareGPT or Alpaca record, or a list of messages)");
         }
+        if (record.is_object()) {
+            for (const auto& [k, v] : record.items()) context[k] = v;
+        }
+        context["messages"] = messages;
         if (tokenize) {
             text::EncodedConversation c;
             const json conversation = record.is_array() ? json{{"messages", record}} : record;
@@ -88,9 +92,10 @@ int chatTemplate(const Args& args)
 const CommandRegistration chatTemplateRegistration{Command{
     "chat-template",
     "Render conversations with a model folder's chat template (tokenizer_config.json), as transformers' "
-    "apply_chat_template renders them: each standard-input line is {\"messages\": [{\"role\", \"content\"}, ...], ...} "
-    "(other keys become template variables) or a bare list of messages; each output line is the rendered text as a "
-    "JSON string.",
+    "apply_chat_template renders them: each standard-input line is {\"messages\": [{\"role\", \"content\"}, ...], ...}, "
+    "a ShareGPT ({\"conversations\": [{\"from\", \"value\"}, ...]}) or Alpaca ({\"instruction\", \"input\", \"output\"}) "
+    "record (other keys become template variables) or a bare list of messages; each output line is the rendered text "
+    "as a JSON string.",
     "--model DIR [--template FILE] [--add-generation-prompt | --tokenize]",
     {{"--model", true, "a model folder with tokenizer_config.json", "DIR"},
      {"--template", true, "a template file to use instead of the folder's", "FILE"},

@@ -3,7 +3,8 @@
 //
 // Formats: "text" (documents separated by blank lines), "jsonl" (one JSON
 // object per line, the document in a string field) and "chat" (one JSON object
-// per line with "messages", rendered with the model's chat template). Each
+// per line with "messages", or in ShareGPT's or Alpaca's shape, rendered with
+// the model's chat template). Each
 // document becomes its ids (the tokenizer's template adds BOS where it says
 // so; a chat template writes its own) followed by EOS, so documents pack into
 // training windows with EOS between them. A chat corpus also gets a loss mask:
@@ -41,10 +42,20 @@ struct CorpusSpec {
     std::string chatSource;
 };
 
-// One conversation ({"messages": [...]}) rendered and tokenized with its loss
-// mask. Returns the reason it is bad data (empty when it is not): no messages,
-// a message without role or content, a wrong role order, no assistant message,
-// or the template refusing it.
+// A chat record's messages, in any of the three shapes people bring:
+//   {"messages": [{"role", "content"}, ...]}   (OpenAI's, Hugging Face's)
+//   ShareGPT: {"conversations": [{"from", "value"}, ...], "system"?}, the
+//     roles human, gpt and system (user, assistant and system);
+//   Alpaca: {"instruction", "input"?, "output", "system"?, "history"?}: the
+//     user's turn is the instruction and the input joined by a newline, the
+//     assistant's the output, after "history"'s [user, assistant] pairs.
+// Returns why the record is none of them (empty when `messages` is filled).
+std::string conversationMessages(const nlohmann::ordered_json& record, nlohmann::ordered_json& messages);
+
+// One conversation (conversationMessages' shapes) rendered and tokenized with
+// its loss mask. Returns the reason it is bad data (empty when it is not): no
+// messages, a message without role or content, a wrong role order, no
+// assistant message, or the template refusing it.
 struct EncodedConversation {
     std::string text;               // as the template renders it
     std::vector<std::int32_t> ids;
