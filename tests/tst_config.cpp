@@ -7,6 +7,7 @@
 #include "TestPaths.h"
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
+#include "config/LearningRate.h"
 #include "config/RunConfig.h"
 
 using namespace tb;
@@ -18,6 +19,7 @@ private Q_SLOTS:
     void bundledExamplesParse_data();
     void bundledExamplesParse();
     void defaultsAreValid();
+    void learningRateFollowsTheSchedule();
     void roundTripThroughJson();
     void invalidConfigsNameFieldAndReason_data();
     void invalidConfigsNameFieldAndReason();
@@ -51,6 +53,35 @@ void TestConfig::bundledExamplesParse()
     } catch (const std::exception& e) {
         QFAIL(e.what());
     }
+}
+
+void TestConfig::learningRateFollowsTheSchedule()
+{
+    // lr 0.01 over 6 steps, 2 of them warmup: the decay spans steps 3 to 6
+    // (progress 1/4 to 1) and ends at min_lr_ratio x lr.
+    OptimConfig o;
+    o.lr = 0.01;
+    o.warmupSteps = 2;
+    o.minLrRatio = 0.5;
+    const auto at = [&](const char* schedule, int step) {
+        o.schedule = schedule;
+        return learningRateAt(o, step, 6);
+    };
+    for (const char* s : {"constant", "linear", "cosine"}) {
+        QCOMPARE(at(s, 1), 0.005);
+        QCOMPARE(at(s, 2), 0.01);
+    }
+    QCOMPARE(at("constant", 3), 0.01);
+    QCOMPARE(at("constant", 6), 0.01);
+    QCOMPARE(at("linear", 3), 0.00875);
+    QCOMPARE(at("linear", 4), 0.0075);
+    QCOMPARE(at("linear", 6), 0.005);
+    QCOMPARE(at("cosine", 4), 0.0075); // halfway down the half cosine
+    QCOMPARE(at("cosine", 6), 0.005);
+    QVERIFY(at("cosine", 3) > at("linear", 3)); // a cosine leaves the peak slower
+    // The default: a cosine to 10% of lr.
+    const OptimConfig d;
+    QCOMPARE(learningRateAt(d, 200, 200), 0.1 * d.lr);
 }
 
 void TestConfig::defaultsAreValid()
@@ -118,7 +149,8 @@ void TestConfig::invalidConfigsNameFieldAndReason_data()
     row("beta is one", R"({"optim": {"betas": [0.9, 1.0]}})", "optim.betas[1]", "[0, 1)");
     row("betas wrong shape", R"({"optim": {"betas": [0.9]}})", "optim.betas", "array of two numbers");
     row("optimizer unknown", R"({"optim": {"optimizer": "adamm"}})", "optim.optimizer", "did you mean \"adamw\"");
-    row("schedule unknown", R"({"optim": {"schedule": "linear"}})", "optim.schedule", "must be one of \"cosine\", \"constant\"");
+    row("schedule unknown", R"({"optim": {"schedule": "linearly"}})", "optim.schedule", "did you mean \"linear\"");
+    row("min lr above peak", R"({"optim": {"min_lr_ratio": 1.5}})", "optim.min_lr_ratio", "[0, 1]");
     row("warmup beyond steps", R"({"train": {"steps": 10}, "optim": {"warmup_steps": 20}})", "optim.warmup_steps", "at most train.steps");
     row("negative clip", R"({"optim": {"grad_clip": -1}})", "optim.grad_clip", "got -1");
     row("heads do not divide", R"({"model": {"d_model": 100, "n_head": 3}})", "model.n_head", "must divide model.d_model (100)");

@@ -16,6 +16,7 @@
 
 #include "memory/MemoryProbe.h"
 #include "config/HfArchitecture.h"
+#include "config/LearningRate.h"
 #include "train/Datasets.h"
 #include "train/Gpt.h"
 #include "train/Bf16AdamW.h"
@@ -172,11 +173,16 @@ void TestEquivalence::cancelThenResumeReproducesTheRun()
     config.train.evalEvery = 100;
     config.model.dropout = 0.1; // the RNG state must be restored too
     config.optim.warmupSteps = 3;
+    config.optim.schedule = "linear"; // and each step at the schedule's rate, resumed too
+    config.optim.minLrRatio = 0.3;
 
-    const auto lossesOf = [](Trainer& trainer, std::vector<double>& losses, int cancelAt) {
+    QString wrongRate;
+    const auto lossesOf = [&](Trainer& trainer, std::vector<double>& losses, int cancelAt) {
         TrainerCallbacks callbacks;
         callbacks.onStep = [&](const StepMetrics& s) {
             losses.push_back(s.loss);
+            const double want = learningRateAt(config.optim, s.step, config.train.steps);
+            if (s.lr != want && wrongRate.isEmpty()) wrongRate = QString("step %1 ran at lr %2, not %3").arg(s.step).arg(s.lr).arg(want);
             if (s.step == cancelAt) trainer.requestCancel();
         };
         return trainer.run(callbacks);
@@ -206,6 +212,7 @@ void TestEquivalence::cancelThenResumeReproducesTheRun()
         QCOMPARE(trainer.startStep(), 7);
         QCOMPARE(lossesOf(trainer, resumed, -1).status, TrainResult::Status::Finished);
     }
+    QVERIFY2(wrongRate.isEmpty(), qPrintable(wrongRate));
     QCOMPARE(resumed.size(), uninterrupted.size());
     for (std::size_t i = 0; i < resumed.size(); ++i) {
         QVERIFY2(resumed[i] == uninterrupted[i],

@@ -11,8 +11,11 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QScrollArea>
 
 #include "ConfigDocument.h"
+#include "LearningRatePlot.h"
+#include "config/LearningRate.h"
 #include "ExperimentPanel.h"
 #include "MainWindow.h"
 #include "MemoryPlannerPanel.h"
@@ -40,6 +43,8 @@ private Q_SLOTS:
     void ownTorchScriptModel();
     void openModelFolder();
     void leftOutFieldsShowWhatTrains();
+    void tunedSettingsHaveFieldsWithTheirDefaults();
+    void schedulePreviewDrawsTheRateAsEdited();
     void estimateIsInTheUnitThatSuitsIt();
     void menuShortcutsAreTheDocumentedOnes();
     void fileDialogOpensLargeEnoughToRead();
@@ -289,6 +294,81 @@ void TestExperimentPanel::openModelFolder()
 // A built-in llama without positional_encoding trains with RoPE (the config
 // parser's default for the family); the form showed the list's first entry,
 // "learned".
+// The settings people tune have fields, each with a tooltip ending in its
+// default, the parser's; LoRA's targets are a list typed with commas.
+void TestExperimentPanel::tunedSettingsHaveFieldsWithTheirDefaults()
+{
+    auto* panel = m_window->experimentPanel();
+    const tb::RunConfig d;
+    const std::vector<std::pair<QString, QString>> fields{
+        {"train.grad_accum", QString::number(d.train.gradAccum)},   {"train.eval_every", QString::number(d.train.evalEvery)},
+        {"train.checkpoint_every", QString::number(d.train.checkpointEvery)},
+        {"optim.warmup_steps", QString::number(d.optim.warmupSteps)}, {"optim.schedule", QString::fromStdString(d.optim.schedule)},
+        {"optim.min_lr_ratio", QString::number(d.optim.minLrRatio)}, {"optim.weight_decay", QString::number(d.optim.weightDecay)},
+        {"optim.grad_clip", QString::number(d.optim.gradClip)},     {"lora.alpha", QString::number(d.lora.alpha)},
+        {"lora.targets", "attn, mlp"}};
+    for (const auto& [path, value] : fields) {
+        QWidget* editor = panel->fieldEditor(path);
+        QVERIFY2(editor, qPrintable(path + " has no field"));
+        QVERIFY2(editor->toolTip().endsWith("Default: " + value), qPrintable(path + ": " + editor->toolTip()));
+    }
+    // LoRA's fields wait for a rank; then the targets take a list.
+    QVERIFY(!line("lora.targets")->isEnabled());
+    typeInto(line("lora.rank"), "4");
+    QVERIFY(line("lora.targets")->isEnabled());
+    typeInto(line("lora.targets"), "attn,  mlp");
+    QCOMPARE(m_window->document()->value("lora.targets").toArray(), (QJsonArray{"attn", "mlp"}));
+    QVERIFY(m_window->document()->isValid());
+    typeInto(line("lora.targets"), "attn, q_proj");
+    QVERIFY(!m_window->document()->isValid()); // a GPT has no q_proj: the field says so
+    QVERIFY2(panel->fieldMessage("lora.targets").contains("q_proj"), qPrintable(panel->fieldMessage("lora.targets")));
+    QVERIFY(line("lora.targets")->toolTip().contains("This model's: attn, mlp"));
+}
+
+// The learning-rate preview is the trainer's schedule, drawn again as the
+// fields change; a warmup as long as the run says so.
+void TestExperimentPanel::schedulePreviewDrawsTheRateAsEdited()
+{
+    m_window->resize(1600, 1000);
+    auto* plot = m_window->experimentPanel()->findChild<LearningRatePlot*>("schedulePreview");
+    auto* summary = m_window->experimentPanel()->findChild<QLabel*>("scheduleSummary");
+    QVERIFY(plot && summary);
+    typeInto(line("train.steps"), "120");
+    typeInto(line("optim.warmup_steps"), "12");
+    typeInto(line("optim.lr"), "0.002");
+    qobject_cast<QComboBox*>(m_window->experimentPanel()->fieldEditor("optim.schedule"))->setCurrentText("linear");
+    typeInto(line("optim.min_lr_ratio"), "0.25");
+    const auto config = m_window->document()->config();
+    QVERIFY(config.has_value());
+    QCOMPARE(config->optim.schedule, std::string("linear"));
+    const auto* data = plot->graph(0)->data().data();
+    QCOMPARE(data->size(), 120);
+    for (int step : {1, 12, 13, 60, 120}) {
+        const double drawn = data->at(step - 1)->value;
+        QCOMPARE(drawn, learningRateAt(config->optim, step, 120));
+    }
+    QCOMPARE(data->at(119)->value, 0.0005);
+    QVERIFY2(summary->text().contains("warmup 12 steps to 0.002") && summary->text().contains("linear decay to 0.0005 at step 120"),
+             qPrintable(summary->text()));
+    // The form scrolls to it (as the user would) for the screenshots.
+    QScrollArea* form = nullptr;
+    for (QWidget* w = plot->parentWidget(); w && !form; w = w->parentWidget()) form = qobject_cast<QScrollArea*>(w);
+    QVERIFY(form);
+    form->ensureWidgetVisible(summary, 0, 0);
+    QCoreApplication::processEvents();
+    QVERIFY(plot->height() >= 120);
+    m_window->grab().save(QDir::currentPath() + "/experiment-schedule.png");
+    m_window->resize(1280, 720);
+    QCoreApplication::processEvents();
+    form->ensureWidgetVisible(summary, 0, 0);
+    QCoreApplication::processEvents();
+    m_window->grab().save(QDir::currentPath() + "/experiment-schedule-1280.png");
+
+    typeInto(line("optim.warmup_steps"), "120");
+    QVERIFY2(summary->text().startsWith("Warmup never ends"), qPrintable(summary->text()));
+    QCOMPARE(plot->graph(0)->data()->at(119)->value, 0.002);
+}
+
 void TestExperimentPanel::leftOutFieldsShowWhatTrains()
 {
     auto* doc = m_window->document();
@@ -406,11 +486,14 @@ void TestExperimentPanel::openPythiaFolder()
     doc->setValue("data.path", tokens.fileName());
     doc->setValue("lora.rank", 8);
     doc->setValue("lora.targets", QJsonArray{"query_key_value"});
-    QVERIFY2(!panel->otherIssuesText().contains("lora.targets"), qPrintable(panel->otherIssuesText()));
-    doc->setValue("lora.targets", QJsonArray{"q_proj"}); // a Llama name on a NeoX model
-    QTRY_VERIFY2(panel->otherIssuesText().contains("\"q_proj\" is not a projection of a gpt_neox model")
-                     && panel->otherIssuesText().contains("query_key_value"),
-                 qPrintable(panel->otherIssuesText()));
+    QVERIFY2(panel->fieldMessage("lora.targets").isEmpty(), qPrintable(panel->fieldMessage("lora.targets")));
+    doc->setValue("lora.targets", QJsonArray{"q_proj"}); // a Llama name on a NeoX model: said under the targets
+    QTRY_VERIFY2(panel->fieldMessage("lora.targets").contains("\"q_proj\" is not a projection of a gpt_neox model")
+                     && panel->fieldMessage("lora.targets").contains("query_key_value"),
+                 qPrintable(panel->fieldMessage("lora.targets") + " | " + panel->otherIssuesText()));
+    QVERIFY(!panel->otherIssuesText().contains("lora.targets"));
+    QVERIFY2(panel->fieldEditor("lora.targets")->toolTip().contains("This model's: attn, mlp, query_key_value, dense"),
+             qPrintable(panel->fieldEditor("lora.targets")->toolTip()));
     doc->setValue("lora.targets", QJsonArray{"query_key_value"});
     QTRY_VERIFY2(m_window->document()->isValid(), qPrintable(panel->otherIssuesText()));
     QTest::qWait(50);

@@ -6,12 +6,15 @@
 #include <QComboBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QScrollArea>
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "LearningRatePlot.h"
 #include "PlainText.h"
 #include "config/RunConfig.h"
 
@@ -47,8 +50,9 @@ QWidget* ExperimentPanel::buildForm()
     addField(form, tr("Dataset"), "data.source", Kind::Choice, {"addition", "text", "jsonl", "chat", "tokens"},
              tr("addition: synthetic a+b=c sums; text: a text file, documents separated by blank lines (byte-level "
                 "for the built-in models, the folder's tokenizer for an hf model); jsonl: one JSON record per line "
-                "(hf models); chat: one {\"messages\": [...]} conversation per line, rendered with the folder's chat "
-                "template, the loss on the assistant's turns only; tokens: a file of token ids (uint16 or uint32) for an "
+                "(hf models); chat: one conversation per line ({\"messages\": [...]}, ShareGPT's \"conversations\" or "
+                "Alpaca's \"instruction\"/\"input\"/\"output\"), rendered with the folder's chat template, the loss "
+                "on the assistant's turns only; tokens: a file of token ids (uint16 or uint32) for an "
                 "hf model"));
     addField(form, tr("Digits (addition)"), "data.digits", Kind::Integer);
     addField(form, tr("Data file"), "data.path", Kind::Path, {},
@@ -59,38 +63,79 @@ QWidget* ExperimentPanel::buildForm()
              tr("text and jsonl: skip lines that are not valid UTF-8 or JSON, or lack the field, and count them in "
                 "the run's events, instead of stopping at the first"));
     addField(form, tr("Sequence length"), "data.seq_len", Kind::Integer);
-    addField(form, tr("Batch size"), "train.batch_size", Kind::Integer);
-    addField(form, tr("Steps"), "train.steps", Kind::Integer);
-    addField(form, tr("Learning rate"), "optim.lr", Kind::Number);
+    addField(form, tr("Batch size"), "train.batch_size", Kind::Integer, {}, tr("Sequences per micro-batch"));
+    addField(form, tr("Gradient accumulation"), "train.grad_accum", Kind::Integer, {},
+             tr("Micro-batches per optimizer step: the effective batch is the batch size times this, at the memory "
+                "of one micro-batch"));
+    addField(form, tr("Steps"), "train.steps", Kind::Integer, {}, tr("Optimizer steps of the run"));
+    addField(form, tr("Evaluate every"), "train.eval_every", Kind::Integer, {},
+             tr("Steps between validation passes; 0 = ten per run"));
+    addField(form, tr("Checkpoint every"), "train.checkpoint_every", Kind::Integer, {},
+             tr("Steps between checkpoints (a stopped run resumes from the last); 0 = at the end only"));
+    addField(form, tr("Learning rate"), "optim.lr", Kind::Number, {}, tr("The peak rate, reached after the warmup"));
+    addField(form, tr("Warmup steps"), "optim.warmup_steps", Kind::Integer, {},
+             tr("Steps of linear warmup from 0 to the learning rate"));
+    addField(form, tr("Schedule"), "optim.schedule", Kind::Choice, {"cosine", "linear", "constant"},
+             tr("After the warmup: a half cosine or a straight line down to the minimum at the last step, or constant"));
+    addField(form, tr("Minimum rate"), "optim.min_lr_ratio", Kind::Number, {},
+             tr("cosine, linear: the last step's rate, as a fraction of the learning rate"));
+    {
+        auto* host = new QWidget(formHost);
+        auto* v = new QVBoxLayout(host);
+        v->setContentsMargins(0, 0, 0, 0);
+        m_schedule = new LearningRatePlot(host);
+        m_schedule->setObjectName("schedulePreview");
+        m_scheduleSummary = plainLabel(host);
+        m_scheduleSummary->setObjectName("scheduleSummary");
+        m_scheduleSummary->setWordWrap(true);
+        v->addWidget(m_schedule);
+        v->addWidget(m_scheduleSummary);
+        form->addRow(tr("Rate by step"), host);
+    }
     addField(form, tr("Optimizer"), "optim.optimizer", Kind::Choice, {"adamw", "sgd"});
+    addField(form, tr("Weight decay"), "optim.weight_decay", Kind::Number, {},
+             tr("AdamW's decoupled weight decay (SGD: an L2 penalty), on the weights, not on biases and norms"));
+    addField(form, tr("Gradient clipping"), "optim.grad_clip", Kind::Number, {},
+             tr("The largest gradient norm a step applies; 0 = off"));
     addField(form, tr("Precision"), "train.precision", Kind::Choice, {"auto", "fp32", "fp16", "bf16", "bf16-pure"},
              tr("auto: fp32 on CPU; bf16 on GPUs with compute capability 8.0+, else fp16 with loss scaling; "
                 "bf16-pure: weights, gradients and optimizer state in bf16"));
     addField(form, tr("Activation checkpointing"), "train.activation_checkpointing", Kind::Flag, {},
              tr("Recompute each block in backward: less memory, about a third more compute"));
     addField(form, tr("LoRA rank"), "lora.rank", Kind::Integer, {}, tr("0 = off; >0 trains only low-rank adapters"));
+    addField(form, tr("LoRA alpha"), "lora.alpha", Kind::Number, {}, tr("The adapters' output is scaled by alpha / rank"));
+    addField(form, tr("LoRA targets"), "lora.targets", Kind::List, {},
+             tr("The projections that get adapters, separated by commas: attn and mlp (all of a block's), or "
+                "the model's own names"));
     auto placeholder = [&](const QString& path, const QString& text) {
         if (auto* edit = qobject_cast<QLineEdit*>(fieldEditor(path))) edit->setPlaceholderText(text);
     };
     placeholder("name", QString::fromStdString(d.name));
-    placeholder("model.n_layer", QString::number(d.model.nLayer));
-    placeholder("model.d_model", QString::number(d.model.dModel));
-    placeholder("model.n_head", QString::number(d.model.nHead));
-    placeholder("data.digits", QString::number(d.data.digits));
     placeholder("data.path", tr("bundled sample text"));
     placeholder("data.field", QString::fromStdString(d.data.field));
     placeholder("model.path", tr("only for model torchscript or hf"));
     placeholder("data.seq_len", tr("64 for text; fixed for addition"));
-    placeholder("train.batch_size", QString::number(d.train.batchSize));
-    placeholder("train.steps", QString::number(d.train.steps));
-    placeholder("optim.lr", QString::number(d.optim.lr));
-    placeholder("lora.rank", QString::number(d.lora.rank));
+    // Every other number and list shows its default, from the parser's.
+    for (const auto& f : m_fields) {
+        if (f.kind != Kind::Integer && f.kind != Kind::Number && f.kind != Kind::List) continue;
+        if (auto* edit = qobject_cast<QLineEdit*>(f.editor); edit && edit->placeholderText().isEmpty())
+            edit->setPlaceholderText(defaultText(f.path));
+    }
 
     auto* scroll = new QScrollArea(this);
     scroll->setWidget(formHost);
     scroll->setWidgetResizable(true);
     scroll->setFrameShape(QFrame::NoFrame);
     return scroll;
+}
+
+QString ExperimentPanel::defaultText(const QString& path)
+{
+    static const QJsonObject defaults =
+        QJsonDocument::fromJson(QByteArray::fromStdString(configToJson(RunConfig{}))).object();
+    QJsonValue v = defaults;
+    for (const auto& part : path.split('.')) v = v.toObject().value(part);
+    return fieldText(v);
 }
 
 void ExperimentPanel::addField(QFormLayout* form, const QString& label, const QString& path, Kind kind,
@@ -149,7 +194,12 @@ void ExperimentPanel::addField(QFormLayout* form, const QString& label, const QS
     field.message->setStyleSheet("color: #c0392b");
     field.message->hide();
     rowLayout->addWidget(field.message);
-    if (!tip.isEmpty()) field.editor->setToolTip(tip);
+    // Each tooltip ends with the default (the parser's), where one means something.
+    static const QStringList noDefault{"name", "model.path", "data.path", "data.seq_len"};
+    const QString byDefault = noDefault.contains(path) ? QString() : defaultText(path);
+    const QString shownDefault = byDefault.isEmpty() ? QString() : tr("Default: %1").arg(byDefault);
+    if (!tip.isEmpty() || !shownDefault.isEmpty())
+        field.editor->setToolTip(tip.isEmpty() ? shownDefault : shownDefault.isEmpty() ? tip : tip + "\n" + shownDefault);
     field.editor->setObjectName(path);
     form->addRow(label, row);
     m_fields.push_back(field);

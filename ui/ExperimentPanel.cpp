@@ -3,6 +3,7 @@
 #include "ExperimentPanel.h"
 
 #include "GpuTargetModel.h"
+#include "LearningRatePlot.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -19,6 +20,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QScrollArea>
 #include <QSplitter>
 #include <QDateTime>
@@ -27,6 +29,7 @@
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 
@@ -43,17 +46,25 @@
 #include "train/SampleText.h"
 
 namespace tb::ui {
-namespace {
 
-// What the form shows for a JSON value (absent keys show the default as a placeholder).
-QString display(const QJsonValue& v)
+// What the form shows for a JSON value (absent keys show the default as a
+// placeholder); a list of names as "attn, mlp".
+QString ExperimentPanel::fieldText(const QJsonValue& v)
 {
     if (v.isString()) return v.toString();
     if (v.isBool()) return v.toBool() ? "true" : "false";
     if (v.isDouble()) return QString::number(v.toDouble(), 'g', 10);
     if (v.isUndefined() || v.isNull()) return {};
+    const QJsonArray list = v.toArray();
+    if (v.isArray() && std::all_of(list.begin(), list.end(), [](const QJsonValue& x) { return x.isString(); })) {
+        QStringList names;
+        for (const auto& x : list) names << x.toString();
+        return names.join(", ");
+    }
     return QString::fromUtf8(QJsonDocument(QJsonArray{v}).toJson(QJsonDocument::Compact)).mid(1).chopped(1);
 }
+
+namespace {
 
 // Typed text from a numeric field: a number when it reads as one, else the
 // text itself, so the validator can say what is wrong with it.
@@ -192,6 +203,14 @@ void ExperimentPanel::fieldEdited(const Field& field)
     case Kind::Flag: value = static_cast<QCheckBox*>(field.editor)->isChecked(); break;
     case Kind::Integer: value = parseNumber(static_cast<QLineEdit*>(field.editor)->text(), true); break;
     case Kind::Number: value = parseNumber(static_cast<QLineEdit*>(field.editor)->text(), false); break;
+    case Kind::List: {
+        // "q_proj, v_proj" (commas or spaces) -> ["q_proj", "v_proj"]; empty: the default.
+        QJsonArray names;
+        for (const auto& name : static_cast<QLineEdit*>(field.editor)->text().split(QRegularExpression("[,\\s]+"), Qt::SkipEmptyParts))
+            names.append(name);
+        value = names.isEmpty() ? QJsonValue(QJsonValue::Undefined) : QJsonValue(names);
+        break;
+    }
     default: {
         const QString text = static_cast<QLineEdit*>(field.editor)->text();
         value = text.isEmpty() ? QJsonValue(QJsonValue::Undefined) : QJsonValue(text);
@@ -341,6 +360,8 @@ void ExperimentPanel::refreshFromDocument()
                                                 : (f.path == "data.path" || f.path == "data.seq_len") ? !addition
                                                                                                       : true;
         if (f.path == "data.field") relevant = source == "jsonl";
+        else if (f.path == "optim.min_lr_ratio") relevant = m_document->effectiveValue("optim.schedule").toString() != "constant";
+        else if (f.path == "lora.alpha" || f.path == "lora.targets") relevant = m_document->effectiveValue("lora.rank").toInt() > 0;
         else if (f.path == "data.skip_bad_lines") relevant = source == "text" || source == "jsonl" || source == "chat";
         if (f.path == "model.path") relevant = scripted;
         else if (f.path == "data.source" && modelType == "hf") relevant = true;
@@ -352,7 +373,7 @@ void ExperimentPanel::refreshFromDocument()
             auto* combo = static_cast<QComboBox*>(f.editor);
             // Left out: what the run will use (a llama's RoPE), not the list's first entry.
             const QJsonValue shown = m_document->effectiveValue(f.path);
-            const QString text = shown.isUndefined() ? combo->itemText(0) : display(shown);
+            const QString text = shown.isUndefined() ? combo->itemText(0) : fieldText(shown);
             if (combo->currentText() != text) {
                 if (combo->findText(text) < 0 && !combo->isEditable()) combo->addItem(text);
                 combo->setCurrentText(text);
@@ -363,7 +384,7 @@ void ExperimentPanel::refreshFromDocument()
         default: {
             auto* edit = static_cast<QLineEdit*>(f.editor);
             // Do not rewrite the field being typed into ("1e-" is not yet a number).
-            if (!edit->hasFocus()) edit->setText(display(v));
+            if (!edit->hasFocus()) edit->setText(fieldText(v));
         }
         }
         f.message->hide();
@@ -371,7 +392,9 @@ void ExperimentPanel::refreshFromDocument()
     for (const auto& issue : m_document->issues()) {
         const QString path = QString::fromStdString(issue.path);
         const QString message = QString::fromStdString(issue.message);
-        auto it = std::find_if(m_fields.begin(), m_fields.end(), [&](const Field& f) { return f.path == path; });
+        // A list's entry ("lora.targets[1]") is the list's field's.
+        const QString fieldPath = QString(path).remove(QRegularExpression("\\[\\d+\\]$"));
+        auto it = std::find_if(m_fields.begin(), m_fields.end(), [&](const Field& f) { return f.path == fieldPath; });
         if (it != m_fields.end()) {
             it->message->setText(message);
             it->message->show();
@@ -384,7 +407,29 @@ void ExperimentPanel::refreshFromDocument()
     refreshArchitecture();
     updateEstimate();
     updatePreview();
+    updateScheduleAndTargets();
     m_updating = false;
+}
+
+void ExperimentPanel::updateScheduleAndTargets()
+{
+    const auto config = m_document->config();
+    // LoRA's targets: the names this model has (a folder's by its family).
+    if (auto* targets = fieldEditor("lora.targets"); targets && config) {
+        QStringList names;
+        for (const auto& n : loraTargetNames(*config)) names << QString::fromStdString(n);
+        targets->setToolTip(tr("The projections that get adapters, separated by commas. This model's: %1\nDefault: %2")
+                                .arg(names.join(", "), defaultText("lora.targets")));
+    }
+    m_schedule->setEnabled(config.has_value());
+    if (!config) {
+        m_scheduleSummary->setStyleSheet({});
+        m_scheduleSummary->setText(tr("The preview is drawn again when the config is valid (the messages say what to fix)."));
+        return;
+    }
+    m_schedule->showSchedule(config->optim, config->train.steps);
+    m_scheduleSummary->setStyleSheet(m_schedule->warmupNeverEnds() ? "color: #c0392b" : QString());
+    m_scheduleSummary->setText(m_schedule->summary());
 }
 
 void ExperimentPanel::setTargetModel(GpuTargetModel* targets)

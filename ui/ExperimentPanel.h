@@ -13,6 +13,7 @@
 #include "gpu/Catalogue.h"
 
 class QComboBox;
+class QJsonValue;
 class QFormLayout;
 class QLabel;
 class QPlainTextEdit;
@@ -21,6 +22,7 @@ class QTextBrowser;
 namespace tb::ui {
 
 class ConfigDocument;
+class LearningRatePlot;
 class GpuTargetModel;
 
 // The data preview of an hf model with text or jsonl data, made off the GUI thread.
@@ -67,7 +69,10 @@ Q_SIGNALS:
 
 private:
     QWidget* buildForm(); // the form's fields, in a scroll area
-    enum class Kind { Text, Integer, Number, Choice, Flag, Path };
+    enum class Kind { Text, Integer, Number, Choice, Flag, Path, List };
+    static QString fieldText(const QJsonValue& v);
+    // A field's default, from the config parser's (configToJson of a default RunConfig).
+    static QString defaultText(const QString& path);
     struct Field {
         QString path;
         Kind kind;
@@ -84,6 +89,7 @@ private:
     void refreshArchitecture();
     void updateEstimateFor(const RunConfig& config);
     void updatePreview();
+    void updateScheduleAndTargets();
 
     ConfigDocument* m_document;
     std::vector<Field> m_fields;
@@ -91,6 +97,8 @@ private:
     QLabel* m_otherIssues;
     QLabel* m_estimate;
     QLabel* m_architecture;
+    LearningRatePlot* m_schedule = nullptr;
+    QLabel* m_scheduleSummary = nullptr;
     QWidget* m_previewHost;
     QLabel* m_previewHeader;
     QTextBrowser* m_preview;

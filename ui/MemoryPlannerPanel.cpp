@@ -402,6 +402,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     keyed.optim.lr = 0;
     keyed.optim.warmupSteps = 0;
     keyed.optim.schedule.clear();
+    keyed.optim.minLrRatio = 0;
     keyed.train.steps = 0;
     keyed.train.seed = 0;
     keyed.train.evalEvery = 0;

@@ -334,6 +334,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.number("momentum", c.optim.momentum);
         r.integer("warmup_steps", c.optim.warmupSteps);
         r.text("schedule", c.optim.schedule);
+        r.number("min_lr_ratio", c.optim.minLrRatio);
         r.number("grad_clip", c.optim.gradClip);
         r.boolean("decay_embeddings", c.optim.decayEmbeddings);
         r.read(v);
@@ -539,6 +540,7 @@ std::string configToJson(const RunConfig& c)
                   {"momentum", c.optim.momentum},
                   {"warmup_steps", c.optim.warmupSteps},
                   {"schedule", c.optim.schedule},
+                  {"min_lr_ratio", c.optim.minLrRatio},
                   {"grad_clip", c.optim.gradClip},
                   {"decay_embeddings", c.optim.decayEmbeddings}};
     j["train"] = {{"batch_size", c.train.batchSize},

@@ -111,6 +111,27 @@ bool validDevice(const std::string& device)
     return true;
 }
 
+// LoRA's target names: every model's, and each family's own projections.
+const std::vector<std::string> kBlockTargets{"attn", "mlp"};
+const std::vector<std::string> kLlamaTargets{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+const std::vector<std::string> kGpt2Targets{"c_attn", "c_proj", "c_fc"};
+const std::vector<std::string> kNeoxTargets{"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
+
+std::vector<std::string> targetNames(std::initializer_list<const std::vector<std::string>*> families)
+{
+    std::vector<std::string> names = kBlockTargets;
+    for (const auto* f : families) names.insert(names.end(), f->begin(), f->end());
+    return names;
+}
+
+// A Hugging Face folder's names.
+std::vector<std::string> hfTargetNames(const HfArchitecture& arch)
+{
+    if (arch.llamaFamily()) return targetNames({&kLlamaTargets});
+    if (arch.modelType == "gpt2") return targetNames({&kGpt2Targets});
+    return targetNames({&kNeoxTargets});
+}
+
 // A Hugging Face folder's config.json against the run: its LoRA targets
 // and its positions.
 void checkHfFolder(Checker& check, const RunConfig& c)
@@ -118,10 +139,7 @@ void checkHfFolder(Checker& check, const RunConfig& c)
     try {
         const auto arch = readHfArchitecture(resolvedModelPath(c));
         // A LoRA target must be one of the family's own projections.
-        std::vector<std::string> own{"attn", "mlp"};
-        if (arch.llamaFamily()) own.insert(own.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
-        else if (arch.modelType == "gpt2") own.insert(own.end(), {"c_attn", "c_proj", "c_fc"});
-        else own.insert(own.end(), {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"});
+        const auto own = hfTargetNames(arch);
         for (std::size_t i = 0; c.lora.rank > 0 && i < c.lora.targets.size(); ++i) {
             if (std::find(own.begin(), own.end(), c.lora.targets[i]) == own.end()) {
                 std::string list;
@@ -283,7 +301,8 @@ void checkOptimization(Checker& check, const RunConfig& c)
     check.realRange("optim.betas[0]", o.betas[0], 0.0, 1.0, false, true);
     check.realRange("optim.betas[1]", o.betas[1], 0.0, 1.0, false, true);
     check.realRange("optim.momentum", o.momentum, 0.0, 1.0, false, true);
-    check.oneOf("optim.schedule", o.schedule, {"cosine", "constant"});
+    check.oneOf("optim.schedule", o.schedule, {"cosine", "linear", "constant"});
+    check.realRange("optim.min_lr_ratio", o.minLrRatio, 0.0, 1.0, false, false);
     check.realRange("optim.grad_clip", o.gradClip, 0.0, 1e6, false, false);
 
     const auto& t = c.train;
@@ -319,11 +338,8 @@ void checkLora(Checker& check, const RunConfig& c)
     }
     check.realRange("lora.alpha", l.alpha, 0.0, 1e6, true, false);
     if (l.rank > 0 && l.targets.empty()) check.add("lora.targets", "must name at least one of \"attn\", \"mlp\" when lora.rank > 0");
-    std::vector<std::string> targets{"attn", "mlp"};
-    if (m.type == "hf") targets.insert(targets.end(), {"c_attn", "c_proj", "c_fc", "query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"});
-    if (m.type == "llama" || m.type == "hf") {
-        targets.insert(targets.end(), {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
-    }
+    // Any family's names for a folder (checkHfFolder holds it to its own).
+    const auto targets = m.type == "hf" ? targetNames({&kGpt2Targets, &kNeoxTargets, &kLlamaTargets}) : loraTargetNames(c);
     for (std::size_t i = 0; i < l.targets.size(); ++i) {
         check.oneOf("lora.targets[" + std::to_string(i) + "]", l.targets[i], targets);
     }
@@ -351,6 +367,19 @@ std::vector<ConfigIssue> validateConfig(const RunConfig& c, bool checkFiles)
     checkOptimization(check, c);
     checkLora(check, c);
     return issues;
+}
+
+std::vector<std::string> loraTargetNames(const RunConfig& config)
+{
+    if (config.model.type == "hf") {
+        try {
+            return hfTargetNames(readHfArchitecture(resolvedModelPath(config)));
+        } catch (const InputError&) {
+            return kBlockTargets;
+        }
+    }
+    if (config.model.type == "llama") return targetNames({&kLlamaTargets});
+    return kBlockTargets;
 }
 
 } // namespace tb

@@ -59,7 +59,8 @@ struct OptimConfig {
     std::array<double, 2> betas{0.9, 0.99};
     double momentum = 0.9;
     int warmupSteps = 0;
-    std::string schedule = "cosine"; // cosine | constant
+    std::string schedule = "cosine"; // cosine | linear | constant (config/LearningRate.h)
+    double minLrRatio = 0.1;         // cosine, linear: the last step's rate, a fraction of lr
     double gradClip = 1.0;           // 0: off
     bool decayEmbeddings = false;    // AdamW weight decay on embedding tables too
 };
@@ -167,6 +168,11 @@ int effectiveSeqLen(const RunConfig& config);
 // projection names (llama: q_proj ... down_proj; gpt: qkv, proj, fc, out);
 // other names pass through. Order kept, duplicates dropped.
 std::vector<std::string> loraProjections(const std::string& modelType, const std::vector<std::string>& targets);
+// The names lora.targets accepts for the config's model: "attn" and "mlp",
+// and the model's own projections (a Llama's q_proj ... down_proj; a Hugging
+// Face folder's by its family, read from its config.json: when that cannot be
+// read, only "attn" and "mlp").
+std::vector<std::string> loraTargetNames(const RunConfig& config);
 
 // The fields (dotted paths, "name" left out) whose values differ between
 // configs given as JSON text, with each config's value as compact JSON ("" where

@@ -28,16 +28,6 @@ double maskedTokenCount(const std::vector<Batch>& microBatches)
     return std::max(count, 1.0);
 }
 
-double learningRateAt(int step, int totalSteps, int warmupSteps, double peak, bool cosine)
-{
-    if (warmupSteps > 0 && step <= warmupSteps) return peak * step / warmupSteps;
-    if (!cosine) return peak;
-    const double span = std::max(1, totalSteps - warmupSteps);
-    const double progress = std::clamp((step - warmupSteps) / span, 0.0, 1.0);
-    const double floor = 0.1 * peak;
-    return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * progress));
-}
-
 ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
 {
     return modelOptionsFor(config, data.vocabSize(), data.seqLen());

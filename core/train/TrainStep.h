@@ -19,9 +19,6 @@ torch::Tensor maskedLossSum(const torch::Tensor& logits, const Batch& batch, dou
 // Masked token count of a set of micro-batches.
 double maskedTokenCount(const std::vector<Batch>& microBatches);
 
-// Linear warmup, then cosine decay to 10% of the peak (or constant).
-double learningRateAt(int step, int totalSteps, int warmupSteps, double peak, bool cosine);
-
 // Model options for a config and a dataset (its vocabulary and sequence length).
 ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data);
 ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen);

@@ -1,5 +1,6 @@
 #include "train/Trainer.h"
 #include "common/Errors.h"
+#include "config/LearningRate.h"
 #include "train/Bf16AdamW.h"
 #include "train/HfModel.h"
 #include "train/TrainerImpl.h"
@@ -372,8 +373,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             const auto started = Clock::now();
             if (!memoryDevice.empty()) MemoryProbe::resetPeak(memoryDevice);
 
-            const double lr = learningRateAt(step, total, m->config.optim.warmupSteps, m->config.optim.lr,
-                                             m->config.optim.schedule == "cosine");
+            const double lr = learningRateAt(m->config.optim, step, total);
             m->setLearningRate(lr);
             m->optimizer->zero_grad();
 
