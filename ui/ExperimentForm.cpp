@@ -94,7 +94,8 @@ QWidget* ExperimentPanel::buildForm()
     }
     addField(form, tr("Optimizer"), "optim.optimizer", Kind::Choice, {"adamw", "sgd"});
     addField(form, tr("Weight decay"), "optim.weight_decay", Kind::Number, {},
-             tr("AdamW's decoupled weight decay (SGD: an L2 penalty), on the weights, not on biases and norms"));
+             tr("AdamW's decoupled weight decay (SGD: an L2 penalty) on the weight matrices; not on biases, norm "
+                "gains or embedding tables (unless optim.decay_embeddings)"));
     addField(form, tr("Gradient clipping"), "optim.grad_clip", Kind::Number, {},
              tr("The largest gradient norm a step applies; 0 = off"));
     addField(form, tr("Precision"), "train.precision", Kind::Choice, {"auto", "fp32", "fp16", "bf16", "bf16-pure"},
