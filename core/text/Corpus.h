@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/ChatRecords.h"
 #include "text/ChatTemplate.h"
 #include "text/Tokenizer.h"
 
@@ -42,20 +43,10 @@ struct CorpusSpec {
     std::string chatSource;
 };
 
-// A chat record's messages, in any of the three shapes people bring:
-//   {"messages": [{"role", "content"}, ...]}   (OpenAI's, Hugging Face's)
-//   ShareGPT: {"conversations": [{"from", "value"}, ...], "system"?}, the
-//     roles human, gpt and system (user, assistant and system);
-//   Alpaca: {"instruction", "input"?, "output", "system"?, "history"?}: the
-//     user's turn is the instruction and the input joined by a newline, the
-//     assistant's the output, after "history"'s [user, assistant] pairs.
-// Returns why the record is none of them (empty when `messages` is filled).
-std::string conversationMessages(const nlohmann::ordered_json& record, nlohmann::ordered_json& messages);
-
-// One conversation (conversationMessages' shapes) rendered and tokenized with
-// its loss mask. Returns the reason it is bad data (empty when it is not): no
-// messages, a message without role or content, a wrong role order, no
-// assistant message, or the template refusing it.
+// One conversation (in any shape conversationMessages reads, text/ChatRecords.h)
+// rendered and tokenized with its loss mask. Returns the reason it is bad data
+// (empty when it is not): no messages, a message without role or content, a
+// wrong role order, no assistant message, or the template refusing it.
 struct EncodedConversation {
     std::string text;               // as the template renders it
     std::vector<std::int32_t> ids;
