@@ -762,6 +762,15 @@ def other_shapes(name, folder, conversations, ours):
             name, len(got), shape))
     if name != "llama3":
         return failures
+    # Alpaca's user turn joins only the parts that are there: an empty instruction is not a blank line.
+    pairs = [({"instruction": "", "input": "Add 2 and 3.", "output": "5"},
+              {"messages": [{"role": "user", "content": "Add 2 and 3."}, {"role": "assistant", "content": "5"}]})]
+    p = subprocess.run([CLI, "chat-template", "--model", folder],
+                       input="".join(json.dumps(r) + "\n" for pair in pairs for r in pair).encode(), capture_output=True)
+    rendered = p.stdout.decode().split("\n")
+    if p.returncode != 0 or rendered[0] != rendered[1]:
+        failures.append("chat data: an Alpaca record with an empty instruction renders %r, its messages %r (%s)" % (
+            rendered[0] if rendered else "", rendered[1] if len(rendered) > 1 else "", p.stderr.decode().strip()))
     # Each shape's bad record, named (the run names its line; a run on chat data checks that).
     for record, why in (({"instruction": "Add 2 and 3."}, 'no "output" (the answer to train on)'),
                         ({"instruction": 5, "output": "x"}, '"instruction" is not a string'),

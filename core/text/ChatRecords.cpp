@@ -62,7 +62,9 @@ std::string conversationMessages(const ojson& record, ojson& messages)
                 messages.push_back(message("assistant", pair[1].get<std::string>()));
             }
         }
-        messages.push_back(message("user", input.empty() ? instruction : instruction + "\n" + input));
+        // The non-empty ones of the two, joined by a newline (LLaMA-Factory's reading).
+        const std::string user = instruction.empty() ? input : input.empty() ? instruction : instruction + "\n" + input;
+        messages.push_back(message("user", user));
         messages.push_back(message("assistant", output));
         return {};
     }

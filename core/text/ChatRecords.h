@@ -12,7 +12,7 @@ namespace tb::text {
 //   ShareGPT: {"conversations": [{"from", "value"}, ...], "system"?}, the
 //     roles human, gpt and system (user, assistant and system);
 //   Alpaca: {"instruction", "input"?, "output", "system"?, "history"?}: the
-//     user's turn is the instruction and the input joined by a newline, the
+//     user's turn is the instruction and the input (those not empty) joined by a newline, the
 //     assistant's the output, after "history"'s [user, assistant] pairs.
 // Returns why the record is none of them (empty when `messages` is filled).
 std::string conversationMessages(const nlohmann::ordered_json& record, nlohmann::ordered_json& messages);
