@@ -11,37 +11,39 @@
 # The last workload trains a Hugging Face Llama-family folder (model.type hf,
 # generated here) against the same model and weights in plain PyTorch
 # (bench/hf_train_throughput.py, written as transformers computes it).
-# Usage: bench/train_throughput.sh [--torch2] [ROUNDS] [overhead | hf]   (needs a built tree: scripts/test or scripts/run)
+# Usage: bench/train_throughput.sh [--torch2] [--kernels SET] [ROUNDS] [overhead | hf | gpt]   (needs a built tree: scripts/test or scripts/run)
+#   --kernels: native (default), avx2, avx512 or cooperlake (bench/kernels.sh), the same for both sides.
 #   overhead: only the full product against --bare (more rounds in the same time).
 #   hf: only the Hugging Face folder workload.
+#   gpt: only the two GPT workloads against PyTorch (no Hugging Face folder).
 #   --torch2: the same on LibTorch 2.6, in the Debian 13 chroot of scripts/test
 #     (its trainbench-cli and Debian 13's python3-torch-cuda 2.6, run on the CPU; build it first with
 #     scripts/test --torch2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: bench/train_throughput.sh [--torch2] [ROUNDS] [overhead | hf]   (ROUNDS: a whole number from 1, default 5)"
+usage="usage: bench/train_throughput.sh [--torch2] [--kernels native|avx2|avx512|cooperlake] [ROUNDS] [overhead | hf | gpt]   (ROUNDS: a whole number from 1, default 5)"
 cli=build/app/trainbench-cli
 case "${1:-}" in
-  --torch2)
-    shift
-    source scripts/common.sh
-    source scripts/torch2.sh
-    [[ -x $TB_CACHE/build-torch2/app/trainbench-cli ]] || { echo "build the 2.x tree first: scripts/test --torch2" >&2; exit 1; }
-    trap 'tb_unmount_below "$TB_CHROOT"' EXIT
-    tb_chroot_mount "$TB_CHROOT"
-    tb_in_chroot /src/bench/train_throughput.sh --in-chroot "$@"
-    exit $?
-    ;;
+  --torch2) shift; source bench/torch2.sh; tb_bench_rerun_in_torch2 train_throughput.sh "$@" ;;
   --in-chroot) shift; cli=/build/app/trainbench-cli ;;
   *) packaging/install-deps.sh --bench >/dev/null ;;
 esac
+kernels=native
+if [[ ${1:-} == --kernels ]]; then
+  kernels=${2:-}
+  shift 2 || { echo "$usage" >&2; exit 2; }
+fi
+source bench/kernels.sh
+tb_bench_kernels "$kernels" || { echo "$usage" >&2; exit 2; }
 rounds=${1:-5}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "$usage" >&2; exit 2; }
 only_hf=0
+no_hf=0
 case "${2:-}" in
   "") only_overhead=0 ;;
   overhead) only_overhead=1 ;;
   hf) only_overhead=0 only_hf=1 ;;
+  gpt) only_overhead=0 no_hf=1 ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 [ -x "$cli" ] || { echo "build first (scripts/test or scripts/run)" >&2; exit 1; }
@@ -53,7 +55,8 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs);" \
-  "$("$cli" --version); PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+  "$("$cli" --version); PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)');" \
+  "kernels: $kernels ($(tb_bench_kernels_in_use /usr/bin/python3))"
 # name layers d_model heads batch seq steps
 workloads=("gpt 2 128 4 32 64 300" "tiny 1 64 4 8 32 3000")
 ((only_hf)) && workloads=()
@@ -95,6 +98,7 @@ JSON
        "$(printf '%s\n' "${vs_tuned[@]}" | median) (rounds: ${vs_tuned[*]})"
 done
 [ "$only_overhead" = 1 ] && exit 0
+((no_hf)) && exit 0
 
 # A Llama-family model folder: 4 layers, hidden 256, 8 heads (4 key/value), MLP 688, vocab 512.
 /usr/bin/python3 tests/reference/hf_reference.py generate "$work/llama" --family llama --untied --seed 7 --vocab 512 \
