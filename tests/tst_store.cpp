@@ -8,12 +8,15 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/Files.h"
 #include "common/Percent.h"
 #include "store/MetricWriter.h"
 #include "TestPrinters.h"
 #include "store/RunBundle.h"
+#include "store/RunLiveness.h"
 #include "store/RunStore.h"
 #include "store/Sqlite.h"
 
@@ -52,6 +55,7 @@ private Q_SLOTS:
     void metricWriterBatchesAndFlushes();
     void deadOwnerBecomesInterrupted();
     void liveOwnerStaysRunning();
+    void procFileReadErrorIsNoText();
     void readOnlyViewShowsADeadOwnersRunAsInterrupted();
     void notSqliteFileIsRejectedUntouched();
     void foreignSqliteFileIsRejectedUntouched();
@@ -877,4 +881,39 @@ void TestStore::copiedRunKeepsItsOriginAndIsUpdatedInPlace()
 }
 
 QTEST_GUILESS_MAIN(TestStore)
+// A /proc file whose process exits between open and read fails the read
+// (ESRCH), and libstdc++'s filebuf throws on a failed read whatever the
+// stream's exception mask: a data-parallel run whose rank was killed reported
+// "basic_filebuf::underflow error reading the file: No such process" instead
+// of the lost rank (ProcessGroup's processState read its ranks' stat so).
+void TestStore::procFileReadErrorIsNoText()
+{
+    // The race made deterministic: open a child's stat, let the child exit and
+    // reap it, then read.
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    QVERIFY(child > 0);
+    const std::string statPath = "/proc/" + std::to_string(child) + "/stat";
+    std::ifstream opened(statPath);
+    QVERIFY(opened.is_open());
+    int status = 0;
+    QCOMPARE(waitpid(child, &status, 0), child);
+    bool threw = false;
+    try {
+        const std::string text((std::istreambuf_iterator<char>(opened)), std::istreambuf_iterator<char>());
+        Q_UNUSED(text);
+    } catch (const std::exception&) {
+        threw = true;
+    }
+    QVERIFY2(threw, "reading a reaped process's stat no longer throws here: the test shows nothing");
+    // What the liveness checks read instead: no text, no exception.
+    QCOMPARE(tb::readSmallFile(statPath), std::string());
+    QCOMPARE(tb::store_detail::processStartTime(child), std::string());
+    const QTemporaryDir dir; // a directory fails read(2) too (EISDIR)
+    QCOMPARE(tb::readSmallFile(dir.path().toStdString()), std::string());
+    const std::string own = tb::readSmallFile("/proc/self/stat");
+    QVERIFY2(own.find(std::to_string(getpid()) + " (") == 0, own.c_str());
+    QVERIFY(!tb::store_detail::processStartTime(getpid()).empty());
+}
+
 #include "tst_store.moc"

@@ -2,6 +2,7 @@
 // Durable file writes: replace a whole file through a temporary that is
 // fsynced and renamed, so a crash or a full disk leaves either the old file or
 // the new one, never half of one. Used for checkpoints, safetensors and exports.
+// And readSmallFile, for /proc files that can vanish while they are read.
 
 #include <cerrno>
 #include <cstdio>
@@ -14,6 +15,28 @@
 #include <unistd.h>
 
 namespace tb {
+
+// The whole of a small file such as /proc/PID/stat, or "" when it cannot be
+// opened or read. A process's /proc files fail with ESRCH when it exits
+// between open and read, and libstdc++'s filebuf then throws
+// ("basic_filebuf::underflow error reading the file: No such process")
+// whatever the stream's exception mask; read(2) just returns the error.
+inline std::string readSmallFile(const std::string& path)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return {};
+    std::string text;
+    char buffer[4096];
+    for (;;) {
+        const auto n = ::read(fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) text.clear();
+        if (n <= 0) break;
+        text.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return text;
+}
 
 // Throws std::system_error naming the path.
 inline void fsyncPath(const std::string& path, bool directory)

@@ -1,5 +1,7 @@
 #include "dist/ProcessGroup.h"
 
+#include "common/Files.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
@@ -77,8 +79,10 @@ void useClassicStore(Options&, long)
 char processState(long pid)
 {
     if (pid <= 0 || kill(static_cast<pid_t>(pid), 0) != 0) return 'X';
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // The process can exit between the check above and the read: then the
+    // read fails, and this says it is gone.
+    const std::string text = readSmallFile("/proc/" + std::to_string(pid) + "/stat");
+    if (text.empty()) return 'X';
     const auto close = text.rfind(')');
     return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
 }

@@ -1,6 +1,8 @@
 // Whether the process that owns a run is still there.
 #include "store/RunLiveness.h"
 
+#include "common/Files.h"
+
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -16,9 +18,10 @@ namespace tb::store_detail {
 // Empty when the process does not exist or is a zombie.
 std::string processStartTime(long pid)
 {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!in || !std::getline(in, line)) return {};
+    // readSmallFile: the process may exit while its stat is read.
+    const std::string text = readSmallFile("/proc/" + std::to_string(pid) + "/stat");
+    const std::string line = text.substr(0, text.find('\n'));
+    if (line.empty()) return {};
     const auto close = line.rfind(')');
     if (close == std::string::npos) return {};
     std::istringstream fields(line.substr(close + 2));
