@@ -20,10 +20,12 @@ most seeds (RoPE: 3 of 16 seeds reach 80%; --embedding-std 1 shows it). Flags sw
 of a difference can be isolated one choice at a time.
 
 To tell the implementation from the random draws, --init-from starts the Llama
-from Trainbench's own initial weights (`trainbench-cli export-model` of a 1-step
-run at lr 1e-30 and the same seed) and --trainbench-batches draws Trainbench's
-batches; with --beta2 0.99 --decay-matrices-only the first steps' losses then
-equal Trainbench's to about 1e-6 (docs/learning.md, "Learning robustness").
+or the GPT from Trainbench's own initial weights (`trainbench-cli export-model`
+of a 1-step run at lr 1e-30 and the same seed) and --trainbench-batches draws
+Trainbench's batches (--batch-seed: another seed's, to swap weights and
+batches between seeds); with --beta2 0.99 --decay-matrices-only the first
+steps' losses (--losses N prints them) then equal Trainbench's to about 1e-6
+(docs/learning.md, "Learning robustness").
 
 Prints one line: the held-out exact match at each evaluation, as JSON.
 """
@@ -264,6 +266,39 @@ def load_trainbench_llama(model, path, layers):
     model.load_state_dict({names[k]: v for k, v in tensors.items()}, strict=True)
 
 
+def load_trainbench_gpt(model, path, layers):
+    """Loads `trainbench-cli export-model` weights of a built-in GPT (Trainbench's
+    own names; q, k and v stacked in one qkv projection, no head bias) into Gpt."""
+    tensors = load_safetensors(path)
+    own = model.state_dict()
+    mapped = {}
+    for name, value in tensors.items():
+        parts = name.split(".")
+        if name == "wte.weight":
+            mapped["tok.weight"] = value
+        elif name == "wpe.weight":
+            mapped["pos.weight"] = value
+        elif parts[0] in ("lnf", "head"):
+            mapped[name] = value
+        elif parts[0] == "blocks" and len(parts) == 5 and parts[2] == "attn" and parts[3] == "qkv":
+            for piece, part in zip(value.chunk(3, 0), "qkv"):
+                mapped[f"blocks.{parts[1]}.{part}.{parts[4]}"] = piece
+        elif parts[0] == "blocks" and len(parts) == 5 and parts[2] == "attn":
+            mapped[f"blocks.{parts[1]}.{parts[3]}.{parts[4]}"] = value
+        else:
+            mapped[name] = value
+    unknown, missing = sorted(set(mapped) - set(own)), sorted(set(own) - set(mapped))
+    if unknown or missing:
+        what = f"has {unknown[0]}" if unknown else f"lacks {missing[0]}"
+        sys.exit(f"{path}: not a {layers}-layer untied Trainbench GPT of this encoding (it {what}); "
+                 "match --layers and --encoding to the model")
+    for k, v in mapped.items():
+        if tuple(v.shape) != tuple(own[k].shape):
+            sys.exit(f"{path}: {k} is {list(v.shape)}, this model's is {list(own[k].shape)}; "
+                     "match --d-model and --heads to the exported model")
+    model.load_state_dict(mapped, strict=True)
+
+
 def trainbench_batches(data, seed, batch):
     """Batches as Trainbench draws them: its generator seed, pairs of torch.randint
     draws over [0, 10^digits), held-out pairs skipped."""
@@ -315,13 +350,15 @@ def main():
     ap.add_argument("--sinusoid-scale", type=float, default=1.0)
     # Trainbench's own random draws, to tell the implementation from the initialisation.
     ap.add_argument("--init-from", metavar="FILE",
-                    help="Llama only: start from these weights, a folder or its model.safetensors "
-                         "(trainbench-cli export-model of a 1-step run at lr 1e-30)")
+                    help="start from these weights, a folder or its model.safetensors (trainbench-cli "
+                         "export-model of a 1-step run at lr 1e-30); a GPT then has no head bias, as Trainbench's")
     ap.add_argument("--trainbench-batches", action="store_true", help="draw the batches as Trainbench does for --seed")
+    ap.add_argument("--batch-seed", type=int, default=None,
+                    help="with --trainbench-batches: Trainbench's batches of this seed instead (to swap weights "
+                         "and batches between seeds)")
+    ap.add_argument("--losses", type=int, default=0, metavar="N", help="also print the first N steps' training losses")
     ap.add_argument("--token-embedding-scale", type=float, default=1.0, help="multiply the token table after initialisation")
     a = ap.parse_args()
-    if a.init_from and a.model != "llama":
-        ap.error("--init-from reads Llama weights only")
 
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -345,7 +382,10 @@ def main():
                 m.weight.zero_()
                 if m.bias is not None:
                     m.bias.zero_()
-    if a.init_from:
+    if a.init_from and a.model == "gpt":
+        model.head = nn.Linear(a.d_model, 13, bias=False)
+        load_trainbench_gpt(model, a.init_from, a.layers)
+    elif a.init_from:
         load_trainbench_llama(model, a.init_from, a.layers)
     with torch.no_grad():
         model.tok.weight.mul_(a.token_embedding_scale)
@@ -360,7 +400,9 @@ def main():
     opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, a.beta2), eps=a.eps)
 
     gen = torch.Generator().manual_seed(a.seed * 7919 + 17)
-    tb_batches = trainbench_batches(data, a.seed, a.batch) if a.trainbench_batches else None
+    batch_seed = a.seed if a.batch_seed is None else a.batch_seed
+    tb_batches = trainbench_batches(data, batch_seed, a.batch) if a.trainbench_batches else None
+    losses = []
     val_x, val_y, val_mask = data.encode(data.val_pairs)
     curve = {}
     for step in range(1, a.steps + 1):
@@ -379,6 +421,8 @@ def main():
         if a.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
+        if step <= a.losses:
+            losses.append(loss.item())
         if step % a.eval_every == 0 or step == a.steps:
             model.eval()
             with torch.no_grad():
@@ -388,7 +432,10 @@ def main():
             model.train()
             if not math.isfinite(loss.item()):
                 break
-    json.dump({"seed": a.seed, "exact_match": curve, "final": curve[max(curve)]}, sys.stdout)
+    out = {"seed": a.seed, "exact_match": curve, "final": curve[max(curve)]}
+    if a.losses:
+        out["losses"] = losses
+    json.dump(out, sys.stdout)
     print()
 
 
