@@ -80,9 +80,10 @@ char processState(long pid)
 {
     if (pid <= 0 || kill(static_cast<pid_t>(pid), 0) != 0) return 'X';
     // The process can exit between the check above and the read: then the
-    // read fails, and this says it is gone.
+    // read fails and it is gone. A stat that cannot be read otherwise (/proc
+    // hidden) says nothing: '?'.
     const std::string text = readSmallFile("/proc/" + std::to_string(pid) + "/stat");
-    if (text.empty()) return 'X';
+    if (text.empty()) return kill(static_cast<pid_t>(pid), 0) != 0 ? 'X' : '?';
     const auto close = text.rfind(')');
     return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
 }
