@@ -53,6 +53,7 @@ private Q_SLOTS:
     void historyCommandsTagNoteFilterCompareDelete();
     void preflightExplainAndForcedTrain();
     void estimateResolvesAutoOnTheTarget();
+    void tuneChoosesAMeasuredConfigThatFits();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -249,6 +250,16 @@ void TestCli::badInputExitsTwoWithOneMessage_data()
     QTest::newRow("nested 60000 deep") << QStringList{"train", "--config", "@DIR/deep.json", "--db", "@DB"}
                                        << "nested deeper than 32 levels";
     // Reading commands never write a schema into an empty file.
+    QTest::newRow("tune without a budget") << QStringList{"tune", "--config", "@DIR/tiny.json"}
+                                           << "needs a memory budget: give --budget BYTES";
+    QTest::newRow("tune with a card and a budget")
+        << QStringList{"tune", "--config", "@DIR/tiny.json", "--gpu", "T4", "--budget", "1000000"}
+        << "takes --gpu NAME or --budget BYTES, not both";
+    QTest::newRow("tune with a bad budget") << QStringList{"tune", "--config", "@DIR/tiny.json", "--budget", "lots"}
+                                            << "--budget must be a positive size in bytes";
+    QTest::newRow("tune measuring a catalogue card")
+        << QStringList{"tune", "--config", "@DIR/tiny.json", "--gpu", "T4", "--measure-steps", "3"}
+        << "--measure-steps measures on this machine, but --gpu plans for a catalogue card";
     QTest::newRow("runs on an empty file") << QStringList{"runs", "--db", "@DIR/empty.db"} << "no Trainbench runs yet";
 }
 
@@ -639,6 +650,49 @@ void TestCli::estimateResolvesAutoOnTheTarget()
     QVERIFY(gpu["precision_error"].toString().contains("7.5"));
     r = cli({"estimate", "--config", config, "--gpu", "T4", "--json"});
     QCOMPARE(QJsonDocument::fromJson(r.out.toUtf8()).object()["gpu"].toObject()["verdict"].toString(), QString("fits"));
+}
+
+void TestCli::tuneChoosesAMeasuredConfigThatFits()
+{
+    const QString config = writeConfig("tune.json", kTiny);
+    const qint64 budget = 16 << 20;
+    const QString output = m_dir->filePath("tuned.json");
+    auto r = cli({"tune", "--config", config, "--budget", "16 MiB", "--measure-steps", "2", "--measure-top", "2",
+                  "--max-batch", "64", "--output", output, "--json"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+    const auto json = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(json["budget_bytes"].toDouble(), double(budget));
+    const auto candidates = json["candidates"].toArray();
+    const int winner = json["winner"].toInt();
+    QVERIFY(winner >= 0 && winner < candidates.size());
+    int measured = 0;
+    for (const auto& value : candidates) {
+        const auto c = value.toObject();
+        // Nothing over the budget is proposed; everything over it says why.
+        if (c["planned_peak_bytes"].toDouble() > budget) QVERIFY2(c["rejected"].toString().startsWith("does not fit"), qPrintable(r.out));
+        if (c.contains("measured_tokens_per_second")) ++measured;
+    }
+    QCOMPARE(measured, 2);
+    const auto w = candidates[winner].toObject();
+    QVERIFY(w["measured_tokens_per_second"].toDouble() > 0);
+    QVERIFY(w["measured_peak_bytes"].toDouble() <= budget);
+    QVERIFY(!w.contains("rejected"));
+    // The winner as a config file that trains as it is.
+    const auto tuned = QJsonDocument::fromJson(fileBytes(output)).object();
+    QCOMPARE(tuned["train"].toObject()["batch_size"].toInt(), w["batch_size"].toInt());
+    QCOMPARE(tuned["train"].toObject()["precision"].toString(), w["precision"].toString());
+    QCOMPARE(cli({"validate", "--config", output}).exitCode, 0);
+
+    // A catalogue card is planned, not measured: bf16 does not run on a T4.
+    r = cli({"tune", "--config", config, "--gpu", "T4", "--all"});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("does not run: needs compute capability 8.0 or newer, this GPU has 7.5"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("winner: ") && r.out.contains("fastest predicted, not measured"), qPrintable(r.out));
+
+    // Nothing fits: exit 1, and the smallest changes that would.
+    r = cli({"tune", "--config", config, "--budget", "64 KiB", "--measure-steps", "0"});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.out.contains("nothing fits 64.00 KiB") && r.out.contains("a larger card: "), qPrintable(r.out));
 }
 
 void TestCli::preflightExplainAndForcedTrain()
