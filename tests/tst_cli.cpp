@@ -5,6 +5,9 @@
 // train long enough to be interrupted mid-step.
 #include <QtTest>
 
+#include <set>
+#include <QElapsedTimer>
+
 #include <cmath>
 
 #include <csignal>
@@ -54,6 +57,7 @@ private Q_SLOTS:
     void preflightExplainAndForcedTrain();
     void estimateResolvesAutoOnTheTarget();
     void tuneChoosesAMeasuredConfigThatFits();
+    void sweepKilledHalfwayResumesEachTrialOnce();
 
 private:
     Result cli(const QStringList& args, int timeoutMs = 120000, const QString& program = TB_CLI_PATH);
@@ -260,6 +264,13 @@ void TestCli::badInputExitsTwoWithOneMessage_data()
     QTest::newRow("tune measuring a catalogue card")
         << QStringList{"tune", "--config", "@DIR/tiny.json", "--gpu", "T4", "--measure-steps", "3"}
         << "--measure-steps measures on this machine, but --gpu plans for a catalogue card";
+    QTest::newRow("sweep without a sweep file") << QStringList{"sweep", "--config", "@DIR/tiny.json", "--db", "@DB"}
+                                               << "needs --config FILE and --sweep FILE";
+    QTest::newRow("sweep resume with a config")
+        << QStringList{"sweep", "--resume", "1", "--config", "@DIR/tiny.json", "--db", "@DB"} << "leave out --config and --sweep";
+    QTest::newRow("sweep resume unknown") << QStringList{"sweep", "--resume", "9", "--db", "@DB"} << "sweep 9 does not exist";
+    QTest::newRow("sweep file not json") << QStringList{"sweep", "--config", "@DIR/tiny.json", "--sweep", "@DIR/malformed.json", "--db", "@DB"}
+                                         << "not valid JSON";
     QTest::newRow("runs on an empty file") << QStringList{"runs", "--db", "@DIR/empty.db"} << "no Trainbench runs yet";
 }
 
@@ -693,6 +704,69 @@ void TestCli::tuneChoosesAMeasuredConfigThatFits()
     r = cli({"tune", "--config", config, "--budget", "64 KiB", "--measure-steps", "0"});
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.out.contains("nothing fits 64.00 KiB") && r.out.contains("a larger card: "), qPrintable(r.out));
+}
+
+// A sweep of 4 trainable trials (and 4 that do not fit the budget) killed
+// with SIGKILL while its third trial trains, then resumed: every trial ends
+// with exactly one run, the skipped ones say why, a second runner is
+// refused while one runs, and early termination stops the two learning
+// rates a constant schedule makes hopeless, never the best trial.
+void TestCli::sweepKilledHalfwayResumesEachTrialOnce()
+{
+    const QString config = writeConfig("sweep-base.json", R"({"name": "tiny", "device": "cpu",
+      "model": {"n_layer": 1, "d_model": 64, "n_head": 2}, "data": {"source": "text", "seq_len": 16},
+      "optim": {"schedule": "constant", "warmup_steps": 0},
+      "train": {"batch_size": 4, "steps": 600, "eval_every": 50, "threads": 1}})");
+    const QString sweepFile = writeConfig("lr.json", R"({"name": "lr grid", "method": "grid",
+      "metric": {"name": "val_loss", "goal": "minimize"},
+      "parameters": {"optim.lr": {"values": [0.003, 0.001, 0.00001, 0.000001]}, "train.batch_size": {"values": [4, 4096]}},
+      "early_terminate": {"type": "median", "min_step": 50}})");
+    QProcess first;
+    first.start(TB_CLI_PATH, {"sweep", "--config", config, "--sweep", sweepFile, "--budget", "8 MiB", "--db", m_db});
+    QByteArray out;
+    QElapsedTimer timer;
+    timer.start();
+    while (!out.contains("trial 3/8 (optim.lr=0.001 train.batch_size=4): run") && timer.elapsed() < 60000) {
+        first.waitForReadyRead(200);
+        out += first.readAllStandardOutput();
+    }
+    QVERIFY2(out.contains("trial 2/8 (optim.lr=0.003 train.batch_size=4096): skipped, does not fit"), out.constData());
+    // One runner at a time.
+    auto r = cli({"sweep", "--resume", "1", "--db", m_db});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("sweep 1 is being run by another trainbench-cli process"), qPrintable(r.err));
+    first.kill(); // SIGKILL: no chance to tidy up; trial 3 trains on
+    first.waitForFinished();
+
+    r = cli({"sweep", "--resume", "1", "--db", m_db, "--json"}, 180000);
+    QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+    const auto json = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(json["status"].toString(), QString("finished"));
+    const auto trials = json["trials"].toArray();
+    QCOMPARE(trials.size(), 8);
+    std::set<qint64> runs;
+    for (const auto& value : trials) {
+        const auto t = value.toObject();
+        if (t["values"].toObject()["train.batch_size"].toInt() == 4096) {
+            QCOMPARE(t["status"].toString(), QString("skipped"));
+            QVERIFY2(t["reason"].toString().startsWith("does not fit: planned "), qPrintable(t["reason"].toString()));
+            QVERIFY(!t.contains("run_id"));
+            continue;
+        }
+        QVERIFY(t.contains("run_id"));
+        runs.insert(t["run_id"].toInteger());
+    }
+    QCOMPARE(runs.size(), std::size_t{4});
+    // Exactly one run per trial in the store, none left over.
+    const auto list = cli({"runs", "--db", m_db, "--json"});
+    QCOMPARE(QJsonDocument::fromJson(list.out.toUtf8()).array().size(), 4);
+    // Early termination: the two hopeless rates stopped, the best finished.
+    QCOMPARE(trials[4].toObject()["status"].toString(), QString("stopped"));
+    QCOMPARE(trials[6].toObject()["status"].toString(), QString("stopped"));
+    QVERIFY(trials[4].toObject()["reason"].toString().contains("was worse than the median"));
+    const int best = json["best_trial"].toInt();
+    QVERIFY(best == 1 || best == 3);
+    QCOMPARE(trials[best - 1].toObject()["status"].toString(), QString("finished"));
 }
 
 void TestCli::preflightExplainAndForcedTrain()

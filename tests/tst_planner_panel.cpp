@@ -20,12 +20,16 @@
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QDoubleSpinBox>
+#include <QSignalSpy>
+#include <QTableWidget>
 
 #include "ConfigDocument.h"
 #include "ExperimentPanel.h"
 #include "HardwarePanel.h"
 #include "MainWindow.h"
 #include "MemoryPlannerPanel.h"
+#include "TuneDialog.h"
 #include "QCustomPlotInclude.h"
 #include "Units.h"
 #include "diagnose/Preflight.h"
@@ -56,6 +60,7 @@ private Q_SLOTS:
     void presetsSortedByFamilyAndSize();
     void torchScriptExperimentIsDerived();
     void mistralPastItsWindowIsPlannedEager();
+    void tuneDialogPlansMeasuresAndApplies();
 
 private:
     MemoryPlannerPanel* planner() const { return m_window->plannerPanel(); }
@@ -432,6 +437,69 @@ void TestPlannerPanel::presetsSortedByFamilyAndSize()
     QVERIFY2(pythia160 >= 0 && pythia160 < pythia410 && pythia410 < pythia14 && pythia14 < pythia69, qPrintable(names.join(" | ")));
     QVERIFY2(names.indexOf("Qwen2.5 0.5B") + 1 == names.indexOf("Qwen2.5 1.5B"), qPrintable(names.join(" | ")));
     for (const QString& n : names) QVERIFY2(!n.contains("parameters"), qPrintable(n));
+}
+
+// Tune…: planned for the target card (fp16 on a T4, not bf16), measured on
+// this computer within a budget, Apply writes the winner and says what
+// changed, and Stop ends a tune at once.
+void TestPlannerPanel::tuneDialogPlansMeasuresAndApplies()
+{
+    qputenv("TRAINBENCH_CLI", TB_CLI_PATH);
+    auto* p = planner();
+    QVERIFY(p->tuneButton()->isEnabled());
+    QTest::keyClick(p, Qt::Key_T, Qt::ControlModifier | Qt::ShiftModifier);
+    TuneDialog* dialog = p->openTuneDialog();
+    QVERIFY(dialog->isVisible());
+    QVERIFY(dialog->targetBox()->currentText().contains("Tesla T4"));
+    QSignalSpy finished(dialog, &TuneDialog::finished);
+    dialog->tuneButton()->click();
+    QVERIFY(dialog->running());
+    QVERIFY(finished.wait(120000));
+    QVERIFY2(dialog->resultText().contains("Winner: "), qPrintable(dialog->statusText() + dialog->resultText()));
+    QVERIFY(dialog->table()->rowCount() > 0);
+    for (int row = 0; row < dialog->table()->rowCount(); ++row) {
+        QVERIFY(!dialog->table()->item(row, 0)->text().contains("bf16")); // does not run on a T4: not listed
+        QCOMPARE(dialog->table()->item(row, 5)->text(), QString::fromUtf8("–")); // a card is not measured
+    }
+
+    // This computer, measured within a budget.
+    auto* doc = m_window->document();
+    dialog->targetBox()->setCurrentIndex(dialog->targetBox()->findData("local"));
+    QVERIFY(dialog->budgetBox()->isEnabled());
+    dialog->budgetBox()->setValue(0.05);
+    dialog->measureStepsBox()->setValue(1);
+    dialog->findChild<QSpinBox*>("tuneMeasureTop")->setValue(2);
+    dialog->tuneButton()->click();
+    QVERIFY(finished.wait(180000));
+    int measured = 0, winners = 0;
+    for (int row = 0; row < dialog->table()->rowCount(); ++row) {
+        if (dialog->table()->item(row, 5)->text() != QString::fromUtf8("–")) ++measured;
+        if (dialog->table()->item(row, 0)->font().bold()) ++winners;
+    }
+    QCOMPARE(measured, 2);
+    QCOMPARE(winners, 1);
+    QVERIFY2(dialog->resultText().contains("the fastest measured"), qPrintable(dialog->resultText()));
+    QCoreApplication::processEvents(); // pending layout requests
+    QVERIFY(dialog->grab().save(QCoreApplication::applicationDirPath() + "/tune-dialog.png"));
+    QVERIFY(dialog->applyButton()->isEnabled());
+    const QString message = dialog->applyWinner();
+    QVERIFY2(message.startsWith("Applied the tuned configuration to the experiment: batch 32 → "), qPrintable(message));
+    QCOMPARE(m_window->statusBar()->currentMessage(), message);
+    QVERIFY(doc->isValid());
+    QVERIFY(doc->value("train.batch_size").toInt() != 32);
+    // The planner reloads the experiment: its plan of the winner is within the budget.
+    QVERIFY(p->estimate()->peakBytes > 0);
+
+    // Stop ends it at once and applies nothing.
+    const QString before = doc->text();
+    dialog->measureStepsBox()->setValue(50);
+    dialog->tuneButton()->click();
+    QVERIFY(dialog->running());
+    dialog->tuneButton()->click();
+    QVERIFY(finished.wait(10000));
+    QVERIFY2(dialog->statusText().startsWith("Stopped"), qPrintable(dialog->statusText()));
+    QCOMPARE(doc->text(), before);
+    dialog->close();
 }
 
 QTEST_MAIN(TestPlannerPanel)

@@ -369,6 +369,7 @@ void TestStore::legacyCheckpointFolderMigratesWithoutLosingAFile()
                 "ALTER TABLE runs DROP COLUMN owner_pidns; ALTER TABLE runs DROP COLUMN estimated_peak_bytes; "
                 "ALTER TABLE runs DROP COLUMN estimate_json; ALTER TABLE runs DROP COLUMN measured_peak_bytes; "
                 "ALTER TABLE runs DROP COLUMN note; DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; DROP TABLE run_findings; "
+                "DROP TABLE sweep_trials; DROP TABLE sweeps; "
                 "PRAGMA user_version=1;");
         db.exec("INSERT INTO metrics VALUES(1, 3, 'loss', 2.0, 1), (1, 3, 'loss', 1.5, 2), "
                 "(1, 2, 'mem_peak_bytes', 1500, 1), (1, 4, 'mem_peak_bytes', 1200, 1)");
@@ -796,7 +797,8 @@ void TestStore::olderSchemaIsReadWithoutMigrating()
                 "ALTER TABLE runs DROP COLUMN origin_run_id; ALTER TABLE runs DROP COLUMN origin_label; "
                 "ALTER TABLE runs DROP COLUMN estimated_peak_bytes; ALTER TABLE runs DROP COLUMN estimate_json; "
                 "ALTER TABLE runs DROP COLUMN measured_peak_bytes; ALTER TABLE runs DROP COLUMN note; "
-                "DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; DROP TABLE run_findings; PRAGMA user_version=2; "
+                "DROP TABLE run_tags; DROP TABLE deleted_runs; DROP TABLE metric_blocks; DROP TABLE run_findings; DROP TABLE sweep_trials; "
+                "DROP TABLE sweeps; PRAGMA user_version=2; "
                 "PRAGMA wal_checkpoint(TRUNCATE);");
     }
     const auto before = fileBytes(dbPath());

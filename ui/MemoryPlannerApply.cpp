@@ -5,6 +5,7 @@
 
 #include "GpuTargetModel.h"
 #include "PlainText.h"
+#include "TuneDialog.h"
 
 #include <QJsonArray>
 #include <QCheckBox>
@@ -33,6 +34,10 @@ void MemoryPlannerPanel::updateApplyState()
                         : !valid    ? tr("The experiment's config is not valid yet; fix it in the Experiment tab first.")
                                     : QString();
     m_applyNote->setText(why);
+    m_tuneButton->setEnabled(experiment && valid);
+    m_tuneButton->setToolTip(why.isEmpty() ? tr("Find the fastest batch, accumulation, checkpointing, precision and "
+                                                "attention of the experiment that fit (Ctrl+Shift+T)")
+                                           : why);
     m_applyNote->setVisible(!why.isEmpty());
     m_apply->setToolTip(why.isEmpty() ? tr("Copy batch, sequence, precision, checkpointing, attention, LoRA, gradient "
                                            "accumulation and optimizer into the experiment's config (Ctrl+Shift+A)")
@@ -108,6 +113,23 @@ QString MemoryPlannerPanel::applyToExperiment()
     }
     Q_EMIT applied(message);
     return message;
+}
+
+} // namespace tb::ui
+
+namespace tb::ui {
+
+TuneDialog* MemoryPlannerPanel::openTuneDialog()
+{
+    if (!m_tuneDialog) {
+        m_tuneDialog = new TuneDialog(m_document, target(), this);
+        m_tuneDialog->setAttribute(Qt::WA_DeleteOnClose);
+        connect(m_tuneDialog, &TuneDialog::applied, this, &MemoryPlannerPanel::applied);
+    }
+    m_tuneDialog->show();
+    m_tuneDialog->raise();
+    m_tuneDialog->activateWindow();
+    return m_tuneDialog;
 }
 
 } // namespace tb::ui

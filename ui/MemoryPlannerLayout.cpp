@@ -129,7 +129,19 @@ QWidget* MemoryPlannerPanel::buildInputs()
     m_gradAccum->setObjectName("plannerGradAccum");
     form->addRow(tr("Grad accumulation"), m_gradAccum);
     m_apply = new QPushButton(tr("&Apply to experiment"), inputs);
-    form->addRow(QString(), m_apply);
+    m_tuneButton = new QPushButton(tr("T&une…"), inputs);
+    m_tuneButton->setObjectName("plannerTune");
+    auto* applyRow = new QHBoxLayout;
+    applyRow->addWidget(m_apply);
+    applyRow->addWidget(m_tuneButton);
+    applyRow->addStretch();
+    form->addRow(QString(), applyRow);
+    connect(m_tuneButton, &QPushButton::clicked, this, [this] { openTuneDialog(); });
+    auto* tuneShortcut = new QShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_T), this);
+    tuneShortcut->setContext(Qt::WidgetWithChildrenShortcut);
+    connect(tuneShortcut, &QShortcut::activated, this, [this] {
+        if (m_tuneButton->isEnabled()) openTuneDialog();
+    });
     m_applyNote = new QLabel(inputs);
     m_applyNote->setObjectName("plannerApplyNote");
     m_applyNote->setWordWrap(true);

@@ -2,6 +2,7 @@
 #include "MemoryPlannerPanel.h"
 
 #include "GpuTargetModel.h"
+#include "TuneDialog.h"
 #include "MetricPlot.h"
 #include "Units.h"
 
@@ -115,6 +116,7 @@ void MemoryPlannerPanel::showTarget()
     m_targetLabel->setText(tr("%1: %2 usable per card%3")
                                .arg(QString::fromStdString(target.label()), bytesText(target.gpu.memoryBytes),
                                     target.count > 1 ? tr(", data parallel over %1 cards").arg(target.count) : QString()));
+    if (m_tuneDialog) m_tuneDialog->setCard(target);
     inputsChanged();
 }
 

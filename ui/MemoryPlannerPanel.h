@@ -7,6 +7,7 @@
 // heat map is its compiled form (about a millisecond for 128 x 128), so
 // dragging a slider updates everything at once.
 
+#include <QPointer>
 #include <QWidget>
 
 #include <optional>
@@ -35,6 +36,7 @@ namespace tb::ui {
 
 class ConfigDocument;
 class GpuTargetModel;
+class TuneDialog;
 
 class MemoryPlannerPanel final : public QWidget {
     Q_OBJECT
@@ -77,6 +79,11 @@ public:
     QCustomPlot* termPlot() const { return m_termPlot; }
     QCustomPlot* mapPlot() const { return m_mapPlot; }
     QPushButton* applyButton() const { return m_apply; }
+    QPushButton* tuneButton() const { return m_tuneButton; }
+    // Tune…: the experiment's fastest configuration that fits, for the
+    // planner's target card or measured on this computer (TuneDialog.h).
+    // Opens it (or raises the one open) and returns it.
+    TuneDialog* openTuneDialog();
     // Why Apply is greyed out ("" when it is not).
     QString applyNote() const;
     // A TorchScript experiment's plan is derived from its own step, traced
@@ -165,6 +172,8 @@ private:
     QCPGraph* m_frontier = nullptr;
     QCPGraph* m_marker = nullptr;
     QPushButton* m_apply;
+    QPushButton* m_tuneButton;
+    QPointer<TuneDialog> m_tuneDialog;
     QLabel* m_applyNote;
     QPushButton* m_derive;
     QProcess* m_deriveProcess = nullptr;

@@ -132,6 +132,33 @@ struct RunSummary {
     std::string message;
 };
 
+// A sweep (core/tune/Sweep.h): its file, base config and target, and its
+// trials as a queue. Trial status: pending | running | finished | failed |
+// skipped (planned not to fit or not to run; reason says why) | stopped
+// (early termination; reason says why) | cancelled.
+struct SweepTrialRecord {
+    std::int64_t sweepId = 0;
+    int trial = 0; // 0-based
+    std::string valuesJson; // {"optim.lr": 0.003}
+    std::string status = "pending";
+    std::optional<std::int64_t> runId;
+    std::string reason;
+    std::optional<double> metric; // the sweep's metric at the trial's end
+};
+
+struct SweepRecord {
+    std::int64_t id = 0;
+    std::string name;
+    double createdAt = 0;
+    std::string specJson;
+    std::string configJson;
+    std::string baseDir;
+    std::string gpu; // the catalogue card planned for; empty: this machine
+    std::int64_t budgetBytes = 0;
+    std::string status = "running"; // running | finished
+    std::vector<SweepTrialRecord> trials;
+};
+
 // Seconds since the epoch, as stored.
 double wallClockNow();
 
@@ -231,6 +258,15 @@ public:
     // it moves into the run's folder. `label` says how it was reached (a
     // host's name, "file"). InputError for a run of this very store.
     ImportResult importRun(const RunBundle& bundle, const std::string& label, const std::string& checkpointFile = {});
+    // Sweeps (RunSweeps.cpp). createSweep stores the sweep and every trial
+    // (pending) in one transaction and returns its id.
+    std::int64_t createSweep(const SweepRecord& sweep);
+    std::optional<SweepRecord> sweep(std::int64_t sweepId);
+    std::vector<SweepRecord> listSweeps(); // newest first, trials included
+    void updateSweepTrial(const SweepTrialRecord& trial);
+    void setSweepStatus(std::int64_t sweepId, const std::string& status);
+    // The sweep and trial a run belongs to, if any (History groups by it).
+    std::optional<SweepTrialRecord> sweepTrialOfRun(std::int64_t runId);
     static constexpr double kHeartbeatTimeoutSeconds = 120.0;
 
     Database& database();

@@ -141,6 +141,32 @@ ALTER TABLE runs ADD COLUMN origin_run_id INTEGER;
 ALTER TABLE runs ADD COLUMN origin_label TEXT;
 CREATE UNIQUE INDEX runs_by_origin ON runs(origin_host, origin_store, origin_run_id) WHERE origin_run_id IS NOT NULL;
 )sql",
+    // 8: sweeps: the sweep file, the base config and the target it was
+    // planned for, and its trials as a queue (each trial's values, status,
+    // run and why it was skipped or stopped), so a sweep survives the
+    // process that ran it and resumes without running a finished trial twice.
+    R"sql(
+CREATE TABLE sweeps(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  spec_json TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  base_dir TEXT NOT NULL DEFAULT '',
+  gpu TEXT NOT NULL DEFAULT '',
+  budget_bytes INTEGER NOT NULL DEFAULT 0,
+  status TEXT NOT NULL DEFAULT 'running');
+CREATE TABLE sweep_trials(
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  trial INTEGER NOT NULL,
+  values_json TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'pending',
+  run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  metric REAL,
+  PRIMARY KEY(sweep_id, trial)) WITHOUT ROWID;
+CREATE INDEX sweep_trials_by_run ON sweep_trials(run_id) WHERE run_id IS NOT NULL;
+)sql",
 };
 
 } // namespace

@@ -364,6 +364,27 @@ void chooseWinner(TuneResult& result, const RunConfig& base)
     }
 }
 
+void calibratePredictions(TuneResult& result)
+{
+    std::vector<double> ratios;
+    for (const auto& k : result.candidates) {
+        if (k.measuredTokensPerSecond > 0 && k.predictedTokensPerSecond > 0) {
+            ratios.push_back(k.measuredTokensPerSecond / k.predictedTokensPerSecond);
+        }
+    }
+    if (ratios.empty()) return;
+    std::sort(ratios.begin(), ratios.end());
+    const std::size_t n = ratios.size();
+    const double median = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+    for (auto& k : result.candidates) k.predictedTokensPerSecond *= median;
+    result.calibration = (result.calibration > 0 ? result.calibration : 1.0) * median;
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "predictions are scaled by %.2f, the median of measured over predicted on the %zu candidates measured",
+                  result.calibration, n);
+    result.notes.push_back(text);
+}
+
 std::vector<int> candidatesToMeasure(const TuneResult& result, int count)
 {
     // Candidates with room to spare first; tight ones only when nothing else fits.
@@ -422,6 +443,11 @@ std::string tuneResultToJson(const TuneResult& r)
     nlohmann::json out = {{"target", r.targetLabel},
                           {"budget_bytes", r.budgetBytes},
                           {"throughput_model", r.machine.source},
+                          {"machine", {{"fp32_flops", r.machine.fp32Flops},
+                                       {"half_flops", r.machine.halfFlops},
+                                       {"bytes_per_second", r.machine.bytesPerSecond},
+                                       {"op_seconds", r.machine.opSeconds}}},
+                          {"calibration", r.calibration},
                           {"candidates", candidates},
                           {"winner", r.winner},
                           {"changes", r.changes},

@@ -87,6 +87,9 @@ struct TuneResult {
     // accumulation) than the config, which changes what the run learns.
     std::string effectiveBatchNote;
     std::vector<std::string> notes;
+    // The measured over the predicted, the median over the measured
+    // candidates (calibratePredictions); 0 until something was measured.
+    double calibration = 0;
 };
 
 // Plans every candidate and ranks those that fit. Throws InputError for a
@@ -98,6 +101,11 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
 // (under 10% to spare) only when nothing fits with room. Sets result.winner
 // and result.changes.
 void chooseWinner(TuneResult& result, const RunConfig& base);
+
+// Scales every prediction by the median of measured / predicted over the
+// candidates measured, so the unmeasured are shown in the same units as the
+// measured (the order is the model's, unchanged). Says so in a note.
+void calibratePredictions(TuneResult& result);
 
 // The indices of the candidates worth measuring, at most `count`: the best
 // predicted that fit (with room, where any does), spread so that two of one

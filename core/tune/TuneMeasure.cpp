@@ -52,28 +52,31 @@ ThroughputMachine probeThroughput(const RunConfig& config, const std::string& de
     if (device.is_cpu()) applyThreadCount(config.train.threads);
     const std::int64_t d = std::clamp<std::int64_t>(config.model.dModel, 64, 1024);
     const auto options = torch::TensorOptions().device(device);
-    const std::int64_t small = 16, large = 512;
-    auto rate = [&](torch::ScalarType dtype, std::int64_t rows) {
+    const std::int64_t small = 64, large = 1024;
+    // Seconds of one [rows, d] x [d, 4d] product.
+    auto product = [&](torch::ScalarType dtype, std::int64_t rows) {
         const auto w = torch::randn({d, 4 * d}, options.dtype(dtype));
         const auto x = torch::randn({rows, d}, options.dtype(dtype));
-        const double s = secondsPerCall([&] { (void)torch::matmul(x, w); }, device, 0.03);
-        return 2.0 * static_cast<double>(rows) * static_cast<double>(d) * static_cast<double>(4 * d) / s;
+        return secondsPerCall([&] { (void)torch::matmul(x, w); }, device, 0.04);
+    };
+    // The rate of the work that grows with the rows: the slope between two
+    // sizes (the fixed cost of a call is the dispatch, counted apart).
+    auto rate = [&](torch::ScalarType dtype) {
+        const double a = product(dtype, small), b = product(dtype, large);
+        const double flops = 2.0 * static_cast<double>(large - small) * static_cast<double>(d) * static_cast<double>(4 * d);
+        return flops / std::max(b - a, 1e-9);
     };
     ThroughputMachine m;
     m.source = std::string("a probe of this machine's ") + (device.is_cpu() ? "CPU" : "GPU")
-        + " (products, copies and operator dispatch, about 0.3 s)";
-    const double fp32Small = rate(torch::kFloat32, small), fp32Large = rate(torch::kFloat32, large);
-    // rate(rows) = R rows / (rows + h): h from the two, R at large rows.
-    const double denominator = fp32Small / small - fp32Large / large;
-    const double h = denominator > 0 ? std::max(0.0, (fp32Large - fp32Small) / denominator) : 0.0;
-    m.halfRowsFlops = h;
-    m.fp32Flops = fp32Large * (large + h) / large;
-    const auto half = device.is_cpu() ? torch::kBFloat16 : torch::kFloat16;
-    m.halfFlops = rate(half, large) * (large + h) / large;
-    const auto big = torch::empty({8 << 20}, options.dtype(torch::kFloat32)).fill_(1);
-    auto copy = torch::empty_like(big);
-    const double copySeconds = secondsPerCall([&] { copy.copy_(big); }, device, 0.03);
-    m.bytesPerSecond = 2.0 * static_cast<double>(big.numel()) * 4 / copySeconds;
+        + " (products, an activation and operator dispatch, about 0.3 s)";
+    m.fp32Flops = rate(torch::kFloat32);
+    m.halfFlops = rate(device.is_cpu() ? torch::kBFloat16 : torch::kFloat16);
+    m.halfRowsFlops = 0;
+    // Elementwise work as a step does it (an activation reads and writes
+    // each element, and computes): its bytes per second.
+    const auto big = torch::randn({4 << 20}, options.dtype(torch::kFloat32));
+    const double geluSeconds = secondsPerCall([&] { (void)torch::gelu(big); }, device, 0.04);
+    m.bytesPerSecond = 2.0 * static_cast<double>(big.numel()) * 4 / geluSeconds;
     // An operator of a training step also records autograd's node and runs
     // its backward: about three dispatches of a bare one.
     const auto a = torch::ones({8}, options), b = torch::ones({8}, options);
@@ -124,6 +127,7 @@ void measureCandidates(TuneResult& result, const RunConfig& base, const std::vec
         }
         ++done;
     }
+    calibratePredictions(result);
     chooseWinner(result, base);
 }
 
