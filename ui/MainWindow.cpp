@@ -32,6 +32,7 @@
 #include "MemoryPlannerPanel.h"
 #include "RunPanel.h"
 #include "SlurmDialog.h"
+#include "SweepDialog.h"
 #include "common/Version.h"
 #include "store/RunStore.h"
 #include "train/Trainer.h"
@@ -259,6 +260,7 @@ void MainWindow::buildMenus()
     run->addAction(tr("Run on several &processes…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R), this,
                    &MainWindow::runOnSeveralProcesses);
     run->addAction(tr("Run on a S&lurm cluster…"), this, &MainWindow::runOnSlurm);
+    run->addAction(tr("S&weep…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_W), this, &MainWindow::showSweeps);
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->addAction(tr("&Run"), QKeySequence(Qt::CTRL | Qt::Key_1), this, [this] { m_tabs->setCurrentWidget(m_run); });
     view->addAction(tr("&Memory planner"), QKeySequence(Qt::CTRL | Qt::Key_2), this,
@@ -512,6 +514,27 @@ void MainWindow::runOnSlurm()
     const auto config = m_document->config();
     SlurmDialog dialog(m_document->filePath(), config ? QString::fromStdString(config->name) : QString(), this);
     dialog.exec();
+}
+
+SweepDialog* MainWindow::sweepDialog() const { return m_sweepDialog; }
+
+void MainWindow::showSweeps()
+{
+    // A sweep trains the saved config; unsaved edits are not in it.
+    const bool saved = m_document->isValid() && !m_document->filePath().isEmpty() && !m_document->isModified();
+    auto* dialog = new SweepDialog(m_run->databasePath(), saved ? m_document->filePath() : QString(), this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &SweepDialog::message, this, [this](const QString& text) { statusBar()->showMessage(text, 8000); });
+    connect(dialog, &SweepDialog::openRunRequested, this, [this](qint64 runId) {
+        // The run among its sweep's runs: History grouped by the sweep.
+        const auto trial = RunStore(m_run->databasePath().toStdString(), RunStore::Mode::ReadOnly).sweepTrialOfRun(runId);
+        if (trial) m_history->setFilter(QString("sweep:%1").arg(trial->sweepId));
+        m_history->selectRuns({runId});
+        m_tabs->setCurrentWidget(m_history);
+        statusBar()->showMessage(tr("Run %1 in History%2.").arg(runId).arg(trial ? tr(", with the rest of sweep %1 (filter sweep:%1)").arg(trial->sweepId) : QString()), 8000);
+    });
+    dialog->show();
+    m_sweepDialog = dialog;
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)

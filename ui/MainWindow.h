@@ -3,6 +3,7 @@
 // owns menus, shortcuts, recent files and persistence; the panels do the work.
 
 #include <QMainWindow>
+#include <QPointer>
 
 #include "run/RunSession.h"
 
@@ -14,6 +15,7 @@ namespace tb::ui {
 
 class ConfigDocument;
 class DiagnosticsPanel;
+class SweepDialog;
 class ExperimentPanel;
 class GpuTargetModel;
 class HardwarePanel;
@@ -41,6 +43,10 @@ public:
     MemoryPlannerPanel* plannerPanel() const { return m_planner; }
     HistoryPanel* historyPanel() const { return m_history; }
     DiagnosticsPanel* diagnosticsPanel() const { return m_diagnostics; }
+    // The Sweeps dialog while it is open (Run ▸ Sweep…), else null.
+    SweepDialog* sweepDialog() const;
+    // Run ▸ Sweep…: start a sweep of the saved experiment and review the store's sweeps.
+    void showSweeps();
     // The central tabs: Run, Memory planner, History, Diagnostics.
     QTabWidget* tabs() const { return m_tabs; }
     // Skips the save/stop questions on close (tests, scripted use).
@@ -90,6 +96,7 @@ private:
     HistoryPanel* m_history;
     DiagnosticsPanel* m_diagnostics;
     QTabWidget* m_tabs;
+    QPointer<SweepDialog> m_sweepDialog;
     QMenu* m_recentMenu = nullptr;
     QLabel* m_dbLabel;
     QLabel* m_runLabel;

@@ -135,7 +135,7 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     if (role == Qt::ForegroundRole && column == Error && error && *error < -0.10) return QColor(0xc6, 0x28, 0x28);
     if (role == Qt::TextAlignmentRole) {
         return column == Name || column == Status || column == Model || column == Device || column == Precision || column == Tags
-                || column == Parent
+                || column == Parent || column == Sweep
             ? QVariant(Qt::AlignLeft | Qt::AlignVCenter) : QVariant(Qt::AlignRight | Qt::AlignVCenter);
     }
     if (role == Qt::ToolTipRole && column == Name && !r.note.empty()) return QString::fromStdString(r.note);
@@ -173,6 +173,11 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
     case Parent:
         if (!r.parentRunId) return sort ? QVariant(qlonglong(0)) : QVariant(QString());
         return sort ? QVariant(static_cast<qlonglong>(*r.parentRunId)) : QVariant(QString("run %1").arg(*r.parentRunId));
+    case Sweep:
+        // "sweep 3, trial 2": the sweep:3 filter lists its runs.
+        if (!r.sweepId) return sort ? QVariant(qlonglong(0)) : QVariant(QString());
+        return sort ? QVariant(static_cast<qlonglong>(*r.sweepId * 100000 + r.sweepTrial))
+                    : QVariant(tr("sweep %1, trial %2").arg(*r.sweepId).arg(r.sweepTrial + 1));
     case Measured:
         if (sort) return r.measuredPeakBytes ? static_cast<double>(*r.measuredPeakBytes) : -1.0;
         return mib(r.measuredPeakBytes);
@@ -201,6 +206,9 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
 
 QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
+    if (orientation == Qt::Horizontal && role == Qt::ToolTipRole && section == Sweep) {
+        return tr("The sweep and trial that trained the run; filter with sweep:N to see one sweep's runs");
+    }
     if (orientation == Qt::Horizontal && role == Qt::ToolTipRole && section == Processes) {
         return tr("Processes that trained the run together (data-parallel ranks, train.world_size)");
     }
@@ -209,7 +217,7 @@ QVariant RunTableModel::headerData(int section, Qt::Orientation orientation, int
     static const char* const names[kColumns] = {"ID",       "Name",      "Status",        "Started",    "Duration",
                                                 "Steps",    "Model",     "Loss",          "Val loss",   "Best val",
                                                 "Tokens/s", "Peak MiB",  "Estimate MiB",  "Est. error", "Device",
-                                                "Processes", "Precision", "Tags",     "Started from"};
+                                                "Processes", "Precision", "Tags",     "Started from", "Sweep"};
     return tr(names[section]);
 }
 

@@ -20,7 +20,7 @@ class RunTableModel final : public QAbstractTableModel {
 
 public:
     enum Column { Id, Name, Status, Started, Duration, Steps, Model, Loss, ValLoss, BestValLoss, TokensPerSec,
-                  Measured, Estimated, Error, Device, Processes, Precision, Tags, Parent, kColumns };
+                  Measured, Estimated, Error, Device, Processes, Precision, Tags, Parent, Sweep, kColumns };
     static constexpr int kSortRole = Qt::UserRole + 1;
     static constexpr int kFetchBatch = 500;
 

@@ -124,6 +124,11 @@ public:
                              "for it to end, or stop it (Ctrl-C there) and then continue with --resume "
                              + std::to_string(sweepId));
         }
+        // Its pid, for the window's Stop.
+        const std::string pid = std::to_string(getpid()) + "\n";
+        if (ftruncate(m_lock, 0) != 0 || write(m_lock, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+            throw RunError("cannot write " + lock + ": " + std::strerror(errno));
+        }
     }
     ~SweepRunner()
     {

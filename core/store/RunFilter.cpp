@@ -91,6 +91,14 @@ FilterTerm filterTerm(const Word& w, int schema)
         if (schema < 4) return sqlTerm("(? IS NULL)", {word.substr(4)}, {false}); // no tags before schema 4
         return sqlTerm("EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = runs.id AND t.tag = ?)", {word.substr(4)}, {false});
     }
+    if (word.rfind("sweep:", 0) == 0) {
+        const std::string id = word.substr(6);
+        if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) {
+            throw InputError("filter: \"sweep:\" needs a sweep's number, e.g. sweep:3");
+        }
+        if (schema < 8) return sqlTerm("(? IS NULL)", {id}, {true}); // no sweeps before schema 8
+        return sqlTerm("EXISTS (SELECT 1 FROM sweep_trials t WHERE t.run_id = runs.id AND t.sweep_id = ?)", {id}, {true});
+    }
     // FIELD OP VALUE, the operator being the first of these found.
     static const char* const kOps[] = {">=", "<=", "!=", "=", "<", ">"};
     std::size_t at = std::string::npos, length = 0;
@@ -158,8 +166,8 @@ FilterTerm filterTerm(const Word& w, int schema)
     if (std::find(paths.begin(), paths.end(), field) == paths.end()) {
         if (field.find('.') == std::string::npos) {
             throw InputError(quoted + ": unknown field \"" + shown(field)
-                             + "\"; use id, name, status, device, precision, steps, loss, val_loss, note, tag:NAME "
-                               "or a config path such as train.batch_size");
+                             + "\"; use id, name, status, device, precision, steps, loss, val_loss, note, tag:NAME, "
+                               "sweep:N or a config path such as train.batch_size");
         }
         std::string hint;
         if (const auto guess = closestName(field, paths); !guess.empty()) {

@@ -62,6 +62,9 @@ struct RunRecord {
     std::optional<double> bestValLoss;
     std::optional<double> tokensPerSecond;
     std::optional<std::int64_t> parentRunId;
+    // A sweep's trial (RunSweeps.cpp): the sweep and the trial (0-based).
+    std::optional<std::int64_t> sweepId;
+    int sweepTrial = -1;
     // The process training it, while it runs (as judged when read).
     std::optional<std::int64_t> ownerPid;
     std::string ownerHost;

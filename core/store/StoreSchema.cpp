@@ -197,6 +197,9 @@ std::string runColumns(int schema)
          "owner_pid, owner_start, owner_host, ";
     c += schema >= 2 ? "owner_pidns, " : "NULL, ";
     c += schema >= 7 ? "origin_host, origin_store, origin_run_id, origin_label" : "NULL, NULL, NULL, NULL";
+    c += schema >= 8 ? ", (SELECT sweep_id FROM sweep_trials t WHERE t.run_id = runs.id), "
+                       "(SELECT trial FROM sweep_trials t WHERE t.run_id = runs.id)"
+                     : ", NULL, NULL";
     return c;
 }
 
@@ -254,6 +257,10 @@ RunRecord readRun(const Statement& s)
         r.origin.store = s.columnText(31);
         r.origin.runId = s.columnInt(32);
         r.origin.label = s.columnText(33);
+    }
+    if (!s.columnIsNull(34)) {
+        r.sweepId = s.columnInt(34);
+        r.sweepTrial = static_cast<int>(s.columnInt(35));
     }
     // What the row says is running may have lost its process: every reader
     // judges it (the same judgement reconciliation writes down).
