@@ -17,7 +17,8 @@ ssh and followed, its ssh client killed mid-run (the follow reconnects, the
 run goes on), the follower itself killed, a second follow from the start
 (exactly one point per step); stop over ssh; a remote run killed with
 kill -9 (follow ends "interrupted"); train --send-data (SHA-256 checked
-against hashlib, not sent twice) and receive-data's refusals.
+against hashlib, not sent twice); a sweep started on the host and shown from
+here (sweep --host, sweep --status --host); receive-data's refusals.
 """
 import getpass
 import hashlib
@@ -439,6 +440,38 @@ def send_data_cases(remote_db):
     check(r.returncode != 0 and "already has" in r.stdout and f"{TMP}/models-on-the-host/llama" in r.stdout + r.stderr
           and "not here" not in r.stderr,
           "a model folder in the config is left to the host: " + r.stdout[-300:] + r.stderr[-300:])
+
+    # --- a sweep on the host: started there in the background, shown from here
+    sweep_config = {
+        "name": "remote-sweep", "device": "cpu",
+        "model": {"type": "gpt", "n_layer": 1, "d_model": 32, "n_head": 2},
+        "data": {"source": "addition", "digits": 2},
+        "train": {"batch_size": 16, "steps": 30, "eval_every": 10, "threads": 1},
+    }
+    with open(f"{TMP}/sweep-base.json", "w") as f:
+        json.dump(sweep_config, f)
+    with open(f"{TMP}/grid.json", "w") as f:
+        json.dump({"name": "remote grid", "parameters": {"optim.lr": {"values": [0.003, 0.001]}}}, f)
+    r = cli("sweep", "--config", f"{TMP}/sweep-base.json", "--sweep", f"{TMP}/grid.json", "--host", "gpu")
+    m = re.search(r"sweep ([0-9]+) started", r.stdout)
+    check(r.returncode == 0 and m is not None and "sweep --status" in r.stdout,
+          "sweep --host starts the sweep on the host and says how to see it: " + r.stdout + r.stderr)
+    shown = {}
+    deadline = time.time() + 120
+    while m and time.time() < deadline:
+        r = cli("sweep", "--status", m.group(1), "--host", "gpu", "--json")
+        shown = json.loads(r.stdout) if r.returncode == 0 else {}
+        if shown.get("status") == "finished":
+            break
+        time.sleep(1)
+    trials = shown.get("trials", [])
+    check(shown.get("status") == "finished" and len(trials) == 2 and all(t["status"] == "finished" and "run_id" in t for t in trials),
+          f"the host's sweep finished both trials, each with a run ({shown})")
+    with sqlite3.connect(remote_db) as c:
+        swept = c.execute("SELECT count(*) FROM runs WHERE name LIKE 'remote grid, trial %'").fetchone()[0]
+    check(swept == 2, f"the runs are in the host's store ({swept})")
+    r = cli("sweep", "--status", "99", "--host", "gpu")
+    check(r.returncode == 2 and "sweep 99 does not exist" in r.stderr, "an unknown sweep on the host is named: " + r.stderr.strip())
 
     # The receiving side at SHA-256 block boundaries (55/56 bytes: the length
     # spills into another block) and on damaged, short and misnamed input.

@@ -13,7 +13,8 @@ completes, and its run trained with world size 2 and the loss sequence of
 one process at twice the batch; a running job signalled with SIGUSR1 (what
 --signal=USR1@120 sends before the time limit) checkpoints, requeues itself
 and resumes the same run: the run finishes once, with every step stored
-exactly once and the losses of an uninterrupted run.
+exactly once and the losses of an uninterrupted run; a sweep submitted as
+a job array (slurm --sweep) trains each of its trials once, two at a time.
 """
 import json
 import os
@@ -246,6 +247,32 @@ def main():
         b = [v for _, v in sorted(loss_rows(ref, 1))]
         d = max((abs(x - y) for x, y in zip(a, b)), default=float("inf")) if len(a) == len(b) else float("inf")
         check(d <= 1e-6, f"the requeued run's losses equal an uninterrupted 2-rank run's (largest difference {d:.2e})")
+
+        # --- a sweep as a job array: each task plans and trains one trial
+        grid = os.path.join(TMP, "grid.json")
+        with open(grid, "w") as f:
+            json.dump({"name": "array grid", "parameters": {"optim.lr": {"values": [0.003, 0.001, 0.0003]}}}, f)
+        r = cli("slurm", "--config", cfg, "--nodes", "1", "--tasks-per-node", "1", "--output", jobs, "--sweep", grid,
+                "--parallel", "2", "--submit", env=env)
+        sweep = re.search(r"sweep ([0-9]+): 3 trials", r.stdout)
+        job = re.search(r"submitted job ([0-9]+)", r.stdout)
+        script = open(os.path.join(jobs, "array_grid.sbatch")).read() if r.returncode == 0 else ""
+        check(r.returncode == 0 and sweep and job and "#SBATCH --array=1-3%2" in script,
+              f"slurm --sweep stores the sweep and submits a job array ({r.stdout.strip()} {r.stderr.strip()})")
+        status = None
+        deadline = time.time() + 180
+        while sweep and time.time() < deadline:
+            time.sleep(1)
+            with sqlite3.connect(db) as c:
+                row = c.execute("SELECT status FROM sweeps WHERE id = ?", (int(sweep.group(1)),)).fetchone()
+                trials = c.execute("SELECT status, run_id FROM sweep_trials WHERE sweep_id = ? ORDER BY trial",
+                                   (int(sweep.group(1)),)).fetchall()
+            status = row[0] if row else None
+            if status == "finished":
+                break
+        check(status == "finished" and len(trials) == 3 and all(t[0] == "finished" and t[1] for t in trials)
+              and len({t[1] for t in trials}) == 3,
+              f"every array task trained its trial once ({status}, {trials})")
     finally:
         slurm.stop()
     print(f"{len(failures)} failure(s)")

@@ -7,11 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <optional>
 
 #include "Command.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
 #include "dist/SlurmScript.h"
+#include "store/RunStore.h"
+#include "tune/Sweep.h"
 
 namespace tb::cli {
 namespace {
@@ -82,25 +86,66 @@ int slurm(const Args& args)
     job.folder = fs::absolute(folder).lexically_normal().string();
     if (auto db = args.value("--db")) job.dbPath = fs::absolute(*db).lexically_normal().string();
     if (!args.value("--nodes")) throw InputError("'slurm' needs --nodes N (and --gpus-per-node or --tasks-per-node)");
+    std::optional<SweepRecord> sweep;
+    if (auto sweepFile = args.value("--sweep")) {
+        // The sweep goes into the shared store now; each array task runs one of its trials.
+        const SweepSpec spec = loadSweepFile(*sweepFile);
+        const auto trials = sweepTrials(spec);
+        SweepRecord r;
+        r.name = spec.name.empty() ? config.name + " sweep" : spec.name;
+        std::ifstream in(*sweepFile, std::ios::binary);
+        r.specJson.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        r.configJson = configToJson(config);
+        r.baseDir = config.baseDir;
+        if (auto b = args.integer("--budget", 1, 1LL << 62)) r.budgetBytes = *b;
+        for (const auto& t : trials) {
+            SweepTrialRecord tr;
+            tr.trial = t.index;
+            tr.valuesJson = t.toJson();
+            r.trials.push_back(std::move(tr));
+        }
+        sweep = std::move(r);
+        job.sweepId = 1; // checked below with the real id
+        job.sweepTrials = static_cast<int>(trials.size());
+        job.arrayParallel = static_cast<int>(args.integer("--parallel", 1, 100000).value_or(0));
+        job.name = sweep->name;
+    } else if (args.value("--budget") || args.value("--parallel")) {
+        throw InputError("--budget and --parallel are for a sweep: give --sweep FILE");
+    }
+    (void)slurmScript(job); // refuse bad arguments before the sweep is stored
+    if (sweep) {
+        std::error_code made;
+        fs::create_directories(job.folder, made);
+        const std::string db = job.dbPath.empty() ? job.folder + "/experiments.db" : job.dbPath;
+        RunStore store(db);
+        job.sweepId = store.createSweep(*sweep);
+        std::cout << "sweep " << job.sweepId << ": " << job.sweepTrials << " trials of \"" << sweep->name << "\" in " << db << "\n";
+    }
     const std::string script = slurmScript(job);
     std::error_code ec;
     fs::create_directories(job.folder, ec);
     if (ec) throw InputError("cannot create the folder " + job.folder + " (" + ec.message() + "); give --output DIR on a shared file system");
-    const std::string file = job.folder + "/" + slurmJobName(config.name) + ".sbatch";
+    const std::string file = job.folder + "/" + slurmJobName(job.name) + ".sbatch";
     {
         std::ofstream out(file, std::ios::trunc);
         out << script;
         if (!out) throw InputError("cannot write " + file);
     }
     fs::permissions(file, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add, ec);
-    std::cout << "wrote " << file << " (" << job.nodes * (job.gpusPerNode > 0 ? job.gpusPerNode : job.tasksPerNode)
-              << " rank(s); store, checkpoints and output in " << job.folder << ")\n";
+    if (job.sweepId > 0) {
+        std::cout << "wrote " << file << " (a job array of " << job.sweepTrials << " trial(s); store, checkpoints and output in "
+                  << job.folder << ")\n";
+    } else {
+        std::cout << "wrote " << file << " (" << job.nodes * (job.gpusPerNode > 0 ? job.gpusPerNode : job.tasksPerNode)
+                  << " rank(s); store, checkpoints and output in " << job.folder << ")\n";
+    }
     if (!args.flag("--submit")) {
         std::cout << "submit it with: sbatch " << file << "\n";
         return kExitOk;
     }
     const auto id = submit(file);
-    std::cout << "submitted job " << id << "\nits output: " << job.folder << "/slurm-" << id << ".out\n";
+    std::cout << "submitted job " << id << "\nits output: " << job.folder << "/slurm-" << id << (job.sweepId > 0 ? "_N" : "") << ".out\n";
+    if (job.sweepId > 0) std::cout << "see the sweep with: trainbench-cli sweep --status " << job.sweepId << " --db " << (job.dbPath.empty() ? job.folder + "/experiments.db" : job.dbPath) << "\n";
     return kExitOk;
 }
 
@@ -108,7 +153,7 @@ const CommandRegistration slurmRegistration{Command{
     "slurm",
     "Write the sbatch script of a data-parallel run on a Slurm cluster (and submit it with --submit).",
     "--config FILE --nodes N (--gpus-per-node G | --tasks-per-node T) [--partition P] [--time T] [--account A] "
-    "[--output DIR] [--db FILE] [--submit]",
+    "[--output DIR] [--db FILE] [--sweep FILE [--budget BYTES] [--parallel N]] [--submit]",
     {{"--config", true, "the experiment config (JSON); every rank reads it", "FILE"},
      {"--nodes", true, "nodes to run on", "N"},
      {"--gpus-per-node", true, "GPUs per node: one rank (task) per GPU", "G"},
@@ -119,7 +164,10 @@ const CommandRegistration slurmRegistration{Command{
      {"--output", true, "a folder every node sees: the script, the store, checkpoints and output (default ./trainbench-slurm)", "DIR"},
      {"--db", true, "the experiment database (default DIR/experiments.db)", "FILE"},
      {"--cli", true, "trainbench-cli's path on the nodes (default: this program's)", "PATH"},
-     {"--submit", false, "submit the script with sbatch and print the job id"}},
+     {"--submit", false, "submit the script with sbatch and print the job id"},
+     {"--sweep", true, "a sweep instead of one run: a job array of its trials, each planned first (docs/sweeps.md)", "FILE"},
+     {"--budget", true, "with --sweep: skip trials whose plan does not fit this many bytes", "BYTES"},
+     {"--parallel", true, "with --sweep: at most N array tasks at a time", "N"}},
     &slurm}};
 
 } // namespace

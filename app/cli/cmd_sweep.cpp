@@ -24,17 +24,21 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "Command.h"
+#include "Remote.h"
 #include "common/ByteSize.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
 #include "diagnose/ErrorExplainer.h"
 #include "diagnose/Preflight.h"
 #include "diagnose/TargetPlan.h"
+#include "remote/Ssh.h"
 #include "memory/Verdict.h"
 #include "run/RunSession.h"
 #include "store/RunStore.h"
@@ -99,8 +103,10 @@ struct Running {
 
 class SweepRunner {
 public:
-    SweepRunner(RunStore& store, std::string db, std::int64_t sweepId, int parallel, bool json)
-        : m_store(store), m_db(std::move(db)), m_id(sweepId), m_parallel(parallel), m_json(json)
+    // onlyTrial >= 0: run that trial alone (a Slurm array task), beside
+    // other such runners of the same sweep.
+    SweepRunner(RunStore& store, std::string db, std::int64_t sweepId, int parallel, bool json, int onlyTrial = -1)
+        : m_store(store), m_db(std::move(db)), m_id(sweepId), m_parallel(parallel), m_json(json), m_only(onlyTrial)
     {
         m_record = *m_store.sweep(sweepId);
         m_spec = parseSweep(m_record.specJson, "sweep " + std::to_string(sweepId));
@@ -112,26 +118,48 @@ public:
         std::filesystem::create_directories(m_folder);
         m_program = selfProgram();
         // One process runs a sweep: a second (a --resume while the first
-        // still runs) would start its trials again. The lock goes with the
-        // process, however it ends.
+        // still runs) would start its trials again. Runners of one trial each
+        // (Slurm array tasks) share the sweep's lock and hold their trial's.
+        // The locks go with the process, however it ends.
         const auto lock = m_folder + "/lock";
-        m_lock = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (m_lock < 0) throw RunError("cannot open " + lock + ": " + std::strerror(errno));
-        if (flock(m_lock, LOCK_EX | LOCK_NB) != 0) {
-            close(m_lock);
-            m_lock = -1;
+        m_lock = takeLock(lock, m_only >= 0 ? LOCK_SH : LOCK_EX);
+        if (m_lock < 0) {
             throw InputError("sweep " + std::to_string(sweepId) + " is being run by another trainbench-cli process; wait "
                              "for it to end, or stop it (Ctrl-C there) and then continue with --resume "
                              + std::to_string(sweepId));
         }
-        // Its pid, for the window's Stop.
-        const std::string pid = std::to_string(getpid()) + "\n";
-        if (ftruncate(m_lock, 0) != 0 || write(m_lock, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
-            throw RunError("cannot write " + lock + ": " + std::strerror(errno));
+        if (m_only >= 0) {
+            if (m_only >= static_cast<int>(m_record.trials.size())) {
+                throw InputError("--trial " + std::to_string(m_only + 1) + ": sweep " + std::to_string(sweepId) + " has "
+                                 + std::to_string(m_record.trials.size()) + " trials");
+            }
+            m_trialLock = takeLock(trialFile(m_only, ".lock"), LOCK_EX);
+            if (m_trialLock < 0) {
+                throw InputError("trial " + std::to_string(m_only + 1) + " of sweep " + std::to_string(sweepId)
+                                 + " is being run by another trainbench-cli process");
+            }
+        } else {
+            // Its pid, for the window's Stop.
+            const std::string pid = std::to_string(getpid()) + "\n";
+            if (ftruncate(m_lock, 0) != 0 || write(m_lock, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+                throw RunError("cannot write " + lock + ": " + std::strerror(errno));
+            }
         }
+    }
+    // An open file locked as asked (flock), or -1 when another process holds it.
+    static int takeLock(const std::string& path, int how)
+    {
+        const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) throw RunError("cannot open " + path + ": " + std::strerror(errno));
+        if (flock(fd, how | LOCK_NB) != 0) {
+            close(fd);
+            return -1;
+        }
+        return fd;
     }
     ~SweepRunner()
     {
+        if (m_trialLock >= 0) close(m_trialLock);
         if (m_lock >= 0) close(m_lock);
     }
     SweepRunner(const SweepRunner&) = delete;
@@ -160,7 +188,12 @@ public:
             say("stopped; continue with: trainbench-cli sweep --resume " + std::to_string(m_id) + " --db " + m_db);
             return kExitCancelled;
         }
-        m_store.setSweepStatus(m_id, "finished");
+        // Done when every trial is (a runner of one trial may finish last).
+        const auto now = *m_store.sweep(m_id);
+        const bool open = std::any_of(now.trials.begin(), now.trials.end(), [](const SweepTrialRecord& t) {
+            return t.status == "pending" || t.status == "running";
+        });
+        if (!open) m_store.setSweepStatus(m_id, "finished");
         return kExitOk;
     }
 
@@ -196,7 +229,7 @@ private:
     {
         m_store.reconcileInterrupted();
         for (auto& t : m_record.trials) {
-            if (t.status != "running") continue;
+            if (t.status != "running" || (m_only >= 0 && t.trial != m_only)) continue;
             if (!t.runId) {
                 // Started, but the id was not read back before the sweep stopped.
                 std::ifstream in(trialFile(t.trial, ".runid"));
@@ -221,7 +254,7 @@ private:
     bool startNext()
     {
         for (auto& t : m_record.trials) {
-            if (t.status != "pending") continue;
+            if (t.status != "pending" || (m_only >= 0 && t.trial != m_only)) continue;
             // A trial whose run was stopped by Ctrl-C or a crash continues it.
             if (t.runId) {
                 const auto run = m_store.run(*t.runId);
@@ -386,8 +419,10 @@ private:
         for (auto p = mine.upper_bound(r.checkedStep); p != mine.end() && r.stopReason.empty(); ++p) {
             r.checkedStep = p->first;
             if (p->first < m_spec.minStep) continue;
+            // The others as the store has them now (runners of single trials run beside this one).
+            const auto fresh = m_store.sweep(m_id);
             std::vector<double> others;
-            for (const auto& o : m_record.trials) {
+            for (const auto& o : fresh ? fresh->trials : m_record.trials) {
                 if (o.trial == t.trial || !o.runId || o.status == "skipped") continue;
                 const auto& theirs = series(*o.runId);
                 if (const auto at = theirs.find(p->first); at != theirs.end()) others.push_back(at->second);
@@ -453,7 +488,8 @@ private:
     RunConfig m_base;
     SweepTarget m_target;
     std::string m_folder, m_program;
-    int m_lock = -1;
+    int m_lock = -1, m_trialLock = -1;
+    int m_only = -1;
     std::vector<Running> m_running;
     std::map<std::int64_t, std::map<int, double>> m_series;
 };
@@ -495,25 +531,143 @@ void printSweep(const SweepRecord& r, const SweepSpec& spec, bool json)
     if (best >= 0) std::printf("best: trial %d\n", best + 1);
 }
 
+std::string readText(const std::string& path, const char* what)
+{
+    std::stringstream text;
+    if (path == "-") {
+        text << std::cin.rdbuf();
+        return text.str();
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(std::string(what) + " not found: " + path);
+    text << in.rdbuf();
+    return text.str();
+}
+
+std::int64_t budgetOf(const std::string& text)
+{
+    bool digits = !text.empty();
+    for (const char c : text) digits = digits && c >= '0' && c <= '9';
+    const auto bytes = digits && text.size() < 19 ? std::optional<std::int64_t>(std::stoll(text)) : parseByteSize(text);
+    if (!bytes || *bytes <= 0) {
+        throw InputError("--budget must be a positive size in bytes or with a unit (\"4 GiB\"), got \"" + text + "\"");
+    }
+    return *bytes;
+}
+
+// --host: the same command on the host's trainbench-cli, over ssh. A new
+// sweep sends its config on stdin and its file's text as --sweep-text; it
+// runs there in the background (--detach), and --status shows it.
+int sweepRemote(const Args& args)
+{
+    if (args.value("--db")) throw InputError("--db names a local store; with --host use --remote-db");
+    const auto host = hostOf(args);
+    std::vector<std::string> remoteArgs{"sweep"};
+    std::string input;
+    if (auto id = args.value("--status")) {
+        remoteArgs.insert(remoteArgs.end(), {"--status", *id});
+        if (args.flag("--json")) remoteArgs.push_back("--json");
+    } else {
+        remote::checkRemoteVersion(host);
+        if (auto id = args.value("--resume")) {
+            remoteArgs.insert(remoteArgs.end(), {"--resume", *id});
+        } else {
+            input = readText(*args.value("--config"), "config file");
+            remoteArgs.insert(remoteArgs.end(), {"--config", "-", "--sweep-text", readText(*args.value("--sweep"), "sweep file")});
+            for (const char* option : {"--gpu", "--budget"}) {
+                if (auto v = args.value(option)) remoteArgs.insert(remoteArgs.end(), {option, *v});
+            }
+        }
+        if (auto v = args.value("--parallel")) remoteArgs.insert(remoteArgs.end(), {"--parallel", *v});
+        remoteArgs.push_back("--detach");
+    }
+    const auto r = remote::runCli(host, remoteArgs, input);
+    std::cout << r.out;
+    if (r.exitCode != 0) {
+        std::cerr << remote::sshMessages(r.err);
+        return r.exitCode;
+    }
+    std::smatch m;
+    if (std::regex_search(r.out, m, std::regex("sweep ([0-9]+) started"))) {
+        std::cout << "it runs on " << host.label() << "; see it with: trainbench-cli sweep --status " << m[1] << " --host "
+                  << host.label() << "\n";
+    }
+    return kExitOk;
+}
+
+// --detach: the runner in a session of its own (no terminal, output to the
+// sweep's folder), so it outlives this process, a closed terminal or ssh link.
+int detachRunner(const std::string& db, std::int64_t id, int parallel)
+{
+    const std::string folder = db + "-runs/sweep-" + std::to_string(id);
+    std::filesystem::create_directories(folder);
+    std::vector<std::string> argv{selfProgram(), "sweep", "--resume", std::to_string(id), "--db", db};
+    if (parallel > 1) argv.insert(argv.end(), {"--parallel", std::to_string(parallel)});
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string log = folder + "/runner.log";
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, &attributes, raw.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    if (rc != 0) throw RunError("cannot start the sweep in the background: " + std::string(std::strerror(rc)));
+    std::cout << "sweep " << id << " started in the background (pid " << pid << "); its output: " << log
+              << "\nsee it with: trainbench-cli sweep --status " << id << " --db " << db << "\n";
+    return kExitOk;
+}
+
 int sweep(const Args& args)
 {
     if (!args.positionals().empty()) {
         throw InputError("'sweep' takes no positional arguments, got \"" + args.positionals()[0] + "\"");
     }
+    const auto statusId = args.integer("--status", 1, 1LL << 62);
     const auto resumeId = args.integer("--resume", 1, 1LL << 62);
     const auto configPath = args.value("--config");
     const auto sweepPath = args.value("--sweep");
-    if (resumeId && (configPath || sweepPath)) {
+    const auto sweepText = args.value("--sweep-text");
+    if (statusId && (resumeId || configPath || sweepPath || sweepText)) {
+        throw InputError("--status shows a stored sweep; leave out --resume, --config and --sweep");
+    }
+    if (sweepPath && sweepText) throw InputError("give --sweep FILE or --sweep-text TEXT, not both");
+    if (resumeId && (configPath || sweepPath || sweepText)) {
         throw InputError("--resume continues a stored sweep with its own config and sweep file; leave out --config and --sweep");
     }
-    if (!resumeId && (!configPath || !sweepPath)) {
-        throw InputError("'sweep' needs --config FILE and --sweep FILE (or --resume SWEEP_ID to continue one)");
+    const auto trial = args.integer("--trial", 1, 1000000);
+    if (trial && !resumeId) throw InputError("--trial runs one trial of a stored sweep: give --resume SWEEP_ID too");
+    if (!statusId && !resumeId && (!configPath || !(sweepPath || sweepText))) {
+        throw InputError("'sweep' needs --config FILE and --sweep FILE (or --resume SWEEP_ID to continue one, --status SWEEP_ID to show one)");
     }
     const auto gpuName = args.value("--gpu");
     const auto budgetText = args.value("--budget");
     if (gpuName && budgetText) throw InputError("'sweep' takes --gpu NAME or --budget BYTES, not both");
+    if (trial && args.flag("--detach")) throw InputError("--trial runs one trial here (a Slurm array task); leave out --detach");
     const int parallel = static_cast<int>(args.integer("--parallel", 1, 256).value_or(1));
+    if (args.value("--host")) {
+        if (trial) throw InputError("--trial runs one trial here; it does not go with --host");
+        if (sweepText) throw InputError("--sweep-text is what --host sends; give --sweep FILE");
+        return sweepRemote(args);
+    }
+    if (args.value("--remote-cli") || args.value("--remote-db")) throw InputError("--remote-cli and --remote-db need --host");
     const std::string db = args.value("--db").value_or(RunStore::defaultPath());
+
+    if (statusId) {
+        if (!std::filesystem::exists(db)) throw InputError("no experiment database at " + db);
+        RunStore store(db, RunStore::Mode::ReadOnly);
+        const auto record = store.sweep(*statusId);
+        if (!record) throw InputError("sweep " + std::to_string(*statusId) + " does not exist in " + db);
+        printSweep(*record, parseSweep(record->specJson, "sweep"), args.flag("--json"));
+        return kExitOk;
+    }
 
     RunStore store(db);
     std::int64_t id = 0;
@@ -523,26 +677,19 @@ int sweep(const Args& args)
         if (gpuName || budgetText) throw InputError("--resume keeps the sweep's own target; leave out --gpu and --budget");
         id = *resumeId;
     } else {
-        const SweepSpec spec = loadSweepFile(*sweepPath);
-        const RunConfig base = loadConfigFile(*configPath);
+        const std::string specText = sweepText ? *sweepText : readText(*sweepPath, "sweep file");
+        const SweepSpec spec = parseSweep(specText, sweepText ? "the sweep sent" : *sweepPath);
+        const RunConfig base = *configPath == "-"
+            ? parseConfig(readText("-", "config"), "the config read from stdin", std::filesystem::current_path().string())
+            : loadConfigFile(*configPath);
         const auto trials = sweepTrials(spec);
         SweepRecord r;
         r.name = spec.name.empty() ? base.name + " sweep" : spec.name;
-        std::ifstream in(*sweepPath, std::ios::binary);
-        r.specJson.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        r.specJson = specText;
         r.configJson = configToJson(base);
         r.baseDir = base.baseDir;
         if (gpuName) r.gpu = GpuCatalogue::bundled().resolve(*gpuName).gpu.id;
-        if (budgetText) {
-            bool digits = !budgetText->empty();
-            for (const char c : *budgetText) digits = digits && c >= '0' && c <= '9';
-            const auto bytes = digits && budgetText->size() < 19 ? std::optional<std::int64_t>(std::stoll(*budgetText))
-                                                                 : parseByteSize(*budgetText);
-            if (!bytes || *bytes <= 0) {
-                throw InputError("--budget must be a positive size in bytes or with a unit (\"4 GiB\"), got \"" + *budgetText + "\"");
-            }
-            r.budgetBytes = *bytes;
-        }
+        if (budgetText) r.budgetBytes = budgetOf(*budgetText);
         for (const auto& t : trials) {
             SweepTrialRecord tr;
             tr.trial = t.index;
@@ -553,6 +700,7 @@ int sweep(const Args& args)
         if (!args.flag("--json")) {
             std::printf("sweep %lld: %zu trials of \"%s\"; stop with Ctrl-C, continue with --resume %lld\n",
                         static_cast<long long>(id), trials.size(), r.name.c_str(), static_cast<long long>(id));
+            std::fflush(stdout);
         }
     }
     // Trials on a GPU run one at a time: they would share its memory.
@@ -565,31 +713,44 @@ int sweep(const Args& args)
                              "trials on a GPU run one at a time (leave out --parallel, or set \"device\": \"cpu\")");
         }
     }
+    if (args.flag("--detach")) return detachRunner(db, id, parallel);
     struct sigaction action {};
     action.sa_handler = onInterrupt;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
-    SweepRunner runner(store, db, id, parallel, args.flag("--json"));
+    SweepRunner runner(store, db, id, parallel, args.flag("--json"), trial ? static_cast<int>(*trial) - 1 : -1);
     const int code = runner.run();
     const auto record = *store.sweep(id);
     printSweep(record, parseSweep(record.specJson, "sweep"), args.flag("--json"));
     return code;
 }
 
+std::vector<OptionSpec> sweepOptions()
+{
+    std::vector<OptionSpec> o{
+        {"--config", true, "the base experiment config (JSON); '-' reads it from stdin", "FILE"},
+        {"--sweep", true, "the sweep file: method, metric, parameters, run_cap, seed, early_terminate (docs/sweeps.md)", "FILE"},
+        {"--sweep-text", true, "the sweep file's text itself (what --host sends)", "TEXT"},
+        {"--gpu", true, "plan each trial for this catalogue card: one that does not fit or does not run there is skipped", "NAME"},
+        {"--budget", true, "skip trials whose plan does not fit this memory (bytes or \"4 GiB\")", "BYTES"},
+        {"--parallel", true, "trials at a time on CPU cores (default 1; each gets its share of the threads)", "N"},
+        {"--resume", true, "continue a stored sweep: finished trials are kept, interrupted ones continue", "SWEEP_ID"},
+        {"--trial", true, "with --resume: run only trial N (1-based) of the sweep, beside other such runners (a Slurm array task)", "N"},
+        {"--detach", false, "run the sweep in the background (it outlives this terminal) and return"},
+        {"--status", true, "show a stored sweep: every trial's values, status, run, metric and reason", "SWEEP_ID"},
+        {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)", "FILE"},
+        {"--json", false, "print the sweep and its trials as JSON at the end"}};
+    for (auto& h : hostOptions()) o.push_back(h);
+    return o;
+}
+
 const CommandRegistration sweepRegistration{Command{
     "sweep",
     "Run a grid or random search over config fields: each trial planned first, queued in the store, resumable.",
-    "--config FILE --sweep FILE [--gpu NAME | --budget BYTES] [--parallel N] [--db FILE] [--json] | --resume SWEEP_ID [--parallel N] [--db FILE]",
-    {{"--config", true, "the base experiment config (JSON)", "FILE"},
-     {"--sweep", true, "the sweep file: method, metric, parameters, run_cap, seed, early_terminate (docs/sweeps.md)", "FILE"},
-     {"--gpu", true, "plan each trial for this catalogue card: one that does not fit or does not run there is skipped", "NAME"},
-     {"--budget", true, "skip trials whose plan does not fit this memory (bytes or \"4 GiB\")", "BYTES"},
-     {"--parallel", true, "trials at a time on CPU cores (default 1; each gets its share of the threads)", "N"},
-     {"--resume", true, "continue a stored sweep: finished trials are kept, interrupted ones continue", "SWEEP_ID"},
-     {"--db", true, "experiment database (default: $TRAINBENCH_DB, else ~/.local/share/trainbench/experiments.db)", "FILE"},
-     {"--json", false, "print the sweep and its trials as JSON at the end"}},
-    &sweep}};
+    "--config FILE --sweep FILE [--gpu NAME | --budget BYTES] [--parallel N] [--detach] [--db FILE | --host H] [--json] | "
+    "--resume SWEEP_ID [--trial N] [--parallel N] | --status SWEEP_ID",
+    sweepOptions(), &sweep}};
 
 } // namespace
 } // namespace tb::cli

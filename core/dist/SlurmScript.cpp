@@ -62,6 +62,38 @@ std::string slurmScript(const SlurmJob& job)
     const int perNode = job.gpusPerNode > 0 ? job.gpusPerNode : job.tasksPerNode;
     const std::string db = job.dbPath.empty() ? job.folder + "/experiments.db" : job.dbPath;
     std::ostringstream s;
+    if (job.sweepId > 0) {
+        // A sweep: one array task per trial, one process each (a trial trains
+        // on one node; its GPUs, if any, are the task's).
+        if (job.nodes != 1 || perNode != 1) {
+            throw InputError("a sweep's trials each run as one process: give --nodes 1 and --gpus-per-node 1 (or "
+                             "--tasks-per-node 1 on CPU nodes)");
+        }
+        if (job.sweepTrials < 1) throw InputError("the sweep has no trials");
+        s << "#!/bin/bash\n"
+          << "# Written by trainbench-cli slurm. Sweep " << job.sweepId << ": " << job.sweepTrials
+          << " trial(s) as a job array, one array task per trial.\n"
+          << "# Each task plans its trial first (one that does not fit or does not run is skipped with the reason) and\n"
+          << "# trains it into the store in a folder every node sees: " << job.folder << "\n"
+          << "# A task that ends early (preempted, over its time) leaves its trial to\n"
+          << "#   trainbench-cli sweep --resume " << job.sweepId << " --trial N --db " << db << "\n"
+          << "#SBATCH --job-name=" << name << "\n"
+          << "#SBATCH --array=1-" << job.sweepTrials << (job.arrayParallel > 0 ? "%" + std::to_string(job.arrayParallel) : "") << "\n"
+          << "#SBATCH --nodes=1\n"
+          << "#SBATCH --ntasks-per-node=1\n";
+        if (job.gpusPerNode > 0) s << "#SBATCH --gpus-per-node=1\n";
+        if (!job.partition.empty()) s << "#SBATCH --partition=" << job.partition << "\n";
+        if (!job.account.empty()) s << "#SBATCH --account=" << job.account << "\n";
+        if (!job.time.empty()) s << "#SBATCH --time=" << job.time << "\n";
+        s << "#SBATCH --open-mode=append\n"
+          << "#SBATCH --output=" << job.folder << "/slurm-%A_%a.out\n"
+          << "set -u\n"
+          << "cli=" << quoted("the trainbench-cli path", job.cliPath) << "\n"
+          << "db=" << quoted("the store path", db) << "\n"
+          << "echo \"trainbench: sweep " << job.sweepId << ", trial ${SLURM_ARRAY_TASK_ID}, job ${SLURM_ARRAY_JOB_ID}, on ${SLURM_JOB_NODELIST}\"\n"
+          << "exec \"$cli\" sweep --resume " << job.sweepId << " --trial \"${SLURM_ARRAY_TASK_ID}\" --db \"$db\"\n";
+        return s.str();
+    }
     s << "#!/bin/bash\n"
       << "# Written by trainbench-cli slurm. Data-parallel training: " << job.nodes * perNode << " rank(s), "
       << perNode << " per node" << (job.gpusPerNode > 0 ? ", one per GPU" : "") << ".\n"

@@ -5,6 +5,7 @@
 // handled: --signal=USR1@120 makes every rank checkpoint at its next step,
 // rank 0 requeues the job, and the requeued job resumes the same run
 // (it finds it by the job id in the shared folder).
+#include <cstdint>
 #include <string>
 
 namespace tb {
@@ -19,6 +20,12 @@ struct SlurmJob {
     int gpusPerNode = 0;     // > 0: one task per GPU
     int tasksPerNode = 0;    // CPU nodes: tasks (ranks) per node
     std::string partition, time, account;
+    // A sweep (trainbench-cli sweep) as a job array: one array task per
+    // trial, each running `sweep --resume ID --trial N`; at most
+    // `arrayParallel` at a time (0: as Slurm schedules them).
+    std::int64_t sweepId = 0;
+    int sweepTrials = 0;
+    int arrayParallel = 0;
 };
 
 // Throws InputError for values sbatch would refuse (names that would break
