@@ -713,8 +713,15 @@ void TestCli::tuneChoosesAMeasuredConfigThatFits()
 // rates a constant schedule makes hopeless, never the best trial.
 void TestCli::sweepKilledHalfwayResumesEachTrialOnce()
 {
+    // The data file beside the config, named relatively: each trial's config
+    // is written in the sweep's folder and must still find it.
+    QByteArray corpus;
+    for (int i = 0; corpus.size() < 40000; ++i) {
+        corpus += "the quick brown fox " + QByteArray::number(i % 97) + " jumps over the lazy dog and runs home.\n";
+    }
+    writeConfig("sweep-corpus.txt", corpus);
     const QString config = writeConfig("sweep-base.json", R"({"name": "tiny", "device": "cpu",
-      "model": {"n_layer": 1, "d_model": 64, "n_head": 2}, "data": {"source": "text", "seq_len": 16},
+      "model": {"n_layer": 1, "d_model": 64, "n_head": 2}, "data": {"source": "text", "path": "sweep-corpus.txt", "seq_len": 16},
       "optim": {"schedule": "constant", "warmup_steps": 0},
       "train": {"batch_size": 4, "steps": 600, "eval_every": 50, "threads": 1}})");
     const QString sweepFile = writeConfig("lr.json", R"({"name": "lr grid", "method": "grid",

@@ -97,6 +97,20 @@ void TestSweep::badFilesNameTheFieldAndTheFix_data()
     QTest::newRow("hyperband") << R"({"early_terminate": {"type": "hyperband"}, "parameters": {"optim.lr": {"values": [1]}}})"
                                << "must be {\"type\": \"median\"";
     QTest::newRow("empty values") << R"({"parameters": {"optim.lr": {"values": []}}})" << "values: must be a non-empty list";
+    QTest::newRow("unknown parameter key") << R"({"parameters": {"optim.lr": {"vales": [1]}}})"
+                                           << "unknown key \"vales\"; did you mean \"values\"?";
+    QTest::newRow("values and value") << R"({"parameters": {"optim.lr": {"values": [1], "value": 2}}})"
+                                      << "give one of values, value, or min and max";
+    QTest::newRow("categorical beside values") << R"({"parameters": {"optim.lr": {"values": [1], "distribution": "categorical"}}})"
+                                               << "distribution and q go with min and max";
+    QTest::newRow("q without q_uniform") << R"({"method": "random", "run_cap": 2, "parameters": {"optim.lr": {"min": 0.1, "max": 1, "q": 0.1}}})"
+                                         << "goes with \"distribution\": \"q_uniform\"";
+    QTest::newRow("no whole number") << R"({"method": "random", "run_cap": 2, "parameters": {"train.batch_size": {"min": 0.5, "max": 0.7, "distribution": "int_uniform"}}})"
+                                     << "int_uniform needs a whole number between min and max";
+    QTest::newRow("hyperband's min_iter") << R"({"early_terminate": {"type": "median", "min_iter": 3}, "parameters": {"optim.lr": {"values": [1]}}})"
+                                          << "unknown key \"min_iter\"";
+    QTest::newRow("goal not a string") << R"({"metric": {"name": "loss", "goal": 1}, "parameters": {"optim.lr": {"values": [1]}}})"
+                                       << "metric.goal: must be";
 }
 
 void TestSweep::badFilesNameTheFieldAndTheFix()

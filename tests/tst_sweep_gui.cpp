@@ -71,6 +71,19 @@ private Q_SLOTS:
         QVERIFY(dialog->startSweep().contains("sweep file not found"));
         QCOMPARE(dialog->sweepBox()->count(), 0);
 
+        // A value that makes no valid config: the command refuses it, the dialog says why, nothing is stored.
+        const QString bad = dir.filePath("bad.json");
+        {
+            QFile f(bad);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(R"({"parameters": {"train.batch_size": {"values": [4, -1]}}})");
+        }
+        dialog->sweepFileEdit()->setText(bad);
+        dialog->startSweep();
+        QTRY_VERIFY_WITH_TIMEOUT(dialog->statusText().contains("train.batch_size"), 30000);
+        QVERIFY2(dialog->statusText().contains("trial 2"), qPrintable(dialog->statusText()));
+        QCOMPARE(dialog->sweepBox()->count(), 0);
+
         dialog->sweepFileEdit()->setText(sweep);
         dialog->budgetBox()->setValue(0.01); // about 10 MiB: batch 8192 does not fit
         QSignalSpy messages(dialog, &SweepDialog::message);

@@ -527,7 +527,12 @@ void MainWindow::showSweeps()
     connect(dialog, &SweepDialog::message, this, [this](const QString& text) { statusBar()->showMessage(text, 8000); });
     connect(dialog, &SweepDialog::openRunRequested, this, [this](qint64 runId) {
         // The run among its sweep's runs: History grouped by the sweep.
-        const auto trial = RunStore(m_run->databasePath().toStdString(), RunStore::Mode::ReadOnly).sweepTrialOfRun(runId);
+        std::optional<SweepTrialRecord> trial;
+        try {
+            trial = RunStore(m_run->databasePath().toStdString(), RunStore::Mode::ReadOnly).sweepTrialOfRun(runId);
+        } catch (const std::exception&) {
+            // The store cannot be read now: History says why when it refreshes.
+        }
         if (trial) m_history->setFilter(QString("sweep:%1").arg(trial->sweepId));
         m_history->selectRuns({runId});
         m_tabs->setCurrentWidget(m_history);

@@ -18,6 +18,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
@@ -240,26 +241,43 @@ bool SweepDialog::sweepRunning(std::int64_t sweepId) const
     const QByteArray path = lockPath(sweepId).toLocal8Bit();
     const int fd = ::open(path.constData(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
-    const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0;
+    // Any holder counts: a whole-sweep runner (exclusive) or one-trial runners (shared).
+    const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
     ::close(fd); // releases a lock taken just to look
     return held;
 }
 
 bool SweepDialog::launch(const QStringList& args, const QString& what)
 {
-    QDir().mkpath(m_db + "-runs");
-    QProcess process;
-    process.setProgram(cliProgram());
-    process.setArguments(args);
-    const QString log = m_db + "-runs/sweeps.log";
-    process.setStandardOutputFile(log, QIODevice::Append);
-    process.setStandardErrorFile(log, QIODevice::Append);
-    process.setStandardInputFile(QProcess::nullDevice());
-    if (!process.startDetached()) {
-        m_status->setText(tr("Cannot start %1 to %2: %3 (set TRAINBENCH_CLI to its path).")
-                              .arg(process.program(), what, process.errorString()));
-        return false;
-    }
+    // `sweep ... --detach` stores the sweep, starts its runner in a session
+    // of its own (it outlives the window) and returns at once; its answer
+    // or its refusal is shown here.
+    auto* process = new QProcess(this);
+    process->setProgram(cliProgram());
+    process->setArguments(args + QStringList{"--detach"});
+    process->setStandardInputFile(QProcess::nullDevice());
+    connect(process, &QProcess::finished, this, [this, process, what](int code, QProcess::ExitStatus status) {
+        process->deleteLater();
+        const QString out = QString::fromUtf8(process->readAllStandardOutput());
+        const QString err = QString::fromUtf8(process->readAllStandardError()).trimmed();
+        if (status != QProcess::NormalExit || code != 0) {
+            m_waitingFor.reset();
+            m_status->setStyleSheet("color: #c0392b");
+            m_status->setText(err.isEmpty() ? tr("Could not %1 (exit code %2).").arg(what).arg(code)
+                                            : err.section("error: ", -1).trimmed());
+            return;
+        }
+        const auto match = QRegularExpression("sweep ([0-9]+) started").match(out);
+        if (match.hasMatch()) m_started = match.captured(1).toLongLong();
+        refresh();
+    });
+    connect(process, &QProcess::errorOccurred, this, [this, process](QProcess::ProcessError error) {
+        if (error != QProcess::FailedToStart) return;
+        m_waitingFor.reset();
+        m_status->setText(tr("Cannot start %1: %2 (set TRAINBENCH_CLI to its path).").arg(process->program(), process->errorString()));
+        process->deleteLater();
+    });
+    process->start();
     return true;
 }
 
@@ -292,11 +310,10 @@ QString SweepDialog::startSweep()
         m_waitingFor.reset();
         return m_status->text();
     }
-    // The new sweep reaches the store within a moment; refresh selects it.
+    // The command answers with the sweep's id; refresh then selects it.
     const QString message = tr("Starting the sweep of %1 with %2…").arg(QFileInfo(m_config).fileName(), QFileInfo(file).fileName());
     m_status->setText(message);
     m_timer->start();
-    QTimer::singleShot(500, this, &SweepDialog::refresh);
     return message;
 }
 
@@ -338,13 +355,16 @@ void SweepDialog::refresh()
     for (const auto& r : m_records) anyRunning = anyRunning || sweepRunning(r.id);
     if (anyRunning && !m_timer->isActive()) m_timer->start();
     if (!anyRunning && !m_waitingFor) m_timer->stop();
-    if (m_waitingFor && m_records.size() > *m_waitingFor) {
+    if (m_waitingFor && m_started > 0) {
         // The sweep just started: select it, and say so.
         m_waitingFor.reset();
-        selectSweep(m_records.front().id);
+        const auto started = std::find_if(m_records.begin(), m_records.end(), [this](const SweepRecord& r) { return r.id == m_started; });
+        m_started = 0;
+        if (started == m_records.end()) return;
+        selectSweep(started->id);
         const QString text = tr("Started sweep %1 (%2 trials); it goes on when this window closes.")
-                                 .arg(m_records.front().id)
-                                 .arg(m_records.front().trials.size());
+                                 .arg(started->id)
+                                 .arg(started->trials.size());
         showSweep();
         m_status->setText(text + " " + m_status->text());
         Q_EMIT message(text);
@@ -588,8 +608,15 @@ void SweepDialog::stopSweep()
     const auto id = m_records[static_cast<std::size_t>(index)].id;
     std::ifstream in(lockPath(id).toStdString());
     long pid = 0;
-    if (!(in >> pid) || pid <= 0 || !sweepRunning(id) || kill(static_cast<pid_t>(pid), SIGINT) != 0) {
-        m_status->setText(tr("Sweep %1 is not running here; nothing to stop.").arg(id));
+    std::string host;
+    char here[256] = {0};
+    gethostname(here, sizeof here - 1);
+    // The pid is the runner's on the host it names (a store on a shared
+    // folder can be another machine's).
+    if (!(in >> pid >> host) || pid <= 0 || host != here || !sweepRunning(id) || kill(static_cast<pid_t>(pid), SIGINT) != 0) {
+        m_status->setText(tr("Sweep %1 is not run by a process on this computer that the window can stop (a Slurm array's "
+                             "tasks are stopped with scancel).")
+                              .arg(id));
         return;
     }
     m_status->setText(tr("Stopping sweep %1: its running trials checkpoint and stop; Resume continues it.").arg(id));
@@ -602,10 +629,11 @@ void SweepDialog::resumeSweep()
     const int index = m_sweeps->currentIndex();
     if (index < 0 || index >= static_cast<int>(m_records.size())) return;
     const auto id = m_records[static_cast<std::size_t>(index)].id;
-    if (!launch({"sweep", "--resume", QString::number(id), "--db", m_db}, tr("resume the sweep"))) return;
-    m_status->setText(tr("Resumed sweep %1.").arg(id));
-    Q_EMIT message(m_status->text());
-    QTimer::singleShot(1500, this, &SweepDialog::refresh);
+    QStringList args{"sweep", "--resume", QString::number(id), "--db", m_db};
+    if (m_parallel->value() > 1) args << "--parallel" << QString::number(m_parallel->value());
+    m_status->setStyleSheet(QString());
+    m_status->setText(tr("Resuming sweep %1…").arg(id));
+    launch(args, tr("resume the sweep"));
     m_timer->start();
 }
 

@@ -88,7 +88,8 @@ private:
     std::vector<SweepRecord> m_records;
     std::optional<SweepSpec> m_spec; // the selected sweep's
     int m_best = -1;                 // the selected sweep's best finished trial
-    std::optional<std::size_t> m_waitingFor; // a started sweep not in the store yet: how many there were
+    std::optional<std::size_t> m_waitingFor; // a sweep being started: how many there were
+    std::int64_t m_started = 0;              // the id the command answered with
 };
 
 } // namespace tb::ui

@@ -12,6 +12,7 @@
 
 #include "Command.h"
 #include "common/Errors.h"
+#include "config/ByteSizes.h"
 #include "config/RunConfig.h"
 #include "dist/SlurmScript.h"
 #include "store/RunStore.h"
@@ -97,7 +98,8 @@ int slurm(const Args& args)
         r.specJson.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
         r.configJson = configToJson(config);
         r.baseDir = config.baseDir;
-        if (auto b = args.integer("--budget", 1, 1LL << 62)) r.budgetBytes = *b;
+        if (auto b = args.value("--budget")) r.budgetBytes = budgetBytes(*b);
+        for (const auto& t : trials) (void)trialConfig(config, t); // every trial a valid config, or nothing is stored
         for (const auto& t : trials) {
             SweepTrialRecord tr;
             tr.trial = t.index;
@@ -166,7 +168,7 @@ const CommandRegistration slurmRegistration{Command{
      {"--cli", true, "trainbench-cli's path on the nodes (default: this program's)", "PATH"},
      {"--submit", false, "submit the script with sbatch and print the job id"},
      {"--sweep", true, "a sweep instead of one run: a job array of its trials, each planned first (docs/sweeps.md)", "FILE"},
-     {"--budget", true, "with --sweep: skip trials whose plan does not fit this many bytes", "BYTES"},
+     {"--budget", true, "with --sweep: skip trials whose plan does not fit this memory (bytes or \"4 GiB\")", "BYTES"},
      {"--parallel", true, "with --sweep: at most N array tasks at a time", "N"}},
     &slurm}};
 

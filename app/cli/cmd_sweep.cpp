@@ -35,7 +35,7 @@
 #include "common/ByteSize.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
-#include "diagnose/ErrorExplainer.h"
+#include "config/ByteSizes.h"
 #include "diagnose/Preflight.h"
 #include "diagnose/TargetPlan.h"
 #include "remote/Ssh.h"
@@ -50,7 +50,12 @@ namespace tb::cli {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
-void onInterrupt(int) { g_interrupted = 1; }
+volatile std::sig_atomic_t g_signal = 0;
+void onInterrupt(int signal)
+{
+    g_interrupted = 1;
+    g_signal = signal;
+}
 
 std::string selfProgram()
 {
@@ -99,6 +104,7 @@ struct Running {
     std::string runIdFile;
     std::string stopReason; // set when early termination stopped it
     int checkedStep = -1;   // the metric's last step compared
+    bool signalled = false; // a second signal would abort it without its checkpoint
 };
 
 class SweepRunner {
@@ -139,8 +145,10 @@ public:
                                  + " is being run by another trainbench-cli process");
             }
         } else {
-            // Its pid, for the window's Stop.
-            const std::string pid = std::to_string(getpid()) + "\n";
+            // Its pid and host, for the window's Stop.
+            char host[256] = {0};
+            gethostname(host, sizeof host - 1);
+            const std::string pid = std::to_string(getpid()) + " " + host + "\n";
             if (ftruncate(m_lock, 0) != 0 || write(m_lock, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
                 throw RunError("cannot write " + lock + ": " + std::strerror(errno));
             }
@@ -167,6 +175,7 @@ public:
 
     int run()
     {
+        m_store.setSweepStatus(m_id, "running");
         adoptEarlierRuns();
         while (!g_interrupted) {
             while (!g_interrupted && static_cast<int>(m_running.size()) < m_parallel) {
@@ -178,13 +187,18 @@ public:
         }
         if (g_interrupted) {
             say("interrupted: waiting for the running trials to checkpoint and stop");
-            for (const auto& r : m_running) {
-                if (r.pid > 0) kill(r.pid, SIGINT);
+            // A Ctrl-C reaches only this process (the trials have process
+            // groups of their own): each trial gets one SIGINT. A SIGTERM
+            // (Slurm's time limit, scancel) reaches the trials too, and a
+            // second signal would abort them without their checkpoint.
+            if (g_signal == SIGINT) {
+                for (auto& r : m_running) stopTrial(r, SIGINT);
             }
             while (!m_running.empty()) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(250));
                 poll();
             }
+            m_store.setSweepStatus(m_id, "stopped");
             say("stopped; continue with: trainbench-cli sweep --resume " + std::to_string(m_id) + " --db " + m_db);
             return kExitCancelled;
         }
@@ -221,6 +235,25 @@ private:
     std::string trialFile(int index, const char* suffix) const
     {
         return m_folder + "/trial-" + std::to_string(index + 1) + suffix;
+    }
+
+    // One signal to a trial's run: its process when this runner started it,
+    // else the run's owner as the store records it (an earlier runner's).
+    void stopTrial(Running& r, int signal)
+    {
+        if (r.signalled) return;
+        r.signalled = true;
+        if (r.pid > 0) {
+            kill(r.pid, signal);
+            return;
+        }
+        const auto& t = trial(r.trial);
+        if (!t.runId) return;
+        try {
+            m_store.signalOwner(*t.runId, signal);
+        } catch (const std::exception&) {
+            // It ended meanwhile, or runs elsewhere: nothing to stop from here.
+        }
     }
 
     // After a crash or Ctrl-C: runs of this sweep still going are watched,
@@ -266,6 +299,16 @@ private:
                     launch(t, {"resume", std::to_string(*t.runId), "--db", m_db, "--quiet"}, "resumed run " + std::to_string(*t.runId));
                     return true;
                 }
+                if (run && (run->status == RunStatus::Running || run->status == RunStatus::Created)) {
+                    // Still training (its process outlived a runner): watched, never started twice.
+                    t.status = "running";
+                    save(t);
+                    Running r;
+                    r.trial = t.trial;
+                    m_running.push_back(r);
+                    say(label(t) + ": run " + std::to_string(*t.runId) + " is still training; watching it");
+                    return true;
+                }
                 t.runId.reset();
             }
             RunConfig config;
@@ -280,6 +323,18 @@ private:
                 continue;
             }
             config.name = m_record.name + ", trial " + std::to_string(t.trial + 1);
+            // The trial's file lives in the sweep's folder: the config's
+            // relative paths (its own folder's) are made absolute.
+            if (!config.data.path.empty()) config.data.path = resolvedDataPath(config);
+            if (!config.model.path.empty()) config.model.path = resolvedModelPath(config);
+            if (!config.train.initFrom.empty() && !config.baseDir.empty()) {
+                const std::filesystem::path from(config.train.initFrom);
+                const bool runReference = config.train.initFrom.rfind("run:", 0) == 0
+                    || config.train.initFrom.find_first_not_of("0123456789") == std::string::npos;
+                if (!runReference && from.is_relative()) {
+                    config.train.initFrom = (std::filesystem::path(config.baseDir) / from).lexically_normal().string();
+                }
+            }
             if (m_parallel > 1 && config.train.threads == 0) {
                 config.train.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / m_parallel);
             }
@@ -388,7 +443,7 @@ private:
             } else {
                 ended = true;
             }
-            if (!ended && m_spec.earlyTerminate && t.runId) earlyTerminate(*it, t);
+            if (!ended && m_spec.earlyTerminate && t.runId && !g_interrupted && !it->signalled) earlyTerminate(*it, t);
             if (!ended) {
                 ++it;
                 continue;
@@ -417,16 +472,29 @@ private:
     {
         const auto& mine = series(*t.runId);
         for (auto p = mine.upper_bound(r.checkedStep); p != mine.end() && r.stopReason.empty(); ++p) {
-            r.checkedStep = p->first;
-            if (p->first < m_spec.minStep) continue;
+            if (p->first < m_spec.minStep) {
+                r.checkedStep = p->first;
+                continue;
+            }
             // The others as the store has them now (runners of single trials run beside this one).
             const auto fresh = m_store.sweep(m_id);
             std::vector<double> others;
+            bool othersStillComing = false;
             for (const auto& o : fresh ? fresh->trials : m_record.trials) {
-                if (o.trial == t.trial || !o.runId || o.status == "skipped") continue;
+                if (o.trial == t.trial || o.status == "skipped") continue;
+                const bool open = o.status == "pending" || o.status == "running";
+                if (!o.runId) {
+                    othersStillComing = othersStillComing || open;
+                    continue;
+                }
                 const auto& theirs = series(*o.runId);
                 if (const auto at = theirs.find(p->first); at != theirs.end()) others.push_back(at->second);
+                else othersStillComing = othersStillComing || open;
             }
+            // Trials running beside this one may reach the step later: the
+            // step is judged once two others have it, or none can come.
+            if (others.size() < 2 && othersStillComing) return;
+            r.checkedStep = p->first;
             if (!worseThanMedian(p->second, others, m_spec.maximize)) continue;
             std::sort(others.begin(), others.end());
             const std::size_t n = others.size();
@@ -435,14 +503,11 @@ private:
             std::snprintf(text, sizeof text, "at step %d its %s %.4g was worse than the median %.4g of %zu other trials",
                           p->first, m_spec.metric.c_str(), p->second, median, n);
             r.stopReason = text;
-            if (r.pid > 0) kill(r.pid, SIGTERM);
-            else {
-                try {
-                    m_store.signalOwner(*t.runId, SIGTERM);
-                } catch (const std::exception&) {
-                    // It ended meanwhile: nothing to stop.
-                }
-            }
+            // The reason is stored before the signal: a runner killed now
+            // leaves the trial to be read as stopped, not cancelled.
+            t.reason = r.stopReason;
+            save(t);
+            stopTrial(r, SIGTERM);
             say(label(t) + ": stopping early, " + r.stopReason);
         }
     }
@@ -463,9 +528,9 @@ private:
         } else if (run.status == RunStatus::Failed) {
             t.status = "failed";
             t.reason = run.message;
-        } else if (!stopReason.empty()) {
+        } else if (!stopReason.empty() || (run.status == RunStatus::Cancelled && t.reason.rfind("at step ", 0) == 0)) {
             t.status = "stopped";
-            t.reason = stopReason;
+            if (!stopReason.empty()) t.reason = stopReason;
         } else if (g_interrupted || run.status == RunStatus::Interrupted) {
             t.status = "pending"; // resumes from its checkpoint next time
             t.reason = "interrupted at step " + std::to_string(run.stepsDone);
@@ -544,17 +609,6 @@ std::string readText(const std::string& path, const char* what)
     return text.str();
 }
 
-std::int64_t budgetOf(const std::string& text)
-{
-    bool digits = !text.empty();
-    for (const char c : text) digits = digits && c >= '0' && c <= '9';
-    const auto bytes = digits && text.size() < 19 ? std::optional<std::int64_t>(std::stoll(text)) : parseByteSize(text);
-    if (!bytes || *bytes <= 0) {
-        throw InputError("--budget must be a positive size in bytes or with a unit (\"4 GiB\"), got \"" + text + "\"");
-    }
-    return *bytes;
-}
-
 // --host: the same command on the host's trainbench-cli, over ssh. A new
 // sweep sends its config on stdin and its file's text as --sweep-text; it
 // runs there in the background (--detach), and --status shows it.
@@ -625,6 +679,16 @@ int detachRunner(const std::string& db, std::int64_t id, int parallel)
     return kExitOk;
 }
 
+// Trials on a GPU run one at a time: they would share its memory.
+void refuseParallelOnGpu(const RunConfig& base, int parallel)
+{
+    if (parallel <= 1 || base.device == "cpu") return;
+    if (localMachine().torchCudaDevices > 0) {
+        throw InputError("--parallel " + std::to_string(parallel) + " would share this machine's GPU between trials; "
+                         "trials on a GPU run one at a time (leave out --parallel, or set \"device\": \"cpu\")");
+    }
+}
+
 int sweep(const Args& args)
 {
     if (!args.positionals().empty()) {
@@ -683,13 +747,16 @@ int sweep(const Args& args)
             ? parseConfig(readText("-", "config"), "the config read from stdin", std::filesystem::current_path().string())
             : loadConfigFile(*configPath);
         const auto trials = sweepTrials(spec);
+        // Every trial is a valid config, or the sweep is refused before anything is stored or runs.
+        for (const auto& t : trials) (void)trialConfig(base, t);
+        refuseParallelOnGpu(base, parallel);
         SweepRecord r;
         r.name = spec.name.empty() ? base.name + " sweep" : spec.name;
         r.specJson = specText;
         r.configJson = configToJson(base);
         r.baseDir = base.baseDir;
         if (gpuName) r.gpu = GpuCatalogue::bundled().resolve(*gpuName).gpu.id;
-        if (budgetText) r.budgetBytes = budgetOf(*budgetText);
+        if (budgetText) r.budgetBytes = budgetBytes(*budgetText);
         for (const auto& t : trials) {
             SweepTrialRecord tr;
             tr.trial = t.index;
@@ -703,15 +770,9 @@ int sweep(const Args& args)
             std::fflush(stdout);
         }
     }
-    // Trials on a GPU run one at a time: they would share its memory.
-    {
+    if (resumeId) {
         const auto record = *store.sweep(id);
-        const RunConfig base = parseConfig(record.configJson, "the sweep's config", record.baseDir);
-        const auto local = localMachine();
-        if (parallel > 1 && base.device != "cpu" && local.torchCudaDevices > 0) {
-            throw InputError("--parallel " + std::to_string(parallel) + " would share this machine's GPU between trials; "
-                             "trials on a GPU run one at a time (leave out --parallel, or set \"device\": \"cpu\")");
-        }
+        refuseParallelOnGpu(parseConfig(record.configJson, "the sweep's config", record.baseDir), parallel);
     }
     if (args.flag("--detach")) return detachRunner(db, id, parallel);
     struct sigaction action {};

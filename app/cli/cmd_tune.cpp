@@ -10,7 +10,7 @@
 #include "common/ByteSize.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
-#include "diagnose/ErrorExplainer.h"
+#include "config/ByteSizes.h"
 #include "run/RunSession.h"
 #include "train/Layers.h"
 #include "tune/Tune.h"
@@ -18,21 +18,6 @@
 
 namespace tb::cli {
 namespace {
-
-// "4294967296", "4 GiB", "512MiB", "1.5 GB".
-std::int64_t budgetBytes(const std::string& text)
-{
-    bool digits = !text.empty();
-    for (const char c : text) digits = digits && std::isdigit(static_cast<unsigned char>(c));
-    std::optional<std::int64_t> bytes;
-    if (digits && text.size() < 19) bytes = std::stoll(text);
-    else bytes = parseByteSize(text);
-    if (!bytes || *bytes <= 0) {
-        throw InputError("--budget must be a positive size in bytes (\"4294967296\") or with a unit (\"4 GiB\", "
-                         "\"512 MiB\"), got \"" + text + "\"");
-    }
-    return *bytes;
-}
 
 std::string tokensText(double perSecond)
 {

@@ -235,21 +235,6 @@ ErrorExplainer::~ErrorExplainer() = default;
 ErrorExplainer::ErrorExplainer(ErrorExplainer&&) noexcept = default;
 ErrorExplainer& ErrorExplainer::operator=(ErrorExplainer&&) noexcept = default;
 
-std::optional<std::int64_t> parseByteSize(const std::string& text)
-{
-    static const std::regex size("^\\s*([0-9]{1,15}(?:\\.[0-9]{1,9})?)\\s*([kmgtp]?)(i?)(b|bytes?)\\s*$", std::regex::icase);
-    std::smatch m;
-    if (!std::regex_match(text, m, size)) return std::nullopt;
-    double value = std::stod(m[1].str());
-    const std::string unit = lower(m[2].str());
-    const bool binary = !m[3].str().empty(); // MiB binary, MB decimal
-    const double base = binary ? 1024.0 : 1000.0;
-    const std::string order = "kmgtp";
-    if (!unit.empty()) value *= std::pow(base, static_cast<double>(order.find(unit[0]) + 1));
-    if (!(value < 9.0e18)) return std::nullopt;
-    return static_cast<std::int64_t>(std::llround(value));
-}
-
 OomFacts parseOomMessage(const std::string& raw)
 {
     const std::string w = lower(raw.size() > 1u << 16 ? raw.substr(0, 1u << 16) : raw);

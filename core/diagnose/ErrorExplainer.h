@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "config/ByteSizes.h" // parseByteSize, which OOM messages are read with
+
 #include "diagnose/Finding.h"
 
 namespace tb {
@@ -40,8 +42,6 @@ struct OomFacts {
     std::string verdict;
 };
 
-// "32.00 MiB", "1.5 GB", "832.00 KiB", "512 bytes" -> bytes; nullopt otherwise.
-std::optional<std::int64_t> parseByteSize(const std::string& text);
 // The figures of an OOM message in any of PyTorch's generations of wording.
 OomFacts parseOomMessage(const std::string& text);
 

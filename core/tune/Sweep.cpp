@@ -79,7 +79,12 @@ SweepSpec parseSweep(const std::string& text, const std::string& source)
             throw InputError(fieldText(source, "metric.name") + "\"" + s.metric
                              + "\" is not a metric a run stores; use val_loss, val_accuracy, loss or tokens_per_s");
         }
-        const std::string goal = m.contains("goal") && m["goal"].is_string() ? m["goal"].get<std::string>()
+        for (const auto& [key, unused] : m.items()) {
+            (void)unused;
+            if (key != "name" && key != "goal") throw InputError(fieldText(source, "metric") + "unknown key \"" + key + "\" (a metric has name and goal)");
+        }
+        if (m.contains("goal") && !m["goal"].is_string()) throw InputError(fieldText(source, "metric.goal") + "must be \"minimize\" or \"maximize\"");
+        const std::string goal = m.contains("goal") ? m["goal"].get<std::string>()
                                  : s.metric == "val_accuracy" || s.metric == "tokens_per_s" ? "maximize"
                                                                                            : "minimize";
         if (goal != "minimize" && goal != "maximize") {
@@ -101,6 +106,28 @@ SweepSpec parseSweep(const std::string& text, const std::string& source)
         }
         if (path == "name") throw InputError(fieldText(source, where) + "a sweep names its trials itself; vary another field");
         if (!p.is_object()) throw InputError(fieldText(source, where) + "give {\"values\": [...]}, {\"value\": ...} or {\"min\": ..., \"max\": ...}");
+        static const std::vector<std::string> parameterKeys{"values", "value", "min", "max", "distribution", "q"};
+        for (const auto& [key, unused] : p.items()) {
+            (void)unused;
+            if (std::find(parameterKeys.begin(), parameterKeys.end(), key) == parameterKeys.end()) {
+                const auto near = closestName(key, parameterKeys);
+                throw InputError(fieldText(source, where) + "unknown key \"" + key + "\""
+                                 + (near.empty() ? "" : "; did you mean \"" + near + "\"?")
+                                 + " (a parameter has values, value, or min, max, distribution and q)");
+            }
+        }
+        const int forms = (p.contains("values") ? 1 : 0) + (p.contains("value") ? 1 : 0)
+            + (p.contains("min") || p.contains("max") ? 1 : 0);
+        if (forms > 1) throw InputError(fieldText(source, where) + "give one of values, value, or min and max");
+        if (p.contains("distribution") && !p["distribution"].is_string()) {
+            throw InputError(fieldText(source, where + ".distribution") + "must be a string such as \"log_uniform_values\"");
+        }
+        if ((p.contains("distribution") || p.contains("q")) && !p.contains("min")) {
+            throw InputError(fieldText(source, where) + "distribution and q go with min and max (a range)");
+        }
+        if (p.contains("q") && (!p.contains("distribution") || p["distribution"] != "q_uniform")) {
+            throw InputError(fieldText(source, where + ".q") + "goes with \"distribution\": \"q_uniform\"");
+        }
         SweepParameter param;
         param.path = path;
         if (p.contains("values")) {
@@ -124,6 +151,12 @@ SweepSpec parseSweep(const std::string& text, const std::string& source)
             if (!(param.min <= param.max)) throw InputError(fieldText(source, where) + "min must not be above max");
             if (param.distribution == "log_uniform_values" && param.min <= 0) {
                 throw InputError(fieldText(source, where) + "log_uniform_values needs min above 0");
+            }
+            if (param.distribution == "int_uniform" && std::ceil(param.min) > std::floor(param.max)) {
+                throw InputError(fieldText(source, where) + "int_uniform needs a whole number between min and max");
+            }
+            if (param.distribution == "int_uniform" && std::floor(param.max) - std::ceil(param.min) > 1e15) {
+                throw InputError(fieldText(source, where) + "the int_uniform range is too wide (at most 1e15 values)");
             }
             if (param.distribution == "q_uniform") {
                 param.q = p.contains("q") && p["q"].is_number() ? p["q"].get<double>() : 1.0;
@@ -159,8 +192,17 @@ SweepSpec parseSweep(const std::string& text, const std::string& source)
                                "others at the same step is stopped (hyperband is not supported)");
         }
         s.earlyTerminate = true;
+        for (const auto& [key, unused] : e.items()) {
+            (void)unused;
+            if (key != "type" && key != "min_step") {
+                throw InputError(fieldText(source, "early_terminate") + "unknown key \"" + key
+                                 + "\" (the median rule has type and min_step)");
+            }
+        }
         if (e.contains("min_step")) {
-            if (!e["min_step"].is_number_unsigned()) throw InputError(fieldText(source, "early_terminate.min_step") + "must be a whole number from 0");
+            if (!e["min_step"].is_number_unsigned() || e["min_step"].get<std::uint64_t>() > 100000000) {
+                throw InputError(fieldText(source, "early_terminate.min_step") + "must be a whole number from 0 to 100000000");
+            }
             s.minStep = e["min_step"].get<int>();
         }
     }

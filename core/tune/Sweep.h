@@ -5,10 +5,10 @@
 //
 //   {"name": "lr", "method": "grid" | "random",
 //    "metric": {"name": "val_loss", "goal": "minimize" | "maximize"},
-//    "parameters": {"optim.lr": {"values": [0.001, 0.003]},
+//    "parameters": {"optim.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"},
 //                   "optim.weight_decay": {"value": 0.01},
 //                   "optim.warmup_steps": {"min": 0, "max": 100, "distribution": "int_uniform"},
-//                   "optim.lr": {"min": 1e-4, "max": 1e-2, "distribution": "log_uniform_values"}},
+//                   "train.batch_size": {"values": [16, 32]}},
 //    "run_cap": 8, "seed": 1,
 //    "early_terminate": {"type": "median", "min_step": 50}}
 

@@ -262,7 +262,15 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
 
     const bool anyFits = std::any_of(result.candidates.begin(), result.candidates.end(),
                                      [](const TuneCandidate& k) { return k.rejected.empty(); });
-    if (!anyFits) {
+    // Refused for another reason than memory (preflight, the precision):
+    // memory changes would not help, and the reason is what to say.
+    const bool memoryDecided = std::any_of(result.candidates.begin(), result.candidates.end(), [](const TuneCandidate& k) {
+        return k.rejected.rfind("does not fit", 0) == 0;
+    });
+    if (!anyFits && !memoryDecided && !result.candidates.empty()) {
+        result.nothingFits.push_back("every candidate is refused before memory decides: "
+                                     + result.candidates.front().rejected);
+    } else if (!anyFits) {
         // The smallest changes that would fit: the leanest setup (batch 1,
         // checkpointing, the mixed precision it runs) with a shorter
         // sequence, fewer layers, or on a larger card.

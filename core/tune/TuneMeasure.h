@@ -2,7 +2,8 @@
 // Tune's part that needs LibTorch: the throughput model's figures for this
 // machine (a fraction of a second of products, copies and small operators,
 // with the trainer's threads), and measuring candidates for a few real
-// training steps. The GUI runs these in a worker thread.
+// training steps. `trainbench-cli tune` runs them; the window's Tune… runs
+// that command as a process of its own.
 
 #include <atomic>
 #include <functional>
