@@ -19,6 +19,7 @@
 #include <cmath>
 
 #include "ConfigDocument.h"
+#include "ConfigEdits.h"
 #include "config/RunConfig.h"
 #include "diagnose/TargetPlan.h"
 
@@ -62,14 +63,11 @@ QString MemoryPlannerPanel::applyToExperiment()
         Q_EMIT applied(tr("Nothing applied: %1").arg(refused));
         return refused;
     }
-    std::vector<std::pair<QString, QJsonValue>> values;
-    QStringList changes;
-    const auto set = [&](const QString& path, const QString& label, const QJsonValue& value, const QString& was,
-                         const QString& now) {
-        if (was == now) return;
-        values.emplace_back(path, value);
-        changes << tr("%1 %2 → %3").arg(label, was, now);
-    };
+    ConfigEdits edits;
+    const auto set = [&edits](const QString& path, const QString& label, const QJsonValue& value, const QString& was,
+                              const QString& now) { edits.set(path, label, value, was, now); };
+    auto& values = edits.values;
+    const auto& changes = edits.changes;
     set("train.batch_size", tr("batch"), batch(), QString::number(config->train.batchSize), QString::number(batch()));
     if (config->data.source == "text") {
         set("data.seq_len", tr("sequence"), seqLen(), QString::number(effectiveSeqLen(*config)), QString::number(seqLen()));

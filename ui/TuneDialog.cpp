@@ -21,6 +21,7 @@
 
 #include "CliProgram.h"
 #include "ConfigDocument.h"
+#include "ConfigEdits.h"
 #include "Units.h"
 #include "config/RunConfig.h"
 #include "diagnose/TargetPlan.h"
@@ -341,14 +342,11 @@ QString TuneDialog::applyWinner()
 {
     auto config = m_document->config();
     if (m_winner.isEmpty() || !config) return {};
-    std::vector<std::pair<QString, QJsonValue>> values;
-    QStringList changes;
-    const auto set = [&](const QString& path, const QString& label, const QJsonValue& value, const QString& was,
-                         const QString& now) {
-        if (was == now) return;
-        values.emplace_back(path, value);
-        changes << tr("%1 %2 → %3").arg(label, was, now);
-    };
+    ConfigEdits edits;
+    const auto set = [&edits](const QString& path, const QString& label, const QJsonValue& value, const QString& was,
+                              const QString& now) { edits.set(path, label, value, was, now); };
+    auto& values = edits.values;
+    const auto& changes = edits.changes;
     const int batch = m_winner["batch_size"].toInt(), accum = m_winner["grad_accum"].toInt();
     const bool checkpointing = m_winner["activation_checkpointing"].toBool();
     const QString precision = m_winner["precision"].toString(), attention = m_winner["attention"].toString();

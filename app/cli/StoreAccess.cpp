@@ -68,4 +68,22 @@ TrainedRun trainedRun(RunStore& store, std::int64_t runId, const std::string& ch
     return out;
 }
 
+SweepRecord newSweepRecord(const std::string& specText, const SweepSpec& spec, const RunConfig& base)
+{
+    const auto trials = sweepTrials(spec);
+    SweepRecord r;
+    r.name = spec.name.empty() ? base.name + " sweep" : spec.name;
+    r.specJson = specText;
+    r.configJson = configToJson(base);
+    r.baseDir = base.baseDir;
+    for (const auto& t : trials) {
+        (void)trialConfig(base, t);
+        SweepTrialRecord tr;
+        tr.trial = t.index;
+        tr.valuesJson = t.toJson();
+        r.trials.push_back(std::move(tr));
+    }
+    return r;
+}
+
 } // namespace tb::cli

@@ -6,6 +6,7 @@
 
 #include "config/RunConfig.h"
 #include "store/RunStore.h"
+#include "tune/Sweep.h"
 
 namespace tb::cli {
 
@@ -30,5 +31,11 @@ struct TrainedRun {
     std::string checkpoint;
 };
 TrainedRun trainedRun(RunStore& store, std::int64_t runId, const std::string& checkpointOption);
+
+// A new sweep as the store keeps it: the sweep file's text and spec, the
+// base config, and every trial pending. Each trial's config is validated
+// first: a value that makes no valid config is a ConfigError naming the
+// trial, and nothing is stored (sweep and slurm --sweep both make it here).
+SweepRecord newSweepRecord(const std::string& specText, const SweepSpec& spec, const RunConfig& base);
 
 } // namespace tb::cli

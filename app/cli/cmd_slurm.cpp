@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "Command.h"
+#include "StoreAccess.h"
 #include "common/Errors.h"
 #include "config/ByteSizes.h"
 #include "config/RunConfig.h"
@@ -90,25 +91,14 @@ int slurm(const Args& args)
     std::optional<SweepRecord> sweep;
     if (auto sweepFile = args.value("--sweep")) {
         // The sweep goes into the shared store now; each array task runs one of its trials.
-        const SweepSpec spec = loadSweepFile(*sweepFile);
-        const auto trials = sweepTrials(spec);
-        SweepRecord r;
-        r.name = spec.name.empty() ? config.name + " sweep" : spec.name;
         std::ifstream in(*sweepFile, std::ios::binary);
-        r.specJson.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        r.configJson = configToJson(config);
-        r.baseDir = config.baseDir;
+        if (!in) throw InputError("sweep file not found: " + *sweepFile);
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        SweepRecord r = newSweepRecord(text, parseSweep(text, *sweepFile), config);
         if (auto b = args.value("--budget")) r.budgetBytes = budgetBytes(*b);
-        for (const auto& t : trials) (void)trialConfig(config, t); // every trial a valid config, or nothing is stored
-        for (const auto& t : trials) {
-            SweepTrialRecord tr;
-            tr.trial = t.index;
-            tr.valuesJson = t.toJson();
-            r.trials.push_back(std::move(tr));
-        }
         sweep = std::move(r);
         job.sweepId = 1; // checked below with the real id
-        job.sweepTrials = static_cast<int>(trials.size());
+        job.sweepTrials = static_cast<int>(sweep->trials.size());
         job.arrayParallel = static_cast<int>(args.integer("--parallel", 1, 100000).value_or(0));
         job.name = sweep->name;
     } else if (args.value("--budget") || args.value("--parallel")) {

@@ -32,6 +32,7 @@
 
 #include "Command.h"
 #include "Remote.h"
+#include "StoreAccess.h"
 #include "common/ByteSize.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
@@ -63,6 +64,34 @@ std::string selfProgram()
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) throw RunError("cannot find this program's path (/proc/self/exe) to start the trials");
     return std::string(self, static_cast<std::size_t>(n));
+}
+
+// Starts argv[0] with output appended to `log`, input from /dev/null, in a
+// process group (setsid: a session) of its own; RunError when it cannot.
+pid_t spawnLogged(std::vector<std::string> argv, const std::string& log, bool session)
+{
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    if (session) {
+        posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
+    } else {
+        posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&attributes, 0);
+    }
+    pid_t pid = -1;
+    const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, &attributes, raw.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    if (rc != 0) throw RunError("cannot start " + argv[0] + ": " + std::strerror(rc));
+    return pid;
 }
 
 // Where memory is checked: a catalogue card, a budget on this machine, or
@@ -376,28 +405,11 @@ private:
         args.insert(args.end(), {"--run-id-file", r.runIdFile});
         std::vector<std::string> argv{m_program};
         argv.insert(argv.end(), args.begin(), args.end());
-        std::vector<char*> raw;
-        for (auto& a : argv) raw.push_back(a.data());
-        raw.push_back(nullptr);
-        posix_spawn_file_actions_t actions;
-        posix_spawn_file_actions_init(&actions);
-        const auto log = trialFile(t.trial, ".log");
-        posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        posix_spawn_file_actions_adddup2(&actions, 1, 2);
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
         // A process group of its own: a Ctrl-C at the terminal reaches the
         // sweep, which passes one SIGINT on (a second would abort the run
         // without its checkpoint); a sweep killed outright leaves its trials
         // training, and --resume watches them.
-        posix_spawnattr_t attributes;
-        posix_spawnattr_init(&attributes);
-        posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
-        posix_spawnattr_setpgroup(&attributes, 0);
-        pid_t pid = -1;
-        const int rc = posix_spawn(&pid, m_program.c_str(), &actions, &attributes, raw.data(), environ);
-        posix_spawn_file_actions_destroy(&actions);
-        posix_spawnattr_destroy(&attributes);
-        if (rc != 0) throw RunError("cannot start " + m_program + " for " + label(t) + ": " + std::strerror(rc));
+        const pid_t pid = spawnLogged(std::move(argv), trialFile(t.trial, ".log"), false);
         r.pid = pid;
         t.status = "running";
         t.reason.clear();
@@ -657,23 +669,8 @@ int detachRunner(const std::string& db, std::int64_t id, int parallel)
     std::filesystem::create_directories(folder);
     std::vector<std::string> argv{selfProgram(), "sweep", "--resume", std::to_string(id), "--db", db};
     if (parallel > 1) argv.insert(argv.end(), {"--parallel", std::to_string(parallel)});
-    std::vector<char*> raw;
-    for (auto& a : argv) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
     const std::string log = folder + "/runner.log";
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawnattr_t attributes;
-    posix_spawnattr_init(&attributes);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
-    pid_t pid = -1;
-    const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, &attributes, raw.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attributes);
-    if (rc != 0) throw RunError("cannot start the sweep in the background: " + std::string(std::strerror(rc)));
+    const pid_t pid = spawnLogged(std::move(argv), log, true);
     std::cout << "sweep " << id << " started in the background (pid " << pid << "); its output: " << log
               << "\nsee it with: trainbench-cli sweep --status " << id << " --db " << db << "\n";
     return kExitOk;
@@ -746,27 +743,14 @@ int sweep(const Args& args)
         const RunConfig base = *configPath == "-"
             ? parseConfig(readText("-", "config"), "the config read from stdin", std::filesystem::current_path().string())
             : loadConfigFile(*configPath);
-        const auto trials = sweepTrials(spec);
-        // Every trial is a valid config, or the sweep is refused before anything is stored or runs.
-        for (const auto& t : trials) (void)trialConfig(base, t);
         refuseParallelOnGpu(base, parallel);
-        SweepRecord r;
-        r.name = spec.name.empty() ? base.name + " sweep" : spec.name;
-        r.specJson = specText;
-        r.configJson = configToJson(base);
-        r.baseDir = base.baseDir;
+        SweepRecord r = newSweepRecord(specText, spec, base);
         if (gpuName) r.gpu = GpuCatalogue::bundled().resolve(*gpuName).gpu.id;
         if (budgetText) r.budgetBytes = budgetBytes(*budgetText);
-        for (const auto& t : trials) {
-            SweepTrialRecord tr;
-            tr.trial = t.index;
-            tr.valuesJson = t.toJson();
-            r.trials.push_back(std::move(tr));
-        }
         id = store.createSweep(r);
         if (!args.flag("--json")) {
             std::printf("sweep %lld: %zu trials of \"%s\"; stop with Ctrl-C, continue with --resume %lld\n",
-                        static_cast<long long>(id), trials.size(), r.name.c_str(), static_cast<long long>(id));
+                        static_cast<long long>(id), r.trials.size(), r.name.c_str(), static_cast<long long>(id));
             std::fflush(stdout);
         }
     }
