@@ -13,6 +13,7 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
@@ -50,7 +51,9 @@ QString valueText(const QJsonValue& v)
     if (v.isDouble()) return QString::number(v.toDouble(), 'g', 6);
     if (v.isString()) return v.toString();
     if (v.isBool()) return v.toBool() ? "true" : "false";
-    return QString::fromUtf8(QJsonDocument(QJsonObject{{"v", v}}).toJson(QJsonDocument::Compact)).mid(5).chopped(1);
+    if (v.isArray()) return QString::fromUtf8(QJsonDocument(v.toArray()).toJson(QJsonDocument::Compact));
+    if (v.isObject()) return QString::fromUtf8(QJsonDocument(v.toObject()).toJson(QJsonDocument::Compact));
+    return "null";
 }
 
 // An axis of the plots: numbers where every value is one, else categories.
@@ -334,11 +337,16 @@ void SweepDialog::refresh()
             ? m_records[static_cast<std::size_t>(m_sweeps->currentIndex())].id
             : 0;
     m_records = std::move(records);
+    // Each sweep's lock is looked at once a refresh; the list, the buttons
+    // and the status line read the answer.
+    m_running.clear();
+    for (const auto& r : m_records) m_running.push_back(sweepRunning(r.id));
     {
         const QSignalBlocker block(m_sweeps);
         m_sweeps->clear();
-        for (const auto& r : m_records) {
-            const bool running = sweepRunning(r.id);
+        for (std::size_t i = 0; i < m_records.size(); ++i) {
+            const auto& r = m_records[i];
+            const bool running = m_running[i];
             m_sweeps->addItem(tr("%1: %2 (%3 trials, %4)")
                                   .arg(r.id)
                                   .arg(QString::fromStdString(r.name))
@@ -351,8 +359,7 @@ void SweepDialog::refresh()
         }
         m_sweeps->setCurrentIndex(m_records.empty() ? -1 : index);
     }
-    bool anyRunning = false;
-    for (const auto& r : m_records) anyRunning = anyRunning || sweepRunning(r.id);
+    const bool anyRunning = std::find(m_running.begin(), m_running.end(), true) != m_running.end();
     if (anyRunning && !m_timer->isActive()) m_timer->start();
     if (!anyRunning && !m_waitingFor) m_timer->stop();
     if (m_waitingFor && m_started > 0) {
@@ -384,7 +391,7 @@ void SweepDialog::showSweep()
 {
     const int index = m_sweeps->currentIndex();
     const bool any = index >= 0 && index < static_cast<int>(m_records.size());
-    m_stop->setEnabled(any && sweepRunning(m_records[static_cast<std::size_t>(index)].id));
+    m_stop->setEnabled(any && m_running[static_cast<std::size_t>(index)]);
     m_resume->setEnabled(any && !m_stop->isEnabled() && m_records[static_cast<std::size_t>(index)].status != "finished");
     m_open->setEnabled(any);
     m_spec.reset();
@@ -453,7 +460,7 @@ void SweepDialog::showSweep()
         skipped += t.status == "skipped" ? 1 : 0;
         stopped += t.status == "stopped" ? 1 : 0;
     }
-    const bool running = sweepRunning(r.id);
+    const bool running = m_running[static_cast<std::size_t>(index)];
     QString status = tr("Sweep %1, %2: %3 of %4 trials finished, %5 skipped, %6 stopped early; %7 %8.")
                          .arg(r.id)
                          .arg(running ? tr("running") : r.status == "finished" ? tr("finished") : tr("stopped (Resume continues it)"))

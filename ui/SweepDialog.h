@@ -86,6 +86,7 @@ private:
     QPushButton* m_open;
     QTimer* m_timer;
     std::vector<SweepRecord> m_records;
+    std::vector<bool> m_running; // m_records' runners, as the last refresh found them
     std::optional<SweepSpec> m_spec; // the selected sweep's
     int m_best = -1;                 // the selected sweep's best finished trial
     std::optional<std::size_t> m_waitingFor; // a sweep being started: how many there were

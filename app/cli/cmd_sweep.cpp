@@ -234,7 +234,7 @@ public:
         // Done when every trial is (a runner of one trial may finish last).
         const auto now = *m_store.sweep(m_id);
         const bool open = std::any_of(now.trials.begin(), now.trials.end(), [](const SweepTrialRecord& t) {
-            return t.status == "pending" || t.status == "running";
+            return t.status == "pending" || t.status == "running" || t.status == "stopping";
         });
         if (!open) m_store.setSweepStatus(m_id, "finished");
         return kExitOk;
@@ -291,7 +291,7 @@ private:
     {
         m_store.reconcileInterrupted();
         for (auto& t : m_record.trials) {
-            if (t.status != "running" || (m_only >= 0 && t.trial != m_only)) continue;
+            if ((t.status != "running" && t.status != "stopping") || (m_only >= 0 && t.trial != m_only)) continue;
             if (!t.runId) {
                 // Started, but the id was not read back before the sweep stopped.
                 std::ifstream in(trialFile(t.trial, ".runid"));
@@ -494,7 +494,7 @@ private:
             bool othersStillComing = false;
             for (const auto& o : fresh ? fresh->trials : m_record.trials) {
                 if (o.trial == t.trial || o.status == "skipped") continue;
-                const bool open = o.status == "pending" || o.status == "running";
+                const bool open = o.status == "pending" || o.status == "running" || o.status == "stopping";
                 if (!o.runId) {
                     othersStillComing = othersStillComing || open;
                     continue;
@@ -515,8 +515,9 @@ private:
             std::snprintf(text, sizeof text, "at step %d its %s %.4g was worse than the median %.4g of %zu other trials",
                           p->first, m_spec.metric.c_str(), p->second, median, n);
             r.stopReason = text;
-            // The reason is stored before the signal: a runner killed now
-            // leaves the trial to be read as stopped, not cancelled.
+            // Stored before the signal: a runner killed now leaves the trial
+            // "stopping", which ends as stopped, not cancelled.
+            t.status = "stopping";
             t.reason = r.stopReason;
             save(t);
             stopTrial(r, SIGTERM);
@@ -540,7 +541,7 @@ private:
         } else if (run.status == RunStatus::Failed) {
             t.status = "failed";
             t.reason = run.message;
-        } else if (!stopReason.empty() || (run.status == RunStatus::Cancelled && t.reason.rfind("at step ", 0) == 0)) {
+        } else if (!stopReason.empty() || t.status == "stopping") {
             t.status = "stopped";
             if (!stopReason.empty()) t.reason = stopReason;
         } else if (g_interrupted || run.status == RunStatus::Interrupted) {

@@ -137,8 +137,9 @@ struct RunSummary {
 
 // A sweep (core/tune/Sweep.h): its file, base config and target, and its
 // trials as a queue. Trial status: pending | running | finished | failed |
-// skipped (planned not to fit or not to run; reason says why) | stopped
-// (early termination; reason says why) | cancelled.
+// skipped (planned not to fit or not to run; reason says why) | stopping
+// (early termination decided, its run not ended yet) | stopped (reason says
+// why) | cancelled.
 struct SweepTrialRecord {
     std::int64_t sweepId = 0;
     int trial = 0; // 0-based
