@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include <torch/version.h>
 
@@ -18,6 +19,7 @@
 #include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
 #include "memory/MemoryProbe.h"
+#include "memory/StepProgram.h"
 #include "train/DerivedPlan.h"
 #include "train/Trainer.h"
 
@@ -129,6 +131,9 @@ private Q_SLOTS:
     void cliPlansTorchScriptConfig();
     void cliRefusesWhatDoesNotApply();
     void bucketsInTheParametersDtype();
+    void programOfSyntheticSteps();
+    void headSizeOfItsOwn();
+    void sevenBillionFromProbes();
 };
 
 // The hand replay declines TorchScript; the derived plan traces it and is
@@ -547,6 +552,143 @@ void TestDerivedPlan::bucketsInTheParametersDtype()
     // Within 0.5%, as tst_data_parallel: a measured rank has varied by a few bytes between runs.
     QVERIFY2(std::abs(plan["peak_bytes"].toDouble() - peak) <= 0.005 * peak,
              qPrintable(QString("derived %1, measured %2").arg(plan["peak_bytes"].toDouble()).arg(peak)));
+}
+
+// A step program (memory/StepProgram.h) fitted from records at probe
+// widths: sizes that are products of one polynomial per dimension are
+// evaluated exactly anywhere; a size that is a sum of two widths is refused
+// at the checks, by name.
+void TestDerivedPlan::programOfSyntheticSteps()
+{
+    const auto B = [](const StepDims& d) { return dimOf(d, StepDim::Batch); };
+    const auto T = [](const StepDims& d) { return dimOf(d, StepDim::Seq); };
+    const auto H = [](const StepDims& d) { return dimOf(d, StepDim::Hidden); };
+    const auto N = [](const StepDims& d) { return dimOf(d, StepDim::Heads); };
+    bool sum = false;
+    const StepRecorder record = [&](const StepDims& d) {
+        RecordedStep r;
+        r.resident = {4 * H(d) * H(d) * 3, 4 * H(d)};
+        r.parameterElements = {H(d) * H(d) * 3, H(d)};
+        r.trainableBytes = {4 * H(d) * H(d) * 3, 0};
+        const auto add = [&](std::int64_t bytes, std::uint8_t phase) { r.events.push_back({bytes, -1, phase, {}}); };
+        const auto release = [&](std::int32_t block, std::int64_t bytes, std::uint8_t phase) { r.events.push_back({-bytes, block, phase, {}}); };
+        add(8 * B(d) * (T(d) + 1), 0);                 // block 2: ids
+        add(4 * B(d) * N(d) * T(d) * T(d), 0);         // block 3: scores
+        add(4 * B(d) * T(d) * H(d), 0);                // block 4: output
+        add(64, 0);                                    // block 5: scratch
+        release(5, 64, 0);
+        release(3, 4 * B(d) * N(d) * T(d) * T(d), 0);
+        add(sum ? 4 * (H(d) + N(d)) : 4 * H(d), 1);    // block 6
+        release(2, 8 * B(d) * (T(d) + 1), 1);
+        return r;
+    };
+    const StepDims base{3, 8, 24, 4, 4, 6, 40, 48, 0};
+    const std::vector<ProbeAxis> axes{{StepDim::Seq, {9, 10}}, {StepDim::Batch, {4}}, {StepDim::Hidden, {32, 28}}, {StepDim::Heads, {6}}};
+    const std::vector<StepDims> checks{{5, 14, 40, 5, 5, 6, 40, 48, 0}, {4, 35, 20, 3, 3, 6, 40, 48, 0}};
+    auto fit = fitStepProgram(record, base, axes, checks);
+    QVERIFY2(fit.program.has_value(), fit.failure.c_str());
+    QCOMPARE(fit.recorded, 1 + 6 + 2);
+    const StepDims big{7, 2048, 4096, 32, 32, 128, 11008, 32000, 0};
+    const auto at = fit.program->at(big);
+    const auto want = record(big);
+    QCOMPARE(at.resident, want.resident);
+    QCOMPARE(at.parameters(), std::int64_t{3 * 4096 * 4096 + 4096});
+    QCOMPARE(at.trainableParameterBytes(), std::int64_t{4} * 3 * 4096 * 4096);
+    QCOMPARE(at.events.size(), want.events.size());
+    for (std::size_t i = 0; i < at.events.size(); ++i) QCOMPARE(at.events[i].bytes, want.events[i].bytes);
+    // The replay: the scratch (block 5) raises the transient of the entry before it.
+    const auto trace = replayStep(at);
+    QCOMPARE(trace.live.size(), std::size_t{5}); // the start and the four kept allocations
+    const auto start = want.resident[0] + want.resident[1];
+    QCOMPARE(trace.live[0], start);
+    const std::int64_t ids = 8 * 7 * 2049, scores = std::int64_t{4} * 7 * 32 * 2048 * 2048, out = std::int64_t{4} * 7 * 2048 * 4096;
+    QCOMPARE(trace.live[3], start + ids + scores + out);
+    QCOMPARE(trace.transient[3], start + ids + scores + out + 64);
+    QCOMPARE(trace.live[4], start + ids + out + 4 * 4096);
+    QCOMPARE(int(trace.phase[4]), 1);
+
+    sum = true;
+    fit = fitStepProgram(record, base, axes, checks);
+    QVERIFY(!fit.program);
+    QVERIFY2(fit.failure.find("the bytes of allocation (event 6, phase 1)") != std::string::npos, fit.failure.c_str());
+}
+
+// A Llama folder whose head size is not hidden / heads (as in Qwen3,
+// Mistral-Nemo and Gemma): the hand replay plans it as hidden / heads, well
+// under. The derived plan records the step at small widths and evaluates it
+// at the folder's: equal to the measured peak at shapes it never recorded, in
+// fp32, with LoRA and in mixed bf16.
+void TestDerivedPlan::headSizeOfItsOwn()
+{
+    QTemporaryDir dir;
+    const std::string folder = dir.path().toStdString();
+    writeHfFolder(folder,
+                  R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 48, "intermediate_size": 80,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 20,
+                      "max_position_embeddings": 512, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  64);
+    auto c = base("hf", 4, 32);
+    c.model.path = folder;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    struct Case {
+        const char* name;
+        const char* precision;
+        int rank;
+    };
+    // (bf16 steps are recorded from sequence 32, where every bf16 product
+    // goes to oneDNN as at a real model's widths: shorter ones are planned as 32.)
+    for (const auto& k : {Case{"head size 20 fp32", "fp32", 0}, Case{"head size 20 lora", "fp32", 4},
+                          Case{"head size 20 bf16", "bf16", 0}, Case{"head size 20 bf16 lora", "bf16", 4},
+                          Case{"head size 20 bf16-pure", "bf16-pure", 0}}) {
+        c.train.precision = k.precision;
+        c.lora.rank = k.rank;
+        c.lora.targets = {"q_proj", "v_proj"};
+        const auto plan = deriveStep(c);
+        QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos, plan.tracedOn.c_str());
+        QVERIFY2(plan.tracedOn.find("evaluated at its own") != std::string::npos, plan.tracedOn.c_str());
+        const bool bf16 = std::string(k.precision) != "fp32";
+        for (const auto& [batch, seq] : {std::pair{4, 64}, std::pair{1, bf16 ? 40 : 20}, std::pair{3, 50}}) {
+            c.train.batchSize = batch;
+            c.data.seqLen = seq;
+            compare(k.name, c, plan);
+        }
+    }
+}
+
+// Llama 2 7B's folder (its config.json; no weights: the probes build their
+// own): the step recorded at small widths with its 32 layers and evaluated at
+// its own plans, on the CPU, what the hand replay (itself checked against
+// measured steps) plans for it, in fp32 and with LoRA, in seconds.
+void TestDerivedPlan::sevenBillionFromProbes()
+{
+    QTemporaryDir dir;
+    const std::string folder = dir.path().toStdString();
+    std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": false})";
+    auto c = base("hf", 2, 512);
+    c.model.path = folder;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    for (const int rank : {0, 16}) {
+        c.lora.rank = rank;
+        c.lora.targets = {"q_proj", "v_proj"};
+        const auto plan = deriveStep(c);
+        QVERIFY2(plan.tracedOn.find("recorded at small widths with the model's 32 layers") != std::string::npos,
+                 plan.tracedOn.c_str());
+        for (const auto& [batch, seq] : {std::pair{2, 512}, std::pair{1, 2048}, std::pair{4, 200}}) {
+            c.train.batchSize = batch;
+            c.data.seqLen = seq;
+            const auto hand = estimateMemory(architectureFor(c), setupFor(c));
+            const auto derived = plan.at(batch, seq);
+            std::printf("llama 2 7B lora %2d batch %d seq %4d  hand %14lld  derived %14lld\n", rank, batch, seq,
+                        static_cast<long long>(hand.peakBytes), static_cast<long long>(derived.peakBytes));
+            QCOMPARE(derived.parameters, hand.parameters);
+            QCOMPARE(derived.trainableParameters, hand.trainableParameters);
+            QVERIFY(std::abs(derived.peakBytes - hand.peakBytes) <= 64);
+        }
+    }
 }
 
 QTEST_GUILESS_MAIN(TestDerivedPlan)

@@ -340,6 +340,37 @@ std::unique_ptr<TokenDataset> TokenDataset::map(const std::string& path, const s
     return d;
 }
 
+std::unique_ptr<TokenDataset> TokenDataset::synthetic(int vocabSize, int seqLen, bool wideIds, bool withMask)
+{
+    const std::int64_t n = std::max<std::int64_t>(16LL * (seqLen + 2), 1024);
+    const std::int64_t width = wideIds ? 4 : 2;
+    auto ids = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(n * width));
+    for (std::int64_t i = 0; i < n; ++i) {
+        const auto id = static_cast<std::uint32_t>((i * 7 + 3) % vocabSize);
+        if (wideIds) std::memcpy(ids->data() + i * 4, &id, 4);
+        else {
+            const auto narrow = static_cast<std::uint16_t>(id);
+            std::memcpy(ids->data() + i * 2, &narrow, 2);
+        }
+    }
+    std::unique_ptr<TokenDataset> d(new TokenDataset());
+    d->m_source = "random ids";
+    d->m_dtype = wideIds ? "uint32" : "uint16";
+    d->m_vocab = vocabSize;
+    d->m_seqLen = seqLen;
+    d->m_data = torch::from_blob(ids->data(), {n}, wideIds ? torch::kInt : torch::kShort);
+    d->m_owner = ids;
+    d->m_unsignedMask = wideIds ? 0xffffffffLL : 0xffffLL;
+    if (withMask) {
+        auto mask = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) (*mask)[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i % 3 != 0);
+        d->m_mask = torch::from_blob(mask->data(), {n}, torch::kByte);
+        d->m_maskOwner = mask;
+    }
+    d->m_trainEnd = n / 2;
+    return d;
+}
+
 std::unique_ptr<TokenDataset> TokenDataset::fromFile(const std::string& path, const std::string& dtype, int vocabSize,
                                                      int seqLen, double valFraction)
 {

@@ -166,6 +166,11 @@ public:
     static std::unique_ptr<TokenDataset> fromCorpus(const text::CorpusCache& corpus, const std::string& source,
                                                     std::shared_ptr<const text::Tokenizer> tokenizer, std::int32_t eos,
                                                     int vocabSize, int seqLen, double valFraction);
+    // Random ids below vocabSize in a token file's layout (uint32 when
+    // wideIds, else uint16; with a chat corpus's loss mask when withMask),
+    // held outside the counting allocator as a mapped file is: the derived
+    // memory plan's probes train on it (train/DerivedPlan.cpp).
+    static std::unique_ptr<TokenDataset> synthetic(int vocabSize, int seqLen, bool wideIds, bool withMask);
     // The model folder whose chat template chat prompts use, and its BOS.
     void setChatFolder(std::string folder, std::int32_t bos) { m_chatFolder = std::move(folder); m_bos = bos; }
     int vocabSize() const override { return m_vocab; }

@@ -1,17 +1,24 @@
 #include "train/DerivedPlan.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/record_function.h>
 
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
+#include "memory/CpuGemmScratch.h"
 #include "memory/MemoryProbe.h"
+#include "memory/StepProgram.h"
+#include "train/Datasets.h"
+#include "train/Layers.h"
+#include "train/TrainStep.h"
 #include "train/Trainer.h"
 
 namespace tb {
@@ -220,10 +227,371 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slid
     return out;
 }
 
+// The step as a program's record (memory/StepProgram.h): every block from
+// the trainer's construction on is followed, so that the blocks live as the
+// traced step starts are known one by one, and each release in the step
+// names the block it frees.
+struct BlockRecorder {
+    struct Block {
+        std::int64_t birth = 0, bytes = 0;
+        std::int32_t index = -1; // in the record: residents first, then the step's allocations
+    };
+    std::mutex mutex;
+    std::unordered_map<const void*, Block> live;
+    std::int64_t births = 0;
+    bool on = false;
+    std::uint8_t phase = 0;
+    RecordedStep step;
+    std::int32_t nextIndex = 0;
+    std::vector<GemmCall> ops; // as Recorder's
+    std::thread::id owner = std::this_thread::get_id();
+
+    void begin()
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        std::vector<Block*> blocks;
+        for (auto& [ptr, b] : live) blocks.push_back(&b);
+        std::sort(blocks.begin(), blocks.end(), [](const Block* x, const Block* y) { return x->birth < y->birth; });
+        for (auto* b : blocks) {
+            b->index = nextIndex++;
+            step.resident.push_back(b->bytes);
+        }
+        on = true;
+    }
+};
+BlockRecorder* g_blocks = nullptr;
+
+void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
+{
+    auto* rec = g_blocks;
+    if (!rec || delta == 0) return;
+    std::lock_guard<std::mutex> lock(rec->mutex);
+    if (delta > 0) {
+        BlockRecorder::Block b{rec->births++, delta, -1};
+        if (rec->on) {
+            b.index = rec->nextIndex++;
+            RecordedStep::Event e;
+            e.bytes = delta;
+            e.phase = rec->phase;
+            if (std::this_thread::get_id() == rec->owner && !rec->ops.empty()) e.gemm = rec->ops.back();
+            rec->step.events.push_back(e);
+        }
+        rec->live[ptr] = b;
+        return;
+    }
+    std::int32_t index = -1;
+    if (auto it = rec->live.find(ptr); it != rec->live.end()) {
+        index = it->second.index;
+        rec->live.erase(it);
+    }
+    if (rec->on && index >= 0 && index == rec->nextIndex - 1 && !rec->step.events.empty()) {
+        // A bf16 product's scratch (oneDNN's): its size follows no formula,
+        // and at small widths a product may take none. It leaves the record;
+        // the product's marker (leaveBlockOp) has oneDNN say it at any width.
+        const auto& last = rec->step.events.back();
+        if (last.bytes == -delta && last.gemm.m != 0 && last.phase == rec->phase) {
+            rec->step.events.pop_back();
+            --rec->nextIndex;
+            return;
+        }
+    }
+    if (rec->on) {
+        RecordedStep::Event e;
+        e.bytes = delta;
+        e.block = index;
+        e.phase = rec->phase;
+        rec->step.events.push_back(e);
+    }
+}
+
+std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
+{
+    if (auto* rec = g_blocks) rec->ops.push_back(rec->on ? gemmOf(fn) : GemmCall{});
+    return nullptr;
+}
+
+void leaveBlockOp(const at::RecordFunction&, at::ObserverContext*)
+{
+    auto* rec = g_blocks;
+    if (!rec || rec->ops.empty()) return;
+    if (rec->on && rec->ops.back().m != 0) {
+        // A bf16 product ran: the marker where its scratch, if any, goes.
+        std::lock_guard<std::mutex> lock(rec->mutex);
+        RecordedStep::Event e;
+        e.phase = rec->phase;
+        e.gemm = rec->ops.back();
+        rec->step.events.push_back(e);
+    }
+    rec->ops.pop_back();
+}
+
+// How the probes are laid out for one config: the model as the trainer
+// builds it (its real widths), and the data the probes draw.
+struct ProbeSetup {
+    RunConfig config;
+    ModelOptions model;
+    int idBytes = 0; // 2 or 4: random ids of that width; 0: the config's own data (its vocabulary fixed)
+    bool mask = false;
+    bool tiedKv() const { return model.kvHeads() == model.nHead; }
+};
+
+// Whether the step can be recorded as a program: the Llama family (built-in
+// or a folder's), whose every width the trainer takes from ModelOptions.
+bool programmable(const RunConfig& c)
+{
+    if (fixedSequence(c)) return false;
+    if (c.model.type == "llama") return true;
+    if (c.model.type != "hf") return false;
+    const auto arch = readHfArchitecture(resolvedModelPath(c));
+    return arch.llamaFamily();
+}
+
+StepDims realDims(const ModelOptions& o)
+{
+    StepDims d{};
+    dimOf(d, StepDim::Batch) = 1;
+    dimOf(d, StepDim::Seq) = o.maxLen;
+    dimOf(d, StepDim::Hidden) = o.dModel;
+    dimOf(d, StepDim::Heads) = o.nHead;
+    dimOf(d, StepDim::KvHeads) = o.kvHeads();
+    dimOf(d, StepDim::HeadDim) = o.headDim();
+    dimOf(d, StepDim::Intermediate) = o.dFf;
+    dimOf(d, StepDim::Vocab) = o.vocabSize;
+    dimOf(d, StepDim::Rank) = o.loraRank;
+    return d;
+}
+
+// Trains two steps of the probe model at `dims` on the CPU, one thread, and
+// records the second, as traceStep does.
+RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slidingWindow)
+{
+    RunConfig c = setup.config;
+    c.device = "cpu";
+    c.train.batchSize = static_cast<int>(dimOf(dims, StepDim::Batch));
+    c.data.seqLen = static_cast<int>(dimOf(dims, StepDim::Seq));
+    c.train.steps = 2;
+    c.optim.warmupSteps = std::min(c.optim.warmupSteps, 2);
+    c.train.evalEvery = 2;
+    c.train.checkpointEvery = 0;
+    c.train.logEvery = 1;
+    c.train.threads = 1;
+    c.train.worldSize = 1;
+    auto model = std::make_shared<ModelOptions>(setup.model);
+    model->maxLen = c.data.seqLen;
+    model->dModel = static_cast<int>(dimOf(dims, StepDim::Hidden));
+    model->nHead = static_cast<int>(dimOf(dims, StepDim::Heads));
+    // Without grouped-query attention the key/value heads are the heads (a
+    // step with fewer would repeat them: another program).
+    model->nKvHead = setup.tiedKv() ? model->nHead : static_cast<int>(dimOf(dims, StepDim::KvHeads));
+    model->headDimOverride = static_cast<int>(dimOf(dims, StepDim::HeadDim));
+    model->dFf = static_cast<int>(dimOf(dims, StepDim::Intermediate));
+    model->vocabSize = static_cast<int>(dimOf(dims, StepDim::Vocab));
+    model->loraRank = static_cast<int>(dimOf(dims, StepDim::Rank));
+
+    BlockRecorder rec;
+    TrainerOptions options;
+    options.measureMemory = true;
+    options.slidingWindow = slidingWindow;
+    options.probeModel = model;
+    options.probeIdBytes = setup.idBytes;
+    options.probeMask = setup.mask;
+    if (c.train.precision == "fp16") {
+        c.train.precision = "bf16";
+        options.forceLossScaling = true;
+    }
+    // The products' shapes, on this thread, while the step is recorded (the
+    // callbacks cost every operator some time).
+    std::optional<at::CallbackHandle> ops;
+    const auto removeOps = [&ops] {
+        if (ops) at::removeCallback(*ops);
+        ops.reset();
+    };
+    options.onPhaseBegin = [&](int step, int phase) {
+        rec.phase = static_cast<std::uint8_t>(phase);
+        if (step == 2 && !rec.on && rec.step.events.empty()) {
+            ops = at::addThreadLocalCallback(at::RecordFunctionCallback(&enterBlockOp, &leaveBlockOp)
+                                                 .needsInputs(true)
+                                                 .scopes({at::RecordScope::FUNCTION}));
+            rec.begin();
+        }
+    };
+    TrainerCallbacks callbacks;
+    callbacks.onStep = [&](const StepMetrics& s) {
+        if (s.step != 2) return;
+        rec.on = false;
+        removeOps();
+    };
+    std::lock_guard<std::mutex> lock(g_traceMutex);
+    MemoryProbe::installCpuCounter();
+    g_blocks = &rec;
+    MemoryProbe::setCpuTrace(&recordBlock);
+    const auto stop = [&] {
+        removeOps();
+        MemoryProbe::setCpuTrace(nullptr);
+        g_blocks = nullptr;
+    };
+    TrainResult result;
+    try {
+        Trainer trainer(c, options);
+        for (const auto& [elements, bytes] : trainer.parameterSizes()) {
+            rec.step.parameterElements.push_back(elements);
+            rec.step.trainableBytes.push_back(bytes);
+        }
+        result = trainer.run(callbacks);
+        stop();
+    } catch (...) {
+        stop();
+        throw;
+    }
+    if (result.status != TrainResult::Status::Finished || rec.step.events.empty()) {
+        throw InputError("deriving the memory plan: the probe step did not train: "
+                         + (result.message.empty() ? std::string("it stopped before its second step") : result.message));
+    }
+    return std::move(rec.step);
+}
+
+ProbeSetup probeSetup(const RunConfig& config)
+{
+    ProbeSetup s;
+    s.config = config;
+    const int seqLen = effectiveSeqLen(config);
+    if (config.model.type == "hf") {
+        // Random ids in the corpus's layout: a token file's width, or the
+        // token cache's (uint16 up to a vocabulary of 65,536).
+        s.model = modelOptionsFor(config, 0, seqLen);
+        const auto& d = config.data;
+        s.idBytes = d.source == "tokens" ? (d.tokenDtype == "uint32" ? 4 : 2) : (s.model.vocabSize <= 65536 ? 2 : 4);
+        s.mask = d.source == "chat";
+    } else {
+        s.model = modelOptionsFor(config, datasetVocabSize(config), seqLen);
+    }
+    return s;
+}
+
+struct ProbePlan {
+    StepDims base{};
+    std::vector<ProbeAxis> axes;
+    std::vector<StepDims> checks;
+};
+
+// The probes of one batch regime (batch 1, batch 2, or 0: from batch 3 on,
+// where the batch is a dimension too) with the sequence from t0. Widths small
+// and unlike each other, keeping what changes the step's operators: grouped-
+// query attention or not, LoRA or not. The checks move every dimension at
+// once, one of them to a sequence four times as long. From sequence 32 on,
+// every bf16 product is one LibTorch hands to oneDNN (more than 16^3
+// multiply-adds: at 32 rows, a LoRA rank of 8 by 32 or more), as at a real
+// model's widths, where the operands it copies first differ from the
+// smaller products' path.
+ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
+{
+    const bool gqa = !s.tiedKv(), lora = s.model.loraRank > 0, vocab = s.idBytes > 0;
+    const auto dims = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t nh, std::int64_t kv, std::int64_t hd,
+                          std::int64_t i, std::int64_t v, std::int64_t r) {
+        return StepDims{batch > 0 ? batch : b, t, h, nh, gqa ? kv : nh, hd, i, vocab ? v : s.model.vocabSize,
+                        lora ? r : 0};
+    };
+    ProbePlan p;
+    p.base = dims(3, t0, 48, gqa ? 6 : 4, 2, 16, 64, 48, 8);
+    p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
+    if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
+    p.axes.push_back({StepDim::Hidden, {56}});
+    p.axes.push_back({StepDim::Heads, {gqa ? 8 : 6}});
+    if (gqa) p.axes.push_back({StepDim::KvHeads, {3}});
+    p.axes.push_back({StepDim::HeadDim, {20}});
+    p.axes.push_back({StepDim::Intermediate, {72}});
+    if (vocab) p.axes.push_back({StepDim::Vocab, {56}});
+    if (lora) p.axes.push_back({StepDim::Rank, {10}});
+    p.checks.push_back(dims(5, t0 + 6, 64, gqa ? 10 : 5, 5, 12, 80, 64, 12));
+    p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 40, 9));
+    return p;
+}
+
+// The step compiled from programs recorded at probe widths and evaluated at
+// the model's own: nullopt (with why) where a program does not fit.
+std::optional<CompiledSegment> compileFromPrograms(const ProbeSetup& setup, int window, DerivedStep& step,
+                                                   const DerivedPlanProgress& progress, int& recorded, std::string& why)
+{
+    const auto real = realDims(setup.model);
+    // bf16 products on a CPU that hands them to oneDNN: from sequence 32 (probePlan).
+    const bool products = setup.config.train.precision != "fp32" && cpuBf16ProductsUseOneDnn();
+    for (std::int64_t t0 = products ? 32 : 8;; t0 *= 4) {
+        std::array<std::optional<StepProgram>, 3> programs; // batch 1, batch 2, from batch 3 on
+        for (std::size_t regime = 0; regime < programs.size() && why.empty(); ++regime) {
+            const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
+            auto fit = fitStepProgram(
+                [&](const StepDims& d) {
+                    if (progress.cancel && progress.cancel->load()) throw InputError("deriving the memory plan was cancelled");
+                    auto r = recordProbe(setup, d, window);
+                    ++recorded;
+                    if (progress.onTrace) progress.onTrace(recorded, dimOf(d, StepDim::Batch), dimOf(d, StepDim::Seq));
+                    return r;
+                },
+                plan.base, plan.axes, plan.checks);
+            if (!fit.program) why = fit.failure;
+            programs[regime] = std::move(fit.program);
+        }
+        if (why.empty()) {
+            const auto tracer = [&](std::int64_t B, std::int64_t T) {
+                auto d = real;
+                dimOf(d, StepDim::Batch) = B;
+                dimOf(d, StepDim::Seq) = T;
+                return replayStep(programs[B == 1 ? 0 : B == 2 ? 1 : 2]->at(d));
+            };
+            const std::vector<std::pair<std::int64_t, std::int64_t>> checks{{5, t0 + 6}, {1, t0 + 5}, {4, 2 * t0 + 5}, {2, 4 * t0 + 3}};
+            if (auto segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3)) {
+                const auto at = programs[2]->at(real);
+                step.parameters = at.parameters();
+                step.trainableParameters = at.trainableParameters();
+                step.trainableBytes = at.trainableParameterBytes();
+                step.largestTracedSeqLen = std::max(step.largestTracedSeqLen, 4 * t0 + 3);
+                return segment;
+            }
+            why = "the programs at the model's widths are not polynomials in batch and sequence";
+        }
+        if (t0 >= 128) return std::nullopt;
+        why.clear();
+    }
+}
+
+// The Llama family's step from programs; nullopt (why set) where they do not fit.
+std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const DerivedPlanProgress& progress, std::string& why)
+{
+    const auto setup = probeSetup(config);
+    DerivedStep step;
+    int recorded = 0;
+    const auto window = config.model.type == "hf" ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
+    auto segment = compileFromPrograms(setup, window > 0 ? 1 << 30 : 0, step, progress, recorded, why);
+    if (!segment) return std::nullopt;
+    step.segment = std::move(*segment);
+    step.segment.traces = recorded;
+    if (window > 0) {
+        const int before = recorded;
+        auto past = compileFromPrograms(setup, 1, step, progress, recorded, why);
+        if (!past) return std::nullopt;
+        step.pastWindow = std::move(*past);
+        step.pastWindow->traces = recorded - before;
+        step.slidingWindow = window;
+    }
+    step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths with the model's "
+        + std::to_string(setup.model.nLayer) + " layers and evaluated at its own";
+    if (config.train.precision == "fp16") {
+        step.tracedOn += " (fp16 as bf16 with loss scaling: the same element sizes; CUDA's autocast lists differ a little)";
+    }
+    return step;
+}
+
 } // namespace
 
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress)
 {
+    // The Llama family: recorded at small widths, evaluated at the model's
+    // (a 7B plan from steps of milliseconds). Elsewhere, or where the
+    // programs do not fit, the step at the model's own widths is traced.
+    std::string unfit;
+    if (programmable(config)) {
+        if (auto step = deriveFromPrograms(config, progress, unfit)) return std::move(*step);
+    }
     // Data parallel: one rank's step is traced alone (traceStep runs one
     // process); DerivedStep adds the reducer's buckets and the global batch's
     // rows for train.world_size ranks.
@@ -297,6 +665,7 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
     }
     step.largestTracedSeqLen = largest;
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU";
+    if (!unfit.empty()) step.tracedOn += " at the model's own widths (a program recorded at small widths did not fit: " + unfit + ")";
     if (config.train.precision == "fp16") {
         step.tracedOn += " (fp16 as bf16 with loss scaling: the same element sizes; CUDA's autocast lists differ a little)";
     }

@@ -175,10 +175,14 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     }
 
     torch::manual_seed(config.train.seed);
-    m->data = makeDataset(config, options.data);
-    auto modelOptions = modelOptionsFor(config, *m->data);
+    const bool probe = options.probeModel != nullptr;
+    m->data = probe && options.probeIdBytes > 0
+        ? TokenDataset::synthetic(options.probeModel->vocabSize, effectiveSeqLen(config), options.probeIdBytes == 4,
+                                  options.probeMask)
+        : makeDataset(config, options.data);
+    auto modelOptions = probe ? *options.probeModel : modelOptionsFor(config, *m->data);
     if (options.slidingWindow > 0) modelOptions.slidingWindow = options.slidingWindow;
-    if (config.model.type == "hf") {
+    if (config.model.type == "hf" && !probe) {
         // The folder (or the checkpoint resumed) fills every base weight: build
         // them in the dtype they train in, without random draws.
         const WeightsFromFile fromFile(m->precision == "bf16-pure" ? torch::kBFloat16 : torch::kFloat);
@@ -187,9 +191,9 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
         m->model = makeModel(modelOptions);
     }
     // A Hugging Face folder brings its weights (a resumed run's come from its checkpoint).
-    if (config.model.type == "hf" && options.resumeFrom.empty()) loadHfFolderWeights(*m->model, resolvedModelPath(config));
+    if (config.model.type == "hf" && options.resumeFrom.empty() && !probe) loadHfFolderWeights(*m->model, resolvedModelPath(config));
     const std::string initFrom = !options.initFrom.empty() ? options.initFrom : config.train.initFrom;
-    if (!initFrom.empty() && options.resumeFrom.empty()) {
+    if (!initFrom.empty() && options.resumeFrom.empty() && !probe) {
         // Model weights only; the optimizer, schedule and data order start afresh.
         if (config.model.type != "hf" || !loadHfInitFrom(*m->model, initFrom)) {
             loadModelWeights(*m->model, readModelWeights(initFrom), initFrom);
@@ -313,6 +317,15 @@ std::int64_t Trainer::parameterCount() const
     return n;
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> Trainer::parameterSizes() const
+{
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    for (const auto& p : m->model->parameters()) {
+        out.emplace_back(p.numel(), p.requires_grad() ? p.numel() * static_cast<std::int64_t>(p.element_size()) : 0);
+    }
+    return out;
+}
+
 std::vector<std::pair<std::string, std::vector<float>>> Trainer::parameterValues() const
 {
     std::vector<std::pair<std::string, std::vector<float>>> out;
@@ -401,7 +414,8 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
                 rankPeaks = shared.peaks;
             }
             const bool log = step % t.logEvery == 0 || step == total;
-            const bool evalNow = !m->validation.empty() && (step % evalEvery == 0 || step == total);
+            // (The derived plan's probes record a step, not validation.)
+            const bool evalNow = !m->validation.empty() && !m->options.probeModel && (step % evalEvery == 0 || step == total);
             // Data parallel: every rank knows the global loss, so every rank
             // checks it every step and they stop on the same step.
             if (log || evalNow || m_cancel.load() || m->world > 1) {

@@ -18,6 +18,8 @@
 
 namespace tb {
 
+struct ModelOptions; // train/Layers.h
+
 struct StepMetrics {
     int step = 0; // 1-based, the step just finished
     int totalSteps = 0;
@@ -99,6 +101,14 @@ struct TrainerOptions {
     // > 0: the model's sliding window taken as this many positions (the
     // derived memory plan traces the step past a window at short sequences).
     int slidingWindow = 0;
+    // The derived memory plan's probes (train/DerivedPlan.cpp): build this
+    // model instead of the config's (random weights: no folder or
+    // init_from) and, with probeIdBytes 2 or 4, draw random ids of its
+    // vocabulary laid out as the config's corpus would be (ids of that
+    // width; a chat corpus's loss mask when probeMask).
+    std::shared_ptr<const ModelOptions> probeModel;
+    int probeIdBytes = 0; // 0: the config's own data
+    bool probeMask = false;
 };
 
 struct TrainResult {
@@ -162,6 +172,9 @@ public:
     // launch estimate is planned for, as the planner plans a target.
     std::optional<ComputeCapability> computeCapability() const;
     std::int64_t parameterCount() const;
+    // Per parameter, in the model's order: its elements, and its bytes when
+    // it trains (0: frozen).
+    std::vector<std::pair<std::int64_t, std::int64_t>> parameterSizes() const;
     std::int64_t trainableParameterCount() const;
     // Their bytes in the dtypes they train in (what data parallel's gradient buckets hold).
     std::int64_t trainableParameterBytes() const;

@@ -1,0 +1,302 @@
+#include "memory/StepProgram.h"
+
+#include "memory/CpuGemmScratch.h"
+
+#include <cmath>
+
+namespace tb {
+namespace {
+
+// Every number of a record, in one order: the residents' bytes, each event's
+// bytes and (inside a product) the product's batch, m, k and n, each
+// parameter's elements and trainable bytes. `what` names a number for messages.
+template <typename Visit>
+void forEachNumber(const RecordedStep& s, Visit&& visit)
+{
+    for (std::size_t i = 0; i < s.resident.size(); ++i) visit(s.resident[i], [i] { return "the bytes of resident block " + std::to_string(i); });
+    for (std::size_t i = 0; i < s.events.size(); ++i) {
+        const auto& e = s.events[i];
+        visit(e.bytes, [i, &e] {
+            return std::string(e.bytes > 0 ? "the bytes of allocation " : "the bytes of release ") + "(event " + std::to_string(i)
+                + ", phase " + std::to_string(e.phase) + ")";
+        });
+        if (e.gemm.m != 0) {
+            const auto name = [i](const char* d) { return [i, d] { return std::string("the ") + d + " of the product at event " + std::to_string(i); }; };
+            visit(e.gemm.batch, name("batch"));
+            visit(e.gemm.m, name("m"));
+            visit(e.gemm.k, name("k"));
+            visit(e.gemm.n, name("n"));
+        }
+    }
+    for (std::size_t i = 0; i < s.parameterElements.size(); ++i) {
+        visit(s.parameterElements[i], [i] { return "the elements of parameter " + std::to_string(i); });
+        visit(s.trainableBytes[i], [i] { return "the trainable bytes of parameter " + std::to_string(i); });
+    }
+}
+
+std::vector<std::int64_t> numbersOf(const RecordedStep& s)
+{
+    std::vector<std::int64_t> out;
+    forEachNumber(s, [&](std::int64_t v, auto&&) { out.push_back(v); });
+    return out;
+}
+
+std::string nameOfNumber(const RecordedStep& s, std::size_t index)
+{
+    std::size_t k = 0;
+    std::string name;
+    forEachNumber(s, [&](std::int64_t, auto&& what) {
+        if (k++ == index) name = what();
+    });
+    return name;
+}
+
+// Empty when a and b are the same program with other numbers; else the first difference.
+std::string structureDifference(const RecordedStep& a, const RecordedStep& b)
+{
+    if (a.resident.size() != b.resident.size()) {
+        return std::to_string(b.resident.size()) + " blocks live as the step starts instead of " + std::to_string(a.resident.size());
+    }
+    if (a.parameterElements.size() != b.parameterElements.size()) {
+        return std::to_string(b.parameterElements.size()) + " parameters instead of " + std::to_string(a.parameterElements.size());
+    }
+    const auto n = std::min(a.events.size(), b.events.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto &x = a.events[i], &y = b.events[i];
+        const bool same = (x.bytes > 0) == (y.bytes > 0) && x.block == y.block && x.phase == y.phase
+            && (x.gemm.m != 0) == (y.gemm.m != 0) && x.gemm.srcTransposed == y.gemm.srcTransposed
+            && x.gemm.weightsTransposed == y.gemm.weightsTransposed && x.gemm.accumulate == y.gemm.accumulate
+            && (x.gemm.batch != 0) == (y.gemm.batch != 0);
+        if (!same) {
+            const auto text = [](const RecordedStep::Event& e) {
+                return std::string(e.bytes > 0 ? "allocation" : e.bytes < 0 ? "release of block " + std::to_string(e.block) : "product")
+                    + " in phase " + std::to_string(e.phase)
+                    + (e.gemm.m != 0 ? " in a product " + std::to_string(e.gemm.batch) + "x" + std::to_string(e.gemm.m) + "x"
+                                           + std::to_string(e.gemm.k) + "x" + std::to_string(e.gemm.n)
+                                     : std::string());
+            };
+            return "event " + std::to_string(i) + " of " + std::to_string(a.events.size()) + " is a " + text(y) + ", not a " + text(x);
+        }
+    }
+    if (a.events.size() != b.events.size()) {
+        return std::to_string(b.events.size()) + " events instead of " + std::to_string(a.events.size());
+    }
+    return {};
+}
+
+std::string dimsText(const StepDims& d)
+{
+    std::string s;
+    for (int i = 0; i < kStepDims; ++i) {
+        s += (i ? ", " : "") + std::string(stepDimName(static_cast<StepDim>(i))) + " " + std::to_string(d[static_cast<std::size_t>(i)]);
+    }
+    return s;
+}
+
+} // namespace
+
+const char* stepDimName(StepDim d)
+{
+    switch (d) {
+    case StepDim::Batch: return "batch";
+    case StepDim::Seq: return "sequence";
+    case StepDim::Hidden: return "hidden";
+    case StepDim::Heads: return "heads";
+    case StepDim::KvHeads: return "kv heads";
+    case StepDim::HeadDim: return "head size";
+    case StepDim::Intermediate: return "intermediate";
+    case StepDim::Vocab: return "vocabulary";
+    case StepDim::Rank: return "LoRA rank";
+    }
+    return "?";
+}
+
+std::int64_t RecordedStep::parameters() const
+{
+    std::int64_t n = 0;
+    for (const auto v : parameterElements) n += v;
+    return n;
+}
+
+std::int64_t RecordedStep::trainableParameters() const
+{
+    std::int64_t n = 0;
+    for (std::size_t i = 0; i < parameterElements.size(); ++i) n += trainableBytes[i] > 0 ? parameterElements[i] : 0;
+    return n;
+}
+
+std::int64_t RecordedStep::trainableParameterBytes() const
+{
+    std::int64_t n = 0;
+    for (const auto v : trainableBytes) n += v;
+    return n;
+}
+
+StepTrace replayStep(const RecordedStep& step)
+{
+    StepTrace t;
+    std::int64_t live = 0;
+    for (const auto b : step.resident) live += b;
+    const auto push = [&t](std::int64_t v, std::uint8_t phase) {
+        t.live.push_back(v);
+        t.transient.push_back(v);
+        t.phase.push_back(phase);
+        t.gemm.emplace_back();
+    };
+    push(live, 0);
+    struct Pending {
+        std::int32_t block = -1;
+        std::int64_t bytes = 0, live = 0;
+        std::uint8_t phase = 0;
+        GemmCall gemm;
+    };
+    std::optional<Pending> pending;
+    const auto keep = [&] {
+        if (pending) push(pending->live, pending->phase);
+        pending.reset();
+    };
+    std::int32_t next = static_cast<std::int32_t>(step.resident.size());
+    for (const auto& e : step.events) {
+        if (e.bytes == 0) {
+            // A bf16 product's marker: the scratch oneDNN takes for its shape, allocated and released.
+            const auto scratch = e.gemm.m != 0 ? cpuGemmScratchBytes(e.gemm, 1) : 0;
+            if (scratch <= 0) continue;
+            keep();
+            if (live + scratch > t.transient.back() && t.phase.back() == e.phase) {
+                t.transient.back() = live + scratch;
+                t.gemm.back() = e.gemm;
+            } else if (t.phase.back() != e.phase) {
+                // In a phase after the previous entry's: an entry of its own, as the direct recorder keeps it.
+                push(live + scratch, e.phase);
+            }
+            continue;
+        }
+        live += e.bytes;
+        if (e.bytes > 0) {
+            keep();
+            pending = Pending{next++, e.bytes, live, e.phase, e.gemm};
+            continue;
+        }
+        if (pending && e.block == pending->block && pending->bytes == -e.bytes && t.phase.back() == pending->phase) {
+            if (pending->live > t.transient.back()) {
+                t.transient.back() = pending->live;
+                t.gemm.back() = pending->gemm;
+            }
+            pending.reset();
+            continue;
+        }
+        keep();
+    }
+    keep();
+    return t;
+}
+
+std::int64_t DimFormula::at(const StepDims& dims) const
+{
+    if (axes.empty() || base == 0) return base;
+    long double r = static_cast<long double>(base);
+    for (const auto& a : axes) {
+        const long double x = static_cast<long double>(dims[static_cast<std::size_t>(a.dim)]);
+        long double value = 0;
+        for (std::size_t i = 0; i < a.xs.size(); ++i) {
+            long double term = static_cast<long double>(a.values[i]);
+            for (std::size_t j = 0; j < a.xs.size(); ++j) {
+                if (j != i) term *= (x - a.xs[j]) / static_cast<long double>(a.xs[i] - a.xs[j]);
+            }
+            value += term;
+        }
+        r *= value / static_cast<long double>(base);
+    }
+    return std::llround(r);
+}
+
+RecordedStep StepProgram::at(const StepDims& dims) const
+{
+    RecordedStep out = shape;
+    std::size_t k = 0;
+    const auto set = [&](std::int64_t& v) { v = numbers[k++].at(dims); };
+    for (auto& b : out.resident) set(b);
+    for (auto& e : out.events) {
+        set(e.bytes);
+        if (e.gemm.m != 0) {
+            set(e.gemm.batch);
+            set(e.gemm.m);
+            set(e.gemm.k);
+            set(e.gemm.n);
+        }
+    }
+    for (std::size_t i = 0; i < out.parameterElements.size(); ++i) {
+        set(out.parameterElements[i]);
+        set(out.trainableBytes[i]);
+    }
+    return out;
+}
+
+ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, const std::vector<ProbeAxis>& axes,
+                          const std::vector<StepDims>& checks)
+{
+    ProgramFit fit;
+    StepProgram program;
+    program.base = base;
+    program.shape = record(base);
+    ++fit.recorded;
+    const auto baseNumbers = numbersOf(program.shape);
+    program.numbers.resize(baseNumbers.size());
+    for (std::size_t k = 0; k < baseNumbers.size(); ++k) program.numbers[k].base = baseNumbers[k];
+    for (const auto& axis : axes) {
+        const auto d = static_cast<std::size_t>(axis.dim);
+        std::vector<std::vector<std::int64_t>> along;
+        for (const auto x : axis.values) {
+            auto dims = base;
+            dims[d] = x;
+            const auto rec = record(dims);
+            ++fit.recorded;
+            if (auto diff = structureDifference(program.shape, rec); !diff.empty()) {
+                fit.failure = "the step changes with the " + std::string(stepDimName(axis.dim)) + " (" + std::to_string(base[d])
+                    + " to " + std::to_string(x) + "): " + diff;
+                return fit;
+            }
+            along.push_back(numbersOf(rec));
+        }
+        for (std::size_t k = 0; k < baseNumbers.size(); ++k) {
+            bool moves = false;
+            for (const auto& v : along) moves = moves || v[k] != baseNumbers[k];
+            if (!moves) continue;
+            if (baseNumbers[k] == 0) {
+                fit.failure = nameOfNumber(program.shape, k) + " is 0 at the base probe and not along the "
+                    + stepDimName(axis.dim) + ": not a product of one polynomial per dimension";
+                return fit;
+            }
+            DimFormula::Axis a;
+            a.dim = static_cast<int>(axis.dim);
+            a.xs.push_back(base[d]);
+            a.values.push_back(baseNumbers[k]);
+            for (std::size_t i = 0; i < along.size(); ++i) {
+                a.xs.push_back(axis.values[i]);
+                a.values.push_back(along[i][k]);
+            }
+            program.numbers[k].axes.push_back(std::move(a));
+        }
+    }
+    for (const auto& dims : checks) {
+        const auto rec = record(dims);
+        ++fit.recorded;
+        if (auto diff = structureDifference(program.shape, rec); !diff.empty()) {
+            fit.failure = "the step changes at " + dimsText(dims) + ": " + diff;
+            return fit;
+        }
+        const auto got = numbersOf(rec);
+        const auto planned = numbersOf(program.at(dims));
+        for (std::size_t k = 0; k < got.size(); ++k) {
+            if (got[k] != planned[k]) {
+                fit.failure = nameOfNumber(rec, k) + " at " + dimsText(dims) + " is " + std::to_string(got[k]) + ", the program says "
+                    + std::to_string(planned[k]) + ": not a product of one polynomial per dimension";
+                return fit;
+            }
+        }
+    }
+    fit.program = std::move(program);
+    return fit;
+}
+
+} // namespace tb

@@ -1,0 +1,102 @@
+#pragma once
+// A training step as a program in named dimensions: what the trainer's own
+// step allocates and releases, in order, with every size a formula in the
+// batch, the sequence and the model's widths (hidden size, heads, key/value
+// heads, head size, MLP width, vocabulary, LoRA rank). The trainer records
+// the step at small probe widths (train/DerivedPlan.cpp), where a step takes
+// milliseconds, with the model's real number of layers; evaluating the
+// program at the model's real widths gives the step a 7B model would take,
+// allocation by allocation, without running it. No LibTorch here.
+//
+// Each size is taken to be a product of one polynomial per dimension (a
+// weight H x NH*HD, a score map B x NH x T x T, a batch's B x (T + 1) ids):
+// recorded at a base probe and along each dimension on its own, and checked
+// at probes where every dimension moved at once. A size that is not such a
+// product, or a step whose order of allocations changes with a width, fails
+// the checks, and the caller traces the real step instead.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memory/StepPolynomials.h"
+
+namespace tb {
+
+enum class StepDim : int { Batch, Seq, Hidden, Heads, KvHeads, HeadDim, Intermediate, Vocab, Rank };
+constexpr int kStepDims = 9;
+using StepDims = std::array<std::int64_t, kStepDims>;
+const char* stepDimName(StepDim d);
+inline std::int64_t& dimOf(StepDims& d, StepDim which) { return d[static_cast<std::size_t>(which)]; }
+inline std::int64_t dimOf(const StepDims& d, StepDim which) { return d[static_cast<std::size_t>(which)]; }
+
+// One step as recorded at one set of dimensions.
+struct RecordedStep {
+    struct Event {
+        std::int64_t bytes = 0;  // > 0: an allocation; < 0: a release
+        std::int32_t block = -1; // a release: the block (residents first, then the step's allocations in order); -1: made before recording
+        std::uint8_t phase = 0;  // 0 forward, 1 backward, 2 optimizer
+        GemmCall gemm;           // an allocation made inside a bf16 matrix product (m = 0: none)
+    };
+    std::vector<std::int64_t> resident; // the bytes of each block live as the step starts, in the order they were made
+    std::vector<Event> events;
+    // Per parameter: its elements, and its bytes when it trains (0: frozen).
+    std::vector<std::int64_t> parameterElements, trainableBytes;
+
+    std::int64_t parameters() const;
+    std::int64_t trainableParameters() const;
+    std::int64_t trainableParameterBytes() const;
+};
+
+// The step's live bytes after each allocation it keeps, as the direct
+// recorder (train/DerivedPlan.cpp) writes them: the first entry is what is
+// live as the step starts; an allocation released before the next one is
+// made, in the same phase, is a kernel's scratch and raises the transient of
+// the entry before it (with the product it came in).
+StepTrace replayStep(const RecordedStep& step);
+
+// One number of the step as a function of the dimensions: its value at the
+// base probe times, for each dimension it moved with, the polynomial through
+// the values recorded along that dimension divided by the base value.
+struct DimFormula {
+    std::int64_t base = 0;
+    struct Axis {
+        int dim = 0;
+        std::vector<std::int64_t> xs, values; // the base's first
+    };
+    std::vector<Axis> axes; // only the dimensions the number moves with
+    std::int64_t at(const StepDims& dims) const;
+};
+
+struct StepProgram {
+    StepDims base{};
+    RecordedStep shape;              // the base probe's record: its structure
+    std::vector<DimFormula> numbers; // every number in it, in the order flattenNumbers lists them
+    RecordedStep at(const StepDims& dims) const;
+    std::size_t size() const { return shape.events.size(); }
+};
+
+// A dimension the probes move, and the values besides the base's (one more
+// value than the degree it may have: T takes two, for the score maps' T^2).
+struct ProbeAxis {
+    StepDim dim;
+    std::vector<std::int64_t> values;
+};
+using StepRecorder = std::function<RecordedStep(const StepDims&)>;
+
+struct ProgramFit {
+    std::optional<StepProgram> program;
+    std::string failure; // why not, naming the number and the dimensions
+    int recorded = 0;    // steps recorded
+};
+
+// Records the step at `base`, then at base with each axis's dimension set to
+// each of its values, fits every number, and checks the program against the
+// step recorded at each of `checks` (every number equal).
+ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, const std::vector<ProbeAxis>& axes,
+                          const std::vector<StepDims>& checks);
+
+} // namespace tb
