@@ -927,11 +927,13 @@ void TestMemoryPlan::oneVerdict()
 
 // A Llama folder whose head_dim is not hidden / heads (as Qwen3's, Gemma's)
 // trains, but the hand replay plans hidden / heads: it was planned 10-20%
-// under, silently. Until the planner is derived from the trainer, the plan
-// says it is not exact and how to get one that is.
+// under, silently. Such a folder is planned from its own step
+// (plannedFromItsStep: estimate and the Memory planner derive it); where the
+// hand replay is still asked, its plan says it is not exact.
 void TestMemoryPlan::folderWithItsOwnHeadSizeIsNotPlannedSilently()
 {
-    const auto planNotes = [](const QString& dir, const std::string& headDim) {
+    bool derived = false;
+    const auto planNotes = [&derived](const QString& dir, const std::string& headDim) {
         writeHfFolder(dir.toStdString(),
                       R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 64, "intermediate_size": 96,
                           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -940,15 +942,19 @@ void TestMemoryPlan::folderWithItsOwnHeadSizeIsNotPlannedSilently()
                       64);
         const auto c = onFolder(dir, small("hf", 2, 64, 4, 4, 16));
         Trainer trainer(c, TrainerOptions{}); // it trains
+        derived = plannedFromItsStep(c);
         QStringList notes;
         for (const auto& n : estimateMemory(architectureFor(c), setupFor(c)).notes) notes << QString::fromStdString(n);
         return notes.join("\n");
     };
     QTemporaryDir own, usual;
     const auto notes = planNotes(own.path(), R"(, "head_dim": 24)");
-    QVERIFY2(notes.contains("not exact") && notes.contains("head_dim 24") && notes.contains("estimate --derived"),
+    QVERIFY2(notes.contains("not exact") && notes.contains("head_dim 24")
+                 && notes.contains("derive this model's plan from its own training step"),
              qPrintable(notes));
+    QVERIFY(derived);
     QVERIFY2(!planNotes(usual.path(), "").contains("not exact"), "a folder the planner models plans without the note");
+    QVERIFY(!derived);
 }
 
 QTEST_GUILESS_MAIN(TestMemoryPlan)

@@ -6,6 +6,7 @@
 
 #include "TestPaths.h"
 #include "ScriptFixtures.h"
+#include "HfFolderFixtures.h"
 
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -59,6 +60,7 @@ private Q_SLOTS:
     void mapRangeFollowsTheModelAndClicksSnap();
     void presetsSortedByFamilyAndSize();
     void torchScriptExperimentIsDerived();
+    void folderWithItsOwnHeadSizeIsDerived();
     void mistralPastItsWindowIsPlannedEager();
     void tuneDialogPlansMeasuresAndApplies();
 
@@ -617,4 +619,47 @@ void TestPlannerPanel::mistralPastItsWindowIsPlannedEager()
     attention->setCurrentIndex(attention->findData("fused"));
     QVERIFY2(past > 2 * within, qPrintable(QString("%1 at 8192, %2 at 4096").arg(past).arg(within))); // maps at 8192; none at 4096
     screenshot("planner-mistral-window.png");
+}
+
+// A Llama folder whose head size is not hidden / heads (Qwen3's, Gemma's
+// layout): the hand replay would plan another model, so the planner derives
+// this one's plan from its own step (recorded at small widths), as the CLI
+// does, and both give one figure.
+void TestPlannerPanel::folderWithItsOwnHeadSizeIsDerived()
+{
+    qputenv("TRAINBENCH_CLI", TB_CLI_PATH);
+    QTemporaryDir folder;
+    writeHfFolder(folder.path().toStdString(),
+                  R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 64, "intermediate_size": 96,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
+                      "max_position_embeddings": 128, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  64);
+    auto* doc = m_window->document();
+    doc->setText(QString(R"({"name": "own-head-size", "device": "cpu", "model": {"type": "hf", "path": "%1"},
+        "data": {"source": "tokens", "path": "%2", "seq_len": 64}, "train": {"batch_size": 4, "steps": 2, "precision": "fp32"}})")
+                     .arg(folder.path(), folder.filePath("train.bin")));
+    QVERIFY2(doc->isValid(), doc->issues().empty() ? "" : doc->issues().front().text().c_str());
+    QVERIFY(!planner()->estimate());
+    QVERIFY2(planner()->verdictText().contains("planned from its own training step"), qPrintable(planner()->verdictText()));
+    QVERIFY2(m_window->experimentPanel()->estimateText().contains("planned from its own training step"),
+             qPrintable(m_window->experimentPanel()->estimateText()));
+    auto* derive = planner()->deriveButton();
+    QVERIFY(derive->isVisible() && derive->isEnabled());
+    QTest::mouseClick(derive, Qt::LeftButton);
+    QVERIFY(planner()->deriving());
+    QTRY_VERIFY_WITH_TIMEOUT(!planner()->deriving(), 120000);
+    QVERIFY2(planner()->estimate().has_value(), qPrintable(planner()->verdictText()));
+    const auto e = *planner()->estimate();
+    bool recorded = false;
+    for (const auto& n : e.notes) recorded = recorded || n.find("recorded at small widths") != std::string::npos;
+    QVERIFY(recorded);
+    screenshot("planner-head-size-derived.png");
+    QString error;
+    const QString saved = m_dir->filePath("own-head-size.json");
+    QVERIFY2(doc->saveAs(saved, &error), qPrintable(error));
+    QProcess cli;
+    cli.start(TB_CLI_PATH, {"estimate", "--config", saved, "--gpu", "T4", "--json"});
+    QVERIFY(cli.waitForFinished(120000));
+    const auto json = QJsonDocument::fromJson(cli.readAllStandardOutput()).object();
+    QCOMPARE(static_cast<std::int64_t>(json["peak_bytes"].toDouble()), e.peakBytes);
 }

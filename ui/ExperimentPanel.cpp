@@ -566,9 +566,12 @@ void ExperimentPanel::updateEstimate()
         m_estimate->setText(tr("Memory estimate: once the config is valid."));
         return;
     }
-    if (!plannableModel(*config)) {
-        m_estimate->setText(tr("Memory estimate: a TorchScript model's plan is derived from its own training step "
-                               "(Memory planner, Derive plan)."));
+    if (plannedFromItsStep(*config)) {
+        m_estimate->setText(plannableModel(*config)
+                                ? tr("Memory estimate: this folder's model (a head size apart from hidden / heads) is "
+                                     "planned from its own training step (Memory planner, Derive plan).")
+                                : tr("Memory estimate: a TorchScript model's plan is derived from its own training step "
+                                     "(Memory planner, Derive plan)."));
         return;
     }
     // The config as each device resolves it (planOnTarget: "auto" precision

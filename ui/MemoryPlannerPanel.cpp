@@ -183,8 +183,9 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                 : tr("The experiment's config is not valid JSON yet.");
             return std::nullopt;
         }
-        if (!plannableModel(*config)) {
-            // A TorchScript model: its plan is the step derived from the model itself.
+        if (plannedFromItsStep(*config)) {
+            // A TorchScript model, or a folder the hand replay does not model:
+            // its plan is the step derived from the model itself.
             std::string key;
             QString cannot;
             const auto traced = derivedConfig(&key, &cannot);
@@ -197,6 +198,9 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                                              .arg(m_deriveProgress.isEmpty() ? tr("starting") : m_deriveProgress)
                      : !m_deriveError.isEmpty() && m_deriveErrorKey == key
                          ? tr("The plan could not be derived: %1").arg(m_deriveError)
+                         : plannableModel(*config)
+                         ? tr("This folder's model is planned from its own training step (its head size is not hidden / "
+                              "heads): Derive plan records the step on this CPU (seconds) and plans from it.")
                          : tr("A TorchScript model: Derive plan traces its training step on this CPU (seconds) "
                               "and plans from it.");
                 return std::nullopt;
@@ -349,7 +353,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     const QString precision = m_precision->currentData().toString();
     const QString optimizer = m_optimizer->currentData().toString();
     if (optimizer == "adamw8bit") {
-        *why = tr("8-bit AdamW is a planning option the trainer does not run, so a TorchScript model's step cannot be "
+        *why = tr("8-bit AdamW is a planning option the trainer does not run, so this model's step cannot be "
                   "traced with it: choose AdamW or SGD.");
         return std::nullopt;
     }
@@ -363,7 +367,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
         const QString fixes = halfWeights && offload ? tr("train.weights_dtype to \"fp32\" and train.offload to \"none\"")
                               : halfWeights          ? tr("train.weights_dtype to \"fp32\"")
                                                      : tr("train.offload to \"none\"");
-        *why = tr("A TorchScript model's plan is derived from its own training step, which Trainbench runs with the "
+        *why = tr("This model's plan is derived from its own training step, which Trainbench runs with the "
                   "weights in fp32 on the device; %1 is a setup it only plans. Set %2 to derive it.")
                    .arg(fields, fixes);
         return std::nullopt;
@@ -423,7 +427,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
 void MemoryPlannerPanel::updateDeriveButton()
 {
     const auto config = m_document->config();
-    const bool scripted = source() == "experiment" && config && !plannableModel(*config);
+    const bool scripted = source() == "experiment" && config && plannedFromItsStep(*config);
     // While it runs it stays, to be cancelled, whatever is planned meanwhile.
     m_derive->setVisible(scripted || m_deriveProcess);
     if (m_deriveProcess) {

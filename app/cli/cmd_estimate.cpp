@@ -367,8 +367,8 @@ int estimate(const Args& args)
     if (args.flag("--list-presets")) return listPresets();
     if (args.flag("--derived")) return estimateDerived(args);
     if (const auto path = args.value("--config")) {
-        // A TorchScript model has no architecture for the hand replay: its plan is derived.
-        if (!plannableModel(loadConfigFile(*path))) return estimateDerived(args);
+        // A TorchScript model, or a folder the hand replay does not model: its plan is derived.
+        if (plannedFromItsStep(loadConfigFile(*path))) return estimateDerived(args);
     }
     const auto plan = planFromArgs(args, "estimate");
     const auto e = estimateMemory(plan.arch, plan.setup);
@@ -387,7 +387,7 @@ int fit(const Args& args)
 {
     if (args.flag("--derived")) return fitDerived(args);
     if (const auto path = args.value("--config")) {
-        if (!plannableModel(loadConfigFile(*path))) return fitDerived(args);
+        if (plannedFromItsStep(loadConfigFile(*path))) return fitDerived(args);
     }
     auto plan = planFromArgs(args, "fit");
     auto budget = args.integer("--budget", 1, (1LL << 62));

@@ -1079,6 +1079,17 @@ std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
     return cc == 90 ? 32LL << 20 : 4LL << 20;
 }
 
+bool plannedFromItsStep(const RunConfig& c)
+{
+    if (!plannableModel(c)) return true;
+    if (c.model.type != "hf") return false;
+    try {
+        return !architectureFor(c).notExact.empty();
+    } catch (const InputError&) {
+        return false;
+    }
+}
+
 ArchitectureSpec architectureFor(const RunConfig& c)
 {
     if (!plannableModel(c)) {
@@ -1100,8 +1111,8 @@ ArchitectureSpec architectureFor(const RunConfig& c)
             // and say that this is not the model the trainer builds.
             notExact = std::string("not exact: ") + e.what()
                 + "; planned from the config's sizes (hidden / heads as the head size), which can be well under "
-                  "the step's peak. Derive the plan from the trainer's own step (trainbench-cli estimate --derived "
-                  "--config FILE) or measure it (trainbench-cli measure --config FILE)";
+                  "the step's peak. 'trainbench-cli estimate' and the Memory planner derive this model's plan from "
+                  "its own training step instead; or measure it (trainbench-cli measure --config FILE)";
         }
     }
     ArchitectureSpec a;

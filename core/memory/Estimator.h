@@ -176,6 +176,12 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup&
 
 // The built-in model a config trains, and its training setup.
 ArchitectureSpec architectureFor(const RunConfig& config);
+// Whether the config is planned from its own training step only (the derived
+// plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
+// model, and a Hugging Face folder whose config.json has what the replay
+// does not model (a head size apart from hidden / heads: architectureFor's
+// notExact). False when the folder cannot be read (the replay says why).
+bool plannedFromItsStep(const RunConfig& config);
 TrainingSetup setupFor(const RunConfig& config);
 // The projections the planner adapts for a config's lora.targets (groups
 // expanded; a Hugging Face GPT-2's or GPT-NeoX's names as the planner's GPT
