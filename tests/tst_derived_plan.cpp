@@ -611,6 +611,26 @@ void TestDerivedPlan::programOfSyntheticSteps()
     fit = fitStepProgram(record, base, axes, checks);
     QVERIFY(!fit.program);
     QVERIFY2(fit.failure.find("the bytes of allocation (event 6, phase 1)") != std::string::npos, fit.failure.c_str());
+    sum = false;
+
+    // Releases made together in an order that follows addresses (autocast's
+    // cache of weight casts, a hash map): the step is the same program once
+    // orderReleases puts each run in block order (Qwen2.5 7B's bf16 step
+    // had no program before).
+    const StepRecorder swapped = [&](const StepDims& d) {
+        auto r = record(d);
+        r.events.erase(r.events.begin() + 5); // block 3 (scores) stays live to the end ...
+        r.events.push_back({-4 * B(d) * N(d) * T(d) * T(d), 3, 1, {}});
+        r.events.push_back({-4 * B(d) * T(d) * H(d), 4, 1, {}}); // ... and goes with block 4, in an order of H
+        if (H(d) % 16 == 0) std::swap(r.events[r.events.size() - 1], r.events[r.events.size() - 2]);
+        return r;
+    };
+    fit = fitStepProgram(swapped, base, axes, checks);
+    QVERIFY(!fit.program);
+    QVERIFY2(fit.failure.find("release of block 4") != std::string::npos, fit.failure.c_str());
+    fit = fitStepProgram([&](const StepDims& d) { auto r = swapped(d); orderReleases(r); return r; }, base, axes, checks);
+    QVERIFY2(fit.program.has_value(), fit.failure.c_str());
+    QCOMPARE(fit.program->at(big).events.back().block, 4);
 }
 
 // A Llama folder whose head size is not hidden / heads (as in Qwen3,

@@ -2,6 +2,7 @@
 
 #include "memory/CpuGemmScratch.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tb {
@@ -132,6 +133,25 @@ std::int64_t RecordedStep::trainableParameterBytes() const
     return n;
 }
 
+void orderReleases(RecordedStep& step)
+{
+    std::int32_t next = static_cast<std::int32_t>(step.resident.size()), lastMade = -1;
+    auto& ev = step.events;
+    for (std::size_t i = 0; i < ev.size();) {
+        if (ev[i].bytes >= 0) {
+            if (ev[i].bytes > 0) lastMade = next++;
+            ++i;
+            continue;
+        }
+        std::size_t j = i;
+        while (j < ev.size() && ev[j].bytes < 0) ++j;
+        const auto key = [lastMade](const RecordedStep::Event& e) { return e.block == lastMade ? -2 : e.block; };
+        std::stable_sort(ev.begin() + static_cast<std::ptrdiff_t>(i), ev.begin() + static_cast<std::ptrdiff_t>(j),
+                         [&key](const RecordedStep::Event& a, const RecordedStep::Event& b) { return key(a) < key(b); });
+        i = j;
+    }
+}
+
 StepTrace replayStep(const RecordedStep& step)
 {
     StepTrace t;
@@ -189,6 +209,29 @@ StepTrace replayStep(const RecordedStep& step)
     }
     keep();
     return t;
+}
+
+AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAllocatorSettings& settings)
+{
+    CudaAllocatorModel model(settings);
+    std::vector<int> handles;
+    handles.reserve(step.resident.size() + step.events.size());
+    for (const auto b : step.resident) handles.push_back(model.allocate(b));
+    AllocatorReplay out;
+    out.startAllocated = model.allocated();
+    for (auto& p : out.phasePeakAllocated) p = out.startAllocated;
+    for (const auto& e : step.events) {
+        if (e.bytes > 0) {
+            handles.push_back(model.allocate(e.bytes));
+            auto& peak = out.phasePeakAllocated[std::min<std::size_t>(e.phase, kStepPhases - 1)];
+            peak = std::max(peak, model.allocated());
+        } else if (e.bytes < 0 && e.block >= 0 && static_cast<std::size_t>(e.block) < handles.size()) {
+            model.release(handles[static_cast<std::size_t>(e.block)]);
+        }
+    }
+    out.peakAllocated = model.peakAllocated();
+    out.peakReserved = model.peakReserved();
+    return out;
 }
 
 std::int64_t DimFormula::at(const StepDims& dims) const

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/CudaAllocatorModel.h"
 #include "memory/StepPolynomials.h"
 
 namespace tb {
@@ -51,12 +52,30 @@ struct RecordedStep {
     std::int64_t trainableParameterBytes() const;
 };
 
+// Releases made together (no allocation between them) come in an order
+// that can follow addresses: autocast's cache of weight casts is a hash map
+// keyed by tensor, emptied as the forward ends. This puts each such run in
+// block order, the block made just before it first (a kernel's scratch, as
+// the direct recorder reads it), so that steps recorded at other widths line
+// up. The live bytes after each allocation are the same in any order.
+void orderReleases(RecordedStep& step);
+
 // The step's live bytes after each allocation it keeps, as the direct
 // recorder (train/DerivedPlan.cpp) writes them: the first entry is what is
 // live as the step starts; an allocation released before the next one is
 // made, in the same phase, is a kernel's scratch and raises the transient of
 // the entry before it (with the product it came in).
 StepTrace replayStep(const RecordedStep& step);
+
+// The step on a GPU's caching allocator (memory/CudaAllocatorModel.h): the
+// blocks live as the step starts, allocated in the order they were made,
+// then the step's allocations and releases in order. A bf16 product's marker
+// takes nothing (on a GPU cuBLAS works in its workspace).
+struct AllocatorReplay {
+    std::int64_t startAllocated = 0, peakAllocated = 0, peakReserved = 0;
+    std::array<std::int64_t, kStepPhases> phasePeakAllocated{};
+};
+AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAllocatorSettings& settings = {});
 
 // One number of the step as a function of the dimensions: its value at the
 // base probe times, for each dimension it moved with, the polynomial through

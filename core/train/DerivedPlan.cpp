@@ -447,6 +447,7 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
         throw InputError("deriving the memory plan: the probe step did not train: "
                          + (result.message.empty() ? std::string("it stopped before its second step") : result.message));
     }
+    orderReleases(rec.step);
     return std::move(rec.step);
 }
 
@@ -507,17 +508,20 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     return p;
 }
 
-// The step compiled from programs recorded at probe widths and evaluated at
-// the model's own: nullopt (with why) where a program does not fit.
-std::optional<CompiledSegment> compileFromPrograms(const ProbeSetup& setup, int window, DerivedStep& step,
-                                                   const DerivedPlanProgress& progress, int& recorded, std::string& why)
+// The programs of one side of a sliding window (window: as traceStep's),
+// from sequence t0 (8; 32 where bf16 products go to oneDNN; 128 at most),
+// with the sequence each begins at; nullopt (why set) where none fits.
+std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, const DerivedPlanProgress& progress,
+                                        int& recorded, std::string& why)
 {
-    const auto real = realDims(setup.model);
     // bf16 products on a CPU that hands them to oneDNN: from sequence 32 (probePlan).
     const bool products = setup.config.train.precision != "fp32" && cpuBf16ProductsUseOneDnn();
     for (std::int64_t t0 = products ? 32 : 8;; t0 *= 4) {
-        std::array<std::optional<StepProgram>, 3> programs; // batch 1, batch 2, from batch 3 on
-        for (std::size_t regime = 0; regime < programs.size() && why.empty(); ++regime) {
+        StepPrograms out;
+        out.real = realDims(setup.model);
+        out.t0 = t0;
+        why.clear();
+        for (std::size_t regime = 0; regime < out.programs.size() && why.empty(); ++regime) {
             const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
             auto fit = fitStepProgram(
                 [&](const StepDims& d) {
@@ -529,29 +533,30 @@ std::optional<CompiledSegment> compileFromPrograms(const ProbeSetup& setup, int 
                 },
                 plan.base, plan.axes, plan.checks);
             if (!fit.program) why = fit.failure;
-            programs[regime] = std::move(fit.program);
+            else out.programs[regime] = std::move(*fit.program);
         }
-        if (why.empty()) {
-            const auto tracer = [&](std::int64_t B, std::int64_t T) {
-                auto d = real;
-                dimOf(d, StepDim::Batch) = B;
-                dimOf(d, StepDim::Seq) = T;
-                return replayStep(programs[B == 1 ? 0 : B == 2 ? 1 : 2]->at(d));
-            };
-            const std::vector<std::pair<std::int64_t, std::int64_t>> checks{{5, t0 + 6}, {1, t0 + 5}, {4, 2 * t0 + 5}, {2, 4 * t0 + 3}};
-            if (auto segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3)) {
-                const auto at = programs[2]->at(real);
-                step.parameters = at.parameters();
-                step.trainableParameters = at.trainableParameters();
-                step.trainableBytes = at.trainableParameterBytes();
-                step.largestTracedSeqLen = std::max(step.largestTracedSeqLen, 4 * t0 + 3);
-                return segment;
-            }
-            why = "the programs at the model's widths are not polynomials in batch and sequence";
-        }
+        if (why.empty()) return out;
         if (t0 >= 128) return std::nullopt;
-        why.clear();
     }
+}
+
+// The step compiled from the programs evaluated at the model's widths.
+std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs, DerivedStep& step, std::string& why)
+{
+    const auto t0 = programs.t0;
+    const auto tracer = [&](std::int64_t B, std::int64_t T) { return replayStep(programs.at(B, T)); };
+    const std::vector<std::pair<std::int64_t, std::int64_t>> checks{{5, t0 + 6}, {1, t0 + 5}, {4, 2 * t0 + 5}, {2, 4 * t0 + 3}};
+    auto segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3);
+    if (!segment) {
+        why = "the programs at the model's widths are not polynomials in batch and sequence";
+        return std::nullopt;
+    }
+    const auto at = programs.at(3, t0);
+    step.parameters = at.parameters();
+    step.trainableParameters = at.trainableParameters();
+    step.trainableBytes = at.trainableParameterBytes();
+    step.largestTracedSeqLen = std::max(step.largestTracedSeqLen, 4 * t0 + 3);
+    return segment;
 }
 
 // The Llama family's step from programs; nullopt (why set) where they do not fit.
@@ -561,13 +566,17 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
     DerivedStep step;
     int recorded = 0;
     const auto window = config.model.type == "hf" ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
-    auto segment = compileFromPrograms(setup, window > 0 ? 1 << 30 : 0, step, progress, recorded, why);
+    const auto within = programsFor(setup, window > 0 ? 1 << 30 : 0, progress, recorded, why);
+    if (!within) return std::nullopt;
+    auto segment = compileFromPrograms(*within, step, why);
     if (!segment) return std::nullopt;
     step.segment = std::move(*segment);
     step.segment.traces = recorded;
     if (window > 0) {
         const int before = recorded;
-        auto past = compileFromPrograms(setup, 1, step, progress, recorded, why);
+        const auto beyond = programsFor(setup, 1, progress, recorded, why);
+        if (!beyond) return std::nullopt;
+        auto past = compileFromPrograms(*beyond, step, why);
         if (!past) return std::nullopt;
         step.pastWindow = std::move(*past);
         step.pastWindow->traces = recorded - before;
@@ -582,6 +591,27 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
 }
 
 } // namespace
+
+RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
+{
+    auto d = real;
+    dimOf(d, StepDim::Batch) = batch;
+    dimOf(d, StepDim::Seq) = seqLen;
+    return programs[batch == 1 ? 0 : batch == 2 ? 1 : 2].at(d);
+}
+
+std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::string* why, const DerivedPlanProgress& progress)
+{
+    std::string failure = "the model is not of the Llama family (its widths are not all the trainer's options)";
+    if (programmable(config)) {
+        failure.clear();
+        int recorded = 0;
+        const auto window = config.model.type == "hf" ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
+        if (auto out = programsFor(probeSetup(config), window > 0 ? 1 << 30 : 0, progress, recorded, failure)) return out;
+    }
+    if (why) *why = failure;
+    return std::nullopt;
+}
 
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress)
 {

@@ -16,13 +16,16 @@
 // tensors; on a GPU it adds the context and cuBLAS workspaces, not the
 // caching allocator's blocks (DerivedStep::at says it is a lower bound).
 
+#include <array>
 #include <atomic>
+#include <optional>
 #include <cstdint>
 #include <functional>
 #include <string>
 
 #include "config/RunConfig.h"
 #include "memory/DerivedStep.h"
+#include "memory/StepProgram.h"
 
 namespace tb {
 
@@ -38,5 +41,21 @@ struct DerivedPlanProgress {
 // allocations do not follow polynomials in batch and sequence (naming the
 // batches and sequences tried).
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress = {});
+
+// The Llama family's step (built-in or a folder's) as programs recorded at
+// small widths with the model's layers: for batch 1, batch 2 and from batch 3
+// on (matmul skips copies at batch 1), each from sequence t0. at() is the step
+// at the model's own widths, allocation by allocation: what deriveStep
+// compiles, and what a device's allocator model replays.
+struct StepPrograms {
+    std::array<StepProgram, 3> programs;
+    StepDims real{}; // the model's widths
+    std::int64_t t0 = 8;
+    RecordedStep at(std::int64_t batch, std::int64_t seqLen) const;
+};
+// nullopt (why says why) for other models, or where no program fits. A
+// sliding window is taken as longer than any sequence.
+std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::string* why = nullptr,
+                                               const DerivedPlanProgress& progress = {});
 
 } // namespace tb
