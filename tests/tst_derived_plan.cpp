@@ -134,6 +134,7 @@ private Q_SLOTS:
     void programOfSyntheticSteps();
     void headSizeOfItsOwn();
     void sevenBillionFromProbes();
+    void everyLlamaOptionFromPrograms();
 };
 
 // The hand replay declines TorchScript; the derived plan traces it and is
@@ -707,6 +708,69 @@ void TestDerivedPlan::sevenBillionFromProbes()
             QCOMPARE(derived.parameters, hand.parameters);
             QCOMPARE(derived.trainableParameters, hand.trainableParameters);
             QVERIFY(std::abs(derived.peakBytes - hand.peakBytes) <= 64);
+        }
+    }
+}
+
+// The trainer's Llama-family options, a few at a time: biases, rope scaling,
+// a head size of its own, tied and untied heads, grouped-query attention,
+// each LoRA target set (and a rank of 1), each precision, checkpointing,
+// accumulation and dropout; one key/value head (repeated as a view, not a
+// copy: planned 3% over before its probes kept it at 1). Each is planned from programs recorded at small widths (never
+// refused, never traced at its own widths instead) and equals the measured
+// peak at shapes it never recorded.
+void TestDerivedPlan::everyLlamaOptionFromPrograms()
+{
+    struct Case {
+        const char* name;
+        const char* config; // config.json's fields besides the sizes
+        int heads, kvHeads;
+        const char* precision;
+        std::vector<std::string> lora; // empty: full fine-tuning
+        bool checkpointing;
+        int accumulation;
+        double dropout;
+    };
+    const std::vector<Case> cases{
+        {"biases, tied, dropout, accum 2", R"("model_type": "llama", "attention_bias": true, "mlp_bias": true, "tie_word_embeddings": true)",
+         4, 4, "fp32", {}, false, 2, 0.1},
+        {"llama3 rope, head 24, ckpt, lora attn",
+         R"("model_type": "llama", "head_dim": 24, "tie_word_embeddings": false, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64})",
+         4, 2, "bf16", {"attn"}, true, 1, 0.0},
+        {"qwen2 gqa, pure bf16, lora mlp, dropout", R"("model_type": "qwen2", "tie_word_embeddings": true)", 4, 2, "bf16-pure",
+         {"mlp"}, false, 1, 0.1},
+        {"one kv head, untied, ckpt, every target rank 1, accum 3", R"("model_type": "llama", "tie_word_embeddings": false)", 4, 1,
+         "fp32", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, true, 3, 0.0},
+        {"mistral, bf16, dropout, lora q v", R"("model_type": "mistral", "tie_word_embeddings": false)", 4, 2, "bf16",
+         {"q_proj", "v_proj"}, false, 2, 0.1},
+    };
+    for (const auto& k : cases) {
+        QTemporaryDir dir;
+        const std::string folder = dir.path().toStdString();
+        writeHfFolder(folder,
+                      std::string(R"({"vocab_size": 64, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                                      "num_attention_heads": )") + std::to_string(k.heads) + R"(, "num_key_value_heads": )"
+                          + std::to_string(k.kvHeads) + R"(, "max_position_embeddings": 512, "hidden_act": "silu", )" + k.config + "}",
+                      64);
+        auto c = base("hf", 4, 40);
+        c.model.path = folder;
+        c.data.source = "tokens";
+        c.data.path = folder + "/train.bin";
+        c.train.precision = k.precision;
+        // (A rank of 1 is a step of its own too: its products are other ones.)
+        c.lora.rank = k.lora.empty() ? 0 : k.lora.size() == 7 ? 1 : 4;
+        c.lora.targets = k.lora;
+        c.train.activationCheckpointing = k.checkpointing;
+        c.train.gradAccum = k.accumulation;
+        c.model.dropout = k.dropout;
+        const auto plan = deriveStep(c);
+        QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos && plan.tracedOn.find("did not fit") == std::string::npos,
+                 (std::string(k.name) + ": " + plan.tracedOn).c_str());
+        for (const auto& [batch, seq] : {std::pair{3, 40}, std::pair{1, 70}}) {
+            c.train.batchSize = batch;
+            c.data.seqLen = seq;
+            compare(k.name, c, plan);
         }
     }
 }

@@ -487,10 +487,13 @@ struct ProbePlan {
 ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
 {
     const bool gqa = !s.tiedKv(), lora = s.model.loraRank > 0, vocab = s.idBytes > 0;
+    // A width of 1 is a step of its own: one key/value head repeated is a
+    // view, not a copy; a LoRA rank of 1 takes other products. It stays 1.
+    const bool oneKv = gqa && s.model.kvHeads() == 1, rankOne = s.model.loraRank == 1;
     const auto dims = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t nh, std::int64_t kv, std::int64_t hd,
                           std::int64_t i, std::int64_t v, std::int64_t r) {
-        return StepDims{batch > 0 ? batch : b, t, h, nh, gqa ? kv : nh, hd, i, vocab ? v : s.model.vocabSize,
-                        lora ? r : 0};
+        return StepDims{batch > 0 ? batch : b, t, h, nh, !gqa ? nh : oneKv ? 1 : kv, hd, i, vocab ? v : s.model.vocabSize,
+                        !lora ? 0 : rankOne ? 1 : r};
     };
     ProbePlan p;
     p.base = dims(3, t0, 48, gqa ? 6 : 4, 2, 16, 64, 48, 8);
@@ -498,11 +501,11 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
     p.axes.push_back({StepDim::Hidden, {56}});
     p.axes.push_back({StepDim::Heads, {gqa ? 8 : 6}});
-    if (gqa) p.axes.push_back({StepDim::KvHeads, {3}});
+    if (gqa && !oneKv) p.axes.push_back({StepDim::KvHeads, {3}});
     p.axes.push_back({StepDim::HeadDim, {20}});
     p.axes.push_back({StepDim::Intermediate, {72}});
     if (vocab) p.axes.push_back({StepDim::Vocab, {56}});
-    if (lora) p.axes.push_back({StepDim::Rank, {10}});
+    if (lora && !rankOne) p.axes.push_back({StepDim::Rank, {10}});
     p.checks.push_back(dims(5, t0 + 6, 64, gqa ? 10 : 5, 5, 12, 80, 64, 12));
     p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 40, 9));
     return p;
