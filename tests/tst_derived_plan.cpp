@@ -696,7 +696,7 @@ void TestDerivedPlan::sevenBillionFromProbes()
         c.lora.rank = rank;
         c.lora.targets = {"q_proj", "v_proj"};
         const auto plan = deriveStep(c);
-        QVERIFY2(plan.tracedOn.find("recorded at small widths with the model's 32 layers") != std::string::npos,
+        QVERIFY2(plan.tracedOn.find("recorded at small widths with 2 layers and checked with the model's 32") != std::string::npos,
                  plan.tracedOn.c_str());
         for (const auto& [batch, seq] : {std::pair{2, 512}, std::pair{1, 2048}, std::pair{4, 200}}) {
             c.train.batchSize = batch;
@@ -712,7 +712,8 @@ void TestDerivedPlan::sevenBillionFromProbes()
     }
 }
 
-// The trainer's Llama-family options, a few at a time: biases, rope scaling,
+// The trainer's Llama-family options, a few at a time: more layers than two,
+// biases, rope scaling,
 // a head size of its own, tied and untied heads, grouped-query attention,
 // each LoRA target set (and a rank of 1), each precision, checkpointing,
 // accumulation and dropout; one key/value head (repeated as a view, not a
@@ -732,7 +733,7 @@ void TestDerivedPlan::everyLlamaOptionFromPrograms()
         double dropout;
     };
     const std::vector<Case> cases{
-        {"biases, tied, dropout, accum 2", R"("model_type": "llama", "attention_bias": true, "mlp_bias": true, "tie_word_embeddings": true)",
+        {"5 layers, biases, tied, dropout, accum 2", R"("model_type": "llama", "attention_bias": true, "mlp_bias": true, "tie_word_embeddings": true)",
          4, 4, "fp32", {}, false, 2, 0.1},
         {"llama3 rope, head 24, ckpt, lora attn",
          R"("model_type": "llama", "head_dim": 24, "tie_word_embeddings": false, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
@@ -749,8 +750,8 @@ void TestDerivedPlan::everyLlamaOptionFromPrograms()
         QTemporaryDir dir;
         const std::string folder = dir.path().toStdString();
         writeHfFolder(folder,
-                      std::string(R"({"vocab_size": 64, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-                                      "num_attention_heads": )") + std::to_string(k.heads) + R"(, "num_key_value_heads": )"
+                      std::string(R"({"vocab_size": 64, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": )")
+                          + (std::string(k.name).rfind("5 layers", 0) == 0 ? "5" : "2") + R"(, "num_attention_heads": )" + std::to_string(k.heads) + R"(, "num_key_value_heads": )"
                           + std::to_string(k.kvHeads) + R"(, "max_position_embeddings": 512, "hidden_act": "silu", )" + k.config + "}",
                       64);
         auto c = base("hf", 4, 40);
@@ -767,6 +768,10 @@ void TestDerivedPlan::everyLlamaOptionFromPrograms()
         const auto plan = deriveStep(c);
         QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos && plan.tracedOn.find("did not fit") == std::string::npos,
                  (std::string(k.name) + ": " + plan.tracedOn).c_str());
+        // More than two layers: the formulas come from the model with two, checked with all five.
+        if (std::string(k.name).rfind("5 layers", 0) == 0) {
+            QVERIFY2(plan.tracedOn.find("with 2 layers and checked with the model's 5") != std::string::npos, plan.tracedOn.c_str());
+        }
         for (const auto& [batch, seq] : {std::pair{3, 40}, std::pair{1, 70}}) {
             c.train.batchSize = batch;
             c.data.seqLen = seq;

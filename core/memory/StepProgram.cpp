@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace tb {
 namespace {
@@ -322,24 +323,68 @@ ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, cons
         }
     }
     for (const auto& dims : checks) {
-        const auto rec = record(dims);
         ++fit.recorded;
-        if (auto diff = structureDifference(program.shape, rec); !diff.empty()) {
-            fit.failure = "the step changes at " + dimsText(dims) + ": " + diff;
+        if (auto diff = programDifference(program, record(dims), dims); !diff.empty()) {
+            fit.failure = diff;
             return fit;
-        }
-        const auto got = numbersOf(rec);
-        const auto planned = numbersOf(program.at(dims));
-        for (std::size_t k = 0; k < got.size(); ++k) {
-            if (got[k] != planned[k]) {
-                fit.failure = nameOfNumber(rec, k) + " at " + dimsText(dims) + " is " + std::to_string(got[k]) + ", the program says "
-                    + std::to_string(planned[k]) + ": not a product of one polynomial per dimension";
-                return fit;
-            }
         }
     }
     fit.program = std::move(program);
     return fit;
+}
+
+std::string programDifference(const StepProgram& program, const RecordedStep& rec, const StepDims& dims)
+{
+    if (auto diff = structureDifference(program.shape, rec); !diff.empty()) return "the step changes at " + dimsText(dims) + ": " + diff;
+    const auto got = numbersOf(rec);
+    const auto planned = numbersOf(program.at(dims));
+    for (std::size_t k = 0; k < got.size(); ++k) {
+        if (got[k] != planned[k]) {
+            return nameOfNumber(rec, k) + " at " + dimsText(dims) + " is " + std::to_string(got[k]) + ", the program says "
+                + std::to_string(planned[k]) + ": not a product of one polynomial per dimension";
+        }
+    }
+    return {};
+}
+
+std::optional<StepProgram> borrowFormulas(const StepProgram& known, const RecordedStep& atBase, const StepDims& base,
+                                          const RecordedStep& atCheck, const StepDims& check, std::string& why)
+{
+    if (auto diff = structureDifference(atBase, atCheck); !diff.empty()) {
+        why = "the step changes at " + dimsText(check) + ": " + diff;
+        return std::nullopt;
+    }
+    // Each formula of `known` by its values at the two points. Two formulas
+    // with the same values there that differ at a model's widths make their
+    // values ambiguous (kAmbiguous): a number with them is not borrowed.
+    constexpr std::size_t kAmbiguous = static_cast<std::size_t>(-1);
+    const StepDims far{7, 1000, 4096, 32, 8, 128, 11008, 32000, 16};
+    std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> byValues;
+    for (std::size_t k = 0; k < known.numbers.size(); ++k) {
+        const auto [it, added] = byValues.emplace(std::pair{known.numbers[k].at(base), known.numbers[k].at(check)}, k);
+        if (!added && it->second != kAmbiguous && known.numbers[it->second].at(far) != known.numbers[k].at(far)) it->second = kAmbiguous;
+    }
+    const auto atB = numbersOf(atBase), atC = numbersOf(atCheck);
+    StepProgram out;
+    out.base = base;
+    out.shape = atBase;
+    out.numbers.reserve(atB.size());
+    for (std::size_t k = 0; k < atB.size(); ++k) {
+        const auto it = byValues.find({atB[k], atC[k]});
+        if (it == byValues.end() && atB[k] == atC[k]) {
+            // The same at both points: no width moves it (a count of the
+            // model's parameters, say, which its layers do).
+            out.numbers.push_back(DimFormula{atB[k], {}});
+            continue;
+        }
+        if (it == byValues.end() || it->second == kAmbiguous) {
+            why = nameOfNumber(atBase, k) + " (" + std::to_string(atB[k]) + " and " + std::to_string(atC[k]) + ") is "
+                + (it == byValues.end() ? "none of the smaller step's numbers" : "two of the smaller step's formulas");
+            return std::nullopt;
+        }
+        out.numbers.push_back(known.numbers[it->second]);
+    }
+    return out;
 }
 
 } // namespace tb

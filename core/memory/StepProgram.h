@@ -118,4 +118,19 @@ struct ProgramFit {
 ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, const std::vector<ProbeAxis>& axes,
                           const std::vector<StepDims>& checks);
 
+// Empty when the step recorded at `dims` is the program's there (structure
+// and every number); else the first difference, named.
+std::string programDifference(const StepProgram& program, const RecordedStep& rec, const StepDims& dims);
+
+// The program of a step recorded at two points (base, and check with every
+// dimension moved) whose numbers are each one of `known`'s at both points:
+// the step's own structure with `known`'s formulas. A model's step with all
+// its layers takes its formulas from the program of the same model with two
+// layers, recorded along every dimension in a fraction of the time (the
+// caller checks the result at a third point). A number equal at both points
+// that is none of known's (a count of the layers' parameters, say) is taken
+// as it is. nullopt (why says which number) where another is none of known's.
+std::optional<StepProgram> borrowFormulas(const StepProgram& known, const RecordedStep& atBase, const StepDims& base,
+                                          const RecordedStep& atCheck, const StepDims& check, std::string& why);
+
 } // namespace tb

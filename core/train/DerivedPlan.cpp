@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -479,7 +480,9 @@ struct ProbePlan {
 // where the batch is a dimension too) with the sequence from t0. Widths small
 // and unlike each other, keeping what changes the step's operators: grouped-
 // query attention or not, LoRA or not. The checks move every dimension at
-// once, one of them to a sequence four times as long. From sequence 32 on,
+// once, one of them to a sequence four times as long. No two widths are
+// equal at the base or a check (a model's formulas are told apart by their
+// values there: programFromTwoLayers). From sequence 32 on,
 // every bf16 product is one LibTorch hands to oneDNN (more than 16^3
 // multiply-adds: at 32 rows, a LoRA rank of 8 by 32 or more), as at a real
 // model's widths, where the operands it copies first differ from the
@@ -496,7 +499,7 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
                         !lora ? 0 : rankOne ? 1 : r};
     };
     ProbePlan p;
-    p.base = dims(3, t0, 48, gqa ? 6 : 4, 2, 16, 64, 48, 8);
+    p.base = dims(3, t0, 48, gqa ? 6 : 4, 2, 16, 64, 50, 8);
     p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
     if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
     p.axes.push_back({StepDim::Hidden, {56}});
@@ -504,11 +507,32 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     if (gqa && !oneKv) p.axes.push_back({StepDim::KvHeads, {3}});
     p.axes.push_back({StepDim::HeadDim, {20}});
     p.axes.push_back({StepDim::Intermediate, {72}});
-    if (vocab) p.axes.push_back({StepDim::Vocab, {56}});
+    if (vocab) p.axes.push_back({StepDim::Vocab, {58}});
     if (lora && !rankOne) p.axes.push_back({StepDim::Rank, {10}});
-    p.checks.push_back(dims(5, t0 + 6, 64, gqa ? 10 : 5, 5, 12, 80, 64, 12));
-    p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 40, 9));
+    p.checks.push_back(dims(5, t0 + 6, 64, gqa ? 10 : 5, 5, 12, 80, 66, 12));
+    p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 42, 9));
     return p;
+}
+
+// The program of a model with more than two layers, from the same model's
+// with two: recorded along every dimension with two layers (a fraction of
+// the time), then with all its layers at the base and at the first check,
+// where each number takes the two-layer formula with its values at both,
+// and at the second check, which it must equal. nullopt where any of that
+// fails (the caller records every probe with all the layers).
+std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan,
+                                                const std::function<RecordedStep(const ProbeSetup&, const StepDims&)>& record)
+{
+    if (setup.model.nLayer <= 2) return std::nullopt;
+    auto two = setup;
+    two.model.nLayer = 2;
+    const auto fit = fitStepProgram([&](const StepDims& d) { return record(two, d); }, plan.base, plan.axes, plan.checks);
+    if (!fit.program) return std::nullopt;
+    std::string why;
+    auto program = borrowFormulas(*fit.program, record(setup, plan.base), plan.base, record(setup, plan.checks[0]),
+                                  plan.checks[0], why);
+    if (!program || !programDifference(*program, record(setup, plan.checks[1]), plan.checks[1]).empty()) return std::nullopt;
+    return program;
 }
 
 // The programs of one side of a sliding window (window: as traceStep's),
@@ -524,17 +548,21 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
         out.real = realDims(setup.model);
         out.t0 = t0;
         why.clear();
+        const auto record = [&](const ProbeSetup& s, const StepDims& d) {
+            if (progress.cancel && progress.cancel->load()) throw InputError("deriving the memory plan was cancelled");
+            auto r = recordProbe(s, d, window);
+            ++recorded;
+            if (progress.onTrace) progress.onTrace(recorded, dimOf(d, StepDim::Batch), dimOf(d, StepDim::Seq));
+            return r;
+        };
         for (std::size_t regime = 0; regime < out.programs.size() && why.empty(); ++regime) {
             const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
-            auto fit = fitStepProgram(
-                [&](const StepDims& d) {
-                    if (progress.cancel && progress.cancel->load()) throw InputError("deriving the memory plan was cancelled");
-                    auto r = recordProbe(setup, d, window);
-                    ++recorded;
-                    if (progress.onTrace) progress.onTrace(recorded, dimOf(d, StepDim::Batch), dimOf(d, StepDim::Seq));
-                    return r;
-                },
-                plan.base, plan.axes, plan.checks);
+            if (auto borrowed = programFromTwoLayers(setup, plan, record)) {
+                out.programs[regime] = std::move(*borrowed);
+                ++out.borrowed;
+                continue;
+            }
+            auto fit = fitStepProgram([&](const StepDims& d) { return record(setup, d); }, plan.base, plan.axes, plan.checks);
             if (!fit.program) why = fit.failure;
             else out.programs[regime] = std::move(*fit.program);
         }
@@ -585,8 +613,11 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
         step.pastWindow->traces = recorded - before;
         step.slidingWindow = window;
     }
-    step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths with the model's "
-        + std::to_string(setup.model.nLayer) + " layers and evaluated at its own";
+    const auto layers = std::to_string(setup.model.nLayer);
+    step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths "
+        + (within->borrowed == 3 ? "with 2 layers and checked with the model's " + layers
+                                 : "with the model's " + layers + " layers")
+        + " and evaluated at its own";
     if (config.train.precision == "fp16") {
         step.tracedOn += " (fp16 as bf16 with loss scaling: the same element sizes; CUDA's autocast lists differ a little)";
     }

@@ -51,6 +51,7 @@ struct StepPrograms {
     std::array<StepProgram, 3> programs;
     StepDims real{}; // the model's widths
     std::int64_t t0 = 8;
+    int borrowed = 0; // programs whose formulas came from the model with two layers (programFromTwoLayers)
     RecordedStep at(std::int64_t batch, std::int64_t seqLen) const;
 };
 // nullopt (why says why) for other models, or where no program fits. A
