@@ -607,6 +607,12 @@ void TestDerivedPlan::programOfSyntheticSteps()
     QCOMPARE(trace.transient[3], start + ids + scores + out + 64);
     QCOMPARE(trace.live[4], start + ids + out + 4 * 4096);
     QCOMPARE(int(trace.phase[4]), 1);
+    // A block made before recording began is not in the start's bytes, so its
+    // release does not lower what is live (it did: every later entry was low).
+    RecordedStep foreign;
+    foreign.resident = {100};
+    foreign.events = {{10, -1, 0, {}}, {-50, -1, 0, {}}, {20, -1, 0, {}}};
+    QCOMPARE(replayStep(foreign).live, (std::vector<std::int64_t>{100, 110, 130}));
 
     sum = true;
     fit = fitStepProgram(record, base, axes, checks);

@@ -955,6 +955,9 @@ void TestMemoryPlan::folderWithItsOwnHeadSizeIsNotPlannedSilently()
     QVERIFY(derived);
     QVERIFY2(!planNotes(usual.path(), "").contains("not exact"), "a folder the planner models plans without the note");
     QVERIFY(!derived);
+    // A folder that is not there is not "a head size of its own" (the replay's plan says what is wrong).
+    auto gone = onFolder(usual.path() + "/gone", small("hf", 2, 64, 4, 4, 16));
+    QVERIFY(!plannedFromItsStep(gone));
 }
 
 QTEST_GUILESS_MAIN(TestMemoryPlan)

@@ -1,4 +1,6 @@
 #include "memory/Estimator.h"
+
+#include "config/HfArchitecture.h"
 #include "memory/Replay.h"
 #include "memory/Architectures.h"
 #include "memory/LargestFitting.h"
@@ -1084,7 +1086,10 @@ bool plannedFromItsStep(const RunConfig& c)
     if (!plannableModel(c)) return true;
     if (c.model.type != "hf") return false;
     try {
-        return !architectureFor(c).notExact.empty();
+        // (architectureFor turns any reading problem into a "not exact" note:
+        // the folder is read here, and only a head size of its own counts.)
+        const auto a = readHfArchitecture(resolvedModelPath(c));
+        return a.llamaFamily() && a.headDim * a.heads != a.hiddenSize;
     } catch (const InputError&) {
         return false;
     }

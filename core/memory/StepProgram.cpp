@@ -146,7 +146,9 @@ void orderReleases(RecordedStep& step)
         }
         std::size_t j = i;
         while (j < ev.size() && ev[j].bytes < 0) ++j;
-        const auto key = [lastMade](const RecordedStep::Event& e) { return e.block == lastMade ? -2 : e.block; };
+        const auto key = [lastMade](const RecordedStep::Event& e) {
+            return std::pair<int, std::int32_t>{e.phase, e.block == lastMade ? -2 : e.block};
+        };
         std::stable_sort(ev.begin() + static_cast<std::ptrdiff_t>(i), ev.begin() + static_cast<std::ptrdiff_t>(j),
                          [&key](const RecordedStep::Event& a, const RecordedStep::Event& b) { return key(a) < key(b); });
         i = j;
@@ -190,6 +192,12 @@ StepTrace replayStep(const RecordedStep& step)
                 // In a phase after the previous entry's: an entry of its own, as the direct recorder keeps it.
                 push(live + scratch, e.phase);
             }
+            continue;
+        }
+        if (e.bytes < 0 && e.block < 0) {
+            // A block made before recording began: never counted in, so not
+            // counted out (the direct recorder reads it the same way).
+            keep();
             continue;
         }
         live += e.bytes;
@@ -348,21 +356,25 @@ std::string programDifference(const StepProgram& program, const RecordedStep& re
 }
 
 std::optional<StepProgram> borrowFormulas(const StepProgram& known, const RecordedStep& atBase, const StepDims& base,
-                                          const RecordedStep& atCheck, const StepDims& check, std::string& why)
+                                          const RecordedStep& atCheck, const StepDims& check,
+                                          const std::vector<StepDims>& elsewhere, std::string& why)
 {
     if (auto diff = structureDifference(atBase, atCheck); !diff.empty()) {
         why = "the step changes at " + dimsText(check) + ": " + diff;
         return std::nullopt;
     }
     // Each formula of `known` by its values at the two points. Two formulas
-    // with the same values there that differ at a model's widths make their
-    // values ambiguous (kAmbiguous): a number with them is not borrowed.
+    // with the same values there that differ at any point `elsewhere` make
+    // their values ambiguous (kAmbiguous): a number with them is not borrowed.
     constexpr std::size_t kAmbiguous = static_cast<std::size_t>(-1);
-    const StepDims far{7, 1000, 4096, 32, 8, 128, 11008, 32000, 16};
     std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> byValues;
     for (std::size_t k = 0; k < known.numbers.size(); ++k) {
         const auto [it, added] = byValues.emplace(std::pair{known.numbers[k].at(base), known.numbers[k].at(check)}, k);
-        if (!added && it->second != kAmbiguous && known.numbers[it->second].at(far) != known.numbers[k].at(far)) it->second = kAmbiguous;
+        if (added || it->second == kAmbiguous) continue;
+        const auto& other = known.numbers[it->second];
+        for (const auto& d : elsewhere) {
+            if (other.at(d) != known.numbers[k].at(d)) it->second = kAmbiguous;
+        }
     }
     const auto atB = numbersOf(atBase), atC = numbersOf(atCheck);
     StepProgram out;

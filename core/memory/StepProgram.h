@@ -55,9 +55,11 @@ struct RecordedStep {
 // Releases made together (no allocation between them) come in an order
 // that can follow addresses: autocast's cache of weight casts is a hash map
 // keyed by tensor, emptied as the forward ends. This puts each such run in
-// block order, the block made just before it first (a kernel's scratch, as
-// the direct recorder reads it), so that steps recorded at other widths line
-// up. The live bytes after each allocation are the same in any order.
+// phase and block order, the block made just before it first (replayStep
+// then reads it as a kernel's scratch, where the direct recorder keeps it as
+// an entry unless it was freed first: the peaks are the same), so that steps
+// recorded at other widths line up. The live bytes after each allocation are
+// the same in any order.
 void orderReleases(RecordedStep& step);
 
 // The step's live bytes after each allocation it keeps, as the direct
@@ -130,7 +132,10 @@ std::string programDifference(const StepProgram& program, const RecordedStep& re
 // caller checks the result at a third point). A number equal at both points
 // that is none of known's (a count of the layers' parameters, say) is taken
 // as it is. nullopt (why says which number) where another is none of known's.
+// `elsewhere`: points (the model's own widths, say) where two of known's
+// formulas with the same values at base and check must agree to be borrowed.
 std::optional<StepProgram> borrowFormulas(const StepProgram& known, const RecordedStep& atBase, const StepDims& base,
-                                          const RecordedStep& atCheck, const StepDims& check, std::string& why);
+                                          const RecordedStep& atCheck, const StepDims& check,
+                                          const std::vector<StepDims>& elsewhere, std::string& why);
 
 } // namespace tb

@@ -155,7 +155,11 @@ struct Traced {
 // (the steady state: the optimizer state exists from its start, and on
 // LibTorch 1.13 the gradients too). slidingWindow > 0: the model's window
 // taken as that many positions.
-Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slidingWindow)
+// The config a traced or recorded step trains: two steps at (B, T) on the
+// CPU, one thread, one rank, validation only after the second step. fp16
+// autocast is CUDA's: on the CPU the step is bf16 (the same element sizes)
+// with the fp16 run's dynamic loss scaling (options.forceLossScaling).
+RunConfig stepConfig(const RunConfig& base, std::int64_t B, std::int64_t T, TrainerOptions& options)
 {
     RunConfig c = base;
     c.device = "cpu";
@@ -168,17 +172,21 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slid
     c.train.logEvery = 1;
     c.train.threads = 1; // the recorder is single-threaded
     c.train.worldSize = 1;
-
-    Recorder rec;
-    TrainerOptions options;
     options.measureMemory = true;
-    options.slidingWindow = slidingWindow;
-    // fp16 autocast is CUDA's: on the CPU the step is bf16 (the same element
-    // sizes) with the fp16 run's dynamic loss scaling.
     if (c.train.precision == "fp16") {
         c.train.precision = "bf16";
         options.forceLossScaling = true;
     }
+    return c;
+}
+
+Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slidingWindow)
+{
+    TrainerOptions options;
+    const RunConfig c = stepConfig(base, B, T, options);
+
+    Recorder rec;
+    options.slidingWindow = slidingWindow;
     options.onPhaseBegin = [&rec](int step, int phase) {
         rec.phase = static_cast<std::uint8_t>(phase);
         if (step == 2 && !rec.on && rec.trace.live.empty()) {
@@ -260,11 +268,11 @@ struct BlockRecorder {
         on = true;
     }
 };
-BlockRecorder* g_blocks = nullptr;
+std::atomic<BlockRecorder*> g_blocks{nullptr};
 
 void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
 {
-    auto* rec = g_blocks;
+    auto* rec = g_blocks.load();
     if (!rec || delta == 0) return;
     std::lock_guard<std::mutex> lock(rec->mutex);
     if (delta > 0) {
@@ -307,13 +315,13 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
 
 std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
 {
-    if (auto* rec = g_blocks) rec->ops.push_back(rec->on ? gemmOf(fn) : GemmCall{});
+    if (auto* rec = g_blocks.load()) rec->ops.push_back(rec->on ? gemmOf(fn) : GemmCall{});
     return nullptr;
 }
 
 void leaveBlockOp(const at::RecordFunction&, at::ObserverContext*)
 {
-    auto* rec = g_blocks;
+    auto* rec = g_blocks.load();
     if (!rec || rec->ops.empty()) return;
     if (rec->on && rec->ops.back().m != 0) {
         // A bf16 product ran: the marker where its scratch, if any, goes.
@@ -366,17 +374,8 @@ StepDims realDims(const ModelOptions& o)
 // records the second, as traceStep does.
 RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slidingWindow)
 {
-    RunConfig c = setup.config;
-    c.device = "cpu";
-    c.train.batchSize = static_cast<int>(dimOf(dims, StepDim::Batch));
-    c.data.seqLen = static_cast<int>(dimOf(dims, StepDim::Seq));
-    c.train.steps = 2;
-    c.optim.warmupSteps = std::min(c.optim.warmupSteps, 2);
-    c.train.evalEvery = 2;
-    c.train.checkpointEvery = 0;
-    c.train.logEvery = 1;
-    c.train.threads = 1;
-    c.train.worldSize = 1;
+    TrainerOptions options;
+    const RunConfig c = stepConfig(setup.config, dimOf(dims, StepDim::Batch), dimOf(dims, StepDim::Seq), options);
     auto model = std::make_shared<ModelOptions>(setup.model);
     model->maxLen = c.data.seqLen;
     model->dModel = static_cast<int>(dimOf(dims, StepDim::Hidden));
@@ -390,16 +389,10 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
     model->loraRank = static_cast<int>(dimOf(dims, StepDim::Rank));
 
     BlockRecorder rec;
-    TrainerOptions options;
-    options.measureMemory = true;
     options.slidingWindow = slidingWindow;
     options.probeModel = model;
     options.probeIdBytes = setup.idBytes;
     options.probeMask = setup.mask;
-    if (c.train.precision == "fp16") {
-        c.train.precision = "bf16";
-        options.forceLossScaling = true;
-    }
     // The products' shapes, on this thread, while the step is recorded (the
     // callbacks cost every operator some time).
     std::optional<at::CallbackHandle> ops;
@@ -408,7 +401,10 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
         ops.reset();
     };
     options.onPhaseBegin = [&](int step, int phase) {
-        rec.phase = static_cast<std::uint8_t>(phase);
+        {
+            std::lock_guard<std::mutex> lock(rec.mutex);
+            rec.phase = static_cast<std::uint8_t>(phase);
+        }
         if (step == 2 && !rec.on && rec.step.events.empty()) {
             ops = at::addThreadLocalCallback(at::RecordFunctionCallback(&enterBlockOp, &leaveBlockOp)
                                                  .needsInputs(true)
@@ -419,7 +415,10 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
     TrainerCallbacks callbacks;
     callbacks.onStep = [&](const StepMetrics& s) {
         if (s.step != 2) return;
-        rec.on = false;
+        {
+            std::lock_guard<std::mutex> lock(rec.mutex);
+            rec.on = false;
+        }
         removeOps();
     };
     std::lock_guard<std::mutex> lock(g_traceMutex);
@@ -480,9 +479,10 @@ struct ProbePlan {
 // where the batch is a dimension too) with the sequence from t0. Widths small
 // and unlike each other, keeping what changes the step's operators: grouped-
 // query attention or not, LoRA or not. The checks move every dimension at
-// once, one of them to a sequence four times as long. No two widths are
-// equal at the base or a check (a model's formulas are told apart by their
-// values there: programFromTwoLayers). From sequence 32 on,
+// once, one of them to a sequence four times as long. No two dimensions
+// are equal at the base or a check (key/value heads tied to the heads
+// aside): a model's formulas are told apart by their values there
+// (programFromTwoLayers). From sequence 32 on,
 // every bf16 product is one LibTorch hands to oneDNN (more than 16^3
 // multiply-adds: at 32 rows, a LoRA rank of 8 by 32 or more), as at a real
 // model's widths, where the operands it copies first differ from the
@@ -499,17 +499,17 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
                         !lora ? 0 : rankOne ? 1 : r};
     };
     ProbePlan p;
-    p.base = dims(3, t0, 48, gqa ? 6 : 4, 2, 16, 64, 50, 8);
+    p.base = dims(3, t0, 48, gqa ? 10 : 4, 5, 16, 64, 50, 7);
     p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
     if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
     p.axes.push_back({StepDim::Hidden, {56}});
-    p.axes.push_back({StepDim::Heads, {gqa ? 8 : 6}});
-    if (gqa && !oneKv) p.axes.push_back({StepDim::KvHeads, {3}});
+    p.axes.push_back({StepDim::Heads, {gqa ? 15 : 6}});
+    if (gqa && !oneKv) p.axes.push_back({StepDim::KvHeads, {2}});
     p.axes.push_back({StepDim::HeadDim, {20}});
     p.axes.push_back({StepDim::Intermediate, {72}});
     if (vocab) p.axes.push_back({StepDim::Vocab, {58}});
     if (lora && !rankOne) p.axes.push_back({StepDim::Rank, {10}});
-    p.checks.push_back(dims(5, t0 + 6, 64, gqa ? 10 : 5, 5, 12, 80, 66, 12));
+    p.checks.push_back(dims(6, t0 + 6, 64, gqa ? 9 : 5, 3, 12, 80, 66, 11));
     p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 42, 9));
     return p;
 }
@@ -529,8 +529,14 @@ std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const P
     const auto fit = fitStepProgram([&](const StepDims& d) { return record(two, d); }, plan.base, plan.axes, plan.checks);
     if (!fit.program) return std::nullopt;
     std::string why;
+    // Formulas alike at the base and the check must be alike at the model's
+    // own widths too (and at a 7B model's) to be told apart by value.
+    auto own = realDims(setup.model);
+    dimOf(own, StepDim::Batch) = dimOf(plan.base, StepDim::Batch) <= 2 ? dimOf(plan.base, StepDim::Batch) : 7;
+    dimOf(own, StepDim::Seq) = 1000;
+    const StepDims sevenB{dimOf(own, StepDim::Batch), 1000, 4096, 32, 8, 128, 11008, 32000, 16};
     auto program = borrowFormulas(*fit.program, record(setup, plan.base), plan.base, record(setup, plan.checks[0]),
-                                  plan.checks[0], why);
+                                  plan.checks[0], {own, sevenB}, why);
     if (!program || !programDifference(*program, record(setup, plan.checks[1]), plan.checks[1]).empty()) return std::nullopt;
     return program;
 }
@@ -543,6 +549,11 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
 {
     // bf16 products on a CPU that hands them to oneDNN: from sequence 32 (probePlan).
     const bool products = setup.config.train.precision != "fp32" && cpuBf16ProductsUseOneDnn();
+    if (products && setup.model.loraRank == 1) {
+        why = "with a LoRA rank of 1 in bf16 the adapters' products at small widths stay below the size LibTorch hands "
+              "to oneDNN, unlike the model's";
+        return std::nullopt;
+    }
     for (std::int64_t t0 = products ? 32 : 8;; t0 *= 4) {
         StepPrograms out;
         out.real = realDims(setup.model);
@@ -615,8 +626,8 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
     }
     const auto layers = std::to_string(setup.model.nLayer);
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths "
-        + (within->borrowed == 3 ? "with 2 layers and checked with the model's " + layers
-                                 : "with the model's " + layers + " layers")
+        + (within->borrowed > 0 ? "with 2 layers and checked with the model's " + layers
+                                : "with the model's " + layers + " layers")
         + " and evaluated at its own";
     if (config.train.precision == "fp16") {
         step.tracedOn += " (fp16 as bf16 with loss scaling: the same element sizes; CUDA's autocast lists differ a little)";
