@@ -151,10 +151,6 @@ struct Traced {
     std::int64_t parameters = 0, trainable = 0, trainableBytes = 0;
 };
 
-// Trains two steps at (B, T) on the CPU, one thread, and records the second
-// (the steady state: the optimizer state exists from its start, and on
-// LibTorch 1.13 the gradients too). slidingWindow > 0: the model's window
-// taken as that many positions.
 // The config a traced or recorded step trains: two steps at (B, T) on the
 // CPU, one thread, one rank, validation only after the second step. fp16
 // autocast is CUDA's: on the CPU the step is bf16 (the same element sizes)
@@ -180,6 +176,10 @@ RunConfig stepConfig(const RunConfig& base, std::int64_t B, std::int64_t T, Trai
     return c;
 }
 
+// Trains two steps at (B, T) on the CPU, one thread, and records the second
+// (the steady state: the optimizer state exists from its start, and on
+// LibTorch 1.13 the gradients too). slidingWindow > 0: the model's window
+// taken as that many positions.
 Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slidingWindow)
 {
     TrainerOptions options;

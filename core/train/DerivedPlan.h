@@ -6,8 +6,10 @@
 // live total becomes a polynomial in batch and sequence
 // (memory/StepPolynomials.h), and the polynomials are evaluated at the
 // shape asked for. A new layer, family or TorchScript model needs no planner
-// change: whatever the step allocates is in the trace. No LibTorch in this
-// header.
+// change: whatever the step allocates is in the trace. The Llama family's
+// step is recorded instead as programs at small widths (memory/StepProgram.h,
+// recordStepPrograms below) and evaluated at the model's own, so that a 7B
+// model's plan takes seconds. No LibTorch in this header.
 //
 // What it cannot see: a size that is not one polynomial in batch and
 // sequence beyond the traced shapes (a kernel that switches algorithm at a
