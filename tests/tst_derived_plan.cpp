@@ -135,6 +135,7 @@ private Q_SLOTS:
     void headSizeOfItsOwn();
     void sevenBillionFromProbes();
     void everyLlamaOptionFromPrograms();
+    void handReplayKeepsUpWithTheTrainer();
 };
 
 // The hand replay declines TorchScript; the derived plan traces it and is
@@ -783,6 +784,47 @@ void TestDerivedPlan::everyLlamaOptionFromPrograms()
             c.data.seqLen = seq;
             compare(k.name, c, plan);
         }
+    }
+}
+
+// The drift check: published Llama-family models as the bundled presets
+// describe them (resources/architectures), each recorded from the trainer's
+// own step and planned by the hand replay, on the CPU, where the hand replay
+// was checked against measured steps. A trainer change that moves memory
+// moves the recorded step and not the replay, and fails here (the programs
+// have been 8 bytes above the replay in every row: a tensor it leaves out).
+void TestDerivedPlan::handReplayKeepsUpWithTheTrainer()
+{
+    struct Row {
+        const char* preset;
+        const char* precision;
+        int rank;
+        int batch, seq;
+    };
+    for (const auto& r : {Row{"llama-2-7b", "bf16", 16, 2, 512}, Row{"qwen2.5-0.5b", "bf16", 0, 4, 256},
+                          Row{"mistral-7b", "fp32", 16, 1, 1024}, Row{"tinyllama-1.1b", "bf16-pure", 0, 2, 300}}) {
+        QTemporaryDir dir;
+        const std::string folder = dir.path().toStdString();
+        QFile preset(QString::fromStdString(test::sourcePath(std::string("resources/architectures/") + r.preset + ".json")));
+        QVERIFY2(preset.open(QIODevice::ReadOnly), r.preset);
+        std::ofstream(folder + "/config.json") << preset.readAll().toStdString();
+        auto c = base("hf", r.batch, r.seq);
+        c.model.path = folder;
+        c.data.source = "tokens";
+        c.data.path = folder + "/train.bin";
+        c.data.tokenDtype = "uint32";
+        c.train.precision = r.precision;
+        c.lora.rank = r.rank;
+        c.lora.targets = {"q_proj", "v_proj"};
+        const auto plan = deriveStep(c);
+        QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos, plan.tracedOn.c_str());
+        const auto hand = estimateMemory(architectureFor(c), setupFor(c));
+        const auto derived = plan.at(r.batch, r.seq);
+        std::printf("%-16s %-9s lora %2d batch %d seq %4d  hand %14lld  recorded %14lld\n", r.preset, r.precision, r.rank,
+                    r.batch, r.seq, static_cast<long long>(hand.peakBytes), static_cast<long long>(derived.peakBytes));
+        QCOMPARE(derived.parameters, hand.parameters);
+        QVERIFY2(std::abs(derived.peakBytes - hand.peakBytes) <= 64, r.preset);
+        QCOMPARE(derived.peakPhase, hand.peakPhase);
     }
 }
 
