@@ -662,4 +662,18 @@ void TestPlannerPanel::folderWithItsOwnHeadSizeIsDerived()
     QVERIFY(cli.waitForFinished(120000));
     const auto json = QJsonDocument::fromJson(cli.readAllStandardOutput()).object();
     QCOMPARE(static_cast<std::int64_t>(json["peak_bytes"].toDouble()), e.peakBytes);
+    // config.json edited in place (the folder's own time does not move) is
+    // another model: derived again on request, not planned from the old step.
+    QTest::qWait(20);
+    {
+        QFile config(folder.filePath("config.json"));
+        QVERIFY(config.open(QIODevice::ReadWrite));
+        auto text = config.readAll();
+        text.replace("\"intermediate_size\": 96", "\"intermediate_size\": 128");
+        config.resize(0);
+        config.write(text);
+    }
+    planner()->setBatch(5);
+    QVERIFY2(!planner()->estimate(), qPrintable(planner()->verdictText()));
+    QCOMPARE(derive->text(), QString("&Derive plan from the model"));
 }

@@ -418,7 +418,10 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     keyed.train.threads = 0;
     keyed.train.worldSize = 1; // one rank's step is traced; the plan adds the others' share
     keyed.train.distTimeoutS = 0;
-    const QFileInfo file(QString::fromStdString(c.model.path));
+    // The model file, or a folder's config.json (edited in place, the
+    // folder's own time does not move).
+    QFileInfo file(QString::fromStdString(c.model.path));
+    if (file.isDir()) file = QFileInfo(QDir(file.filePath()).filePath("config.json"));
     *key = configToJson(keyed) + "\n" + std::to_string(file.size()) + " "
         + std::to_string(file.lastModified().toMSecsSinceEpoch());
     return config;
