@@ -133,6 +133,12 @@ struct DistGroup::Impl {
 
 DistGroup::DistGroup(const DistLaunch& launch, bool cudaRun) : m(std::make_unique<Impl>())
 {
+    // A peer that dies mid-collective leaves a socket whose next write raises
+    // SIGPIPE, which killed this rank before it could mark the run failed and
+    // name the lost rank ("rank 0 was killed by signal 13" in the launcher's
+    // words, one kill -9 of rank 1 in three here). Ignored, the write fails
+    // with EPIPE and Gloo reports it as an error the trainer explains.
+    ::signal(SIGPIPE, SIG_IGN);
     m->launch = launch;
     m->timeout = std::chrono::milliseconds(static_cast<long long>(launch.timeoutSeconds) * 1000);
     m->host = thisHost();
