@@ -195,8 +195,10 @@ StepTrace replayStep(const RecordedStep& step)
             continue;
         }
         if (e.bytes < 0 && e.block < 0) {
-            // A block made before recording began: never counted in, so not
-            // counted out (the direct recorder reads it the same way).
+            // A block made before recording began is not in the start's
+            // bytes, so its release takes nothing off (the direct recorder
+            // counts such a block in its start's total and out here: the
+            // model's own step is the same in both).
             keep();
             continue;
         }
