@@ -1,15 +1,20 @@
 // bench_step_programs: the Llama family's step as programs recorded at small
-// widths (train/DerivedPlan.h recordStepPrograms), evaluated at published
-// models' widths, against the hand replay (memory/Estimator.cpp):
+// widths (train/DerivedPlan.h deriveStep), evaluated at published models'
+// widths, against the hand replay (memory/Estimator.cpp):
 //   - how long recording takes, and how many probe steps;
 //   - on the CPU: the derived plan's peak against the hand replay's (bytes);
-//   - on an A100 (LibTorch as built): the programs replayed on the caching
-//     allocator model, with no device rules yet, against the hand replay's
-//     max_memory_allocated and max_memory_reserved (percent).
+//   - on an A100 (LibTorch as built): the derived plan's GPU figures (the
+//     programs by CUDA's device rules, memory/DeviceRules.h, on the caching
+//     allocator model) against the hand replay's peak (what nvidia-smi
+//     shows), max_memory_allocated and max_memory_reserved (percent), and
+//     how long one GPU plan takes.
 // A folder with a head size of its own (Qwen3 0.6B's layout) has no exact
 // hand replay: its row shows how far under the replay planned it.
 // Run from the source tree: bench_step_programs [FOLDER_OF_PRESETS] [WORDS]
+#include <array>
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -20,7 +25,6 @@
 
 #include "config/RunConfig.h"
 #include "memory/Estimator.h"
-#include "memory/StepProgram.h"
 #include "train/DerivedPlan.h"
 
 namespace fs = std::filesystem;
@@ -60,29 +64,48 @@ void bench(const std::string& label, const std::string& configJson, const fs::pa
     struct Setup {
         const char* precision;
         int rank;
+        bool checkpointing;
+        double dropout;
     };
-    for (const auto& s : {Setup{"fp32", 0}, Setup{"fp32", 16}, Setup{"bf16", 0}, Setup{"bf16", 16}}) {
+    for (const auto& s : {Setup{"fp32", 0, false, 0.0}, Setup{"fp32", 16, false, 0.0}, Setup{"bf16", 0, false, 0.0},
+                          Setup{"bf16", 16, false, 0.0}, Setup{"bf16", 16, true, 0.1}, Setup{"fp32", 0, true, 0.1}}) {
         c.train.precision = s.precision;
         c.lora.rank = s.rank;
         c.lora.targets = {"q_proj", "v_proj"};
+        c.train.activationCheckpointing = s.checkpointing;
+        c.model.dropout = s.dropout;
         int steps = 0;
         tb::DerivedPlanProgress progress;
         progress.onTrace = [&steps](int n, std::int64_t, std::int64_t) { steps = n; };
-        std::string why;
         const auto t0 = std::chrono::steady_clock::now();
-        const auto programs = tb::recordStepPrograms(c, &why, progress);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (!programs) {
-            std::printf("%-16s %-4s lora %2d  no program: %s\n", label.c_str(), s.precision, s.rank, why.c_str());
+        tb::DerivedStep derived;
+        try {
+            derived = tb::deriveStep(c, progress);
+        } catch (const std::exception& e) {
+            std::printf("%-16s %-4s lora %2d  no plan: %s\n", label.c_str(), s.precision, s.rank, e.what());
             continue;
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!derived.exactOnGpu()) {
+            std::printf("%-16s %-4s lora %2d  not exact on a GPU: %s\n", label.c_str(), s.precision, s.rank,
+                        !derived.programs ? derived.tracedOn.c_str()
+                        : !derived.unruled.empty() ? ("no rule for " + derived.unruled).c_str()
+                                                   : "the device rules' step is not polynomial in batch and sequence");
+        }
+        if (std::getenv("TB_DEBUG_OPS") && derived.programs) {
+            const auto& shape = derived.programs->programs[2].shape;
+            std::map<std::string, std::array<int, 3>> count;
+            for (const auto& e : shape.events) {
+                if (e.bytes <= 0) continue;
+                auto& n = count[shape.opName(e) + " e" + std::to_string(e.elementBytes)];
+                ++n[0];
+                if (e.firstInOp) ++n[1];
+            }
+            for (const auto& [op, n] : count) std::printf("  %-50s %5d allocations, %5d first\n", op.c_str(), n[0], n[1]);
         }
         for (const auto& [batch, seq] : {std::pair{1, 2048}, std::pair{4, 512}}) {
             c.train.batchSize = batch;
             c.data.seqLen = seq;
-            const auto step = programs->at(batch, seq);
-            const auto cpuTrace = tb::replayStep(step);
-            std::int64_t cpuPeak = 0;
-            for (std::size_t i = 0; i < cpuTrace.live.size(); ++i) cpuPeak = std::max(cpuPeak, cpuTrace.transient[i]);
             auto arch = tb::architectureFor(c);
             if (!arch.notExact.empty()) {
                 // What the hand replay planned: the folder read with hidden / heads as the head size.
@@ -90,17 +113,22 @@ void bench(const std::string& label, const std::string& configJson, const fs::pa
                 asIf.model.path = (folder / "as-planned").string();
                 arch = tb::architectureFor(asIf);
             }
-            const auto hand = tb::estimateMemory(arch, tb::setupFor(c));
-            auto gpu = tb::setupFor(c);
+            const auto cpuSetup = tb::setupFor(c);
+            const auto hand = tb::estimateMemory(arch, cpuSetup);
+            const auto cpu = derived.at(batch, seq, cpuSetup);
+            auto gpu = cpuSetup;
             gpu.gpu = true;
             gpu.computeCapability = 80;
             const auto handGpu = tb::estimateMemory(arch, gpu);
-            const auto replay = tb::replayOnCudaAllocator(step);
-            std::printf("%-16s %-4s lora %2d  %5.1f s %2d steps  B %d T %4d  cpu: %+14lld bytes vs hand  a100: "
-                        "allocated %+6.2f%%, reserved %+6.2f%%%s\n",
-                        label.c_str(), s.precision, s.rank, seconds, steps, batch, seq,
-                        static_cast<long long>(cpuPeak - hand.peakBytes), percent(replay.peakAllocated, handGpu.allocatedPeakBytes),
-                        percent(replay.peakReserved, handGpu.reservedPeakBytes),
+            const auto g0 = std::chrono::steady_clock::now();
+            const auto onGpu = derived.at(batch, seq, gpu);
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - g0).count();
+            std::printf("%-16s %-4s lora %2d%s%s  %5.1f s %2d steps  B %d T %4d  cpu: %+14lld bytes vs hand  a100: "
+                        "peak %+6.2f%%, allocated %+6.2f%%, reserved %+6.2f%% (%s, %.1f ms)%s\n",
+                        label.c_str(), s.precision, s.rank, s.checkpointing ? " ckpt" : "", s.dropout > 0 ? " drop" : "",
+                        seconds, steps, batch, seq, static_cast<long long>(cpu.peakBytes - hand.peakBytes),
+                        percent(onGpu.peakBytes, handGpu.peakBytes), percent(onGpu.allocatedPeakBytes, handGpu.allocatedPeakBytes),
+                        percent(onGpu.reservedPeakBytes, handGpu.reservedPeakBytes), onGpu.lowerBound ? "lower bound" : "exact", ms,
                         configJson.find("head_dim") == std::string::npos ? "" : "  (hand: the folder as it planned it, head size hidden / heads)");
         }
     }

@@ -659,11 +659,21 @@ void TestPlannerPanel::folderWithItsOwnHeadSizeIsDerived()
     bool recorded = false;
     for (const auto& n : e.notes) recorded = recorded || n.find("recorded at small widths") != std::string::npos;
     QVERIFY(recorded);
+    // On the T4 the step's programs by CUDA's rules on the allocator's model:
+    // a plan, not a lower bound (it was the CPU's tensors plus the context).
+    QVERIFY(!e.lowerBound && e.allocatedPeakBytes > 0);
+    QVERIFY2(!planner()->verdictText().contains("at least"), qPrintable(planner()->verdictText()));
     screenshot("planner-head-size-derived.png");
     QString error;
     const QString saved = m_dir->filePath("own-head-size.json");
     QVERIFY2(doc->saveAs(saved, &error), qPrintable(error));
     QCOMPARE(cliPeakOnT4(saved), e.peakBytes);
+    // fit on the card takes it too (it was refused: a lower bound overstates what fits).
+    QProcess fit;
+    fit.start(TB_CLI_PATH, {"fit", "--config", saved, "--gpu", "T4", "--seq", "64", "--json"});
+    QVERIFY(fit.waitForFinished(120000));
+    QVERIFY2(fit.exitCode() == 0, fit.readAllStandardError().constData());
+    QVERIFY(QJsonDocument::fromJson(fit.readAllStandardOutput()).object()["max_batch"].toInt() > 4);
     // config.json edited in place (the folder's own time does not move) is
     // another model: derived again on request, not planned from the old step.
     QTest::qWait(20);

@@ -52,6 +52,29 @@ std::vector<std::string> loraTargets(const ArchitectureSpec& arch, const std::ve
     return projections;
 }
 
+// The context and caching-allocator options of a GPU plan (hand replay or derived).
+void applyGpuOptions(const Args& args, TrainingSetup& s)
+{
+    if (auto c = args.integer("--cuda-context", 1, 1LL << 40)) s.cudaContextBytes = *c;
+    if (args.value("--allocator-slack")) {
+        throw InputError("--allocator-slack is gone: the plan now replays the step through a model of the CUDA caching "
+                         "allocator; set its options with --max-split-size-mb N or --expandable-segments");
+    }
+    if (!s.gpu) {
+        for (const char* option : {"--max-split-size-mb", "--expandable-segments", "--cuda-context"}) {
+            if (args.value(option) || args.flag(option)) {
+                throw InputError(std::string(option) + " describes a GPU's caching allocator or context; name the card with --gpu");
+            }
+        }
+    }
+    if (auto n = args.integer("--max-split-size-mb", 21, 1 << 30)) s.maxSplitSize = *n << 20;
+    if (args.flag("--expandable-segments")) {
+        // (The build's major version is all the planner knows: 2.0 had no expandable segments.)
+        if (s.torchMajor < 2) throw InputError("--expandable-segments needs LibTorch 2.1 or later; this build runs 1.13");
+        s.expandableSegments = true;
+    }
+}
+
 Plan planFromArgs(const Args& args, const char* command)
 {
     if (!args.positionals().empty()) {
@@ -125,24 +148,7 @@ Plan planFromArgs(const Args& args, const char* command)
         if (plan.gpu->gpu.cc.known()) s.computeCapability = plan.gpu->gpu.cc.major * 10 + plan.gpu->gpu.cc.minor;
     }
     if (replicas) s.gpus = static_cast<int>(*replicas);
-    if (auto c = args.integer("--cuda-context", 1, 1LL << 40)) s.cudaContextBytes = *c;
-    if (args.value("--allocator-slack")) {
-        throw InputError("--allocator-slack is gone: the plan now replays the step through a model of the CUDA caching "
-                         "allocator; set its options with --max-split-size-mb N or --expandable-segments");
-    }
-    if (!s.gpu) {
-        for (const char* option : {"--max-split-size-mb", "--expandable-segments", "--cuda-context"}) {
-            if (args.value(option) || args.flag(option)) {
-                throw InputError(std::string(option) + " describes a GPU's caching allocator or context; name the card with --gpu");
-            }
-        }
-    }
-    if (auto n = args.integer("--max-split-size-mb", 21, 1 << 30)) s.maxSplitSize = *n << 20;
-    if (args.flag("--expandable-segments")) {
-        // (The build's major version is all the planner knows: 2.0 had no expandable segments.)
-        if (s.torchMajor < 2) throw InputError("--expandable-segments needs LibTorch 2.1 or later; this build runs 1.13");
-        s.expandableSegments = true;
-    }
+    applyGpuOptions(args, s);
     return plan;
 }
 
@@ -265,22 +271,11 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
         throw InputError("--derived traces the trainer's step of an experiment config: give --config FILE (a preset "
                          "or a Hugging Face config.json alone has no step to trace)");
     }
-    if (args.value("--allocator-slack")) {
-        throw InputError("--allocator-slack is gone: the plan now replays the step through a model of the CUDA caching "
-                         "allocator; set its options with --max-split-size-mb N or --expandable-segments");
-    }
-    for (const char* option : {"--max-split-size-mb", "--attention",
-                               "--attention-modules", "--preset", "--hf-config"}) {
+    for (const char* option : {"--attention", "--attention-modules", "--preset", "--hf-config"}) {
         if (args.value(option)) {
             throw InputError(std::string(option) + " does not apply to the derived plan, which traces the config's own "
                              "step on this machine's CPU; set it in the config, or plan without --derived");
         }
-    }
-    if (args.flag("--expandable-segments")) {
-        throw InputError("--expandable-segments describes a GPU's caching allocator; the derived plan traces the CPU");
-    }
-    if (args.value("--cuda-context") && !args.value("--gpu")) {
-        throw InputError("--cuda-context describes a GPU's context; name the card with --gpu");
     }
     RunConfig config = loadConfigFile(*path);
     if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
@@ -320,21 +315,39 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     return {std::move(config), std::move(step)};
 }
 
+// The target a derived plan is made for (--gpu NAME, else this machine's
+// CPU), and its setup with the context and allocator options.
+struct DerivedTarget {
+    std::optional<GpuTarget> gpu;
+    TrainingSetup setup;
+};
+
+DerivedTarget derivedTarget(const Args& args, const RunConfig& config, const std::optional<GpuTarget>& gpu)
+{
+    DerivedTarget t{gpu, planOnTarget(config, gpu).setup};
+    applyGpuOptions(args, t.setup);
+    return t;
+}
+
 int estimateDerived(const Args& args)
 {
-    // On a GPU: the traced tensors plus the context and workspaces, a lower bound.
+    // On a GPU: the programs by the device rules on the allocator's model
+    // (the Llama family); else the traced tensors plus the context and
+    // workspaces, a lower bound.
     std::optional<GpuTarget> gpu;
     if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
     const auto [config, step] = derivedFromArgs(args, "estimate", gpu);
-    auto setup = planOnTarget(config, gpu).setup;
-    if (auto c = args.integer("--cuda-context", 1, 1LL << 40)) setup.cudaContextBytes = *c;
+    const auto setup = derivedTarget(args, config, gpu).setup;
     const auto e = step.at(config.train.batchSize, effectiveSeqLen(config), setup);
     if (args.flag("--json")) {
         auto out = toJson(e);
         if (gpu) out["gpu"] = gpuJson(*gpu, setup, e);
-        // The compiled step: the plan at any batch and sequence (the Memory planner reads it).
-        out["derived_step"] = nlohmann::json::parse(derivedStepToJson(step));
-        std::cout << out.dump(2) << "\n";
+        // The compiled step and its programs: the plan at any batch and
+        // sequence (the Memory planner reads it), written compact (a 7B
+        // model's programs are 2 MB; indented, five times that).
+        auto text = out.dump(2);
+        text.insert(text.size() - 2, ",\n  \"derived_step\": " + derivedStepToJson(step));
+        std::cout << text << "\n";
     } else {
         printEstimate(e);
         if (gpu) printVerdict(*gpu, setup, e);
@@ -345,20 +358,26 @@ int estimateDerived(const Args& args)
 // The largest batch (or, with --batch, sequence) whose derived plan fits --budget.
 int fitDerived(const Args& args)
 {
-    if (args.value("--gpu")) {
-        throw InputError("'fit' with a derived plan takes --budget BYTES: on a GPU a derived plan is a lower bound "
-                         "(estimate --derived --gpu NAME shows it)");
+    std::optional<GpuTarget> gpu;
+    if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
+    auto budget = args.integer("--budget", 1, (1LL << 62));
+    if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
+    if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
+    const auto [config, step] = derivedFromArgs(args, "fit", gpu);
+    if (gpu && !step.exactOnGpu()) {
+        throw InputError("on a GPU this derived plan is a lower bound (" + std::string(step.programs ? "no device rule for "
+                         + step.unruled : "its step was traced at the model's own widths, not recorded as a program")
+                         + "): 'fit' would overstate what fits; estimate --derived --gpu NAME shows the bound, or give "
+                           "--budget BYTES for the CPU's plan");
     }
-    const auto budget = args.integer("--budget", 1, (1LL << 62));
-    if (!budget) throw InputError("'fit' with a derived plan needs --budget BYTES");
-    const auto [config, step] = derivedFromArgs(args, "fit");
+    const auto setup = gpu ? derivedTarget(args, config, gpu).setup : TrainingSetup{};
+    if (gpu) budget = gpu->gpu.memoryBytes;
     const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value() && step.fixedSeqLen == 0;
     const auto at = [&](std::int64_t n) {
-        return bySeq ? step.at(config.train.batchSize, n) : step.at(n, effectiveSeqLen(config));
+        return bySeq ? step.at(config.train.batchSize, n, setup) : step.at(n, effectiveSeqLen(config), setup);
     };
-    const TrainingSetup cpu;
-    const auto answer = bySeq ? step.largestSeqLen(config.train.batchSize, cpu, *budget)
-                              : step.largestBatch(effectiveSeqLen(config), cpu, *budget);
+    const auto answer = bySeq ? step.largestSeqLen(config.train.batchSize, setup, *budget)
+                              : step.largestBatch(effectiveSeqLen(config), setup, *budget);
     return printFit(args, bySeq, answer, *budget, at(std::max<std::int64_t>(answer, 1)));
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/Errors.h"
+#include "memory/DeviceRules.h"
 #include "memory/LargestFitting.h"
 
 namespace tb {
@@ -15,6 +16,61 @@ std::int64_t gpuFixedBytes(const TrainingSetup& setup)
     if (!setup.gpu) return 0;
     const auto context = setup.cudaContextBytes > 0 ? setup.cudaContextBytes : cudaContextFor(setup.computeCapability).bytes;
     return context + 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
+}
+
+// A shape's step on a GPU from the programs: the tensors' phase peaks (the
+// device rules' step, data parallel's and LibTorch 2.x's cuBLAS blocks
+// included) and the caching allocator's replay of it.
+struct GpuStep {
+    std::array<std::int64_t, kStepPhases> phaseTensors{};
+    std::int64_t start = 0; // the tensors live as the step starts
+    std::int64_t peakTensors() const { return *std::max_element(phaseTensors.begin(), phaseTensors.end()); }
+    AllocatorReplay allocator;
+};
+
+GpuStep gpuStep(const DerivedStep& d, std::int64_t batch, std::int64_t planned, const TrainingSetup& setup)
+{
+    const auto& programs = d.pastWindowPrograms && planned > d.slidingWindow ? *d.pastWindowPrograms : *d.programs;
+    const auto step = cudaStepOf(programs.at(batch, planned)).step;
+    std::vector<std::int64_t> first, after;
+    if (const auto dp = d.dataParallelBytes(batch, planned, setup); dp > 0) {
+        // The reducer's buckets from the start of the run; the other ranks' rows with the data.
+        first.push_back(d.trainableBytes);
+        if (dp > d.trainableBytes) first.push_back(dp - d.trainableBytes);
+    }
+    if (setup.torchMajor >= 2) {
+        // LibTorch 2.x makes the two cuBLAS workspaces through the allocator on the first step's products.
+        const auto ws = cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
+        after = {ws, ws};
+    }
+    GpuStep out;
+    std::int64_t live = 0;
+    for (const auto b : first) live += b;
+    for (const auto b : step.resident) live += b;
+    for (const auto b : after) live += b;
+    out.start = live;
+    out.phaseTensors.fill(live);
+    for (const auto& e : step.events) {
+        if (e.bytes > 0) {
+            live += e.bytes;
+            auto& peak = out.phaseTensors[std::min<std::size_t>(e.phase, kStepPhases - 1)];
+            peak = std::max(peak, live);
+        } else if (e.bytes < 0 && e.block >= 0) {
+            live += e.bytes;
+        }
+    }
+    CudaAllocatorSettings settings;
+    if (setup.maxSplitSize > 0) settings.maxSplitSize = setup.maxSplitSize;
+    settings.expandableSegments = setup.expandableSegments;
+    out.allocator = replayOnCudaAllocator(step, settings, first, after);
+    return out;
+}
+
+// The CUDA context, and (LibTorch 1.13) the cuBLAS workspaces outside the allocator.
+std::int64_t gpuOutsideAllocator(const TrainingSetup& setup)
+{
+    const auto context = setup.cudaContextBytes > 0 ? setup.cudaContextBytes : cudaContextFor(setup.computeCapability).bytes;
+    return context + (setup.torchMajor < 2 ? 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability) : 0);
 }
 
 } // namespace
@@ -46,6 +102,7 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen) const { 
 
 MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
+    if (setup.gpu && exactOnGpu()) return onGpu(batch, seqLen, setup);
     // The CPU's kernel scratch (oneDNN's, for bf16 products) is not a GPU's.
     const bool withScratch = !setup.gpu;
     const auto asked = seqLen;
@@ -99,22 +156,7 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
             : "the CPU's kernel scratch that does not follow the shapes (oneDNN's, up to "
                   + std::to_string(S.irregularScratch) + " bytes) is left out: on a GPU, cuBLAS works in its workspace");
     }
-    if (pastWindow) {
-        e.notes.push_back(seqLen > slidingWindow
-            ? "the sequence is longer than the model's sliding window (" + std::to_string(slidingWindow)
-                  + "): the step masks the window and runs eager attention (SDPA asked for or not), traced apart"
-            : "within the model's sliding window (" + std::to_string(slidingWindow) + "); past it the step "
-                  "masks the window and runs eager attention, traced apart");
-    }
-    if (asked < seqLen && fixedSeqLen == 0) {
-        e.notes.push_back("sequence " + std::to_string(asked) + " is shorter than the shortest traced ("
-                          + std::to_string(seqLen) + "), where the polynomials start: planned as "
-                          + std::to_string(seqLen) + " (the peak grows with the sequence, so this is on the safe side)");
-    }
-    if (fixedSeqLen == 0 && seqLen > 4 * largestTracedSeqLen) {
-        e.notes.push_back("sequence " + std::to_string(seqLen) + " is far beyond the longest traced ("
-                          + std::to_string(largestTracedSeqLen) + "): a kernel that changes with the shape would not show");
-    }
+    shapeNotes(e, asked, seqLen);
     if (const auto dp = dataParallelBytes(batch, seqLen, setup); dp > 0) {
         const auto rows = dp - trainableBytes;
         e.terms.push_back({"ddp_buckets", trainableBytes, "data parallel: the reducer's gradient buckets, trainable parameters x their bytes"});
@@ -145,6 +187,85 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
     return e;
 }
 
+void DerivedStep::shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const
+{
+    if (pastWindow) {
+        e.notes.push_back(seqLen > slidingWindow
+            ? "the sequence is longer than the model's sliding window (" + std::to_string(slidingWindow)
+                  + "): the step masks the window and runs eager attention (SDPA asked for or not), traced apart"
+            : "within the model's sliding window (" + std::to_string(slidingWindow) + "); past it the step "
+                  "masks the window and runs eager attention, traced apart");
+    }
+    if (asked < seqLen && fixedSeqLen == 0) {
+        e.notes.push_back("sequence " + std::to_string(asked) + " is shorter than the shortest traced ("
+                          + std::to_string(seqLen) + "), where the polynomials start: planned as "
+                          + std::to_string(seqLen) + " (the peak grows with the sequence, so this is on the safe side)");
+    }
+    if (fixedSeqLen == 0 && seqLen > 4 * largestTracedSeqLen) {
+        e.notes.push_back("sequence " + std::to_string(seqLen) + " is far beyond the longest traced ("
+                          + std::to_string(largestTracedSeqLen) + "): a kernel that changes with the shape would not show");
+    }
+}
+
+MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+{
+    const auto asked = seqLen;
+    seqLen = plannedSeqLen(seqLen);
+    const auto g = gpuStep(*this, batch, seqLen, setup);
+    MemoryEstimate e;
+    e.parameters = parameters;
+    e.trainableParameters = trainableParameters;
+    static const char* const kPhases[kStepPhases] = {"forward", "backward", "optimizer"};
+    for (int i = 0; i < kStepPhases; ++i) {
+        const auto bytes = g.phaseTensors[static_cast<std::size_t>(i)];
+        e.phases.push_back({kPhases[i], bytes});
+        if (bytes > e.peakBytes) {
+            e.peakBytes = bytes;
+            e.peakPhase = kPhases[i];
+        }
+    }
+    e.tensorPeakBytes = e.peakBytes;
+    e.endOfStepBytes = g.start;
+    e.allocatedPeakBytes = g.allocator.peakAllocated;
+    e.reservedPeakBytes = g.allocator.peakReserved;
+    const auto ws = cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
+    const auto dp = dataParallelBytes(batch, seqLen, setup);
+    const auto inAllocator = setup.torchMajor >= 2 ? 2 * ws : 0;
+    e.terms.push_back({"resident", g.start - dp - inAllocator,
+                       "live as a step starts: weights, gradients kept between steps, optimizer state, data"});
+    if (dp > 0) {
+        e.terms.push_back({"ddp_buckets", trainableBytes, "data parallel: the reducer's gradient buckets, trainable parameters x their bytes"});
+        if (dp > trainableBytes) {
+            e.terms.push_back({"data", dp - trainableBytes, "data parallel: the other ranks' rows of the global batch every "
+                                                            "rank draws, and rank 0's validation of the global batch"});
+        }
+    }
+    if (inAllocator > 0) {
+        e.terms.push_back({"cublas_workspace", inAllocator, "two cuBLAS workspaces through the caching allocator (the "
+                                                            "forward's and autograd's threads), " + std::to_string(ws) + " bytes each"});
+    }
+    e.terms.push_back({"step", e.tensorPeakBytes - g.start, "what the step allocates and still holds at its peak"});
+    const auto reservedExtra = std::max<std::int64_t>(0, g.allocator.peakReserved - e.tensorPeakBytes);
+    e.terms.push_back({"allocator_reserved", reservedExtra,
+                       "caching allocator: reserved beyond the tensors at the peak (segment rounding, cached and unsplit "
+                       "blocks; modelled, " + std::to_string(g.allocator.segments) + " segments)"});
+    const auto context = gpuOutsideAllocator(setup) - (setup.torchMajor < 2 ? 2 * ws : 0);
+    e.terms.push_back({"cuda_context", context, "the CUDA context (nvidia-smi counts it; the allocator does not)"});
+    if (setup.torchMajor < 2) {
+        e.terms.push_back({"cublas_workspace", 2 * ws, "cuBLAS's own workspaces (LibTorch 1.13: outside the caching "
+                                                       "allocator), the forward's and the autograd thread's handle"});
+    }
+    e.peakBytes = e.tensorPeakBytes + reservedExtra + gpuOutsideAllocator(setup);
+    e.notes.push_back("derived from " + std::to_string(segmentAt(seqLen).traces) + " training steps recorded with " + tracedOn
+                      + "; on the GPU the recorded step by CUDA's rules (a one-byte dropout mask, the generator's state "
+                        "in host memory, no CPU scratch for bf16 products), on the caching allocator's model");
+    shapeNotes(e, asked, seqLen);
+    if (dp > 0) {
+        e.notes.push_back("data parallel, " + std::to_string(setup.gpus)
+                          + " ranks: one rank's step recorded alone, plus the reducer's buckets and the global batch's rows");
+    }
+    return e;
+}
 
 std::int64_t DerivedStep::dataParallelBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
@@ -161,6 +282,10 @@ std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, con
                                    bool exactProducts) const
 {
     const auto planned = plannedSeqLen(seqLen);
+    if (setup.gpu && exactOnGpu()) {
+        const auto g = gpuStep(*this, batch, planned, setup);
+        return std::max(g.peakTensors(), g.allocator.peakReserved) + gpuOutsideAllocator(setup);
+    }
     std::int64_t most = 0;
     for (int i = 0; i < kStepPhases; ++i) {
         most = std::max(most, segmentAt(planned).phasePeak(i, batch, planned, !setup.gpu, setup.cpuThreads, exactProducts));
@@ -173,6 +298,36 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
 {
     FitMap map{batches, seqLens, {}, budget};
     map.compiled = true;
+    if (setup.gpu && exactOnGpu() && !batches.empty() && !seqLens.empty()) {
+        // Each cell's tensors from the rules' compiled step (unrounded), the allocator's
+        // reserve placed from replays (placeAllocatorReserve, as the hand
+        // replay's map).
+        const auto cols = batches.size();
+        const auto ws = setup.torchMajor >= 2 ? 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability) : 0;
+        const auto outside = gpuOutsideAllocator(setup);
+        std::vector<std::int64_t> placed(batches.size() * seqLens.size());
+        map.peakBytes.resize(placed.size());
+        for (std::size_t row = 0; row < seqLens.size(); ++row) {
+            const auto planned = plannedSeqLen(seqLens[row]);
+            const auto& S = pastWindowOnGpu && planned > slidingWindow ? *pastWindowOnGpu : *gpuSegment;
+            for (std::size_t col = 0; col < cols; ++col) {
+                const auto b = batches[col];
+                std::int64_t tensors = 0;
+                for (int i = 0; i < kStepPhases; ++i) tensors = std::max(tensors, S.phasePeak(i, b, planned, false, 1, false));
+                tensors += dataParallelBytes(b, seqLens[row], setup) + ws;
+                placed[row * cols + col] = tensors;
+                map.peakBytes[row * cols + col] = tensors + outside;
+            }
+        }
+        const auto bFirst = std::min_element(batches.begin(), batches.end());
+        const auto tFirst = std::min_element(seqLens.begin(), seqLens.end());
+        const auto lightIndex = static_cast<std::size_t>(tFirst - seqLens.begin()) * cols
+                                + static_cast<std::size_t>(bFirst - batches.begin());
+        placeAllocatorReserve(map, placed, lightIndex, onGpu(*bFirst, *tFirst, setup), [&](std::size_t index) {
+            return onGpu(batches[index % cols], seqLens[index / cols], setup);
+        });
+        return map;
+    }
     map.peakBytes.reserve(batches.size() * seqLens.size());
     for (auto t : seqLens) {
         for (auto b : batches) map.peakBytes.push_back(peakBytes(b, t, setup, false));
@@ -270,6 +425,12 @@ std::string derivedStepToJson(const DerivedStep& step)
         out["sliding_window"] = step.slidingWindow;
         out["past_window"] = segmentToJson(*step.pastWindow);
     }
+    // The programs, for a GPU's plan (a step traced at its own widths has none).
+    if (step.programs) out["programs"] = nlohmann::json::parse(stepProgramsToJson(*step.programs));
+    if (step.pastWindowPrograms) out["past_window_programs"] = nlohmann::json::parse(stepProgramsToJson(*step.pastWindowPrograms));
+    if (step.gpuSegment) out["gpu_segment"] = segmentToJson(*step.gpuSegment);
+    if (step.pastWindowOnGpu) out["past_window_on_gpu"] = segmentToJson(*step.pastWindowOnGpu);
+    if (!step.unruled.empty()) out["unruled"] = step.unruled;
     return out.dump();
 }
 
@@ -293,6 +454,16 @@ DerivedStep derivedStepFromJson(const std::string& text)
                                  + std::to_string(step.slidingWindow));
             }
             step.pastWindow = segmentFromJson(j.at("past_window"));
+        }
+        if (j.contains("programs")) step.programs = std::make_shared<const StepPrograms>(stepProgramsFromJson(j.at("programs").dump()));
+        if (j.contains("past_window_programs")) {
+            step.pastWindowPrograms = std::make_shared<const StepPrograms>(stepProgramsFromJson(j.at("past_window_programs").dump()));
+        }
+        if (j.contains("gpu_segment")) step.gpuSegment = segmentFromJson(j.at("gpu_segment"));
+        if (j.contains("past_window_on_gpu")) step.pastWindowOnGpu = segmentFromJson(j.at("past_window_on_gpu"));
+        step.unruled = j.value("unruled", std::string());
+        if (step.pastWindow && step.gpuSegment && !(step.pastWindowPrograms && step.pastWindowOnGpu)) {
+            throw InputError("the derived plan's data is inconsistent: a GPU step within the sliding window and none past it");
         }
         return step;
     } catch (const nlohmann::json::exception& e) {

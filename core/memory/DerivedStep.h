@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "memory/Estimator.h"
 #include "memory/StepPolynomials.h"
+#include "memory/StepProgram.h"
 
 namespace tb {
 
@@ -32,14 +34,26 @@ struct DerivedStep {
     std::int64_t largestTracedSeqLen = 0;
     std::int64_t fixedSeqLen = 0; // > 0: the dataset fixes the sequence length (addition)
     std::string tracedOn;         // "LibTorch 1.13.1 on this machine's CPU"
+    // The Llama family: the step as programs (memory/StepProgram.h), within
+    // the sliding window and past it. On a GPU a shape's plan is then the
+    // program's step by the device rules (memory/DeviceRules.h) replayed on
+    // the caching allocator's model, and gpuSegment (pastWindowOnGpu) is
+    // those rules' tensors compiled, for the fit map's cells. Without them,
+    // or where an operator has no rule (unruled), a GPU plan is a lower bound.
+    std::shared_ptr<const StepPrograms> programs, pastWindowPrograms;
+    std::optional<CompiledSegment> gpuSegment, pastWindowOnGpu;
+    std::string unruled;
+    bool exactOnGpu() const { return programs && gpuSegment && unruled.empty(); }
 
     // The plan at this batch and sequence length: peak, phase peaks, the
     // bytes live when the step starts and what the step adds at its peak.
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen) const;
     // On a GPU (setup.gpu, its compute capability, context override and
-    // LibTorch): the traced tensors plus the CUDA context and the cuBLAS
-    // workspaces. A lower bound: the caching allocator's blocks, and what a
-    // GPU kernel allocates that the CPU's did not, are not in a CPU trace.
+    // LibTorch): with programs (exactOnGpu), the step by the device rules on
+    // the caching allocator's model, plus the CUDA context and the cuBLAS
+    // workspaces. Else the traced tensors plus those: a lower bound (the
+    // allocator's blocks, and what a GPU kernel allocates that the CPU's did
+    // not, are not in a CPU trace).
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // Data parallel (setup.gpus ranks, more than 1): what a rank holds beyond
     // the traced one-process step: the reducer's gradient buckets (the
@@ -65,6 +79,9 @@ struct DerivedStep {
     std::int64_t largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                               std::int64_t limit = 1 << 20) const;
     std::int64_t largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const;
+    // The step on a GPU from the programs (exactOnGpu): at()'s.
+    MemoryEstimate onGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    void shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const;
     // The sequence the polynomials are evaluated at: the dataset's fixed one,
     // else at least the shortest traced (below it a size may take another
     // form; the peak grows with the sequence, so planning it longer is safe).

@@ -1415,6 +1415,80 @@ std::optional<CompiledStep> compileStep(const ArchitectureSpec& arch, TrainingSe
 
 } // namespace
 
+void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedBase, std::size_t lightIndex,
+                           const MemoryEstimate& lightest, const std::function<MemoryEstimate(std::size_t)>& exact)
+{
+    // On a GPU the caching allocator reserves more than the tensors. Its
+    // model replays a whole step (milliseconds for a 7B model), too slow for
+    // every cell: the map places each cell with the fraction the model
+    // reserves beyond the tensors at the cell nearest the budget, and
+    // replays the kReplays cells whose placed figure is nearest the budget
+    // (within kBand of it): those cells' figures and verdicts are the
+    // estimate's. Elsewhere the figure is the placed one, and a cell near
+    // the budget but not among the replayed can take the other verdict.
+    constexpr double kBand = 0.10;
+    constexpr std::size_t kReplays = 6;
+    const auto budgetBytes = map.budgetBytes;
+    const auto& seqLens = map.seqLens;
+    const auto& batches = map.batches;
+    const std::size_t cols = batches.size();
+    double reservedPerTensorByte = 0;
+    struct Cell {
+        std::size_t index;
+        std::int64_t t, b;
+    };
+    std::vector<std::pair<double, Cell>> nearBudget;
+    std::vector<std::int64_t> reservedBase; // per placed cell: the tensors the allocator holds
+    for (std::size_t index = 0; index < placedBase.size(); ++index) {
+        if (placedBase[index] < 0) continue;
+        nearBudget.push_back({static_cast<double>(map.peakBytes[index] - budgetBytes),
+                              {index, seqLens[index / cols], batches[index % cols]}});
+        reservedBase.push_back(placedBase[index]);
+    }
+    if (!nearBudget.empty()) {
+        // What the allocator reserves beyond the tensors, replayed at the
+        // cell whose lower bound is nearest the budget and at the lightest
+        // cell (the smallest batch and sequence), and placed on the line
+        // through the two (a segment's fixed part weighs most on small
+        // steps). A replayed cell takes the estimate's peak.
+        const auto figures = [&](const MemoryEstimate& e, std::size_t index) {
+            map.peakBytes[index] = e.peakBytes;
+            return std::pair{static_cast<double>(e.tensorPeakBytes),
+                             static_cast<double>(std::max<std::int64_t>(0, e.reservedPeakBytes - e.tensorPeakBytes))};
+        };
+        std::size_t nearestIndex = 0;
+        for (std::size_t i = 1; i < nearBudget.size(); ++i) {
+            if (std::abs(nearBudget[i].first) < std::abs(nearBudget[nearestIndex].first)) nearestIndex = i;
+        }
+        const auto& near = nearBudget[nearestIndex].second;
+        const auto [tNear, xNear] = figures(exact(near.index), near.index);
+        nearBudget[nearestIndex].first = std::numeric_limits<double>::infinity(); // placed by its own replay
+        const auto [tLight, xLight] = figures(lightest, lightIndex);
+        for (auto& cell : nearBudget) {
+            if (cell.second.index == lightIndex) cell.first = std::numeric_limits<double>::infinity();
+        }
+        reservedPerTensorByte = tNear > tLight ? (xNear - xLight) / (tNear - tLight) : (tNear > 0 ? xNear / tNear : 0.0);
+        const double reservedAtZero = tNear > tLight ? xLight - reservedPerTensorByte * tLight : 0.0;
+        for (std::size_t i = 0; i < nearBudget.size(); ++i) {
+            auto& cell = nearBudget[i];
+            if (std::isinf(cell.first)) continue;
+            const auto placed = static_cast<std::int64_t>(
+                std::max(0.0, reservedAtZero + reservedPerTensorByte * static_cast<double>(reservedBase[i])));
+            map.peakBytes[cell.second.index] += placed;
+            cell.first = static_cast<double>(map.peakBytes[cell.second.index] - budgetBytes);
+        }
+        const auto nearest = std::min(kReplays, nearBudget.size());
+        std::partial_sort(nearBudget.begin(), nearBudget.begin() + static_cast<std::ptrdiff_t>(nearest), nearBudget.end(),
+                          [](const auto& x, const auto& y) { return std::abs(x.first) < std::abs(y.first); });
+        std::size_t within = 0;
+        while (within < nearest && std::abs(nearBudget[within].first) <= kBand * static_cast<double>(budgetBytes)) ++within;
+        forEachConcurrently(within, [&](std::size_t i) {
+            const auto index = nearBudget[i].second.index;
+            map.peakBytes[index] = exact(index).peakBytes;
+        });
+    }
+}
+
 FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
               const std::vector<std::int64_t>& batches, const std::vector<std::int64_t>& seqLens)
 {
@@ -1445,13 +1519,6 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
     // (within kBand of it): those cells' figures and verdicts are the
     // estimate's. Elsewhere the figure is the placed one, and a cell near
     // the budget but not among the replayed can take the other verdict.
-    constexpr double kBand = 0.10;
-    constexpr std::size_t kReplays = 6;
-    double reservedPerTensorByte = 0;
-    struct Cell {
-        std::size_t index;
-        std::int64_t t, b;
-    };
     // Rows side by side: each cell is a few dozen dot products, or a replay
     // where the step did not compile.
     const std::size_t cols = batches.size();
@@ -1510,62 +1577,14 @@ FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t bu
             map.peakBytes[i] = estimateMemory(arch, s).peakBytes;
         });
     }
-    std::vector<std::pair<double, Cell>> nearBudget;
-    std::vector<std::int64_t> reservedBase; // per placed cell: the tensors the allocator holds
-    for (std::size_t index = 0; index < placedBase.size(); ++index) {
-        if (placedBase[index] < 0) continue;
-        nearBudget.push_back({static_cast<double>(map.peakBytes[index] - budgetBytes),
-                              {index, seqLens[index / cols], batches[index % cols]}});
-        reservedBase.push_back(placedBase[index]);
-    }
-    if (!nearBudget.empty()) {
-        // What the allocator reserves beyond the tensors, replayed at the
-        // cell whose lower bound is nearest the budget and at the lightest
-        // cell (the smallest batch and sequence), and placed on the line
-        // through the two (a segment's fixed part weighs most on small
-        // steps). A replayed cell takes the estimate's peak.
-        const auto figures = [&](const MemoryEstimate& e, std::size_t index) {
-            map.peakBytes[index] = e.peakBytes;
-            return std::pair{static_cast<double>(e.tensorPeakBytes),
-                             static_cast<double>(std::max<std::int64_t>(0, e.reservedPeakBytes - e.tensorPeakBytes))};
-        };
-        std::size_t nearestIndex = 0;
-        for (std::size_t i = 1; i < nearBudget.size(); ++i) {
-            if (std::abs(nearBudget[i].first) < std::abs(nearBudget[nearestIndex].first)) nearestIndex = i;
-        }
-        const auto& near = nearBudget[nearestIndex].second;
+    if (setup.gpu) {
         const auto lightIndex = static_cast<std::size_t>(tFirst - seqLens.begin()) * cols
                                 + static_cast<std::size_t>(bFirst - batches.begin());
-        auto s = setup;
-        s.batch = near.b;
-        s.seqLen = near.t;
-        const auto [tNear, xNear] = figures(estimateMemory(arch, s), near.index);
-        nearBudget[nearestIndex].first = std::numeric_limits<double>::infinity(); // placed by its own replay
-        const auto [tLight, xLight] = figures(lightest.get(), lightIndex);
-        for (auto& cell : nearBudget) {
-            if (cell.second.index == lightIndex) cell.first = std::numeric_limits<double>::infinity();
-        }
-        reservedPerTensorByte = tNear > tLight ? (xNear - xLight) / (tNear - tLight) : (tNear > 0 ? xNear / tNear : 0.0);
-        const double reservedAtZero = tNear > tLight ? xLight - reservedPerTensorByte * tLight : 0.0;
-        for (std::size_t i = 0; i < nearBudget.size(); ++i) {
-            auto& cell = nearBudget[i];
-            if (std::isinf(cell.first)) continue;
-            const auto placed = static_cast<std::int64_t>(
-                std::max(0.0, reservedAtZero + reservedPerTensorByte * static_cast<double>(reservedBase[i])));
-            map.peakBytes[cell.second.index] += placed;
-            cell.first = static_cast<double>(map.peakBytes[cell.second.index] - budgetBytes);
-        }
-        const auto nearest = std::min(kReplays, nearBudget.size());
-        std::partial_sort(nearBudget.begin(), nearBudget.begin() + static_cast<std::ptrdiff_t>(nearest), nearBudget.end(),
-                          [](const auto& x, const auto& y) { return std::abs(x.first) < std::abs(y.first); });
-        std::size_t within = 0;
-        while (within < nearest && std::abs(nearBudget[within].first) <= kBand * static_cast<double>(budgetBytes)) ++within;
-        forEachConcurrently(within, [&](std::size_t i) {
-            const auto& cell = nearBudget[i].second;
+        placeAllocatorReserve(map, placedBase, lightIndex, lightest.get(), [&](std::size_t index) {
             auto s = setup;
-            s.seqLen = cell.t;
-            s.batch = cell.b;
-            map.peakBytes[cell.index] = estimateMemory(arch, s).peakBytes;
+            s.seqLen = seqLens[index / cols];
+            s.batch = batches[index % cols];
+            return estimateMemory(arch, s);
         });
     }
     return map;

@@ -24,6 +24,7 @@
 // oneDNN's scratch for its shape while it runs (CpuGemmScratch.h).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -216,6 +217,16 @@ struct FitMap {
 };
 FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
               const std::vector<std::int64_t>& batches, const std::vector<std::int64_t>& seqLens);
+// A GPU map's caching-allocator reserve: map.peakBytes holds each cell's
+// tensors plus what lies outside the allocator, placedBase the tensors the
+// allocator holds (-1: a cell already exact). exact(index) is the cell's
+// estimate (the allocator replayed); lightest is the lightest cell's (at
+// lightIndex). The reserve is replayed there and at the cell nearest the
+// budget, placed on the line through the two for the other cells, and the
+// cells then placed nearest the budget are replayed. fitMap's and a derived
+// plan's maps both use it.
+void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedBase, std::size_t lightIndex,
+                           const MemoryEstimate& lightest, const std::function<MemoryEstimate(std::size_t)>& exact);
 // Up to `count` distinct integers from `first` to `last`, evenly spaced.
 std::vector<std::int64_t> fitMapAxis(std::int64_t first, std::int64_t last, int count);
 

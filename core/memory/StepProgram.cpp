@@ -6,6 +6,10 @@
 #include <cmath>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
+#include "common/Errors.h"
+
 namespace tb {
 namespace {
 
@@ -66,6 +70,7 @@ std::string structureDifference(const RecordedStep& a, const RecordedStep& b)
     for (std::size_t i = 0; i < n; ++i) {
         const auto &x = a.events[i], &y = b.events[i];
         const bool same = (x.bytes > 0) == (y.bytes > 0) && x.block == y.block && x.phase == y.phase
+            && a.opName(x) == b.opName(y) && x.elementBytes == y.elementBytes && x.firstInOp == y.firstInOp
             && (x.gemm.m != 0) == (y.gemm.m != 0) && x.gemm.srcTransposed == y.gemm.srcTransposed
             && x.gemm.weightsTransposed == y.gemm.weightsTransposed && x.gemm.accumulate == y.gemm.accumulate
             && (x.gemm.batch != 0) == (y.gemm.batch != 0);
@@ -111,6 +116,12 @@ const char* stepDimName(StepDim d)
     case StepDim::Rank: return "LoRA rank";
     }
     return "?";
+}
+
+const std::string& RecordedStep::opName(const Event& e) const
+{
+    static const std::string none;
+    return e.op >= 0 && static_cast<std::size_t>(e.op) < ops.size() ? ops[static_cast<std::size_t>(e.op)] : none;
 }
 
 std::int64_t RecordedStep::parameters() const
@@ -222,12 +233,15 @@ StepTrace replayStep(const RecordedStep& step)
     return t;
 }
 
-AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAllocatorSettings& settings)
+AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAllocatorSettings& settings,
+                                      const std::vector<std::int64_t>& first, const std::vector<std::int64_t>& afterResidents)
 {
     CudaAllocatorModel model(settings);
     std::vector<int> handles;
     handles.reserve(step.resident.size() + step.events.size());
+    for (const auto b : first) (void)model.allocate(b);
     for (const auto b : step.resident) handles.push_back(model.allocate(b));
+    for (const auto b : afterResidents) (void)model.allocate(b);
     AllocatorReplay out;
     out.startAllocated = model.allocated();
     for (auto& p : out.phasePeakAllocated) p = out.startAllocated;
@@ -242,6 +256,7 @@ AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAlloca
     }
     out.peakAllocated = model.peakAllocated();
     out.peakReserved = model.peakReserved();
+    out.segments = model.segments();
     return out;
 }
 
@@ -399,6 +414,131 @@ std::optional<StepProgram> borrowFormulas(const StepProgram& known, const Record
         out.numbers.push_back(known.numbers[it->second]);
     }
     return out;
+}
+
+RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
+{
+    auto d = real;
+    dimOf(d, StepDim::Batch) = batch;
+    dimOf(d, StepDim::Seq) = seqLen;
+    return programs[batch == 1 ? 0 : batch == 2 ? 1 : 2].at(d);
+}
+
+// As JSON: each program's structure (events as [kind, block, phase, op,
+// element bytes, first in its operator, product bits]) and its numbers as
+// indices into one table of distinct formulas (a model's layers repeat
+// theirs), each [base, [[dimension, xs, values], ...]].
+std::string stepProgramsToJson(const StepPrograms& p)
+{
+    using nlohmann::json;
+    std::map<std::pair<std::int64_t, std::vector<std::tuple<int, std::vector<std::int64_t>, std::vector<std::int64_t>>>>, std::size_t> index;
+    json formulas = json::array(), programs = json::array();
+    for (const auto& program : p.programs) {
+        json events = json::array(), numbers = json::array();
+        for (const auto& e : program.shape.events) {
+            const int bits = (e.gemm.m != 0 ? 1 : 0) | (e.gemm.batch != 0 ? 2 : 0) | (e.gemm.srcTransposed ? 4 : 0)
+                | (e.gemm.weightsTransposed ? 8 : 0) | (e.gemm.accumulate ? 16 : 0);
+            events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, e.firstInOp, bits});
+        }
+        for (const auto& f : program.numbers) {
+            std::vector<std::tuple<int, std::vector<std::int64_t>, std::vector<std::int64_t>>> axes;
+            for (const auto& a : f.axes) axes.emplace_back(a.dim, a.xs, a.values);
+            auto key = std::pair{f.base, axes};
+            auto [it, added] = index.emplace(key, formulas.size());
+            if (added) {
+                json ax = json::array();
+                for (const auto& [dim, xs, values] : axes) ax.push_back({dim, xs, values});
+                formulas.push_back({f.base, ax});
+            }
+            numbers.push_back(it->second);
+        }
+        programs.push_back({{"base", program.base},
+                            {"resident", program.shape.resident.size()},
+                            {"parameters", program.shape.parameterElements.size()},
+                            {"ops", program.shape.ops},
+                            {"events", events},
+                            {"numbers", numbers}});
+    }
+    return json{{"t0", p.t0}, {"real", p.real}, {"borrowed", p.borrowed}, {"formulas", formulas}, {"programs", programs}}.dump();
+}
+
+StepPrograms stepProgramsFromJson(const std::string& text)
+{
+    const auto bad = [](const std::string& what) {
+        return InputError("the derived plan's step programs are inconsistent: " + what);
+    };
+    try {
+        const auto j = nlohmann::json::parse(text);
+        StepPrograms p;
+        p.t0 = j.at("t0").get<std::int64_t>();
+        p.real = j.at("real").get<StepDims>();
+        p.borrowed = j.at("borrowed").get<int>();
+        std::vector<DimFormula> formulas;
+        for (const auto& f : j.at("formulas")) {
+            DimFormula d;
+            d.base = f.at(0).get<std::int64_t>();
+            for (const auto& a : f.at(1)) {
+                DimFormula::Axis axis;
+                axis.dim = a.at(0).get<int>();
+                axis.xs = a.at(1).get<std::vector<std::int64_t>>();
+                axis.values = a.at(2).get<std::vector<std::int64_t>>();
+                if (axis.dim < 0 || axis.dim >= kStepDims || axis.xs.size() != axis.values.size() || axis.xs.empty()) {
+                    throw bad("a formula's axis " + a.dump());
+                }
+                d.axes.push_back(std::move(axis));
+            }
+            formulas.push_back(std::move(d));
+        }
+        const auto& programs = j.at("programs");
+        if (programs.size() != p.programs.size()) throw bad(std::to_string(programs.size()) + " programs, not 3");
+        for (std::size_t i = 0; i < p.programs.size(); ++i) {
+            const auto& pj = programs[i];
+            auto& program = p.programs[i];
+            program.base = pj.at("base").get<StepDims>();
+            auto& shape = program.shape;
+            shape.resident.assign(pj.at("resident").get<std::size_t>(), 1);
+            shape.parameterElements.assign(pj.at("parameters").get<std::size_t>(), 1);
+            shape.trainableBytes.assign(shape.parameterElements.size(), 0);
+            shape.ops = pj.at("ops").get<std::vector<std::string>>();
+            std::int64_t blocks = static_cast<std::int64_t>(shape.resident.size());
+            for (const auto& ej : pj.at("events")) {
+                RecordedStep::Event e;
+                e.bytes = ej.at(0).get<int>();
+                e.block = ej.at(1).get<std::int32_t>();
+                e.phase = ej.at(2).get<std::uint8_t>();
+                e.op = ej.at(3).get<std::int16_t>();
+                e.elementBytes = ej.at(4).get<std::uint8_t>();
+                e.firstInOp = ej.at(5).get<bool>();
+                const int bits = ej.at(6).get<int>();
+                e.gemm.m = bits & 1;
+                e.gemm.batch = (bits & 2) ? 1 : 0;
+                e.gemm.srcTransposed = bits & 4;
+                e.gemm.weightsTransposed = bits & 8;
+                e.gemm.accumulate = bits & 16;
+                if (e.bytes > 0) ++blocks;
+                if ((e.bytes < 0 && e.block >= blocks) || e.phase >= kStepPhases
+                    || (e.op >= 0 && static_cast<std::size_t>(e.op) >= shape.ops.size())) {
+                    throw bad("event " + ej.dump());
+                }
+                shape.events.push_back(e);
+            }
+            std::size_t count = 0;
+            forEachNumber(shape, [&](std::int64_t, auto&&) { ++count; });
+            const auto numbers = pj.at("numbers").get<std::vector<std::size_t>>();
+            if (numbers.size() != count) {
+                throw bad(std::to_string(numbers.size()) + " numbers for a program of " + std::to_string(count));
+            }
+            for (const auto k : numbers) {
+                if (k >= formulas.size()) throw bad("formula " + std::to_string(k) + " of " + std::to_string(formulas.size()));
+                program.numbers.push_back(formulas[k]);
+            }
+            program.shape = program.at(program.base);
+        }
+        return p;
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(std::string("the derived plan's step programs are not what trainbench-cli estimate --derived writes: ")
+                         + e.what());
+    }
 }
 
 } // namespace tb

@@ -41,9 +41,18 @@ struct RecordedStep {
         std::int32_t block = -1; // a release: the block (residents first, then the step's allocations in order); -1: made before recording
         std::uint8_t phase = 0;  // 0 forward, 1 backward, 2 optimizer
         GemmCall gemm;           // an allocation made inside a bf16 matrix product (m = 0: none)
+        // An allocation: the outermost operator it was made in (an index in
+        // ops; -1: none), that operator's first tensor argument's bytes per
+        // element, and whether it is the first allocation of that call. The
+        // device rules (memory/DeviceRules.h) read them.
+        std::int16_t op = -1;
+        std::uint8_t elementBytes = 0;
+        bool firstInOp = false;
     };
     std::vector<std::int64_t> resident; // the bytes of each block live as the step starts, in the order they were made
     std::vector<Event> events;
+    std::vector<std::string> ops; // operator names (aten::dropout, trainbench::generator_state, ...)
+    const std::string& opName(const Event& e) const;
     // Per parameter: its elements, and its bytes when it trains (0: frozen).
     std::vector<std::int64_t> parameterElements, trainableBytes;
 
@@ -69,15 +78,20 @@ void orderReleases(RecordedStep& step);
 // the entry before it (with the product it came in).
 StepTrace replayStep(const RecordedStep& step);
 
-// The step on a GPU's caching allocator (memory/CudaAllocatorModel.h): the
-// blocks live as the step starts, allocated in the order they were made,
-// then the step's allocations and releases in order. A bf16 product's marker
-// takes nothing (on a GPU cuBLAS works in its workspace).
+// The step on a GPU's caching allocator (memory/CudaAllocatorModel.h):
+// `first` (blocks the run makes before the model: data parallel's buckets),
+// the blocks live as the step starts, allocated in the order they were made,
+// `afterResidents` (blocks made on the first step and kept: LibTorch 2.x's
+// cuBLAS workspaces), then the step's allocations and releases in order. A
+// bf16 product's marker takes nothing (on a GPU cuBLAS works in its
+// workspace).
 struct AllocatorReplay {
-    std::int64_t startAllocated = 0, peakAllocated = 0, peakReserved = 0;
+    std::int64_t startAllocated = 0, peakAllocated = 0, peakReserved = 0, segments = 0;
     std::array<std::int64_t, kStepPhases> phasePeakAllocated{};
 };
-AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAllocatorSettings& settings = {});
+AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAllocatorSettings& settings = {},
+                                      const std::vector<std::int64_t>& first = {},
+                                      const std::vector<std::int64_t>& afterResidents = {});
 
 // One number of the step as a function of the dimensions: its value at the
 // base probe times, for each dimension it moved with, the polynomial through
@@ -99,6 +113,23 @@ struct StepProgram {
     RecordedStep at(const StepDims& dims) const;
     std::size_t size() const { return shape.events.size(); }
 };
+
+// A model's step as programs (recorded by train/DerivedPlan.h
+// recordStepPrograms): for batch 1, batch 2 and from batch 3 on (matmul
+// skips copies at batch 1), each from sequence t0. at() is the step at the
+// model's own widths, allocation by allocation.
+struct StepPrograms {
+    std::array<StepProgram, 3> programs;
+    StepDims real{}; // the model's widths
+    std::int64_t t0 = 8;
+    int borrowed = 0; // programs whose formulas came from the model with two layers
+    RecordedStep at(std::int64_t batch, std::int64_t seqLen) const;
+};
+
+// As JSON (the derived plan's data, memory/DerivedStep.h), and back;
+// fromJson throws InputError naming what is inconsistent.
+std::string stepProgramsToJson(const StepPrograms& programs);
+StepPrograms stepProgramsFromJson(const std::string& json);
 
 // A dimension the probes move, and the values besides the base's (one more
 // value than the degree it may have: T takes two, for the score maps' T^2).

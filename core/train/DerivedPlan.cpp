@@ -15,6 +15,7 @@
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
 #include "memory/CpuGemmScratch.h"
+#include "memory/DeviceRules.h"
 #include "memory/MemoryProbe.h"
 #include "memory/StepProgram.h"
 #include "train/Datasets.h"
@@ -252,7 +253,26 @@ struct BlockRecorder {
     std::uint8_t phase = 0;
     RecordedStep step;
     std::int32_t nextIndex = 0;
-    std::vector<GemmCall> ops; // as Recorder's
+    // The operators running on the recording thread, outermost first: a
+    // product's shape (as Recorder's), and for a root (an operator the
+    // trainer's code called: outermost, or the first inside an autograd
+    // node's evaluation, where checkpointing recomputes a block) its name
+    // (an index in step.ops), its first tensor's bytes per element and
+    // whether it has allocated yet (the device rules read them).
+    struct Frame {
+        GemmCall gemm;
+        std::int16_t name = -1;
+        std::uint8_t elementBytes = 0;
+        bool root = false, node = false, allocated = false;
+    };
+    std::vector<Frame> ops;
+    Frame* root()
+    {
+        for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+            if (it->root) return &*it;
+        }
+        return nullptr;
+    }
     std::thread::id owner = std::this_thread::get_id();
 
     void begin()
@@ -282,7 +302,15 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
             RecordedStep::Event e;
             e.bytes = delta;
             e.phase = rec->phase;
-            if (std::this_thread::get_id() == rec->owner && !rec->ops.empty()) e.gemm = rec->ops.back();
+            if (std::this_thread::get_id() == rec->owner && !rec->ops.empty()) {
+                e.gemm = rec->ops.back().gemm;
+                if (auto* root = rec->root()) {
+                    e.op = root->name;
+                    e.elementBytes = root->elementBytes;
+                    e.firstInOp = !root->allocated;
+                    root->allocated = true;
+                }
+            }
             rec->step.events.push_back(e);
         }
         rec->live[ptr] = b;
@@ -299,6 +327,9 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
         // the product's marker (leaveBlockOp) has oneDNN say it at any width.
         const auto& last = rec->step.events.back();
         if (last.bytes == -delta && last.gemm.m != 0 && last.phase == rec->phase) {
+            if (last.firstInOp && std::this_thread::get_id() == rec->owner) {
+                if (auto* root = rec->root()) root->allocated = false;
+            }
             rec->step.events.pop_back();
             --rec->nextIndex;
             return;
@@ -315,7 +346,28 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
 
 std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
 {
-    if (auto* rec = g_blocks.load()) rec->ops.push_back(rec->on ? gemmOf(fn) : GemmCall{});
+    auto* rec = g_blocks.load();
+    if (!rec) return nullptr;
+    BlockRecorder::Frame frame;
+    if (rec->on) {
+        frame.gemm = gemmOf(fn);
+        const std::string name = fn.name();
+        frame.node = name.rfind("autograd::engine::evaluate_function", 0) == 0;
+        frame.root = rec->ops.empty() || rec->ops.back().node;
+        if (frame.root) {
+            for (const auto& input : fn.inputs()) {
+                if (!input.isTensor() || !input.toTensor().defined()) continue;
+                frame.elementBytes = static_cast<std::uint8_t>(input.toTensor().element_size());
+                break;
+            }
+            std::lock_guard<std::mutex> lock(rec->mutex);
+            auto& ops = rec->step.ops;
+            const auto it = std::find(ops.begin(), ops.end(), name);
+            frame.name = static_cast<std::int16_t>(it - ops.begin());
+            if (it == ops.end()) ops.push_back(name);
+        }
+    }
+    rec->ops.push_back(frame);
     return nullptr;
 }
 
@@ -323,12 +375,12 @@ void leaveBlockOp(const at::RecordFunction&, at::ObserverContext*)
 {
     auto* rec = g_blocks.load();
     if (!rec || rec->ops.empty()) return;
-    if (rec->on && rec->ops.back().m != 0) {
+    if (rec->on && rec->ops.back().gemm.m != 0) {
         // A bf16 product ran: the marker where its scratch, if any, goes.
         std::lock_guard<std::mutex> lock(rec->mutex);
         RecordedStep::Event e;
         e.phase = rec->phase;
-        e.gemm = rec->ops.back();
+        e.gemm = rec->ops.back().gemm;
         rec->step.events.push_back(e);
     }
     rec->ops.pop_back();
@@ -582,8 +634,10 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
     }
 }
 
-// The step compiled from the programs evaluated at the model's widths.
-std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs, DerivedStep& step, std::string& why)
+// The step compiled from the programs evaluated at the model's widths; on
+// a GPU (gpu set where it compiles) the same by the device rules.
+std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs, DerivedStep& step, std::string& why,
+                                                   std::optional<CompiledSegment>& gpu)
 {
     const auto t0 = programs.t0;
     const auto tracer = [&](std::int64_t B, std::int64_t T) { return replayStep(programs.at(B, T)); };
@@ -592,6 +646,12 @@ std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs,
     if (!segment) {
         why = "the programs at the model's widths are not polynomials in batch and sequence";
         return std::nullopt;
+    }
+    const auto onGpu = cudaStepOf(programs.at(3, t0));
+    if (step.unruled.empty()) step.unruled = onGpu.unruled;
+    if (onGpu.unruled.empty()) {
+        gpu = compileSegment([&](std::int64_t B, std::int64_t T) { return replayStep(cudaStepOf(programs.at(B, T), false).step); },
+                             t0, t0 + 2, 5, checks, 3);
     }
     const auto at = programs.at(3, t0);
     step.parameters = at.parameters();
@@ -608,25 +668,29 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
     DerivedStep step;
     int recorded = 0;
     const auto window = config.model.type == "hf" ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
-    const auto within = programsFor(setup, window > 0 ? 1 << 30 : 0, progress, recorded, why);
+    auto within = programsFor(setup, window > 0 ? 1 << 30 : 0, progress, recorded, why);
     if (!within) return std::nullopt;
-    auto segment = compileFromPrograms(*within, step, why);
+    auto segment = compileFromPrograms(*within, step, why, step.gpuSegment);
     if (!segment) return std::nullopt;
     step.segment = std::move(*segment);
     step.segment.traces = recorded;
+    step.programs = std::make_shared<const StepPrograms>(std::move(*within));
     if (window > 0) {
         const int before = recorded;
-        const auto beyond = programsFor(setup, 1, progress, recorded, why);
+        auto beyond = programsFor(setup, 1, progress, recorded, why);
         if (!beyond) return std::nullopt;
-        auto past = compileFromPrograms(*beyond, step, why);
+        auto past = compileFromPrograms(*beyond, step, why, step.pastWindowOnGpu);
         if (!past) return std::nullopt;
         step.pastWindow = std::move(*past);
         step.pastWindow->traces = recorded - before;
         step.slidingWindow = window;
+        step.pastWindowPrograms = std::make_shared<const StepPrograms>(std::move(*beyond));
+        // Both sides compile on the GPU, or neither is exact there.
+        if (!step.pastWindowOnGpu) step.gpuSegment.reset();
     }
     const auto layers = std::to_string(setup.model.nLayer);
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths "
-        + (within->borrowed > 0 ? "with 2 layers and checked with the model's " + layers
+        + (step.programs->borrowed > 0 ? "with 2 layers and checked with the model's " + layers
                                 : "with the model's " + layers + " layers")
         + " and evaluated at its own";
     if (config.train.precision == "fp16") {
@@ -636,14 +700,6 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
 }
 
 } // namespace
-
-RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
-{
-    auto d = real;
-    dimOf(d, StepDim::Batch) = batch;
-    dimOf(d, StepDim::Seq) = seqLen;
-    return programs[batch == 1 ? 0 : batch == 2 ? 1 : 2].at(d);
-}
 
 std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::string* why, const DerivedPlanProgress& progress)
 {

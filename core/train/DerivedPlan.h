@@ -15,10 +15,11 @@
 // sequence beyond the traced shapes (a kernel that switches algorithm at a
 // size, a validation split capped by the corpus); the checks it runs at
 // shapes it did not sample catch those within them. It plans the CPU's
-// tensors; on a GPU it adds the context and cuBLAS workspaces, not the
-// caching allocator's blocks (DerivedStep::at says it is a lower bound).
+// tensors. On a GPU a step recorded as programs is turned into the GPU's by
+// the device rules (memory/DeviceRules.h) and replayed on the caching
+// allocator's model; a traced step adds the context and cuBLAS workspaces,
+// not the allocator's blocks (DerivedStep::at says it is a lower bound).
 
-#include <array>
 #include <atomic>
 #include <optional>
 #include <cstdint>
@@ -45,17 +46,8 @@ struct DerivedPlanProgress {
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress = {});
 
 // The Llama family's step (built-in or a folder's) as programs recorded at
-// small widths with the model's layers: for batch 1, batch 2 and from batch 3
-// on (matmul skips copies at batch 1), each from sequence t0. at() is the step
-// at the model's own widths, allocation by allocation: what deriveStep
-// compiles, and what a device's allocator model replays.
-struct StepPrograms {
-    std::array<StepProgram, 3> programs;
-    StepDims real{}; // the model's widths
-    std::int64_t t0 = 8;
-    int borrowed = 0; // programs whose formulas came from the model with two layers (programFromTwoLayers)
-    RecordedStep at(std::int64_t batch, std::int64_t seqLen) const;
-};
+// small widths with the model's layers (memory/StepProgram.h): what
+// deriveStep compiles, and what a device's allocator model replays.
 // nullopt (why says why) for other models, or where no program fits. A
 // sliding window is taken as longer than any sequence.
 std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::string* why = nullptr,

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 
 namespace tb::compat {
 
@@ -92,9 +93,14 @@ inline void setOptimizerState(torch::optim::Optimizer& optimizer, const torch::T
 #endif
 }
 
-// RNG state of a generator as a byte tensor, and back.
+// RNG state of a generator as a byte tensor, and back. The state is made
+// inside an operator scope of its own, so that the derived planner's device
+// rules can tell it (a CPU generator's state is a tensor the CPU step
+// allocates; a CUDA generator's is host memory: memory/DeviceRules.h).
 inline torch::Tensor generatorState(at::Generator& gen)
 {
+    at::RecordFunction scope(at::RecordScope::FUNCTION);
+    if (scope.isActive()) scope.before("trainbench::generator_state", c10::ArrayRef<const c10::IValue>{});
     std::lock_guard<std::mutex> lock(gen.mutex());
     return gen.get_state();
 }

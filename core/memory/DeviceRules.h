@@ -1,0 +1,42 @@
+#pragma once
+// What a CUDA device's training step allocates where the step recorded on
+// the CPU (memory/StepProgram.h, recorded by train/DerivedPlan.cpp) differs,
+// applied to the record by operator. Each rule is written from LibTorch's
+// source (1.13 and 2.6 agree on all of them):
+//
+// - A bf16 matrix product's CPU scratch (oneDNN's, a marker in the record)
+//   is not a GPU's: cuBLAS works in its workspace (the plan's fixed
+//   cuBLAS term). Markers are dropped.
+// - Dropout (aten::dropout, aten::feature_dropout): on the CPU the composite
+//   path (native/Dropout.cpp _dropout_impl) draws its noise with
+//   empty_like(input) in the input's dtype, its first allocation; on CUDA
+//   the fused kernel (native/cuda/Dropout.cu native_dropout_cuda) keeps a
+//   one-byte bool mask in its place. (CUDA allocates the output before the
+//   mask; the record keeps the CPU's order, both are kept for backward.)
+// - A generator's state (trainbench::generator_state, saved by activation
+//   checkpointing, train/Layers.cpp): a CPU generator's is a tensor the CPU
+//   step allocates; a CUDA generator's get_state (cuda/CUDAGeneratorImpl.cpp)
+//   returns it in host memory. Dropped.
+// - Every allocation is rounded up to the caching allocator's 512 bytes
+//   (c10/cuda/CUDACachingAllocator.cpp kMinBlockSize), unless `rounded` is
+//   false (sizes that stay polynomials in batch and sequence, for a
+//   compiled step: the fit map's cells).
+//
+// Not ruled (the plan says it is a lower bound there): scaled_dot_product_
+// attention, whose GPU kernels (flash, memory-efficient) keep other buffers
+// than the CPU's flash kernel (memory/FusedAttention.h describes both).
+
+#include <string>
+
+#include "memory/StepProgram.h"
+
+namespace tb {
+
+struct CudaStep {
+    RecordedStep step;   // the step's tensors on a GPU (blocks of the allocator's granularity)
+    std::string unruled; // an operator whose GPU kernel allocates otherwise, with no rule (empty: none)
+};
+
+CudaStep cudaStepOf(const RecordedStep& cpu, bool rounded = true);
+
+} // namespace tb
