@@ -1,4 +1,4 @@
-// bench_step_programs: the Llama family's step as programs recorded at small
+// bench_step_programs: the Llama and GPT families' steps as programs recorded at small
 // widths (train/DerivedPlan.h deriveStep), evaluated at published models'
 // widths, against the hand replay (memory/Estimator.cpp):
 //   - how long recording takes, and how many probe steps;
@@ -71,7 +71,9 @@ void bench(const std::string& label, const std::string& configJson, const fs::pa
                           Setup{"bf16", 16, false, 0.0}, Setup{"bf16", 16, true, 0.1}, Setup{"fp32", 0, true, 0.1}}) {
         c.train.precision = s.precision;
         c.lora.rank = s.rank;
-        c.lora.targets = {"q_proj", "v_proj"};
+        // (The GPT family's folders: the attention's fused projection.)
+        c.lora.targets = configJson.find("\"gpt") != std::string::npos ? std::vector<std::string>{"attn"}
+                                                                        : std::vector<std::string>{"q_proj", "v_proj"};
         c.train.activationCheckpointing = s.checkpointing;
         c.model.dropout = s.dropout;
         int steps = 0;
@@ -143,7 +145,7 @@ int main(int argc, char** argv)
     const auto scratch = fs::temp_directory_path() / "bench_step_programs";
     fs::create_directories(scratch);
     std::vector<std::pair<std::string, std::string>> models;
-    for (const char* id : {"tinyllama-1.1b", "qwen2.5-0.5b", "llama-2-7b", "mistral-7b", "qwen2.5-7b"}) {
+    for (const char* id : {"tinyllama-1.1b", "qwen2.5-0.5b", "llama-2-7b", "mistral-7b", "qwen2.5-7b", "gpt2-medium", "pythia-1.4b"}) {
         const auto path = presets / (std::string(id) + ".json");
         if (!fs::exists(path)) {
             std::fprintf(stderr, "bench_step_programs: %s is missing (run from the source tree, or name the presets folder)\n",

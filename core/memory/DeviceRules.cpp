@@ -2,7 +2,27 @@
 
 #include "memory/CudaAllocatorModel.h"
 
+#include <set>
+
 namespace tb {
+namespace {
+
+// CUDA's autocast runs these in fp32 (LibTorch's autocast_mode.cpp: its
+// fp32 list for CUDA, and its fp32_set_opt_dtype list, whose operators run
+// as called when given a dtype); the CPU's autocast leaves them in the
+// input's dtype.
+bool cudaAutocastFp32(const std::string& op, bool dtypeGiven)
+{
+    static const std::set<std::string> always{
+        "aten::layer_norm", "aten::native_layer_norm", "aten::group_norm", "aten::rsqrt", "aten::pow", "aten::exp",
+        "aten::log", "aten::log1p", "aten::reciprocal", "aten::logsumexp", "aten::norm", "aten::frobenius_norm",
+        "aten::softplus", "aten::cross_entropy_loss", "aten::cosine_similarity", "aten::erfinv"};
+    static const std::set<std::string> unlessDtype{"aten::softmax", "aten::log_softmax", "aten::sum", "aten::cumsum",
+                                                   "aten::cumprod", "aten::prod", "aten::linalg_vector_norm"};
+    return always.count(op) > 0 || (!dtypeGiven && unlessDtype.count(op) > 0);
+}
+
+} // namespace
 
 CudaStep cudaStepOf(const RecordedStep& cpu, bool rounding)
 {
@@ -44,7 +64,10 @@ CudaStep cudaStepOf(const RecordedStep& cpu, bool rounding)
             bytes.push_back(0);
             continue;
         }
-        if (op == "aten::scaled_dot_product_attention" && out.unruled.empty()) out.unruled = op;
+        if (out.unruled.empty()) {
+            if (op == "aten::scaled_dot_product_attention") out.unruled = op;
+            else if (e.autocast && e.elementBytes == 2 && cudaAutocastFp32(op, e.opDtype)) out.unruled = op + " of a 16-bit tensor under autocast (CUDA's runs it in fp32)";
+        }
         auto a = e;
         if (e.firstInOp && e.elementBytes > 1 && (op == "aten::dropout" || op == "aten::feature_dropout")) {
             a.bytes = e.bytes / e.elementBytes;

@@ -24,7 +24,13 @@
 //
 // Not ruled (the plan says it is a lower bound there): scaled_dot_product_
 // attention, whose GPU kernels (flash, memory-efficient) keep other buffers
-// than the CPU's flash kernel (memory/FusedAttention.h describes both).
+// than the CPU's flash kernel (memory/FusedAttention.h describes both); and
+// an operator run under autocast (mixed precision's forward, a checkpointed
+// block's recompute) on a 16-bit input that CUDA's
+// autocast runs in fp32 and the CPU's does not (autocast_mode.cpp's CUDA
+// fp32 lists: softmax, log_softmax, layer_norm, ...: the GPT family's
+// attention softmax, say; the Llama family's trainer computes those in fp32
+// itself).
 
 #include <string>
 

@@ -43,11 +43,15 @@ struct RecordedStep {
         GemmCall gemm;           // an allocation made inside a bf16 matrix product (m = 0: none)
         // An allocation: the outermost operator it was made in (an index in
         // ops; -1: none), that operator's first tensor argument's bytes per
-        // element, and whether it is the first allocation of that call. The
+        // element, whether it is the first allocation of that call,
+        // whether the call named its output's dtype, and whether it ran
+        // under autocast. The
         // device rules (memory/DeviceRules.h) read them.
         std::int16_t op = -1;
         std::uint8_t elementBytes = 0;
         bool firstInOp = false;
+        bool opDtype = false;  // the operator was called with a dtype (its last argument: softmax(x, dim, float))
+        bool autocast = false; // the operator ran under autocast (mixed precision's forward, and a checkpoint's recompute)
     };
     std::vector<std::int64_t> resident; // the bytes of each block live as the step starts, in the order they were made
     std::vector<Event> events;

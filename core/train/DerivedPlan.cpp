@@ -21,6 +21,7 @@
 #include "train/Datasets.h"
 #include "train/Layers.h"
 #include "train/TrainStep.h"
+#include "train/TorchCompat.h"
 #include "train/Trainer.h"
 
 namespace tb {
@@ -263,7 +264,7 @@ struct BlockRecorder {
         GemmCall gemm;
         std::int16_t name = -1;
         std::uint8_t elementBytes = 0;
-        bool root = false, node = false, allocated = false;
+        bool root = false, node = false, allocated = false, dtype = false, autocast = false;
     };
     std::vector<Frame> ops;
     Frame* root()
@@ -307,6 +308,8 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
                 if (auto* root = rec->root()) {
                     e.op = root->name;
                     e.elementBytes = root->elementBytes;
+                    e.opDtype = root->dtype;
+                    e.autocast = root->autocast;
                     e.firstInOp = !root->allocated;
                     root->allocated = true;
                 }
@@ -355,11 +358,15 @@ std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
         frame.node = name.rfind("autograd::engine::evaluate_function", 0) == 0;
         frame.root = rec->ops.empty() || rec->ops.back().node;
         if (frame.root) {
-            for (const auto& input : fn.inputs()) {
+            const auto inputs = fn.inputs();
+            for (const auto& input : inputs) {
                 if (!input.isTensor() || !input.toTensor().defined()) continue;
                 frame.elementBytes = static_cast<std::uint8_t>(input.toTensor().element_size());
                 break;
             }
+            // softmax(x, dim, dtype), sum(x, dim, keepdim, dtype), ...: a dtype given last.
+            frame.dtype = inputs.size() > 1 && inputs.back().isInt();
+            frame.autocast = compat::autocastEnabled(c10::DeviceType::CPU);
             std::lock_guard<std::mutex> lock(rec->mutex);
             auto& ops = rec->step.ops;
             const auto it = std::find(ops.begin(), ops.end(), name);
@@ -394,18 +401,30 @@ struct ProbeSetup {
     int idBytes = 0; // 2 or 4: random ids of that width; 0: the config's own data (its vocabulary fixed)
     bool mask = false;
     bool tiedKv() const { return model.kvHeads() == model.nHead; }
+    // The GPT family (built-in, GPT-2, GPT-NeoX): the hidden size is heads x
+    // head size, so the probes move those two and the hidden size follows.
+    bool gptLike() const { return model.type != "llama"; }
+    // A folder's table of learned positions (GPT-2's wpe) has the file's
+    // rows at every sequence; elsewhere the tables follow the sequence.
+    bool fixedPositions() const { return config.model.type == "hf" && model.positionalEncoding == "learned"; }
 };
 
-// Whether the step can be recorded as a program: the Llama family (built-in
-// or a folder's), whose every width the trainer takes from ModelOptions.
+// Whether the step can be recorded as a program: a model whose every width
+// the trainer takes from ModelOptions: the Llama family and the GPT family
+// (built-in or a folder's).
 bool programmable(const RunConfig& c)
 {
     if (fixedSequence(c)) return false;
-    if (c.model.type == "llama") return true;
+    if (c.model.type == "llama" || c.model.type == "gpt") return true;
     if (c.model.type != "hf") return false;
     const auto arch = readHfArchitecture(resolvedModelPath(c));
-    return arch.llamaFamily();
+    return arch.llamaFamily() || arch.modelType == "gpt2" || arch.modelType == "gpt_neox";
 }
+
+// The head sizes the GPT family's probes take (probePlan), multiples of 8:
+// GPT-NeoX rotates a fraction of each head (a quarter in Pythia), which must
+// come out whole, and even (RoPE turns pairs), at every one of them.
+constexpr std::array<std::int64_t, 4> kGptProbeHeadDims{16, 24, 32, 40};
 
 StepDims realDims(const ModelOptions& o)
 {
@@ -429,13 +448,23 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
     TrainerOptions options;
     const RunConfig c = stepConfig(setup.config, dimOf(dims, StepDim::Batch), dimOf(dims, StepDim::Seq), options);
     auto model = std::make_shared<ModelOptions>(setup.model);
-    model->maxLen = c.data.seqLen;
+    if (!setup.fixedPositions()) model->maxLen = c.data.seqLen;
     model->dModel = static_cast<int>(dimOf(dims, StepDim::Hidden));
     model->nHead = static_cast<int>(dimOf(dims, StepDim::Heads));
     // Without grouped-query attention the key/value heads are the heads (a
     // step with fewer would repeat them: another program).
     model->nKvHead = setup.tiedKv() ? model->nHead : static_cast<int>(dimOf(dims, StepDim::KvHeads));
     model->headDimOverride = static_cast<int>(dimOf(dims, StepDim::HeadDim));
+    if (setup.gptLike()) {
+        // The GPT family's heads split the hidden size; GPT-NeoX rotates the
+        // same fraction of each head as the model (whole at every probe head
+        // size: programsFor checks).
+        const auto hd = dimOf(dims, StepDim::HeadDim);
+        model->dModel = static_cast<int>(dimOf(dims, StepDim::Heads) * hd);
+        model->headDimOverride = 0;
+        model->nKvHead = 0;
+        model->rotaryDims = static_cast<int>(setup.model.rotaryDims * hd / setup.model.headDim());
+    }
     model->dFf = static_cast<int>(dimOf(dims, StepDim::Intermediate));
     model->vocabSize = static_cast<int>(dimOf(dims, StepDim::Vocab));
     model->loraRank = static_cast<int>(dimOf(dims, StepDim::Rank));
@@ -551,6 +580,25 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
                         !lora ? 0 : rankOne ? 1 : r};
     };
     ProbePlan p;
+    if (s.gptLike()) {
+        // Hidden = heads x head size: a weight of hidden x hidden is of
+        // degree 2 in each, so each takes two values besides the base's.
+        const auto g = [&](std::int64_t b, std::int64_t t, std::int64_t nh, std::int64_t hd, std::int64_t i, std::int64_t v,
+                           std::int64_t r) { return dims(b, t, nh * hd, nh, nh, hd, i, v, r); };
+        const auto& hd = kGptProbeHeadDims;
+        p.base = g(3, t0, 4, hd[0], 88, 50, 7);
+        p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
+        if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
+        p.axes.push_back({StepDim::Heads, {6, 7}});
+        p.axes.push_back({StepDim::HeadDim, {hd[1], hd[2]}});
+        p.axes.push_back({StepDim::Intermediate, {104}});
+        if (vocab) p.axes.push_back({StepDim::Vocab, {58}});
+        if (lora && !rankOne) p.axes.push_back({StepDim::Rank, {10}});
+        p.checks.push_back(g(6, t0 + 6, 5, hd[3], 80, 66, 11));
+        p.checks.push_back(g(4, 4 * t0 + 3, 3, hd[1], 52, 42, 9));
+        // (Along the heads or the head size recordProbe moves the hidden size with them.)
+        return p;
+    }
     p.base = dims(3, t0, 48, gqa ? 10 : 4, 5, 16, 64, 50, 7);
     p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
     if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
@@ -599,6 +647,16 @@ std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const P
 std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, const DerivedPlanProgress& progress,
                                         int& recorded, std::string& why)
 {
+    if (setup.gptLike() && setup.model.rotaryDims > 0) {
+        for (const auto hd : kGptProbeHeadDims) {
+            const auto rotary = setup.model.rotaryDims * hd;
+            if (rotary % setup.model.headDim() != 0 || (rotary / setup.model.headDim()) % 2 != 0) {
+                why = "RoPE rotates " + std::to_string(setup.model.rotaryDims) + " of each head's " + std::to_string(setup.model.headDim())
+                    + " dimensions, a fraction the probes' head sizes cannot take as whole pairs";
+                return std::nullopt;
+            }
+        }
+    }
     // bf16 products on a CPU that hands them to oneDNN: from sequence 32 (probePlan).
     const bool products = setup.config.train.precision != "fp32" && cpuBf16ProductsUseOneDnn();
     if (products && setup.model.loraRank == 1) {
@@ -650,7 +708,9 @@ std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs,
     const auto onGpu = cudaStepOf(programs.at(3, t0));
     if (step.unruled.empty()) step.unruled = onGpu.unruled;
     if (onGpu.unruled.empty()) {
-        gpu = compileSegment([&](std::int64_t B, std::int64_t T) { return replayStep(cudaStepOf(programs.at(B, T), false).step); },
+        gpu = compileSegment([&](std::int64_t B, std::int64_t T) {
+            return replayStep(cudaStepOf(programs.at(B, T), false).step);
+        },
                              t0, t0 + 2, 5, checks, 3);
     }
     const auto at = programs.at(3, t0);
@@ -661,7 +721,7 @@ std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs,
     return segment;
 }
 
-// The Llama family's step from programs; nullopt (why set) where they do not fit.
+// A Llama- or GPT-family step from programs; nullopt (why set) where they do not fit.
 std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const DerivedPlanProgress& progress, std::string& why)
 {
     const auto setup = probeSetup(config);
@@ -703,7 +763,7 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
 
 std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::string* why, const DerivedPlanProgress& progress)
 {
-    std::string failure = "the model is not of the Llama family (its widths are not all the trainer's options)";
+    std::string failure = "the model is neither of the Llama nor of the GPT family (its widths are not all the trainer's options)";
     if (programmable(config)) {
         failure.clear();
         int recorded = 0;
@@ -716,7 +776,7 @@ std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::str
 
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress)
 {
-    // The Llama family: recorded at small widths, evaluated at the model's
+    // The Llama and GPT families: recorded at small widths, evaluated at the model's
     // (a 7B plan from steps of milliseconds). Elsewhere, or where the
     // programs do not fit, the step at the model's own widths is traced.
     std::string unfit;
