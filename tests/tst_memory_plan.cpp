@@ -22,6 +22,7 @@
 #include "memory/LargestFitting.h"
 #include "memory/Verdict.h"
 #include "run/RunSession.h"
+#include "train/DerivedPlan.h"
 #include "train/Trainer.h"
 
 #include "HfFolderFixtures.h"
@@ -209,6 +210,7 @@ private Q_SLOTS:
     void unsavedValuesLiveUntilTheAttentionReturns();
     void tiedHeadGradientUnderAutocast();
     void runsRecordTheirEstimate();
+    void runOfAFolderWithItsOwnHeadSizeRecordsItsDerivedPlan();
     void noTermIsNegative();
     void oneVerdict();
     void folderWithItsOwnHeadSizeIsNotPlannedSilently();
@@ -846,6 +848,38 @@ void TestMemoryPlan::runsRecordTheirEstimate()
     QVERIFY2(estimateMemory(planned.arch, withoutCard).peakBytes != recorded.peakBytes,
              "an H100's workspaces and context differ from a card of unknown capability's");
     QCOMPARE(launchEstimate(c, "cpu", std::nullopt).tensorPeakBytes, expected);
+}
+
+// A run of a folder whose head size is not hidden / heads records the plan
+// of its own step, as estimate and the Memory planner give it: the hand
+// replay's (recorded before) planned it as hidden / heads, under the
+// measured peak by more than the 10% that warns, and the run warned.
+void TestMemoryPlan::runOfAFolderWithItsOwnHeadSizeRecordsItsDerivedPlan()
+{
+    QTemporaryDir dir;
+    writeHfFolder(dir.path().toStdString(),
+                  R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 32,
+                      "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
+                      "max_position_embeddings": 128, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  64);
+    auto c = onFolder(dir.path(), small("hf", 2, 32, 8, 4, 48));
+    c.train.steps = 3;
+    c.train.evalEvery = 3;
+    QVERIFY(plannedFromItsStep(c));
+    SessionOptions options;
+    options.dbPath = dir.filePath("runs.db").toStdString();
+    RunSession session(c, options);
+    const auto outcome = session.run({});
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    const auto derived = deriveStep(c).at(4, 48).tensorPeakBytes;
+    const auto hand = estimateMemory(architectureFor(c), setupFor(c)).tensorPeakBytes;
+    std::printf("own head size: measured %lld, derived %lld, hand %lld\n", static_cast<long long>(outcome.measuredPeakBytes),
+                static_cast<long long>(derived), static_cast<long long>(hand));
+    QCOMPARE(outcome.estimatedPeakBytes, derived);
+    QCOMPARE(outcome.measuredPeakBytes, derived);
+    QVERIFY(static_cast<double>(outcome.measuredPeakBytes) > 1.1 * static_cast<double>(hand));
+    RunStore store(options.dbPath, RunStore::Mode::ReadOnly);
+    for (const auto& e : store.events(outcome.runId)) QVERIFY2(e.kind != "memory_estimate", e.message.c_str());
 }
 
 // On a GPU each allocation is rounded to the caching allocator's 512 bytes

@@ -15,6 +15,7 @@
 #include "memory/Estimator.h"
 #include "store/MetricWriter.h"
 #include "store/Sqlite.h"
+#include "train/DerivedPlan.h"
 
 namespace tb {
 namespace {
@@ -68,6 +69,20 @@ MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device
 {
     const bool gpu = device.rfind("cuda", 0) == 0;
     const TargetPlan plan = planOnTarget(config, gpu, cc, std::max(1, config.train.worldSize));
+    if (plannedFromItsStep(config)) {
+        // A folder the hand replay does not model: its own step's plan, as
+        // estimate, fit, the form and the Memory planner give it (recorded at
+        // small widths in seconds, before the first step).
+        auto c = config;
+        c.train.precision = plan.setup.precision;
+        try {
+            return deriveStep(c).at(config.train.batchSize, effectiveSeqLen(config), plan.setup);
+        } catch (const std::exception& e) {
+            auto hand = estimateMemory(plan.arch, plan.setup);
+            hand.notes.push_back(std::string("its own step's plan could not be derived (") + e.what() + "): the hand replay's");
+            return hand;
+        }
+    }
     return estimateMemory(plan.arch, plan.setup);
 }
 

@@ -100,8 +100,10 @@ struct SessionOutcome {
 // "cuda:N") of capability cc: the config resolved through planOnTarget, as
 // the Memory planner, the Experiment form, preflight and estimate resolve a
 // target, so a run on an H100 records the figures (precision, cuBLAS
-// workspaces, CUDA context) the planner shows for an H100. The run stores
-// its peak tensor bytes (what the memory probe measures) and terms.
+// workspaces, CUDA context) the planner shows for an H100. A config planned
+// from its own step (memory/Estimator.h plannedFromItsStep) records the
+// derived plan, as the planner shows it. The run stores its peak tensor
+// bytes (what the memory probe measures) and terms.
 MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device, std::optional<ComputeCapability> cc);
 
 // Every run checks the memory planner: the warning event's text when the
