@@ -88,11 +88,14 @@ void bench(const std::string& label, const std::string& configJson, const fs::pa
             continue;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (!derived.exactOnGpu()) {
-            std::printf("%-16s %-4s lora %2d  not exact on a GPU: %s\n", label.c_str(), s.precision, s.rank,
-                        !derived.programs ? derived.tracedOn.c_str()
-                        : !derived.unruled.empty() ? ("no rule for " + derived.unruled).c_str()
-                                                   : "the device rules' step is not polynomial in batch and sequence");
+        {
+            tb::TrainingSetup a100;
+            a100.gpu = true;
+            a100.computeCapability = 80;
+            a100.precision = s.precision;
+            if (const auto why = derived.notExactOn(a100); !why.empty()) {
+                std::printf("%-16s %-4s lora %2d  not exact on an A100: %s\n", label.c_str(), s.precision, s.rank, why.c_str());
+            }
         }
         if (std::getenv("TB_DEBUG_OPS") && derived.programs) {
             const auto& shape = derived.programs->programs[2].shape;

@@ -364,13 +364,12 @@ int fitDerived(const Args& args)
     if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
     if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
     const auto [config, step] = derivedFromArgs(args, "fit", gpu);
-    if (gpu && !step.exactOnGpu()) {
-        throw InputError("on a GPU this derived plan is a lower bound (" + std::string(step.programs ? "no device rule for "
-                         + step.unruled : "its step was traced at the model's own widths, not recorded as a program")
+    const auto setup = gpu ? derivedTarget(args, config, gpu).setup : TrainingSetup{};
+    if (const auto why = gpu ? step.notExactOn(setup) : std::string(); !why.empty()) {
+        throw InputError("on this GPU the derived plan is a lower bound (" + why
                          + "): 'fit' would overstate what fits; estimate --derived --gpu NAME shows the bound, or give "
                            "--budget BYTES for the CPU's plan");
     }
-    const auto setup = gpu ? derivedTarget(args, config, gpu).setup : TrainingSetup{};
     if (gpu) budget = gpu->gpu.memoryBytes;
     const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value() && step.fixedSeqLen == 0;
     const auto at = [&](std::int64_t n) {

@@ -21,7 +21,16 @@ std::int64_t gpuFixedBytes(const TrainingSetup& setup)
 // A shape's step on a GPU from the programs: the tensors' phase peaks (the
 // device rules' step, data parallel's and LibTorch 2.x's cuBLAS blocks
 // included) and the caching allocator's replay of it.
+CudaTarget cudaTargetOf(const TrainingSetup& setup)
+{
+    CudaTarget t;
+    t.computeCapability = setup.computeCapability;
+    t.fp16 = setup.precision == "fp16";
+    return t;
+}
+
 struct GpuStep {
+    std::string unruled; // non-empty: an operator with no rule on this card (the figures below are not a plan)
     std::array<std::int64_t, kStepPhases> phaseTensors{};
     std::int64_t start = 0; // the tensors live as the step starts
     std::int64_t peakTensors() const { return *std::max_element(phaseTensors.begin(), phaseTensors.end()); }
@@ -31,7 +40,11 @@ struct GpuStep {
 GpuStep gpuStep(const DerivedStep& d, std::int64_t batch, std::int64_t planned, const TrainingSetup& setup)
 {
     const auto& programs = d.pastWindowPrograms && planned > d.slidingWindow ? *d.pastWindowPrograms : *d.programs;
-    const auto step = cudaStepOf(programs.at(batch, planned)).step;
+    auto cuda = cudaStepOf(programs.at(batch, planned), cudaTargetOf(setup));
+    GpuStep out;
+    out.unruled = std::move(cuda.unruled);
+    if (!out.unruled.empty()) return out;
+    const auto& step = cuda.step;
     std::vector<std::int64_t> first, after;
     if (const auto dp = d.dataParallelBytes(batch, planned, setup); dp > 0) {
         // The reducer's buckets from the start of the run; the other ranks' rows with the data.
@@ -43,7 +56,6 @@ GpuStep gpuStep(const DerivedStep& d, std::int64_t batch, std::int64_t planned, 
         const auto ws = cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
         after = {ws, ws};
     }
-    GpuStep out;
     std::int64_t live = 0;
     for (const auto b : first) live += b;
     for (const auto b : step.resident) live += b;
@@ -102,7 +114,8 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen) const { 
 
 MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
-    if (setup.gpu && exactOnGpu()) return onGpu(batch, seqLen, setup);
+    const auto notExact = setup.gpu ? notExactOn(setup) : std::string();
+    if (setup.gpu && notExact.empty()) return onGpu(batch, seqLen, setup);
     // The CPU's kernel scratch (oneDNN's, for bf16 products) is not a GPU's.
     const bool withScratch = !setup.gpu;
     const auto asked = seqLen;
@@ -183,8 +196,17 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
     for (auto& p : e.phases) p.bytes += context + workspaces;
     e.notes.insert(e.notes.begin(),
                    "a lower bound on the GPU: the tensors traced on the CPU plus the CUDA context and cuBLAS "
-                   "workspaces; the caching allocator's blocks come on top");
+                   "workspaces; the caching allocator's blocks come on top (" + notExact + ")");
     return e;
+}
+
+std::string DerivedStep::notExactOn(const TrainingSetup& setup) const
+{
+    if (!programs) return "the step was traced at the model's own widths, not recorded as a program";
+    if (!unruled.empty()) return "no device rule for " + unruled;
+    if (!gpuSegment) return "the device rules' step is not polynomial in batch and sequence";
+    const auto why = cudaStepOf(programs->at(3, programs->t0), cudaTargetOf(setup)).unruled;
+    return why.empty() ? why : "no device rule for " + why;
 }
 
 void DerivedStep::shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const
@@ -282,9 +304,9 @@ std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, con
                                    bool exactProducts) const
 {
     const auto planned = plannedSeqLen(seqLen);
-    if (setup.gpu && exactOnGpu()) {
+    if (setup.gpu && programs && gpuSegment && unruled.empty()) {
         const auto g = gpuStep(*this, batch, planned, setup);
-        return std::max(g.peakTensors(), g.allocator.peakReserved) + gpuOutsideAllocator(setup);
+        if (g.unruled.empty()) return std::max(g.peakTensors(), g.allocator.peakReserved) + gpuOutsideAllocator(setup);
     }
     std::int64_t most = 0;
     for (int i = 0; i < kStepPhases; ++i) {
@@ -298,7 +320,7 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
 {
     FitMap map{batches, seqLens, {}, budget};
     map.compiled = true;
-    if (setup.gpu && exactOnGpu() && !batches.empty() && !seqLens.empty()) {
+    if (setup.gpu && !batches.empty() && !seqLens.empty() && notExactOn(setup).empty()) {
         // Each cell's tensors from the rules' compiled step (unrounded), the allocator's
         // reserve placed from replays (placeAllocatorReserve, as the hand
         // replay's map).

@@ -42,14 +42,17 @@ struct DerivedStep {
     // or where an operator has no rule (unruled), a GPU plan is a lower bound.
     std::shared_ptr<const StepPrograms> programs, pastWindowPrograms;
     std::optional<CompiledSegment> gpuSegment, pastWindowOnGpu;
-    std::string unruled;
-    bool exactOnGpu() const { return programs && gpuSegment && unruled.empty(); }
+    std::string unruled; // on a card that runs the flash kernel
+    // Empty where a GPU's plan on this card (setup.gpu, its compute
+    // capability and precision) is the programs' by the device rules; else
+    // why it is a lower bound there.
+    std::string notExactOn(const TrainingSetup& setup) const;
 
     // The plan at this batch and sequence length: peak, phase peaks, the
     // bytes live when the step starts and what the step adds at its peak.
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen) const;
     // On a GPU (setup.gpu, its compute capability, context override and
-    // LibTorch): with programs (exactOnGpu), the step by the device rules on
+    // LibTorch): with programs (notExactOn empty), the step by the device rules on
     // the caching allocator's model, plus the CUDA context and the cuBLAS
     // workspaces. Else the traced tensors plus those: a lower bound (the
     // allocator's blocks, and what a GPU kernel allocates that the CPU's did
@@ -79,7 +82,7 @@ struct DerivedStep {
     std::int64_t largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                               std::int64_t limit = 1 << 20) const;
     std::int64_t largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const;
-    // The step on a GPU from the programs (exactOnGpu): at()'s.
+    // The step on a GPU from the programs (notExactOn empty): at()'s.
     MemoryEstimate onGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     void shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const;
     // The sequence the polynomials are evaluated at: the dataset's fixed one,

@@ -1,6 +1,7 @@
 #include "memory/DeviceRules.h"
 
 #include "memory/CudaAllocatorModel.h"
+#include "memory/FusedAttention.h"
 
 #include <set>
 
@@ -24,13 +25,13 @@ bool cudaAutocastFp32(const std::string& op, bool dtypeGiven)
 
 } // namespace
 
-CudaStep cudaStepOf(const RecordedStep& cpu, bool rounding)
+CudaStep cudaStepOf(const RecordedStep& cpu, const CudaTarget& target)
 {
     CudaStep out;
     auto& s = out.step;
     s.resident.reserve(cpu.resident.size());
-    const auto rounded = [rounding](std::int64_t bytes) {
-        const std::int64_t g = rounding ? CudaAllocatorModel::kMinBlockSize : 1;
+    const auto rounded = [&target](std::int64_t bytes) {
+        const std::int64_t g = target.exact ? CudaAllocatorModel::kMinBlockSize : 1;
         return (bytes + g - 1) / g * g;
     };
     for (const auto b : cpu.resident) s.resident.push_back(rounded(b));
@@ -42,6 +43,25 @@ CudaStep cudaStepOf(const RecordedStep& cpu, bool rounding)
     std::vector<std::int64_t> bytes(s.resident.begin(), s.resident.end());
     for (std::size_t i = 0; i < index.size(); ++i) index[i] = static_cast<std::int32_t>(i);
     auto next = static_cast<std::int32_t>(cpu.resident.size());
+    const auto keep = [&](RecordedStep::Event a) {
+        a.bytes = rounded(a.bytes);
+        a.gemm = {};
+        index.push_back(next++);
+        bytes.push_back(a.bytes);
+        s.events.push_back(a);
+    };
+    const auto drop = [&] {
+        index.push_back(-1);
+        bytes.push_back(0);
+    };
+    const auto unruled = [&out](const std::string& why) {
+        if (out.unruled.empty()) out.unruled = why;
+    };
+    // The scaled_dot_product_attention call (or its backward) running: its
+    // allocations so far, and what the GPU's kernel keeps.
+    int sdpaAllocations = 0;
+    FusedAttentionBytes kernel;
+    std::int64_t queryBytes = 0, cpuLse = 0;
     s.events.reserve(cpu.events.size());
     for (const auto& e : cpu.events) {
         if (e.bytes == 0) continue; // a bf16 product's CPU scratch
@@ -60,23 +80,74 @@ CudaStep cudaStepOf(const RecordedStep& cpu, bool rounding)
         }
         const auto& op = cpu.opName(e);
         if (op == "trainbench::generator_state") {
-            index.push_back(-1);
-            bytes.push_back(0);
+            drop();
             continue;
         }
-        if (out.unruled.empty()) {
-            if (op == "aten::scaled_dot_product_attention") out.unruled = op;
-            else if (e.autocast && e.elementBytes == 2 && cudaAutocastFp32(op, e.opDtype)) out.unruled = op + " of a 16-bit tensor under autocast (CUDA's runs it in fp32)";
+        const bool sdpaForward = op == "aten::scaled_dot_product_attention";
+        const bool sdpaBackward = op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward";
+        if (sdpaForward || sdpaBackward) {
+            if (e.firstInOp) {
+                sdpaAllocations = 0;
+                kernel = {};
+                if (!e.hasShape) {
+                    unruled(op + " without its query's sizes");
+                } else if (e.opDropout) {
+                    unruled(op + " with dropout (the CPU's math path; a GPU's kernel drops in place)");
+                } else {
+                    const auto& q = e.shape;
+                    kernel = gpuFusedAttentionBytes(q[0], q[1], q[2], q[3], e.elementBytes, target.computeCapability,
+                                                    target.fp16, false, target.exact);
+                    queryBytes = q[0] * q[1] * q[2] * q[3] * e.elementBytes;
+                    cpuLse = q[0] * q[1] * q[2] * 4; // the CPU kernel's log-sum-exp, fp32 [B, T, H]
+                    if (kernel.math) unruled(op + " on a card neither fused kernel takes (LibTorch's math fallback)");
+                    else if (!kernel.mergeCopies) {
+                        unruled(op + " by the memory-efficient kernel, whose output is laid out otherwise than the CPU's");
+                    }
+                }
+            }
+            const int k = sdpaAllocations++;
+            if (!out.unruled.empty() || !kernel.fused) {
+                keep(e);
+                continue;
+            }
+            // Forward: the output (q's layout, as on the CPU) and the
+            // log-sum-exp are kept; the CPU kernel's per-thread blocks are not
+            // a GPU's. Backward: the q, k and v gradients, then (flash) the
+            // softmax_d and dq accumulator while the kernel runs.
+            const int kept = sdpaForward ? 2 : 3;
+            if (k >= kept) {
+                drop();
+                continue;
+            }
+            auto a = e;
+            const std::int64_t expected = sdpaForward && k == 1 ? cpuLse : queryBytes;
+            if (sdpaForward && k == 1) a.bytes = kernel.lse;
+            if (e.bytes != expected) unruled(op + ": allocation " + std::to_string(k) + " is not what its kernel keeps");
+            keep(a);
+            if (sdpaBackward && k == 2 && kernel.backwardTemps > 0) {
+                // A block of the GPU's own (no CPU block stands for it).
+                RecordedStep::Event temps = e;
+                temps.bytes = rounded(kernel.backwardTemps);
+                temps.firstInOp = false;
+                temps.hasShape = false;
+                temps.gemm = {};
+                s.events.push_back(temps);
+                RecordedStep::Event release;
+                release.bytes = -temps.bytes;
+                release.block = next++;
+                release.phase = e.phase;
+                s.events.push_back(release);
+            }
+            continue;
+        }
+        if (e.autocast && e.elementBytes == 2 && cudaAutocastFp32(op, e.opDtype)) {
+            unruled(op + " of a 16-bit tensor under autocast (CUDA's runs it in fp32)");
         }
         auto a = e;
         if (e.firstInOp && e.elementBytes > 1 && (op == "aten::dropout" || op == "aten::feature_dropout")) {
             a.bytes = e.bytes / e.elementBytes;
         }
-        a.bytes = rounded(a.bytes);
-        a.gemm = {};
-        index.push_back(next++);
-        bytes.push_back(a.bytes);
-        s.events.push_back(a);
+        keep(a);
     }
     return out;
 }

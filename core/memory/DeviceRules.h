@@ -18,13 +18,19 @@
 //   step allocates; a CUDA generator's get_state (cuda/CUDAGeneratorImpl.cpp)
 //   returns it in host memory. Dropped.
 // - Every allocation is rounded up to the caching allocator's 512 bytes
-//   (c10/cuda/CUDACachingAllocator.cpp kMinBlockSize), unless `rounded` is
-//   false (sizes that stay polynomials in batch and sequence, for a
-//   compiled step: the fit map's cells).
+//   (c10/cuda/CUDACachingAllocator.cpp kMinBlockSize).
+//
+// - scaled_dot_product_attention (LibTorch 2.x), by the kernel LibTorch
+//   chooses for the card (memory/FusedAttention.h): with the flash kernel
+//   the forward keeps the output (q's layout, as the CPU's flash kernel) and
+//   the log-sum-exp, not the CPU kernel's per-thread blocks; its backward
+//   keeps the q, k and v gradients and, while it runs, softmax_d and an fp32
+//   dq accumulator.
 //
 // Not ruled (the plan says it is a lower bound there): scaled_dot_product_
-// attention, whose GPU kernels (flash, memory-efficient) keep other buffers
-// than the CPU's flash kernel (memory/FusedAttention.h describes both); and
+// attention with dropout (the CPU's math path), by the memory-efficient
+// kernel (its output is laid out otherwise, so the heads' merge after it
+// does not copy) or by neither kernel (the math fallback); and
 // an operator run under autocast (mixed precision's forward, a checkpointed
 // block's recompute) on a 16-bit input that CUDA's
 // autocast runs in fp32 and the CPU's does not (autocast_mode.cpp's CUDA
@@ -43,6 +49,15 @@ struct CudaStep {
     std::string unruled; // an operator whose GPU kernel allocates otherwise, with no rule (empty: none)
 };
 
-CudaStep cudaStepOf(const RecordedStep& cpu, bool rounded = true);
+// The card the step runs on. exact false: sizes that stay polynomials in
+// batch and sequence (no 512-byte blocks, no rounded kernel rows), for a
+// compiled step (the fit map's cells).
+struct CudaTarget {
+    int computeCapability = 0; // 0: unknown, taken as one that runs both fused kernels
+    bool fp16 = false;         // fp16 rather than bf16 (the kernels' dtype rules)
+    bool exact = true;
+};
+
+CudaStep cudaStepOf(const RecordedStep& cpu, const CudaTarget& target = {});
 
 } // namespace tb

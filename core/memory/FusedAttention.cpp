@@ -90,17 +90,25 @@ FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const Trainin
         cpuFlash(f, B, H, T, D, e, std::max(1, s.cpuThreads));
         return f;
     }
+    f = gpuFusedAttentionBytes(B, H, T, D, e, s.computeCapability, s.precision == "fp16", s.dropout > 0.0, exactTemps);
+    f.mergeCopies = f.mergeCopies && qContiguous; // (the flash kernel's output takes q's layout)
+    return f;
+}
+
+FusedAttentionBytes gpuFusedAttentionBytes(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D, std::int64_t e,
+                                           int cc, bool fp16, bool dropout, bool exactTemps)
+{
+    FusedAttentionBytes f;
     // LibTorch 2.6's choice on CUDA (sdp_utils.cpp): flash on sm80 to sm90 in
     // fp16/bf16 with a head dim up to 256 (on sm86 to sm89 not (192, 224],
     // nor over 224 with dropout, when training); else the memory-efficient
     // kernel on sm50 to sm90 (fp16 and fp32, bf16 from sm80; the head dim a
     // multiple of 8 in half precision, 4 in fp32); else the math fallback.
     // An unknown card (0) is taken as one that runs them.
-    const int cc = s.computeCapability;
-    const bool known = cc > 0, half = e == 2, bf16 = half && s.precision != "fp16";
+    const bool known = cc > 0, half = e == 2, bf16 = half && !fp16;
     const bool sm86to89 = cc >= 86 && cc <= 89;
     const bool flash = half && (!known || (cc >= 80 && cc <= 90)) && D <= 256
-                       && !(sm86to89 && ((D > 192 && D <= 224) || (D > 224 && s.dropout > 0.0)));
+                       && !(sm86to89 && ((D > 192 && D <= 224) || (D > 224 && dropout)));
     const bool efficient = !flash && (!known || (cc >= 50 && cc <= 90)) && (!bf16 || !known || cc >= 80)
                            && D % (half ? 8 : 4) == 0;
     if (!flash && !efficient) {
@@ -110,8 +118,9 @@ FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const Trainin
     f.fused = true;
     f.out = B * T * H * D * e;
     if (flash) {
-        // mha_fwd's output is empty_like(q transposed): q's layout, as on the CPU.
-        f.mergeCopies = qContiguous;
+        // mha_fwd's output is empty_like(q transposed): q's layout, as on the
+        // CPU (the caller says whether merging the heads then copies).
+        f.mergeCopies = true;
         f.lse = B * H * T * 4;
         const std::int64_t rows = exactTemps ? roundUp(T, 128) : T;
         f.backwardTemps = B * H * rows * 4 + B * rows * H * roundUp(roundUp(D, 8), 32) * 4; // softmax_d, dq accumulator

@@ -50,5 +50,11 @@ struct FusedAttentionBytes {
 // exactly).
 FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t elementBytes,
                                         bool exactTemps = true);
+// A GPU's call for a query of [B, H, T, D] in `elementBytes`, on a card of
+// compute capability cc (0: unknown, taken as one that runs both kernels):
+// the kernel LibTorch 2.6 chooses and what it keeps (math: neither kernel).
+// mergeCopies: the output takes q's layout (the flash kernel's).
+FusedAttentionBytes gpuFusedAttentionBytes(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D,
+                                           std::int64_t elementBytes, int cc, bool fp16, bool dropout, bool exactTemps = true);
 
 } // namespace tb

@@ -33,6 +33,11 @@ void forEachNumber(const RecordedStep& s, Visit&& visit)
             visit(e.gemm.k, name("k"));
             visit(e.gemm.n, name("n"));
         }
+        if (e.hasShape) {
+            for (std::size_t d = 0; d < e.shape.size(); ++d) {
+                visit(e.shape[d], [i, d] { return "size " + std::to_string(d) + " of the query at event " + std::to_string(i); });
+            }
+        }
     }
     for (std::size_t i = 0; i < s.parameterElements.size(); ++i) {
         visit(s.parameterElements[i], [i] { return "the elements of parameter " + std::to_string(i); });
@@ -71,7 +76,7 @@ std::string structureDifference(const RecordedStep& a, const RecordedStep& b)
         const auto &x = a.events[i], &y = b.events[i];
         const bool same = (x.bytes > 0) == (y.bytes > 0) && x.block == y.block && x.phase == y.phase
             && a.opName(x) == b.opName(y) && x.elementBytes == y.elementBytes && x.firstInOp == y.firstInOp
-            && x.opDtype == y.opDtype && x.autocast == y.autocast
+            && x.opDtype == y.opDtype && x.autocast == y.autocast && x.opDropout == y.opDropout && x.hasShape == y.hasShape
             && (x.gemm.m != 0) == (y.gemm.m != 0) && x.gemm.srcTransposed == y.gemm.srcTransposed
             && x.gemm.weightsTransposed == y.gemm.weightsTransposed && x.gemm.accumulate == y.gemm.accumulate
             && (x.gemm.batch != 0) == (y.gemm.batch != 0);
@@ -294,6 +299,9 @@ RecordedStep StepProgram::at(const StepDims& dims) const
             set(e.gemm.k);
             set(e.gemm.n);
         }
+        if (e.hasShape) {
+            for (auto& d : e.shape) set(d);
+        }
     }
     for (std::size_t i = 0; i < out.parameterElements.size(); ++i) {
         set(out.parameterElements[i]);
@@ -427,7 +435,7 @@ RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
 
 // As JSON: each program's structure (events as [kind, block, phase, op,
 // element bytes, first in its operator, product bits, dtype named, under
-// autocast]) and its numbers as
+// autocast, dropout asked, query sizes follow]) and its numbers as
 // indices into one table of distinct formulas (a model's layers repeat
 // theirs), each [base, [[dimension, xs, values], ...]].
 std::string stepProgramsToJson(const StepPrograms& p)
@@ -440,7 +448,7 @@ std::string stepProgramsToJson(const StepPrograms& p)
         for (const auto& e : program.shape.events) {
             const int bits = (e.gemm.m != 0 ? 1 : 0) | (e.gemm.batch != 0 ? 2 : 0) | (e.gemm.srcTransposed ? 4 : 0)
                 | (e.gemm.weightsTransposed ? 8 : 0) | (e.gemm.accumulate ? 16 : 0);
-            events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, e.firstInOp, bits, e.opDtype, e.autocast});
+            events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, e.firstInOp, bits, e.opDtype, e.autocast, e.opDropout, e.hasShape});
         }
         for (const auto& f : program.numbers) {
             std::vector<std::tuple<int, std::vector<std::int64_t>, std::vector<std::int64_t>>> axes;
@@ -514,6 +522,8 @@ StepPrograms stepProgramsFromJson(const std::string& text)
                 const int bits = ej.at(6).get<int>();
                 e.opDtype = ej.at(7).get<bool>();
                 e.autocast = ej.at(8).get<bool>();
+                e.opDropout = ej.at(9).get<bool>();
+                e.hasShape = ej.at(10).get<bool>();
                 e.gemm.m = bits & 1;
                 e.gemm.batch = (bits & 2) ? 1 : 0;
                 e.gemm.srcTransposed = bits & 4;

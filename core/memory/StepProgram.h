@@ -52,6 +52,12 @@ struct RecordedStep {
         bool firstInOp = false;
         bool opDtype = false;  // the operator was called with a dtype (its last argument: softmax(x, dim, float))
         bool autocast = false; // the operator ran under autocast (mixed precision's forward, and a checkpoint's recompute)
+        bool opDropout = false; // scaled_dot_product_attention was asked for dropout (on the CPU: its math path)
+        // The first allocation of a scaled_dot_product_attention call (or its
+        // backward's): its query's sizes [batch, heads, sequence, head size],
+        // which a device rule reads to choose the GPU's kernel.
+        bool hasShape = false;
+        std::array<std::int64_t, 4> shape{};
     };
     std::vector<std::int64_t> resident; // the bytes of each block live as the step starts, in the order they were made
     std::vector<Event> events;

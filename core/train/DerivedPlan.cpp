@@ -264,7 +264,9 @@ struct BlockRecorder {
         GemmCall gemm;
         std::int16_t name = -1;
         std::uint8_t elementBytes = 0;
-        bool root = false, node = false, allocated = false, dtype = false, autocast = false;
+        bool root = false, node = false, allocated = false, dtype = false, autocast = false, dropout = false;
+        bool hasShape = false;
+        std::array<std::int64_t, 4> shape{};
     };
     std::vector<Frame> ops;
     Frame* root()
@@ -310,6 +312,9 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
                     e.elementBytes = root->elementBytes;
                     e.opDtype = root->dtype;
                     e.autocast = root->autocast;
+                    e.opDropout = root->dropout;
+                    e.hasShape = root->hasShape && !root->allocated;
+                    if (e.hasShape) e.shape = root->shape;
                     e.firstInOp = !root->allocated;
                     root->allocated = true;
                 }
@@ -367,6 +372,19 @@ std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
             // softmax(x, dim, dtype), sum(x, dim, keepdim, dtype), ...: a dtype given last.
             frame.dtype = inputs.size() > 1 && inputs.back().isInt();
             frame.autocast = compat::autocastEnabled(c10::DeviceType::CPU);
+            if (name.find("scaled_dot_product") != std::string::npos) {
+                // The query's sizes, and (the forward's fifth argument) dropout.
+                for (const auto& input : inputs) {
+                    if (!input.isTensor() || !input.toTensor().defined()) continue;
+                    const auto& t = input.toTensor();
+                    if (t.dim() == 4) {
+                        frame.hasShape = true;
+                        for (int d = 0; d < 4; ++d) frame.shape[static_cast<std::size_t>(d)] = t.size(d);
+                    }
+                    break;
+                }
+                frame.dropout = inputs.size() > 4 && inputs[4].isDouble() && inputs[4].toDouble() > 0.0;
+            }
             std::lock_guard<std::mutex> lock(rec->mutex);
             auto& ops = rec->step.ops;
             const auto it = std::find(ops.begin(), ops.end(), name);
@@ -705,11 +723,16 @@ std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs,
         why = "the programs at the model's widths are not polynomials in batch and sequence";
         return std::nullopt;
     }
-    const auto onGpu = cudaStepOf(programs.at(3, t0));
+    // (Compiled for a card that runs the flash kernel, rows unrounded: the
+    // fit map's cells; each card's own rules are the plan at a shape.)
+    CudaTarget ampere;
+    ampere.computeCapability = 80;
+    const auto onGpu = cudaStepOf(programs.at(3, t0), ampere);
     if (step.unruled.empty()) step.unruled = onGpu.unruled;
     if (onGpu.unruled.empty()) {
+        ampere.exact = false;
         gpu = compileSegment([&](std::int64_t B, std::int64_t T) {
-            return replayStep(cudaStepOf(programs.at(B, T), false).step);
+            return replayStep(cudaStepOf(programs.at(B, T), ampere).step);
         },
                              t0, t0 + 2, 5, checks, 3);
     }
