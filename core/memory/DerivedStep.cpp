@@ -18,9 +18,7 @@ std::int64_t gpuFixedBytes(const TrainingSetup& setup)
     return context + 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
 }
 
-// A shape's step on a GPU from the programs: the tensors' phase peaks (the
-// device rules' step, data parallel's and LibTorch 2.x's cuBLAS blocks
-// included) and the caching allocator's replay of it.
+// The card a setup plans for, as the device rules take it.
 CudaTarget cudaTargetOf(const TrainingSetup& setup)
 {
     CudaTarget t;
@@ -29,6 +27,9 @@ CudaTarget cudaTargetOf(const TrainingSetup& setup)
     return t;
 }
 
+// A shape's step on a GPU from the programs: the tensors' phase peaks (the
+// device rules' step, data parallel's and LibTorch 2.x's cuBLAS blocks
+// included) and the caching allocator's replay of it.
 struct GpuStep {
     std::string unruled; // non-empty: an operator with no rule on this card (the figures below are not a plan)
     std::array<std::int64_t, kStepPhases> phaseTensors{};
@@ -205,8 +206,12 @@ std::string DerivedStep::notExactOn(const TrainingSetup& setup) const
     if (!programs) return "the step was traced at the model's own widths, not recorded as a program";
     if (!unruled.empty()) return "no device rule for " + unruled;
     if (!gpuSegment) return "the device rules' step is not polynomial in batch and sequence";
-    const auto why = cudaStepOf(programs->at(3, programs->t0), cudaTargetOf(setup)).unruled;
-    return why.empty() ? why : "no device rule for " + why;
+    // The card's kernels (SDPA's) decide: within the sliding window and past it.
+    for (const auto* p : {programs.get(), pastWindowPrograms.get()}) {
+        if (!p) continue;
+        if (const auto why = cudaStepOf(p->at(3, p->t0), cudaTargetOf(setup)).unruled; !why.empty()) return "no device rule for " + why;
+    }
+    return {};
 }
 
 void DerivedStep::shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const
@@ -280,7 +285,8 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
     e.peakBytes = e.tensorPeakBytes + reservedExtra + gpuOutsideAllocator(setup);
     e.notes.push_back("derived from " + std::to_string(segmentAt(seqLen).traces) + " training steps recorded with " + tracedOn
                       + "; on the GPU the recorded step by CUDA's rules (a one-byte dropout mask, the generator's state "
-                        "in host memory, no CPU scratch for bf16 products), on the caching allocator's model");
+                        "in host memory, no CPU scratch for bf16 products, SDPA by the card's kernel), on the caching "
+                        "allocator's model");
     shapeNotes(e, asked, seqLen);
     if (dp > 0) {
         e.notes.push_back("data parallel, " + std::to_string(setup.gpus)

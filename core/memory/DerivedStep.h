@@ -82,7 +82,7 @@ struct DerivedStep {
     std::int64_t largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                               std::int64_t limit = 1 << 20) const;
     std::int64_t largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const;
-    // The step on a GPU from the programs (notExactOn empty): at()'s.
+    // The step on a GPU from the programs: at()'s where notExactOn(setup) is empty (else meaningless).
     MemoryEstimate onGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     void shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const;
     // The sequence the polynomials are evaluated at: the dataset's fixed one,
