@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,40 @@ int main(int argc, char** argv)
     config.train.precision = "bf16";
     runDerived("the same in bf16, derived (CPU)", config, tb::setupFor(config), 1LL << 30);
     config.train.precision = "fp32";
+    // On a GPU the derived plan of a step recorded as programs: each cell's
+    // tensors from the device rules' compiled step, the allocator's reserve
+    // placed from replays of the programs (docs/derived-plan.md).
+    runDerived("the same, derived, on a T4", config, [&] {
+        auto s = tb::setupFor(config);
+        s.gpu = true;
+        s.computeCapability = 75;
+        return s;
+    }(), t4);
+    {
+        // Llama 2 7B from its config.json alone (the probes build their own weights).
+        const auto folder = std::filesystem::temp_directory_path() / "bench_fit_map_llama";
+        std::filesystem::create_directories(folder);
+        std::filesystem::copy_file("resources/architectures/llama-2-7b.json", folder / "config.json",
+                                   std::filesystem::copy_options::overwrite_existing);
+        auto seven = config;
+        seven.model.type = "hf";
+        seven.model.path = folder.string();
+        seven.data.source = "tokens";
+        seven.data.path = (folder / "train.bin").string();
+        seven.data.tokenDtype = "uint32";
+        seven.data.seqLen = 512;
+        seven.train.batchSize = 2;
+        seven.lora.rank = 16;
+        seven.lora.targets = {"q_proj", "v_proj"};
+        seven.train.precision = "bf16";
+        auto a100 = tb::setupFor(seven);
+        a100.gpu = true;
+        a100.computeCapability = 80;
+        if (std::filesystem::exists(folder / "config.json")) {
+            runDerived("Llama 2 7B LoRA bf16, derived, on an A100", seven, a100, 85198045184);
+        }
+        std::filesystem::remove_all(folder);
+    }
     run("GPT-2 124M on a T4 (fp32)", tb::findArchitecture("gpt2").arch, gpu, t4);
     auto lora = gpu;
     lora.precision = "fp16";

@@ -1,10 +1,12 @@
 #include "memory/DerivedStep.h"
 
 #include <algorithm>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
 #include "common/Errors.h"
+#include "memory/Concurrently.h"
 #include "memory/DeviceRules.h"
 #include "memory/LargestFitting.h"
 
@@ -206,12 +208,21 @@ std::string DerivedStep::notExactOn(const TrainingSetup& setup) const
     if (!programs) return "the step was traced at the model's own widths, not recorded as a program";
     if (!unruled.empty()) return "no device rule for " + unruled;
     if (!gpuSegment) return "the device rules' step is not polynomial in batch and sequence";
-    // The card's kernels (SDPA's) decide: within the sliding window and past it.
-    for (const auto* p : {programs.get(), pastWindowPrograms.get()}) {
-        if (!p) continue;
-        if (const auto why = cudaStepOf(p->at(3, p->t0), cudaTargetOf(setup)).unruled; !why.empty()) return "no device rule for " + why;
+    // The card's kernels (SDPA's) decide: within the sliding window and past
+    // it. (Asked once per card: a 7B model's rules take about a millisecond.)
+    const auto target = cudaTargetOf(setup);
+    std::lock_guard<std::mutex> lock(cardAnswers->mutex);
+    const auto [it, added] = cardAnswers->byCard.try_emplace({target.computeCapability, target.fp16});
+    if (added) {
+        for (const auto* p : {programs.get(), pastWindowPrograms.get()}) {
+            if (!p) continue;
+            if (const auto why = cudaStepOf(p->at(3, p->t0), target).unruled; !why.empty()) {
+                it->second = "no device rule for " + why;
+                break;
+            }
+        }
     }
-    return {};
+    return it->second;
 }
 
 void DerivedStep::shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const
@@ -331,27 +342,23 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
         // reserve placed from replays (placeAllocatorReserve, as the hand
         // replay's map).
         const auto cols = batches.size();
-        const auto ws = setup.torchMajor >= 2 ? 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability) : 0;
         const auto outside = gpuOutsideAllocator(setup);
+        const auto bFirst = std::min_element(batches.begin(), batches.end());
+        const auto tFirst = std::min_element(seqLens.begin(), seqLens.end());
+        // The lightest cell's replay runs while the cells are placed.
+        auto lightest = std::async(std::launch::async, [&] { return onGpu(*bFirst, *tFirst, setup); });
         std::vector<std::int64_t> placed(batches.size() * seqLens.size());
         map.peakBytes.resize(placed.size());
-        for (std::size_t row = 0; row < seqLens.size(); ++row) {
-            const auto planned = plannedSeqLen(seqLens[row]);
-            const auto& S = pastWindowOnGpu && planned > slidingWindow ? *pastWindowOnGpu : *gpuSegment;
+        forEachConcurrently(seqLens.size(), [&](std::size_t row) {
             for (std::size_t col = 0; col < cols; ++col) {
-                const auto b = batches[col];
-                std::int64_t tensors = 0;
-                for (int i = 0; i < kStepPhases; ++i) tensors = std::max(tensors, S.phasePeak(i, b, planned, false, 1, false));
-                tensors += dataParallelBytes(b, seqLens[row], setup) + ws;
+                const auto tensors = placedOnGpu(batches[col], seqLens[row], setup);
                 placed[row * cols + col] = tensors;
                 map.peakBytes[row * cols + col] = tensors + outside;
             }
-        }
-        const auto bFirst = std::min_element(batches.begin(), batches.end());
-        const auto tFirst = std::min_element(seqLens.begin(), seqLens.end());
+        });
         const auto lightIndex = static_cast<std::size_t>(tFirst - seqLens.begin()) * cols
                                 + static_cast<std::size_t>(bFirst - batches.begin());
-        placeAllocatorReserve(map, placed, lightIndex, onGpu(*bFirst, *tFirst, setup), [&](std::size_t index) {
+        placeAllocatorReserve(map, placed, lightIndex, lightest.get(), [&](std::size_t index) {
             return onGpu(batches[index % cols], seqLens[index / cols], setup);
         });
         return map;
@@ -370,16 +377,87 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
     return map;
 }
 
+std::int64_t DerivedStep::placedOnGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+{
+    const auto planned = plannedSeqLen(seqLen);
+    const auto& S = pastWindowOnGpu && planned > slidingWindow ? *pastWindowOnGpu : *gpuSegment;
+    std::int64_t tensors = 0;
+    for (int i = 0; i < kStepPhases; ++i) tensors = std::max(tensors, S.phasePeak(i, batch, planned, false, 1, false));
+    const auto ws = setup.torchMajor >= 2 ? 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability) : 0;
+    return tensors + dataParallelBytes(batch, seqLen, setup) + ws;
+}
+
+namespace {
+
+// The largest n in [1, limit] whose exact peak fits, where an exact peak
+// replays the caching allocator's model (milliseconds for a 7B model) and a
+// cheap one (the compiled tensors) is under it by the allocator's reserve:
+// the cheap peaks scaled by the reserve where the last replay was place the
+// answer, and replays check it and the next; a placement that misses is
+// placed again from its own replay (about five replays where a bisection of
+// replays took a dozen), and after three, replays search it out.
+template <typename Exact, typename Cheap>
+std::int64_t largestPlacedThenReplayed(Exact&& exact, Cheap&& cheap, std::int64_t budget, std::int64_t limit)
+{
+    const auto ratioAt = [&](std::int64_t n, std::int64_t exactPeak) {
+        return static_cast<double>(exactPeak) / static_cast<double>(std::max<std::int64_t>(1, cheap(n)));
+    };
+    const auto placeWith = [&](double ratio) {
+        return std::max<std::int64_t>(1, largestUnderBudget([&](std::int64_t n) {
+            return static_cast<std::int64_t>(static_cast<double>(cheap(n)) * ratio);
+        }, budget, limit));
+    };
+    const auto first = std::max<std::int64_t>(1, largestUnderBudget(cheap, budget, limit));
+    double ratio = ratioAt(first, exact(first));
+    std::int64_t fits = 0, over = limit + 1; // what replays showed: fits, and does not
+    for (int round = 0; round < 3; ++round) {
+        const auto placed = std::clamp<std::int64_t>(placeWith(ratio), fits + 1, std::max(fits + 1, over - 1));
+        if (placed > limit) return fits;
+        const auto at = exact(placed);
+        if (at > budget) {
+            over = placed;
+            if (placed == fits + 1) return fits;
+            ratio = ratioAt(placed, at);
+            continue;
+        }
+        fits = placed;
+        if (placed >= limit || placed + 1 == over) return placed;
+        const auto next = exact(placed + 1);
+        if (next > budget) return placed;
+        fits = placed + 1;
+        ratio = ratioAt(placed + 1, next);
+    }
+    // The placements missed: replays between what fits and what does not.
+    if (fits == 0) return over > 1 ? largestUnderBudget(exact, budget, over - 1) : 0;
+    const auto from = fits;
+    return from + largestUnderBudget([&](std::int64_t n) { return exact(from + n); }, budget,
+                                     std::min(limit, over - 1) - from);
+}
+
+} // namespace
+
 std::int64_t DerivedStep::largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                                       std::int64_t limit) const
 {
-    return largestUnderBudget([&](std::int64_t b) { return peakBytes(b, seqLen, setup); }, budget, limit);
+    const auto exact = [&](std::int64_t b) { return peakBytes(b, seqLen, setup); };
+    if (setup.gpu && notExactOn(setup).empty()) {
+        const auto outside = gpuOutsideAllocator(setup);
+        return largestPlacedThenReplayed(exact, [&](std::int64_t b) { return placedOnGpu(b, seqLen, setup) + outside; },
+                                         budget, limit);
+    }
+    return largestUnderBudget(exact, budget, limit);
 }
 
 std::int64_t DerivedStep::largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const
 {
     if (fixedSeqLen > 0) return peakBytes(batch, fixedSeqLen, setup) <= budget ? fixedSeqLen : 0;
-    return largestUnderBudget([&](std::int64_t t) { return peakBytes(batch, t, setup); }, budget, 1 << 20);
+    const auto exact = [&](std::int64_t t) { return peakBytes(batch, t, setup); };
+    if (setup.gpu && notExactOn(setup).empty()) {
+        const auto outside = gpuOutsideAllocator(setup);
+        return largestPlacedThenReplayed(exact, [&](std::int64_t t) { return placedOnGpu(batch, t, setup) + outside; },
+                                         budget, 1 << 20);
+    }
+    return largestUnderBudget(exact, budget, 1 << 20);
 }
 
 namespace {

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -43,6 +45,12 @@ struct DerivedStep {
     std::shared_ptr<const StepPrograms> programs, pastWindowPrograms;
     std::optional<CompiledSegment> gpuSegment, pastWindowOnGpu;
     std::string unruled; // on a card that runs the flash kernel
+    // notExactOn's answers by card (compute capability, fp16), shared by copies.
+    struct CardAnswers {
+        std::mutex mutex;
+        std::map<std::pair<int, bool>, std::string> byCard;
+    };
+    std::shared_ptr<CardAnswers> cardAnswers = std::make_shared<CardAnswers>();
     // Empty where a GPU's plan on this card (setup.gpu, its compute
     // capability and precision) is the programs' by the device rules; else
     // why it is a lower bound there.
@@ -82,6 +90,10 @@ struct DerivedStep {
     std::int64_t largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                               std::int64_t limit = 1 << 20) const;
     std::int64_t largestSeqLen(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const;
+    // On a GPU with programs: the tensors the allocator holds from the
+    // rules' compiled step (unrounded: under the exact figure by the
+    // allocator's reserve), for the map's cells and the fit answers' guesses.
+    std::int64_t placedOnGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // The step on a GPU from the programs: at()'s where notExactOn(setup) is empty (else meaningless).
     MemoryEstimate onGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     void shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const;

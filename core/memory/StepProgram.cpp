@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +96,15 @@ std::string structureDifference(const RecordedStep& a, const RecordedStep& b)
         return std::to_string(b.events.size()) + " events instead of " + std::to_string(a.events.size());
     }
     return {};
+}
+
+// A formula as a key: equal keys, equal formulas.
+using FormulaKey = std::pair<std::int64_t, std::vector<std::tuple<int, std::vector<std::int64_t>, std::vector<std::int64_t>>>>;
+FormulaKey formulaKey(const DimFormula& f)
+{
+    FormulaKey key{f.base, {}};
+    for (const auto& a : f.axes) key.second.emplace_back(a.dim, a.xs, a.values);
+    return key;
 }
 
 std::string dimsText(const StepDims& d)
@@ -285,11 +295,34 @@ std::int64_t DimFormula::at(const StepDims& dims) const
     return std::llround(r);
 }
 
+void StepProgram::indexFormulas()
+{
+    formulaOf.clear();
+    distinct.clear();
+    std::map<FormulaKey, std::uint32_t> index;
+    formulaOf.reserve(numbers.size());
+    for (std::size_t k = 0; k < numbers.size(); ++k) {
+        const auto [it, added] = index.emplace(formulaKey(numbers[k]), static_cast<std::uint32_t>(distinct.size()));
+        if (added) distinct.push_back(static_cast<std::uint32_t>(k));
+        formulaOf.push_back(it->second);
+    }
+}
+
 RecordedStep StepProgram::at(const StepDims& dims) const
 {
     RecordedStep out = shape;
     std::size_t k = 0;
-    const auto set = [&](std::int64_t& v) { v = numbers[k++].at(dims); };
+    // Each distinct formula once (where indexed), then every number from them.
+    std::vector<std::int64_t> values;
+    const bool indexed = formulaOf.size() == numbers.size() && !numbers.empty();
+    if (indexed) {
+        values.reserve(distinct.size());
+        for (const auto n : distinct) values.push_back(numbers[n].at(dims));
+    }
+    const auto set = [&](std::int64_t& v) {
+        v = indexed ? values[formulaOf[k]] : numbers[k].at(dims);
+        ++k;
+    };
     for (auto& b : out.resident) set(b);
     for (auto& e : out.events) {
         set(e.bytes);
@@ -363,6 +396,7 @@ ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, cons
             return fit;
         }
     }
+    program.indexFormulas();
     fit.program = std::move(program);
     return fit;
 }
@@ -422,6 +456,7 @@ std::optional<StepProgram> borrowFormulas(const StepProgram& known, const Record
         }
         out.numbers.push_back(known.numbers[it->second]);
     }
+    out.indexFormulas();
     return out;
 }
 
@@ -441,7 +476,7 @@ RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
 std::string stepProgramsToJson(const StepPrograms& p)
 {
     using nlohmann::json;
-    std::map<std::pair<std::int64_t, std::vector<std::tuple<int, std::vector<std::int64_t>, std::vector<std::int64_t>>>>, std::size_t> index;
+    std::map<FormulaKey, std::size_t> index;
     json formulas = json::array(), programs = json::array();
     for (const auto& program : p.programs) {
         json events = json::array(), numbers = json::array();
@@ -451,13 +486,10 @@ std::string stepProgramsToJson(const StepPrograms& p)
             events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, e.firstInOp, bits, e.opDtype, e.autocast, e.opDropout, e.hasShape});
         }
         for (const auto& f : program.numbers) {
-            std::vector<std::tuple<int, std::vector<std::int64_t>, std::vector<std::int64_t>>> axes;
-            for (const auto& a : f.axes) axes.emplace_back(a.dim, a.xs, a.values);
-            auto key = std::pair{f.base, axes};
-            auto [it, added] = index.emplace(key, formulas.size());
+            auto [it, added] = index.emplace(formulaKey(f), formulas.size());
             if (added) {
                 json ax = json::array();
-                for (const auto& [dim, xs, values] : axes) ax.push_back({dim, xs, values});
+                for (const auto& a : f.axes) ax.push_back({a.dim, a.xs, a.values});
                 formulas.push_back({f.base, ax});
             }
             numbers.push_back(it->second);
@@ -546,6 +578,7 @@ StepPrograms stepProgramsFromJson(const std::string& text)
                 if (k >= formulas.size()) throw bad("formula " + std::to_string(k) + " of " + std::to_string(formulas.size()));
                 program.numbers.push_back(formulas[k]);
             }
+            program.indexFormulas();
             program.shape = program.at(program.base);
         }
         return p;
