@@ -2,6 +2,7 @@
 // its robustness to surroundings and to arbitrary bytes, and every preflight
 // rule firing on its trigger and staying quiet on a clean config.
 #include <QtTest>
+#include <QTemporaryDir>
 
 #include <cmath>
 #include <filesystem>
@@ -107,6 +108,7 @@ private Q_SLOTS:
     void bf16OnTuringWithAutoFix();
     void lossScalingWithHalfWeights();
     void memoryOverAndNearBudget();
+    void folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan();
     void fusedAttentionBelowAmpere();
     void offloadWithCheckpointing();
     void datasetProblems();
@@ -374,6 +376,54 @@ void TestDiagnose::memoryOverAndNearBudget()
         if (use > 1.0) break;
     }
     QVERIFY2(found, "no batch lands between 90% and 100% of a T4");
+}
+
+// A Llama folder whose head size is not hidden / heads: the quick check
+// plans its heads as hidden / heads, under its own step, and said nothing
+// when that fitted (a run that does not fit passed preflight). Now a fit is
+// reported as a lower bound with how to derive the plan; "does not fit"
+// stands, said to be that much or more.
+void TestDiagnose::folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan()
+{
+    QTemporaryDir dir;
+    const auto folder = dir.path().toStdString();
+    const auto write = [&](int layers) {
+        std::ofstream(folder + "/config.json") << R"({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1024,
+            "intermediate_size": 3072, "num_hidden_layers": )" << layers << R"(, "num_attention_heads": 16,
+            "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06,
+            "hidden_act": "silu", "tie_word_embeddings": true})";
+    };
+    write(28);
+    auto c = defaultConfig();
+    c.model.type = "hf";
+    c.model.path = folder;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    c.data.tokenDtype = "uint32";
+    {
+        std::ofstream ids(c.data.path, std::ios::binary);
+        const std::vector<std::uint32_t> tokens(20000, 7);
+        ids.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 4));
+    }
+    c.data.seqLen = 512;
+    c.train.batchSize = 1;
+    c.train.precision = "fp16";
+    QVERIFY(plannedFromItsStep(c));
+    auto findings = runPreflight(c, gpu("T4"));
+    if (const auto* invalid = find(findings, "config_invalid")) QFAIL(invalid->cause.c_str());
+    QVERIFY2(!find(findings, "memory_over_budget") && !find(findings, "memory_near_budget"), kinds(findings).c_str());
+    const auto* f = find(findings, "memory_not_planned");
+    QVERIFY2(f, kinds(findings).c_str());
+    QCOMPARE(f->severity, Severity::Info);
+    QVERIFY2(f->title.find("lower bound") != std::string::npos && f->fix.find("Derive its plan") != std::string::npos,
+             f->title.c_str());
+    // Far too big: the error stands, as a bound.
+    c.train.batchSize = 64;
+    c.data.seqLen = 4096;
+    findings = runPreflight(c, gpu("T4"));
+    const auto* over = find(findings, "memory_over_budget");
+    QVERIFY2(over, kinds(findings).c_str());
+    QVERIFY2(over->cause.find(" or more during") != std::string::npos, over->cause.c_str());
 }
 
 void TestDiagnose::fusedAttentionBelowAmpere()

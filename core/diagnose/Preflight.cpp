@@ -358,7 +358,25 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     const auto e = estimateMemory(arch, setup);
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
     const auto verdict = memoryVerdict(e.peakBytes, target.memoryBytes);
-    if (verdict == MemoryVerdict::Fits) return;
+    // A folder whose head size is not hidden / heads: this check plans its
+    // heads narrower than they are, under its own step (which takes seconds
+    // to derive): "does not fit" holds, "fits" does not follow.
+    const bool underItsStep = plannedFromItsStep(c);
+    if (verdict == MemoryVerdict::Fits) {
+        if (underItsStep) {
+            char share[16];
+            std::snprintf(share, sizeof share, "%.0f%%", 100.0 * use);
+            out.push_back(make("memory_not_planned", Severity::Info,
+                               "Memory is checked before launch only as a lower bound for this model folder",
+                               "Its attention heads are not hidden / heads wide (a head_dim of its own): this check "
+                               "plans them narrower, under what its training step takes (at least "
+                               + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
+                               + "); its own step's plan is derived in seconds.",
+                               "Derive its plan: the Memory planner's Derive plan, or trainbench-cli estimate --config "
+                               "FILE --gpu NAME; a run records it as it starts."));
+        }
+        return;
+    }
     auto terms = e.terms;
     std::sort(terms.begin(), terms.end(), [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
     std::string dominant;
@@ -371,8 +389,11 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     Finding f = make(over ? "memory_over_budget" : "memory_near_budget", over ? Severity::Error : Severity::Warning,
                      over ? "The memory estimate does not fit " + target.label
                           : "The memory estimate leaves little room on " + target.label,
-                     "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + " during " + e.peakPhase + ", " + percent
-                         + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + ".",
+                     "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + (underItsStep ? " or more" : "")
+                         + " during " + e.peakPhase + ", " + percent
+                         + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + "."
+                         + (underItsStep ? " (This folder's heads are wider than hidden / heads: its own step takes more.)"
+                                         : ""),
                      "");
     f.numbers["estimated_peak_bytes"] = static_cast<double>(e.peakBytes);
     f.numbers["usable_bytes"] = static_cast<double>(target.memoryBytes);
