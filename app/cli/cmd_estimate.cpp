@@ -315,36 +315,31 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     return {std::move(config), std::move(step)};
 }
 
-// The target a derived plan is made for (--gpu NAME, else this machine's
-// CPU), and its setup with the context and allocator options.
-struct DerivedTarget {
-    std::optional<GpuTarget> gpu;
-    TrainingSetup setup;
-};
-
-DerivedTarget derivedTarget(const Args& args, const RunConfig& config, const std::optional<GpuTarget>& gpu)
+// The setup a derived plan is evaluated for (--gpu NAME, else this
+// machine's CPU), with the context and allocator options.
+TrainingSetup derivedSetup(const Args& args, const RunConfig& config, const std::optional<GpuTarget>& gpu)
 {
-    DerivedTarget t{gpu, planOnTarget(config, gpu).setup};
-    applyGpuOptions(args, t.setup);
-    return t;
+    auto setup = planOnTarget(config, gpu).setup;
+    applyGpuOptions(args, setup);
+    return setup;
 }
 
 int estimateDerived(const Args& args)
 {
     // On a GPU: the programs by the device rules on the allocator's model
-    // (the Llama family); else the traced tensors plus the context and
-    // workspaces, a lower bound.
+    // (the Llama and GPT families, where the card's kernels have rules);
+    // else the traced tensors plus the context and workspaces, a lower bound.
     std::optional<GpuTarget> gpu;
     if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
     const auto [config, step] = derivedFromArgs(args, "estimate", gpu);
-    const auto setup = derivedTarget(args, config, gpu).setup;
+    const auto setup = derivedSetup(args, config, gpu);
     const auto e = step.at(config.train.batchSize, effectiveSeqLen(config), setup);
     if (args.flag("--json")) {
         auto out = toJson(e);
         if (gpu) out["gpu"] = gpuJson(*gpu, setup, e);
         // The compiled step and its programs: the plan at any batch and
         // sequence (the Memory planner reads it), written compact (a 7B
-        // model's programs are 2 MB; indented, five times that).
+        // model's programs are about 1.5 MB; indented, several times that).
         auto text = out.dump(2);
         text.insert(text.size() - 2, ",\n  \"derived_step\": " + derivedStepToJson(step));
         std::cout << text << "\n";
@@ -364,7 +359,7 @@ int fitDerived(const Args& args)
     if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
     if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
     const auto [config, step] = derivedFromArgs(args, "fit", gpu);
-    const auto setup = gpu ? derivedTarget(args, config, gpu).setup : TrainingSetup{};
+    const auto setup = gpu ? derivedSetup(args, config, gpu) : TrainingSetup{};
     if (const auto why = gpu ? step.notExactOn(setup) : std::string(); !why.empty()) {
         throw InputError("on this GPU the derived plan is a lower bound (" + why
                          + "): 'fit' would overstate what fits; estimate --derived --gpu NAME shows the bound, or give "
