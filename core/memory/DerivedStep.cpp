@@ -394,8 +394,8 @@ namespace {
 // cheap one (the compiled tensors) is under it by the allocator's reserve:
 // the cheap peaks scaled by the reserve where the last replay was place the
 // answer, and replays check it and the next; a placement that misses is
-// placed again from its own replay (about five replays where a bisection of
-// replays took a dozen), and after three, replays search it out.
+// placed again from its own replay (3 to 8 replays in bench_fit_map, where
+// a search of replays took up to 13), and after three, replays search it out.
 template <typename Exact, typename Cheap>
 std::int64_t largestPlacedThenReplayed(Exact&& exact, Cheap&& cheap, std::int64_t budget, std::int64_t limit)
 {

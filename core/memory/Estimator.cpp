@@ -1086,14 +1086,38 @@ bool plannedFromItsStep(const RunConfig& c)
 {
     if (!plannableModel(c)) return true;
     if (c.model.type != "hf") return false;
+    // The form, the planner and preflight ask at every edit, on the GUI
+    // thread: config.json is parsed once per folder and version of the file
+    // (its time and size; edited in place, its time moves).
+    const auto folder = resolvedModelPath(c);
+    std::error_code timeError, sizeError;
+    const auto file = std::filesystem::path(folder) / "config.json";
+    const auto time = std::filesystem::last_write_time(file, timeError);
+    const auto size = std::filesystem::file_size(file, sizeError);
+    using Version = std::pair<std::filesystem::file_time_type, std::uintmax_t>;
+    static std::mutex mutex;
+    static std::map<std::string, std::pair<Version, bool>> answers;
+    const bool known = !timeError && !sizeError;
+    if (known) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (const auto it = answers.find(folder); it != answers.end() && it->second.first == Version{time, size}) {
+            return it->second.second;
+        }
+    }
+    bool own = false;
     try {
         // (architectureFor turns any reading problem into a "not exact" note:
         // the folder is read here, and only a head size of its own counts.)
-        const auto a = readHfArchitecture(resolvedModelPath(c));
-        return a.llamaFamily() && a.headDim * a.heads != a.hiddenSize;
+        const auto a = readHfArchitecture(folder);
+        own = a.llamaFamily() && a.headDim * a.heads != a.hiddenSize;
     } catch (const InputError&) {
         return false;
     }
+    if (known) {
+        std::lock_guard<std::mutex> lock(mutex);
+        answers[folder] = {Version{time, size}, own};
+    }
+    return own;
 }
 
 ArchitectureSpec architectureFor(const RunConfig& c)

@@ -121,8 +121,8 @@ struct StepProgram {
     RecordedStep shape;              // the base probe's record: its structure
     std::vector<DimFormula> numbers; // every number in it, in the order flattenNumbers lists them
     // Which distinct formula each number is, and one number of each (a
-    // model's layers repeat their formulas: Llama 2 7B's 40,000 numbers are
-    // 125 formulas). at() then evaluates each formula once. Filled by
+    // model's layers repeat their formulas: each of Llama 2 7B's programs has
+    // about 27,500 numbers and 125 formulas). at() then evaluates each formula once. Filled by
     // indexFormulas (the fitting and reading functions below call it).
     std::vector<std::uint32_t> formulaOf, distinct;
     void indexFormulas();
