@@ -285,6 +285,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
     top.text("name", c.name);
     top.text("device", c.device);
     std::set<std::string> hfGiven; // model fields the config sets itself (type hf)
+    bool doubleQuantGiven = false;
     top.section("model", [&](const json& v, const std::string& p) {
         SectionReader r(p, issues, bad);
         r.text("type", c.model.type);
@@ -301,7 +302,10 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         r.text("attention", c.model.attention);
         r.boolean("tie_embeddings", c.model.tieEmbeddings);
         r.integer("vocab_size", c.model.vocabSize);
+        r.text("quantize", c.model.quantize);
+        r.boolean("double_quant", c.model.doubleQuant);
         r.read(v);
+        if (v.is_object() && v.contains("double_quant")) doubleQuantGiven = true;
         if (c.model.type == "hf" && v.is_object()) {
             for (const auto& [key, value] : v.items()) hfGiven.insert(key);
         }
@@ -375,6 +379,10 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
     if (seqLenGiven && c.data.seqLen == 0 && !bad.count("data.seq_len")) {
         issues.push_back({"data.seq_len", "must be a positive integer, got 0"});
         bad.insert("data.seq_len");
+    }
+    if (doubleQuantGiven && c.model.quantize != "nf4" && !bad.count("model.double_quant")) {
+        issues.push_back({"model.double_quant", "is only used with model.quantize \"nf4\" (the 4-bit blocks' scales); "
+                                                "remove it or set quantize to \"nf4\""});
     }
     for (auto& issue : validateConfig(c)) {
         if (!bad.count(issue.path)) issues.push_back(std::move(issue));
@@ -526,6 +534,8 @@ std::string configToJson(const RunConfig& c)
     json data = {{"source", c.data.source}, {"val_fraction", c.data.valFraction}};
     if (c.data.source == "addition") data["digits"] = c.data.digits;
     if (!c.model.path.empty()) j["model"]["path"] = c.model.path;
+    if (c.model.quantize != "none") j["model"]["quantize"] = c.model.quantize;
+    if (c.model.quantize == "nf4") j["model"]["double_quant"] = c.model.doubleQuant;
     if (c.model.type == "hf") j["model"]["vocab_size"] = c.model.vocabSize;
     if (!c.data.path.empty()) data["path"] = c.data.path;
     if (c.data.source == "tokens") data["token_dtype"] = c.data.tokenDtype;

@@ -226,6 +226,21 @@ void checkModel(Checker& check, const RunConfig& c, bool checkFiles)
     }
     check.realRange("model.dropout", m.dropout, 0.0, 1.0, false, true);
     check.oneOf("model.attention", m.attention, {"eager", "sdpa"});
+    check.oneOf("model.quantize", m.quantize, {"none", "nf4", "int8"});
+    if (m.quantize == "nf4" || m.quantize == "int8") {
+        if (m.type != "llama" && m.type != "hf") {
+            check.add("model.quantize", "quantized base weights are for model.type \"llama\" and Hugging Face folders "
+                                        "(\"hf\"); use \"none\" with a " + m.type + " model");
+        } else if (c.lora.rank <= 0) {
+            check.add("model.quantize", "\"" + m.quantize + "\" stores the frozen base weights quantized, and only LoRA "
+                                        "adapters train on such a base (QLoRA): set lora.rank (e.g. 16), or quantize "
+                                        "\"none\" to train every weight");
+        }
+        if (c.train.weightsDtype != "fp32") {
+            check.add("train.weights_dtype", "describes unquantized weights; with model.quantize \"" + m.quantize
+                                                 + "\" the base is stored quantized: leave weights_dtype at \"fp32\"");
+        }
+    }
     if (m.type == "hf") {
         // The folder's config.json was checked when it was read (head_dim may differ from d_model / n_head).
     } else if (m.nHead >= 1 && m.dModel >= 8 && m.dModel % m.nHead != 0) {

@@ -29,6 +29,11 @@ struct ModelConfig {
     std::string attention = "eager"; // eager | sdpa (LibTorch >= 2.0)
     bool tieEmbeddings = true;       // default true for gpt, false for llama
     int vocabSize = 0;               // hf: the folder's vocab_size (filled in when read); else unused (0)
+    // none | nf4 | int8: the frozen base's linear layers stored quantized (QLoRA;
+    // llama and hf, with LoRA). nf4: 4-bit NormalFloat in blocks of 64;
+    // int8: 8 bits per weight with a per-row scale.
+    std::string quantize = "none";
+    bool doubleQuant = true; // nf4: the block scales stored in 8 bits
 
     int feedForwardWidth() const
     {

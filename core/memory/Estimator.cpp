@@ -1085,6 +1085,9 @@ std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
 bool plannedFromItsStep(const RunConfig& c)
 {
     if (!plannableModel(c)) return true;
+    // A quantized base (QLoRA): the hand replay has no quantized weights nor
+    // their dequantization in forward and backward; the step has both.
+    if (c.model.quantize != "none") return true;
     if (c.model.type != "hf") return false;
     // The form, the planner and preflight ask at every edit, on the GUI
     // thread: config.json is parsed once per folder and version of the file

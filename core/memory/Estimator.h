@@ -179,8 +179,9 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup&
 ArchitectureSpec architectureFor(const RunConfig& config);
 // Whether the config is planned from its own training step only (the derived
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
-// model, and a Llama-family Hugging Face folder whose head size is not
-// hidden / heads (which the replay does not model). False when the folder
+// model, a quantized base (model.quantize), and a Llama-family Hugging Face
+// folder whose head size is not hidden / heads (which the replay does not
+// model). False when the folder
 // cannot be read (the replay's plan says why).
 bool plannedFromItsStep(const RunConfig& config);
 TrainingSetup setupFor(const RunConfig& config);

@@ -171,7 +171,8 @@ ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, 
     return o;
 }
 
-void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const std::string& describedBy)
+void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const std::string& describedBy,
+                         const QuantizeSpec& quantize)
 {
     const auto& o = model.options();
     const auto mapped = mapFolder(folder, [&](const std::string& name) { return canonicalName(name, o); });
@@ -229,9 +230,19 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
     const long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
     const bool dropBehind = pages > 0 && pageSize > 0
                             && 2 * folderBytes > static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(pageSize);
+    std::map<std::string, LoraLinearImpl*> quantizeAt; // weight name -> its layer
+    if (quantize.active()) {
+        for (auto& [name, linear] : quantizableLinears(model)) {
+            if (!linear->quantized()) quantizeAt.emplace(name + ".weight", linear);
+        }
+    }
     for (auto& p : params) {
         const auto found = mapped.byName.find(p.key());
         if (found == mapped.byName.end()) continue;
+        if (const auto layer = quantizeAt.find(p.key()); layer != quantizeAt.end()) {
+            layer->second->quantizeBase(quantize, found->second.first);
+            continue;
+        }
         adviseHugePages(p.value());
         mapped.fileOf.at(p.key())->copyInto(found->second.first, p.value(), dropBehind);
     }

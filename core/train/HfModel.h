@@ -21,8 +21,11 @@ ModelOptions hfModelOptions(const HfArchitecture& arch, const std::string& folde
 // is wrong: a missing shard, an index naming a file that is not there, a
 // damaged or truncated file, a tensor missing or of the wrong shape (both
 // shapes), or a tensor this architecture does not have.
+// With `quantize` active, each block's linear weight is quantized straight
+// from its mapped file tensor (quantizableLinears): the host holds one layer
+// unquantized at a time, never the model.
 void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder,
-                         const std::string& describedBy = "config.json");
+                         const std::string& describedBy = "config.json", const QuantizeSpec& quantize = {});
 
 // train.init_from of an hf run, when it names a folder: another model folder
 // of the same family and shapes (every tensor that does not fit is named), or

@@ -59,6 +59,30 @@ struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
     }
 };
 
+// y = x W^T + b with W dequantized from a layer's quantized base: in
+// forward for the product, and again in backward for the input's gradient
+// (W is frozen: no weight gradient, and nothing but the layer is kept for
+// backward). W comes in the dtype the product runs in: autocast's under
+// autocast, else the input's (the model's dtype). The bias, frozen with the
+// base, is read from the layer (LibTorch 1.13's Function takes no undefined input).
+struct DequantizedLinear : public torch::autograd::Function<DequantizedLinear> {
+    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, const LoraLinearImpl* layer)
+    {
+        ctx->saved_data["layer"] = reinterpret_cast<std::int64_t>(layer);
+        const auto dev = x.device().type();
+        const auto dtype = compat::autocastEnabled(dev) ? compat::autocastDtype(dev) : x.scalar_type();
+        return at::linear(x, layer->baseWeight(dtype), layer->bias);
+    }
+
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list gradOutputs)
+    {
+        const auto* layer = reinterpret_cast<const LoraLinearImpl*>(ctx->saved_data["layer"].toInt());
+        const auto& g = gradOutputs[0];
+        return {at::matmul(g, layer->baseWeight(g.scalar_type())), torch::Tensor()};
+    }
+};
+
 } // namespace
 
 namespace {
@@ -148,8 +172,78 @@ std::shared_ptr<LoraLinearImpl> LoraLinearImpl::conv1d(int in, int out, int rank
     return layer;
 }
 
+void LoraLinearImpl::quantizeBase(const QuantizeSpec& spec, const torch::Tensor& source)
+{
+    TORCH_CHECK(!quantized(), "the layer's base is quantized already");
+    torch::NoGradGuard noGrad;
+    const auto& stored = source.defined() ? source : weight;
+    // [out, in] whatever the layer's own layout (bitsandbytes stores a Conv1D's transposed too).
+    auto q = quantizeWeight(m_transposed ? stored.t() : stored, spec).to(weight.device());
+    m_quantFormat = q.format;
+    m_qData = register_buffer("weight_data", q.data);
+    m_qAbsmax = register_buffer("weight_absmax", q.absmax);
+    if (q.quantMap.defined()) m_qMap = register_buffer("weight_quant_map", q.quantMap);
+    if (q.nested) {
+        m_qNestedAbsmax = register_buffer("weight_nested_absmax", q.nestedAbsmax);
+        m_qNestedMap = register_buffer("weight_nested_quant_map", q.nestedQuantMap);
+    }
+    q.data = q.absmax = q.quantMap = q.nestedAbsmax = q.nestedQuantMap = torch::Tensor();
+    m_quantShape = q;
+    parameters_.erase("weight");
+    weight = torch::Tensor();
+    m_transposed = false;
+}
+
+QuantizedWeight LoraLinearImpl::quantizedBase() const
+{
+    auto q = m_quantShape;
+    q.data = m_qData;
+    q.absmax = m_qAbsmax;
+    q.quantMap = m_qMap;
+    q.nestedAbsmax = m_qNestedAbsmax;
+    q.nestedQuantMap = m_qNestedMap;
+    return q;
+}
+
+void LoraLinearImpl::to(torch::Device device, torch::Dtype dtype, bool nonBlocking)
+{
+    keepQuantizedDtypes([&] { Module::to(device, dtype, nonBlocking); });
+}
+
+void LoraLinearImpl::to(torch::Dtype dtype, bool nonBlocking)
+{
+    keepQuantizedDtypes([&] { Module::to(dtype, nonBlocking); });
+}
+
+void LoraLinearImpl::to(torch::Device device, bool nonBlocking) { Module::to(device, nonBlocking); }
+
+void LoraLinearImpl::keepQuantizedDtypes(const std::function<void()>& move)
+{
+    // LibTorch's Module::to(dtype) converts every buffer, integer ones too:
+    // the packed codes and float32 scales are put back in their own dtypes on
+    // their new device.
+    std::vector<std::pair<torch::Tensor*, torch::Tensor>> kept;
+    for (auto* t : {&m_qData, &m_qAbsmax, &m_qMap, &m_qNestedAbsmax, &m_qNestedMap}) {
+        if (t->defined()) kept.emplace_back(t, t->detach());
+    }
+    move();
+    torch::NoGradGuard noGrad;
+    for (auto& [t, before] : kept) t->set_data(before.to(t->device()));
+}
+
+torch::Tensor LoraLinearImpl::baseWeight(at::ScalarType dtype) const
+{
+    if (!quantized()) return weight.to(dtype);
+    return quantizedBase().dequantize(dtype);
+}
+
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
 {
+    if (quantized()) {
+        auto y = DequantizedLinear::apply(x, this);
+        if (m_rank > 0) y = y + at::linear(at::linear(x, loraA), loraB) * m_scale;
+        return y;
+    }
     if (m_transposed) {
         // Conv1D: addmm over [B*T, in], as transformers' Conv1D computes it.
         auto shape = x.sizes().vec();
@@ -163,6 +257,24 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
     auto y = at::linear(x, weight, bias);
     if (m_rank > 0) y = y + at::linear(at::linear(x, loraA), loraB) * m_scale;
     return y;
+}
+
+std::vector<std::pair<std::string, LoraLinearImpl*>> quantizableLinears(torch::nn::Module& model)
+{
+    std::vector<std::pair<std::string, LoraLinearImpl*>> out;
+    for (const auto& m : model.named_modules()) {
+        auto* linear = dynamic_cast<LoraLinearImpl*>(m.value().get());
+        if (linear && m.key().find('.') != std::string::npos) out.emplace_back(m.key(), linear);
+    }
+    return out;
+}
+
+void quantizeModelBase(torch::nn::Module& model, const QuantizeSpec& spec)
+{
+    if (!spec.active()) return;
+    for (auto& [name, linear] : quantizableLinears(model)) {
+        if (!linear->quantized()) linear->quantizeBase(spec);
+    }
 }
 
 void CausalLmImpl::freezeBaseForLora()

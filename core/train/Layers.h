@@ -3,11 +3,14 @@
 // both are built from, a linear layer with an optional LoRA adapter, causal
 // attention (eager or fused), RoPE, and activation checkpointing of a block.
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
 
 #include <torch/torch.h>
+
+#include "train/Quantize.h"
 
 namespace tb {
 
@@ -110,14 +113,44 @@ public:
     double adapterScale() const { return m_scale; }
     bool transposedWeight() const { return m_transposed; }
 
+    // Replaces the base weight by its quantized form (QLoRA): the "weight"
+    // parameter goes, and the stored form is kept in buffers (weight_data,
+    // weight_absmax, ...; a model's .to(dtype) leaves them in their own
+    // dtypes, exact). `source` is the weight as its
+    // file stores it (a mapped tensor: the layer never holds it unquantized),
+    // or undefined for the layer's own weight. Forward then dequantizes the
+    // weight for its product and backward again for the input's gradient;
+    // nothing dequantized is kept between the two.
+    void quantizeBase(const QuantizeSpec& spec, const torch::Tensor& source = {});
+    bool quantized() const { return m_quantFormat != QuantFormat::None; }
+    // The quantized base as stored (tensors on the layer's device).
+    QuantizedWeight quantizedBase() const;
+    // The base weight [out, in] ([in, out] for an unquantized Conv1D), dequantized when quantized.
+    torch::Tensor baseWeight(at::ScalarType dtype) const;
+
+    void to(torch::Device device, torch::Dtype dtype, bool nonBlocking = false) override;
+    void to(torch::Dtype dtype, bool nonBlocking = false) override;
+    void to(torch::Device device, bool nonBlocking = false) override;
+
     torch::Tensor weight, bias, loraA, loraB;
 
 private:
+    void keepQuantizedDtypes(const std::function<void()>& move);
     int m_rank;
     double m_scale;
     bool m_transposed = false;
+    QuantFormat m_quantFormat = QuantFormat::None;
+    QuantizedWeight m_quantShape; // format, sizes and scalars; its tensors are the buffers below
+    torch::Tensor m_qData, m_qAbsmax, m_qMap, m_qNestedAbsmax, m_qNestedMap;
 };
 TORCH_MODULE(LoraLinear);
+
+// The linear layers a quantized base stores quantized, by module name: every
+// LoraLinear inside the model's blocks. The output head and the embeddings
+// stay as they are (transformers' bitsandbytes integration keeps lm_head).
+std::vector<std::pair<std::string, LoraLinearImpl*>> quantizableLinears(torch::nn::Module& model);
+// Quantizes each of them that is not quantized yet, from its own weight.
+void quantizeModelBase(torch::nn::Module& model, const QuantizeSpec& spec);
 
 // What every block of one forward pass shares, computed once per forward.
 struct AttentionTables {

@@ -191,14 +191,28 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
         m->model = makeModel(modelOptions);
     }
     // A Hugging Face folder brings its weights (a resumed run's come from its checkpoint).
-    if (config.model.type == "hf" && options.resumeFrom.empty() && !probe) loadHfFolderWeights(*m->model, resolvedModelPath(config));
+    // QLoRA: the base's block linears quantized as the folder is read (or,
+    // for a built-in model, from its initialisation). A checkpoint holds only
+    // parameters, so a resumed run quantizes the folder's base again (the same
+    // bytes: quantization is deterministic) and then reads the rest.
+    const QuantizeSpec quantize{quantFormatOf(config.model.quantize == "none" ? "" : config.model.quantize),
+                                config.model.doubleQuant};
     const std::string initFrom = !options.initFrom.empty() ? options.initFrom : config.train.initFrom;
+    if (quantize.active() && !initFrom.empty() && !std::filesystem::exists(std::filesystem::path(initFrom) / "adapter_config.json")) {
+        throw InputError("train.init_from: with model.quantize \"" + config.model.quantize + "\" only a PEFT adapter folder "
+                         "can be loaded on the quantized base (" + initFrom + " holds base weights); quantize that model "
+                         "itself: give its folder as model.path");
+    }
+    if (config.model.type == "hf" && (options.resumeFrom.empty() || quantize.active()) && !probe) {
+        loadHfFolderWeights(*m->model, resolvedModelPath(config), "config.json", quantize);
+    }
     if (!initFrom.empty() && options.resumeFrom.empty() && !probe) {
         // Model weights only; the optimizer, schedule and data order start afresh.
         if (config.model.type != "hf" || !loadHfInitFrom(*m->model, initFrom)) {
             loadModelWeights(*m->model, readModelWeights(initFrom), initFrom);
         }
     }
+    quantizeModelBase(*m->model, quantize);
     m->prepareCheckpointDir();
     m->model->freezeBaseForLora();
     // Pure bf16: weights (so gradients and AdamW's state) in bf16, no autocast; the loss is fp32.

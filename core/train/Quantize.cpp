@@ -1,0 +1,216 @@
+#include "train/Quantize.h"
+
+#include <array>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+namespace tb {
+namespace {
+
+// The NF4 levels: quantiles of N(0, 1) normalised to [-1, 1] with an exact
+// zero (QLoRA paper, appendix E), as bitsandbytes' get_4bit_type("nf4") and
+// its kernels' table hold them.
+constexpr std::array<float, 16> kNf4Levels{
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
+    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
+    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+
+std::int64_t ceilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The index of the nearest entry of a sorted map: the number of midpoints
+// below x. bitsandbytes' NF4 decision tree compares against the same
+// midpoints (x > midpoint takes the upper level), and its 8-bit search picks
+// the nearest entry.
+at::Tensor nearestIndex(const at::Tensor& sortedMap, const at::Tensor& x)
+{
+    const auto mid = ((sortedMap.narrow(0, 0, sortedMap.numel() - 1).to(at::kDouble)
+                       + sortedMap.narrow(0, 1, sortedMap.numel() - 1).to(at::kDouble))
+                      / 2.0)
+                         .to(at::kFloat)
+                         .to(x.device());
+    return at::searchsorted(mid, x.contiguous());
+}
+
+// x [blocks * blockSize] float32 in blocks: each block's absmax and x / absmax
+// (x times the absmax's reciprocal, as bitsandbytes' kernels compute it; 0 in
+// a block of zeros).
+std::pair<at::Tensor, at::Tensor> normaliseBlocks(const at::Tensor& x, std::int64_t blockSize)
+{
+    const auto blocks = x.view({-1, blockSize});
+    const auto absmax = blocks.abs().amax(1);
+    auto normalised = blocks * absmax.reciprocal().unsqueeze(1);
+    normalised = at::where(absmax.unsqueeze(1) == 0, at::zeros_like(normalised), normalised);
+    return {absmax, normalised.view(-1)};
+}
+
+at::Tensor paddedTo(const at::Tensor& x, std::int64_t n)
+{
+    if (x.numel() == n) return x;
+    return at::cat({x, at::zeros({n - x.numel()}, x.options())});
+}
+
+QuantizedWeight quantizeNf4(const at::Tensor& w, bool doubleQuant)
+{
+    QuantizedWeight q;
+    q.format = QuantFormat::Nf4;
+    q.rows = w.size(0);
+    q.cols = w.size(1);
+    const auto n = w.numel();
+    const auto blocks = ceilDiv(n, q.blockSize);
+    const auto x = paddedTo(w.detach().to(at::kFloat).contiguous().view(-1), blocks * q.blockSize);
+    auto [absmax, normalised] = normaliseBlocks(x, q.blockSize);
+    q.quantMap = nf4Levels().to(w.device());
+    auto codes = nearestIndex(q.quantMap, normalised).to(at::kByte); // [blocks * 64], even
+    codes = codes.narrow(0, 0, 2 * ceilDiv(n, 2)).view({-1, 2});
+    q.data = codes.select(1, 0).bitwise_left_shift(4).bitwise_or(codes.select(1, 1)).contiguous().view({-1, 1});
+    if (!doubleQuant) {
+        q.absmax = absmax;
+        return q;
+    }
+    q.nested = true;
+    q.nestedOffset = absmax.mean().item<float>();
+    const auto centred = paddedTo(absmax - q.nestedOffset, ceilDiv(blocks, q.nestedBlockSize) * q.nestedBlockSize);
+    auto [absmax2, normalised2] = normaliseBlocks(centred, q.nestedBlockSize);
+    q.nestedQuantMap = dynamicMap8().to(w.device());
+    q.nestedAbsmax = absmax2;
+    q.absmax = nearestIndex(q.nestedQuantMap, normalised2).narrow(0, 0, blocks).to(at::kByte).contiguous();
+    return q;
+}
+
+QuantizedWeight quantizeInt8(const at::Tensor& w)
+{
+    QuantizedWeight q;
+    q.format = QuantFormat::Int8;
+    q.rows = w.size(0);
+    q.cols = w.size(1);
+    // bitsandbytes quantizes the weight as fp16 (Int8Params._quantize), whatever its dtype.
+    const auto x = w.detach().to(at::kHalf).to(at::kFloat);
+    q.absmax = x.abs().amax(1); // SCB
+    // round(w * (127 / SCB)), as bitsandbytes' int8_vectorwise_quant; a row of zeros stays zero.
+    auto scaled = at::round(x * (127.0f / q.absmax).unsqueeze(1));
+    scaled = at::where(q.absmax.unsqueeze(1) == 0, at::zeros_like(scaled), scaled);
+    q.data = scaled.to(at::kChar).contiguous();
+    return q;
+}
+
+} // namespace
+
+QuantFormat quantFormatOf(const std::string& name)
+{
+    if (name.empty()) return QuantFormat::None;
+    if (name == "nf4") return QuantFormat::Nf4;
+    if (name == "int8") return QuantFormat::Int8;
+    throw std::invalid_argument("unknown quantization \"" + name + "\"");
+}
+
+const char* quantFormatName(QuantFormat f)
+{
+    switch (f) {
+    case QuantFormat::Nf4: return "nf4";
+    case QuantFormat::Int8: return "int8";
+    case QuantFormat::None: break;
+    }
+    return "";
+}
+
+at::Tensor nf4Levels() { return at::tensor(std::vector<float>(kNf4Levels.begin(), kNf4Levels.end())); }
+
+at::Tensor dynamicMap8()
+{
+    // create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8):
+    // for exponent i of 0..6, 2^i means of linspace(0.1, 1, 2^i + 1)'s
+    // neighbours, times 10^(i - 6), with both signs; then 0 and 1; sorted.
+    // Computed in float32 as torch computes it there.
+    std::vector<at::Tensor> parts;
+    for (int i = 0; i < 7; ++i) {
+        const auto boundaries = at::linspace(0.1, 1.0, (1 << i) + 1, at::kFloat);
+        const auto means = (boundaries.narrow(0, 0, 1 << i) + boundaries.narrow(0, 1, 1 << i)) / 2.0;
+        const double scale = i == 6 ? 1.0 : std::pow(10.0, i - 6);
+        const auto scaled = means * scale;
+        parts.push_back(scaled);
+        parts.push_back(-scaled);
+    }
+    parts.push_back(at::zeros({1}, at::kFloat));
+    parts.push_back(at::ones({1}, at::kFloat));
+    return std::get<0>(at::sort(at::cat(parts)));
+}
+
+QuantizedWeight quantizeWeight(const at::Tensor& weight, const QuantizeSpec& spec)
+{
+    if (weight.dim() != 2 || !weight.is_floating_point()) {
+        throw std::invalid_argument("only a 2-D floating-point weight can be quantized");
+    }
+    switch (spec.format) {
+    case QuantFormat::Nf4: return quantizeNf4(weight, spec.doubleQuant);
+    case QuantFormat::Int8: return quantizeInt8(weight);
+    case QuantFormat::None: break;
+    }
+    throw std::invalid_argument("no quantization format given");
+}
+
+at::Tensor QuantizedWeight::blockAbsmax() const
+{
+    if (!nested) return absmax;
+    // map[q] * absmax2[block] in float32, then + offset (bitsandbytes' dequantize_blockwise, then absmax += offset).
+    const auto blocks = absmax.numel();
+    const auto nestedBlocks = nestedAbsmax.numel();
+    auto values = paddedTo(nestedQuantMap.index_select(0, absmax.to(at::kInt)), nestedBlocks * nestedBlockSize);
+    values = (values.view({nestedBlocks, nestedBlockSize}) * nestedAbsmax.unsqueeze(1)).view(-1).narrow(0, 0, blocks);
+    return values + nestedOffset;
+}
+
+at::Tensor QuantizedWeight::dequantize(at::ScalarType dtype) const
+{
+    at::Tensor values;
+    if (format == QuantFormat::Int8) {
+        // (q * SCB) * (1/127) in float32, as bitsandbytes' int8_vectorwise_dequant.
+        values = data.to(at::kFloat).mul_(absmax.unsqueeze(1)).mul_(1.0 / 127.0);
+    } else {
+        // Each byte holds two levels: a 256-row table of (high, low) pairs
+        // turns the packed bytes into levels with one index (int32: half the
+        // transient of int64 indices).
+        const auto bytes = at::arange(256, data.options().dtype(at::kInt));
+        const auto pairs = at::stack({quantMap.index_select(0, bytes.bitwise_right_shift(4)),
+                                      quantMap.index_select(0, bytes.bitwise_and(15))},
+                                     1); // [256, 2]
+        const auto blockAbs = blockAbsmax();
+        const auto blocks = blockAbs.numel();
+        const auto n = rows * cols;
+        auto levels = pairs.index_select(0, paddedTo(data.view(-1), blocks * blockSize / 2).to(at::kInt)); // [.., 2]
+        levels = levels.view({blocks, blockSize}).mul_(blockAbs.unsqueeze(1));
+        values = levels.view(-1).narrow(0, 0, n).view({rows, cols});
+    }
+    return dtype == at::kFloat ? values : values.to(dtype);
+}
+
+std::int64_t QuantizedWeight::storedBytes() const
+{
+    std::int64_t total = 0;
+    for (const auto* t : {&data, &absmax, &quantMap, &nestedAbsmax, &nestedQuantMap}) {
+        if (t->defined()) total += t->numel() * static_cast<std::int64_t>(t->element_size());
+    }
+    return total;
+}
+
+QuantizedWeight QuantizedWeight::to(const at::Device& device) const
+{
+    QuantizedWeight out = *this;
+    for (auto* t : {&out.data, &out.absmax, &out.quantMap, &out.nestedAbsmax, &out.nestedQuantMap}) {
+        if (t->defined()) *t = t->to(device);
+    }
+    return out;
+}
+
+std::int64_t quantizedBytes(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec)
+{
+    const auto n = rows * cols;
+    if (spec.format == QuantFormat::Int8) return n + 4 * rows;
+    if (spec.format != QuantFormat::Nf4) return 0;
+    const auto blocks = ceilDiv(n, 64);
+    std::int64_t bytes = ceilDiv(n, 2) + 16 * 4;
+    bytes += spec.doubleQuant ? blocks + 4 * ceilDiv(blocks, 256) + 256 * 4 : 4 * blocks;
+    return bytes;
+}
+
+} // namespace tb

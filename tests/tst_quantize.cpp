@@ -1,0 +1,344 @@
+// Quantized base weights (QLoRA): NF4 and int8 storage against an
+// independent numpy reference (tests/reference/bnb_reference.py), a quantized
+// layer's forward and backward against the same layer with the dequantized
+// weight, a quantized Llama's logits against the dequantized model's, the
+// config's checks, and a QLoRA run that resumes exactly.
+#include <QtTest>
+
+#include "TestPaths.h"
+#include "TestPrinters.h"
+
+#include "config/LearningRate.h"
+#include "config/RunConfig.h"
+#include "train/Datasets.h"
+#include "train/Llama.h"
+#include "train/Quantize.h"
+#include "train/Safetensors.h"
+#include "train/TrainStep.h"
+#include "train/Trainer.h"
+
+using namespace tb;
+
+namespace {
+
+// Bitwise equality of two float or bfloat16 tensors (-0 and +0 differ, NaNs compare by bits).
+bool sameBits(const torch::Tensor& a, const torch::Tensor& b)
+{
+    if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+    const auto view = a.element_size() == 4 ? torch::kInt : torch::kShort;
+    return torch::equal(a.contiguous().view(view), b.contiguous().view(view));
+}
+
+QuantizedWeight fromReference(const std::map<std::string, torch::Tensor>& t, const std::string& p)
+{
+    QuantizedWeight q;
+    const auto source = t.at(p + "source");
+    q.rows = source.size(0);
+    q.cols = source.size(1);
+    q.format = t.at(p + "format")[0].item<int>() == 4 ? QuantFormat::Nf4 : QuantFormat::Int8;
+    q.data = t.at(p + "weight");
+    if (q.format == QuantFormat::Int8) {
+        q.absmax = t.at(p + "SCB");
+        return q;
+    }
+    q.absmax = t.at(p + "absmax");
+    q.quantMap = t.at(p + "quant_map");
+    if (t.count(p + "nested_absmax")) {
+        q.nested = true;
+        q.nestedAbsmax = t.at(p + "nested_absmax");
+        q.nestedQuantMap = t.at(p + "nested_quant_map");
+        q.nestedOffset = t.at(p + "nested_offset")[0].item<float>();
+    }
+    return q;
+}
+
+ModelOptions smallLlama(int loraRank)
+{
+    ModelOptions o;
+    o.type = "llama";
+    o.vocabSize = 23;
+    o.maxLen = 16;
+    o.nLayer = 2;
+    o.dModel = 48;
+    o.nHead = 4;
+    o.nKvHead = 2;
+    o.dFf = 72; // 48 x 72: blocks of 64 that do not tile every row
+    o.tieEmbeddings = false;
+    o.loraRank = loraRank;
+    return o;
+}
+
+RunConfig qloraConfig(const std::string& format)
+{
+    RunConfig c;
+    c.model.type = "llama";
+    c.model.nLayer = 2;
+    c.model.dModel = 48;
+    c.model.nHead = 4;
+    c.model.positionalEncoding = "rope";
+    c.model.tieEmbeddings = false;
+    c.model.quantize = format;
+    c.model.dropout = 0.1; // the random state is restored on resume too
+    c.data.source = "addition";
+    c.data.digits = 2;
+    c.lora.rank = 4;
+    c.train.batchSize = 8;
+    c.train.steps = 10;
+    c.train.evalEvery = 100;
+    c.optim.warmupSteps = 2;
+    return c;
+}
+
+} // namespace
+
+class TestQuantize : public QObject {
+    Q_OBJECT
+
+private Q_SLOTS:
+    void referenceStorageDequantizesBitForBit();
+    void quantizerWritesWhatTheReferenceWrites();
+    void nf4WithDoubleQuantStaysUnderTheBudget();
+    void quantizedLayerIsTheDequantizedLayer_data();
+    void quantizedLayerIsTheDequantizedLayer();
+    void quantizedLlamaGivesTheDequantizedModelsLogits();
+    void configNamesWhatIsWrong_data();
+    void configNamesWhatIsWrong();
+    void qloraRunResumesExactly();
+};
+
+namespace {
+// The reference's cases, written once per test run.
+std::map<std::string, torch::Tensor> referenceCases()
+{
+    static std::map<std::string, torch::Tensor> cases;
+    if (!cases.empty()) return cases;
+    if (QProcess::execute("/usr/bin/python3", {"-c", "import numpy"}) != 0) return {};
+    QTemporaryDir dir;
+    const auto path = dir.filePath("cases.safetensors");
+    QProcess p;
+    p.start("/usr/bin/python3", {QString(tb::test::sourceDir()) + "/tests/reference/bnb_reference.py", "cases", path});
+    if (!p.waitForFinished(60000) || p.exitCode() != 0) {
+        qWarning("%s", p.readAllStandardError().constData());
+        return {};
+    }
+    cases = readSafetensors(path.toStdString());
+    return cases;
+}
+int caseCount(const std::map<std::string, torch::Tensor>& t)
+{
+    int n = 0;
+    while (t.count("c" + std::to_string(n) + ".source")) ++n;
+    return n;
+}
+} // namespace
+
+void TestQuantize::referenceStorageDequantizesBitForBit()
+{
+    const auto t = referenceCases();
+    if (t.empty()) QSKIP("numpy (Debian's python3-numpy) is not installed: the reference cannot run");
+    const int n = caseCount(t);
+    QVERIFY(n >= 8);
+    for (int i = 0; i < n; ++i) {
+        const auto p = "c" + std::to_string(i) + ".";
+        const auto q = fromReference(t, p);
+        QVERIFY2(sameBits(q.dequantize(torch::kFloat), t.at(p + "expected_f32")), p.c_str());
+        QVERIFY2(sameBits(q.dequantize(torch::kBFloat16), t.at(p + "expected_bf16")), p.c_str());
+    }
+}
+
+void TestQuantize::quantizerWritesWhatTheReferenceWrites()
+{
+    const auto t = referenceCases();
+    if (t.empty()) QSKIP("numpy (Debian's python3-numpy) is not installed: the reference cannot run");
+    for (int i = 0; i < caseCount(t); ++i) {
+        const auto p = "c" + std::to_string(i) + ".";
+        const auto ref = fromReference(t, p);
+        const auto ours = quantizeWeight(t.at(p + "source"), {ref.format, ref.nested});
+        QVERIFY2(torch::equal(ours.data, ref.data), p.c_str());
+        if (!ref.nested) {
+            QVERIFY2(sameBits(ours.absmax, ref.absmax), p.c_str());
+            QVERIFY2(ref.format == QuantFormat::Int8 || sameBits(ours.quantMap, ref.quantMap), p.c_str());
+            continue;
+        }
+        // The block scales' 8-bit codes hang on a mean (its last bit is the
+        // summation order's) and a map built with linspace: close, not bitwise.
+        QVERIFY2(torch::allclose(ours.nestedQuantMap, ref.nestedQuantMap, 1e-6, 0), p.c_str());
+        QVERIFY2(std::abs(ours.nestedOffset - ref.nestedOffset) <= 1e-6f * std::abs(ref.nestedOffset), p.c_str());
+        const auto exact = quantizeWeight(t.at(p + "source"), {QuantFormat::Nf4, false}).absmax;
+        const double worst = (ours.blockAbsmax() - exact).abs().max().item<double>();
+        QVERIFY2(worst <= 0.02 * exact.max().item<double>(), qPrintable(QString("%1 %2").arg(p.c_str()).arg(worst)));
+    }
+}
+
+void TestQuantize::nf4WithDoubleQuantStaysUnderTheBudget()
+{
+    // Llama 2 7B's linears: NF4 with double quantization at most 0.52 bytes a weight.
+    const std::int64_t d = 4096, ff = 11008;
+    const std::int64_t weights = 4 * d * d + 3 * d * ff;
+    const auto bytes = 4 * quantizedBytes(d, d, {QuantFormat::Nf4, true}) + 3 * quantizedBytes(d, ff, {QuantFormat::Nf4, true});
+    QVERIFY2(static_cast<double>(bytes) / weights <= 0.52, qPrintable(QString::number(static_cast<double>(bytes) / weights)));
+    QVERIFY(static_cast<double>(4 * quantizedBytes(d, d, {QuantFormat::Nf4, false})) / (4 * d * d) > 0.56);
+    // What the formula says is what is stored.
+    torch::manual_seed(3);
+    for (const QuantizeSpec spec : {QuantizeSpec{QuantFormat::Nf4, true}, QuantizeSpec{QuantFormat::Nf4, false},
+                                    QuantizeSpec{QuantFormat::Int8, false}}) {
+        const auto q = quantizeWeight(torch::randn({130, 333}), spec);
+        QCOMPARE(q.storedBytes(), quantizedBytes(130, 333, spec));
+    }
+}
+
+void TestQuantize::quantizedLayerIsTheDequantizedLayer_data()
+{
+    QTest::addColumn<QString>("format");
+    QTest::addColumn<bool>("bias");
+    QTest::addColumn<bool>("conv1d");
+    QTest::newRow("nf4") << "nf4" << false << false;
+    QTest::newRow("nf4 with bias") << "nf4" << true << false;
+    QTest::newRow("nf4, GPT-2's Conv1D") << "nf4" << true << true;
+    QTest::newRow("int8") << "int8" << false << false;
+}
+
+void TestQuantize::quantizedLayerIsTheDequantizedLayer()
+{
+    QFETCH(QString, format);
+    QFETCH(bool, bias);
+    QFETCH(bool, conv1d);
+    torch::manual_seed(5);
+    const int in = 40, out = 24, rank = 4;
+    auto q = conv1d ? LoraLinear(LoraLinearImpl::conv1d(in, out, rank, 8.0)) : LoraLinear(in, out, rank, 8.0, bias);
+    {
+        torch::NoGradGuard noGrad;
+        q->loraB.normal_(0, 0.1); // a trained adapter, so its gradient depends on the input
+        if (q->bias.defined()) q->bias.normal_(0, 0.1);
+    }
+    auto plain = LoraLinear(in, out, rank, 8.0, bias || conv1d);
+    const auto spec = QuantizeSpec{quantFormatOf(format.toStdString()), true};
+    q->quantizeBase(spec);
+    QVERIFY(q->quantized());
+    QVERIFY(!q->named_parameters().contains("weight"));
+    {
+        torch::NoGradGuard noGrad;
+        plain->weight.copy_(q->baseWeight(torch::kFloat));
+        if (plain->bias.defined()) plain->bias.copy_(q->bias);
+        plain->loraA.copy_(q->loraA);
+        plain->loraB.copy_(q->loraB);
+    }
+    for (auto* l : {&q, &plain}) {
+        for (auto& p : (*l)->named_parameters()) p.value().set_requires_grad(isAdapterName(p.key()));
+    }
+    const auto x = torch::randn({3, 5, in}, torch::requires_grad());
+    const auto xPlain = x.detach().clone().requires_grad_(true);
+    const auto y = q(x), yPlain = plain(xPlain);
+    QVERIFY(torch::equal(y, yPlain));
+    const auto g = torch::randn_like(y);
+    y.backward(g);
+    yPlain.backward(g);
+    QVERIFY(torch::allclose(x.grad(), xPlain.grad(), 1e-6, 1e-6));
+    QVERIFY(torch::equal(q->loraA.grad(), plain->loraA.grad()));
+    QVERIFY(torch::equal(q->loraB.grad(), plain->loraB.grad()));
+}
+
+void TestQuantize::quantizedLlamaGivesTheDequantizedModelsLogits()
+{
+    torch::manual_seed(7);
+    Llama quantized(smallLlama(4));
+    Llama plain(smallLlama(4));
+    quantizeModelBase(*quantized, {QuantFormat::Nf4, true});
+    QCOMPARE(quantizableLinears(*quantized).size(), std::size_t(14)); // 7 a block; lm_head stays
+    {
+        torch::NoGradGuard noGrad;
+        auto target = plain->named_parameters();
+        const auto linears = quantizableLinears(*quantized);
+        for (const auto& [name, layer] : linears) target[name + ".weight"].copy_(layer->baseWeight(torch::kFloat));
+        for (const auto& p : quantized->named_parameters()) target[p.key()].copy_(p.value());
+        QCOMPARE(target.size(), quantized->named_parameters().size() + linears.size());
+    }
+    const auto ids = torch::randint(23, {2, 16});
+    quantized->eval();
+    plain->eval();
+    torch::NoGradGuard noGrad;
+    const auto a = quantized->forward(ids), b = plain->forward(ids);
+    QVERIFY2(torch::allclose(a, b, 1e-5, 1e-5), qPrintable(QString::number((a - b).abs().max().item<double>())));
+    // A model moved to bf16 keeps its quantized weights exact (their scales are not rounded).
+    const auto before = quantizableLinears(*quantized).front().second->baseWeight(torch::kFloat);
+    quantized->to(torch::kBFloat16);
+    QVERIFY(sameBits(quantizableLinears(*quantized).front().second->baseWeight(torch::kFloat), before));
+}
+
+void TestQuantize::configNamesWhatIsWrong_data()
+{
+    QTest::addColumn<QString>("json");
+    QTest::addColumn<QString>("path");
+    QTest::addColumn<QString>("says");
+    const QString llama = R"({"model": {"type": "llama", %1}, "lora": {"rank": %2}})";
+    QTest::newRow("unknown format") << llama.arg(R"("quantize": "nf3")", "8") << "model.quantize" << "\"nf4\"";
+    QTest::newRow("without LoRA") << llama.arg(R"("quantize": "nf4")", "0") << "model.quantize" << "set lora.rank";
+    QTest::newRow("double_quant for int8") << llama.arg(R"("quantize": "int8", "double_quant": false)", "8")
+                                           << "model.double_quant" << "only used with model.quantize \"nf4\"";
+    QTest::newRow("a GPT") << R"({"model": {"type": "gpt", "quantize": "nf4"}, "lora": {"rank": 8}})" << "model.quantize"
+                           << "\"llama\" and Hugging Face folders";
+}
+
+void TestQuantize::configNamesWhatIsWrong()
+{
+    QFETCH(QString, json);
+    QFETCH(QString, path);
+    QFETCH(QString, says);
+    try {
+        parseConfig(json.toStdString());
+        QFAIL("accepted");
+    } catch (const ConfigError& e) {
+        QString all;
+        for (const auto& issue : e.issues()) all += QString::fromStdString(issue.text()) + "\n";
+        QVERIFY2(all.contains(path + ": ") && all.contains(says), qPrintable(all));
+    }
+    // And a good one round-trips through the config's JSON.
+    const auto c = parseConfig(R"({"model": {"type": "llama", "quantize": "nf4", "double_quant": false}, "lora": {"rank": 8}})");
+    QCOMPARE(c.model.quantize, std::string("nf4"));
+    QCOMPARE(c.model.doubleQuant, false);
+    QCOMPARE(parseConfig(configToJson(c)).model.doubleQuant, false);
+}
+
+void TestQuantize::qloraRunResumesExactly()
+{
+    for (const std::string format : {"nf4", "int8"}) {
+        QTemporaryDir dir;
+        const auto config = qloraConfig(format);
+        const auto lossesOf = [&](Trainer& trainer, std::vector<double>& losses, int cancelAt) {
+            TrainerCallbacks callbacks;
+            callbacks.onStep = [&](const StepMetrics& s) {
+                losses.push_back(s.loss);
+                if (s.step == cancelAt) trainer.requestCancel();
+            };
+            return trainer.run(callbacks);
+        };
+        std::vector<double> uninterrupted, resumed;
+        {
+            Trainer trainer(config, {});
+            QCOMPARE(lossesOf(trainer, uninterrupted, -1).status, TrainResult::Status::Finished);
+            QVERIFY(trainer.trainableParameterCount() < trainer.parameterCount());
+        }
+        std::string checkpoint;
+        {
+            TrainerOptions options;
+            options.checkpointDir = dir.filePath("ckpt").toStdString();
+            Trainer trainer(config, options);
+            const auto result = lossesOf(trainer, resumed, 4);
+            QCOMPARE(result.status, TrainResult::Status::Cancelled);
+            checkpoint = result.lastCheckpoint;
+        }
+        {
+            TrainerOptions options;
+            options.resumeFrom = checkpoint;
+            Trainer trainer(config, options);
+            QCOMPARE(trainer.startStep(), 4);
+            QCOMPARE(lossesOf(trainer, resumed, -1).status, TrainResult::Status::Finished);
+        }
+        QCOMPARE(resumed.size(), uninterrupted.size());
+        for (std::size_t i = 0; i < resumed.size(); ++i) QCOMPARE(resumed[i], uninterrupted[i]);
+        QVERIFY(uninterrupted.back() < uninterrupted.front());
+    }
+}
+
+QTEST_GUILESS_MAIN(TestQuantize)
+#include "tst_quantize.moc"
