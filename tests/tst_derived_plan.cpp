@@ -156,6 +156,7 @@ private Q_SLOTS:
     void sevenBillionFromProbes();
     void everyLlamaOptionFromPrograms();
     void everyGptOptionFromPrograms();
+    void quantizedBaseFromPrograms();
     void handReplayKeepsUpWithTheTrainer();
 };
 
@@ -973,6 +974,61 @@ void TestDerivedPlan::everyLlamaOptionFromPrograms()
             c.data.seqLen = seq;
             compare(k.name, c, plan);
         }
+    }
+}
+
+// A quantized base (QLoRA) planned from programs: the probes' linears hold
+// whole blocks of 64, the stored tensors come from the format at the model's
+// own widths (their sizes round to whole blocks), and the dequantized
+// transients in forward and backward are recorded. Equal to the measured
+// peak at shapes never recorded, over both formats, double quantization or
+// not, three families, precisions and checkpointing; the weights count.
+void TestDerivedPlan::quantizedBaseFromPrograms()
+{
+    struct Case {
+        const char* name;
+        const char* config;
+        const char* quantize;
+        bool doubleQuant;
+        const char* precision;
+        bool checkpointing;
+    };
+    const std::vector<Case> cases{
+        {"llama nf4, bf16, ckpt", R"("model_type": "llama", "hidden_act": "silu", "num_key_value_heads": 2, "tie_word_embeddings": false)", "nf4", true,
+         "bf16", true},
+        {"qwen2 int8, fp32", R"("model_type": "qwen2", "hidden_act": "silu", "num_key_value_heads": 4, "tie_word_embeddings": true)", "int8", false,
+         "fp32", false},
+        {"llama nf4 single, pure bf16", R"("model_type": "llama", "hidden_act": "silu", "num_key_value_heads": 4, "tie_word_embeddings": false)", "nf4",
+         false, "bf16-pure", false},
+        {"gpt_neox nf4, fp32", R"("model_type": "gpt_neox", "hidden_act": "gelu", "rotary_pct": 0.25, "use_parallel_residual": true, "layer_norm_eps": 1e-5, "tie_word_embeddings": false)",
+         "nf4", true, "fp32", false},
+    };
+    for (const auto& k : cases) {
+        QTemporaryDir dir;
+        const std::string folder = dir.path().toStdString();
+        writeHfFolder(folder,
+                      std::string(R"({"vocab_size": 64, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3, )")
+                          + R"("num_attention_heads": 4, "max_position_embeddings": 512, )" + k.config + "}",
+                      64);
+        auto c = base("hf", 4, 40);
+        c.model.path = folder;
+        c.model.quantize = k.quantize;
+        c.model.doubleQuant = k.doubleQuant;
+        c.data.source = "tokens";
+        c.data.path = folder + "/train.bin";
+        c.train.precision = k.precision;
+        c.lora.rank = 4;
+        c.train.activationCheckpointing = k.checkpointing;
+        const auto plan = deriveStep(c);
+        QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos && plan.tracedOn.find("did not fit") == std::string::npos,
+                 (std::string(k.name) + ": " + plan.tracedOn).c_str());
+        for (const auto& [batch, seq] : {std::pair{3, 40}, std::pair{1, 70}}) {
+            c.train.batchSize = batch;
+            c.data.seqLen = seq;
+            compare(k.name, c, plan);
+        }
+        Trainer trainer(c, {});
+        QCOMPARE(plan.at(1, 40).parameters, trainer.parameterCount());
     }
 }
 

@@ -184,6 +184,12 @@ void TestQuantize::nf4WithDoubleQuantStaysUnderTheBudget()
                                     QuantizeSpec{QuantFormat::Int8, false}}) {
         const auto q = quantizeWeight(torch::randn({130, 333}), spec);
         QCOMPARE(q.storedBytes(), quantizedBytes(130, 333, spec));
+        // Block by block, in the order a quantized layer registers its buffers.
+        LoraLinear layer(333, 130, 2, 4.0, false);
+        layer->quantizeBase(spec);
+        std::vector<std::int64_t> held;
+        for (const auto& b : layer->named_buffers()) held.push_back(b.value().numel() * static_cast<std::int64_t>(b.value().element_size()));
+        QCOMPARE(held, quantizedBlockBytes(130, 333, spec));
     }
 }
 

@@ -465,7 +465,19 @@ RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
     auto d = real;
     dimOf(d, StepDim::Batch) = batch;
     dimOf(d, StepDim::Seq) = seqLen;
-    return programs[batch == 1 ? 0 : batch == 2 ? 1 : 2].at(d);
+    auto step = programs[batch == 1 ? 0 : batch == 2 ? 1 : 2].at(d);
+    if (fixedResidents.empty()) return step;
+    // Blocks are numbered residents first: the recorded ones move up.
+    const auto shift = static_cast<std::int32_t>(fixedResidents.size());
+    for (auto& e : step.events) {
+        if (e.block >= 0) e.block += shift;
+    }
+    step.resident.insert(step.resident.begin(), fixedResidents.begin(), fixedResidents.end());
+    if (fixedParameters > 0) {
+        step.parameterElements.push_back(fixedParameters);
+        step.trainableBytes.push_back(0);
+    }
+    return step;
 }
 
 // As JSON: each program's structure (events as [kind, block, phase, op,
@@ -501,7 +513,12 @@ std::string stepProgramsToJson(const StepPrograms& p)
                             {"events", events},
                             {"numbers", numbers}});
     }
-    return json{{"t0", p.t0}, {"real", p.real}, {"borrowed", p.borrowed}, {"formulas", formulas}, {"programs", programs}}.dump();
+    json out{{"t0", p.t0}, {"real", p.real}, {"borrowed", p.borrowed}, {"formulas", formulas}, {"programs", programs}};
+    if (!p.fixedResidents.empty()) {
+        out["fixed_residents"] = p.fixedResidents;
+        out["fixed_parameters"] = p.fixedParameters;
+    }
+    return out.dump();
 }
 
 StepPrograms stepProgramsFromJson(const std::string& text)
@@ -515,6 +532,13 @@ StepPrograms stepProgramsFromJson(const std::string& text)
         p.t0 = j.at("t0").get<std::int64_t>();
         p.real = j.at("real").get<StepDims>();
         p.borrowed = j.at("borrowed").get<int>();
+        if (j.contains("fixed_residents")) {
+            p.fixedResidents = j.at("fixed_residents").get<std::vector<std::int64_t>>();
+            p.fixedParameters = j.at("fixed_parameters").get<std::int64_t>();
+            for (const auto b : p.fixedResidents) {
+                if (b <= 0) throw bad("a fixed resident block of " + std::to_string(b) + " bytes");
+            }
+        }
         std::vector<DimFormula> formulas;
         for (const auto& f : j.at("formulas")) {
             DimFormula d;

@@ -139,6 +139,13 @@ struct StepPrograms {
     StepDims real{}; // the model's widths
     std::int64_t t0 = 8;
     int borrowed = 0; // programs whose formulas came from the model with two layers
+    // Blocks live as the step starts that the probes leave out, in bytes at
+    // the model's own widths: a quantized base's stored tensors, whose sizes
+    // round to whole blocks of 64 and 256 weights (no polynomial), given by
+    // the format. at() puts them before the recorded residents, with
+    // `fixedParameters` frozen parameters (the quantized weights).
+    std::vector<std::int64_t> fixedResidents;
+    std::int64_t fixedParameters = 0;
     RecordedStep at(std::int64_t batch, std::int64_t seqLen) const;
 };
 

@@ -6,7 +6,9 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -249,6 +251,8 @@ struct BlockRecorder {
     };
     std::mutex mutex;
     std::unordered_map<const void*, Block> live;
+    // Blocks left out of the residents: a quantized base's (StepPrograms::fixedResidents).
+    std::set<const void*> leftOut;
     std::int64_t births = 0;
     bool on = false;
     std::uint8_t phase = 0;
@@ -282,7 +286,9 @@ struct BlockRecorder {
     {
         std::lock_guard<std::mutex> lock(mutex);
         std::vector<Block*> blocks;
-        for (auto& [ptr, b] : live) blocks.push_back(&b);
+        for (auto& [ptr, b] : live) {
+            if (!leftOut.count(ptr)) blocks.push_back(&b);
+        }
         std::sort(blocks.begin(), blocks.end(), [](const Block* x, const Block* y) { return x->birth < y->birth; });
         for (auto* b : blocks) {
             b->index = nextIndex++;
@@ -536,6 +542,10 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
             rec.step.parameterElements.push_back(elements);
             rec.step.trainableBytes.push_back(bytes);
         }
+        {
+            std::lock_guard<std::mutex> lockBlocks(rec.mutex);
+            for (const auto* block : trainer.quantizedBaseBlocks()) rec.leftOut.insert(block);
+        }
         result = trainer.run(callbacks);
         stop();
     } catch (...) {
@@ -592,6 +602,10 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     // A width of 1 is a step of its own: one key/value head repeated is a
     // view, not a copy; a LoRA rank of 1 takes other products. It stays 1.
     const bool oneKv = gqa && s.model.kvHeads() == 1, rankOne = s.model.loraRank == 1;
+    // A quantized base dequantizes whole blocks of 64 weights: every probe's
+    // linear (hidden, a multiple of 8, by a multiple of 8) holds whole blocks,
+    // as a real model's do, so what the step allocates is a polynomial.
+    const bool quantized = s.config.model.quantize != "none";
     const auto dims = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t nh, std::int64_t kv, std::int64_t hd,
                           std::int64_t i, std::int64_t v, std::int64_t r) {
         return StepDims{batch > 0 ? batch : b, t, h, nh, !gqa ? nh : oneKv ? 1 : kv, hd, i, vocab ? v : s.model.vocabSize,
@@ -613,7 +627,7 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
         if (vocab) p.axes.push_back({StepDim::Vocab, {58}});
         if (lora && !rankOne) p.axes.push_back({StepDim::Rank, {10}});
         p.checks.push_back(g(6, t0 + 6, 5, hd[3], 80, 66, 11));
-        p.checks.push_back(g(4, 4 * t0 + 3, 3, hd[1], 52, 42, 9));
+        p.checks.push_back(g(4, 4 * t0 + 3, 3, hd[1], quantized ? 56 : 52, 42, 9));
         // (Along the heads or the head size recordProbe moves the hidden size with them.)
         return p;
     }
@@ -628,7 +642,11 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     if (vocab) p.axes.push_back({StepDim::Vocab, {58}});
     if (lora && !rankOne) p.axes.push_back({StepDim::Rank, {10}});
     p.checks.push_back(dims(6, t0 + 6, 64, gqa ? 9 : 5, 3, 12, 80, 66, 11));
-    p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 42, 9));
+    if (quantized) {
+        p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 6, 24, 56, 42, 9));
+    } else {
+        p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 42, 9));
+    }
     return p;
 }
 
@@ -657,6 +675,30 @@ std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const P
                                   plan.checks[0], {own, sevenB}, why);
     if (!program || !programDifference(*program, record(setup, plan.checks[1]), plan.checks[1]).empty()) return std::nullopt;
     return program;
+}
+
+// A quantized base's stored tensors at the model's own widths, in bytes, in
+// the order its layers hold them, and its weights: the model is built
+// without values, and each of its quantized layers' shapes read.
+std::pair<std::vector<std::int64_t>, std::int64_t> quantizedResidents(const ProbeSetup& setup)
+{
+    const auto& m = setup.config.model;
+    if (m.quantize == "none") return {};
+    const QuantizeSpec spec{quantFormatOf(m.quantize), m.doubleQuant};
+    std::shared_ptr<CausalLmImpl> model;
+    {
+        const WeightsFromFile noValues(torch::kBFloat16);
+        model = makeModel(setup.model);
+    }
+    std::vector<std::int64_t> blocks;
+    std::int64_t weights = 0;
+    for (const auto& [name, linear] : quantizableLinears(*model)) {
+        auto rows = linear->weight.size(0), cols = linear->weight.size(1);
+        if (linear->transposedWeight()) std::swap(rows, cols);
+        for (const auto b : quantizedBlockBytes(rows, cols, spec)) blocks.push_back(b);
+        weights += rows * cols;
+    }
+    return {blocks, weights};
 }
 
 // The programs of one side of a sliding window (window: as traceStep's),
@@ -705,7 +747,10 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
             if (!fit.program) why = fit.failure;
             else out.programs[regime] = std::move(*fit.program);
         }
-        if (why.empty()) return out;
+        if (why.empty()) {
+            std::tie(out.fixedResidents, out.fixedParameters) = quantizedResidents(setup);
+            return out;
+        }
         if (t0 >= 128) return std::nullopt;
     }
 }

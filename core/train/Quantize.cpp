@@ -149,20 +149,23 @@ QuantizedWeight quantizeWeight(const at::Tensor& weight, const QuantizeSpec& spe
     throw std::invalid_argument("no quantization format given");
 }
 
+// Both below allocate only tensors whose sizes are proportional to the
+// weight's (no padding to whole blocks): the planner fits what a step
+// allocates with polynomials in the model's widths.
 at::Tensor QuantizedWeight::blockAbsmax() const
 {
     if (!nested) return absmax;
-    // map[q] * absmax2[block] in float32, then + offset (bitsandbytes' dequantize_blockwise, then absmax += offset).
+    // map[q] * absmax2[block / 256] in float32, then + offset (bitsandbytes'
+    // dequantize_blockwise, then absmax += offset).
     const auto blocks = absmax.numel();
-    const auto nestedBlocks = nestedAbsmax.numel();
-    auto values = paddedTo(nestedQuantMap.index_select(0, absmax.to(at::kInt)), nestedBlocks * nestedBlockSize);
-    values = (values.view({nestedBlocks, nestedBlockSize}) * nestedAbsmax.unsqueeze(1)).view(-1).narrow(0, 0, blocks);
-    return values + nestedOffset;
+    const auto which = at::arange(blocks, absmax.options().dtype(at::kInt)).div_(nestedBlockSize, "floor");
+    return (nestedQuantMap.index_select(0, absmax.to(at::kInt)) * nestedAbsmax.index_select(0, which)).add_(nestedOffset);
 }
 
 at::Tensor QuantizedWeight::dequantize(at::ScalarType dtype) const
 {
     at::Tensor values;
+    const auto n = rows * cols;
     if (format == QuantFormat::Int8) {
         // (q * SCB) * (1/127) in float32, as bitsandbytes' int8_vectorwise_dequant.
         values = data.to(at::kFloat).mul_(absmax.unsqueeze(1)).mul_(1.0 / 127.0);
@@ -174,12 +177,13 @@ at::Tensor QuantizedWeight::dequantize(at::ScalarType dtype) const
         const auto pairs = at::stack({quantMap.index_select(0, bytes.bitwise_right_shift(4)),
                                       quantMap.index_select(0, bytes.bitwise_and(15))},
                                      1); // [256, 2]
+        const auto levels = pairs.index_select(0, data.view(-1).to(at::kInt)).view(-1); // n or n + 1
         const auto blockAbs = blockAbsmax();
-        const auto blocks = blockAbs.numel();
-        const auto n = rows * cols;
-        auto levels = pairs.index_select(0, paddedTo(data.view(-1), blocks * blockSize / 2).to(at::kInt)); // [.., 2]
-        levels = levels.view({blocks, blockSize}).mul_(blockAbs.unsqueeze(1));
-        values = levels.view(-1).narrow(0, 0, n).view({rows, cols});
+        // Scaled in place: the whole blocks as a [blocks, 64] view, then a last partial block.
+        const auto whole = n / blockSize, tail = n - whole * blockSize;
+        if (whole > 0) levels.narrow(0, 0, whole * blockSize).view({whole, blockSize}).mul_(blockAbs.narrow(0, 0, whole).unsqueeze(1));
+        if (tail > 0) levels.narrow(0, whole * blockSize, tail).mul_(blockAbs.narrow(0, whole, 1));
+        values = levels.narrow(0, 0, n).view({rows, cols});
     }
     return dtype == at::kFloat ? values : values.to(dtype);
 }
@@ -202,15 +206,21 @@ QuantizedWeight QuantizedWeight::to(const at::Device& device) const
     return out;
 }
 
-std::int64_t quantizedBytes(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec)
+std::vector<std::int64_t> quantizedBlockBytes(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec)
 {
     const auto n = rows * cols;
-    if (spec.format == QuantFormat::Int8) return n + 4 * rows;
-    if (spec.format != QuantFormat::Nf4) return 0;
+    if (spec.format == QuantFormat::Int8) return {n, 4 * rows};
+    if (spec.format != QuantFormat::Nf4) return {};
     const auto blocks = ceilDiv(n, 64);
-    std::int64_t bytes = ceilDiv(n, 2) + 16 * 4;
-    bytes += spec.doubleQuant ? blocks + 4 * ceilDiv(blocks, 256) + 256 * 4 : 4 * blocks;
-    return bytes;
+    if (!spec.doubleQuant) return {ceilDiv(n, 2), 4 * blocks, 16 * 4};
+    return {ceilDiv(n, 2), blocks, 16 * 4, 4 * ceilDiv(blocks, 256), 256 * 4};
+}
+
+std::int64_t quantizedBytes(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec)
+{
+    std::int64_t total = 0;
+    for (const auto b : quantizedBlockBytes(rows, cols, spec)) total += b;
+    return total;
 }
 
 } // namespace tb

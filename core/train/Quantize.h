@@ -69,7 +69,10 @@ at::Tensor dynamicMap8();
 // Quantizes a 2-D weight [out, in] of any floating dtype, on its device.
 QuantizedWeight quantizeWeight(const at::Tensor& weight, const QuantizeSpec& spec);
 
-// Bytes a weight of `rows` x `cols` takes quantized (what quantizeWeight stores).
+// The bytes of each tensor quantizeWeight stores for a weight of `rows` x
+// `cols`, in the order a quantized layer holds them (data, absmax, levels,
+// nested absmax, nested map), and their sum.
+std::vector<std::int64_t> quantizedBlockBytes(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec);
 std::int64_t quantizedBytes(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec);
 
 } // namespace tb

@@ -328,7 +328,20 @@ std::int64_t Trainer::parameterCount() const
 {
     std::int64_t n = 0;
     for (const auto& p : m->model->parameters()) n += p.numel();
+    for (const auto& [name, layer] : quantizableLinears(*m->model)) {
+        if (layer->quantized()) n += layer->quantizedBase().rows * layer->quantizedBase().cols;
+    }
     return n;
+}
+
+std::vector<const void*> Trainer::quantizedBaseBlocks() const
+{
+    std::vector<const void*> out;
+    for (const auto& [name, layer] : quantizableLinears(*m->model)) {
+        if (!layer->quantized()) continue;
+        for (const auto& b : layer->named_buffers(false)) out.push_back(b.value().storage().data());
+    }
+    return out;
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> Trainer::parameterSizes() const

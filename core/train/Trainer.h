@@ -171,7 +171,10 @@ public:
     // The device's compute capability (deviceCapability): what the run's
     // launch estimate is planned for, as the planner plans a target.
     std::optional<ComputeCapability> computeCapability() const;
+    // Every weight of the model, a quantized base's included.
     std::int64_t parameterCount() const;
+    // The storage of a quantized base's tensors (model.quantize), each one block.
+    std::vector<const void*> quantizedBaseBlocks() const;
     // Per parameter, in the model's order: its elements, and its bytes when
     // it trains (0: frozen).
     std::vector<std::pair<std::int64_t, std::int64_t>> parameterSizes() const;
