@@ -12,6 +12,8 @@
 #include "config/RunConfig.h"
 #include "train/Datasets.h"
 #include "train/Llama.h"
+#include "train/ModelIo.h"
+#include "train/ModelTools.h"
 #include "train/Quantize.h"
 #include "train/Safetensors.h"
 #include "train/TrainStep.h"
@@ -104,6 +106,7 @@ private Q_SLOTS:
     void configNamesWhatIsWrong_data();
     void configNamesWhatIsWrong();
     void qloraRunResumesExactly();
+    void qloraRunExportsItsModel();
 };
 
 namespace {
@@ -224,7 +227,8 @@ void TestQuantize::quantizedLayerIsTheDequantizedLayer()
     QVERIFY(!q->named_parameters().contains("weight"));
     {
         torch::NoGradGuard noGrad;
-        plain->weight.copy_(q->baseWeight(torch::kFloat));
+        plain->weight.copy_(q->quantizedBase().dequantize(torch::kFloat));
+        QVERIFY(torch::equal(q->baseWeight(torch::kFloat), conv1d ? plain->weight.t() : plain->weight));
         if (plain->bias.defined()) plain->bias.copy_(q->bias);
         plain->loraA.copy_(q->loraA);
         plain->loraB.copy_(q->loraB);
@@ -344,6 +348,39 @@ void TestQuantize::qloraRunResumesExactly()
         for (std::size_t i = 0; i < resumed.size(); ++i) QCOMPARE(resumed[i], uninterrupted[i]);
         QVERIFY(uninterrupted.back() < uninterrupted.front());
     }
+}
+
+// A QLoRA run's checkpoint holds its quantized base as trained: the export
+// writes that base dequantized with the adapters apart, or merged.
+void TestQuantize::qloraRunExportsItsModel()
+{
+    QTemporaryDir dir;
+    auto config = qloraConfig("nf4");
+    config.train.steps = 3;
+    TrainerOptions options;
+    options.checkpointDir = dir.filePath("ckpt").toStdString();
+    std::string checkpoint;
+    {
+        Trainer trainer(config, options);
+        const auto result = trainer.run({});
+        QCOMPARE(result.status, TrainResult::Status::Finished);
+        checkpoint = result.lastCheckpoint;
+    }
+    const auto apart = dir.filePath("apart").toStdString(), merged = dir.filePath("merged").toStdString();
+    exportModel(config, checkpoint, apart, false);
+    exportModel(config, checkpoint, merged, true);
+    const auto a = readSafetensors(apart + "/model.safetensors"), m = readSafetensors(merged + "/model.safetensors");
+    const std::string q = "model.layers.0.self_attn.q_proj"; // quantizableLinears(...)[0]
+    QVERIFY(a.count(q + ".weight") && a.count(q + ".lora_A") && !m.count(q + ".lora_A"));
+    for (const auto& [name, t] : a) QVERIFY2(!isQuantizedBaseName(name), name.c_str());
+    // The weight exported is the dequantized base the run trained on.
+    const auto weights = readModelWeights(checkpoint);
+    Llama fresh(modelOptionsFor(config, *makeDataset(config)));
+    QCOMPARE(loadQuantizedBase(*fresh, weights), 14);
+    QVERIFY(torch::equal(a.at(q + ".weight"), quantizableLinears(*fresh)[0].second->baseWeight(torch::kFloat)));
+    const auto delta = torch::matmul(a.at(q + ".lora_B"), a.at(q + ".lora_A")) * (config.lora.alpha / config.lora.rank);
+    QVERIFY(delta.abs().max().item<double>() > 0);
+    QVERIFY(torch::allclose(m.at(q + ".weight"), a.at(q + ".weight") + delta, 1e-6, 1e-7));
 }
 
 QTEST_GUILESS_MAIN(TestQuantize)

@@ -49,6 +49,10 @@ struct Recorder {
     // bf16 product's shape, or m = 0.
     std::vector<GemmCall> ops;
     std::thread::id owner = std::this_thread::get_id();
+    // The CPU counter's bytes before the traced trainer was built: tensors of
+    // the process that are not the step's (a run's own trainer, planning its
+    // launch estimate) are not the step's residents.
+    std::int64_t baseline = 0;
 
     void push(std::int64_t live)
     {
@@ -120,7 +124,7 @@ void record(std::int64_t delta, std::int64_t live, const void* ptr)
         rec->keepPending();
         rec->pending = ptr;
         rec->pendingBytes = delta;
-        rec->pendingLive = live;
+        rec->pendingLive = live - rec->baseline;
         rec->pendingPhase = rec->phase;
         // (The operator stack is the tracing thread's: its callbacks are thread-local.)
         rec->pendingGemm = std::this_thread::get_id() != rec->owner || rec->ops.empty() ? GemmCall{} : rec->ops.back();
@@ -196,7 +200,7 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slid
         if (step == 2 && !rec.on && rec.trace.live.empty()) {
             // The first entry: what is live as the step starts.
             rec.pendingPhase = 0;
-            rec.push(MemoryProbe::snapshot("cpu").currentBytes);
+            rec.push(MemoryProbe::snapshot("cpu").currentBytes - rec.baseline);
             rec.on = true;
         }
     };
@@ -209,6 +213,8 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slid
     Traced out;
     const std::string shape = "batch " + std::to_string(B) + ", sequence " + std::to_string(T);
     std::lock_guard<std::mutex> lock(g_traceMutex);
+    MemoryProbe::installCpuCounter();
+    rec.baseline = MemoryProbe::snapshot("cpu").currentBytes;
     {
         Trainer trainer(c, options);
         out.parameters = trainer.parameterCount();

@@ -1,6 +1,7 @@
 #include "train/Layers.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "train/TorchCompat.h"
@@ -71,7 +72,7 @@ struct DequantizedLinear : public torch::autograd::Function<DequantizedLinear> {
         ctx->saved_data["layer"] = reinterpret_cast<std::int64_t>(layer);
         const auto dev = x.device().type();
         const auto dtype = compat::autocastEnabled(dev) ? compat::autocastDtype(dev) : x.scalar_type();
-        return at::linear(x, layer->baseWeight(dtype), layer->bias);
+        return at::linear(x, layer->quantizedBase().dequantize(dtype), layer->bias);
     }
 
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -79,7 +80,7 @@ struct DequantizedLinear : public torch::autograd::Function<DequantizedLinear> {
     {
         const auto* layer = reinterpret_cast<const LoraLinearImpl*>(ctx->saved_data["layer"].toInt());
         const auto& g = gradOutputs[0];
-        return {at::matmul(g, layer->baseWeight(g.scalar_type())), torch::Tensor()};
+        return {at::matmul(g, layer->quantizedBase().dequantize(g.scalar_type())), torch::Tensor()};
     }
 };
 
@@ -178,7 +179,15 @@ void LoraLinearImpl::quantizeBase(const QuantizeSpec& spec, const torch::Tensor&
     torch::NoGradGuard noGrad;
     const auto& stored = source.defined() ? source : weight;
     // [out, in] whatever the layer's own layout (bitsandbytes stores a Conv1D's transposed too).
-    auto q = quantizeWeight(m_transposed ? stored.t() : stored, spec).to(weight.device());
+    setQuantizedBase(quantizeWeight(m_transposed ? stored.t() : stored, spec));
+}
+
+void LoraLinearImpl::setQuantizedBase(QuantizedWeight q)
+{
+    TORCH_CHECK(!quantized(), "the layer's base is quantized already");
+    const auto out = m_transposed ? weight.size(1) : weight.size(0), in = m_transposed ? weight.size(0) : weight.size(1);
+    TORCH_CHECK(q.rows == out && q.cols == in, "a quantized base of ", q.rows, " x ", q.cols, " for a layer of ", out, " x ", in);
+    q = q.to(weight.device());
     m_quantFormat = q.format;
     m_qData = register_buffer("weight_data", q.data);
     m_qAbsmax = register_buffer("weight_absmax", q.absmax);
@@ -189,9 +198,9 @@ void LoraLinearImpl::quantizeBase(const QuantizeSpec& spec, const torch::Tensor&
     }
     q.data = q.absmax = q.quantMap = q.nestedAbsmax = q.nestedQuantMap = torch::Tensor();
     m_quantShape = q;
+    // (A Conv1D keeps m_transposed: its file layout. The quantized form is [out, in] whatever the layout.)
     parameters_.erase("weight");
     weight = torch::Tensor();
-    m_transposed = false;
 }
 
 QuantizedWeight LoraLinearImpl::quantizedBase() const
@@ -234,7 +243,8 @@ void LoraLinearImpl::keepQuantizedDtypes(const std::function<void()>& move)
 torch::Tensor LoraLinearImpl::baseWeight(at::ScalarType dtype) const
 {
     if (!quantized()) return weight.to(dtype);
-    return quantizedBase().dequantize(dtype);
+    const auto w = quantizedBase().dequantize(dtype);
+    return m_transposed ? w.t().contiguous() : w;
 }
 
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
@@ -275,6 +285,78 @@ void quantizeModelBase(torch::nn::Module& model, const QuantizeSpec& spec)
     for (auto& [name, linear] : quantizableLinears(model)) {
         if (!linear->quantized()) linear->quantizeBase(spec);
     }
+}
+
+namespace {
+const char* const kQuantParts[] = {".weight_data", ".weight_absmax", ".weight_quant_map", ".weight_nested_absmax",
+                                   ".weight_nested_quant_map", ".weight_quant_state"};
+}
+
+std::map<std::string, torch::Tensor> quantizedBaseTensors(torch::nn::Module& model)
+{
+    std::map<std::string, torch::Tensor> out;
+    for (auto& [name, linear] : quantizableLinears(model)) {
+        if (!linear->quantized()) continue;
+        const auto q = linear->quantizedBase();
+        std::int32_t offsetBits = 0;
+        std::memcpy(&offsetBits, &q.nestedOffset, sizeof offsetBits);
+        out[name + ".weight_quant_state"] = torch::tensor(std::vector<std::int64_t>{static_cast<std::int64_t>(q.format), q.rows, q.cols,
+                                                                                    q.blockSize, q.nested ? 1 : 0, q.nestedBlockSize, offsetBits});
+        const std::pair<const char*, const torch::Tensor*> parts[] = {{".weight_data", &q.data},
+                                                                      {".weight_absmax", &q.absmax},
+                                                                      {".weight_quant_map", &q.quantMap},
+                                                                      {".weight_nested_absmax", &q.nestedAbsmax},
+                                                                      {".weight_nested_quant_map", &q.nestedQuantMap}};
+        for (const auto& [part, t] : parts) {
+            if (t->defined()) out[name + part] = t->detach().cpu();
+        }
+    }
+    return out;
+}
+
+bool isQuantizedBaseName(const std::string& name)
+{
+    for (const char* part : kQuantParts) {
+        const auto n = std::strlen(part);
+        if (name.size() > n && name.compare(name.size() - n, n, part) == 0) return true;
+    }
+    return false;
+}
+
+int loadQuantizedBase(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& tensors)
+{
+    int loaded = 0;
+    for (auto& [name, linear] : quantizableLinears(model)) {
+        const auto state = tensors.find(name + ".weight_quant_state");
+        if (state == tensors.end() || linear->quantized()) continue;
+        const auto s = state->second.to(torch::kLong).contiguous();
+        TORCH_CHECK(s.numel() == 7, name, ".weight_quant_state holds ", s.numel(), " numbers, not 7");
+        const auto* v = s.data_ptr<std::int64_t>();
+        QuantizedWeight q;
+        TORCH_CHECK(v[0] == static_cast<std::int64_t>(QuantFormat::Nf4) || v[0] == static_cast<std::int64_t>(QuantFormat::Int8),
+                    name, ": unknown quantized format ", v[0]);
+        q.format = static_cast<QuantFormat>(v[0]);
+        q.rows = v[1];
+        q.cols = v[2];
+        q.blockSize = v[3];
+        q.nested = v[4] != 0;
+        q.nestedBlockSize = v[5];
+        const auto bits = static_cast<std::int32_t>(v[6]);
+        std::memcpy(&q.nestedOffset, &bits, sizeof bits);
+        const auto part = [&](const char* suffix, bool needed) {
+            const auto it = tensors.find(name + suffix);
+            TORCH_CHECK(it != tensors.end() || !needed, "the quantized base of ", name, " lacks ", name, suffix);
+            return it == tensors.end() ? torch::Tensor() : it->second;
+        };
+        q.data = part(".weight_data", true);
+        q.absmax = part(".weight_absmax", true);
+        q.quantMap = part(".weight_quant_map", q.format == QuantFormat::Nf4);
+        q.nestedAbsmax = part(".weight_nested_absmax", q.nested);
+        q.nestedQuantMap = part(".weight_nested_quant_map", q.nested);
+        linear->setQuantizedBase(std::move(q));
+        ++loaded;
+    }
+    return loaded;
 }
 
 void CausalLmImpl::freezeBaseForLora()

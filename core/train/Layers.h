@@ -4,6 +4,7 @@
 // attention (eager or fused), RoPE, and activation checkpointing of a block.
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -122,10 +123,12 @@ public:
     // weight for its product and backward again for the input's gradient;
     // nothing dequantized is kept between the two.
     void quantizeBase(const QuantizeSpec& spec, const torch::Tensor& source = {});
+    // Takes an already quantized base ([out, in], e.g. a checkpoint's) in place of the weight.
+    void setQuantizedBase(QuantizedWeight q);
     bool quantized() const { return m_quantFormat != QuantFormat::None; }
     // The quantized base as stored (tensors on the layer's device).
     QuantizedWeight quantizedBase() const;
-    // The base weight [out, in] ([in, out] for an unquantized Conv1D), dequantized when quantized.
+    // The base weight in the layer's layout ([out, in]; a Conv1D's [in, out]), dequantized when quantized.
     torch::Tensor baseWeight(at::ScalarType dtype) const;
 
     void to(torch::Device device, torch::Dtype dtype, bool nonBlocking = false) override;
@@ -151,6 +154,17 @@ TORCH_MODULE(LoraLinear);
 std::vector<std::pair<std::string, LoraLinearImpl*>> quantizableLinears(torch::nn::Module& model);
 // Quantizes each of them that is not quantized yet, from its own weight.
 void quantizeModelBase(torch::nn::Module& model, const QuantizeSpec& spec);
+// A quantized base as tensors (on the CPU), per quantized layer NAME:
+// NAME.weight_data, .weight_absmax, .weight_quant_map, and when nested
+// .weight_nested_absmax, .weight_nested_quant_map, with NAME.weight_quant_state
+// (int64: format, rows, cols, block size, nested, nested block size, the
+// nested offset's float bits), as checkpoints store it.
+std::map<std::string, torch::Tensor> quantizedBaseTensors(torch::nn::Module& model);
+// Whether a tensor name is one of those.
+bool isQuantizedBaseName(const std::string& name);
+// Puts the quantized base found in `tensors` into the model's layers (each
+// layer whose NAME.weight_quant_state is there); returns how many.
+int loadQuantizedBase(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& tensors);
 
 // What every block of one forward pass shares, computed once per forward.
 struct AttentionTables {

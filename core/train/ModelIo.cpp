@@ -109,6 +109,16 @@ void loadModelWeights(CausalLmImpl& model, const std::map<std::string, torch::Te
                       const std::string& source)
 {
     torch::NoGradGuard noGrad;
+    // A quantized base (a QLoRA run's checkpoint) takes its layers' weights' place.
+    std::map<std::string, torch::Tensor> quantized;
+    for (const auto& [name, t] : weights) {
+        if (isQuantizedBaseName(name)) quantized.emplace(name, t);
+    }
+    try {
+        loadQuantizedBase(model, quantized);
+    } catch (const c10::Error& e) {
+        throw InputError(source + ": its quantized base weights do not fit this model (" + e.msg().substr(0, 300) + ")");
+    }
     const auto params = model.named_parameters();
     for (const auto& p : params) {
         const auto found = weights.find(p.key());
@@ -123,7 +133,7 @@ void loadModelWeights(CausalLmImpl& model, const std::map<std::string, torch::Te
         }
     }
     for (const auto& [name, tensor] : weights) {
-        if (params.contains(name)) continue;
+        if (params.contains(name) || quantized.count(name)) continue;
         if (isAdapterName(name)) {
             throw InputError(source + " holds LoRA adapter " + name + ", which this model does not have: export it with "
                                       "'trainbench-cli export-model RUN --merge-lora', or use the same lora settings");
@@ -144,6 +154,11 @@ std::map<std::string, torch::Tensor> modelTensors(CausalLmImpl& model, bool merg
     for (const auto& p : model.named_parameters()) {
         if (mergeLora && isAdapterName(p.key())) continue;
         out[p.key()] = p.value().detach().to(torch::kCPU).clone();
+    }
+    // A quantized base leaves as the weights it holds, dequantized (in the layer's own layout).
+    for (const auto& [name, linear] : quantizableLinears(model)) {
+        if (!linear->quantized()) continue;
+        out[name + ".weight"] = linear->baseWeight(torch::kFloat).cpu();
     }
     if (!mergeLora) return out;
     for (const auto& m : model.named_modules()) {

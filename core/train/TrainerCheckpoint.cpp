@@ -135,7 +135,10 @@ std::string Trainer::Impl::saveCheckpoint(int step, const TrainerCallbacks& call
     archive.write("format", torch::tensor(kCheckpointFormat));
     archive.write("step", torch::tensor(static_cast<std::int64_t>(step)));
     for (const auto& p : model->named_parameters()) archive.write("model." + p.key(), p.value().detach().cpu());
-    // Buffers (RoPE and sinusoid tables) are derived from the config: not stored.
+    // A quantized base is stored as it is held, so that an export or a sample
+    // of the run reads the very weights it trained on. Other buffers (RoPE and
+    // sinusoid tables) are derived from the config: not stored.
+    for (const auto& [name, t] : quantizedBaseTensors(*model)) archive.write("model." + name, t);
     torch::serialize::OutputArchive optimizerArchive;
     optimizer->save(optimizerArchive);
     archive.write("optimizer", optimizerArchive);
