@@ -18,6 +18,10 @@ int validate(const Args& args)
     else {
         std::cout << c.model.type << " " << c.model.nLayer << " layers, d_model " << c.model.dModel << ", "
                   << c.model.positionalEncoding << " positions";
+        if (c.model.quantize != "none") {
+            std::cout << ", " << c.model.quantize << " base" << (c.model.quantize == "nf4" && c.model.doubleQuant ? " (double quantized)" : "");
+        }
+        if (c.lora.rank > 0) std::cout << ", LoRA rank " << c.lora.rank;
     }
     std::cout << "; data " << c.data.source
               << ", " << effectiveSeqLen(c) << " tokens; batch " << c.train.batchSize << " x accum "

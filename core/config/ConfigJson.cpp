@@ -249,6 +249,12 @@ static void applyHfArchitecture(RunConfig& c, const std::set<std::string>& given
     folderValue("tie_embeddings", m.tieEmbeddings, a.tieEmbeddings, "tie_word_embeddings");
     folderValue("positional_encoding", m.positionalEncoding, std::string("rope"), "the family's positions");
     folderValue("vocab_size", m.vocabSize, static_cast<int>(a.vocabSize), "vocab_size");
+    // A bitsandbytes folder is read as it is stored: its format is the base's.
+    // (A folder of plain weights takes any model.quantize: it is quantized as it loads.)
+    if (!a.quantization.empty()) {
+        folderValue("quantize", m.quantize, a.quantization, "quantization_config");
+        if (a.quantization == "nf4") folderValue("double_quant", m.doubleQuant, a.doubleQuant, "bnb_4bit_use_double_quant");
+    }
 }
 
 RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName,

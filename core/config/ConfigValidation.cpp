@@ -233,8 +233,8 @@ void checkModel(Checker& check, const RunConfig& c, bool checkFiles)
                                         "(\"hf\"); use \"none\" with a " + m.type + " model");
         } else if (c.lora.rank <= 0) {
             check.add("model.quantize", "\"" + m.quantize + "\" stores the frozen base weights quantized, and only LoRA "
-                                        "adapters train on such a base (QLoRA): set lora.rank (e.g. 16), or quantize "
-                                        "\"none\" to train every weight");
+                                        "adapters train on such a base (QLoRA): set lora.rank (e.g. 16); to train every "
+                                        "weight, use plain weights with quantize \"none\"");
         }
         if (c.train.weightsDtype != "fp32") {
             check.add("train.weights_dtype", "describes unquantized weights; with model.quantize \"" + m.quantize

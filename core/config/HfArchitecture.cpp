@@ -203,6 +203,51 @@ std::int64_t hfSlidingWindow(const std::string& content, const std::string& sour
     return r.text("model_type") == "mistral" ? mistralWindow(j, r) : 0;
 }
 
+// quantization_config: what transformers writes for a folder saved with
+// bitsandbytes. Other methods and bitsandbytes' fp4 are refused by name.
+void readQuantization(HfArchitecture& a, const json& j, const std::string& source)
+{
+    const auto it = j.find("quantization_config");
+    if (it == j.end() || it->is_null()) return;
+    if (!it->is_object()) throw InputError(source + ": \"quantization_config\" must be an object, got " + shown(*it));
+    const auto& q = *it;
+    const auto text = [&](const char* key) {
+        const auto f = q.find(key);
+        return f != q.end() && f->is_string() ? f->get<std::string>() : std::string();
+    };
+    const auto flag = [&](const char* key) {
+        const auto f = q.find(key);
+        return f != q.end() && f->is_boolean() && f->get<bool>();
+    };
+    const auto method = text("quant_method");
+    if (method != "bitsandbytes") {
+        throw InputError(source + ": quantization_config's quant_method \"" + method.substr(0, 40) + "\" is not read; "
+                         "Trainbench reads bitsandbytes folders (4-bit nf4 and 8-bit), and quantizes a folder of plain "
+                         "weights itself (model.quantize)");
+    }
+    const bool four = flag("load_in_4bit") || flag("_load_in_4bit"), eight = flag("load_in_8bit") || flag("_load_in_8bit");
+    if (four == eight) {
+        throw InputError(source + ": quantization_config sets " + std::string(four ? "both" : "neither")
+                         + " of load_in_4bit and load_in_8bit; a bitsandbytes folder stores one of them");
+    }
+    if (four) {
+        // transformers' default 4-bit type is fp4.
+        const auto type = text("bnb_4bit_quant_type").empty() ? std::string("fp4") : text("bnb_4bit_quant_type");
+        if (type != "nf4") {
+            throw InputError(source + ": bnb_4bit_quant_type \"" + type.substr(0, 40) + "\" is not read; Trainbench reads "
+                             "4-bit NormalFloat (\"nf4\") folders and 8-bit ones");
+        }
+        a.quantization = "nf4";
+        a.doubleQuant = flag("bnb_4bit_use_double_quant");
+    } else {
+        if (flag("llm_int8_has_fp16_weight")) {
+            throw InputError(source + ": llm_int8_has_fp16_weight true keeps fp16 weights, not 8-bit ones; save the "
+                             "folder with 8-bit weights or give its plain weights");
+        }
+        a.quantization = "int8";
+    }
+}
+
 HfArchitecture hfArchitectureFromJson(const std::string& content, const std::string& source)
 {
     const json j = hfConfigObject(content, source);
@@ -238,6 +283,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
                              "Trainbench does not train");
         }
     }
+    readQuantization(a, j, source);
     if (a.modelType == "gpt2" || a.modelType == "gpt_neox") return gptFamily(a, j, r);
     const auto act = r.text("hidden_act");
     if (!act.empty() && act != "silu") {
@@ -355,6 +401,7 @@ std::string HfArchitecture::summary() const
     if (parallelResidual) s << ", parallel residual";
     if (learnedPositions) s << ", learned positions";
     if (!ropeScalingType.empty()) s << ", rope scaling " << ropeScalingType << " x" << ropeFactor;
+    if (!quantization.empty()) s << ", bitsandbytes " << quantization << (doubleQuant ? " (double quantized)" : "");
     return s.str();
 }
 

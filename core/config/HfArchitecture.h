@@ -41,6 +41,11 @@ struct HfArchitecture {
     bool learnedPositions = false;  // GPT-2's wpe table of maxPositions rows
     std::int64_t rotaryDims = 0;    // GPT-NeoX: the leading head dimensions that RoPE rotates (rotary_pct)
     bool parallelResidual = false;  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+    // quantization_config of a bitsandbytes folder (transformers' layout):
+    // "nf4" (load_in_4bit, bnb_4bit_quant_type nf4) or "int8" (load_in_8bit);
+    // empty for a folder of plain weights.
+    std::string quantization;
+    bool doubleQuant = false; // bnb_4bit_use_double_quant
 
     bool llamaFamily() const { return modelType == "llama" || modelType == "mistral" || modelType == "qwen2"; }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include <sys/mman.h>
@@ -133,6 +134,126 @@ std::string canonicalName(const std::string& name, const ModelOptions& o)
     return name;
 }
 
+// A tensor of a bitsandbytes folder, checked: its dtype and element count.
+torch::Tensor storedPart(const FolderTensors& mapped, const std::string& name, at::ScalarType dtype, std::int64_t numel,
+                         const std::string& folder)
+{
+    const auto it = mapped.byName.find(name);
+    if (it == mapped.byName.end()) {
+        throw InputError("the bitsandbytes folder " + folder + " lacks " + name + " (is a shard missing?)");
+    }
+    const auto& t = it->second.first;
+    if (t.scalar_type() != dtype || t.numel() != numel) {
+        throw InputError(it->second.second + " in " + folder + ": " + name + " is " + std::string(c10::toString(t.scalar_type()))
+                         + " " + shapeText(t.sizes()) + ", where a weight of this layer's shape needs "
+                         + std::string(c10::toString(dtype)) + " of " + std::to_string(numel) + " elements");
+    }
+    return t.clone(); // out of the mapping, which closes when the folder is read
+}
+
+// The layers a bitsandbytes folder stores quantized (quantization_config:
+// transformers' layout, the keys of bitsandbytes' Linear4bit and
+// Linear8bitLt), each read into its layer as stored: the folder's own maps
+// and scales, never a table of ours. Returns the tensor names consumed.
+std::set<std::string> loadStoredQuantized(CausalLmImpl& model, const FolderTensors& mapped, const std::string& folder)
+{
+    std::set<std::string> consumed;
+    const auto ceilDiv = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+    for (auto& [name, layer] : quantizableLinears(model)) {
+        if (layer->quantized()) continue;
+        const auto w = name + ".weight";
+        const auto rows = layer->transposedWeight() ? layer->weight.size(1) : layer->weight.size(0);
+        const auto cols = layer->transposedWeight() ? layer->weight.size(0) : layer->weight.size(1);
+        const auto n = rows * cols;
+        if (mapped.byName.count(w + ".quant_state.bitsandbytes__fp4")) {
+            throw InputError("the folder " + folder + " stores " + w + " in bitsandbytes' fp4, which is not read (nf4 and 8-bit are)");
+        }
+        const auto stateName = w + ".quant_state.bitsandbytes__nf4";
+        if (mapped.byName.count(stateName)) {
+            const auto& packed = mapped.byName.at(stateName).first;
+            if (packed.scalar_type() != at::kByte || packed.dim() != 1 || packed.numel() > 4096) {
+                throw InputError(folder + ": " + stateName + " is not bitsandbytes' packed quantization state (bytes of JSON)");
+            }
+            const auto bytes = packed.contiguous();
+            const std::string text(reinterpret_cast<const char*>(bytes.data_ptr<std::uint8_t>()), static_cast<std::size_t>(bytes.numel()));
+            const auto state = nlohmann::json::parse(text, nullptr, false);
+            const auto bad = [&](const std::string& why) {
+                return InputError(folder + ": " + stateName + " " + why + " (" + text.substr(0, 200) + ")");
+            };
+            if (!state.is_object()) throw bad("is not a JSON object");
+            const auto integer = [&](const char* key) {
+                if (!state.contains(key) || !state[key].is_number_integer()) throw bad(std::string("has no integer \"") + key + "\"");
+                return state[key].get<std::int64_t>();
+            };
+            if (!state.contains("quant_type") || state["quant_type"] != "nf4") throw bad("is not an nf4 state");
+            if (state.contains("shape") && !state["shape"].is_null()
+                && state["shape"] != nlohmann::json::array({rows, cols})) {
+                throw bad("gives the shape " + state["shape"].dump() + "; this layer of config.json's model is ["
+                          + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+            }
+            QuantizedWeight q;
+            q.format = QuantFormat::Nf4;
+            q.rows = rows;
+            q.cols = cols;
+            q.blockSize = integer("blocksize");
+            if (q.blockSize < 2 || q.blockSize > 65536 || q.blockSize % 2 != 0) throw bad("has a block size that is not an even number up to 65536");
+            q.nested = state.contains("nested_offset") || mapped.byName.count(w + ".nested_absmax");
+            const auto blocks = ceilDiv(n, q.blockSize);
+            // The packed codes, in whatever dtype bnb_4bit_quant_storage gave them: bytes.
+            const auto dataIt = mapped.byName.find(w);
+            if (dataIt == mapped.byName.end()) throw InputError("the bitsandbytes folder " + folder + " lacks " + w);
+            const auto data = dataIt->second.first.contiguous().view(-1).view(at::kByte);
+            if (data.numel() != ceilDiv(n, 2)) {
+                throw InputError(dataIt->second.second + " in " + folder + ": " + w + " holds " + std::to_string(data.numel())
+                                 + " bytes of 4-bit codes; a [" + std::to_string(rows) + ", " + std::to_string(cols)
+                                 + "] weight takes " + std::to_string(ceilDiv(n, 2)));
+            }
+            q.data = data.clone().view({-1, 1});
+            q.quantMap = storedPart(mapped, w + ".quant_map", at::kFloat, 16, folder);
+            q.absmax = storedPart(mapped, w + ".absmax", q.nested ? at::kByte : at::kFloat, blocks, folder);
+            consumed.insert({w, stateName, w + ".quant_map", w + ".absmax"});
+            if (q.nested) {
+                q.nestedBlockSize = integer("nested_blocksize");
+                if (q.nestedBlockSize < 1 || q.nestedBlockSize > 65536) throw bad("has a nested block size out of 1 to 65536");
+                if (!state.contains("nested_offset") || !state["nested_offset"].is_number()) throw bad("has no number \"nested_offset\"");
+                q.nestedOffset = state["nested_offset"].get<float>();
+                if (!std::isfinite(q.nestedOffset)) throw bad("has a nested offset that is not finite");
+                q.nestedAbsmax = storedPart(mapped, w + ".nested_absmax", at::kFloat, ceilDiv(blocks, q.nestedBlockSize), folder);
+                q.nestedQuantMap = storedPart(mapped, w + ".nested_quant_map", at::kFloat, 256, folder);
+                consumed.insert({w + ".nested_absmax", w + ".nested_quant_map"});
+            }
+            layer->setQuantizedBase(std::move(q));
+            continue;
+        }
+        const auto scb = name + ".SCB";
+        if (mapped.byName.count(scb)) {
+            QuantizedWeight q;
+            q.format = QuantFormat::Int8;
+            q.rows = rows;
+            q.cols = cols;
+            const auto& stored = mapped.byName.at(w).first;
+            if (stored.scalar_type() != at::kChar || stored.sizes() != at::IntArrayRef{rows, cols}) {
+                throw InputError(mapped.byName.at(w).second + " in " + folder + ": the 8-bit " + w + " is "
+                                 + std::string(c10::toString(stored.scalar_type())) + " " + shapeText(stored.sizes())
+                                 + ", not Char [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+            }
+            q.data = stored.clone();
+            q.absmax = storedPart(mapped, scb, at::kFloat, rows, folder);
+            consumed.insert({w, scb});
+            const auto format = name + ".weight_format";
+            if (const auto f = mapped.byName.find(format); f != mapped.byName.end()) {
+                if (f->second.first.numel() != 1 || f->second.first.to(at::kLong).item<std::int64_t>() != 0) {
+                    throw InputError(folder + ": " + format + " is not 0 (row-major): bitsandbytes' tiled 8-bit layouts "
+                                     "are not read; save the folder with a current bitsandbytes");
+                }
+                consumed.insert(format);
+            }
+            layer->setQuantizedBase(std::move(q));
+        }
+    }
+    return consumed;
+}
+
 } // namespace
 
 ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, int maxLen)
@@ -177,6 +298,17 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
     const auto& o = model.options();
     const auto mapped = mapFolder(folder, [&](const std::string& name) { return canonicalName(name, o); });
     torch::NoGradGuard noGrad;
+    // A bitsandbytes folder's quantized layers first: their weights leave the parameters.
+    const auto stored = loadStoredQuantized(model, mapped, folder);
+    if (!stored.empty()) {
+        for (auto& [name, layer] : quantizableLinears(model)) {
+            if (!layer->quantized()) {
+                throw InputError("the bitsandbytes folder " + folder + " stores " + name + ".weight unquantized while "
+                                 "others are quantized (llm_int8_skip_modules); Trainbench trains a quantized base "
+                                 "with every block's linear layers quantized");
+            }
+        }
+    }
     const auto params = model.named_parameters();
     // Every problem is found before anything is copied; the first is told in
     // full and the others are named, so one attempt shows all that differs.
@@ -204,7 +336,7 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
         }
     }
     for (const auto& [name, entry] : mapped.byName) {
-        if (params.contains(name) || ignoredTensor(name, o)) continue;
+        if (params.contains(name) || ignoredTensor(name, o) || stored.count(name)) continue;
         problem(name, entry.second + " in " + folder + " holds tensor " + name + " " + shapeText(entry.first.sizes())
                           + ", which a " + o.hfFamily + " model of this config.json does not have (is config.json "
                           "from another model?)");

@@ -7,6 +7,7 @@ block in float32; LLM.int8's per-row absmax "SCB" with q = round(w * 127/SCB)).
 It shares no code with Trainbench.
 
   bnb_reference.py cases OUT.safetensors [--seed N]
+  bnb_reference.py quantize-folder SRC DST [--format nf4|int8] [--no-double] [--dequantized DIR]
 
 writes, for each case cN, the source weight and the reference's quantized form
 and dequantized values:
@@ -126,6 +127,7 @@ def bf16_bits(x):
 
 
 DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8"}
+# quantize-folder writes a model folder in bitsandbytes' layout (below).
 
 
 def write_safetensors(path, tensors):
@@ -178,10 +180,117 @@ def cases(out, seed):
     write_safetensors(out, tensors)
 
 
+def read_safetensors(path):
+    """{name: (dtype, shape, raw bytes)} of a safetensors file."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        out[name] = (entry["dtype"], entry["shape"], data[begin:end])
+    return out
+
+
+def as_float32(dtype, shape, raw):
+    if dtype == "F32":
+        return np.frombuffer(raw, dtype=np.float32).reshape(shape).copy()
+    if dtype == "F16":
+        return np.frombuffer(raw, dtype=np.float16).astype(np.float32).reshape(shape)
+    if dtype == "BF16":
+        bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(shape)
+    raise ValueError("not a float tensor: " + dtype)
+
+
+def block_linear(name, shape):
+    """A 2-D weight inside a numbered block: what transformers' bitsandbytes
+    integration replaces (every nn.Linear and Conv1D but the output head)."""
+    parts = name.split(".")
+    return len(shape) == 2 and parts[-1] == "weight" and any(p.isdigit() for p in parts)
+
+
+def quantize_folder(src, dst, fmt, nested, dequantized):
+    """A folder as transformers saves a bitsandbytes model: each block linear
+    quantized (GPT-2's Conv1D transposed to [out, in] first), the state packed
+    as JSON bytes, config.json's quantization_config. With `dequantized`, the
+    same model with those weights dequantized, in float32, beside it."""
+    import os
+    import shutil
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    conv1d = config["model_type"] == "gpt2"
+    tensors = read_safetensors(os.path.join(src, "model.safetensors"))
+    out, plain = {}, {}
+    for name, (dtype, shape, raw) in tensors.items():
+        if not block_linear(name, shape):
+            out[name] = (dtype, shape, raw)
+            if dtype in ("F32", "F16", "BF16"):
+                plain[name] = array_entry(as_float32(dtype, shape, raw))
+            else:
+                plain[name] = (dtype, shape, raw)
+            continue
+        w = as_float32(dtype, shape, raw)
+        if conv1d:
+            w = np.ascontiguousarray(w.T)
+        rows, cols = w.shape
+        if fmt == "nf4":
+            q = quantize_nf4(w, nested)
+            values = dequantize_nf4(q, rows, cols)
+            out[name] = array_entry(q["weight"])
+            out[name + ".absmax"] = array_entry(q["absmax"])
+            out[name + ".quant_map"] = array_entry(q["quant_map"])
+            state = {"quant_type": "nf4", "blocksize": 64, "dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype],
+                     "shape": [rows, cols]}
+            if nested:
+                out[name + ".nested_absmax"] = array_entry(q["nested_absmax"])
+                out[name + ".nested_quant_map"] = array_entry(q["nested_quant_map"])
+                state.update({"nested_blocksize": 256, "nested_dtype": "float32",
+                              "nested_offset": float(q["nested_offset"][0])})
+            blob = np.frombuffer(json.dumps(state).encode("utf-8"), dtype=np.uint8)
+            out[name + ".quant_state.bitsandbytes__nf4"] = array_entry(blob)
+        else:
+            q = quantize_int8(w)
+            values = dequantize_int8(q)
+            out[name] = array_entry(q["weight"])
+            out[name[: -len(".weight")] + ".SCB"] = array_entry(q["SCB"])
+            out[name[: -len(".weight")] + ".weight_format"] = ("U8", [], bytes([0]))
+        plain[name] = array_entry(np.ascontiguousarray(values.T) if conv1d else values)
+    os.makedirs(dst, exist_ok=True)
+    write_safetensors(os.path.join(dst, "model.safetensors"), out)
+    quantized = dict(config)
+    quantized["quantization_config"] = {
+        "_load_in_4bit": fmt == "nf4", "_load_in_8bit": fmt == "int8", "bnb_4bit_compute_dtype": "bfloat16",
+        "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": "nf4" if fmt == "nf4" else "fp4",
+        "bnb_4bit_use_double_quant": bool(nested and fmt == "nf4"), "llm_int8_enable_fp32_cpu_offload": False,
+        "llm_int8_has_fp16_weight": False, "llm_int8_skip_modules": None, "llm_int8_threshold": 6.0,
+        "load_in_4bit": fmt == "nf4", "load_in_8bit": fmt == "int8", "quant_method": "bitsandbytes"}
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(quantized, f, indent=2, sort_keys=True)
+    if dequantized:
+        os.makedirs(dequantized, exist_ok=True)
+        write_safetensors(os.path.join(dequantized, "model.safetensors"), plain)
+        config = dict(config)
+        config["torch_dtype"] = "float32"
+        with open(os.path.join(dequantized, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+        for extra in ("generation_config.json",):
+            if os.path.exists(os.path.join(src, extra)):
+                shutil.copy(os.path.join(src, extra), os.path.join(dequantized, extra))
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "cases":
         seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1
         cases(argv[1], seed)
+        return 0
+    if len(argv) >= 3 and argv[0] == "quantize-folder":
+        fmt = argv[argv.index("--format") + 1] if "--format" in argv else "nf4"
+        dequantized = argv[argv.index("--dequantized") + 1] if "--dequantized" in argv else None
+        quantize_folder(argv[1], argv[2], fmt, "--no-double" not in argv, dequantized)
         return 0
     print(__doc__, file=sys.stderr)
     return 2
