@@ -237,6 +237,40 @@ def training(tmp, plain):
         worst = max(abs(a - b) for ra, rb in zip(ref["logits"], json.loads(out.stdout)["logits"]) for a, b in zip(ra, rb))
         check(worst <= 1e-4, "merged export: logits differ by %.3g" % worst)
         print("ok merged export, max |dlogit| %.2e against the reference" % worst, flush=True)
+        with open(os.path.join(merged, "config.json")) as f:
+            written = json.load(f)
+        check(written["torch_dtype"] == "bfloat16" and "quantization_config" not in written,
+              "a QLoRA run's merged export is a plain bf16 folder: %s" % {k: written.get(k) for k in ("torch_dtype", "quantization_config")})
+    # --quantized: a bitsandbytes folder, read by the reference from the format alone.
+    for fmt in ("nf4", "int8"):
+        run = 1 if fmt == "nf4" else int8_run(tmp, config, db)
+        folder = os.path.join(tmp, "exported-" + fmt)
+        got = trainbench("export-model", str(run), "--db", db, "--output", folder, "--quantized")
+        check(got.returncode == 0, "export --quantized (%s) failed: %s" % (fmt, got.stderr[-300:]))
+        if got.returncode != 0:
+            continue
+        plain = os.path.join(tmp, "exported-%s-dequantized" % fmt)
+        subprocess.run([sys.executable, BNB_REFERENCE, "dequantize-folder", folder, plain], check=True)
+        ids = [4, 6, 8, 10]
+        ref = hf_batch([["run", plain, "--ids", ",".join(map(str, ids)), "--max-tokens", "3"]])[0]
+        out = trainbench("sample", "--model", folder, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", "3",
+                         "--temperature", "0", "--json", "--logits")
+        worst = max(abs(a - b) for ra, rb in zip(ref["logits"], json.loads(out.stdout)["logits"]) for a, b in zip(ra, rb))
+        check(worst <= 1e-4, "export --quantized (%s): logits differ from the reference's reading by %.3g" % (fmt, worst))
+        print("ok export --quantized %s: the reference reads it, max |dlogit| %.2e" % (fmt, worst), flush=True)
+
+
+def int8_run(tmp, config, db):
+    """A short QLoRA run in 8 bits of the same plain folder, quantized as it loads: its run id."""
+    plain = dict(config, name="qlora-int8")
+    plain["model"] = {"type": "hf", "path": os.path.join(tmp, "plain0"), "quantize": "int8"}
+    plain["train"] = dict(config["train"], steps=5)
+    path = os.path.join(tmp, "qlora-int8.json")
+    with open(path, "w") as f:
+        json.dump(plain, f)
+    got = trainbench("train", "--config", path, "--db", db)
+    check(got.returncode == 0, "the int8 QLoRA run failed: " + got.stderr[-300:])
+    return max(r["id"] for r in json.loads(trainbench("runs", "--db", db, "--json").stdout))
 
 
 def resume(tmp, config, db):

@@ -332,13 +332,77 @@ std::string writeHfWeights(const std::map<std::string, torch::Tensor>& tensors, 
     return path;
 }
 
+// transformers' quantization_config of a bitsandbytes folder (its keys, sorted, as BitsAndBytesConfig writes them).
+nlohmann::json bitsandbytesConfig(const QuantizeSpec& spec)
+{
+    const bool four = spec.format == QuantFormat::Nf4;
+    return {{"_load_in_4bit", four},
+            {"_load_in_8bit", !four},
+            {"bnb_4bit_compute_dtype", "bfloat16"},
+            {"bnb_4bit_quant_storage", "uint8"},
+            {"bnb_4bit_quant_type", four ? "nf4" : "fp4"},
+            {"bnb_4bit_use_double_quant", four && spec.doubleQuant},
+            {"llm_int8_enable_fp32_cpu_offload", false},
+            {"llm_int8_has_fp16_weight", false},
+            {"llm_int8_skip_modules", nullptr},
+            {"llm_int8_threshold", 6.0},
+            {"load_in_4bit", four},
+            {"load_in_8bit", !four},
+            {"quant_method", "bitsandbytes"}};
+}
+
+// The model's tensors in bitsandbytes' layout, as transformers saves a
+// quantized model: each block linear's (merged) weight quantized again in the
+// run's format under Linear4bit's keys (weight, weight.absmax,
+// weight.quant_map, weight.nested_absmax, weight.nested_quant_map, and the
+// state as JSON bytes in weight.quant_state.bitsandbytes__nf4) or
+// Linear8bitLt's (weight, SCB, weight_format); a Conv1D's as [out, in], as
+// transformers stores it; everything else in bf16.
+std::map<std::string, torch::Tensor> bitsandbytesTensors(CausalLmImpl& model, const std::map<std::string, torch::Tensor>& tensors,
+                                                         const QuantizeSpec& spec)
+{
+    std::map<std::string, torch::Tensor> out;
+    std::set<std::string> quantizedNames;
+    for (auto& [name, layer] : quantizableLinears(model)) {
+        const auto w = name + ".weight";
+        auto weight = tensors.at(w);
+        if (layer->transposedWeight()) weight = weight.t();
+        const auto q = quantizeWeight(weight.contiguous(), spec);
+        quantizedNames.insert(w);
+        if (spec.format == QuantFormat::Int8) {
+            out[w] = q.data;
+            out[name + ".SCB"] = q.absmax;
+            out[name + ".weight_format"] = torch::tensor(0, torch::kByte); // row-major
+            continue;
+        }
+        nlohmann::json state = {{"quant_type", "nf4"}, {"blocksize", q.blockSize}, {"dtype", "bfloat16"}, {"shape", {q.rows, q.cols}}};
+        out[w] = q.data;
+        out[w + ".absmax"] = q.absmax;
+        out[w + ".quant_map"] = q.quantMap;
+        if (q.nested) {
+            out[w + ".nested_absmax"] = q.nestedAbsmax;
+            out[w + ".nested_quant_map"] = q.nestedQuantMap;
+            state["nested_blocksize"] = q.nestedBlockSize;
+            state["nested_dtype"] = "float32";
+            state["nested_offset"] = static_cast<double>(q.nestedOffset);
+        }
+        const auto text = state.dump();
+        out[w + ".quant_state.bitsandbytes__nf4"] =
+            torch::from_blob(const_cast<char*>(text.data()), {static_cast<std::int64_t>(text.size())}, torch::kByte).clone();
+    }
+    for (const auto& [name, t] : tensors) {
+        if (!quantizedNames.count(name)) out[name] = t.to(torch::kBFloat16);
+    }
+    return out;
+}
+
 // The files of a model folder besides its weights that an export carries over.
 constexpr const char* kFolderFiles[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
                                         "tokenizer.model", "special_tokens_map.json", "vocab.json", "merges.txt",
                                         "added_tokens.json"};
 
 ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const std::map<std::string, torch::Tensor>& tensors,
-                             const std::string& outputDir, ExportedModel result)
+                             const std::string& outputDir, ExportedModel result, const QuantizeSpec& bitsandbytes)
 {
     const fs::path source = resolvedModelPath(config), dir = outputDir;
     std::error_code ec;
@@ -353,7 +417,10 @@ ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const
     if (!hfConfig.is_object()) throw InputError("cannot read " + (source / "config.json").string() + " to export the run");
     const bool adapterOnly = config.lora.rank > 0 && !result.mergedLora;
     if (!adapterOnly) {
-        hfConfig["torch_dtype"] = "float32"; // what the weights are written in
+        // What the weights are written in; a bitsandbytes folder says how it is quantized, a plain one nothing.
+        hfConfig["torch_dtype"] = tensors.begin()->second.scalar_type() == torch::kBFloat16 || bitsandbytes.active() ? "bfloat16" : "float32";
+        hfConfig.erase("quantization_config");
+        if (bitsandbytes.active()) hfConfig["quantization_config"] = bitsandbytesConfig(bitsandbytes);
         result.configPath = (dir / "config.json").string();
         writeTextAtomically(result.configPath, hfConfig.dump(2) + "\n");
         result.weightsPath = writeHfWeights(tensors, dir);
@@ -398,8 +465,17 @@ ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const
 } // namespace
 
 ExportedModel exportModel(const RunConfig& config, const std::string& checkpointPath, const std::string& outputDir,
-                          bool mergeLora)
+                          bool mergeLora, bool quantized)
 {
+    QuantizeSpec bitsandbytes;
+    if (quantized) {
+        if (config.model.quantize == "none") {
+            throw InputError("--quantized writes a QLoRA run's model as a bitsandbytes folder, and this run's base is not "
+                             "quantized (model.quantize \"none\"): export it without --quantized");
+        }
+        bitsandbytes = {quantFormatOf(config.model.quantize), config.model.doubleQuant};
+        mergeLora = true; // one model: the adapters folded in, then quantized again
+    }
     const auto data = makeDataset(config);
     auto model = trainedModel(config, *data, checkpointPath);
     std::error_code ec;
@@ -407,15 +483,22 @@ ExportedModel exportModel(const RunConfig& config, const std::string& checkpoint
     if (!fs::is_directory(outputDir, ec)) throw InputError("cannot create the output folder " + outputDir);
     ExportedModel result;
     result.mergedLora = mergeLora && config.lora.rank > 0;
-    const auto tensors = modelTensors(*model, mergeLora);
+    auto tensors = modelTensors(*model, mergeLora);
     result.tensors = static_cast<std::int64_t>(tensors.size());
     for (const auto& [name, t] : tensors) result.parameters += t.numel();
-    if (config.model.type == "hf") return exportHfFolder(config, *model, tensors, outputDir, result);
+    if (bitsandbytes.active()) {
+        tensors = bitsandbytesTensors(*model, tensors, bitsandbytes);
+        result.quantized = true;
+    } else if (config.model.quantize != "none" && result.mergedLora) {
+        // A QLoRA run's merged model in bf16: its base was 4 or 8 bits, and fp32 would double a 7B folder to 28 GB.
+        for (auto& [name, t] : tensors) t = t.to(torch::kBFloat16);
+    }
+    if (config.model.type == "hf") return exportHfFolder(config, *model, tensors, outputDir, result, bitsandbytes);
     result.weightsPath = (fs::path(outputDir) / "model.safetensors").string();
     writeSafetensors(result.weightsPath, tensors, {{"format", "pt"}, {"producer", "trainbench"}});
     if (config.model.type == "llama") {
         const auto o = modelOptionsFor(config, *data);
-        const nlohmann::json hf = {
+        nlohmann::json hf = {
             {"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
             {"hidden_size", o.dModel},
@@ -434,8 +517,9 @@ ExportedModel exportModel(const RunConfig& config, const std::string& checkpoint
             {"mlp_bias", false},
             {"attention_dropout", o.dropout},
             {"initializer_range", 0.02},
-            {"torch_dtype", "float32"},
+            {"torch_dtype", tensors.begin()->second.scalar_type() == torch::kBFloat16 || bitsandbytes.active() ? "bfloat16" : "float32"},
         };
+        if (bitsandbytes.active()) hf["quantization_config"] = bitsandbytesConfig(bitsandbytes);
         result.configPath = (fs::path(outputDir) / "config.json").string();
         writeTextAtomically(result.configPath, hf.dump(2) + "\n");
     }

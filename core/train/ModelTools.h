@@ -64,6 +64,7 @@ struct ExportedModel {
     std::int64_t tensors = 0;
     std::int64_t parameters = 0;
     bool mergedLora = false;
+    bool quantized = false; // written in bitsandbytes' layout (a QLoRA run's model)
 };
 
 // Writes model.safetensors (and, for a Llama-family model, a Hugging Face
@@ -73,8 +74,12 @@ struct ExportedModel {
 // 5 GB); with LoRA and without mergeLora, a PEFT adapter folder instead
 // (adapter_config.json, adapter_model.safetensors with PEFT's names). Each file is written through a temporary
 // file and a rename. With mergeLora, adapters are folded into the base weights
-// (W + alpha/r * B A) and not written.
+// (W + alpha/r * B A) and not written; a QLoRA run's merged model is written
+// in bf16. With `quantized` (a QLoRA run only), the merged model's block
+// linears are quantized again in the run's format and the folder written as
+// transformers saves a bitsandbytes model (quantization_config, Linear4bit's
+// or Linear8bitLt's keys), the rest in bf16.
 ExportedModel exportModel(const RunConfig& config, const std::string& checkpointPath, const std::string& outputDir,
-                          bool mergeLora);
+                          bool mergeLora, bool quantized = false);
 
 } // namespace tb

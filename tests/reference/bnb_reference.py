@@ -8,6 +8,7 @@ It shares no code with Trainbench.
 
   bnb_reference.py cases OUT.safetensors [--seed N]
   bnb_reference.py quantize-folder SRC DST [--format nf4|int8] [--no-double] [--dequantized DIR]
+  bnb_reference.py dequantize-folder SRC DST
 
 writes, for each case cN, the source weight and the reference's quantized form
 and dequantized values:
@@ -282,6 +283,51 @@ def quantize_folder(src, dst, fmt, nested, dequantized):
                 shutil.copy(os.path.join(src, extra), os.path.join(dequantized, extra))
 
 
+def dequantize_folder(src, dst):
+    """A bitsandbytes folder (transformers' layout) read by the format alone:
+    each quantized weight dequantized with its stored maps and scales (GPT-2's
+    back to Conv1D's [in, out]), everything in float32, config.json without
+    quantization_config."""
+    import os
+    with open(os.path.join(src, "config.json")) as f:
+        config = json.load(f)
+    conv1d = config["model_type"] == "gpt2"
+    tensors = read_safetensors(os.path.join(src, "model.safetensors"))
+    out = {}
+    for name, (dtype, shape, raw) in tensors.items():
+        if ".weight." in name or name.endswith((".SCB", ".weight_format")):
+            continue  # a quantized weight's parts, read with it
+        state_name = name + ".quant_state.bitsandbytes__nf4"
+        if state_name in tensors:
+            state = json.loads(tensors[state_name][2].decode("utf-8"))
+            rows, cols = state["shape"]
+            part = lambda key, np_type: np.frombuffer(tensors[name + "." + key][2], dtype=np_type)
+            q = {"weight": np.frombuffer(raw, dtype=np.uint8), "quant_map": part("quant_map", np.float32)}
+            if state["blocksize"] != 64:
+                raise ValueError("the reference reads blocks of 64")
+            if "nested_offset" in state:
+                q["absmax"] = part("absmax", np.uint8)
+                q["nested_absmax"] = part("nested_absmax", np.float32)
+                q["nested_quant_map"] = part("nested_quant_map", np.float32)
+                q["nested_offset"] = np.array([state["nested_offset"]], dtype=np.float32)
+            else:
+                q["absmax"] = part("absmax", np.float32)
+            w = dequantize_nf4(q, rows, cols)
+        elif name.endswith(".weight") and name[: -len(".weight")] + ".SCB" in tensors:
+            scb = np.frombuffer(tensors[name[: -len(".weight")] + ".SCB"][2], dtype=np.float32)
+            w = dequantize_int8({"weight": np.frombuffer(raw, dtype=np.int8).reshape(shape), "SCB": scb})
+        else:
+            out[name] = array_entry(as_float32(dtype, shape, raw))
+            continue
+        out[name] = array_entry(np.ascontiguousarray(w.T) if conv1d else w)
+    os.makedirs(dst, exist_ok=True)
+    write_safetensors(os.path.join(dst, "model.safetensors"), out)
+    config.pop("quantization_config", None)
+    config["torch_dtype"] = "float32"
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "cases":
         seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1
@@ -291,6 +337,9 @@ def main(argv):
         fmt = argv[argv.index("--format") + 1] if "--format" in argv else "nf4"
         dequantized = argv[argv.index("--dequantized") + 1] if "--dequantized" in argv else None
         quantize_folder(argv[1], argv[2], fmt, "--no-double" not in argv, dequantized)
+        return 0
+    if len(argv) >= 3 and argv[0] == "dequantize-folder":
+        dequantize_folder(argv[1], argv[2])
         return 0
     print(__doc__, file=sys.stderr)
     return 2
