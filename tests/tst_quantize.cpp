@@ -5,11 +5,16 @@
 // config's checks, and a QLoRA run that resumes exactly.
 #include <QtTest>
 
+#include <fstream>
+
 #include "TestPaths.h"
 #include "TestPrinters.h"
 
 #include "config/LearningRate.h"
 #include "config/RunConfig.h"
+#include "diagnose/Preflight.h"
+#include "memory/DerivedStep.h"
+#include "train/DerivedPlan.h"
 #include "train/Datasets.h"
 #include "train/Llama.h"
 #include "train/ModelIo.h"
@@ -107,6 +112,7 @@ private Q_SLOTS:
     void configNamesWhatIsWrong();
     void qloraRunResumesExactly();
     void qloraRunExportsItsModel();
+    void preflightOffersNf4WhereLoraDoesNotFit();
 };
 
 namespace {
@@ -380,7 +386,59 @@ void TestQuantize::qloraRunExportsItsModel()
     QVERIFY(torch::equal(a.at(q + ".weight"), quantizableLinears(*fresh)[0].second->baseWeight(torch::kFloat)));
     const auto delta = torch::matmul(a.at(q + ".lora_B"), a.at(q + ".lora_A")) * (config.lora.alpha / config.lora.rank);
     QVERIFY(delta.abs().max().item<double>() > 0);
-    QVERIFY(torch::allclose(m.at(q + ".weight"), a.at(q + ".weight") + delta, 1e-6, 1e-7));
+    // Merged, a QLoRA run's model is written in bf16 (its base had 4 bits).
+    QCOMPARE(m.at(q + ".weight").scalar_type(), torch::kBFloat16);
+    QVERIFY(torch::equal(m.at(q + ".weight"), (a.at(q + ".weight") + delta).to(torch::kBFloat16)));
+}
+
+// A LoRA run whose fp32 base does not fit the card but fits stored in NF4:
+// preflight's fix offers NF4 with its own step's plan, and applying it leaves
+// no memory finding. Without a derived plan a quantized config is judged by
+// its unquantized plan, an upper bound: it never fails on that.
+void TestQuantize::preflightOffersNf4WhereLoraDoesNotFit()
+{
+    QTemporaryDir dir;
+    const std::string folder = dir.path().toStdString();
+    std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "vocab_size": 1000, "hidden_size": 1024,
+        "intermediate_size": 2816, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8,
+        "max_position_embeddings": 256, "hidden_act": "silu", "tie_word_embeddings": false})";
+    std::vector<std::uint16_t> ids(4000);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint16_t>(3 + (i * 7) % 997);
+    std::ofstream(folder + "/train.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 2));
+    // (Parsed: the folder's sizes filled in.)
+    const auto c = parseConfig(R"({"model": {"type": "hf", "path": ")" + folder + R"("}, "data": {"source": "tokens", "path": ")"
+                               + folder + R"(/train.bin", "seq_len": 64}, "train": {"batch_size": 2}, "lora": {"rank": 8}})");
+    // A 7.5 card of 600 MiB: the fp32 base (about 210 MB), fp16 copies and the CUDA context (648 MiB) do not fit; NF4 (388 MiB) does.
+    GpuTarget card = GpuCatalogue::bundled().resolve("T4");
+    card.gpu.memoryBytes = 600LL << 20;
+    PreflightTarget target;
+    target.gpu = card;
+    int derived = 0;
+    target.derivePlan = [&derived](const RunConfig& config) {
+        ++derived;
+        return std::make_shared<const DerivedStep>(deriveStep(config));
+    };
+    const auto findings = runPreflight(c, target);
+    const auto over = std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.kind == "memory_over_budget"; });
+    QVERIFY2(over != findings.end(), findingsToJson(findings).c_str());
+    QVERIFY2(over->fix.find("NF4") != std::string::npos, over->fix.c_str());
+    QCOMPARE(over->autoFix.size(), std::size_t(1));
+    QCOMPARE(over->autoFix[0].path, std::string("model.quantize"));
+    QVERIFY(derived == 1);
+    const auto fixed = applyAutoFix(c, over->autoFix);
+    QCOMPARE(fixed.model.quantize, std::string("nf4"));
+    for (const auto& f : runPreflight(fixed, target)) {
+        QVERIFY2(f.kind.rfind("memory", 0) != 0, findingText(f).c_str());
+    }
+    // Without the derived plan: the unquantized plan, an upper bound, is only a notice.
+    target.derivePlan = nullptr;
+    bool notice = false;
+    for (const auto& f : runPreflight(fixed, target)) {
+        QVERIFY2(f.severity != Severity::Error, findingText(f).c_str());
+        notice = notice || f.kind == "memory_not_planned";
+    }
+    QVERIFY(notice);
 }
 
 QTEST_GUILESS_MAIN(TestQuantize)

@@ -4,6 +4,7 @@
 
 #include "Command.h"
 #include "common/Errors.h"
+#include "train/DerivedPlan.h"
 #include "config/RunConfig.h"
 #include "diagnose/ErrorExplainer.h"
 #include "diagnose/Preflight.h"
@@ -30,6 +31,9 @@ int preflight(const Args& args)
     PreflightTarget target;
     if (auto gpu = args.value("--gpu")) target.gpu = GpuCatalogue::bundled().resolve(*gpu);
     else target.local = localMachine();
+    // A config planned from its own step (a quantized base, a folder's own
+    // head size), and a LoRA config's NF4 alternative: derived here, in seconds.
+    target.derivePlan = [](const RunConfig& c) { return std::make_shared<const DerivedStep>(deriveStep(c)); };
     std::vector<Finding> findings;
     try {
         const auto config = loadConfigFile(*path);

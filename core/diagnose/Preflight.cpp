@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/ByteSize.h"
+#include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
 #include "memory/Verdict.h"
 
@@ -338,7 +339,39 @@ std::pair<std::int64_t, int> batchKeepingEffective(const ArchitectureSpec& arch,
     return {0, 1};
 }
 
-void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>& out)
+// The plan of a config planned from its own step, from the caller (null
+// where it has none or it cannot be derived: the reason is dropped, the
+// check falls back to a bound).
+std::shared_ptr<const DerivedStep> ownStepPlan(const RunConfig& c, const PreflightTarget& t)
+{
+    if (!t.derivePlan) return nullptr;
+    try {
+        return t.derivePlan(c);
+    } catch (const std::exception&) {
+        return nullptr;
+    }
+}
+
+// NF4 for a LoRA config that does not fit: its base stored in 4 bits
+// (QLoRA), planned from its own step on the target; set when that plan
+// fits with 10% to spare and is exact there.
+std::optional<MemoryEstimate> nf4Fits(const RunConfig& c, const Target& target, const PreflightTarget& t, RunConfig& nf4)
+{
+    if (c.lora.rank <= 0 || c.model.quantize != "none" || (c.model.type != "llama" && c.model.type != "hf")) return std::nullopt;
+    nf4 = c;
+    nf4.model.quantize = "nf4";
+    nf4.model.doubleQuant = true;
+    if (!validateConfig(nf4, false).empty()) return std::nullopt;
+    const auto plan = ownStepPlan(nf4, t);
+    if (!plan) return std::nullopt;
+    const auto setup = planOnTarget(nf4, target.gpu, target.cc, target.count).setup;
+    if (!plan->notExactOn(setup).empty()) return std::nullopt;
+    const auto e = plan->at(setup.batch, setup.seqLen, setup);
+    if (e.peakBytes > roomyPeakBytes(target.memoryBytes)) return std::nullopt;
+    return e;
+}
+
+void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget& t, std::vector<Finding>& out)
 {
     if (!plannableModel(c)) {
         if (target.known) {
@@ -355,26 +388,53 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     const TargetPlan plan = planOnTarget(c, target.gpu, target.cc, target.count);
     const auto& arch = plan.arch;
     const auto& setup = plan.setup;
-    const auto e = estimateMemory(arch, setup);
+    // A config the hand replay does not model is planned from its own step
+    // when the caller derived it. Without that plan: a folder whose head size
+    // is not hidden / heads is planned narrower than it is (a lower bound:
+    // "does not fit" holds, "fits" does not follow); a quantized base is
+    // planned as its unquantized self (an upper bound: "fits" holds).
+    const bool ownStep = plannedFromItsStep(c), quantized = c.model.quantize != "none";
+    const auto derived = ownStep ? ownStepPlan(c, t) : nullptr;
+    const bool lowerBound = derived ? !derived->notExactOn(setup).empty() : ownStep && !quantized;
+    const bool upperBound = !derived && quantized;
+    MemoryEstimate e;
+    if (derived) {
+        e = derived->at(setup.batch, setup.seqLen, setup);
+    } else if (quantized) {
+        auto plain = c;
+        plain.model.quantize = "none";
+        e = estimateMemory(architectureFor(plain), planOnTarget(plain, target.gpu, target.cc, target.count).setup);
+    } else {
+        e = estimateMemory(arch, setup);
+    }
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
     const auto verdict = memoryVerdict(e.peakBytes, target.memoryBytes);
-    // A folder whose head size is not hidden / heads: this check plans its
-    // heads narrower than they are, under its own step (which takes seconds
-    // to derive): "does not fit" holds, "fits" does not follow.
-    const bool underItsStep = plannedFromItsStep(c);
+    char share[16];
+    std::snprintf(share, sizeof share, "%.0f%%", 100.0 * use);
     if (verdict == MemoryVerdict::Fits) {
-        if (underItsStep) {
-            char share[16];
-            std::snprintf(share, sizeof share, "%.0f%%", 100.0 * use);
+        if (lowerBound) {
             out.push_back(make("memory_not_planned", Severity::Info,
                                "Memory is checked before launch only as a lower bound for this model folder",
-                               "Its attention heads are not hidden / heads wide (a head_dim of its own): this check "
-                               "plans them narrower, under what its training step takes (at least "
-                               + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
-                               + "); its own step's plan is derived in seconds.",
+                               derived ? "Its own step's plan (" + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
+                                             + ") has no rule for some of its operators on this card: "
+                                             + derived->notExactOn(setup) + "."
+                                       : "Its attention heads are not hidden / heads wide (a head_dim of its own): this check "
+                                         "plans them narrower, under what its training step takes (at least "
+                                             + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
+                                             + "); its own step's plan is derived in seconds.",
                                "Derive its plan: the Memory planner's Derive plan, or trainbench-cli estimate --config "
                                "FILE --gpu NAME; a run records it as it starts."));
         }
+        return;
+    }
+    if (upperBound) {
+        out.push_back(make("memory_not_planned", Severity::Info,
+                           "The quantized base's memory is planned from its own training step",
+                           "Planned with its base unquantized, an upper bound, this config peaks at " + byteSizeText(e.peakBytes)
+                               + " (" + share + " of " + target.label + "); stored in " + c.model.quantize
+                               + " it takes less, which its own step's plan says (derived in seconds).",
+                           "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
+                           "planner's Derive plan; a run records it as it starts."));
         return;
     }
     auto terms = e.terms;
@@ -383,36 +443,53 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
     for (std::size_t i = 0; i < terms.size() && i < 3; ++i) {
         dominant += (i ? ", " : "") + terms[i].name + " " + byteSizeText(terms[i].bytes);
     }
-    char percent[16];
-    std::snprintf(percent, sizeof percent, "%.0f%%", 100.0 * use);
     const bool over = verdict == MemoryVerdict::DoesNotFit;
     Finding f = make(over ? "memory_over_budget" : "memory_near_budget", over ? Severity::Error : Severity::Warning,
                      over ? "The memory estimate does not fit " + target.label
                           : "The memory estimate leaves little room on " + target.label,
-                     "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + (underItsStep ? " or more" : "")
-                         + " during " + e.peakPhase + ", " + percent
+                     "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + (lowerBound ? " or more" : "")
+                         + " during " + e.peakPhase + ", " + share
                          + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + "."
-                         + (underItsStep ? " (This folder's heads are wider than hidden / heads: its own step takes more.)"
-                                         : ""),
+                         + (lowerBound && !derived ? " (This folder's heads are wider than hidden / heads: its own step takes more.)"
+                                                   : derived ? " (Planned from its own training step.)" : ""),
                      "");
     f.numbers["estimated_peak_bytes"] = static_cast<double>(e.peakBytes);
     f.numbers["usable_bytes"] = static_cast<double>(target.memoryBytes);
     f.text["dominant_terms"] = dominant;
     const auto budget = target.memoryBytes;
+    const std::int64_t room = roomyPeakBytes(budget);
     const int effective = c.train.batchSize * c.train.gradAccum;
+    RunConfig nf4;
+    const auto nf4Plan = nf4Fits(c, target, t, nf4);
+    const std::string nf4Text = nf4Plan ? " Or store the frozen base in NF4 (QLoRA, model.quantize \"nf4\"): its own step's plan peaks at "
+            + byteSizeText(nf4Plan->peakBytes) + " at batch " + std::to_string(c.train.batchSize) + ", with room."
+                                        : std::string();
+    if (derived) {
+        // Its own step's plan: the largest batch and sequence from it.
+        const auto largest = derived->largestBatch(setup.seqLen, setup, room);
+        const auto seqFit = derived->largestSeqLen(setup.batch, setup, room);
+        f.numbers["largest_batch"] = static_cast<double>(largest);
+        f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
+        f.fix = (largest > 0 ? "Batch " + std::to_string(largest) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
+                                   + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation."
+                             : "Not even batch 1 fits with 10% to spare at sequence " + std::to_string(setup.seqLen) + ".")
+            + (seqFit > 0 ? " Or sequence " + std::to_string(seqFit) + " at batch " + std::to_string(c.train.batchSize) + "." : std::string())
+            + " Activation checkpointing, a smaller model or a GPU with more memory also help.";
+        out.push_back(std::move(f));
+        return;
+    }
     const std::int64_t seqFit = largestSequence(arch, setup, budget);
     const std::int64_t largest = largestBatch(arch, setup, budget);
     f.numbers["largest_batch"] = static_cast<double>(largest);
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
     // A fix leaves the 10% room whose lack is itself a warning, so applying
     // it creates no new finding.
-    const std::int64_t room = roomyPeakBytes(budget);
     const auto [batch, accum] = batchKeepingEffective(arch, setup, room, effective);
     if (batch > 0 && batch < c.train.batchSize) {
         f.fix = "Batch " + std::to_string(batch) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
             + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation "
             + std::to_string(accum) + ". Or: sequence " + std::to_string(seqFit) + " at batch "
-            + std::to_string(c.train.batchSize) + ", activation checkpointing, LoRA, or a larger GPU.";
+            + std::to_string(c.train.batchSize) + ", activation checkpointing, LoRA, or a larger GPU." + nf4Text;
         f.autoFix = {{"train.batch_size", std::to_string(batch)}, {"train.grad_accum", std::to_string(accum)}};
         f.autoFixLabel = "Use batch " + std::to_string(batch) + " x accumulation " + std::to_string(accum);
     } else if (batch == 0) {
@@ -421,7 +498,20 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
         const auto [b, bAccum] = c.train.activationCheckpointing
             ? std::pair<std::int64_t, int>{0, 1}
             : batchKeepingEffective(arch, s, room, effective, c.train.batchSize);
-        if (b > 0) {
+        if (nf4Plan) {
+            // Nothing fits at this batch but the base in 4 bits does: keep the run as it is, quantize its base.
+            char nf4Share[16];
+            std::snprintf(nf4Share, sizeof nf4Share, "%.0f%%", 100.0 * static_cast<double>(nf4Plan->peakBytes) / static_cast<double>(budget));
+            f.fix = std::string(largest > 0 ? "At most batch " + std::to_string(largest) + " fits, with under 10% to spare."
+                                            : "Not even batch 1 fits as configured.")
+                + " With the frozen base stored in NF4 (QLoRA: 4-bit NormalFloat, double-quantized scales) this run fits as "
+                  "it is: its own step's plan peaks at "
+                + byteSizeText(nf4Plan->peakBytes) + " during " + nf4Plan->peakPhase + ", " + nf4Share + " of "
+                + byteSizeText(budget) + ".";
+            f.numbers["nf4_peak_bytes"] = static_cast<double>(nf4Plan->peakBytes);
+            f.autoFix = {{"model.quantize", "\"nf4\""}};
+            f.autoFixLabel = "Store the base in NF4 (QLoRA)";
+        } else if (b > 0) {
             f.fix = (largest > 0 ? "At most batch " + std::to_string(largest) + " fits, with under 10% to spare."
                                  : std::string("Not even batch 1 fits as configured."))
                 + " With activation checkpointing batch " + std::to_string(b)
@@ -439,7 +529,7 @@ void memoryRules(const RunConfig& c, const Target& target, std::vector<Finding>&
         }
     } else {
         f.fix = "It fits, barely: allocator fragmentation or another process can push it over. Leave some room: a "
-            "smaller batch with gradient accumulation, or activation checkpointing.";
+            "smaller batch with gradient accumulation, or activation checkpointing." + nf4Text;
     }
     out.push_back(std::move(f));
 }
@@ -481,7 +571,7 @@ std::vector<Finding> runPreflight(const RunConfig& config, const PreflightTarget
     setupRules(config, out);
     dataRules(config, out);
     modelFileRules(config, target.model, out);
-    memoryRules(config, resolved, out);
+    memoryRules(config, resolved, target, out);
     std::stable_sort(out.begin(), out.end(),
                      [](const Finding& a, const Finding& b) { return static_cast<int>(a.severity) > static_cast<int>(b.severity); });
     return out;

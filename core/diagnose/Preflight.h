@@ -6,6 +6,8 @@
 // exists, an automatic fix.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +19,8 @@
 #include "gpu/Discovery.h"
 
 namespace tb {
+
+struct DerivedStep;
 
 // This machine, as the launcher sees it (filled by the caller, which may use LibTorch).
 struct LocalMachine {
@@ -32,6 +36,13 @@ struct PreflightTarget {
     // A TorchScript model's facts (inspectModelFile, which loads it); without
     // them its vocabulary is not checked.
     std::optional<ModelFileFacts> model;
+    // The plan of a config planned from its own training step (a quantized
+    // base, a folder whose head size is its own: plannedFromItsStep), and of
+    // a LoRA config with its base in NF4 for the fix that offers it. The CLI
+    // derives it (seconds, train/DerivedPlan.h); the window passes what it
+    // has derived, or nothing. Without it such a config's memory is judged
+    // from a bound, and NF4 is not offered. May return null.
+    std::function<std::shared_ptr<const DerivedStep>(const RunConfig&)> derivePlan;
 };
 
 // Every finding for this config on this target, errors first. Config problems
