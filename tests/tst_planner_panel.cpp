@@ -14,6 +14,7 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QScrollArea>
 #include <QJsonArray>
 #include <QLabel>
 #include <QPushButton>
@@ -72,6 +73,7 @@ private Q_SLOTS:
     void presetsSortedByFamilyAndSize();
     void torchScriptExperimentIsDerived();
     void folderWithItsOwnHeadSizeIsDerived();
+    void quantizedBaseChosenInTheFormFitsAT4();
     void mistralPastItsWindowIsPlannedEager();
     void tuneDialogPlansMeasuresAndApplies();
 
@@ -632,6 +634,67 @@ void TestPlannerPanel::mistralPastItsWindowIsPlannedEager()
 // layout): the hand replay would plan another model, so the planner derives
 // this one's plan from its own step (recorded at small widths), as the CLI
 // does, and both give one figure.
+// The QLoRA flow in the window: a Llama 2 7B folder with LoRA does not fit
+// a T4; NF4 chosen in the form, the planner derives the quantized step's
+// plan, which fits, as `estimate` plans it.
+void TestPlannerPanel::quantizedBaseChosenInTheFormFitsAT4()
+{
+    qputenv("TRAINBENCH_CLI", TB_CLI_PATH);
+    QTemporaryDir folder;
+    {
+        QFile config(folder.filePath("config.json"));
+        QVERIFY(config.open(QIODevice::WriteOnly));
+        config.write(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32000,
+            "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 32, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+            "tie_word_embeddings": false, "torch_dtype": "bfloat16"})");
+        QFile tokens(folder.filePath("train.bin"));
+        QVERIFY(tokens.open(QIODevice::WriteOnly));
+        tokens.write(QByteArray(20000, '\x05'));
+    }
+    auto* doc = m_window->document();
+    doc->setText(QString(R"({"name": "llama2-7b-qlora", "device": "cuda", "model": {"type": "hf", "path": "%1"},
+        "data": {"source": "tokens", "path": "%2", "seq_len": 512},
+        "train": {"batch_size": 2, "steps": 100, "activation_checkpointing": true}, "lora": {"rank": 8, "alpha": 16}})")
+                     .arg(folder.path(), folder.filePath("train.bin")));
+    QVERIFY2(doc->isValid(), doc->issues().empty() ? "" : doc->issues().front().text().c_str());
+    auto* quantize = qobject_cast<QComboBox*>(m_window->experimentPanel()->fieldEditor("model.quantize"));
+    QVERIFY(quantize && quantize->isEnabled());
+    QCOMPARE(quantize->currentText(), QString("none"));
+    QVERIFY2(planner()->estimate() && planner()->verdictText().contains("Does not fit"), qPrintable(planner()->verdictText()));
+    screenshot("planner-7b-lora-t4.png");
+    quantize->setCurrentText("nf4");
+    QVERIFY2(doc->text().contains("\"quantize\": \"nf4\""), qPrintable(doc->text()));
+    QVERIFY(m_window->experimentPanel()->fieldEditor("model.double_quant")->isEnabled());
+    QVERIFY2(m_window->experimentPanel()->estimateText().contains("quantized base (nf4)"),
+             qPrintable(m_window->experimentPanel()->estimateText()));
+    QVERIFY(!planner()->estimate());
+    QVERIFY2(planner()->verdictText().contains("quantized base"), qPrintable(planner()->verdictText()));
+    auto* derive = planner()->deriveButton();
+    QVERIFY(derive->isVisible() && derive->isEnabled());
+    QTest::mouseClick(derive, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!planner()->deriving(), 180000);
+    QVERIFY2(planner()->estimate().has_value(), qPrintable(planner()->verdictText()));
+    const auto e = *planner()->estimate();
+    QVERIFY(!e.lowerBound && e.allocatedPeakBytes > 0);
+    QVERIFY2(planner()->verdictText().startsWith("Fits"), qPrintable(planner()->verdictText()));
+    QVERIFY(e.peakBytes < GpuCatalogue::bundled().resolve("T4").gpu.memoryBytes * 9 / 10);
+    screenshot("planner-7b-nf4-t4.png");
+    // The form scrolled to its quantized base.
+    auto* field = m_window->experimentPanel()->fieldEditor("model.quantize");
+    for (QWidget* w = field; w; w = w->parentWidget()) {
+        if (auto* scroll = qobject_cast<QScrollArea*>(w)) {
+            scroll->ensureWidgetVisible(field);
+            break;
+        }
+    }
+    screenshot("experiment-nf4.png");
+    QString error;
+    const QString saved = m_dir->filePath("qlora.json");
+    QVERIFY2(doc->saveAs(saved, &error), qPrintable(error));
+    QCOMPARE(cliPeakOnT4(saved), e.peakBytes);
+}
+
 void TestPlannerPanel::folderWithItsOwnHeadSizeIsDerived()
 {
     qputenv("TRAINBENCH_CLI", TB_CLI_PATH);

@@ -108,6 +108,12 @@ QWidget* ExperimentPanel::buildForm()
     addField(form, tr("LoRA targets"), "lora.targets", Kind::List, {},
              tr("The projections that get adapters, separated by commas: attn and mlp (all of a block's), or "
                 "the model's own names"));
+    addField(form, tr("Quantized base"), "model.quantize", Kind::Choice, {"none", "nf4", "int8"},
+             tr("QLoRA (llama and Hugging Face folders, with LoRA): the frozen base's linear layers stored in "
+                "4-bit NormalFloat (nf4, about 0.52 bytes a weight) or 8 bits (int8), dequantized layer by layer "
+                "as the step runs; a bitsandbytes folder sets it itself"));
+    addField(form, tr("Double quantization"), "model.double_quant", Kind::Flag, {},
+             tr("nf4: the blocks' scales stored in 8 bits too (about 0.37 bits a weight less)"));
     auto placeholder = [&](const QString& path, const QString& text) {
         if (auto* edit = qobject_cast<QLineEdit*>(fieldEditor(path))) edit->setPlaceholderText(text);
     };
@@ -136,6 +142,9 @@ QString ExperimentPanel::defaultText(const QString& path)
         QJsonDocument::fromJson(QByteArray::fromStdString(configToJson(RunConfig{}))).object();
     QJsonValue v = defaults;
     for (const auto& part : path.split('.')) v = v.toObject().value(part);
+    // Fields a config's JSON carries only when set (a quantized base).
+    if (v.isUndefined() && path == "model.quantize") return QString::fromStdString(RunConfig{}.model.quantize);
+    if (v.isUndefined() && path == "model.double_quant") return RunConfig{}.model.doubleQuant ? "true" : "false";
     return fieldText(v);
 }
 

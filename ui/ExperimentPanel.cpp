@@ -363,6 +363,8 @@ void ExperimentPanel::refreshFromDocument()
         else if (f.path == "optim.min_lr_ratio") relevant = m_document->effectiveValue("optim.schedule").toString() != "constant";
         else if (f.path == "lora.alpha" || f.path == "lora.targets") relevant = m_document->effectiveValue("lora.rank").toInt() > 0;
         else if (f.path == "data.skip_bad_lines") relevant = source == "text" || source == "jsonl" || source == "chat";
+        else if (f.path == "model.quantize") relevant = modelType == "llama" || modelType == "hf";
+        else if (f.path == "model.double_quant") relevant = m_document->effectiveValue("model.quantize").toString() == "nf4";
         if (f.path == "model.path") relevant = scripted;
         else if (f.path == "data.source" && modelType == "hf") relevant = true;
         else if (builtInOnly.contains(f.path)) relevant = !scripted;
@@ -567,11 +569,15 @@ void ExperimentPanel::updateEstimate()
         return;
     }
     if (plannedFromItsStep(*config)) {
-        m_estimate->setText(plannableModel(*config)
-                                ? tr("Memory estimate: this folder's model (a head size apart from hidden / heads) is "
-                                     "planned from its own training step (Memory planner, Derive plan).")
-                                : tr("Memory estimate: a TorchScript model's plan is derived from its own training step "
-                                     "(Memory planner, Derive plan)."));
+        m_estimate->setText(!plannableModel(*config)
+                                ? tr("Memory estimate: a TorchScript model's plan is derived from its own training step "
+                                     "(Memory planner, Derive plan).")
+                            : config->model.quantize != "none"
+                                ? tr("Memory estimate: a quantized base (%1) is planned from its own training step "
+                                     "(Memory planner, Derive plan; trainbench-cli estimate).")
+                                      .arg(QString::fromStdString(config->model.quantize))
+                                : tr("Memory estimate: this folder's model (a head size apart from hidden / heads) is "
+                                     "planned from its own training step (Memory planner, Derive plan)."));
         return;
     }
     // The config as each device resolves it (planOnTarget: "auto" precision

@@ -198,6 +198,10 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                                              .arg(m_deriveProgress.isEmpty() ? tr("starting") : m_deriveProgress)
                      : !m_deriveError.isEmpty() && m_deriveErrorKey == key
                          ? tr("The plan could not be derived: %1").arg(m_deriveError)
+                         : plannableModel(*config) && config->model.quantize != "none"
+                         ? tr("A quantized base (%1, QLoRA) is planned from its own training step: Derive plan records "
+                              "the step on this CPU (seconds) and plans from it.")
+                               .arg(QString::fromStdString(config->model.quantize))
                          : plannableModel(*config)
                          ? tr("This folder's model is planned from its own training step (its head size is not hidden / "
                               "heads): Derive plan records the step on this CPU (seconds) and plans from it.")
