@@ -18,7 +18,11 @@ VmHWM. Where the page cache can be dropped (root), both steps start cold.
 The goal: RssAnon <= 1.1 x the model's bf16 bytes, and seconds near the
 disk's.
 
-  bench/hf_open.py [--dir DIR] [--cli build/app/trainbench-cli] [--layers 32] [--keep]
+With --quantize nf4 (or int8) step 2 quantizes the block linears as they
+load (QLoRA's base): the goal is then RssAnon <= 1.1 x (the quantized model's
+bytes, its other tensors in bf16, plus one decoder layer's bf16 weights).
+
+  bench/hf_open.py [--dir DIR] [--cli build/app/trainbench-cli] [--layers 32] [--keep] [--quantize nf4|int8]
 """
 import argparse
 import json
@@ -44,6 +48,32 @@ def shapes(layers):
                 (p + "input_layernorm.weight", [h]), (p + "post_attention_layernorm.weight", [h])]
     out += [("model.norm.weight", [h]), ("lm_head.weight", [v, h])]
     return out
+
+
+def quantized_bytes(shape, fmt):
+    """What Trainbench stores for one [out, in] weight (train/Quantize.h): nf4
+    with double quantization (codes, 8-bit block scales, levels, nested
+    scales and map) or int8 (codes and a scale per row)."""
+    n = shape[0] * shape[1]
+    if fmt == "int8":
+        return n + 4 * shape[0]
+    blocks = -(-n // 64)
+    return -(-n // 2) + blocks + 16 * 4 + 4 * -(-blocks // 256) + 256 * 4
+
+
+def model_bytes(layers, fmt):
+    """The model as it loads: block linears quantized, everything else bf16;
+    and the largest decoder layer's bf16 bytes."""
+    total, layer = 0, 0
+    for name, shape in shapes(layers):
+        n = 1
+        for d in shape:
+            n *= d
+        linear = ".layers." in name and len(shape) == 2
+        total += quantized_bytes(shape, fmt) if linear else 2 * n
+        if name.startswith("model.layers.0."):
+            layer += 2 * n
+    return total, layer
 
 
 def write_folder(folder, layers):
@@ -123,6 +153,7 @@ def main():
     ap.add_argument("--cli", default="build/app/trainbench-cli")
     ap.add_argument("--layers", type=int, default=32, help="fewer layers where the disk is short")
     ap.add_argument("--keep", action="store_true", help="keep the generated folder")
+    ap.add_argument("--quantize", choices=["nf4", "int8"], help="quantize the block linears as they load")
     a = ap.parse_args()
     made = False
     if not os.path.exists(os.path.join(a.dir, "model.safetensors.index.json")):
@@ -143,8 +174,10 @@ def main():
     keys = ("RssAnon", "RssFile", "VmHWM")
     peak = dict.fromkeys(keys, 0)
     t = time.time()
-    p = subprocess.Popen([a.cli, "sample", "--model", a.dir, "--prompt-ids", "1", "--max-tokens", "0",
-                          "--precision", "bf16", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [a.cli, "sample", "--model", a.dir, "--prompt-ids", "1", "--max-tokens", "0", "--precision", "bf16", "--json"]
+    if a.quantize:
+        command += ["--quantize", a.quantize]
+    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while p.poll() is None:
         for k, v in status_kb(p.pid, keys).items():
             peak[k] = max(peak[k], v)
@@ -162,8 +195,17 @@ def main():
              peak["VmHWM"] * 1024 / 1e9))
     print("of which: opening the folder, building the model and copying the weights in %.1f s; the forward pass %.1f s"
           % (timing["load_seconds"], timing["compute_seconds"]))
-    print("goal RssAnon <= 1.1 x: %s; loading seconds / disk seconds: %.2f"
-          % ("met" if anon <= 1.1 * total else "NOT met", timing["load_seconds"] / disk))
+    if a.quantize:
+        stored, layer = model_bytes(a.layers, a.quantize)
+        goal = 1.1 * (stored + layer)
+        print("quantized %s as it loads: the model holds %.2f GB (%.3f bytes a weight of the block linears' %s); "
+              "one decoder layer is %.2f GB of bf16; goal RssAnon <= 1.1 x (%.2f + %.2f) = %.2f GB: %s (%.3f x the sum)"
+              % (a.quantize, stored / 1e9, quantized_bytes([4096, 11008], a.quantize) / (4096 * 11008), a.quantize,
+                 layer / 1e9, stored / 1e9, layer / 1e9, goal / 1e9, "met" if anon <= goal else "NOT met",
+                 anon / (stored + layer)))
+    else:
+        print("goal RssAnon <= 1.1 x: %s; loading seconds / disk seconds: %.2f"
+              % ("met" if anon <= 1.1 * total else "NOT met", timing["load_seconds"] / disk))
     if made and not a.keep:
         shutil.rmtree(a.dir, ignore_errors=True)
 

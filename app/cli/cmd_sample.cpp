@@ -73,6 +73,7 @@ int sampleFolder(const Args& args, const std::string& folder)
     request.temperature = temperatureOf(args);
     request.logits = args.flag("--logits");
     request.precision = args.value("--precision").value_or("fp32");
+    request.quantize = args.value("--quantize").value_or("none");
     if (request.logits && !args.flag("--json")) throw InputError("--logits is printed only with --json");
     const auto result = sampleFromFolder(folder, request);
     if (args.flag("--json")) {
@@ -113,7 +114,7 @@ int sampleFolder(const Args& args, const std::string& folder)
 int sample(const Args& args)
 {
     if (const auto folder = args.value("--model")) return sampleFolder(args, *folder);
-    for (const char* folderOnly : {"--prompt-ids", "--logits", "--precision"}) {
+    for (const char* folderOnly : {"--prompt-ids", "--logits", "--precision", "--quantize"}) {
         if (args.value(folderOnly) || args.flag(folderOnly)) {
             throw InputError(std::string("option ") + folderOnly + " is for a model folder: give --model DIR");
         }
@@ -149,7 +150,7 @@ const CommandRegistration sampleRegistration{Command{
     "sample",
     "Generate from a trained run (its latest checkpoint, or --checkpoint FILE), or from a Hugging Face model folder.",
     "(RUN_ID --prompt TEXT | --model DIR (--prompt TEXT | --prompt-ids 1,2,3)) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] "
-    "[--chat] [--checkpoint FILE] [--precision fp32|bf16|fp16] [--json [--logits]]",
+    "[--chat] [--checkpoint FILE] [--precision fp32|bf16|fp16] [--quantize nf4|int8] [--json [--logits]]",
     {{"--db", true, "experiment database", "FILE"},
      {"--model", true, "a Hugging Face model folder (config.json and safetensors) to run without a run", "DIR"},
      {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round); "
@@ -164,6 +165,7 @@ const CommandRegistration sampleRegistration{Command{
      {"--seed", true, "random seed (default 1)", "S"},
      {"--checkpoint", true, "a checkpoint file of this run instead of its latest", "FILE"},
      {"--precision", true, "--model: the dtype it computes in, whatever the folder stores (default fp32)", "P"},
+     {"--quantize", true, "--model: its block linears quantized as they load, nf4 or int8 (a bitsandbytes folder is read as stored)", "Q"},
      {"--logits", false, "--model --json: add \"logits\", the fp32 logits of every prompt position"},
      {"--json", false, "print {\"prompt\", \"completion\", \"completion_ids\"} (--model: {\"completion_ids\", ...})"}},
     &sample, 1}};

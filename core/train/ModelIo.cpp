@@ -257,7 +257,16 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
         const WeightsFromFile fromFile(dtype);
         model = makeModel(options);
     }
-    loadHfFolderWeights(*model, folder);
+    QuantizeSpec quantize;
+    try {
+        quantize.format = quantFormatOf(request.quantize == "none" ? "" : request.quantize);
+    } catch (const std::invalid_argument&) {
+        throw InputError("--quantize must be nf4, int8 or none, got \"" + request.quantize.substr(0, 40) + "\"");
+    }
+    if (quantize.active() && !arch.quantization.empty() && arch.quantization != request.quantize) {
+        throw InputError(folder + " is a bitsandbytes " + arch.quantization + " folder; it is read as stored: leave --quantize out");
+    }
+    loadHfFolderWeights(*model, folder, "config.json", quantize);
     if (dtype != torch::kFloat) model->to(dtype); // the norms' small fp32 weights
     model->eval();
     const auto eos = eosTokens(folder);

@@ -41,6 +41,7 @@ struct FolderSampleRequest {
     std::uint64_t seed = 1;
     bool logits = false;      // keep the fp32 logits of every prompt position
     std::string precision = "fp32"; // fp32 | bf16 | fp16: the dtype the model computes in
+    std::string quantize = "none";  // none | nf4 | int8: the block linears quantized as they load (a bitsandbytes folder is as stored)
 };
 
 struct FolderSampleResult {

@@ -50,6 +50,12 @@ at::Tensor paddedTo(const at::Tensor& x, std::int64_t n)
     return at::cat({x, at::zeros({n - x.numel()}, x.options())});
 }
 
+// Weights are quantized a slice at a time (a million weights, whole blocks):
+// the float32 copy and the code indices of a 7B model's largest layer (45
+// million weights) took about 1 GB at once, which would be the host's peak
+// while a folder is quantized as it loads.
+constexpr std::int64_t kSliceWeights = std::int64_t{1} << 20;
+
 QuantizedWeight quantizeNf4(const at::Tensor& w, bool doubleQuant)
 {
     QuantizedWeight q;
@@ -58,12 +64,20 @@ QuantizedWeight quantizeNf4(const at::Tensor& w, bool doubleQuant)
     q.cols = w.size(1);
     const auto n = w.numel();
     const auto blocks = ceilDiv(n, q.blockSize);
-    const auto x = paddedTo(w.detach().to(at::kFloat).contiguous().view(-1), blocks * q.blockSize);
-    auto [absmax, normalised] = normaliseBlocks(x, q.blockSize);
+    const auto flat = w.detach().contiguous().view(-1);
     q.quantMap = nf4Levels().to(w.device());
-    auto codes = nearestIndex(q.quantMap, normalised).to(at::kByte); // [blocks * 64], even
-    codes = codes.narrow(0, 0, 2 * ceilDiv(n, 2)).view({-1, 2});
-    q.data = codes.select(1, 0).bitwise_left_shift(4).bitwise_or(codes.select(1, 1)).contiguous().view({-1, 1});
+    auto absmax = at::empty({blocks}, flat.options().dtype(at::kFloat));
+    q.data = at::empty({ceilDiv(n, 2)}, flat.options().dtype(at::kByte));
+    for (std::int64_t begin = 0; begin < n; begin += kSliceWeights) {
+        const auto count = std::min(kSliceWeights, n - begin); // whole blocks but for the last slice
+        const auto x = paddedTo(flat.narrow(0, begin, count).to(at::kFloat), ceilDiv(count, q.blockSize) * q.blockSize);
+        auto [sliceAbsmax, normalised] = normaliseBlocks(x, q.blockSize);
+        absmax.narrow(0, begin / q.blockSize, sliceAbsmax.numel()).copy_(sliceAbsmax);
+        auto codes = nearestIndex(q.quantMap, normalised).to(at::kByte);
+        codes = codes.narrow(0, 0, 2 * ceilDiv(count, 2)).view({-1, 2});
+        q.data.narrow(0, begin / 2, codes.size(0)).copy_(codes.select(1, 0).bitwise_left_shift(4).bitwise_or(codes.select(1, 1)));
+    }
+    q.data = q.data.view({-1, 1});
     if (!doubleQuant) {
         q.absmax = absmax;
         return q;
@@ -84,13 +98,20 @@ QuantizedWeight quantizeInt8(const at::Tensor& w)
     q.format = QuantFormat::Int8;
     q.rows = w.size(0);
     q.cols = w.size(1);
-    // bitsandbytes quantizes the weight as fp16 (Int8Params._quantize), whatever its dtype.
-    const auto x = w.detach().to(at::kHalf).to(at::kFloat);
-    q.absmax = x.abs().amax(1); // SCB
-    // round(w * (127 / SCB)), as bitsandbytes' int8_vectorwise_quant; a row of zeros stays zero.
-    auto scaled = at::round(x * (127.0f / q.absmax).unsqueeze(1));
-    scaled = at::where(q.absmax.unsqueeze(1) == 0, at::zeros_like(scaled), scaled);
-    q.data = scaled.to(at::kChar).contiguous();
+    q.absmax = at::empty({q.rows}, w.options().dtype(at::kFloat)); // SCB
+    q.data = at::empty({q.rows, q.cols}, w.options().dtype(at::kChar));
+    const auto rowsPerSlice = std::max<std::int64_t>(1, kSliceWeights / std::max<std::int64_t>(1, q.cols));
+    for (std::int64_t row = 0; row < q.rows; row += rowsPerSlice) {
+        const auto count = std::min(rowsPerSlice, q.rows - row);
+        // bitsandbytes quantizes the weight as fp16 (Int8Params._quantize), whatever its dtype.
+        const auto x = w.detach().narrow(0, row, count).to(at::kHalf).to(at::kFloat);
+        const auto scb = x.abs().amax(1);
+        // round(w * (127 / SCB)), as bitsandbytes' int8_vectorwise_quant; a row of zeros stays zero.
+        auto scaled = at::round(x * (127.0f / scb).unsqueeze(1));
+        scaled = at::where(scb.unsqueeze(1) == 0, at::zeros_like(scaled), scaled);
+        q.absmax.narrow(0, row, count).copy_(scb);
+        q.data.narrow(0, row, count).copy_(scaled.to(at::kChar));
+    }
     return q;
 }
 

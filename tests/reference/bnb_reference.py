@@ -156,8 +156,10 @@ def cases(out, seed):
     # (rows, cols, format, nested): whole blocks, a partial last block, an odd
     # count, more than 256 blocks (two nested blocks, the last partial), a
     # row of zeros and a block of zeros.
+    # Two weights of over a million (Trainbench quantizes in slices of 2^20 weights).
     shapes = [(8, 64, "nf4", False), (7, 9, "nf4", False), (5, 13, "nf4", True), (33, 100, "nf4", True),
-              (130, 140, "nf4", True), (24, 48, "nf4", False), (16, 40, "int8", False), (9, 31, "int8", False)]
+              (130, 140, "nf4", True), (24, 48, "nf4", False), (16, 40, "int8", False), (9, 31, "int8", False),
+              (1100, 1001, "nf4", True), (1500, 777, "int8", False)]
     tensors = {}
     for i, (rows, cols, fmt, nested) in enumerate(shapes):
         w = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 0.5)).astype(np.float32)
