@@ -181,6 +181,15 @@ void TestQuantize::quantizerWritesWhatTheReferenceWrites()
 
 void TestQuantize::nf4WithDoubleQuantStaysUnderTheBudget()
 {
+    // A bf16 or fp16 weight quantizes as its exact float32 values do (a folder's weights are read as stored).
+    torch::manual_seed(4);
+    for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+        const auto w = (torch::randn({77, 130}) * 0.05).to(dtype);
+        for (const QuantizeSpec spec : {QuantizeSpec{QuantFormat::Nf4, true}, QuantizeSpec{QuantFormat::Int8, false}}) {
+            const auto a = quantizeWeight(w, spec), b = quantizeWeight(w.to(torch::kFloat), spec);
+            QVERIFY(torch::equal(a.data, b.data) && torch::equal(a.absmax, b.absmax));
+        }
+    }
     // Llama 2 7B's linears: NF4 with double quantization at most 0.52 bytes a weight.
     const std::int64_t d = 4096, ff = 11008;
     const std::int64_t weights = 4 * d * d + 3 * d * ff;

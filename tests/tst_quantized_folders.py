@@ -226,6 +226,7 @@ def training(tmp, plain):
               "qlora did not learn: %s ... %s" % (losses[:3], losses[-3:]))
         print("ok qlora loss %.3f -> %.3f" % (losses[0], losses[-1]), flush=True)
     resume(tmp, config, db)
+    sweep(tmp, config, e if measured.returncode == 0 and estimated.returncode == 0 else 0)
     merged = os.path.join(tmp, "merged")
     got = trainbench("export-model", "1", "--db", db, "--output", merged, "--merge-lora")
     check(got.returncode == 0, "qlora export failed: " + got.stderr[-300:])
@@ -258,6 +259,39 @@ def training(tmp, plain):
         worst = max(abs(a - b) for ra, rb in zip(ref["logits"], json.loads(out.stdout)["logits"]) for a, b in zip(ra, rb))
         check(worst <= 1e-4, "export --quantized (%s): logits differ from the reference's reading by %.3g" % (fmt, worst))
         print("ok export --quantized %s: the reference reads it, max |dlogit| %.2e" % (fmt, worst), flush=True)
+
+
+def sweep(tmp, config, planned):
+    """A sweep with a budget between the QLoRA plan and the plan of the same
+    model unquantized runs its trial: the hand replay's unquantized plan is
+    only an upper bound (it skipped the trial as 'does not fit')."""
+    if planned <= 0:
+        return
+    plain = dict(config)
+    plain["model"] = dict(config["model"], quantize="none")
+    plain["model"]["path"] = os.path.join(tmp, "plain0")
+    unquantized = json.loads(trainbench("estimate", "--config", write(tmp, "unq.json", plain), "--json").stdout)["peak_bytes"]
+    check(unquantized > planned, "the unquantized plan %d is over the QLoRA plan %d" % (unquantized, planned))
+    budget = (planned + unquantized) // 2
+    short = dict(config, name="qlora-sweep")
+    short["train"] = dict(config["train"], steps=3)
+    short["optim"] = dict(config["optim"], warmup_steps=1)
+    spec = {"name": "lr", "method": "grid", "metric": {"name": "val_loss", "goal": "minimize"},
+            "parameters": {"optim.lr": {"values": [0.001]}}}
+    db = os.path.join(tmp, "sweep.db")
+    got = trainbench("sweep", "--config", write(tmp, "sweep-base.json", short), "--sweep", write(tmp, "sweep.json", spec),
+                     "--budget", str(budget), "--db", db, "--json")
+    statuses = [t.get("status") for t in json.loads(got.stdout).get("trials", [])] if got.returncode == 0 else []
+    check(statuses == ["finished"], "a QLoRA sweep trial under a budget it fits ran: %s %s" % (statuses, got.stderr[-600:]))
+    print("ok qlora sweep trial at a budget of %d bytes (plan %d, unquantized %d): %s" % (budget, planned, unquantized, statuses),
+          flush=True)
+
+
+def write(tmp, name, obj):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        json.dump(obj, f)
+    return path
 
 
 def int8_run(tmp, config, db):

@@ -263,6 +263,20 @@ void TestTune::refusesWhatItCannotTune()
     c.model.type = "torchscript";
     c.model.path = "model.pt";
     QVERIFY_THROWS_EXCEPTION(InputError, planTune(c, onBudget(1 << 20), machine()));
+    // A quantized base: the hand replay would rank it unquantized.
+    c = gpt();
+    c.model.type = "llama";
+    c.model.positionalEncoding = "rope";
+    c.model.tieEmbeddings = false;
+    c.model.quantize = "nf4";
+    c.lora.rank = 8;
+    QVERIFY(validateConfig(c, false).empty());
+    try {
+        planTune(c, onBudget(1LL << 30), machine());
+        QFAIL("a quantized base was tuned by the hand replay");
+    } catch (const InputError& e) {
+        QVERIFY2(std::string(e.what()).find("fit --config") != std::string::npos, e.what());
+    }
 }
 
 QTEST_GUILESS_MAIN(TestTune)

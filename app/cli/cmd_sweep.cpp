@@ -109,7 +109,9 @@ std::string skipReason(const RunConfig& c, const SweepTarget& t)
     if (plannableModel(c)) {
         const TargetPlan plan = planOnTarget(c, t.gpu);
         if (!plan.precision.error.empty()) return "does not run: " + plan.precision.error;
-        if (budget > 0) {
+        // (A quantized base is planned from its own step; the hand replay's
+        // plan of it unquantized is only an upper bound: the run decides.)
+        if (budget > 0 && c.model.quantize == "none") {
             const auto e = estimateMemory(plan.arch, plan.setup);
             if (memoryVerdict(e.peakBytes, budget) == MemoryVerdict::DoesNotFit) {
                 return "does not fit: planned " + byteSizeText(e.peakBytes) + " of " + byteSizeText(budget);

@@ -1,9 +1,14 @@
 #include "train/Quantize.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 
 namespace tb {
 namespace {
@@ -50,11 +55,40 @@ at::Tensor paddedTo(const at::Tensor& x, std::int64_t n)
     return at::cat({x, at::zeros({n - x.numel()}, x.options())});
 }
 
-// Weights are quantized a slice at a time (a million weights, whole blocks):
-// the float32 copy and the code indices of a 7B model's largest layer (45
-// million weights) took about 1 GB at once, which would be the host's peak
-// while a folder is quantized as it loads.
-constexpr std::int64_t kSliceWeights = std::int64_t{1} << 20;
+// The NF4 codes and block absmaxes of a CPU weight, written in place: per
+// block the absmax of |x| in float, each weight times the absmax's float
+// reciprocal, its code the count of level midpoints below it (bitsandbytes'
+// decision tree; 0 in a block of zeros). Tensor operations took minutes and a
+// gigabyte of temporaries for a 7B model's linears; this takes seconds and none.
+template <typename T>
+void nf4Kernel(const T* x, std::int64_t n, std::int64_t blockSize, float* absmax, std::uint8_t* packed)
+{
+    std::array<float, 15> mid{};
+    for (std::size_t i = 0; i < mid.size(); ++i) {
+        mid[i] = static_cast<float>((static_cast<double>(kNf4Levels[i]) + static_cast<double>(kNf4Levels[i + 1])) / 2.0);
+    }
+    const auto blocks = ceilDiv(n, blockSize);
+    at::parallel_for(0, blocks, 256, [&](std::int64_t first, std::int64_t last) {
+        std::vector<float> v(static_cast<std::size_t>(blockSize));
+        std::vector<std::uint8_t> c(static_cast<std::size_t>(blockSize));
+        for (std::int64_t b = first; b < last; ++b) {
+            const auto begin = b * blockSize, count = std::min(n - begin, blockSize);
+            float top = 0.0f;
+            for (std::int64_t i = 0; i < count; ++i) top = std::max(top, std::abs(static_cast<float>(x[begin + i])));
+            absmax[b] = top;
+            const float inv = 1.0f / top;
+            // A last partial block is padded with zeros (an odd weight pairs with one).
+            for (std::int64_t i = 0; i < blockSize; ++i) v[i] = i < count && top != 0.0f ? static_cast<float>(x[begin + i]) * inv : 0.0f;
+            // Each code counts the midpoints below its value, midpoint by midpoint over the block (vectorised).
+            std::fill(c.begin(), c.end(), std::uint8_t{0});
+            for (const float m : mid) {
+                for (std::int64_t i = 0; i < blockSize; ++i) c[i] = static_cast<std::uint8_t>(c[i] + (m < v[i] ? 1 : 0));
+            }
+            // Pairs never straddle blocks (blockSize is even).
+            for (std::int64_t i = 0; i < count; i += 2) packed[(begin + i) / 2] = static_cast<std::uint8_t>((c[i] << 4) | c[i + 1]);
+        }
+    });
+}
 
 QuantizedWeight quantizeNf4(const at::Tensor& w, bool doubleQuant)
 {
@@ -68,15 +102,9 @@ QuantizedWeight quantizeNf4(const at::Tensor& w, bool doubleQuant)
     q.quantMap = nf4Levels().to(w.device());
     auto absmax = at::empty({blocks}, flat.options().dtype(at::kFloat));
     q.data = at::empty({ceilDiv(n, 2)}, flat.options().dtype(at::kByte));
-    for (std::int64_t begin = 0; begin < n; begin += kSliceWeights) {
-        const auto count = std::min(kSliceWeights, n - begin); // whole blocks but for the last slice
-        const auto x = paddedTo(flat.narrow(0, begin, count).to(at::kFloat), ceilDiv(count, q.blockSize) * q.blockSize);
-        auto [sliceAbsmax, normalised] = normaliseBlocks(x, q.blockSize);
-        absmax.narrow(0, begin / q.blockSize, sliceAbsmax.numel()).copy_(sliceAbsmax);
-        auto codes = nearestIndex(q.quantMap, normalised).to(at::kByte);
-        codes = codes.narrow(0, 0, 2 * ceilDiv(count, 2)).view({-1, 2});
-        q.data.narrow(0, begin / 2, codes.size(0)).copy_(codes.select(1, 0).bitwise_left_shift(4).bitwise_or(codes.select(1, 1)));
-    }
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "nf4Kernel", [&] {
+        nf4Kernel(flat.data_ptr<scalar_t>(), n, q.blockSize, absmax.data_ptr<float>(), q.data.data_ptr<std::uint8_t>());
+    });
     q.data = q.data.view({-1, 1});
     if (!doubleQuant) {
         q.absmax = absmax;
@@ -100,17 +128,31 @@ QuantizedWeight quantizeInt8(const at::Tensor& w)
     q.cols = w.size(1);
     q.absmax = at::empty({q.rows}, w.options().dtype(at::kFloat)); // SCB
     q.data = at::empty({q.rows, q.cols}, w.options().dtype(at::kChar));
-    const auto rowsPerSlice = std::max<std::int64_t>(1, kSliceWeights / std::max<std::int64_t>(1, q.cols));
-    for (std::int64_t row = 0; row < q.rows; row += rowsPerSlice) {
-        const auto count = std::min(rowsPerSlice, q.rows - row);
-        // bitsandbytes quantizes the weight as fp16 (Int8Params._quantize), whatever its dtype.
-        const auto x = w.detach().narrow(0, row, count).to(at::kHalf).to(at::kFloat);
-        const auto scb = x.abs().amax(1);
-        // round(w * (127 / SCB)), as bitsandbytes' int8_vectorwise_quant; a row of zeros stays zero.
-        auto scaled = at::round(x * (127.0f / scb).unsqueeze(1));
-        scaled = at::where(scb.unsqueeze(1) == 0, at::zeros_like(scaled), scaled);
-        q.absmax.narrow(0, row, count).copy_(scb);
-        q.data.narrow(0, row, count).copy_(scaled.to(at::kChar));
+    const auto source = w.detach().contiguous();
+    {
+        // bitsandbytes' Int8Params._quantize and int8_vectorwise_quant: the
+        // weight as fp16, its row absmax (SCB), x * (127 / SCB) rounded half to even.
+        AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, source.scalar_type(), "int8Kernel", [&] {
+            const auto* x = source.data_ptr<scalar_t>();
+            auto* scb = q.absmax.data_ptr<float>();
+            auto* out = q.data.data_ptr<std::int8_t>();
+            const auto cols = q.cols;
+            at::parallel_for(0, q.rows, 16, [&](std::int64_t first, std::int64_t last) {
+                for (auto r = first; r < last; ++r) {
+                    const auto* row = x + r * cols;
+                    float top = 0.0f;
+                    for (std::int64_t c = 0; c < cols; ++c) {
+                        top = std::max(top, std::abs(static_cast<float>(static_cast<at::Half>(static_cast<float>(row[c])))));
+                    }
+                    scb[r] = top;
+                    const float scale = 127.0f / top;
+                    for (std::int64_t c = 0; c < cols; ++c) {
+                        const float v = static_cast<float>(static_cast<at::Half>(static_cast<float>(row[c])));
+                        out[r * cols + c] = top == 0.0f ? 0 : static_cast<std::int8_t>(std::nearbyint(v * scale));
+                    }
+                }
+            });
+        });
     }
     return q;
 }
@@ -162,6 +204,8 @@ QuantizedWeight quantizeWeight(const at::Tensor& weight, const QuantizeSpec& spe
     if (weight.dim() != 2 || !weight.is_floating_point()) {
         throw std::invalid_argument("only a 2-D floating-point weight can be quantized");
     }
+    // Quantized where it loads, on the CPU (a weight elsewhere goes there and back).
+    if (!weight.device().is_cpu()) return quantizeWeight(weight.cpu(), spec).to(weight.device());
     switch (spec.format) {
     case QuantFormat::Nf4: return quantizeNf4(weight, spec.doubleQuant);
     case QuantFormat::Int8: return quantizeInt8(weight);

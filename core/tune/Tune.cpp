@@ -164,6 +164,11 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         throw InputError("tune plans each candidate from the model's architecture, and a TorchScript model has none: "
                          "derive its plan with 'trainbench-cli fit --derived --config FILE --budget BYTES'");
     }
+    if (base.model.quantize != "none") {
+        throw InputError("tune ranks candidates by the hand replay, which has no quantized base (model.quantize \""
+                         + base.model.quantize + "\"): its plan is derived from its own step; find the largest batch "
+                         "with 'trainbench-cli fit --config FILE --gpu NAME'");
+    }
     if (auto issues = validateConfig(base, false); !issues.empty()) throw ConfigError("config", std::move(issues));
     const Where where = whereFor(base, options);
     TuneResult result;
