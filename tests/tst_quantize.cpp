@@ -392,6 +392,16 @@ void TestQuantize::qloraRunExportsItsModel()
     const auto weights = readModelWeights(checkpoint);
     Llama fresh(modelOptionsFor(config, *makeDataset(config)));
     QCOMPARE(loadQuantizedBase(*fresh, weights), 14);
+    // A damaged one (codes cut short) is refused by name, not dequantized out of bounds.
+    auto damaged = weights;
+    damaged.at(q + ".weight_data") = damaged.at(q + ".weight_data").narrow(0, 0, 10);
+    Llama another(modelOptionsFor(config, *makeDataset(config)));
+    try {
+        loadModelWeights(*another, damaged, "damaged.pt");
+        QFAIL("a damaged quantized base was loaded");
+    } catch (const InputError& e) {
+        QVERIFY2(std::string(e.what()).find("4-bit codes") != std::string::npos, e.what());
+    }
     QVERIFY(torch::equal(a.at(q + ".weight"), quantizableLinears(*fresh)[0].second->baseWeight(torch::kFloat)));
     const auto delta = torch::matmul(a.at(q + ".lora_B"), a.at(q + ".lora_A")) * (config.lora.alpha / config.lora.rank);
     QVERIFY(delta.abs().max().item<double>() > 0);

@@ -231,6 +231,7 @@ std::set<std::string> loadStoredQuantized(CausalLmImpl& model, const FolderTenso
             q.format = QuantFormat::Int8;
             q.rows = rows;
             q.cols = cols;
+            if (!mapped.byName.count(w)) throw InputError("the bitsandbytes folder " + folder + " has " + scb + " but lacks " + w);
             const auto& stored = mapped.byName.at(w).first;
             if (stored.scalar_type() != at::kChar || stored.sizes() != at::IntArrayRef{rows, cols}) {
                 throw InputError(mapped.byName.at(w).second + " in " + folder + ": the 8-bit " + w + " is "

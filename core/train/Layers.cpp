@@ -187,6 +187,8 @@ void LoraLinearImpl::setQuantizedBase(QuantizedWeight q)
     TORCH_CHECK(!quantized(), "the layer's base is quantized already");
     const auto out = m_transposed ? weight.size(1) : weight.size(0), in = m_transposed ? weight.size(0) : weight.size(1);
     TORCH_CHECK(q.rows == out && q.cols == in, "a quantized base of ", q.rows, " x ", q.cols, " for a layer of ", out, " x ", in);
+    const auto problem = q.problem();
+    TORCH_CHECK(problem.empty(), "the quantized base of a ", out, " x ", in, " layer is damaged: ", problem);
     q = q.to(weight.device());
     m_quantFormat = q.format;
     m_qData = register_buffer("weight_data", q.data);

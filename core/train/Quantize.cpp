@@ -214,6 +214,31 @@ QuantizedWeight quantizeWeight(const at::Tensor& weight, const QuantizeSpec& spe
     throw std::invalid_argument("no quantization format given");
 }
 
+std::string QuantizedWeight::problem() const
+{
+    const auto n = rows * cols;
+    const auto is = [](const at::Tensor& t, at::ScalarType dtype, std::int64_t numel) {
+        return t.defined() && t.scalar_type() == dtype && t.numel() == numel;
+    };
+    if (rows <= 0 || cols <= 0) return "no weights";
+    if (format == QuantFormat::Int8) {
+        if (!is(data, at::kChar, n)) return "its 8-bit codes are not " + std::to_string(n) + " int8 values";
+        if (!is(absmax, at::kFloat, rows)) return "its row scales are not " + std::to_string(rows) + " float32 values";
+        return {};
+    }
+    if (format != QuantFormat::Nf4) return "no format";
+    if (blockSize < 2 || blockSize % 2 != 0) return "its block size is not even";
+    const auto blocks = ceilDiv(n, blockSize);
+    if (!is(data, at::kByte, ceilDiv(n, 2))) return "its 4-bit codes are not " + std::to_string(ceilDiv(n, 2)) + " bytes";
+    if (!is(quantMap, at::kFloat, 16)) return "its levels are not 16 float32 values";
+    if (!is(absmax, nested ? at::kByte : at::kFloat, blocks)) return "its block scales are not " + std::to_string(blocks) + " values";
+    if (nested && (nestedBlockSize < 1 || !is(nestedAbsmax, at::kFloat, ceilDiv(blocks, nestedBlockSize))
+                   || !is(nestedQuantMap, at::kFloat, 256) || !std::isfinite(nestedOffset))) {
+        return "its nested scales do not fit its block scales";
+    }
+    return {};
+}
+
 // Both below allocate only tensors whose sizes are proportional to the
 // weight's (no padding to whole blocks): the planner fits what a step
 // allocates with polynomials in the model's widths.

@@ -51,6 +51,9 @@ struct QuantizedWeight {
     std::int64_t nestedBlockSize = 256;
     float nestedOffset = 0.0f;
 
+    // What does not fit together (sizes, dtypes, block sizes), for a form
+    // read from a file; empty when it is consistent.
+    std::string problem() const;
     // The weight [rows, cols] in `dtype`, computed on the tensors' device.
     at::Tensor dequantize(at::ScalarType dtype) const;
     // The block absmaxes as float32 (nested ones dequantized).
