@@ -5,9 +5,10 @@ from the QLoRA paper and bitsandbytes' layout) give, in Trainbench, the
 logits the plain-PyTorch reference (tests/reference/hf_reference.py) gives
 for the same model with the dequantized weights in float32; damaged folders
 get one sentence each; a QLoRA run on such a folder learns, is planned
-within 2% of what it measures, resumes, and exports.
+within 2% of what it measures, resumes, trains data parallel as one process
+does, sweeps, and exports.
 
-  tst_quantized_folders.py TRAINBENCH_CLI
+  tst_quantized_folders.py TRAINBENCH_CLI [--no-data-parallel]
 """
 import json
 import os
@@ -24,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HF_REFERENCE = os.path.join(HERE, "reference", "hf_reference.py")
 BNB_REFERENCE = os.path.join(HERE, "reference", "bnb_reference.py")
 CLI = None
+DATA_PARALLEL = True  # --no-data-parallel: a build without c10d/Gloo, or under a sanitizer
 failures = []
 
 
@@ -226,6 +228,8 @@ def training(tmp, plain):
               "qlora did not learn: %s ... %s" % (losses[:3], losses[-3:]))
         print("ok qlora loss %.3f -> %.3f" % (losses[0], losses[-1]), flush=True)
     resume(tmp, config, db)
+    if DATA_PARALLEL:
+        data_parallel(tmp, config)
     sweep(tmp, config, e if measured.returncode == 0 and estimated.returncode == 0 else 0)
     merged = os.path.join(tmp, "merged")
     got = trainbench("export-model", "1", "--db", db, "--output", merged, "--merge-lora")
@@ -259,6 +263,27 @@ def training(tmp, plain):
         worst = max(abs(a - b) for ra, rb in zip(ref["logits"], json.loads(out.stdout)["logits"]) for a, b in zip(ra, rb))
         check(worst <= 1e-4, "export --quantized (%s): logits differ from the reference's reading by %.3g" % (fmt, worst))
         print("ok export --quantized %s: the reference reads it, max |dlogit| %.2e" % (fmt, worst), flush=True)
+
+
+def data_parallel(tmp, config):
+    """QLoRA with two ranks (Gloo) at batch 4 each, accumulating 2, against
+    one process at batch 8 x 2: the same losses but for the order of the
+    gradients' sums (each rank quantizes the same base from the folder)."""
+    db = os.path.join(tmp, "dp.db")
+    losses = []
+    for nproc, batch in ((1, 8), (2, 4)):
+        c = dict(config, name="qlora-dp%d" % nproc)
+        c["train"] = dict(config["train"], steps=8, batch_size=batch, grad_accum=2)
+        got = trainbench("train", "--config", write(tmp, "dp%d.json" % nproc, c), "--db", db, "--nproc", str(nproc))
+        check(got.returncode == 0, "QLoRA on %d processes failed: %s" % (nproc, got.stderr[-300:]))
+        run = max(r["id"] for r in json.loads(trainbench("runs", "--db", db, "--json").stdout))
+        out = json.loads(trainbench("export", str(run), "--db", db, "--format", "json").stdout)
+        losses.append([r["value"] for r in sorted(out, key=lambda r: r["step"]) if r["key"] == "loss"])
+    worst = max((abs(a - b) / abs(a) for a, b in zip(*losses)), default=float("inf"))
+    check(len(losses[0]) == len(losses[1]) == 8 and worst <= 1e-4,
+          "QLoRA on two ranks gives one process's losses (largest relative difference %.3g)" % worst)
+    print("ok qlora on 2 ranks x batch 4 = 1 x batch 8, accumulating 2: largest loss difference %.1e (relative)" % worst,
+          flush=True)
 
 
 def sweep(tmp, config, planned):
@@ -341,8 +366,9 @@ def resume(tmp, config, db):
 
 
 def main():
-    global CLI
+    global CLI, DATA_PARALLEL
     CLI = os.path.abspath(sys.argv[1])
+    DATA_PARALLEL = "--no-data-parallel" not in sys.argv
     tmp = tempfile.mkdtemp(prefix="tb-quantized-")
     try:
         plain = logits_cases(tmp)
