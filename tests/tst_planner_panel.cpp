@@ -662,6 +662,7 @@ void TestPlannerPanel::quantizedBaseChosenInTheFormFitsAT4()
     QVERIFY(quantize && quantize->isEnabled());
     QCOMPARE(quantize->currentText(), QString("none"));
     QVERIFY2(planner()->estimate() && planner()->verdictText().contains("Does not fit"), qPrintable(planner()->verdictText()));
+    QVERIFY2(planner()->answersText().contains("NF4"), qPrintable(planner()->answersText()));
     screenshot("planner-7b-lora-t4.png");
     quantize->setCurrentText("nf4");
     QVERIFY2(doc->text().contains("\"quantize\": \"nf4\""), qPrintable(doc->text()));

@@ -553,6 +553,15 @@ QString MemoryPlannerPanel::answersText() const
                                          .arg(capped ? tr(" (the model's context length)") : QString())
                                    : tr("At batch %1 not even sequence 1 fits.").arg(batch()));
     }
+    // Nothing fits a LoRA run of the experiment's own model: its frozen base
+    // may be stored in 4 bits (its plan is then derived from its own step).
+    if (m_largestBatch <= 0 && source() == "experiment" && m_loraRank->value() > 0) {
+        const auto config = m_document->config();
+        if (config && config->model.quantize == "none" && (config->model.type == "llama" || config->model.type == "hf")) {
+            lines << tr("With LoRA the frozen base can be stored in NF4 (QLoRA): Quantized base in the Experiment form, "
+                        "then Derive plan.");
+        }
+    }
     return lines.join("\n");
 }
 
