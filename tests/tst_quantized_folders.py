@@ -170,6 +170,16 @@ def damaged_folders(tmp, plain):
         dtype, shape, raw = t[q + ".SCB"]
         t[q + ".SCB"] = (dtype, [shape[0] - 1], raw[:-4])
     cases.append(("8-bit scales cut short", variant("8-bit scb", edit_tensors=short_scb), [q + ".SCB"]))
+    # A bitsandbytes folder as train.init_from of a plain run: refused (it would quantize a run planned unquantized).
+    bnb = cases[2][1]
+    config = {"model": {"type": "hf", "path": source}, "data": {"source": "tokens", "path": os.path.join(tmp, "ids.bin"), "seq_len": 8},
+              "train": {"steps": 1, "init_from": bnb}, "lora": {"rank": 4}}
+    with open(os.path.join(tmp, "ids.bin"), "wb") as f:
+        f.write(bytes([3, 0]) * 400)
+    got = trainbench("train", "--config", write(tmp, "init-from-bnb.json", config), "--db", os.path.join(tmp, "init.db"))
+    check(got.returncode != 0 and "is a bitsandbytes nf4 folder" in got.stderr,
+          "a bitsandbytes folder as init_from is refused: %r" % got.stderr[-300:])
+    print("ok init_from of a bitsandbytes folder refused", flush=True)
     for name, folder, needles in cases:
         got = trainbench("sample", "--model", folder, "--prompt-ids", "3,4", "--max-tokens", "1")
         text = got.stderr.strip()

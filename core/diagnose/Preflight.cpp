@@ -395,17 +395,29 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     // planned as its unquantized self (an upper bound: "fits" holds).
     const bool ownStep = plannedFromItsStep(c), quantized = c.model.quantize != "none";
     const auto derived = ownStep ? ownStepPlan(c, t) : nullptr;
+    auto plain = c;
+    plain.model.quantize = "none";
+    // Unquantized, a folder whose head size is its own is itself under its
+    // step: no bound either way without the derived plan.
+    const bool noBound = !derived && quantized && plannedFromItsStep(plain);
     const bool lowerBound = derived ? !derived->notExactOn(setup).empty() : ownStep && !quantized;
-    const bool upperBound = !derived && quantized;
+    const bool upperBound = !derived && quantized && !noBound;
     MemoryEstimate e;
     if (derived) {
         e = derived->at(setup.batch, setup.seqLen, setup);
     } else if (quantized) {
-        auto plain = c;
-        plain.model.quantize = "none";
         e = estimateMemory(architectureFor(plain), planOnTarget(plain, target.gpu, target.cc, target.count).setup);
     } else {
         e = estimateMemory(arch, setup);
+    }
+    if (noBound) {
+        out.push_back(make("memory_not_planned", Severity::Info,
+                           "The quantized base's memory is planned from its own training step",
+                           "Its heads are not hidden / heads wide and its base is stored in " + c.model.quantize
+                               + ": only its own step's plan says what it takes (derived in seconds).",
+                           "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
+                           "planner's Derive plan; a run records it as it starts."));
+        return;
     }
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
     const auto verdict = memoryVerdict(e.peakBytes, target.memoryBytes);
@@ -459,11 +471,6 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     const auto budget = target.memoryBytes;
     const std::int64_t room = roomyPeakBytes(budget);
     const int effective = c.train.batchSize * c.train.gradAccum;
-    RunConfig nf4;
-    const auto nf4Plan = nf4Fits(c, target, t, nf4);
-    const std::string nf4Text = nf4Plan ? " Or store the frozen base in NF4 (QLoRA, model.quantize \"nf4\"): its own step's plan peaks at "
-            + byteSizeText(nf4Plan->peakBytes) + " at batch " + std::to_string(c.train.batchSize) + ", with room."
-                                        : std::string();
     if (derived) {
         // Its own step's plan: the largest batch and sequence from it.
         const auto largest = derived->largestBatch(setup.seqLen, setup, room);
@@ -478,6 +485,11 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
         out.push_back(std::move(f));
         return;
     }
+    RunConfig nf4;
+    const auto nf4Plan = nf4Fits(c, target, t, nf4);
+    const std::string nf4Text = nf4Plan ? " Or store the frozen base in NF4 (QLoRA, model.quantize \"nf4\"): its own step's plan peaks at "
+            + byteSizeText(nf4Plan->peakBytes) + " at batch " + std::to_string(c.train.batchSize) + ", with room."
+                                        : std::string();
     const std::int64_t seqFit = largestSequence(arch, setup, budget);
     const std::int64_t largest = largestBatch(arch, setup, budget);
     f.numbers["largest_batch"] = static_cast<double>(largest);

@@ -693,8 +693,14 @@ std::pair<std::vector<std::int64_t>, std::int64_t> quantizedResidents(const Prob
     const QuantizeSpec spec{quantFormatOf(m.quantize), m.doubleQuant};
     std::shared_ptr<CausalLmImpl> model;
     {
+        // No values (the base's empty tensors are never touched); the
+        // adapters' draws leave the process's random state as it was (a run
+        // derives its launch estimate between its own seeding and its steps).
+        auto generator = compat::defaultGenerator(torch::Device(torch::kCPU));
+        const auto state = compat::generatorState(generator);
         const WeightsFromFile noValues(torch::kBFloat16);
         model = makeModel(setup.model);
+        compat::setGeneratorState(generator, state);
     }
     std::vector<std::int64_t> blocks;
     std::int64_t weights = 0;

@@ -68,6 +68,17 @@ std::shared_ptr<CausalLmImpl> buildModel(const RunConfig& config)
     } else {
         model = makeModel(options);
     }
+    // A quantized base is held as its run holds it (no values for a folder's).
+    const QuantizeSpec quantize{quantFormatOf(config.model.quantize == "none" ? "" : config.model.quantize), config.model.doubleQuant};
+    if (quantize.active() && config.model.type == "hf") {
+        for (auto& [name, layer] : quantizableLinears(*model)) {
+            const auto rows = layer->transposedWeight() ? layer->weight.size(1) : layer->weight.size(0);
+            const auto cols = layer->transposedWeight() ? layer->weight.size(0) : layer->weight.size(1);
+            layer->setQuantizedBase(quantizedPlaceholder(rows, cols, quantize));
+        }
+    } else {
+        quantizeModelBase(*model, quantize);
+    }
     model->freezeBaseForLora();
     return model;
 }

@@ -528,6 +528,10 @@ bool loadHfInitFrom(CausalLmImpl& model, const std::string& path)
     if (!fs::exists(fs::path(path) / "config.json", ec)) return false;
     const auto arch = readHfArchitecture(path);
     const auto& o = model.options();
+    if (!arch.quantization.empty()) {
+        throw InputError("train.init_from: " + path + " is a bitsandbytes " + arch.quantization + " folder; a quantized "
+                         "base is trained as model.path (its quantization then applies to the run)");
+    }
     if (arch.modelType != o.hfFamily) {
         throw InputError("train.init_from: " + path + " holds a " + arch.modelType + " model and model.path a " + o.hfFamily
                          + " model; give a folder of the same family and sizes");

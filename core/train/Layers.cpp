@@ -72,7 +72,14 @@ struct DequantizedLinear : public torch::autograd::Function<DequantizedLinear> {
         ctx->saved_data["layer"] = reinterpret_cast<std::int64_t>(layer);
         const auto dev = x.device().type();
         const auto dtype = compat::autocastEnabled(dev) ? compat::autocastDtype(dev) : x.scalar_type();
-        return at::linear(x, layer->quantizedBase().dequantize(dtype), layer->bias);
+        // The casts autocast would make, made here with it off: autocast
+        // caches its cast of a leaf input that requires grad, and this
+        // forward runs without grad, so the layer's adapter, reading the
+        // cached cast, lost its gradient to the input (tst_quantize).
+        const c10::impl::ExcludeDispatchKeyGuard noAutocast(
+            c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
+        const auto bias = layer->bias.defined() ? layer->bias.to(dtype) : layer->bias;
+        return at::linear(x.to(dtype), layer->quantizedBase().dequantize(dtype), bias);
     }
 
     static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -252,6 +259,9 @@ torch::Tensor LoraLinearImpl::baseWeight(at::ScalarType dtype) const
 torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
 {
     if (quantized()) {
+        // (DequantizedLinear gives the bias no gradient: it trains with the base, which a quantized base does not.)
+        TORCH_CHECK(!torch::GradMode::is_enabled() || !bias.defined() || !bias.requires_grad(),
+                    "a quantized layer's bias is frozen with its base (only LoRA adapters train on it)");
         auto y = DequantizedLinear::apply(x, this);
         if (m_rank > 0) y = y + at::linear(at::linear(x, loraA), loraB) * m_scale;
         return y;

@@ -119,6 +119,19 @@ void loadModelWeights(CausalLmImpl& model, const std::map<std::string, torch::Te
     } catch (const c10::Error& e) {
         throw InputError(source + ": its quantized base weights do not fit this model (" + e.msg().substr(0, 300) + ")");
     }
+    if (!quantized.empty()) {
+        std::set<std::string> layers;
+        for (auto& [name, layer] : quantizableLinears(model)) {
+            if (layer->quantized()) layers.insert(name);
+        }
+        for (const auto& [name, t] : quantized) {
+            const auto layer = name.substr(0, name.rfind(".weight_"));
+            if (!layers.count(layer)) {
+                throw InputError(source + " holds quantized weights for " + layer.substr(0, 200)
+                                 + ", which this model does not have, or without their quantization state");
+            }
+        }
+    }
     const auto params = model.named_parameters();
     for (const auto& p : params) {
         const auto found = weights.find(p.key());

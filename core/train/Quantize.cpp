@@ -111,7 +111,8 @@ QuantizedWeight quantizeNf4(const at::Tensor& w, bool doubleQuant)
         return q;
     }
     q.nested = true;
-    q.nestedOffset = absmax.mean().item<float>();
+    // The mean summed in double: one float32 whatever the order of the sum (bitsandbytes keeps it as stored).
+    q.nestedOffset = static_cast<float>(absmax.to(at::kDouble).mean().item<double>());
     const auto centred = paddedTo(absmax - q.nestedOffset, ceilDiv(blocks, q.nestedBlockSize) * q.nestedBlockSize);
     auto [absmax2, normalised2] = normaliseBlocks(centred, q.nestedBlockSize);
     q.nestedQuantMap = dynamicMap8().to(w.device());
@@ -148,7 +149,9 @@ QuantizedWeight quantizeInt8(const at::Tensor& w)
                     const float scale = 127.0f / top;
                     for (std::int64_t c = 0; c < cols; ++c) {
                         const float v = static_cast<float>(static_cast<at::Half>(static_cast<float>(row[c])));
-                        out[r * cols + c] = top == 0.0f ? 0 : static_cast<std::int8_t>(std::nearbyint(v * scale));
+                        // (A weight beyond fp16's range leaves an infinite absmax: its row is 0, not undefined.)
+                        const float code = std::nearbyint(v * scale);
+                        out[r * cols + c] = top == 0.0f || !std::isfinite(code) ? 0 : static_cast<std::int8_t>(std::clamp(code, -127.0f, 127.0f));
                     }
                 }
             });
@@ -222,7 +225,9 @@ std::string QuantizedWeight::problem() const
     };
     if (rows <= 0 || cols <= 0) return "no weights";
     if (format == QuantFormat::Int8) {
-        if (!is(data, at::kChar, n)) return "its 8-bit codes are not " + std::to_string(n) + " int8 values";
+        if (!is(data, at::kChar, n) || data.dim() != 2 || data.size(0) != rows) {
+            return "its 8-bit codes are not int8 [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+        }
         if (!is(absmax, at::kFloat, rows)) return "its row scales are not " + std::to_string(rows) + " float32 values";
         return {};
     }
@@ -294,6 +299,31 @@ QuantizedWeight QuantizedWeight::to(const at::Device& device) const
         if (t->defined()) *t = t->to(device);
     }
     return out;
+}
+
+QuantizedWeight quantizedPlaceholder(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec)
+{
+    QuantizedWeight q;
+    q.format = spec.format;
+    q.rows = rows;
+    q.cols = cols;
+    const auto n = rows * cols;
+    const auto bytes = at::TensorOptions().dtype(at::kByte), floats = at::TensorOptions().dtype(at::kFloat);
+    if (spec.format == QuantFormat::Int8) {
+        q.data = at::empty({rows, cols}, at::TensorOptions().dtype(at::kChar));
+        q.absmax = at::empty({rows}, floats);
+        return q;
+    }
+    const auto blocks = ceilDiv(n, q.blockSize);
+    q.data = at::empty({ceilDiv(n, 2), 1}, bytes);
+    q.quantMap = nf4Levels();
+    q.nested = spec.doubleQuant;
+    q.absmax = at::empty({blocks}, q.nested ? bytes : floats);
+    if (q.nested) {
+        q.nestedAbsmax = at::empty({ceilDiv(blocks, q.nestedBlockSize)}, floats);
+        q.nestedQuantMap = dynamicMap8();
+    }
+    return q;
 }
 
 std::vector<std::int64_t> quantizedBlockBytes(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec)

@@ -72,6 +72,10 @@ at::Tensor dynamicMap8();
 // Quantizes a 2-D weight [out, in] of any floating dtype, on its device.
 QuantizedWeight quantizeWeight(const at::Tensor& weight, const QuantizeSpec& spec);
 
+// A quantized weight of the stored sizes with values left unset (an audit
+// of where a model's tensors live reads no values).
+QuantizedWeight quantizedPlaceholder(std::int64_t rows, std::int64_t cols, const QuantizeSpec& spec);
+
 // The bytes of each tensor quantizeWeight stores for a weight of `rows` x
 // `cols`, in the order a quantized layer holds them (data, absmax, levels,
 // nested absmax, nested map), and their sum.
