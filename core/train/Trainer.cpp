@@ -192,9 +192,10 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     }
     // A Hugging Face folder brings its weights (a resumed run's come from its checkpoint).
     // QLoRA: the base's block linears quantized as the folder is read (or,
-    // for a built-in model, from its initialisation). A checkpoint holds only
-    // parameters, so a resumed run quantizes the folder's base again (the same
-    // bytes: quantization is deterministic) and then reads the rest.
+    // for a built-in model, from its initialisation). A resumed run
+    // quantizes the folder's base again (the same bytes: quantization is
+    // deterministic) and reads its parameters from the checkpoint, which also
+    // holds the quantized base for export and sample (loadModelWeights).
     const QuantizeSpec quantize{quantFormatOf(config.model.quantize == "none" ? "" : config.model.quantize),
                                 config.model.doubleQuant};
     const std::string initFrom = !options.initFrom.empty() ? options.initFrom : config.train.initFrom;
