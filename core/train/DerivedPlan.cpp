@@ -705,8 +705,7 @@ std::pair<std::vector<std::int64_t>, std::int64_t> quantizedResidents(const Prob
     std::vector<std::int64_t> blocks;
     std::int64_t weights = 0;
     for (const auto& [name, linear] : quantizableLinears(*model)) {
-        auto rows = linear->weight.size(0), cols = linear->weight.size(1);
-        if (linear->transposedWeight()) std::swap(rows, cols);
+        const auto rows = linear->outFeatures(), cols = linear->inFeatures();
         for (const auto b : quantizedBlockBytes(rows, cols, spec)) blocks.push_back(b);
         weights += rows * cols;
     }

@@ -72,9 +72,7 @@ std::shared_ptr<CausalLmImpl> buildModel(const RunConfig& config)
     const QuantizeSpec quantize{quantFormatOf(config.model.quantize == "none" ? "" : config.model.quantize), config.model.doubleQuant};
     if (quantize.active() && config.model.type == "hf") {
         for (auto& [name, layer] : quantizableLinears(*model)) {
-            const auto rows = layer->transposedWeight() ? layer->weight.size(1) : layer->weight.size(0);
-            const auto cols = layer->transposedWeight() ? layer->weight.size(0) : layer->weight.size(1);
-            layer->setQuantizedBase(quantizedPlaceholder(rows, cols, quantize));
+            layer->setQuantizedBase(quantizedPlaceholder(layer->outFeatures(), layer->inFeatures(), quantize));
         }
     } else {
         quantizeModelBase(*model, quantize);

@@ -162,8 +162,7 @@ std::set<std::string> loadStoredQuantized(CausalLmImpl& model, const FolderTenso
     for (auto& [name, layer] : quantizableLinears(model)) {
         if (layer->quantized()) continue;
         const auto w = name + ".weight";
-        const auto rows = layer->transposedWeight() ? layer->weight.size(1) : layer->weight.size(0);
-        const auto cols = layer->transposedWeight() ? layer->weight.size(0) : layer->weight.size(1);
+        const auto rows = layer->outFeatures(), cols = layer->inFeatures();
         const auto n = rows * cols;
         if (mapped.byName.count(w + ".quant_state.bitsandbytes__fp4")) {
             throw InputError("the folder " + folder + " stores " + w + " in bitsandbytes' fp4, which is not read (nf4 and 8-bit are)");
@@ -501,8 +500,7 @@ void loadPeftAdapter(CausalLmImpl& model, const std::string& folder)
             throw InputError(weightsPath.string() + " adapts " + module + ", which this " + o.hfFamily + " model does not have");
         }
         auto weight = linear->second->weight;
-        const auto out = linear->second->transposedWeight() ? weight.size(1) : weight.size(0);
-        const auto in = linear->second->transposedWeight() ? weight.size(0) : weight.size(1);
+        const auto out = linear->second->outFeatures(), in = linear->second->inFeatures();
         if (a.dim() != 2 || b->second.dim() != 2 || a.size(0) != rank || a.size(1) != in || b->second.size(0) != out
             || b->second.size(1) != rank) {
             throw InputError(weightsPath.string() + ": the adapter of " + module + " has lora_A " + shapeText(a.sizes())

@@ -189,10 +189,22 @@ void LoraLinearImpl::quantizeBase(const QuantizeSpec& spec, const torch::Tensor&
     setQuantizedBase(quantizeWeight(m_transposed ? stored.t() : stored, spec));
 }
 
+std::int64_t LoraLinearImpl::outFeatures() const
+{
+    if (quantized()) return m_quantShape.rows;
+    return m_transposed ? weight.size(1) : weight.size(0);
+}
+
+std::int64_t LoraLinearImpl::inFeatures() const
+{
+    if (quantized()) return m_quantShape.cols;
+    return m_transposed ? weight.size(0) : weight.size(1);
+}
+
 void LoraLinearImpl::setQuantizedBase(QuantizedWeight q)
 {
     TORCH_CHECK(!quantized(), "the layer's base is quantized already");
-    const auto out = m_transposed ? weight.size(1) : weight.size(0), in = m_transposed ? weight.size(0) : weight.size(1);
+    const auto out = outFeatures(), in = inFeatures();
     TORCH_CHECK(q.rows == out && q.cols == in, "a quantized base of ", q.rows, " x ", q.cols, " for a layer of ", out, " x ", in);
     const auto problem = q.problem();
     TORCH_CHECK(problem.empty(), "the quantized base of a ", out, " x ", in, " layer is damaged: ", problem);

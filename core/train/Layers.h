@@ -113,6 +113,9 @@ public:
     bool hasAdapter() const { return m_rank > 0; }
     double adapterScale() const { return m_scale; }
     bool transposedWeight() const { return m_transposed; }
+    // The weight's [out, in] whatever its layout, quantized or not.
+    std::int64_t outFeatures() const;
+    std::int64_t inFeatures() const;
 
     // Replaces the base weight by its quantized form (QLoRA): the "weight"
     // parameter goes, and the stored form is kept in buffers (weight_data,

@@ -330,7 +330,7 @@ std::int64_t Trainer::parameterCount() const
     std::int64_t n = 0;
     for (const auto& p : m->model->parameters()) n += p.numel();
     for (const auto& [name, layer] : quantizableLinears(*m->model)) {
-        if (layer->quantized()) n += layer->quantizedBase().rows * layer->quantizedBase().cols;
+        if (layer->quantized()) n += layer->outFeatures() * layer->inFeatures();
     }
     return n;
 }
