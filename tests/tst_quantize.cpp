@@ -458,8 +458,10 @@ void TestQuantize::preflightOffersNf4WhereLoraDoesNotFit()
     PreflightTarget target;
     target.gpu = card;
     int derived = 0;
-    target.derivePlan = [&derived](const RunConfig& config) {
+    std::string traced;
+    target.derivePlan = [&derived, &traced](const RunConfig& config) {
         ++derived;
+        traced = config.train.precision;
         return std::make_shared<const DerivedStep>(deriveStep(config));
     };
     const auto findings = runPreflight(c, target);
@@ -469,6 +471,10 @@ void TestQuantize::preflightOffersNf4WhereLoraDoesNotFit()
     QCOMPARE(over->autoFix.size(), std::size_t(1));
     QCOMPARE(over->autoFix[0].path, std::string("model.quantize"));
     QVERIFY(derived == 1);
+    // The step traced is the one the T4 runs ("auto": fp16), as estimate
+    // --gpu T4 traces it; it was the CPU's "auto", 0.11 GiB under estimate's
+    // plan for a 7B.
+    QCOMPARE(traced, std::string("fp16"));
     const auto fixed = applyAutoFix(c, over->autoFix);
     QCOMPARE(fixed.model.quantize, std::string("nf4"));
     for (const auto& f : runPreflight(fixed, target)) {

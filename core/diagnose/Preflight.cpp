@@ -341,12 +341,16 @@ std::pair<std::int64_t, int> batchKeepingEffective(const ArchitectureSpec& arch,
 
 // The plan of a config planned from its own step, from the caller (null
 // where it has none or it cannot be derived: the reason is dropped, the
-// check falls back to a bound).
-std::shared_ptr<const DerivedStep> ownStepPlan(const RunConfig& c, const PreflightTarget& t)
+// check falls back to a bound). The step traced is the one the target runs:
+// "auto" precision resolved there (fp16 on a T4), as estimate, the Memory
+// planner and a run's launch estimate trace it.
+std::shared_ptr<const DerivedStep> ownStepPlan(const RunConfig& c, const Target& target, const PreflightTarget& t)
 {
     if (!t.derivePlan) return nullptr;
+    auto traced = c;
+    traced.train.precision = planOnTarget(c, target.gpu, target.cc, target.count).setup.precision;
     try {
-        return t.derivePlan(c);
+        return t.derivePlan(traced);
     } catch (const std::exception&) {
         return nullptr;
     }
@@ -362,7 +366,7 @@ std::optional<MemoryEstimate> nf4Fits(const RunConfig& c, const Target& target, 
     nf4.model.quantize = "nf4";
     nf4.model.doubleQuant = true;
     if (!validateConfig(nf4, false).empty()) return std::nullopt;
-    const auto plan = ownStepPlan(nf4, t);
+    const auto plan = ownStepPlan(nf4, target, t);
     if (!plan) return std::nullopt;
     const auto setup = planOnTarget(nf4, target.gpu, target.cc, target.count).setup;
     if (!plan->notExactOn(setup).empty()) return std::nullopt;
@@ -394,7 +398,7 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     // "does not fit" holds, "fits" does not follow); a quantized base is
     // planned as its unquantized self (an upper bound: "fits" holds).
     const bool ownStep = plannedFromItsStep(c), quantized = c.model.quantize != "none";
-    const auto derived = ownStep ? ownStepPlan(c, t) : nullptr;
+    const auto derived = ownStep ? ownStepPlan(c, target, t) : nullptr;
     auto plain = c;
     plain.model.quantize = "none";
     // Unquantized, a folder whose head size is its own is itself under its
