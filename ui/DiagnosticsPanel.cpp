@@ -2,6 +2,7 @@
 
 #include "FileDialogs.h"
 #include "GpuTargetModel.h"
+#include "StepDeriver.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -26,6 +27,7 @@
 #include <QTextBrowser>
 #include <QTreeWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "ConfigDocument.h"
@@ -164,6 +166,8 @@ DiagnosticsPanel::DiagnosticsPanel(ConfigDocument* document, QWidget* parent) : 
     layout->addWidget(m_summary);
     layout->addWidget(split, 1);
 
+    m_deriver = new StepDeriver(this); // until the window gives its own
+    connect(m_deriver, &StepDeriver::changed, this, &DiagnosticsPanel::derivedChanged);
     m_debounce.setSingleShot(true);
     m_debounce.setInterval(250);
     connect(&m_debounce, &QTimer::timeout, this, &DiagnosticsPanel::startPreflight);
@@ -333,6 +337,8 @@ void DiagnosticsPanel::waitForAudit()
 
 DiagnosticsPanel::~DiagnosticsPanel()
 {
+    // A deriver the window shares may outlive the panel: its signals must not reach it.
+    if (m_deriver) m_deriver->disconnect(this);
     m_watcher.waitForFinished();
     m_explainWatcher.waitForFinished();
     m_auditWatcher.waitForFinished();
@@ -347,6 +353,56 @@ void DiagnosticsPanel::setTargetModel(GpuTargetModel* targets)
 
 void DiagnosticsPanel::schedulePreflight() { m_debounce.start(); }
 
+void DiagnosticsPanel::setStepDeriver(StepDeriver* deriver)
+{
+    if (m_deriver) m_deriver->disconnect(this);
+    m_deriver = deriver;
+    connect(m_deriver, &StepDeriver::changed, this, &DiagnosticsPanel::derivedChanged);
+    schedulePreflight();
+}
+
+void DiagnosticsPanel::derivedChanged()
+{
+    if (m_awaited.empty()) return;
+    // A plan preflight waited for is in (or could not be derived): check again.
+    const bool settled = std::any_of(m_awaited.begin(), m_awaited.end(), [this](const std::string& key) {
+        return m_deriver->plan(key) || !m_deriver->error(key).isEmpty();
+    });
+    if (settled) {
+        m_awaited.clear();
+        schedulePreflight();
+    } else {
+        showDeriving();
+    }
+}
+
+void DiagnosticsPanel::showDeriving()
+{
+    QString text = tr("Preflight checks the config against the target GPU (%1) and this machine as you edit it. "
+                      "Select a finding for its cause and fix.")
+                       .arg(m_targets ? QString::fromStdString(m_targets->target().label()) : tr("none chosen"));
+    if (!m_awaited.empty()) {
+        const bool tracing = m_deriver->running() && std::find(m_awaited.begin(), m_awaited.end(), m_deriver->runningKey()) != m_awaited.end();
+        text += QStringLiteral("\n")
+            + tr("Deriving a plan from the model's own training step on this CPU (a quantized base, or the NF4 "
+                 "alternative of a LoRA run): %1…")
+                  .arg(tracing && !m_deriver->progress().isEmpty() ? m_deriver->progress() : tr("waiting"));
+    }
+    m_summary->setText(text);
+}
+
+void DiagnosticsPanel::waitForDerivedPreflight()
+{
+    do {
+        waitForPreflight();
+        while (!m_awaited.empty()) {
+            QEventLoop loop;
+            QTimer::singleShot(10, &loop, &QEventLoop::quit);
+            loop.exec();
+        }
+    } while (m_debounce.isActive() || m_checking || m_pending);
+}
+
 void DiagnosticsPanel::startPreflight()
 {
     if (m_checking) {
@@ -357,7 +413,7 @@ void DiagnosticsPanel::startPreflight()
     const std::optional<RunConfig> config = m_document->config();
     const std::vector<ConfigIssue> issues = m_document->issues();
     const std::optional<GpuTarget> target = m_targets ? std::optional<GpuTarget>(m_targets->target()) : std::nullopt;
-    m_watcher.setFuture(QtConcurrent::run([config, issues, target, local = m_local] {
+    m_watcher.setFuture(QtConcurrent::run([config, issues, target, local = m_local, plans = m_deriver->plans()] {
         Result r;
         // The driver and LibTorch are asked once, not on every edit.
         r.local = local ? *local : localMachine();
@@ -370,6 +426,17 @@ void DiagnosticsPanel::startPreflight()
             PreflightTarget t;
             t.gpu = target;
             t.model = inspectModelFile(*config); // cached while the model file is unchanged
+            // Plans derived from a config's own step come from the deriver
+            // (a process of its own, seconds): those it lacks are asked for,
+            // and preflight runs again when they are in.
+            t.derivePlan = [&plans, &r](const RunConfig& traced) -> std::shared_ptr<const DerivedStep> {
+                auto standalone = StepDeriver::standalone(traced);
+                auto key = StepDeriver::keyFor(standalone);
+                const auto it = plans.find(key);
+                if (it != plans.end()) return it->second;
+                r.wanted.emplace_back(std::move(standalone), std::move(key));
+                return nullptr;
+            };
             r.planned = runPreflight(*config, t);
         }
         r.launch = launchPreflight(*config, r.local);
@@ -384,6 +451,12 @@ void DiagnosticsPanel::onPreflightDone()
     m_local = r.local;
     m_planned = std::move(r.planned);
     m_launch = std::move(r.launch);
+    m_awaited.clear();
+    for (auto& [traced, key] : r.wanted) {
+        if (m_deriver->plan(key) || !m_deriver->error(key).isEmpty()) continue; // in since, or failed: not again
+        m_awaited.push_back(key);
+        m_deriver->derive(traced);
+    }
     rebuild();
     const int level = levelOf(m_launch);
     QString text = tr("Preflight: %1").arg(countText(m_launch));
@@ -501,9 +574,7 @@ void DiagnosticsPanel::rebuild()
     addGroup(Launch, tr("Launch on this machine"), m_launch);
     if (m_failureRun > 0) addGroup(Failure, tr("Run %1 failed").arg(m_failureRun), m_failure);
     if (!m_explainedSource.isEmpty()) addGroup(Explained, tr("Explained: %1").arg(m_explainedSource), m_explained);
-    m_summary->setText(tr("Preflight checks the config against the target GPU (%1) and this machine as you edit it. "
-                          "Select a finding for its cause and fix.")
-                           .arg(m_targets ? QString::fromStdString(m_targets->target().label()) : tr("none chosen")));
+    showDeriving();
     if (!previousKind.empty()) selectKind(QString::fromStdString(previousKind));
     showSelected();
 }

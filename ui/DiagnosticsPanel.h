@@ -8,6 +8,7 @@
 // step touches against the run's device (or the GPU it will rent).
 
 #include <QFutureWatcher>
+#include <QPointer>
 #include <QTimer>
 #include <QWidget>
 
@@ -34,6 +35,7 @@ namespace tb::ui {
 
 class ConfigDocument;
 class GpuTargetModel;
+class StepDeriver;
 
 class DiagnosticsPanel final : public QWidget {
     Q_OBJECT
@@ -44,6 +46,13 @@ public:
 
     // The window's target GPU: findings for it follow its changes.
     void setTargetModel(GpuTargetModel* targets);
+    // The window's deriver, shared with the Memory planner (the panel has its
+    // own until then). A config planned from its own step (a quantized base),
+    // and the NF4 alternative of a LoRA run that does not fit, are derived
+    // there in the background; preflight runs again when the plan is in.
+    void setStepDeriver(StepDeriver* deriver);
+    // Block (processing events) until preflight and the plans it asked for are done.
+    void waitForDerivedPreflight();
     // A failed run's explanation (SessionOutcome::failureFindings).
     void showFailure(qint64 runId, const std::vector<Finding>& findings);
     // Explains text (pasted, dropped or read from a file) into its own group,
@@ -90,8 +99,13 @@ private:
         std::vector<Finding> planned;
         std::vector<Finding> launch;
         LocalMachine local; // gathered once, on the first pass
+        // Plans preflight asked for and the deriver has not got: config as
+        // traced, and its key.
+        std::vector<std::pair<RunConfig, std::string>> wanted;
     };
     void schedulePreflight();
+    void derivedChanged();
+    void showDeriving(); // the summary line, with the plan being derived
     void startPreflight();
     void onPreflightDone();
     void onExplained();
@@ -104,6 +118,8 @@ private:
 
     ConfigDocument* m_document;
     GpuTargetModel* m_targets = nullptr;
+    QPointer<StepDeriver> m_deriver; // the window's may be destroyed first
+    std::vector<std::string> m_awaited; // keys of plans preflight waits for
     QTimer m_debounce;
     QFutureWatcher<Result> m_watcher;
     QFutureWatcher<std::vector<Finding>> m_explainWatcher;

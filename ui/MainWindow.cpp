@@ -30,6 +30,7 @@
 #include "HistoryPanel.h"
 #include "HostsDialog.h"
 #include "MemoryPlannerPanel.h"
+#include "StepDeriver.h"
 #include "RunPanel.h"
 #include "SlurmDialog.h"
 #include "SweepDialog.h"
@@ -72,6 +73,10 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_diagnostics = new DiagnosticsPanel(m_document, this);
     m_tabs->addTab(m_diagnostics, tr("Diagnostics"));
     m_diagnostics->setTargetModel(m_targets);
+    // One deriver: a plan derived for the planner answers preflight, and the other way.
+    auto* deriver = new StepDeriver(this);
+    m_planner->setStepDeriver(deriver);
+    m_diagnostics->setStepDeriver(deriver);
     connect(m_diagnostics, &DiagnosticsPanel::launchVerdictChanged, m_run, &RunPanel::setPreflightVerdict);
     // A failed run opens its explanation.
     connect(m_run, &RunPanel::runFinished, this, [this](const tb::SessionOutcome& outcome) {

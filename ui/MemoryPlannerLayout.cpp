@@ -204,11 +204,22 @@ QWidget* MemoryPlannerPanel::buildResults()
     m_derive->hide();
     connect(m_derive, &QPushButton::clicked, this, &MemoryPlannerPanel::deriveOrCancel);
 
+    m_compareNf4 = new QPushButton(tr("Compare with &NF4"), this);
+    m_compareNf4->setObjectName("plannerCompareNf4");
+    m_compareNf4->setToolTip(tr("Plans this LoRA run with its frozen base stored in NF4 (QLoRA): its own step is "
+                                "traced on this computer's CPU (seconds), and the plan is shown beside this one (Alt+N)"));
+    m_compareNf4->hide();
+    connect(m_compareNf4, &QPushButton::clicked, this, &MemoryPlannerPanel::compareWithNf4);
+
     auto* results = new QWidget(this);
     auto* r = new QVBoxLayout(results);
     r->setContentsMargins(0, 0, 0, 0);
     r->addWidget(m_verdict);
-    r->addWidget(m_derive, 0, Qt::AlignLeft);
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(m_derive);
+    buttons->addWidget(m_compareNf4);
+    buttons->addStretch(1);
+    r->addLayout(buttons);
     r->addWidget(m_answers);
     r->addWidget(m_termPlot);
     r->addWidget(m_mapPlot, 1);

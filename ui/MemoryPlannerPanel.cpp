@@ -32,6 +32,7 @@
 #include <algorithm>
 
 #include "CliProgram.h"
+#include "StepDeriver.h"
 #include "ConfigDocument.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
@@ -46,6 +47,8 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
     : QWidget(parent), m_document(document)
 {
     m_targets = new GpuTargetModel(this); // until the window gives its own
+    m_deriver = new StepDeriver(this);     // likewise
+    connect(m_deriver, &StepDeriver::changed, this, &MemoryPlannerPanel::inputsChanged);
 
     auto* layout = new QHBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
@@ -58,11 +61,8 @@ MemoryPlannerPanel::MemoryPlannerPanel(ConfigDocument* document, QWidget* parent
 
 MemoryPlannerPanel::~MemoryPlannerPanel()
 {
-    if (!m_deriveProcess) return;
-    // Its signals must not reach a panel being destroyed.
-    m_deriveProcess->disconnect(this);
-    m_deriveProcess->kill();
-    m_deriveProcess->waitForFinished(3000);
+    // A deriver the window shares outlives the panel: its signals must not reach it.
+    if (m_deriver) m_deriver->disconnect(this);
 }
 
 QString MemoryPlannerPanel::source() const { return m_source->currentData().toString(); }
@@ -166,7 +166,7 @@ void MemoryPlannerPanel::loadFromExperiment()
     m_updating = false;
 }
 
-std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString* why) const
+std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString* why, const std::string* quantize) const
 {
     Plan plan;
     const QString src = source();
@@ -176,6 +176,10 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
     for (const QString& t : targetText.split(',', Qt::SkipEmptyParts)) targets.push_back(t.toStdString());
     if (src == "experiment") {
         auto config = m_document->config();
+        if (config && quantize) {
+            config->model.quantize = *quantize;
+            config->model.doubleQuant = true;
+        }
         if (!config) {
             const auto& issues = m_document->issues();
             *why = m_document->jsonIsObject() && !issues.empty()
@@ -188,16 +192,20 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
             // its plan is the step derived from the model itself.
             std::string key;
             QString cannot;
-            const auto traced = derivedConfig(&key, &cannot);
+            const auto traced = derivedConfig(&key, &cannot, quantize);
             if (!traced) {
                 *why = cannot;
                 return std::nullopt;
             }
-            if (!m_derived || m_derivedKey != key) {
-                *why = m_deriveProcess ? tr("Tracing the model's training step on this computer's CPU: %1…")
-                                             .arg(m_deriveProgress.isEmpty() ? tr("starting") : m_deriveProgress)
-                     : !m_deriveError.isEmpty() && m_deriveErrorKey == key
-                         ? tr("The plan could not be derived: %1").arg(m_deriveError)
+            const auto derived = m_deriver->plan(key);
+            if (!derived) {
+                *why = m_deriver->running() && m_deriver->runningKey() == key
+                    ? tr("Tracing the model's training step on this computer's CPU: %1…")
+                          .arg(m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
+                    : m_deriver->queuedKey() == key
+                    ? tr("Waiting for the step being traced for the Diagnostics panel, then tracing this one…")
+                     : !m_deriver->error(key).isEmpty()
+                         ? tr("The plan could not be derived: %1").arg(m_deriver->error(key))
                          : plannableModel(*config) && config->model.quantize != "none"
                          ? tr("A quantized base (%1, QLoRA) is planned from its own training step: Derive plan records "
                               "the step on this CPU (seconds) and plans from it.")
@@ -209,7 +217,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                               "and plans from it.");
                 return std::nullopt;
             }
-            plan.derived = &*m_derived;
+            plan.derived = derived.get(); // the deriver keeps every plan it derived
             plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(target())).setup;
             plan.setup.batch = batch();
             plan.setup.seqLen = seqLen();
@@ -254,6 +262,7 @@ void MemoryPlannerPanel::inputsChanged()
     timer.start();
     updateApplyState();
     updateDeriveButton();
+    updateCompareButton();
     QString why;
     const auto plan = currentPlan(&why);
     if (!plan) {
@@ -350,10 +359,14 @@ std::int64_t MemoryPlannerPanel::largestSeqOf(const Plan& plan, std::int64_t bat
     return plan.derived->largestSeqLen(batch, setup, budgetBytes());
 }
 
-std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QString* why) const
+std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QString* why, const std::string* quantize) const
 {
     auto config = m_document->config();
     if (!config) return std::nullopt;
+    if (quantize) {
+        config->model.quantize = *quantize;
+        config->model.doubleQuant = true;
+    }
     const QString precision = m_precision->currentData().toString();
     const QString optimizer = m_optimizer->currentData().toString();
     if (optimizer == "adamw8bit") {
@@ -391,43 +404,8 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
         for (const QString& t : targets.split(',', Qt::SkipEmptyParts)) c.lora.targets.push_back(t.toStdString());
     }
     c.train.gradAccum = m_gradAccum->value();
-    // The traced steps run from a temporary file: paths made absolute.
-    c.model.path = resolvedModelPath(c);
-    c.data.path = resolvedDataPath(c);
-    const QString init = QString::fromStdString(c.train.initFrom);
-    const bool runReference = init.startsWith("run:") || (!init.isEmpty() && init.toLongLong() > 0);
-    if (!init.isEmpty() && !runReference && QFileInfo(init).isRelative() && !c.baseDir.empty()) {
-        c.train.initFrom = QDir(QString::fromStdString(c.baseDir)).absoluteFilePath(init).toStdString();
-    }
-    // The key: what the traced step depends on. Batch and sequence are the
-    // plan's inputs, not the step's; the name, the learning-rate schedule,
-    // the seed and how long and how often a run trains or reports do not
-    // change what a step allocates (DerivedPlan.cpp sets its own steps,
-    // evaluation and threads, and traces one rank of a data-parallel run). The model file's size and modification time
-    // are in it: a TorchScript file saved again is another model.
-    auto keyed = c;
-    keyed.name.clear();
-    keyed.train.batchSize = 1;
-    keyed.data.seqLen = 0;
-    keyed.optim.lr = 0;
-    keyed.optim.warmupSteps = 0;
-    keyed.optim.schedule.clear();
-    keyed.optim.minLrRatio = 0;
-    keyed.train.steps = 0;
-    keyed.train.seed = 0;
-    keyed.train.evalEvery = 0;
-    keyed.train.logEvery = 0;
-    keyed.train.checkpointEvery = 0;
-    keyed.train.keepCheckpoints = 0;
-    keyed.train.threads = 0;
-    keyed.train.worldSize = 1; // one rank's step is traced; the plan adds the others' share
-    keyed.train.distTimeoutS = 0;
-    // The model file, or a folder's config.json (edited in place, the
-    // folder's own time does not move).
-    QFileInfo file(QString::fromStdString(c.model.path));
-    if (file.isDir()) file = QFileInfo(QDir(file.filePath()).filePath("config.json"));
-    *key = configToJson(keyed) + "\n" + std::to_string(file.size()) + " "
-        + std::to_string(file.lastModified().toMSecsSinceEpoch());
+    c = StepDeriver::standalone(std::move(c));
+    *key = StepDeriver::keyFor(c);
     return config;
 }
 
@@ -435,92 +413,46 @@ void MemoryPlannerPanel::updateDeriveButton()
 {
     const auto config = m_document->config();
     const bool scripted = source() == "experiment" && config && plannedFromItsStep(*config);
-    // While it runs it stays, to be cancelled, whatever is planned meanwhile.
-    m_derive->setVisible(scripted || m_deriveProcess);
-    if (m_deriveProcess) {
+    std::string key;
+    QString why;
+    const bool traceable = scripted && derivedConfig(&key, &why).has_value();
+    // While this plan is traced the button cancels it, whatever is planned meanwhile.
+    const bool mine = m_deriver->running() && !m_deriveRequested.empty()
+        && (m_deriver->runningKey() == m_deriveRequested || m_deriver->queuedKey() == m_deriveRequested);
+    m_derive->setVisible(scripted || mine);
+    if (mine) {
         m_derive->setText(tr("Cancel &deriving"));
         m_derive->setEnabled(true);
         return;
     }
     if (!scripted) return;
-    std::string key;
-    QString why;
-    const bool traceable = derivedConfig(&key, &why).has_value();
-    m_derive->setText(m_derived && key == m_derivedKey ? tr("&Derive plan again") : tr("&Derive plan from the model"));
+    m_derive->setText(traceable && m_deriver->plan(key) ? tr("&Derive plan again") : tr("&Derive plan from the model"));
     m_derive->setEnabled(traceable);
 }
 
 void MemoryPlannerPanel::deriveOrCancel()
 {
-    if (m_deriveProcess) {
-        m_deriveCancelled = true;
-        m_deriveProcess->kill(); // finished() tidies up
+    if (m_deriver->running() && !m_deriveRequested.empty()
+        && (m_deriver->runningKey() == m_deriveRequested || m_deriver->queuedKey() == m_deriveRequested)) {
+        m_deriver->cancel(m_deriveRequested);
         return;
     }
     std::string key;
     QString why;
     const auto config = derivedConfig(&key, &why);
     if (!config) return;
-    m_deriveError.clear();
-    m_deriveErrorKey = key;
-    m_deriveProgress.clear();
-    m_deriveCancelled = false;
-    m_deriveConfig = new QTemporaryFile(QDir::tempPath() + "/trainbench-derive-XXXXXX.json", this);
-    if (!m_deriveConfig->open() || m_deriveConfig->write(QByteArray::fromStdString(configToJson(*config))) < 0) {
-        m_deriveError = tr("cannot write a temporary config in %1: %2").arg(QDir::tempPath(), m_deriveConfig->errorString());
-        delete m_deriveConfig;
-        m_deriveConfig = nullptr;
-        inputsChanged();
-        return;
-    }
-    m_deriveConfig->flush();
-    m_derivingKey = key;
-    m_deriveProcess = new QProcess(this);
-    m_deriveProcess->setProgram(cliProgram());
-    m_deriveProcess->setArguments({"estimate", "--derived", "--json", "--config", m_deriveConfig->fileName()});
-    m_deriveProcess->setStandardInputFile(QProcess::nullDevice());
-    const auto tidy = [this] {
-        m_deriveProcess->deleteLater();
-        m_deriveProcess = nullptr;
-        m_deriveConfig->deleteLater();
-        m_deriveConfig = nullptr;
-        inputsChanged();
-    };
-    connect(m_deriveProcess, &QProcess::readyReadStandardError, this, [this] {
-        // "traced step N (batch B, sequence T)" per step; an error comes last.
-        const auto lines = QString::fromUtf8(m_deriveProcess->readAllStandardError()).split('\n', Qt::SkipEmptyParts);
-        for (const auto& line : lines) {
-            if (line.startsWith("traced step")) m_deriveProgress = line;
-            else if (line.contains("error: ")) m_deriveError = line.section("error: ", -1).trimmed();
-        }
-        inputsChanged();
-    });
-    connect(m_deriveProcess, &QProcess::finished, this, [this, tidy](int code, QProcess::ExitStatus status) {
-        const QByteArray out = m_deriveProcess->readAllStandardOutput();
-        if (status != QProcess::NormalExit) {
-            m_deriveError = m_deriveCancelled ? tr("cancelled; press Derive plan to trace it again.")
-                                              : tr("trainbench-cli stopped unexpectedly (%1)").arg(m_deriveProcess->errorString());
-        } else if (code == 0) {
-            try {
-                const auto step = QJsonDocument::fromJson(out).object().value("derived_step").toObject();
-                m_derived = derivedStepFromJson(QJsonDocument(step).toJson(QJsonDocument::Compact).toStdString());
-                m_derivedKey = m_derivingKey;
-                m_deriveError.clear();
-            } catch (const std::exception& e) {
-                m_deriveError = QString::fromStdString(e.what());
-            }
-        } else if (m_deriveError.isEmpty()) {
-            m_deriveError = tr("trainbench-cli stopped with exit code %1").arg(code);
-        }
-        tidy();
-    });
-    connect(m_deriveProcess, &QProcess::errorOccurred, this, [this, tidy](QProcess::ProcessError error) {
-        if (error != QProcess::FailedToStart) return;
-        m_deriveError = tr("cannot start %1: %2 (set TRAINBENCH_CLI to its path)")
-                            .arg(m_deriveProcess->program(), m_deriveProcess->errorString());
-        tidy();
-    });
-    m_deriveProcess->start();
+    m_deriveRequested = key;
+    m_deriver->derive(*config, true);
+    inputsChanged();
+}
+
+bool MemoryPlannerPanel::deriving() const { return m_deriver->running(); }
+
+void MemoryPlannerPanel::setStepDeriver(StepDeriver* deriver)
+{
+    if (m_deriver) m_deriver->disconnect(this);
+    m_deriver = deriver;
+    connect(m_deriver, &StepDeriver::changed, this, &MemoryPlannerPanel::inputsChanged);
     inputsChanged();
 }
 
@@ -553,16 +485,61 @@ QString MemoryPlannerPanel::answersText() const
                                          .arg(capped ? tr(" (the model's context length)") : QString())
                                    : tr("At batch %1 not even sequence 1 fits.").arg(batch()));
     }
-    // Nothing fits a LoRA run of the experiment's own model: its frozen base
-    // may be stored in 4 bits (its plan is then derived from its own step).
-    if (m_largestBatch <= 0 && source() == "experiment" && m_loraRank->value() > 0) {
-        const auto config = m_document->config();
-        if (config && config->model.quantize == "none" && (config->model.type == "llama" || config->model.type == "hf")) {
-            lines << tr("With LoRA the frozen base can be stored in NF4 (QLoRA): Quantized base in the Experiment form, "
-                        "then Derive plan.");
-        }
-    }
+    const QString compared = quantizedComparison();
+    if (!compared.isEmpty()) lines << compared;
     return lines.join("\n");
+}
+
+// The experiment's LoRA run with its frozen base stored the other way, beside
+// the plan shown: NF4 (its own step's plan, derived on request) for an
+// unquantized base, the unquantized plan for a quantized one.
+QString MemoryPlannerPanel::quantizedComparison() const
+{
+    if (source() != "experiment" || m_loraRank->value() <= 0) return {};
+    const auto config = m_document->config();
+    if (!config || (config->model.type != "llama" && config->model.type != "hf")) return {};
+    const bool quantized = config->model.quantize != "none";
+    const std::string other = quantized ? "none" : "nf4";
+    QString why;
+    const auto plan = currentPlan(&why, &other);
+    if (!plan) {
+        if (quantized) return {}; // a folder whose heads are its own: no hand plan to compare with
+        return m_largestBatch <= 0
+            ? tr("With LoRA the frozen base can be stored in NF4 (QLoRA): Compare with NF4 plans it here; Quantized "
+                 "base in the Experiment form chooses it.")
+            : QString();
+    }
+    const auto e = planAt(*plan, plan->setup.batch, plan->setup.seqLen);
+    const auto budget = budgetBytes();
+    const QString share = QString::number(100.0 * static_cast<double>(e.peakBytes) / static_cast<double>(budget), 'f', 0) + "%";
+    QString words = QString::fromUtf8(verdictWords(memoryVerdict(e.peakBytes, budget, m_precisionError.toStdString())));
+    const QString amount = e.lowerBound ? tr("at least %1").arg(bytesText(e.peakBytes)) : bytesText(e.peakBytes);
+    return quantized ? tr("Unquantized base (as LoRA): %1, %2 (%3).").arg(amount, words, share)
+                     : tr("Base stored in NF4 (QLoRA): %1, %2 (%3).").arg(amount, words, share);
+}
+
+void MemoryPlannerPanel::updateCompareButton()
+{
+    const auto config = m_document->config();
+    const std::string nf4 = "nf4";
+    std::string key;
+    QString why;
+    const bool offered = source() == "experiment" && m_loraRank->value() > 0 && config && config->model.quantize == "none"
+        && (config->model.type == "llama" || config->model.type == "hf") && derivedConfig(&key, &why, &nf4).has_value();
+    const bool running = offered && m_deriver->running() && m_deriver->runningKey() == key;
+    m_compareNf4->setVisible(offered && !m_deriver->plan(key));
+    m_compareNf4->setEnabled(!running && m_deriver->queuedKey() != key);
+    m_compareNf4->setText(running ? tr("Deriving the NF4 plan: %1…").arg(m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
+                                  : tr("Compare with &NF4"));
+    if (offered && !m_deriver->error(key).isEmpty()) m_compareNf4->setToolTip(tr("The NF4 plan could not be derived: %1").arg(m_deriver->error(key)));
+}
+
+void MemoryPlannerPanel::compareWithNf4()
+{
+    const std::string nf4 = "nf4";
+    std::string key;
+    QString why;
+    if (const auto config = derivedConfig(&key, &why, &nf4)) m_deriver->derive(*config, true);
 }
 
 } // namespace tb::ui

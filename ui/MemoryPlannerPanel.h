@@ -36,6 +36,7 @@ namespace tb::ui {
 
 class ConfigDocument;
 class GpuTargetModel;
+class StepDeriver;
 class TuneDialog;
 
 class MemoryPlannerPanel final : public QWidget {
@@ -49,6 +50,8 @@ public:
     // The window's target GPU: the plan follows its changes. Until one is
     // set, a model of the panel's own (the catalogue's T4).
     void setTargetModel(GpuTargetModel* targets);
+    // The window's deriver, shared with the Diagnostics panel (the panel has its own until then).
+    void setStepDeriver(StepDeriver* deriver);
     // "experiment", a preset id ("llama-2-7b"), or "imported" once a file was imported.
     bool selectSource(const QString& source);
     QString source() const;
@@ -89,7 +92,8 @@ public:
     // A TorchScript experiment's plan is derived from its own step, traced
     // by trainbench-cli on this CPU: the button starts and cancels it.
     QPushButton* deriveButton() const { return m_derive; }
-    bool deriving() const { return m_deriveProcess != nullptr; }
+    QPushButton* compareNf4Button() const { return m_compareNf4; }
+    bool deriving() const; // the deriver is tracing a step
 
 public Q_SLOTS:
     // Copies everything the experiment's config can express (batch, sequence,
@@ -121,7 +125,10 @@ private:
         TrainingSetup setup;
         const DerivedStep* derived = nullptr; // a TorchScript experiment's traced step
     };
-    std::optional<Plan> currentPlan(QString* why) const;
+    // The plan of the inputs; with `quantize`, of the experiment's config
+    // with its base stored so ("nf4", "none": the comparison line).
+    std::optional<Plan> currentPlan(QString* why, const std::string* quantize = nullptr) const;
+    QString quantizedComparison() const; // "Base stored in NF4 (QLoRA): ..." or the unquantized plan
     // The plan's figures at a point, and the largest batch and sequence that
     // fit: the estimate's, or a derived step's.
     MemoryEstimate planAt(const Plan& plan, std::int64_t batch, std::int64_t seqLen) const;
@@ -130,9 +137,11 @@ private:
     // The experiment's config with the planner's inputs applied (what a
     // derived step is traced for) and its key (batch and sequence left out);
     // nullopt with why when it cannot be traced.
-    std::optional<RunConfig> derivedConfig(std::string* key, QString* why) const;
+    std::optional<RunConfig> derivedConfig(std::string* key, QString* why, const std::string* quantize = nullptr) const;
     void deriveOrCancel();
     void updateDeriveButton();
+    void updateCompareButton();
+    void compareWithNf4();
     void loadFromExperiment();
     void inputsChanged();   // anything but batch and sequence: the map too
     void pointChanged();    // batch or sequence: estimate, answers, marker
@@ -176,15 +185,9 @@ private:
     QPointer<TuneDialog> m_tuneDialog;
     QLabel* m_applyNote;
     QPushButton* m_derive;
-    QProcess* m_deriveProcess = nullptr;
-    QTemporaryFile* m_deriveConfig = nullptr;
-    std::string m_derivingKey;
-    std::optional<DerivedStep> m_derived;
-    std::string m_derivedKey;
-    QString m_deriveProgress; // "traced step 5 (batch 2, sequence 9)" while deriving
-    QString m_deriveError;    // why the derivation for m_deriveErrorKey failed
-    std::string m_deriveErrorKey;
-    bool m_deriveCancelled = false;
+    QPushButton* m_compareNf4;
+    QPointer<StepDeriver> m_deriver; // the window's may be destroyed first
+    std::string m_deriveRequested; // the key Derive plan asked for last (its button cancels it)
 
     std::optional<MemoryEstimate> m_estimate;
     QString m_precisionError; // preflight's error for the planned precision on the target; empty: it runs
