@@ -25,9 +25,15 @@
 #include <QDoubleSpinBox>
 #include <QSignalSpy>
 #include <QTableWidget>
+#include <QPlainTextEdit>
+#include <QProgressBar>
 
 #include "ConfigDocument.h"
 #include "DiagnosticsPanel.h"
+#include "ExportModelDialog.h"
+#include "HistoryPanel.h"
+#include "RunPanel.h"
+#include "SampleBox.h"
 #include "ExperimentPanel.h"
 #include "HardwarePanel.h"
 #include "MainWindow.h"
@@ -74,6 +80,7 @@ private Q_SLOTS:
     void torchScriptExperimentIsDerived();
     void folderWithItsOwnHeadSizeIsDerived();
     void quantizedBaseChosenInTheFormFitsAT4();
+    void qloraFromTheFormTrainsSamplesAndExports();
     void mistralPastItsWindowIsPlannedEager();
     void tuneDialogPlansMeasuresAndApplies();
 
@@ -728,6 +735,106 @@ void TestPlannerPanel::quantizedBaseChosenInTheFormFitsAT4()
     const QString saved = m_dir->filePath("qlora.json");
     QVERIFY2(doc->saveAs(saved, &error), qPrintable(error));
     QCOMPARE(cliPeakOnT4(saved), e.peakBytes);
+}
+
+// The QLoRA flow in the window, as a user takes it: a model folder, NF4
+// chosen in the form, its plan derived on the target, trained in the Run tab,
+// sampled, and exported from History as a PEFT adapter and as a bitsandbytes
+// folder (the folders named when done). Screenshotted at each step.
+void TestPlannerPanel::qloraFromTheFormTrainsSamplesAndExports()
+{
+    qputenv("TRAINBENCH_CLI", TB_CLI_PATH);
+    QTemporaryDir folder;
+    writeHfFolder(folder.path().toStdString(),
+                  R"({"model_type": "llama", "vocab_size": 200, "hidden_size": 64, "intermediate_size": 128,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                      "max_position_embeddings": 256, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  200);
+    auto* doc = m_window->document();
+    doc->setText(QString(R"({"name": "qlora-tiny", "device": "cpu", "model": {"type": "hf", "path": "%1"},
+        "data": {"source": "tokens", "path": "%2", "seq_len": 32},
+        "train": {"batch_size": 4, "steps": 40, "log_every": 5}, "optim": {"lr": 0.003},
+        "lora": {"rank": 8, "alpha": 16}})")
+                     .arg(folder.path(), folder.filePath("train.bin")));
+    QVERIFY2(doc->isValid(), doc->issues().empty() ? "" : doc->issues().front().text().c_str());
+    auto* quantize = qobject_cast<QComboBox*>(m_window->experimentPanel()->fieldEditor("model.quantize"));
+    QVERIFY(quantize);
+    quantize->setCurrentText("nf4");
+    QCOMPARE(doc->config()->model.quantize, std::string("nf4"));
+
+    // The plan on the T4, derived from its own step.
+    auto* derive = planner()->deriveButton();
+    QVERIFY(derive->isVisible() && derive->isEnabled());
+    QTest::mouseClick(derive, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!planner()->deriving(), 120000);
+    QVERIFY2(planner()->verdictText().startsWith("Fits"), qPrintable(planner()->verdictText()));
+    QVERIFY2(planner()->answersText().contains("Unquantized base (as LoRA): "), qPrintable(planner()->answersText()));
+    screenshot("qlora-flow-plan.png");
+
+    // Trained in the Run tab.
+    auto* run = m_window->runPanel();
+    m_window->tabs()->setCurrentWidget(run);
+    QTRY_VERIFY(run->startButton()->isEnabled());
+    QSignalSpy finished(run, &RunPanel::runFinished);
+    QTest::mouseClick(run->startButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(240000));
+    const auto outcome = finished.first().first().value<SessionOutcome>();
+    QCOMPARE(outcome.status, RunStatus::Finished);
+    QCOMPARE(outcome.stepsDone, 40);
+    QTRY_VERIFY(run->sampleBox()->generateButton()->isEnabled());
+    run->sampleBox()->promptEdit()->setText("5 12 19");
+    QSignalSpy generated(run->sampleBox(), &SampleBox::generated);
+    QTest::mouseClick(run->sampleBox()->generateButton(), Qt::LeftButton);
+    QVERIFY(generated.wait(60000));
+    QVERIFY2(!run->sampleBox()->resultView()->toPlainText().trimmed().isEmpty(), "no sample");
+    screenshot("qlora-flow-run.png");
+
+    // Exported from History: the adapter, then the bitsandbytes folder.
+    auto* history = m_window->historyPanel();
+    m_window->tabs()->setCurrentWidget(history);
+    history->refresh();
+    history->selectRuns({outcome.runId});
+    QVERIFY(history->exportModelButton()->isEnabled());
+    auto* dialog = history->openExportModel();
+    QVERIFY(dialog);
+    using Kind = ExportModelDialog::Kind;
+    QCOMPARE(dialog->kinds(), (std::vector<Kind>{Kind::Adapter, Kind::Merged, Kind::Quantized}));
+    QCOMPARE(dialog->kind(), Kind::Adapter);
+    QVERIFY2(dialog->folder().contains("/exports/qlora-tiny") && dialog->folder().endsWith(QString("-run%1-adapter").arg(outcome.runId)), qPrintable(dialog->folder()));
+    QSignalSpy exported(history, &HistoryPanel::exported);
+    QTest::mouseClick(dialog->exportButton(), Qt::LeftButton);
+    QVERIFY(dialog->running());
+    QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
+    QVERIFY2(dialog->succeeded(), qPrintable(dialog->statusText()));
+    QVERIFY(QFileInfo::exists(dialog->folder() + "/adapter_config.json"));
+    QVERIFY(QFileInfo::exists(dialog->folder() + "/adapter_model.safetensors"));
+    QVERIFY2(dialog->statusText().contains(dialog->folder()) && dialog->statusText().contains("adapter_config.json"),
+             qPrintable(dialog->statusText()));
+    QCOMPARE(exported.count(), 1);
+    QVERIFY(dialog->grab().save(QCoreApplication::applicationDirPath() + "/qlora-flow-export.png"));
+    QVERIFY(dialog->selectKind(Kind::Quantized));
+    QVERIFY2(dialog->folder().endsWith("-bnb-nf4"), qPrintable(dialog->folder()));
+    QCOMPARE(dialog->exportArguments().last(), QString("--quantized"));
+    QTest::mouseClick(dialog->exportButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
+    QVERIFY2(dialog->succeeded(), qPrintable(dialog->statusText()));
+    QFile config(dialog->folder() + "/config.json");
+    QVERIFY(config.open(QIODevice::ReadOnly));
+    QVERIFY(QJsonDocument::fromJson(config.readAll()).object()["quantization_config"].toObject()["load_in_4bit"].toBool());
+    // Again into the same folder: the user is asked before its files are replaced; a test says yes.
+    dialog->setConfirmReplace(false);
+    QTest::mouseClick(dialog->exportButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
+    QVERIFY(dialog->succeeded());
+    // A folder it cannot write: the reason, in one sentence, and nothing claimed.
+    dialog->setFolder("/proc/trainbench-cannot-write-here");
+    QTest::mouseClick(dialog->exportButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
+    QVERIFY(!dialog->succeeded());
+    QVERIFY2(dialog->statusText().startsWith("Not exported: "), qPrintable(dialog->statusText()));
+    QCOMPARE(exported.count(), 3);
+    screenshot("qlora-flow-history.png");
+    dialog->close();
 }
 
 void TestPlannerPanel::folderWithItsOwnHeadSizeIsDerived()

@@ -2,6 +2,7 @@
 #include "FileDialogs.h"
 #include "PlainText.h"
 #include "HistoryPanel.h"
+#include "ExportModelDialog.h"
 #include "MetricPlot.h"
 
 #include <QCheckBox>
@@ -158,6 +159,7 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
                                           tr("Configs (*.json)"));
         if (!path.isEmpty()) exportConfigAndReport(path);
     });
+    connect(m_exportModel, &QPushButton::clicked, this, [this] { openExportModel(); });
     connect(m_save, &QPushButton::clicked, this, [this] { saveDetails(m_name->text(), m_tags->text(), m_note->toPlainText()); });
     connect(m_delete, &QPushButton::clicked, this, &HistoryPanel::askDelete);
     connect(m_export, &QPushButton::clicked, this, &HistoryPanel::askExport);
@@ -227,12 +229,14 @@ QWidget* HistoryPanel::buildDetails()
     m_attach = new QPushButton(tr("&Attach"), details);
     m_attach->setToolTip(tr("Watch a run that runs on a host live again, in the Run tab"));
     m_exportConfig = new QPushButton(tr("Export &config…"), details);
+    m_exportModel = new QPushButton(tr("Export &model…"), details);
     actions->addWidget(m_save);
     actions->addWidget(m_open);
     actions->addWidget(m_resume);
     actions->addWidget(m_attach);
     actions->addWidget(m_export);
     actions->addWidget(m_exportConfig);
+    actions->addWidget(m_exportModel);
     actions->addStretch(1);
     actions->addWidget(m_delete);
     form->addRow(actions);
@@ -336,6 +340,22 @@ void HistoryPanel::selectionChanged()
     m_resume->setEnabled(refusal.isEmpty());
     m_resume->setToolTip(refusal.isEmpty() ? tr("Continue this run from its last checkpoint")
                                            : tr("Cannot resume: %1").arg(refusal));
+    // Export model: a run with a checkpoint (the latest is written).
+    QString noModel;
+    if (const auto* r = currentRun(); !r) {
+        noModel = tr("select one run");
+    } else {
+        try {
+            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            if (!store.latestCheckpoint(r->id)) noModel = tr("run %1 has no checkpoint yet (one is saved when it ends or is stopped)").arg(r->id);
+        } catch (const std::exception& e) {
+            noModel = QString::fromUtf8(e.what());
+        }
+    }
+    m_exportModel->setEnabled(noModel.isEmpty());
+    m_exportModel->setToolTip(noModel.isEmpty() ? tr("Write this run's model as a folder other tools load: the adapter "
+                                                     "(PEFT), the merged model or the weights")
+                                                : tr("Cannot export the model: %1").arg(noModel));
     // Attach: a copy of a run still running on a host (as last heard).
     const auto* current = currentRun();
     m_attach->setEnabled(current && current->origin.runId != 0 && current->status == RunStatus::Running
@@ -669,5 +689,18 @@ void HistoryPanel::askExport()
     exportCsvAndReport(path);
 }
 
-} // namespace tb::ui
+ExportModelDialog* HistoryPanel::openExportModel()
+{
+    const auto* r = currentRun();
+    if (!r) return nullptr;
+    // Next to the database, in exports/ (the dialog changes it at will).
+    const QString base = QFileInfo(m_dbPath).absolutePath() + "/exports";
+    auto* dialog = new ExportModelDialog(m_dbPath, r->id, QString::fromStdString(r->name), QString::fromStdString(r->configJson),
+                                         base, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &ExportModelDialog::exported, this, &HistoryPanel::exported);
+    dialog->show();
+    return dialog;
+}
 
+} // namespace tb::ui

@@ -32,6 +32,7 @@ class QTabWidget;
 
 namespace tb::ui {
 
+class ExportModelDialog;
 class MetricPlot;
 class OverlayPlot;
 
@@ -77,6 +78,9 @@ public:
     bool exportConfig(const QString& path, QString* error) const;
     QPushButton* resumeButton() const { return m_resume; }
     QPushButton* attachButton() const { return m_attach; }
+    QPushButton* exportModelButton() const { return m_exportModel; }
+    // Export model…: the dialog for the current run (shown, deleted when closed); null without one.
+    ExportModelDialog* openExportModel();
     // The run table's header menu for a column: add or remove config fields as
     // columns (grouped by section), hide a built-in column (never ID or Name),
     // show them all again. Public for tests; a right-click on the header opens it.
@@ -141,6 +145,7 @@ private:
     QPushButton* m_open;
     QPushButton* m_resume;
     QPushButton* m_attach;
+    QPushButton* m_exportModel;
     QPushButton* m_exportConfig;
     bool m_selecting = false; // selectRuns() updates the views once itself
     // The run whose name, tags and note the form shows (edits typed there are

@@ -53,6 +53,9 @@ std::string StepDeriver::keyFor(const RunConfig& traced)
 
 RunConfig StepDeriver::standalone(RunConfig c)
 {
+    // The step is traced on this CPU whatever the run's device; a GPU's
+    // precision (fp16 on a T4) is valid only in a config for CUDA.
+    if (c.train.precision == "fp16" && c.device.rfind("cuda", 0) != 0) c.device = "cuda";
     c.model.path = resolvedModelPath(c);
     c.data.path = resolvedDataPath(c);
     const QString init = QString::fromStdString(c.train.initFrom);
@@ -125,6 +128,7 @@ void StepDeriver::start(const RunConfig& traced, const std::string& key)
         for (const auto& line : lines) {
             if (line.startsWith("traced step")) m_progress = line;
             else if (line.contains("error: ")) m_runError = line.section("error: ", -1).trimmed();
+            else if (line.startsWith("  ") && !m_runError.isEmpty()) m_runError += " " + line.trimmed(); // a config's problems
         }
         Q_EMIT changed();
     });
