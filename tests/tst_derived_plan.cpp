@@ -428,11 +428,15 @@ void TestDerivedPlan::sdpaOnTorch2()
     c.data.seqLen = 100;
     compare("llama sdpa", c, plan);
 
-    // On a GPU a lower bound: an SDPA step is traced at its own widths (the
-    // CPU flash kernel's per-thread blocks follow no product of the widths),
-    // and in fp32 a GPU runs the memory-efficient kernel, which no rule maps.
-    // (The flash kernel's rule, for fp16 and bf16, is checked on a record in
-    // deviceRulesOnARecord.)
+    // Recorded at small widths as a program: the CPU flash kernel's
+    // per-thread blocks, which follow no product of the widths (its split
+    // sizes are capped by the length), are sized by their rule
+    // (foldCpuAttentionScratch). It was traced at the model's own widths,
+    // which for a folder needs its weights.
+    QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos, plan.tracedOn.c_str());
+    // In fp32 a GPU runs the memory-efficient kernel, which no rule maps: a
+    // lower bound there. (The flash kernel's rule, for fp16 and bf16, is
+    // checked on a record in deviceRulesOnARecord.)
     auto a100 = setupFor(c);
     a100.gpu = true;
     a100.computeCapability = 80;
@@ -440,6 +444,24 @@ void TestDerivedPlan::sdpaOnTorch2()
     std::printf("llama sdpa on an A100: %s (%s)\n", plan.notExactOn(a100).c_str(), plan.tracedOn.c_str());
     QVERIFY(!plan.notExactOn(a100).empty());
     QVERIFY(plan.at(4, 64, a100).lowerBound);
+
+    // Pure bf16 (the kernel's bf16 blocks, and the oneDNN products its
+    // backward runs, with keys blocked by what is left of the sequence): the
+    // CPU's peak to the byte at lengths across the kernel's split sizes, and
+    // on an A100 the flash kernel's plan, exact.
+    c.train.precision = "bf16-pure";
+    c.train.batchSize = 2;
+    c.data.seqLen = 64;
+    const auto bf16 = deriveStep(c);
+    QVERIFY2(bf16.tracedOn.find("recorded at small widths") != std::string::npos, bf16.tracedOn.c_str());
+    for (const auto& [batch, seq] : {std::pair{2, 64}, std::pair{1, 200}, std::pair{3, 33}}) {
+        c.train.batchSize = batch;
+        c.data.seqLen = seq;
+        compare("llama sdpa bf16-pure", c, bf16);
+    }
+    a100.precision = "bf16-pure";
+    QVERIFY2(bf16.notExactOn(a100).empty(), bf16.notExactOn(a100).c_str());
+    QVERIFY(!bf16.at(4, 2048, a100).lowerBound);
 }
 
 // A Mistral folder whose sliding window (100) lies among the sequences a

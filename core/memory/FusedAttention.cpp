@@ -52,12 +52,13 @@ void cpuFlash(FusedAttentionBytes& f, std::int64_t B, std::int64_t H, std::int64
             const auto most = std::max(kv, q);
             products = std::max(products, most > 0 ? most + 4 : 0);
         };
-        // Causal: the block of queries at m meets keys up to m + its rows.
+        // Causal: the block of queries at m meets the key blocks that start
+        // before m + its rows, each kvSplit long or what is left of the
+        // sequence (not of those keys: kvBlockSize = min(kvSplit, T - n)).
         for (std::int64_t m = 0; m < T; m += qSplit) {
             const auto qb = std::min(qSplit, T - m);
             const auto keys = std::min(m + qb, T);
-            ask(qb, std::min(kvSplit, keys));
-            if (keys > kvSplit) ask(qb, (keys - 1) % kvSplit + 1);
+            for (std::int64_t n = 0; n < keys; n += kvSplit) ask(qb, std::min(kvSplit, T - n));
         }
     }
     f.backwardScratch = threads * 2 * qSplit * kvSplit * (4 + (reduced ? e : 0)) + threads * qSplit * 4
@@ -65,6 +66,14 @@ void cpuFlash(FusedAttentionBytes& f, std::int64_t B, std::int64_t H, std::int64
 }
 
 } // namespace
+
+std::int64_t cpuFlashScratchBytes(bool backward, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D,
+                                  std::int64_t elementBytes, std::int64_t threads)
+{
+    FusedAttentionBytes f;
+    cpuFlash(f, B, H, T, D, elementBytes, threads);
+    return backward ? f.backwardScratch : f.forwardScratch;
+}
 
 FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t e,
                                         bool exactTemps)

@@ -50,6 +50,15 @@ struct FusedAttentionBytes {
 // exactly).
 FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t elementBytes,
                                         bool exactTemps = true);
+// The CPU flash kernel's own blocks while one call (backward: its backward)
+// runs, for a query of [B, H, T, D] in `elementBytes` and `threads` threads
+// (FlashAttentionKernel.cpp, LibTorch 2.6, as cpuFlash plans them for the
+// hand replay): what a recorded step's program sizes by this rule
+// (StepProgram.h, RecordedStep::Event::rule), since the blocks follow no
+// product of the widths (qSplit and kvSplit are capped by the length).
+std::int64_t cpuFlashScratchBytes(bool backward, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D,
+                                  std::int64_t elementBytes, std::int64_t threads);
+
 // A GPU's call for a query of [B, H, T, D] in `elementBytes`, on a card of
 // compute capability cc (0: unknown, taken as one that runs both kernels):
 // the kernel LibTorch 2.6 chooses and what it keeps (math: neither kernel).

@@ -1,5 +1,7 @@
 #include "memory/StepProgram.h"
 
+#include "memory/FusedAttention.h"
+
 #include "memory/CpuGemmScratch.h"
 
 #include <algorithm>
@@ -17,13 +19,49 @@ namespace {
 // Every number of a record, in one order: the residents' bytes, each event's
 // bytes and (inside a product) the product's batch, m, k and n, each
 // parameter's elements and trainable bytes. `what` names a number for messages.
+// Which blocks (residents first, then the allocations in order) are sized by a rule.
+std::vector<bool> ruledBlocks(const RecordedStep& s)
+{
+    std::vector<bool> ruled(s.resident.size(), false);
+    for (const auto& e : s.events) {
+        if (e.bytes > 0) ruled.push_back(e.rule != 0);
+    }
+    return ruled;
+}
+
+bool ruledEvent(const RecordedStep::Event& e, const std::vector<bool>& ruled)
+{
+    if (e.bytes > 0) return e.rule != 0;
+    return e.bytes < 0 && e.block >= 0 && static_cast<std::size_t>(e.block) < ruled.size() && ruled[static_cast<std::size_t>(e.block)];
+}
+
+// The rule-sized allocations at their query's shape, and their releases.
+void sizeRuledEvents(RecordedStep& s)
+{
+    std::vector<std::int64_t> bytes(s.resident.begin(), s.resident.end());
+    for (auto& e : s.events) {
+        if (e.bytes > 0) {
+            if (e.rule != 0) {
+                const auto& q = e.shape;
+                e.bytes = cpuFlashScratchBytes(e.rule == 2, q[0], q[1], q[2], q[3], e.elementBytes, 1);
+            }
+            bytes.push_back(e.bytes);
+        }
+    }
+    const auto ruled = ruledBlocks(s);
+    for (auto& e : s.events) {
+        if (e.bytes < 0 && ruledEvent(e, ruled)) e.bytes = -bytes[static_cast<std::size_t>(e.block)];
+    }
+}
+
 template <typename Visit>
 void forEachNumber(const RecordedStep& s, Visit&& visit)
 {
+    const auto ruled = ruledBlocks(s);
     for (std::size_t i = 0; i < s.resident.size(); ++i) visit(s.resident[i], [i] { return "the bytes of resident block " + std::to_string(i); });
     for (std::size_t i = 0; i < s.events.size(); ++i) {
         const auto& e = s.events[i];
-        visit(e.bytes, [i, &e] {
+        if (!ruledEvent(e, ruled)) visit(e.bytes, [i, &e] {
             return std::string(e.bytes > 0 ? "the bytes of allocation " : "the bytes of release ") + "(event " + std::to_string(i)
                 + ", phase " + std::to_string(e.phase) + ")";
         });
@@ -78,18 +116,20 @@ std::string structureDifference(const RecordedStep& a, const RecordedStep& b)
         const bool same = (x.bytes > 0) == (y.bytes > 0) && x.block == y.block && x.phase == y.phase
             && a.opName(x) == b.opName(y) && x.elementBytes == y.elementBytes && x.firstInOp == y.firstInOp
             && x.opDtype == y.opDtype && x.autocast == y.autocast && x.opDropout == y.opDropout && x.hasShape == y.hasShape
+            && x.rule == y.rule
             && (x.gemm.m != 0) == (y.gemm.m != 0) && x.gemm.srcTransposed == y.gemm.srcTransposed
             && x.gemm.weightsTransposed == y.gemm.weightsTransposed && x.gemm.accumulate == y.gemm.accumulate
             && (x.gemm.batch != 0) == (y.gemm.batch != 0);
         if (!same) {
-            const auto text = [](const RecordedStep::Event& e) {
+            const auto text = [](const RecordedStep& s, const RecordedStep::Event& e) {
                 return std::string(e.bytes > 0 ? "allocation" : e.bytes < 0 ? "release of block " + std::to_string(e.block) : "product")
+                    + (e.op >= 0 ? " in " + s.opName(e) : std::string()) + (e.rule != 0 ? " (sized by a rule)" : "")
                     + " in phase " + std::to_string(e.phase)
                     + (e.gemm.m != 0 ? " in a product " + std::to_string(e.gemm.batch) + "x" + std::to_string(e.gemm.m) + "x"
                                            + std::to_string(e.gemm.k) + "x" + std::to_string(e.gemm.n)
                                      : std::string());
             };
-            return "event " + std::to_string(i) + " of " + std::to_string(a.events.size()) + " is a " + text(y) + ", not a " + text(x);
+            return "event " + std::to_string(i) + " of " + std::to_string(a.events.size()) + " is a " + text(b, y) + ", not a " + text(a, x);
         }
     }
     if (a.events.size() != b.events.size()) {
@@ -180,6 +220,113 @@ void orderReleases(RecordedStep& step)
                          [&key](const RecordedStep::Event& a, const RecordedStep::Event& b) { return key(a) < key(b); });
         i = j;
     }
+}
+
+void foldCpuAttentionScratch(RecordedStep& s)
+{
+    const auto residents = static_cast<std::int32_t>(s.resident.size());
+    std::vector<std::int32_t> remap(static_cast<std::size_t>(residents));
+    for (std::int32_t b = 0; b < residents; ++b) remap[static_cast<std::size_t>(b)] = b;
+    std::int32_t oldNext = residents, newNext = residents;
+    std::vector<RecordedStep::Event> out;
+    out.reserve(s.events.size());
+    const auto emit = [&](RecordedStep::Event e) {
+        if (e.bytes > 0) {
+            remap.push_back(newNext++);
+            ++oldNext;
+        } else if (e.bytes < 0 && e.block >= 0) {
+            e.block = remap[static_cast<std::size_t>(e.block)];
+        }
+        out.push_back(e);
+    };
+    for (std::size_t i = 0; i < s.events.size();) {
+        const auto& first = s.events[i];
+        const std::string& op = first.bytes > 0 && first.firstInOp ? s.opName(first) : std::string();
+        const bool forward = op == "aten::scaled_dot_product_attention";
+        const bool backward = op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward";
+        if ((!forward && !backward) || !first.hasShape || first.opDropout) {
+            emit(s.events[i++]);
+            continue;
+        }
+        // The call: its allocations (the first `kept` are its outputs: q's
+        // layout and the log-sum-exp; the q, k and v gradients), the
+        // releases and bf16 products among them, until an allocation of
+        // another call.
+        const int kept = forward ? 2 : 3;
+        std::size_t end = i + 1;
+        while (end < s.events.size()) {
+            const auto& e = s.events[end];
+            if (e.bytes > 0 && (e.firstInOp || e.op != first.op)) break;
+            ++end;
+        }
+        std::vector<std::int32_t> internal; // old block indices of the kernel's own blocks
+        int allocations = 0;
+        std::int32_t block = oldNext;
+        std::int64_t live = 0, peak = 0;
+        std::vector<std::size_t> others; // events of the window kept as they are (outputs, foreign releases)
+        for (std::size_t j = i; j < end; ++j) {
+            const auto& e = s.events[j];
+            if (e.bytes > 0) {
+                if (allocations++ < kept) {
+                    others.push_back(j);
+                } else {
+                    internal.push_back(block);
+                    live += e.bytes;
+                    peak = std::max(peak, live);
+                }
+                ++block;
+            } else if (e.bytes < 0) {
+                if (std::find(internal.begin(), internal.end(), e.block) != internal.end()) live += e.bytes;
+                else others.push_back(j);
+            } else if (e.gemm.m != 0) {
+                peak = std::max(peak, live + cpuGemmScratchBytes(e.gemm, 1));
+            } else {
+                others.push_back(j);
+            }
+        }
+        const auto& q = first.shape;
+        const auto rule = cpuFlashScratchBytes(backward, q[0], q[1], q[2], q[3], first.elementBytes, 1);
+        // Every block of the kernel's released within the call, at the peak
+        // the rule says. The folded block stands where the kernel's first was
+        // made; the call's other events keep their order around it.
+        const bool foldable = allocations > kept && live == 0 && peak == rule;
+        if (!foldable) {
+            for (std::size_t j = i; j < end; ++j) emit(s.events[j]);
+            i = end;
+            continue;
+        }
+        int seen = 0;
+        bool folded = false;
+        for (std::size_t j = i; j < end; ++j) {
+            const auto& e = s.events[j];
+            const bool isOther = std::find(others.begin(), others.end(), j) != others.end();
+            if (e.bytes > 0 && seen++ >= kept) {
+                // A kernel block: the first becomes the rule's block, made and released.
+                remap.push_back(-1);
+                ++oldNext;
+                if (folded) continue;
+                folded = true;
+                RecordedStep::Event a = e;
+                a.bytes = rule;
+                a.gemm = {};
+                a.firstInOp = false;
+                a.hasShape = true;
+                a.shape = first.shape;
+                a.elementBytes = first.elementBytes;
+                a.rule = backward ? 2 : 1;
+                out.push_back(a);
+                RecordedStep::Event r;
+                r.bytes = -rule;
+                r.block = newNext++;
+                r.phase = e.phase;
+                out.push_back(r);
+                continue;
+            }
+            if (isOther) emit(e);
+        }
+        i = end;
+    }
+    s.events = std::move(out);
 }
 
 StepTrace replayStep(const RecordedStep& step)
@@ -324,8 +471,9 @@ RecordedStep StepProgram::at(const StepDims& dims) const
         ++k;
     };
     for (auto& b : out.resident) set(b);
+    const auto ruled = ruledBlocks(out);
     for (auto& e : out.events) {
-        set(e.bytes);
+        if (!ruledEvent(e, ruled)) set(e.bytes);
         if (e.gemm.m != 0) {
             set(e.gemm.batch);
             set(e.gemm.m);
@@ -340,6 +488,7 @@ RecordedStep StepProgram::at(const StepDims& dims) const
         set(out.parameterElements[i]);
         set(out.trainableBytes[i]);
     }
+    sizeRuledEvents(out);
     return out;
 }
 
@@ -482,7 +631,7 @@ RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
 
 // As JSON: each program's structure (events as [kind, block, phase, op,
 // element bytes, first in its operator, product bits, dtype named, under
-// autocast, dropout asked, query sizes follow]) and its numbers as
+// autocast, dropout asked, query sizes follow, rule]) and its numbers as
 // indices into one table of distinct formulas (a model's layers repeat
 // theirs), each [base, [[dimension, xs, values], ...]].
 std::string stepProgramsToJson(const StepPrograms& p)
@@ -495,7 +644,7 @@ std::string stepProgramsToJson(const StepPrograms& p)
         for (const auto& e : program.shape.events) {
             const int bits = (e.gemm.m != 0 ? 1 : 0) | (e.gemm.batch != 0 ? 2 : 0) | (e.gemm.srcTransposed ? 4 : 0)
                 | (e.gemm.weightsTransposed ? 8 : 0) | (e.gemm.accumulate ? 16 : 0);
-            events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, e.firstInOp, bits, e.opDtype, e.autocast, e.opDropout, e.hasShape});
+            events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, e.firstInOp, bits, e.opDtype, e.autocast, e.opDropout, e.hasShape, e.rule});
         }
         for (const auto& f : program.numbers) {
             auto [it, added] = index.emplace(formulaKey(f), formulas.size());
@@ -580,6 +729,8 @@ StepPrograms stepProgramsFromJson(const std::string& text)
                 e.autocast = ej.at(8).get<bool>();
                 e.opDropout = ej.at(9).get<bool>();
                 e.hasShape = ej.at(10).get<bool>();
+                e.rule = ej.size() > 11 ? ej.at(11).get<std::uint8_t>() : 0;
+                if (e.rule > 2 || (e.rule != 0 && (e.bytes <= 0 || !e.hasShape))) throw bad("event " + ej.dump());
                 e.gemm.m = bits & 1;
                 e.gemm.batch = (bits & 2) ? 1 : 0;
                 e.gemm.srcTransposed = bits & 4;

@@ -58,6 +58,11 @@ struct RecordedStep {
         // which a device rule reads to choose the GPU's kernel.
         bool hasShape = false;
         std::array<std::int64_t, 4> shape{};
+        // Sized by a rule, not a formula (its bytes are no number of the
+        // program): 1 the CPU flash kernel's blocks in a forward call, 2 in a
+        // backward call (foldCpuAttentionScratch; FusedAttention.h's
+        // cpuFlashScratchBytes of the query's shape, which it carries).
+        std::uint8_t rule = 0;
     };
     std::vector<std::int64_t> resident; // the bytes of each block live as the step starts, in the order they were made
     std::vector<Event> events;
@@ -80,6 +85,16 @@ struct RecordedStep {
 // recorded at other widths line up. The live bytes after each allocation are
 // the same in any order.
 void orderReleases(RecordedStep& step);
+
+// The CPU flash kernel's own blocks (scaled_dot_product_attention on the
+// CPU, LibTorch 2.x) follow no product of the widths: its split sizes are
+// capped by the length. Each call whose blocks, with any bf16 products it
+// runs, peak at what cpuFlashScratchBytes says (one thread: the recorder's)
+// has them folded into one allocation and its release, sized by that rule;
+// a call where they do not is left as recorded (its program then fails its
+// checks, and the step is traced at the model's own widths). On a GPU the
+// device rules drop them, as they did the blocks.
+void foldCpuAttentionScratch(RecordedStep& step);
 
 // The step's live bytes after each allocation it keeps, as the direct
 // recorder (train/DerivedPlan.cpp) writes them: the first entry is what is

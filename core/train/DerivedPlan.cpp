@@ -563,6 +563,7 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
                          + (result.message.empty() ? std::string("it stopped before its second step") : result.message));
     }
     orderReleases(rec.step);
+    foldCpuAttentionScratch(rec.step);
     return std::move(rec.step);
 }
 
@@ -853,15 +854,11 @@ std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::str
     return std::nullopt;
 }
 
-DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress)
+namespace {
+
+// The step traced at the model's own widths (a program's failure, if any, in unfit).
+DerivedStep deriveByTracing(const RunConfig& config, const DerivedPlanProgress& progress, const std::string& unfit)
 {
-    // The Llama and GPT families: recorded at small widths, evaluated at the model's
-    // (a 7B plan from steps of milliseconds). Elsewhere, or where the
-    // programs do not fit, the step at the model's own widths is traced.
-    std::string unfit;
-    if (programmable(config)) {
-        if (auto step = deriveFromPrograms(config, progress, unfit)) return std::move(*step);
-    }
     // Data parallel: one rank's step is traced alone (traceStep runs one
     // process); DerivedStep adds the reducer's buckets and the global batch's
     // rows for train.world_size ranks.
@@ -940,6 +937,28 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
         step.tracedOn += " (fp16 as bf16 with loss scaling: the same element sizes; CUDA's autocast lists differ a little)";
     }
     return step;
+}
+
+} // namespace
+
+DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress)
+{
+    // The Llama and GPT families: recorded at small widths, evaluated at the model's
+    // (a 7B plan from steps of milliseconds). Elsewhere, or where the
+    // programs do not fit, the step at the model's own widths is traced.
+    std::string unfit;
+    if (programmable(config)) {
+        if (auto step = deriveFromPrograms(config, progress, unfit)) return std::move(*step);
+    }
+    try {
+        return deriveByTracing(config, progress, unfit);
+    } catch (const InputError& e) {
+        if (unfit.empty() || (progress.cancel && progress.cancel->load())) throw;
+        // Why the model's own widths were needed (a folder without weights
+        // cannot be traced there).
+        throw InputError(std::string(e.what()) + " (it was traced at the model's own widths because its program, "
+                         "recorded at small widths, did not fit: " + unfit + ")");
+    }
 }
 
 } // namespace tb
