@@ -5,10 +5,12 @@
 // config's checks, and a QLoRA run that resumes exactly.
 #include <QtTest>
 
+#include <filesystem>
 #include <fstream>
 
 #include "TestPaths.h"
 #include "TestPrinters.h"
+#include "HfFolderFixtures.h"
 
 #include "config/LearningRate.h"
 #include "config/RunConfig.h"
@@ -112,6 +114,7 @@ private Q_SLOTS:
     void configNamesWhatIsWrong_data();
     void configNamesWhatIsWrong();
     void qloraRunResumesExactly();
+    void resumedFolderRunTakesItsBaseFromTheCheckpoint();
     void qloraRunExportsItsModel();
     void preflightOffersNf4WhereLoraDoesNotFit();
 };
@@ -387,6 +390,55 @@ void TestQuantize::qloraRunResumesExactly()
         for (std::size_t i = 0; i < resumed.size(); ++i) QCOMPARE(resumed[i], uninterrupted[i]);
         QVERIFY(uninterrupted.back() < uninterrupted.front());
     }
+}
+
+// A resumed QLoRA run of a folder reads its quantized base from its
+// checkpoint: the folder is not quantized again (a 7B took about 40 s), so
+// the run resumes even with the folder's weights gone, and continues
+// exactly. (It quantized the folder again, and failed without its weights.)
+void TestQuantize::resumedFolderRunTakesItsBaseFromTheCheckpoint()
+{
+    QTemporaryDir dir;
+    const std::string folder = dir.filePath("model").toStdString();
+    std::filesystem::create_directories(folder);
+    writeHfFolder(folder,
+                  R"({"model_type": "llama", "vocab_size": 120, "hidden_size": 64, "intermediate_size": 96,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                      "max_position_embeddings": 128, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  120);
+    const auto config = parseConfig(R"({"model": {"type": "hf", "path": ")" + folder + R"(", "quantize": "nf4"},
+        "data": {"source": "tokens", "path": ")" + folder + R"(/train.bin", "seq_len": 16},
+        "train": {"batch_size": 4, "steps": 8, "eval_every": 100}, "lora": {"rank": 4}})");
+    const auto lossesOf = [](Trainer& trainer, std::vector<double>& losses, int cancelAt) {
+        TrainerCallbacks callbacks;
+        callbacks.onStep = [&](const StepMetrics& s) {
+            losses.push_back(s.loss);
+            if (s.step == cancelAt) trainer.requestCancel();
+        };
+        return trainer.run(callbacks);
+    };
+    std::vector<double> uninterrupted, resumed;
+    {
+        Trainer trainer(config, {});
+        QCOMPARE(lossesOf(trainer, uninterrupted, -1).status, TrainResult::Status::Finished);
+    }
+    std::string checkpoint;
+    {
+        TrainerOptions options;
+        options.checkpointDir = dir.filePath("ckpt").toStdString();
+        Trainer trainer(config, options);
+        const auto result = lossesOf(trainer, resumed, 3);
+        QCOMPARE(result.status, TrainResult::Status::Cancelled);
+        checkpoint = result.lastCheckpoint;
+    }
+    std::filesystem::remove(folder + "/model.safetensors");
+    TrainerOptions options;
+    options.resumeFrom = checkpoint;
+    Trainer trainer(config, options);
+    QCOMPARE(trainer.startStep(), 3);
+    QCOMPARE(lossesOf(trainer, resumed, -1).status, TrainResult::Status::Finished);
+    QCOMPARE(resumed.size(), uninterrupted.size());
+    for (std::size_t i = 0; i < resumed.size(); ++i) QCOMPARE(resumed[i], uninterrupted[i]);
 }
 
 // A QLoRA run's checkpoint holds its quantized base as trained: the export

@@ -192,10 +192,9 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     }
     // A Hugging Face folder brings its weights (a resumed run's come from its checkpoint).
     // QLoRA: the base's block linears quantized as the folder is read (or,
-    // for a built-in model, from its initialisation). A resumed run
-    // quantizes the folder's base again (the same bytes: quantization is
-    // deterministic) and reads its parameters from the checkpoint, which also
-    // holds the quantized base for export and sample (loadModelWeights).
+    // for a built-in model, from its initialisation). Checkpoints hold the
+    // quantized base as trained: a resumed run, export and sample read it
+    // there (loadModelWeights), and the other parameters too.
     const QuantizeSpec quantize{quantFormatOf(config.model.quantize == "none" ? "" : config.model.quantize),
                                 config.model.doubleQuant};
     const std::string initFrom = !options.initFrom.empty() ? options.initFrom : config.train.initFrom;
@@ -204,7 +203,15 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
                          "can be loaded on the quantized base (" + initFrom + " holds base weights); quantize that model "
                          "itself: give its folder as model.path");
     }
-    if (config.model.type == "hf" && (options.resumeFrom.empty() || quantize.active()) && !probe) {
+    // A resumed QLoRA run takes its quantized base from its checkpoint (a
+    // 7B folder took about 40 s to quantize again); one written before
+    // checkpoints held it has the folder quantized again.
+    bool baseFromCheckpoint = false;
+    if (!options.resumeFrom.empty() && quantize.active() && !probe) {
+        m->openCheckpoint(options.resumeFrom);
+        baseFromCheckpoint = m->loadCheckpointQuantizedBase();
+    }
+    if (config.model.type == "hf" && (options.resumeFrom.empty() || (quantize.active() && !baseFromCheckpoint)) && !probe) {
         loadHfFolderWeights(*m->model, resolvedModelPath(config), "config.json", quantize);
     }
     if (!initFrom.empty() && options.resumeFrom.empty() && !probe) {

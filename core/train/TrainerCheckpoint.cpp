@@ -183,16 +183,46 @@ std::string Trainer::Impl::saveCheckpoint(int step, const TrainerCallbacks& call
     return path;
 }
 
-void Trainer::Impl::loadCheckpoint(const std::string& path)
+void Trainer::Impl::openCheckpoint(const std::string& path)
 {
-    torch::serialize::InputArchive archive;
+    resumeArchive = std::make_unique<torch::serialize::InputArchive>();
     try {
         // Onto the CPU whatever device wrote it; parameters are copied to theirs below.
-        archive.load_from(path, torch::Device(torch::kCPU));
+        resumeArchive->load_from(path, torch::Device(torch::kCPU));
     } catch (const c10::Error& e) {
+        resumeArchive.reset();
         throw InputError("checkpoint " + path + " cannot be read (" + firstLine(e.what_without_backtrace())
                          + "); it may be truncated or not a Trainbench checkpoint");
     }
+}
+
+bool Trainer::Impl::loadCheckpointQuantizedBase()
+{
+    if (!resumeArchive) return false;
+    std::map<std::string, torch::Tensor> parts;
+    for (const auto& [name, layer] : quantizableLinears(*model)) {
+        for (const char* part : {".weight_quant_state", ".weight_data", ".weight_absmax", ".weight_quant_map",
+                                 ".weight_nested_absmax", ".weight_nested_quant_map"}) {
+            torch::Tensor t;
+            if (resumeArchive->try_read("model." + name + part, t)) parts[name + part] = t;
+        }
+    }
+    if (parts.empty()) return false; // a checkpoint without it: the folder is quantized again
+    torch::NoGradGuard noGrad;
+    try {
+        loadQuantizedBase(*model, parts);
+    } catch (const c10::Error& e) {
+        throw InputError("the checkpoint's quantized base does not fit this model (" + firstLine(e.what_without_backtrace())
+                         + "); was the model folder or model.quantize changed since the run began?");
+    }
+    return true;
+}
+
+void Trainer::Impl::loadCheckpoint(const std::string& path)
+{
+    if (!resumeArchive) openCheckpoint(path);
+    const auto held = std::move(resumeArchive);
+    auto& archive = *held;
     // A fresh tensor per key: InputArchive::read into a defined tensor resizes it in place.
     const auto read = [&](const char* key) {
         torch::Tensor t;

@@ -195,7 +195,13 @@ struct Trainer::Impl {
     void prepareCheckpointDir() const;
     void pruneCheckpoints() const;
     std::string saveCheckpoint(int step, const TrainerCallbacks& callbacks);
+    // Reads the checkpoint a run resumes from (once: openCheckpoint keeps
+    // it for loadCheckpoint); its quantized base, where it has one, goes
+    // into the model (true), so the folder is not quantized again.
+    void openCheckpoint(const std::string& path);
+    bool loadCheckpointQuantizedBase();
     void loadCheckpoint(const std::string& path);
+    std::unique_ptr<torch::serialize::InputArchive> resumeArchive;
 };
 
 } // namespace tb
