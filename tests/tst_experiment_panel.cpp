@@ -17,6 +17,8 @@
 #include "LearningRatePlot.h"
 #include "config/LearningRate.h"
 #include "ExperimentPanel.h"
+#include "DatasetBrowser.h"
+#include "QCustomPlotInclude.h"
 #include "MainWindow.h"
 #include "MemoryPlannerPanel.h"
 #include "RunPanel.h"
@@ -50,6 +52,7 @@ private Q_SLOTS:
     void fileDialogOpensLargeEnoughToRead();
     void openPythiaFolder();
     void dataPreviewTokenizesTheFirstDocument();
+    void datasetBrowserCountsPagesAndMarksTheLoss();
 
 private:
     QLineEdit* line(const QString& path) { return qobject_cast<QLineEdit*>(m_window->experimentPanel()->fieldEditor(path)); }
@@ -578,6 +581,93 @@ void TestExperimentPanel::dataPreviewTokenizesTheFirstDocument()
     doc->setValues({{"model.type", QString("gpt")}, {"model.path", QJsonValue(QJsonValue::Undefined)},
                     {"data.source", QString("text")}, {"data.path", QJsonValue(QJsonValue::Undefined)}});
     QTRY_VERIFY(panel->dataPreviewHeader().isEmpty());
+}
+
+// Browse data…: every conversation of a chat file as training sees it. The
+// numbers (examples, rows dropped, those longer than the training window)
+// are trainbench-cli data's (tst_tokenizers checks those against the
+// reference tokenizer's count); pages move with Next and the example number.
+void TestExperimentPanel::datasetBrowserCountsPagesAndMarksTheLoss()
+{
+    const QString folder = m_dir->filePath("tiny-chat");
+    QVERIFY(QDir().mkpath(folder));
+    auto write = [](const QString& path, const QByteArray& text) {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(text);
+    };
+    write(folder + "/config.json", R"({"model_type": "llama", "vocab_size": 16, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 256})");
+    write(folder + "/tokenizer.json", R"({"version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [{"id": 0, "content": "<s>", "special": true, "normalized": false},
+                         {"id": 1, "content": "</s>", "special": true, "normalized": false}],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithNext", "invert": false},
+        "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Fuse"},
+        "model": {"type": "BPE", "unk_token": null, "vocab": {"<s>": 0, "</s>": 1, "h": 2, "e": 3, "l": 4, "o": 5,
+            " ": 6, "w": 7, "r": 8, "d": 9, "he": 10, "ll": 11, "hell": 12, "hello": 13, "\n": 14, ".": 15},
+            "merges": ["h e", "l l", "he ll", "hell o"]}})");
+    write(folder + "/tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template":
+        "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% else %}{{ ' ' + m.content + eos_token }}{% endif %}{% endfor %}"})");
+    const QByteArray hello = R"({"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]})";
+    // Four conversations (ShareGPT's and Alpaca's shapes too), one longer than
+    // the window of 9 tokens, and a row that is not JSON (dropped, counted).
+    write(m_dir->filePath("browse.jsonl"),
+          hello + "\n{\"conversations\": [{\"from\": \"human\", \"value\": \"hello\"}, {\"from\": \"gpt\", \"value\": \"hello\"}]}\n"
+          + "{not json\n{\"instruction\": \"hello\", \"output\": \"world\"}\n"
+          + R"({"messages": [{"role": "user", "content": "hello hello hello"}, {"role": "assistant", "content": "hello world world"}]})" + "\n");
+    auto* panel = m_window->experimentPanel();
+    auto* doc = m_window->document();
+    panel->openModelFolder(folder);
+    doc->setValues({{"data.source", QString("chat")}, {"data.path", m_dir->filePath("browse.jsonl")}, {"data.seq_len", 8},
+                    {"data.skip_bad_lines", true}});
+    // (Laid out once the preview appears.)
+    QTRY_VERIFY(panel->browseDataButton()->isEnabled() && panel->browseDataButton()->height() > 0);
+    QVERIFY2(doc->isValid(), doc->issues().empty() ? "" : doc->issues().front().text().c_str());
+    QTest::mouseClick(panel->browseDataButton(), Qt::LeftButton);
+    auto* browser = panel->findChild<DatasetBrowser*>();
+    QVERIFY(browser);
+    QTRY_VERIFY_WITH_TIMEOUT(!browser->loading(), 30000);
+    QVERIFY2(browser->stats().has_value(), qPrintable(browser->errorText()));
+    const auto& stats = *browser->stats();
+    QCOMPARE(stats.documents, std::uint64_t(4));
+    QCOMPARE(stats.skippedLines, std::uint64_t(1));
+    QCOMPARE(stats.longerThanWindow(8), std::uint64_t(1));
+    const QString summary = browser->summaryText();
+    QVERIFY2(summary.contains("4 conversations") && summary.contains("1 of 4 longer than a training window of 9 tokens")
+                 && summary.contains("1 row dropped as bad data") && summary.contains("line 3"),
+             qPrintable(summary));
+    // The first conversation, as the data preview shows it.
+    QCOMPARE(browser->example(), 1);
+    QVERIFY2(browser->exampleHeader().startsWith("9 tokens, 6 of them the assistant's"), qPrintable(browser->exampleHeader()));
+    QCOMPARE(browser->exampleText(), QString("<s>hello world</s>"));
+    QTest::mouseClick(browser->nextButton(), Qt::LeftButton);
+    QCOMPARE(browser->example(), 2);
+    QCOMPARE(browser->exampleText(), QString("<s>hello hello</s>"));
+    browser->showExample(4);
+    QVERIFY2(browser->exampleHeader().contains("longer than the training window (9)"), qPrintable(browser->exampleHeader()));
+    QVERIFY(!browser->nextButton()->isEnabled());
+    QVERIFY(browser->histogramPlot()->isVisible() && browser->histogramPlot()->plottableCount() == 1);
+    browser->resize(1600, 1000);
+    QTest::qWait(50);
+    browser->grab().save(QDir::currentPath() + "/dataset-browser-1600.png");
+    browser->resize(1280, 720);
+    QTest::qWait(50);
+    browser->grab().save(QDir::currentPath() + "/dataset-browser-1280.png");
+    browser->close();
+
+    // Without skip_bad_lines the bad row is the answer: its line, and no numbers.
+    doc->setValue("data.skip_bad_lines", false);
+    QTRY_VERIFY(panel->browseDataButton()->isEnabled());
+    auto* refused = panel->openDatasetBrowser();
+    QVERIFY(refused);
+    QTRY_VERIFY_WITH_TIMEOUT(!refused->loading(), 30000);
+    QVERIFY(!refused->stats().has_value());
+    QVERIFY2(refused->errorText().contains("line 3"), qPrintable(refused->errorText()));
+    refused->close();
 }
 
 QTEST_MAIN(TestExperimentPanel)

@@ -714,6 +714,57 @@ def chat_training_data(tmp, modules):
     return failures
 
 
+def data_numbers(tmp, modules):
+    """The dataset numbers (`trainbench-cli data`, which the window's dataset
+    browser shows) against an independent count: each example's length from
+    the reference's ids (BOS by the tokenizer's template, EOS appended as
+    training appends it), the examples longer than a training window from
+    those lengths, and the rows dropped as bad data from the file itself."""
+    failures = []
+    rng = random.Random(9)
+    words = ["alpha", "beta", "日本語", "🙂", "it's", "1234", "x" * 7, "Hello,", "world.", "\n"]
+    for name in ("llama3", "mistral"):
+        folder = chat_folder(tmp, modules, name)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump({"model_type": "llama", "vocab_size": 200000, "hidden_size": 64, "intermediate_size": 128,
+                       "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 4096}, f)
+        texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 120))).replace(" \n ", "\n")
+                 for _ in range(300)]
+        data = os.path.join(tmp, "data-%s.jsonl" % name)
+        bad = 0
+        with open(data, "w", encoding="utf-8") as f:
+            for i, t in enumerate(texts):
+                f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
+                if i % 50 == 7:
+                    f.write("{not json\n")  # a bad row: dropped and counted
+                    bad += 1
+        seq = 64
+        config = os.path.join(tmp, "data-%s.json" % name)
+        with open(config, "w") as f:
+            json.dump({"model": {"type": "hf", "path": folder},
+                       "data": {"source": "jsonl", "path": data, "seq_len": seq, "skip_bad_lines": True}}, f)
+        p = subprocess.run([CLI, "data", "--config", config, "--json", "--lengths"], capture_output=True)
+        if p.returncode != 0:
+            failures.append("data %s: %s" % (name, p.stderr.decode().strip()))
+            continue
+        ours = json.loads(p.stdout.decode())
+        tokenizer = os.path.join(folder, "tokenizer.json")
+        eos_text = json.load(open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8"))["eos_token"]
+        eos = run_ref(tokenizer, [json.dumps(eos_text)], "encode")[0][0]
+        ref = run_ref(tokenizer, [json.dumps(t, ensure_ascii=False) for t in texts], "encode-special")
+        lengths = [len(ids) + (0 if ids and ids[-1] == eos else 1) for ids in ref]
+        want = {"examples": len(texts), "tokens": sum(lengths), "lengths": lengths, "skipped_rows": bad,
+                "longer_than_window": sum(1 for n in lengths if n > seq + 1), "longest": max(lengths)}
+        for key, value in want.items():
+            if ours.get(key) != value:
+                shown = ours.get(key) if key != "lengths" else "first difference at example %d" % first_difference(ours["lengths"], value)
+                failures.append("data %s: %s is %s, the reference count %s" % (
+                    name, key, shown, value if key != "lengths" else ""))
+        print("data %-7s %d examples, %d tokens, %d longer than the window, %d bad rows: as the reference counts" % (
+            name, len(texts), sum(lengths), want["longer_than_window"], bad))
+    return failures
+
+
 def sharegpt(messages):
     roles = {"user": "human", "assistant": "gpt", "system": "system"}
     return {"conversations": [{"from": roles[m["role"]], "value": m["content"]} for m in messages]}
@@ -920,6 +971,8 @@ def main():
         failures += chat_templates(tmp, MODULES)
         failures += chat_training_data(tmp, MODULES)
         failures += chat_training_run(tmp, MODULES)
+    if not only or "data" in only.split(","):
+        failures += data_numbers(tmp, MODULES)
     if failures:
         print("\n".join(failures))
         raise SystemExit("FAIL: %d problems" % len(failures))

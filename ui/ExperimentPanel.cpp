@@ -2,6 +2,9 @@
 #include "FileDialogs.h"
 #include "ExperimentPanel.h"
 
+#include "DatasetBrowser.h"
+#include "TokenHtml.h"
+
 #include "GpuTargetModel.h"
 #include "LearningRatePlot.h"
 
@@ -134,7 +137,15 @@ ExperimentPanel::ExperimentPanel(ConfigDocument* document, QWidget* parent)
     m_preview->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
     m_preview->setToolTip(tr("The first document tokenized with the model folder's tokenizer: each token shaded in "
                              "turn, special tokens (BOS, EOS) in grey, line breaks as ↵"));
-    previewLayout->addWidget(m_previewHeader);
+    m_browseData = new QPushButton(tr("Browse &data…"), this);
+    m_browseData->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_D));
+    m_browseData->setToolTip(tr("Every example of the data as training sees it: how many, their lengths against the "
+                                "sequence length, rows dropped, and each example's tokens (Ctrl+Shift+D)"));
+    connect(m_browseData, &QPushButton::clicked, this, [this] { openDatasetBrowser(); });
+    auto* previewTop = new QHBoxLayout;
+    previewTop->addWidget(m_previewHeader, 1);
+    previewTop->addWidget(m_browseData, 0, Qt::AlignTop);
+    previewLayout->addLayout(previewTop);
     previewLayout->addWidget(m_preview, 1);
     m_previewHost->hide();
     connect(&m_previewWatcher, &QFutureWatcher<DataPreview>::finished, this, [this] {
@@ -506,19 +517,7 @@ DataPreview makePreview(const QString& key, const std::string& folder, const std
         }
         if (p.ids.size() < p.tokens) out.header += QObject::tr(", the first %1 shown").arg(p.ids.size());
         if (spec.eos < 0) out.header += QObject::tr("; the folder names no EOS, so documents are packed without one");
-        QString html = "<div style=\"white-space: pre-wrap\">";
-        for (std::size_t i = 0; i < p.ids.size(); ++i) {
-            QString piece = QString::fromStdString(p.pieces[i]).toHtmlEscaped();
-            piece.replace("\n", "\u21b5<br>");
-            const bool special = tok->isSpecial(p.ids[i]);
-            const bool trained = i < p.mask.size() && p.mask[i];
-            const char* style = trained ? (special ? "background:#86efac;color:#14532d;font-weight:bold"
-                                                   : (i % 2 ? "background:#bbf7d0" : "background:#86efac"))
-                                : special ? "background:#e5e7eb;color:#374151;font-weight:bold"
-                                          : (i % 2 ? "background:#fde68a" : "background:#bfdbfe");
-            html += QString("<span style=\"%1\" title=\"%2\">%3</span>").arg(style).arg(p.ids[i]).arg(piece);
-        }
-        out.html = html + "</div>";
+        out.html = tokensHtml(*tok, p.ids, p.pieces, p.mask);
     } catch (const std::exception& e) {
         out.error = true;
         out.header = QObject::tr("No preview: %1").arg(QString::fromStdString(e.what()));
@@ -539,6 +538,7 @@ void ExperimentPanel::updatePreview()
         return;
     }
     m_previewHost->show();
+    m_browseData->setEnabled(config.has_value());
     if (!config) {
         m_previewKey.clear();
         m_previewHeader->setText(tr("The data preview appears when the config is valid."));
@@ -617,6 +617,19 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
         }
     }
     m_estimate->setText(text + ".");
+}
+
+DatasetBrowser* ExperimentPanel::openDatasetBrowser()
+{
+    const auto config = m_document->config();
+    if (!config || config->model.type != "hf"
+        || (config->data.source != "text" && config->data.source != "jsonl" && config->data.source != "chat")) {
+        return nullptr;
+    }
+    auto* browser = new DatasetBrowser(*config, this);
+    browser->setAttribute(Qt::WA_DeleteOnClose);
+    browser->show();
+    return browser;
 }
 
 } // namespace tb::ui

@@ -16,10 +16,13 @@ class QComboBox;
 class QJsonValue;
 class QFormLayout;
 class QLabel;
+class QPushButton;
 class QPlainTextEdit;
 class QTextBrowser;
 
 namespace tb::ui {
+
+class DatasetBrowser;
 
 class ConfigDocument;
 class LearningRatePlot;
@@ -62,6 +65,9 @@ public:
     QString dataPreviewHeader() const;
     // The preview's tokens as plain text.
     QString dataPreviewTokens() const;
+    // Browse data… (Ctrl+Shift+D): the dataset browser for the config's data (shown; deleted when closed); null without one.
+    DatasetBrowser* openDatasetBrowser();
+    QPushButton* browseDataButton() const { return m_browseData; }
 
 Q_SIGNALS:
     // "Plan…" next to the estimate: open the memory planner.
@@ -101,6 +107,7 @@ private:
     QLabel* m_scheduleSummary = nullptr;
     QWidget* m_previewHost;
     QLabel* m_previewHeader;
+    QPushButton* m_browseData;
     QTextBrowser* m_preview;
     QString m_previewKey;
     QFutureWatcher<DataPreview> m_previewWatcher;

@@ -578,6 +578,22 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
     return out;
 }
 
+std::vector<std::string> tokenPieces(const Tokenizer& tok, const std::vector<std::int32_t>& ids)
+{
+    std::vector<std::string> pieces;
+    pieces.reserve(ids.size());
+    std::string before;
+    std::vector<std::int32_t> prefix;
+    for (const auto id : ids) {
+        prefix.push_back(id);
+        std::string now = tok.decode(prefix);
+        if (now.size() >= before.size() && now.compare(0, before.size(), before) == 0) pieces.push_back(now.substr(before.size()));
+        else pieces.push_back(tok.decode({id}));
+        before = std::move(now);
+    }
+    return pieces;
+}
+
 DocumentPreview previewFirstDocument(const CorpusSpec& spec, const Tokenizer& tok, std::size_t maxShown)
 {
     DocumentPreview out;
@@ -674,17 +690,7 @@ DocumentPreview previewFirstDocument(const CorpusSpec& spec, const Tokenizer& to
         out.tokens = ids.size();
         ids.resize(std::min(ids.size(), maxShown));
     }
-    // Each token's text: the growth of the decoded prefix, or the token decoded
-    // alone where a token ends inside a character.
-    std::string before;
-    std::vector<std::int32_t> prefix;
-    for (const auto id : ids) {
-        prefix.push_back(id);
-        std::string now = tok.decode(prefix);
-        if (now.size() >= before.size() && now.compare(0, before.size(), before) == 0) out.pieces.push_back(now.substr(before.size()));
-        else out.pieces.push_back(tok.decode({id}));
-        before = std::move(now);
-    }
+    out.pieces = tokenPieces(tok, ids);
     out.ids = std::move(ids);
     return out;
 }

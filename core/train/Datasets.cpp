@@ -1,5 +1,7 @@
 #include "train/Datasets.h"
 
+#include "train/CorpusSetup.h"
+
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -594,31 +596,11 @@ std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPre
 {
     const auto& d = config.data;
     const std::string folder = resolvedModelPath(config);
-    auto tokenizer = std::make_shared<const text::Tokenizer>(text::Tokenizer::fromModelFolder(folder));
-    const auto special = text::readFolderSpecialTokens(folder, *tokenizer);
-    text::CorpusSpec spec;
-    spec.format = d.source;
-    spec.field = d.field;
-    spec.skipBadLines = d.skipBadLines;
-    spec.eos = special.eos;
-    spec.bos = special.bos;
-    std::unique_ptr<text::ChatTemplate> chat;
-    if (d.source == "chat") {
-        const auto folderTemplate = text::readFolderChatTemplate(folder);
-        chat = std::make_unique<text::ChatTemplate>(folderTemplate.source, folderTemplate.where);
-        spec.chat = chat.get();
-        spec.chatVariables = folderTemplate.variables;
-        spec.chatSource = folderTemplate.source;
-    }
-    std::string shown;
     const std::string root = prep.tokenCacheRoot.empty() ? text::defaultTokenCacheRoot() : prep.tokenCacheRoot;
-    if (d.path.empty()) {
-        spec.path = bundledSampleFile(root);
-        shown = "the bundled sample text";
-    } else {
-        spec.path = resolvedDataPath(config);
-        shown = spec.path;
-    }
+    auto setup = corpusSetupFor(config, root);
+    auto tokenizer = setup.tokenizer;
+    const auto& spec = setup.spec;
+    const std::string& shown = setup.shown;
     auto say = [&](const std::string& severity, const std::string& message) {
         if (prep.onEvent) prep.onEvent(severity, "tokenize", message);
     };
@@ -652,9 +634,9 @@ std::unique_ptr<Dataset> tokenizedDataset(const RunConfig& config, const DataPre
                            + " of " + shown + " (data.skip_bad_lines): " + examples
                            + (corpus.skippedLines > corpus.skippedExamples.size() ? "; ..." : ""));
     }
-    auto dataset = TokenDataset::fromCorpus(corpus, shown, std::move(tokenizer), special.eos, datasetVocabSize(config),
+    auto dataset = TokenDataset::fromCorpus(corpus, shown, std::move(tokenizer), spec.eos, datasetVocabSize(config),
                                             effectiveSeqLen(config), d.valFraction);
-    dataset->setChatFolder(folder, special.bos);
+    dataset->setChatFolder(folder, spec.bos);
     return dataset;
 }
 
