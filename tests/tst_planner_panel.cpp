@@ -798,7 +798,7 @@ void TestPlannerPanel::qloraFromTheFormTrainsSamplesAndExports()
     auto* dialog = history->openExportModel();
     QVERIFY(dialog);
     using Kind = ExportModelDialog::Kind;
-    QCOMPARE(dialog->kinds(), (std::vector<Kind>{Kind::Adapter, Kind::Merged, Kind::Quantized}));
+    QCOMPARE(dialog->kinds(), (std::vector<Kind>{Kind::Adapter, Kind::Merged, Kind::Quantized, Kind::Bundle}));
     QCOMPARE(dialog->kind(), Kind::Adapter);
     QVERIFY2(dialog->folder().contains("/exports/qlora-tiny") && dialog->folder().endsWith(QString("-run%1-adapter").arg(outcome.runId)), qPrintable(dialog->folder()));
     QSignalSpy exported(history, &HistoryPanel::exported);
@@ -826,13 +826,24 @@ void TestPlannerPanel::qloraFromTheFormTrainsSamplesAndExports()
     QTest::mouseClick(dialog->exportButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
     QVERIFY(dialog->succeeded());
+    // The run bundle: one JSON file import-run reads, its checkpoint beside it.
+    QVERIFY(dialog->selectKind(Kind::Bundle));
+    QVERIFY2(dialog->folder().endsWith("-bundle.json"), qPrintable(dialog->folder()));
+    QTest::mouseClick(dialog->exportButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
+    QVERIFY2(dialog->succeeded(), qPrintable(dialog->statusText()));
+    QFile bundle(dialog->folder());
+    QVERIFY(bundle.open(QIODevice::ReadOnly));
+    QVERIFY(QJsonDocument::fromJson(bundle.readAll()).isObject());
+    QVERIFY(QFileInfo::exists(dialog->folder() + ".checkpoint.pt"));
+    QVERIFY(dialog->selectKind(Kind::Quantized));
     // A folder it cannot write: the reason, in one sentence, and nothing claimed.
     dialog->setFolder("/proc/trainbench-cannot-write-here");
     QTest::mouseClick(dialog->exportButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
     QVERIFY(!dialog->succeeded());
     QVERIFY2(dialog->statusText().startsWith("Not exported: "), qPrintable(dialog->statusText()));
-    QCOMPARE(exported.count(), 3);
+    QCOMPARE(exported.count(), 4);
     screenshot("qlora-flow-history.png");
     dialog->close();
 }

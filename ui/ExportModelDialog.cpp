@@ -34,6 +34,7 @@ QString folderSuffix(ExportModelDialog::Kind kind, const std::string& quantize)
     case ExportModelDialog::Kind::Merged: return "merged";
     case ExportModelDialog::Kind::Quantized: return QString::fromStdString("bnb-" + quantize);
     case ExportModelDialog::Kind::Weights: return "model";
+    case ExportModelDialog::Kind::Bundle: return "bundle.json";
     }
     return "model";
 }
@@ -69,6 +70,7 @@ ExportModelDialog::ExportModelDialog(const QString& dbPath, std::int64_t runId, 
     if (rank > 0) m_kinds.push_back(Kind::Merged);
     if (rank > 0 && quantize != "none") m_kinds.push_back(Kind::Quantized);
     if (rank == 0 || !hf) m_kinds.push_back(Kind::Weights);
+    m_kinds.push_back(Kind::Bundle);
 
     m_group = new QButtonGroup(this);
     auto* choices = new QVBoxLayout;
@@ -86,6 +88,9 @@ ExportModelDialog::ExportModelDialog(const QString& dbPath, std::int64_t runId, 
         case Kind::Weights:
             return rank > 0 ? tr("&Weights as trained, the adapters as separate lora_A / lora_B tensors")
                             : tr("&Weights: model.safetensors%1").arg(type == "llama" || hf ? tr(" and config.json") : QString());
+        case Kind::Bundle:
+            return tr("Run &bundle: its config, metrics, events and findings as one file (import-run reads it), its "
+                      "latest checkpoint beside it");
         }
         return {};
     };
@@ -108,8 +113,10 @@ ExportModelDialog::ExportModelDialog(const QString& dbPath, std::int64_t runId, 
     });
     m_browse = new QPushButton(tr("&Browse…"), this);
     connect(m_browse, &QPushButton::clicked, this, [this] {
-        const QString dir = existingDirectory(this, tr("Export into folder"), QFileInfo(m_folder->text()).absolutePath());
-        if (!dir.isEmpty()) m_folder->setText(dir);
+        const QString chosen = kind() == Kind::Bundle
+            ? saveFileName(this, tr("Export the run bundle"), folder(), tr("Run bundles (*.json)"))
+            : existingDirectory(this, tr("Export into folder"), QFileInfo(m_folder->text()).absolutePath());
+        if (!chosen.isEmpty()) m_folder->setText(chosen);
     });
     auto* folderRow = new QHBoxLayout;
     folderRow->addWidget(m_folder, 1);
@@ -188,12 +195,14 @@ QString ExportModelDialog::kindWords(Kind k) const
     case Kind::Merged: return tr("the merged model");
     case Kind::Quantized: return tr("the quantized merged model");
     case Kind::Weights: return tr("the weights");
+    case Kind::Bundle: return tr("the run bundle");
     }
     return {};
 }
 
 QStringList ExportModelDialog::exportArguments() const
 {
+    if (kind() == Kind::Bundle) return {"export-run", QString::number(m_runId), "--db", m_dbPath, "--output", folder(), "--checkpoint"};
     QStringList args{"export-model", QString::number(m_runId), "--db", m_dbPath, "--output", folder()};
     if (kind() == Kind::Merged) args << "--merge-lora";
     if (kind() == Kind::Quantized) args << "--quantized";
@@ -226,15 +235,25 @@ void ExportModelDialog::startOrCancel()
         return;
     }
     QStringList present;
-    for (const char* f : kOutputFiles) {
-        if (QFileInfo::exists(QDir(folder()).filePath(f))) present << f;
+    if (kind() == Kind::Bundle) {
+        if (QFileInfo::exists(folder())) present << QFileInfo(folder()).fileName();
+    } else {
+        for (const char* f : kOutputFiles) {
+            if (QFileInfo::exists(QDir(folder()).filePath(f))) present << f;
+        }
     }
     if (!present.isEmpty() && m_askReplace
         && plainMessage(this, QMessageBox::Question, tr("Replace files?"),
-                        tr("%1 already holds %2. Export and replace them?").arg(folder(), present.join(", ")),
+                        kind() == Kind::Bundle ? tr("%1 exists. Replace it?").arg(folder())
+                                               : tr("%1 already holds %2. Export and replace them?").arg(folder(), present.join(", ")),
                         QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel)
                != QMessageBox::Yes) {
         m_status->setText(tr("Not exported: %1 keeps its files. Choose another folder.").arg(folder()));
+        return;
+    }
+    // export-model makes its folder; a bundle's folder is made here.
+    if (kind() == Kind::Bundle && !QDir().mkpath(QFileInfo(folder()).absolutePath())) {
+        m_status->setText(tr("Not exported: cannot make the folder %1").arg(QFileInfo(folder()).absolutePath()));
         return;
     }
     m_cancelled = m_succeeded = false;
@@ -278,6 +297,7 @@ void ExportModelDialog::finished(int code, bool crashed)
             if (line.startsWith("wrote ")) wrote << QFileInfo(line.mid(6).section(" (", 0, 0)).fileName() + " (" + line.section(" (", 1);
         }
         const double seconds = static_cast<double>(m_clock.elapsed()) / 1000.0;
+        if (wrote.isEmpty()) wrote << QFileInfo(folder()).fileName();
         m_status->setText(tr("Exported %1 of run %2 to %3 in %4 s:\n%5")
                               .arg(kindWords(kind()))
                               .arg(m_runId)

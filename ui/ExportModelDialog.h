@@ -6,7 +6,9 @@
 // the model with the adapters merged (a quantized base dequantized, in bf16),
 // a QLoRA run's merged model quantized again as a bitsandbytes folder, or a
 // run's weights as they are. When done the dialog names the folder and what
-// it holds.
+// it holds. The run bundle (its config, metrics, events and findings as one
+// JSON file import-run reads, with its latest checkpoint beside it) is
+// offered for every run.
 
 #include <QDialog>
 #include <QElapsedTimer>
@@ -33,13 +35,13 @@ public:
                       const QString& defaultFolder, QWidget* parent = nullptr);
     ~ExportModelDialog() override; // ends an export in progress
 
-    enum class Kind { Adapter, Merged, Quantized, Weights };
+    enum class Kind { Adapter, Merged, Quantized, Weights, Bundle };
     // The kinds this run offers, the first being the default.
     const std::vector<Kind>& kinds() const { return m_kinds; }
     bool selectKind(Kind kind);
     Kind kind() const;
     void setFolder(const QString& folder);
-    QString folder() const;
+    QString folder() const; // the bundle's file for Kind::Bundle
     // The arguments export-model is run with.
     QStringList exportArguments() const;
 
