@@ -10,7 +10,11 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
+#include <QProgressBar>
 #include <QPushButton>
+#include <QSignalSpy>
+
+#include <filesystem>
 #include <QScrollArea>
 
 #include "ConfigDocument.h"
@@ -658,6 +662,32 @@ void TestExperimentPanel::datasetBrowserCountsPagesAndMarksTheLoss()
     QTest::qWait(50);
     browser->grab().save(QDir::currentPath() + "/dataset-browser-1280.png");
     browser->close();
+
+    // A large file is read in the background, the progress bar following it
+    // (three blocks of 8 MiB here); Cancel stops it and caches nothing.
+    {
+        QFile big(m_dir->filePath("big.jsonl"));
+        QVERIFY(big.open(QIODevice::WriteOnly));
+        const QByteArray row = R"({"messages": [{"role": "user", "content": "hello hello"}, {"role": "assistant", "content": "world"}]})" "\n";
+        for (int i = 0; i < (20 << 20) / row.size(); ++i) big.write(row);
+    }
+    doc->setValue("data.path", m_dir->filePath("big.jsonl"));
+    QTRY_VERIFY(panel->browseDataButton()->isEnabled());
+    auto* large = panel->openDatasetBrowser();
+    QVERIFY(large);
+    QSignalSpy progressed(large->progressBar(), &QProgressBar::valueChanged);
+    QTRY_VERIFY_WITH_TIMEOUT(!large->loading(), 120000);
+    QVERIFY2(large->stats().has_value(), qPrintable(large->errorText()));
+    QVERIFY2(progressed.count() >= 2, qPrintable(QString::number(progressed.count())));
+    large->close();
+    std::filesystem::last_write_time(m_dir->filePath("big.jsonl").toStdString(), std::filesystem::file_time_type::clock::now());
+    auto* cancelled = panel->openDatasetBrowser();
+    QVERIFY(cancelled);
+    QTest::mouseClick(cancelled->cancelButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!cancelled->loading(), 120000);
+    QVERIFY2(!cancelled->stats().has_value() && cancelled->errorText().startsWith("Cancelled"), qPrintable(cancelled->errorText()));
+    cancelled->close();
+    doc->setValue("data.path", m_dir->filePath("browse.jsonl"));
 
     // Without skip_bad_lines the bad row is the answer: its line, and no numbers.
     doc->setValue("data.skip_bad_lines", false);
