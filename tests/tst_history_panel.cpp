@@ -3,6 +3,8 @@
 // delete and CSV export, and "Open in editor".
 #include <QtTest>
 
+#include <QComboBox>
+
 #include <QElapsedTimer>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -39,6 +41,7 @@ private Q_SLOTS:
     void cleanup() { m_window.reset(); }
     void tableFiltersSortsAndFetchesLazily();
     void overlayDiffAndStableColours();
+    void everyStoredMetricOverlays();
     void editsDeleteAndExport();
     void interruptedRunShowsItsMetricsAndOpensInTheEditor();
     void lineageResumeSmoothingAndLegend();
@@ -144,6 +147,61 @@ void TestHistoryPanel::overlayDiffAndStableColours()
     history()->tabs()->setCurrentIndex(1);
     QCoreApplication::processEvents();
     QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/history-diff.png"));
+}
+
+// Every metric a run stores can be overlaid (TensorBoard's scalars): the
+// right-hand plot takes any key the selected runs have, smoothed as the loss
+// is, and the loss overlay carries each run's validation points.
+void TestHistoryPanel::everyStoredMetricOverlays()
+{
+    std::int64_t withScalars;
+    {
+        RunStore store(db().toStdString());
+        withScalars = store.createRun({"scalars", R"({"name":"s"})", "cpu", "fp32", "0", "1.13", 20});
+        std::vector<MetricPoint> points;
+        for (int step = 1; step <= 20; ++step) {
+            points.push_back({withScalars, step, "loss", 3.0 - step * 0.05, 10.0 + step});
+            points.push_back({withScalars, step, "lr", step < 5 ? 1e-3 * step / 5 : 1e-3, 10.0 + step});
+            points.push_back({withScalars, step, "grad_norm", 2.0 + (step % 3), 10.0 + step});
+            if (step % 5 == 0) points.push_back({withScalars, step, "val_loss", 3.1 - step * 0.04, 10.0 + step});
+        }
+        store.appendMetrics(points);
+        store.markEnded(withScalars, RunStatus::Finished, {20, 2.0, 2.3, std::nullopt, ""});
+    }
+    history()->refresh();
+    history()->selectRuns({m_ids[0], withScalars});
+    // The metrics the two runs store, named; memory first as before (run 0 has it).
+    auto* box = history()->metricBox();
+    QStringList names;
+    for (int i = 0; i < box->count(); ++i) names << box->itemText(i);
+    QCOMPARE(names, (QStringList{"gradient norm", "learning rate", "peak tensor memory (MiB)", "validation loss"}));
+    QCOMPARE(box->currentText(), QString("peak tensor memory (MiB)"));
+    QCOMPARE(history()->memoryPlot()->seriesCount(), 1); // only run 0 measured memory
+    // Two loss curves and the scalar run's four validation points, as discs.
+    auto* loss = history()->lossPlot();
+    QCOMPARE(loss->seriesCount(), 3);
+    QCOMPARE(loss->graph(2)->lineStyle(), QCPGraph::lsNone);
+    QCOMPARE(loss->graph(2)->data()->size(), 4);
+    QVERIFY(loss->graph(2)->name().endsWith("(validation)"));
+    QVERIFY(history()->selectMetric("lr"));
+    QCOMPARE(history()->memoryPlot()->seriesCount(), 1);
+    QCOMPARE(history()->memoryPlot()->yAxis->label(), QString("learning rate"));
+    QCOMPARE(history()->memoryPlot()->graph(0)->data()->at(19)->value, 1e-3);
+    // Smoothing applies to the metric too; the choice stays while the selection moves.
+    history()->setSmoothing(0.5);
+    QVERIFY(history()->memoryPlot()->graph(0)->data()->at(2)->value < 1e-3 * 3 / 5);
+    history()->setSmoothing(0);
+    history()->selectRuns({withScalars});
+    QCOMPARE(box->currentText(), QString("learning rate"));
+    // A metric the selected runs lack falls back to one they have.
+    history()->selectRuns({m_ids[1]});
+    QCOMPARE(box->currentText(), QString("peak tensor memory (MiB)"));
+    QCOMPARE(history()->memoryPlot()->seriesCount(), 1);
+    history()->selectRuns({m_ids[0], withScalars});
+    QVERIFY(history()->selectMetric("grad_norm"));
+    history()->tabs()->setCurrentIndex(0);
+    QCoreApplication::processEvents();
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/history-metrics.png"));
 }
 
 void TestHistoryPanel::editsDeleteAndExport()

@@ -6,6 +6,8 @@
 #include "MetricPlot.h"
 
 #include <QCheckBox>
+#include <QComboBox>
+#include <QCoreApplication>
 #include <QDateTime>
 #include <QFile>
 #include <QFileInfo>
@@ -144,6 +146,9 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
     connect(m_logY, &QCheckBox::toggled, this, [this](bool log) { m_lossPlot->setLogScale(log); });
     connect(m_lineage, &QCheckBox::toggled, this, &HistoryPanel::showOverlay);
     connect(m_smoothing, &QSlider::valueChanged, this, &HistoryPanel::showOverlay);
+    connect(m_metric, &QComboBox::currentIndexChanged, this, [this] {
+        if (!m_fillingMetrics) showOverlay();
+    });
     connect(m_resume, &QPushButton::clicked, this, [this] {
         if (const auto* r = currentRun()) Q_EMIT resumeRequested(r->id);
     });
@@ -176,6 +181,11 @@ QWidget* HistoryPanel::buildOverlays()
     m_lossPlot = new OverlayPlot(tr("loss"), this);
     m_memoryPlot = new OverlayPlot(tr("peak tensor memory (MiB)"), this);
     m_memoryPlot->setZeroBased(true);
+    m_metric = new QComboBox(this);
+    m_metric->setAccessibleName(tr("Metric"));
+    m_metric->setToolTip(tr("The metric the right-hand plot overlays: any the selected runs store (learning rate, "
+                            "gradient norm, tokens/s, step time, validation loss, memory, …)"));
+    m_metric->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     m_byTime = new QCheckBox(tr("by elapsed time"), this);
     m_logY = new QCheckBox(tr("log scale"), this);
     m_lineage = new QCheckBox(tr("follow lineage"), this);
@@ -195,6 +205,8 @@ QWidget* HistoryPanel::buildOverlays()
     plotOptions->addWidget(m_lineage);
     plotOptions->addWidget(new QLabel(tr("smoothing"), this));
     plotOptions->addWidget(m_smoothing);
+    plotOptions->addWidget(new QLabel(tr("right: "), this));
+    plotOptions->addWidget(m_metric);
     plotOptions->addStretch(1);
     plotOptions->addWidget(new QLabel(tr("click a legend entry to hide its curve"), this));
     plotLayout->addLayout(plotOptions);
@@ -365,9 +377,32 @@ void HistoryPanel::selectionChanged()
     showDetails();
 }
 
+namespace {
+
+// A stored metric's name on an axis and in the metric list.
+QString metricName(const QString& key)
+{
+    static const std::map<QString, const char*> names{
+        {"val_loss", QT_TRANSLATE_NOOP("HistoryPanel", "validation loss")},
+        {"val_accuracy", QT_TRANSLATE_NOOP("HistoryPanel", "validation exact match")},
+        {"lr", QT_TRANSLATE_NOOP("HistoryPanel", "learning rate")},
+        {"grad_norm", QT_TRANSLATE_NOOP("HistoryPanel", "gradient norm")},
+        {"tokens_per_s", QT_TRANSLATE_NOOP("HistoryPanel", "tokens/s")},
+        {"step_ms", QT_TRANSLATE_NOOP("HistoryPanel", "step time (ms)")},
+        {"mem_peak_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "peak tensor memory (MiB)")},
+        {"mem_current_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "tensor memory (MiB)")},
+    };
+    const auto it = names.find(key);
+    if (it != names.end()) return QCoreApplication::translate("HistoryPanel", it->second);
+    return key.endsWith("_bytes") ? key + " (MiB)" : key;
+}
+
+} // namespace
+
 void HistoryPanel::showOverlay()
 {
     std::vector<OverlayPlot::Series> losses, memory;
+    std::set<std::string> keys;
     auto ids = selectedRunIds();
     if (!ids.empty() && ids.size() <= 64) {
         try {
@@ -390,6 +425,8 @@ void HistoryPanel::showOverlay()
             }
             const bool byTime = m_byTime->isChecked();
             const double smoothing = m_smoothing->value() / 100.0;
+            const std::string metric = m_metric->currentIndex() >= 0 ? m_metric->currentData().toString().toStdString()
+                                                                     : std::string("mem_peak_bytes");
             for (const auto id : ids) {
                 // Listed runs come from the model; ancestors outside the filter from the store.
                 const RunRecord* listed = m_model->find(id);
@@ -397,17 +434,23 @@ void HistoryPanel::showOverlay()
                 const RunRecord* run = listed ? listed : stored ? &*stored : nullptr;
                 if (!run) continue;
                 const QString label = QString("%1 %2").arg(id).arg(QString::fromStdString(run->name).left(24));
-                for (auto [key, out] : {std::pair{"loss", &losses}, std::pair{"mem_peak_bytes", &memory}}) {
+                for (const auto& [key, _] : store.latestMetrics(id)) keys.insert(key);
+                // The run's first step's time: the loss and its validation points on one clock.
+                double t0 = 0;
+                for (auto [key, out] : {std::pair{std::string("loss"), &losses}, std::pair{std::string("val_loss"), &losses},
+                                        std::pair{metric, &memory}}) {
                     const auto points = store.metricSeries(id, key, 2000);
                     if (points.empty()) continue;
-                    const bool loss = std::string(key) == "loss";
-                    OverlayPlot::Series s{label, runColor(id), {}, {}};
-                    const double t0 = points.front().wallTime;
+                    const bool validation = key == "val_loss" && out == &losses;
+                    const bool bytes = key.size() > 6 && key.compare(key.size() - 6, 6, "_bytes") == 0;
+                    if (key == "loss" || t0 == 0) t0 = points.front().wallTime;
+                    OverlayPlot::Series s{validation ? label + tr(" (validation)") : label, runColor(id), {}, {}, validation};
                     double ema = points.front().value;
                     for (const auto& p : points) {
                         ema = smoothing * ema + (1.0 - smoothing) * p.value;
                         s.x.push_back(byTime ? p.wallTime - t0 : p.step);
-                        s.y.push_back(loss ? (smoothing > 0 ? ema : p.value) : p.value / 1048576.0);
+                        // Smoothed like TensorBoard's scalars; memory and validation points as measured.
+                        s.y.push_back(bytes ? p.value / 1048576.0 : !validation && smoothing > 0 ? ema : p.value);
                     }
                     out->push_back(std::move(s));
                 }
@@ -419,7 +462,30 @@ void HistoryPanel::showOverlay()
     }
     const QString x = m_byTime->isChecked() ? tr("seconds since the run's first step") : tr("step");
     m_lossPlot->setSeries(losses, x);
+    // The metrics the selected runs store, the chosen one kept where it still is.
+    const QString chosen = m_metric->currentIndex() >= 0 ? m_metric->currentData().toString() : QString("mem_peak_bytes");
+    keys.erase("loss");
+    m_fillingMetrics = true;
+    m_metric->clear();
+    for (const auto& key : keys) m_metric->addItem(metricName(QString::fromStdString(key)), QString::fromStdString(key));
+    int at = m_metric->findData(chosen);
+    if (at < 0) at = m_metric->findData(QString("mem_peak_bytes"));
+    m_metric->setCurrentIndex(at >= 0 ? at : (m_metric->count() > 0 ? 0 : -1));
+    m_fillingMetrics = false;
+    if (m_metric->currentIndex() >= 0 && m_metric->currentData().toString() != chosen && !keys.empty()) {
+        showOverlay(); // the chosen metric is not stored by these runs: draw the one shown
+        return;
+    }
+    m_memoryPlot->yAxis->setLabel(m_metric->currentIndex() >= 0 ? m_metric->currentText() : tr("peak tensor memory (MiB)"));
     m_memoryPlot->setSeries(memory, x);
+}
+
+bool HistoryPanel::selectMetric(const QString& key)
+{
+    const int at = m_metric->findData(key);
+    if (at < 0) return false;
+    m_metric->setCurrentIndex(at);
+    return true;
 }
 
 void HistoryPanel::setFollowLineage(bool follow) { m_lineage->setChecked(follow); }

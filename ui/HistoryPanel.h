@@ -19,6 +19,7 @@
 #include "store/RunStore.h"
 
 class QCheckBox;
+class QComboBox;
 class QMenu;
 class QLabel;
 class QLineEdit;
@@ -53,7 +54,11 @@ public:
     RunTableModel* model() const { return m_model; }
     QTableView* table() const { return m_table; }
     OverlayPlot* lossPlot() const { return m_lossPlot; }
+    // The right-hand overlay: the metric chosen in metricBox (peak tensor memory at first).
     OverlayPlot* memoryPlot() const { return m_memoryPlot; }
+    QComboBox* metricBox() const { return m_metric; }
+    // Chooses the right-hand overlay's metric by its stored key ("lr", "grad_norm", ...); false when no selected run has it.
+    bool selectMetric(const QString& key);
     QTableWidget* diffTable() const { return m_diff; }
     QLabel* messageLabel() const { return m_message; }
     QTabWidget* tabs() const { return m_tabs; }
@@ -131,6 +136,8 @@ private:
     QTabWidget* m_tabs;
     OverlayPlot* m_lossPlot;
     OverlayPlot* m_memoryPlot;
+    QComboBox* m_metric;
+    bool m_fillingMetrics = false;
     QCheckBox* m_byTime;
     QCheckBox* m_logY;
     QCheckBox* m_lineage;

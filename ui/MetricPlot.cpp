@@ -147,6 +147,10 @@ void OverlayPlot::setSeries(const std::vector<Series>& series, const QString& xL
     clearCurves();
     for (const auto& s : series) {
         BucketedCurve* curve = addCurve(s.name, s.color);
+        if (s.points) {
+            curve->graph()->setLineStyle(QCPGraph::lsNone);
+            curve->graph()->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, s.color, 6));
+        }
         for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) curve->append(s.x[i], s.y[i]);
     }
     xAxis->setLabel(xLabel);

@@ -114,6 +114,7 @@ public:
         QString name;
         QColor color;
         std::vector<double> x, y;
+        bool points = false; // discs, no line (validation losses)
     };
     // Clicking a legend entry hides or shows its curve.
     explicit OverlayPlot(const QString& yLabel, QWidget* parent = nullptr);
