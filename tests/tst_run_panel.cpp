@@ -2,6 +2,8 @@
 // store, and never freeze the GUI thread.
 #include <QtTest>
 
+#include <QComboBox>
+
 #include <QDockWidget>
 #include <QLabel>
 #include <QLineEdit>
@@ -132,6 +134,20 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
 
     // The planner's estimate beside the measured memory, and the error at the end.
     QVERIFY(panel->memoryPlot()->estimateCurve()->pointCount() > 0);
+    // The lower plot shows any of the run's other scalars instead: every step's
+    // learning rate (rising through the warmup), gradient norm, tokens/s, step time.
+    auto* below = panel->lowerPlotBox();
+    below->setCurrentIndex(below->findText("learning rate"));
+    QVERIFY(panel->scalarPlot()->isVisible() && !panel->memoryPlot()->isVisible());
+    const auto* lr = panel->scalarPlot()->curve(ScalarPlot::LearningRate);
+    QCOMPARE(lr->pointCount(), std::int64_t(60));
+    QVERIFY(lr->minValue() < lr->maxValue());
+    QCOMPARE(panel->scalarPlot()->yAxis->label(), QString("learning rate"));
+    QCOMPARE(panel->scalarPlot()->curve(ScalarPlot::TokensPerSecond)->pointCount(), std::int64_t(60));
+    QVERIFY(panel->scalarPlot()->curve(ScalarPlot::GradNorm)->maxValue() > 0);
+    QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/run-learning-rate.png"));
+    below->setCurrentIndex(0);
+    QVERIFY(panel->memoryPlot()->isVisible() && !panel->scalarPlot()->isVisible());
     // The event log shows eight lines at least (it was four).
     const auto* log = panel->findChild<QPlainTextEdit*>("eventLog");
     QVERIFY(log);

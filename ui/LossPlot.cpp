@@ -121,4 +121,56 @@ void MemoryPlot::appendThinned(const QVector<double>& currentSteps, const QVecto
     }
 }
 
+ScalarPlot::ScalarPlot(QWidget* parent) : MetricPlot(label(LearningRate), parent)
+{
+    const QColor colours[kMetrics] = {QColor(120, 60, 170), QColor(200, 120, 20), QColor(30, 130, 90), QColor(90, 90, 90)};
+    for (int m = 0; m < kMetrics; ++m) m_curves[m] = addCurve(label(static_cast<Metric>(m)), colours[m]);
+    legend->setVisible(false); // one curve at a time, named on the axis
+    setShown(LearningRate);
+}
+
+QString ScalarPlot::label(Metric metric)
+{
+    switch (metric) {
+    case LearningRate: return tr("learning rate");
+    case GradNorm: return tr("gradient norm");
+    case TokensPerSecond: return tr("tokens/s");
+    case StepMs: return tr("step time (ms)");
+    case kMetrics: break;
+    }
+    return {};
+}
+
+const char* ScalarPlot::key(Metric metric)
+{
+    switch (metric) {
+    case LearningRate: return "lr";
+    case GradNorm: return "grad_norm";
+    case TokensPerSecond: return "tokens_per_s";
+    case StepMs: return "step_ms";
+    case kMetrics: break;
+    }
+    return "";
+}
+
+void ScalarPlot::clear()
+{
+    for (auto* c : m_curves) c->clear();
+    resetView();
+    fitToData();
+}
+
+void ScalarPlot::append(Metric metric, const QVector<double>& steps, const QVector<double>& values)
+{
+    for (int i = 0; i < steps.size() && i < values.size(); ++i) m_curves[metric]->append(steps[i], values[i]);
+}
+
+void ScalarPlot::setShown(Metric metric)
+{
+    m_shown = metric;
+    for (int m = 0; m < kMetrics; ++m) m_curves[m]->graph()->setVisible(m == metric);
+    yAxis->setLabel(label(metric));
+    fitToData();
+}
+
 } // namespace tb::ui

@@ -68,4 +68,26 @@ private:
     double m_estimateMiB = 0;
 };
 
+// The run's other scalars per step, one shown at a time: the learning rate,
+// the gradient norm, tokens per second and the step's time.
+class ScalarPlot final : public MetricPlot {
+    Q_OBJECT
+
+public:
+    enum Metric { LearningRate, GradNorm, TokensPerSecond, StepMs, kMetrics };
+    explicit ScalarPlot(QWidget* parent = nullptr);
+    void clear();
+    void append(Metric metric, const QVector<double>& steps, const QVector<double>& values);
+    void setShown(Metric metric);
+    Metric shown() const { return m_shown; }
+    const BucketedCurve* curve(Metric metric) const { return m_curves[metric]; }
+    // Its name on the axis, and its key in the store.
+    static QString label(Metric metric);
+    static const char* key(Metric metric);
+
+private:
+    BucketedCurve* m_curves[kMetrics];
+    Metric m_shown = LearningRate;
+};
+
 } // namespace tb::ui

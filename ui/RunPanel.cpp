@@ -185,6 +185,7 @@ void RunPanel::beginRun(const QString& what)
 {
     m_lossPlot->clear();
     m_memoryPlot->clear();
+    m_scalarPlot->clear();
     m_log->clear();
     m_pace.reset();
     m_resuming = false;
@@ -376,9 +377,20 @@ void RunPanel::plotHistory(qint64 runId)
     m_lossPlot->appendTraining(lossSteps, losses);
     m_lossPlot->appendValidation(valSteps, valLosses);
     m_memoryPlot->appendThinned(currentSteps, currentMiB, peakSteps, peakMiB);
+    for (int m = 0; m < ScalarPlot::kMetrics; ++m) {
+        QVector<double> steps, values;
+        try {
+            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            series(store.metricSeries(runId, ScalarPlot::key(static_cast<ScalarPlot::Metric>(m)), kBuckets), 1.0, steps, values);
+        } catch (const std::exception&) {
+            continue; // the loss's read said what went wrong
+        }
+        m_scalarPlot->append(static_cast<ScalarPlot::Metric>(m), steps, values);
+    }
     if (!loss.empty()) appendLog("info", tr("Plotted the run's first %1 steps from the store.").arg(m_historyUntil));
     m_lossPlot->followData();
     m_memoryPlot->followData();
+    m_scalarPlot->followData();
 }
 
 void RunPanel::stop()
@@ -459,16 +471,24 @@ void RunPanel::drainProgress()
     batch.steps.erase(std::remove_if(batch.steps.begin(), batch.steps.end(), plotted), batch.steps.end());
     batch.evals.erase(std::remove_if(batch.evals.begin(), batch.evals.end(), plotted), batch.evals.end());
     if (!batch.steps.empty()) {
-        QVector<double> steps, losses, current, peak;
+        QVector<double> steps, losses, current, peak, lr, gradNorm, rate, stepMs;
         for (const auto& s : batch.steps) {
             steps.push_back(s.step);
             losses.push_back(s.loss);
             current.push_back(s.memCurrentBytes / 1048576.0);
             peak.push_back(s.memPeakBytes / 1048576.0);
+            lr.push_back(s.lr);
+            gradNorm.push_back(s.gradNorm);
+            rate.push_back(s.tokensPerSecond);
+            stepMs.push_back(s.stepMs);
         }
         m_lossPlot->setRunLength(batch.steps.back().totalSteps);
         m_lossPlot->appendTraining(steps, losses);
         m_memoryPlot->append(steps, current, peak);
+        m_scalarPlot->append(ScalarPlot::LearningRate, steps, lr);
+        m_scalarPlot->append(ScalarPlot::GradNorm, steps, gradNorm);
+        m_scalarPlot->append(ScalarPlot::TokensPerSecond, steps, rate);
+        m_scalarPlot->append(ScalarPlot::StepMs, steps, stepMs);
         const StepMetrics& last = batch.steps.back();
         const double elapsed = m_elapsed.elapsed() / 1000.0;
         m_pace.observe(batch.steps.front().step, last.totalSteps, elapsed);
@@ -492,6 +512,7 @@ void RunPanel::drainProgress()
     for (const auto& e : batch.events) appendLog(QString::fromStdString(e.severity), QString::fromStdString(e.message));
     m_lossPlot->followData();
     m_memoryPlot->followData();
+    m_scalarPlot->followData();
 }
 
 void RunPanel::onFinished(const tb::SessionOutcome& outcome)

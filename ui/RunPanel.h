@@ -28,6 +28,7 @@ namespace tb::ui {
 
 class LossPlot;
 class MemoryPlot;
+class ScalarPlot;
 class SampleBox;
 
 class RunPanel final : public QWidget {
@@ -89,6 +90,9 @@ public:
     QPlainTextEdit* logView() const { return m_log; }
     LossPlot* lossPlot() const { return m_lossPlot; }
     MemoryPlot* memoryPlot() const { return m_memoryPlot; }
+    // The lower plot: tensor memory, or one of the run's other scalars (learning rate, gradient norm, ...).
+    ScalarPlot* scalarPlot() const { return m_scalarPlot; }
+    QComboBox* lowerPlotBox() const { return m_lowerPlot; }
     QLabel* statusLabel() const { return m_status; }
     SampleBox* sampleBox() const { return m_sample; }
     qint64 currentRunId() const { return m_runId; }
@@ -162,6 +166,8 @@ private:
     QCheckBox* m_logScale;
     LossPlot* m_lossPlot;
     MemoryPlot* m_memoryPlot;
+    ScalarPlot* m_scalarPlot;
+    QComboBox* m_lowerPlot;
     QPlainTextEdit* m_log;
     SampleBox* m_sample;
 };

@@ -92,8 +92,23 @@ QWidget* RunPanel::buildPlots()
 {
     m_lossPlot = new LossPlot(this);
     m_memoryPlot = new MemoryPlot(this);
-    // One step axis: both plots span the same steps (validation at step 0 included).
+    m_scalarPlot = new ScalarPlot(this);
+    m_scalarPlot->hide();
+    // One step axis: the plots span the same steps (validation at step 0 included).
     m_lossPlot->shareKeyRangeWith(m_memoryPlot);
+    m_lossPlot->shareKeyRangeWith(m_scalarPlot);
+    m_lowerPlot = new QComboBox(this);
+    m_lowerPlot->setAccessibleName(tr("Lower plot"));
+    m_lowerPlot->setToolTip(tr("What the lower plot shows: tensor memory with the planner's estimate, or another "
+                               "scalar the run records each step"));
+    m_lowerPlot->addItem(tr("tensor memory"), -1);
+    for (int m = 0; m < ScalarPlot::kMetrics; ++m) m_lowerPlot->addItem(ScalarPlot::label(static_cast<ScalarPlot::Metric>(m)), m);
+    connect(m_lowerPlot, &QComboBox::currentIndexChanged, this, [this] {
+        const int metric = m_lowerPlot->currentData().toInt();
+        m_memoryPlot->setVisible(metric < 0);
+        m_scalarPlot->setVisible(metric >= 0);
+        if (metric >= 0) m_scalarPlot->setShown(static_cast<ScalarPlot::Metric>(metric));
+    });
     m_smoothing = new QSlider(Qt::Horizontal, this);
     m_smoothing->setRange(0, 99);
     m_smoothing->setValue(90);
@@ -105,6 +120,9 @@ QWidget* RunPanel::buildPlots()
     plotControls->addWidget(m_smoothing);
     plotControls->addSpacing(12);
     plotControls->addWidget(m_logScale);
+    plotControls->addSpacing(12);
+    plotControls->addWidget(new QLabel(tr("below:"), this));
+    plotControls->addWidget(m_lowerPlot);
     plotControls->addStretch(1);
     plotControls->addWidget(new QLabel(tr("drag to pan · wheel to zoom · double-click to fit · right-click to export"), this));
 
@@ -123,6 +141,7 @@ QWidget* RunPanel::buildPlots()
     plotLayout->addLayout(plotControls);
     plotLayout->addWidget(m_lossPlot, 3);
     plotLayout->addWidget(m_memoryPlot, 2);
+    plotLayout->addWidget(m_scalarPlot, 2);
     // The events and the Sample box side by side under the plots: stacked,
     // they left the two plots about 100 px each in a 1280x720 window.
     m_sample = new SampleBox(this);
