@@ -140,7 +140,7 @@ std::map<std::string, torch::Tensor> referenceCases()
 int caseCount(const std::map<std::string, torch::Tensor>& t)
 {
     int n = 0;
-    while (t.count("c" + std::to_string(n) + ".source")) ++n;
+    while (t.count(std::string("c") + std::to_string(n) + ".source")) ++n;
     return n;
 }
 } // namespace
@@ -152,7 +152,7 @@ void TestQuantize::referenceStorageDequantizesBitForBit()
     const int n = caseCount(t);
     QVERIFY(n >= 8);
     for (int i = 0; i < n; ++i) {
-        const auto p = "c" + std::to_string(i) + ".";
+        const auto p = std::string("c") + std::to_string(i) + ".";
         const auto q = fromReference(t, p);
         QVERIFY2(sameBits(q.dequantize(torch::kFloat), t.at(p + "expected_f32")), p.c_str());
         QVERIFY2(sameBits(q.dequantize(torch::kBFloat16), t.at(p + "expected_bf16")), p.c_str());
@@ -164,7 +164,7 @@ void TestQuantize::quantizerWritesWhatTheReferenceWrites()
     const auto t = referenceCases();
     if (t.empty()) QSKIP("numpy (Debian's python3-numpy) is not installed: the reference cannot run");
     for (int i = 0; i < caseCount(t); ++i) {
-        const auto p = "c" + std::to_string(i) + ".";
+        const auto p = std::string("c") + std::to_string(i) + ".";
         const auto ref = fromReference(t, p);
         const auto ours = quantizeWeight(t.at(p + "source"), {ref.format, ref.nested});
         QVERIFY2(torch::equal(ours.data, ref.data), p.c_str());

@@ -20,6 +20,8 @@
 #include "SampleBox.h"
 #include "StepAssembler.h"
 #include "TrainingWorker.h"
+#include "run/SystemSampler.h"
+#include "store/RunStore.h"
 #include "TestPrinters.h"
 #include "store/RunStore.h"
 
@@ -44,6 +46,7 @@ private Q_SLOTS:
     void followedStepsReachThePlotOnce();
     void longAnswerKeepsTheWindowAndASqueezedLayoutIsRepaired();
     void runTabIsUsableAt1280x720();
+    void systemSamplerSamplesEveryInterval();
 
 private:
     void setSteps(int steps)
@@ -146,6 +149,19 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
     QCOMPARE(panel->scalarPlot()->curve(ScalarPlot::TokensPerSecond)->pointCount(), std::int64_t(60));
     QVERIFY(panel->scalarPlot()->curve(ScalarPlot::GradNorm)->maxValue() > 0);
     QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/run-learning-rate.png"));
+    // The system's samples (every 2 s, the first at the first step): stored
+    // with the run, plotted here and offered in History's metric list.
+    QVERIFY(panel->scalarPlot()->curve(ScalarPlot::CpuPercent)->pointCount() >= 2);
+    QVERIFY(panel->scalarPlot()->curve(ScalarPlot::HostMemory)->minValue() > 10); // MiB
+    below->setCurrentIndex(below->findText("CPU use (% of one core)"));
+    QCOMPARE(panel->scalarPlot()->yAxis->label(), QString("CPU use (% of one core)"));
+    {
+        RunStore store(dbPath().toStdString(), RunStore::Mode::ReadOnly);
+        const auto cpu = store.metrics(outcome.runId, SystemSampler::kCpuPercent);
+        QCOMPARE(static_cast<std::int64_t>(cpu.size()), panel->scalarPlot()->curve(ScalarPlot::CpuPercent)->pointCount());
+        QVERIFY(cpu.front().value > 0);
+        QVERIFY(store.metrics(outcome.runId, SystemSampler::kHostRssBytes).front().value > 10e6);
+    }
     below->setCurrentIndex(0);
     QVERIFY(panel->memoryPlot()->isVisible() && !panel->scalarPlot()->isVisible());
     // The event log shows eight lines at least (it was four).
@@ -497,6 +513,26 @@ void TestRunPanel::runTabIsUsableAt1280x720()
                                 .arg(plot->axisRect()->height())
                                 .arg(plot->height())));
     }
+}
+
+// CPU use and resident memory at once, then not again until the interval
+// has passed (a run's steps ask at every step).
+void TestRunPanel::systemSamplerSamplesEveryInterval()
+{
+    SystemSampler sampler(-1, std::chrono::milliseconds(200));
+    const auto first = sampler.sampleIfDue();
+    QCOMPARE(first.size(), std::size_t(2));
+    QCOMPARE(first[0].first, std::string(SystemSampler::kCpuPercent));
+    QCOMPARE(first[1].first, std::string(SystemSampler::kHostRssBytes));
+    QVERIFY(first[1].second > 10e6);
+    QVERIFY(sampler.sampleIfDue().empty());
+    // Busy for 250 ms: one core's worth of CPU time, about 100%.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
+    volatile double x = 0;
+    while (std::chrono::steady_clock::now() < until) x = x + 1.0;
+    const auto next = sampler.sampleIfDue();
+    QCOMPARE(next.size(), std::size_t(2));
+    QVERIFY2(next[0].second > 50 && next[0].second < 400, qPrintable(QString::number(next[0].second)));
 }
 
 QTEST_MAIN(TestRunPanel)

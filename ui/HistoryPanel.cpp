@@ -391,6 +391,11 @@ QString metricName(const QString& key)
         {"step_ms", QT_TRANSLATE_NOOP("HistoryPanel", "step time (ms)")},
         {"mem_peak_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "peak tensor memory (MiB)")},
         {"mem_current_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "tensor memory (MiB)")},
+        {"sys_cpu_percent", QT_TRANSLATE_NOOP("HistoryPanel", "CPU use (% of one core)")},
+        {"sys_host_rss_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "host memory of the run (MiB)")},
+        {"sys_gpu_util_percent", QT_TRANSLATE_NOOP("HistoryPanel", "GPU utilisation (%)")},
+        {"sys_gpu_mem_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "GPU memory in use (MiB)")},
+        {"sys_gpu_power_w", QT_TRANSLATE_NOOP("HistoryPanel", "GPU power (W)")},
     };
     const auto it = names.find(key);
     if (it != names.end()) return QCoreApplication::translate("HistoryPanel", it->second);

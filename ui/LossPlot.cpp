@@ -1,5 +1,7 @@
 #include "LossPlot.h"
 
+#include "run/SystemSampler.h"
+
 namespace tb::ui {
 
 LossPlot::LossPlot(QWidget* parent) : MetricPlot(tr("loss"), parent)
@@ -123,7 +125,9 @@ void MemoryPlot::appendThinned(const QVector<double>& currentSteps, const QVecto
 
 ScalarPlot::ScalarPlot(QWidget* parent) : MetricPlot(label(LearningRate), parent)
 {
-    const QColor colours[kMetrics] = {QColor(120, 60, 170), QColor(200, 120, 20), QColor(30, 130, 90), QColor(90, 90, 90)};
+    const QColor colours[kMetrics] = {QColor(120, 60, 170), QColor(200, 120, 20), QColor(30, 130, 90), QColor(90, 90, 90),
+                                      QColor(40, 90, 200), QColor(160, 40, 90), QColor(30, 150, 160), QColor(190, 80, 40),
+                                      QColor(120, 120, 30)};
     for (int m = 0; m < kMetrics; ++m) m_curves[m] = addCurve(label(static_cast<Metric>(m)), colours[m]);
     legend->setVisible(false); // one curve at a time, named on the axis
     setShown(LearningRate);
@@ -136,6 +140,11 @@ QString ScalarPlot::label(Metric metric)
     case GradNorm: return tr("gradient norm");
     case TokensPerSecond: return tr("tokens/s");
     case StepMs: return tr("step time (ms)");
+    case CpuPercent: return tr("CPU use (% of one core)");
+    case HostMemory: return tr("host memory of the run (MiB)");
+    case GpuUtil: return tr("GPU utilisation (%)");
+    case GpuMemory: return tr("GPU memory in use (MiB)");
+    case GpuPower: return tr("GPU power (W)");
     case kMetrics: break;
     }
     return {};
@@ -148,9 +157,27 @@ const char* ScalarPlot::key(Metric metric)
     case GradNorm: return "grad_norm";
     case TokensPerSecond: return "tokens_per_s";
     case StepMs: return "step_ms";
+    case CpuPercent: return SystemSampler::kCpuPercent;
+    case HostMemory: return SystemSampler::kHostRssBytes;
+    case GpuUtil: return SystemSampler::kGpuUtilPercent;
+    case GpuMemory: return SystemSampler::kGpuMemBytes;
+    case GpuPower: return SystemSampler::kGpuPowerWatts;
     case kMetrics: break;
     }
     return "";
+}
+
+double ScalarPlot::scale(Metric metric) { return metric == HostMemory || metric == GpuMemory ? 1.0 / 1048576.0 : 1.0; }
+
+bool ScalarPlot::fromKey(const std::string& key, Metric& metric)
+{
+    for (int m = CpuPercent; m < kMetrics; ++m) {
+        if (key == ScalarPlot::key(static_cast<Metric>(m))) {
+            metric = static_cast<Metric>(m);
+            return true;
+        }
+    }
+    return false;
 }
 
 void ScalarPlot::clear()

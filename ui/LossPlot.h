@@ -69,21 +69,27 @@ private:
 };
 
 // The run's other scalars per step, one shown at a time: the learning rate,
-// the gradient norm, tokens per second and the step's time.
+// the gradient norm, tokens per second and the step's time, and the system's
+// samples (every few seconds: CPU use, host memory; on a GPU its
+// utilisation, memory in use and power).
 class ScalarPlot final : public MetricPlot {
     Q_OBJECT
 
 public:
-    enum Metric { LearningRate, GradNorm, TokensPerSecond, StepMs, kMetrics };
+    enum Metric { LearningRate, GradNorm, TokensPerSecond, StepMs, CpuPercent, HostMemory, GpuUtil, GpuMemory, GpuPower, kMetrics };
     explicit ScalarPlot(QWidget* parent = nullptr);
     void clear();
     void append(Metric metric, const QVector<double>& steps, const QVector<double>& values);
     void setShown(Metric metric);
     Metric shown() const { return m_shown; }
     const BucketedCurve* curve(Metric metric) const { return m_curves[metric]; }
-    // Its name on the axis, and its key in the store.
+    // Its name on the axis, its key in the store, and the scale from the
+    // stored value to the plotted one (bytes to MiB).
     static QString label(Metric metric);
     static const char* key(Metric metric);
+    static double scale(Metric metric);
+    // A system sample's metric by its stored key; false for another key.
+    static bool fromKey(const std::string& key, Metric& metric);
 
 private:
     BucketedCurve* m_curves[kMetrics];

@@ -381,7 +381,8 @@ void RunPanel::plotHistory(qint64 runId)
         QVector<double> steps, values;
         try {
             RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
-            series(store.metricSeries(runId, ScalarPlot::key(static_cast<ScalarPlot::Metric>(m)), kBuckets), 1.0, steps, values);
+            const auto metric = static_cast<ScalarPlot::Metric>(m);
+            series(store.metricSeries(runId, ScalarPlot::key(metric), kBuckets), ScalarPlot::scale(metric), steps, values);
         } catch (const std::exception&) {
             continue; // the loss's read said what went wrong
         }
@@ -489,6 +490,13 @@ void RunPanel::drainProgress()
         m_scalarPlot->append(ScalarPlot::GradNorm, steps, gradNorm);
         m_scalarPlot->append(ScalarPlot::TokensPerSecond, steps, rate);
         m_scalarPlot->append(ScalarPlot::StepMs, steps, stepMs);
+        // The system's samples, every few seconds.
+        for (const auto& s : batch.steps) {
+            for (const auto& [key, value] : s.system) {
+                ScalarPlot::Metric metric;
+                if (ScalarPlot::fromKey(key, metric)) m_scalarPlot->append(metric, {double(s.step)}, {value * ScalarPlot::scale(metric)});
+            }
+        }
         const StepMetrics& last = batch.steps.back();
         const double elapsed = m_elapsed.elapsed() / 1000.0;
         m_pace.observe(batch.steps.front().step, last.totalSteps, elapsed);

@@ -32,6 +32,7 @@ public:
         else if (key == "mem_current_bytes") m_step.memCurrentBytes = static_cast<std::int64_t>(value);
         else if (key == "mem_peak_bytes") m_step.memPeakBytes = static_cast<std::int64_t>(value);
         else if (key == "loss_scale") m_step.lossScale = value;
+        else if (key.rfind("sys_", 0) == 0) m_step.system.emplace_back(key, value); // the run's system samples
         // tokens_per_s is the last per-step key in the stream's (step, key) order.
         if (key == "tokens_per_s") done.push_back(take());
         return done;

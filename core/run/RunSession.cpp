@@ -1,4 +1,6 @@
 #include "run/RunSession.h"
+
+#include "run/SystemSampler.h"
 #include "diagnose/TargetPlan.h"
 
 #include <algorithm>
@@ -326,11 +328,22 @@ TrainerCallbacks RunSession::storingCallbacks(MetricWriter& writer, SessionOutco
 {
     // The memory check's warning is said once per run.
     auto estimateWarned = std::make_shared<bool>(false);
+    // CPU and host memory, and the GPU's use where the run trains on one, every 2 s.
+    const std::string device = resolveDevice(m_config.device);
+    int cudaIndex = -1;
+    if (device.rfind("cuda", 0) == 0) cudaIndex = device.size() > 5 ? std::atoi(device.c_str() + 5) : 0;
+    auto sampler = std::make_shared<SystemSampler>(cudaIndex);
     TrainerCallbacks tc;
-    tc.onStep = [this, &writer, &outcome, &callbacks, estimateWarned](const StepMetrics& s) {
+    tc.onStep = [this, &writer, &outcome, &callbacks, estimateWarned, sampler](const StepMetrics& step) {
+        StepMetrics s = step;
+        s.system = sampler->sampleIfDue();
         // One step's values in one transaction: a follower (here or
         // over ssh) assembles steps from them and must not see half.
-        if (m_options.recordMetrics) writer.addMetrics(s.step, storedValues(s, m_options.measureMemory));
+        if (m_options.recordMetrics) {
+            auto values = storedValues(s, m_options.measureMemory);
+            values.insert(values.end(), s.system.begin(), s.system.end());
+            writer.addMetrics(s.step, values);
+        }
         writer.setStepsDone(s.step);
         if (s.memPeakBytes > outcome.measuredPeakBytes) {
             outcome.measuredPeakBytes = s.memPeakBytes;

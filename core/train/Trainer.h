@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/RunConfig.h"
@@ -38,6 +39,9 @@ struct StepMetrics {
     double commWaitMs = 0;
     double lossScale = 0;          // fp16 only
     bool skipped = false;          // fp16: gradients overflowed, step skipped
+    // System metrics sampled as this step ended (a run session's
+    // SystemSampler, every few seconds; empty between samples): key, value.
+    std::vector<std::pair<std::string, double>> system;
 };
 
 struct EvalMetrics {
