@@ -42,6 +42,7 @@ private Q_SLOTS:
     void tableFiltersSortsAndFetchesLazily();
     void overlayDiffAndStableColours();
     void everyStoredMetricOverlays();
+    void reportIsOneSelfContainedFile();
     void editsDeleteAndExport();
     void interruptedRunShowsItsMetricsAndOpensInTheEditor();
     void lineageResumeSmoothingAndLegend();
@@ -202,6 +203,38 @@ void TestHistoryPanel::everyStoredMetricOverlays()
     history()->tabs()->setCurrentIndex(0);
     QCoreApplication::processEvents();
     QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/history-metrics.png"));
+}
+
+// Report…: the selected runs in one self-contained HTML file: their final
+// metrics, the two plots as drawn, the config differences and the notes,
+// user text escaped.
+void TestHistoryPanel::reportIsOneSelfContainedFile()
+{
+    {
+        RunStore store(db().toStdString());
+        store.setNote(m_ids[2], "Larger batch <fast> & stable.");
+    }
+    history()->refresh();
+    history()->selectRuns({m_ids[0], m_ids[2]});
+    QVERIFY(history()->reportButton()->isEnabled());
+    const QString path = m_dir->filePath("report.html");
+    QString error;
+    QVERIFY2(history()->writeReport(path, &error), qPrintable(error));
+    QFile::remove(QCoreApplication::applicationDirPath() + "/history-report.html");
+    QFile::copy(path, QCoreApplication::applicationDirPath() + "/history-report.html");
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QString html = QString::fromUtf8(f.readAll());
+    QVERIFY(html.startsWith("<!DOCTYPE html>"));
+    QCOMPARE(html.count("data:image/png;base64,"), 2);  // the plots inside, no file beside it
+    QVERIFY(!html.contains("src=\"http") && !html.contains("<link"));
+    QVERIFY(html.contains("&lt;b&gt;wide&lt;/b&gt; run") && !html.contains("<b>wide</b>"));
+    QVERIFY(html.contains("Larger batch &lt;fast&gt; &amp; stable."));
+    QVERIFY(html.contains("<td>train.batch_size</td>") && html.contains("class=differs"));
+    QVERIFY(html.contains("2.5000") && html.contains("2.3000")); // the two runs' final losses
+    QVERIFY(html.contains("baseline"));                           // run 0's tag
+    QVERIFY(!history()->writeReport("/proc/no-such-dir/report.html", &error));
+    QVERIFY2(error.startsWith("Cannot write /proc/no-such-dir/report.html"), qPrintable(error));
 }
 
 void TestHistoryPanel::editsDeleteAndExport()

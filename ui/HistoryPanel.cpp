@@ -4,7 +4,9 @@
 #include "HistoryPanel.h"
 #include "ExportModelDialog.h"
 #include "MetricPlot.h"
+#include "QCustomPlotInclude.h"
 
+#include <QBuffer>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QCoreApplication>
@@ -165,6 +167,20 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
         if (!path.isEmpty()) exportConfigAndReport(path);
     });
     connect(m_exportModel, &QPushButton::clicked, this, [this] { openExportModel(); });
+    connect(m_report, &QPushButton::clicked, this, [this] {
+        const auto ids = selectedRunIds();
+        if (ids.empty()) return;
+        const QString path = saveFileName(this, tr("Report"), ids.size() == 1 ? QString("run-%1.html").arg(ids.front())
+                                                                              : QString("runs-%1.html").arg(ids.size()),
+                                          tr("HTML (*.html)"));
+        if (path.isEmpty()) return;
+        QString error;
+        if (!writeReport(path, &error)) {
+            plainWarning(this, tr("Report"), error);
+            return;
+        }
+        Q_EMIT exported(tr("Wrote the report of %n run(s) to %1", nullptr, static_cast<int>(ids.size())).arg(path));
+    });
     connect(m_save, &QPushButton::clicked, this, [this] { saveDetails(m_name->text(), m_tags->text(), m_note->toPlainText()); });
     connect(m_delete, &QPushButton::clicked, this, &HistoryPanel::askDelete);
     connect(m_export, &QPushButton::clicked, this, &HistoryPanel::askExport);
@@ -242,6 +258,9 @@ QWidget* HistoryPanel::buildDetails()
     m_attach->setToolTip(tr("Watch a run that runs on a host live again, in the Run tab"));
     m_exportConfig = new QPushButton(tr("Export &config…"), details);
     m_exportModel = new QPushButton(tr("Export &model…"), details);
+    m_report = new QPushButton(tr("Re&port…"), details);
+    m_report->setToolTip(tr("The selected runs as one HTML file to send: their plots, how their configs differ, "
+                            "notes and final metrics"));
     actions->addWidget(m_save);
     actions->addWidget(m_open);
     actions->addWidget(m_resume);
@@ -249,6 +268,7 @@ QWidget* HistoryPanel::buildDetails()
     actions->addWidget(m_export);
     actions->addWidget(m_exportConfig);
     actions->addWidget(m_exportModel);
+    actions->addWidget(m_report);
     actions->addStretch(1);
     actions->addWidget(m_delete);
     form->addRow(actions);
@@ -334,6 +354,7 @@ void HistoryPanel::selectionChanged()
     m_open->setEnabled(ids.size() == 1);
     m_delete->setEnabled(!ids.empty());
     m_export->setEnabled(!ids.empty());
+    m_report->setEnabled(!ids.empty());
     m_exportConfig->setEnabled(ids.size() == 1);
     // Resume: what `trainbench-cli resume` would refuse, the button says why.
     QString refusal;
@@ -772,6 +793,103 @@ ExportModelDialog* HistoryPanel::openExportModel()
     connect(dialog, &ExportModelDialog::exported, this, &HistoryPanel::exported);
     dialog->show();
     return dialog;
+}
+
+namespace {
+
+// A plot as a PNG data URI: the report carries its pictures.
+QString plotImage(QCustomPlot* plot)
+{
+    QByteArray png;
+    QBuffer buffer(&png);
+    buffer.open(QIODevice::WriteOnly);
+    plot->toPixmap(900, 420).save(&buffer, "PNG");
+    return "data:image/png;base64," + QString::fromLatin1(png.toBase64());
+}
+
+QString cell(const std::optional<double>& v, int decimals = 4) { return v ? QString::number(*v, 'f', decimals) : QString("—"); }
+
+} // namespace
+
+bool HistoryPanel::writeReport(const QString& path, QString* error) const
+{
+    const auto ids = selectedRunIds();
+    if (ids.empty()) {
+        if (error) *error = tr("Select the runs to report.");
+        return false;
+    }
+    const auto esc = [](const std::string& s) { return QString::fromStdString(s).toHtmlEscaped(); };
+    QString html;
+    html += "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>"
+        + tr("Trainbench report: %n run(s)", nullptr, static_cast<int>(ids.size())).toHtmlEscaped() + "</title><style>"
+        "body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f4f6}"
+        "td.num{text-align:right;font-variant-numeric:tabular-nums}.differs{background:#fff3c4}img{max-width:100%}"
+        "</style></head><body>\n";
+    html += "<h1>" + tr("Trainbench report: %n run(s)", nullptr, static_cast<int>(ids.size())).toHtmlEscaped() + "</h1>\n";
+    html += "<p>" + tr("Written %1.").arg(QDateTime::currentDateTime().toString(Qt::ISODate)).toHtmlEscaped() + "</p>\n";
+    // The runs and their final metrics.
+    html += "<h2>" + tr("Runs").toHtmlEscaped() + "</h2>\n<table><tr>";
+    for (const QString& h : {tr("ID"), tr("Name"), tr("Status"), tr("Steps"), tr("Final loss"), tr("Validation loss"),
+                             tr("Best validation"), tr("Tokens/s"), tr("Peak memory (MiB)"), tr("Estimated (MiB)"),
+                             tr("Device"), tr("Precision"), tr("Tags")}) {
+        html += "<th>" + h.toHtmlEscaped() + "</th>";
+    }
+    html += "</tr>\n";
+    const auto mib = [](const std::optional<std::int64_t>& b) {
+        return b ? QString::number(static_cast<double>(*b) / 1048576.0, 'f', 1) : QString("—");
+    };
+    QString notes;
+    for (const auto id : ids) {
+        const RunRecord* r = m_model->find(id);
+        if (!r) continue;
+        QStringList tags;
+        for (const auto& t : r->tags) tags << QString::fromStdString(t);
+        html += QString("<tr><td class=num>%1</td><td>%2</td><td>%3</td><td class=num>%4/%5</td><td class=num>%6</td>"
+                        "<td class=num>%7</td><td class=num>%8</td><td class=num>%9</td><td class=num>%10</td>"
+                        "<td class=num>%11</td><td>%12</td><td>%13</td><td>%14</td></tr>\n")
+                    .arg(id)
+                    .arg(esc(r->name), esc(runStatusName(r->status)))
+                    .arg(r->stepsDone)
+                    .arg(r->stepsTotal)
+                    .arg(cell(r->finalLoss), cell(r->finalValLoss), cell(r->bestValLoss), cell(r->tokensPerSecond, 0),
+                         mib(r->measuredPeakBytes), mib(r->estimatedPeakBytes), esc(r->device), esc(r->precision),
+                         tags.join(", ").toHtmlEscaped());
+        if (!r->note.empty()) {
+            notes += "<h3>" + QString("%1 %2").arg(id).arg(esc(r->name)) + "</h3><p style=\"white-space:pre-wrap\">"
+                + esc(r->note) + "</p>\n";
+        }
+    }
+    html += "</table>\n";
+    // The plots as the History tab shows them (selection, smoothing, metric).
+    html += "<h2>" + tr("Curves").toHtmlEscaped() + "</h2>\n";
+    html += "<p><img alt=\"" + tr("loss").toHtmlEscaped() + "\" src=\"" + plotImage(m_lossPlot) + "\"></p>\n";
+    html += "<p><img alt=\"" + m_memoryPlot->yAxis->label().toHtmlEscaped() + "\" src=\"" + plotImage(m_memoryPlot) + "\"></p>\n";
+    // How the configs differ: the Config diff tab's table.
+    html += "<h2>" + tr("Config differences").toHtmlEscaped() + "</h2>\n<table><tr>";
+    for (int c = 0; c < m_diff->columnCount(); ++c) {
+        const auto* h = m_diff->horizontalHeaderItem(c);
+        html += "<th>" + (h ? h->text().toHtmlEscaped() : QString()) + "</th>";
+    }
+    html += "</tr>\n";
+    for (int row = 0; row < m_diff->rowCount(); ++row) {
+        html += "<tr>";
+        for (int c = 0; c < m_diff->columnCount(); ++c) {
+            const auto* item = m_diff->item(row, c);
+            const bool differs = item && item->background().style() != Qt::NoBrush;
+            html += QString("<td%1>").arg(differs ? " class=differs" : "") + (item ? item->text().toHtmlEscaped() : QString()) + "</td>";
+        }
+        html += "</tr>\n";
+    }
+    html += "</table>\n";
+    if (!notes.isEmpty()) html += "<h2>" + tr("Notes").toHtmlEscaped() + "</h2>\n" + notes;
+    html += "</body></html>\n";
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly) || file.write(html.toUtf8()) < 0 || !file.commit()) {
+        if (error) *error = tr("Cannot write %1: %2").arg(path, file.errorString());
+        return false;
+    }
+    return true;
 }
 
 } // namespace tb::ui

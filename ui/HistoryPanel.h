@@ -68,6 +68,11 @@ public:
     // Export metrics / Export config after their file dialogs: write, then say
     // where the file went (exported()), or warn with the reason.
     bool exportCsvAndReport(const QString& path);
+    // Report…: the selected runs as one self-contained HTML file (their
+    // plots as shown, the config differences, names, notes, tags and final
+    // metrics), written through a temporary file. False with the reason.
+    bool writeReport(const QString& path, QString* error) const;
+    QPushButton* reportButton() const { return m_report; }
     bool exportConfigAndReport(const QString& path);
     // Edits of the current run, off the GUI thread; the panel refreshes when done.
     void saveDetails(const QString& name, const QString& tags, const QString& note);
@@ -153,6 +158,7 @@ private:
     QPushButton* m_resume;
     QPushButton* m_attach;
     QPushButton* m_exportModel;
+    QPushButton* m_report;
     QPushButton* m_exportConfig;
     bool m_selecting = false; // selectRuns() updates the views once itself
     // The run whose name, tags and note the form shows (edits typed there are
