@@ -144,6 +144,7 @@ private Q_SLOTS:
     void oneDnnScratchOfBf16Products();
     void bf16ScratchBeyondTheTracedShapes();
     void sdpaOnTorch2();
+    void loraDropoutIsPlannedFromItsStep();
     void slidingWindowTracedOnBothSides();
     void cancelStopsTracing();
     void cliPlansTorchScriptConfig();
@@ -462,6 +463,33 @@ void TestDerivedPlan::sdpaOnTorch2()
     a100.precision = "bf16-pure";
     QVERIFY2(bf16.notExactOn(a100).empty(), bf16.notExactOn(a100).c_str());
     QVERIFY(!bf16.at(4, 2048, a100).lowerBound);
+}
+
+// Dropout on the LoRA adapters' input (lora.dropout): the hand replay has
+// neither its mask nor the dropped copy, so such a config is planned from
+// its own step, recorded as programs like any other, and equal to what a
+// run measures. The hand plan, without them, is under it.
+void TestDerivedPlan::loraDropoutIsPlannedFromItsStep()
+{
+    auto c = base("llama", 4, 32);
+    c.model.nLayer = 2;
+    c.model.dModel = 64;
+    c.model.nHead = 4;
+    c.model.positionalEncoding = "rope";
+    c.lora.rank = 4;
+    c.lora.dropout = 0.1;
+    QVERIFY(plannedFromItsStep(c));
+    QVERIFY2(ownStepReason(c) == "dropout on its LoRA adapters (lora.dropout 0.1)", ownStepReason(c).c_str());
+    const auto plan = deriveStep(c);
+    QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos, plan.tracedOn.c_str());
+    compare("llama lora dropout", c, plan);
+    c.train.batchSize = 2;
+    c.data.seqLen = 50;
+    compare("llama lora dropout", c, plan);
+    const auto hand = estimateMemory(architectureFor(c), setupFor(c));
+    QVERIFY2(hand.peakBytes < plan.at(2, 50).peakBytes, "the hand replay has the adapters' dropout: plan it by hand again");
+    c.lora.dropout = 0;
+    QVERIFY(!plannedFromItsStep(c));
 }
 
 // A Mistral folder whose sliding window (100) lies among the sequences a

@@ -15,6 +15,7 @@
 #include "train/Gpt.h"
 #include "train/Threads.h"
 #include "train/Trainer.h"
+#include "train/TrainStep.h"
 
 using namespace tb;
 
@@ -86,6 +87,7 @@ private Q_SLOTS:
     void tripwireCatchesUnregisteredTensor();
     void tiedEmbeddingsShareWeights();
     void loraStartsAsIdentityAndFreezesBase();
+    void loraDropoutDropsTheAdapterInputWhileTraining();
     void checkpointedForwardMatches();
     void heldOutSplitIgnoresOperandOrder();
     void additionPromptsAndAnswers_data();
@@ -210,6 +212,38 @@ void TestModel::loraStartsAsIdentityAndFreezesBase()
         const bool adapter = p.key().find("lora_") != std::string::npos;
         QCOMPARE(p.value().requires_grad(), adapter);
     }
+}
+
+// lora.dropout drops each adapter's input while training (PEFT's
+// lora_dropout: base(x) + scale * B(A(dropout(x)))), only the adapter's;
+// in evaluation the layer is the undropped one.
+void TestModel::loraDropoutDropsTheAdapterInputWhileTraining()
+{
+    auto o = smallOptions("rope");
+    o.loraRank = 4;
+    torch::manual_seed(5);
+    Gpt plain(o);
+    o.loraDropout = 0.5;
+    torch::manual_seed(5);
+    auto dropped = makeModel(o);
+    torch::NoGradGuard noGrad;
+    for (const auto& p : plain->named_parameters()) {
+        // Adapters that act: B starts at zero.
+        auto target = dropped->named_parameters()[p.key()];
+        target.copy_(p.key().find("lora_B") != std::string::npos ? torch::full_like(p.value(), 0.05) : p.value());
+        p.value().copy_(target);
+    }
+    const auto tokens = torch::randint(0, 17, {2, 12}, torch::kLong);
+    plain->eval();
+    dropped->eval();
+    QVERIFY(torch::equal(plain->forward(tokens), dropped->forward(tokens)));
+    dropped->train();
+    plain->train();
+    // Only dropout differs: the model's own (0 here) and the adapters'.
+    QCOMPARE(o.dropout, 0.0);
+    QVERIFY(torch::equal(plain->forward(tokens), plain->forward(tokens)));
+    QVERIFY(!torch::equal(dropped->forward(tokens), dropped->forward(tokens)));
+    QVERIFY(!torch::allclose(dropped->forward(tokens), plain->forward(tokens)));
 }
 
 void TestModel::checkpointedForwardMatches()

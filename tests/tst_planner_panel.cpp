@@ -770,6 +770,10 @@ void TestPlannerPanel::qloraFromTheFormTrainsSamplesAndExports()
     QVERIFY2(planner()->verdictText().startsWith("Fits"), qPrintable(planner()->verdictText()));
     QVERIFY2(planner()->answersText().contains("Unquantized base (as LoRA): "), qPrintable(planner()->answersText()));
     screenshot("qlora-flow-plan.png");
+    // The adapters' dropout, as the form offers it (the PEFT export names it).
+    QVERIFY(m_window->experimentPanel()->fieldEditor("lora.dropout"));
+    doc->setValue("lora.dropout", 0.05);
+    QCOMPARE(doc->config()->lora.dropout, 0.05);
 
     // Trained in the Run tab.
     auto* run = m_window->runPanel();
@@ -807,6 +811,11 @@ void TestPlannerPanel::qloraFromTheFormTrainsSamplesAndExports()
     QTRY_VERIFY_WITH_TIMEOUT(!dialog->running(), 120000);
     QVERIFY2(dialog->succeeded(), qPrintable(dialog->statusText()));
     QVERIFY(QFileInfo::exists(dialog->folder() + "/adapter_config.json"));
+    {
+        QFile adapter(dialog->folder() + "/adapter_config.json");
+        QVERIFY(adapter.open(QIODevice::ReadOnly));
+        QCOMPARE(QJsonDocument::fromJson(adapter.readAll()).object()["lora_dropout"].toDouble(), 0.05);
+    }
     QVERIFY(QFileInfo::exists(dialog->folder() + "/adapter_model.safetensors"));
     QVERIFY2(dialog->statusText().contains(dialog->folder()) && dialog->statusText().contains("adapter_config.json"),
              qPrintable(dialog->statusText()));

@@ -105,6 +105,8 @@ QWidget* ExperimentPanel::buildForm()
              tr("Recompute each block in backward: less memory, about a third more compute"));
     addField(form, tr("LoRA rank"), "lora.rank", Kind::Integer, {}, tr("0 = off; >0 trains only low-rank adapters"));
     addField(form, tr("LoRA alpha"), "lora.alpha", Kind::Number, {}, tr("The adapters' output is scaled by alpha / rank"));
+    addField(form, tr("LoRA dropout"), "lora.dropout", Kind::Number, {},
+             tr("Dropout on each adapter's input while training (PEFT's lora_dropout), for example 0.05; default 0"));
     addField(form, tr("LoRA targets"), "lora.targets", Kind::List, {},
              tr("The projections that get adapters, separated by commas: attn and mlp (all of a block's), or "
                 "the model's own names"));

@@ -576,8 +576,9 @@ void ExperimentPanel::updateEstimate()
                                 ? tr("Memory estimate: a quantized base (%1) is planned from its own training step "
                                      "(Memory planner, Derive plan; trainbench-cli estimate).")
                                       .arg(QString::fromStdString(config->model.quantize))
-                                : tr("Memory estimate: this folder's model (a head size apart from hidden / heads) is "
-                                     "planned from its own training step (Memory planner, Derive plan)."));
+                                : tr("Memory estimate: this model (%1) is planned from its own training step (Memory "
+                                     "planner, Derive plan; trainbench-cli estimate).")
+                                      .arg(QString::fromStdString(ownStepReason(*config))));
         return;
     }
     // The config as each device resolves it (planOnTarget: "auto" precision

@@ -211,8 +211,9 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                               "the step on this CPU (seconds) and plans from it.")
                                .arg(QString::fromStdString(config->model.quantize))
                          : plannableModel(*config)
-                         ? tr("This folder's model is planned from its own training step (its head size is not hidden / "
-                              "heads): Derive plan records the step on this CPU (seconds) and plans from it.")
+                         ? tr("This model is planned from its own training step (%1): Derive plan records the step on "
+                              "this CPU (seconds) and plans from it.")
+                               .arg(QString::fromStdString(ownStepReason(*config)))
                          : tr("A TorchScript model: Derive plan traces its training step on this CPU (seconds) "
                               "and plans from it.");
                 return std::nullopt;

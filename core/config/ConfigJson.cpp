@@ -375,6 +375,7 @@ RunConfig parseConfig(const std::string& jsonText, const std::string& sourceName
         SectionReader r(p, issues, bad);
         r.integer("rank", c.lora.rank);
         r.number("alpha", c.lora.alpha);
+        r.number("dropout", c.lora.dropout);
         r.textList("targets", c.lora.targets);
         r.read(v);
     });
@@ -579,6 +580,7 @@ std::string configToJson(const RunConfig& c)
     if (c.train.distBucketMb != 25) j["train"]["dist_bucket_mb"] = c.train.distBucketMb;
     if (c.train.worldSize != 1) j["train"]["world_size"] = c.train.worldSize;
     j["lora"] = {{"rank", c.lora.rank}, {"alpha", c.lora.alpha}, {"targets", c.lora.targets}};
+    if (c.lora.dropout > 0) j["lora"]["dropout"] = c.lora.dropout;
     return j.dump(2);
 }
 

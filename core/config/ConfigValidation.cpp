@@ -352,6 +352,8 @@ void checkLora(Checker& check, const RunConfig& c)
                                    + std::to_string(l.rank));
     }
     check.realRange("lora.alpha", l.alpha, 0.0, 1e6, true, false);
+    check.realRange("lora.dropout", l.dropout, 0.0, 1.0, false, true);
+    if (l.dropout > 0 && l.rank <= 0) check.add("lora.dropout", "drops the adapters' input: it needs lora.rank > 0");
     if (l.rank > 0 && l.targets.empty()) check.add("lora.targets", "must name at least one of \"attn\", \"mlp\" when lora.rank > 0");
     // Any family's names for a folder (checkHfFolder holds it to its own).
     const auto targets = m.type == "hf" ? targetNames({&kGpt2Targets, &kNeoxTargets, &kLlamaTargets}) : loraTargetNames(c);

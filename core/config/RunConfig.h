@@ -109,6 +109,7 @@ struct LoraConfig {
     int rank = 0; // 0: off
     double alpha = 16.0;
     std::vector<std::string> targets{"attn", "mlp"};
+    double dropout = 0.0; // on each adapter's input while training (PEFT's lora_dropout)
 };
 
 struct RunConfig {

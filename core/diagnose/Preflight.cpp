@@ -430,12 +430,12 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     if (verdict == MemoryVerdict::Fits) {
         if (lowerBound) {
             out.push_back(make("memory_not_planned", Severity::Info,
-                               "Memory is checked before launch only as a lower bound for this model folder",
+                               "Memory is checked before launch only as a lower bound for this model",
                                derived ? "Its own step's plan (" + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
                                              + ") has no rule for some of its operators on this card: "
                                              + derived->notExactOn(setup) + "."
-                                       : "Its attention heads are not hidden / heads wide (a head_dim of its own): this check "
-                                         "plans them narrower, under what its training step takes (at least "
+                                       : "It is planned from its own training step (" + ownStepReason(c) + "): this check "
+                                         "plans it without that, under what its training step takes (at least "
                                              + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
                                              + "); its own step's plan is derived in seconds.",
                                "Derive its plan: the Memory planner's Derive plan, or trainbench-cli estimate --config "
@@ -466,7 +466,7 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                      "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + (lowerBound ? " or more" : "")
                          + " during " + e.peakPhase + ", " + share
                          + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + "."
-                         + (lowerBound && !derived ? " (This folder's heads are wider than hidden / heads: its own step takes more.)"
+                         + (lowerBound && !derived ? " (It is planned from its own step, " + ownStepReason(c) + ": its step takes more.)"
                                                    : derived ? " (Planned from its own training step.)" : ""),
                      "");
     f.numbers["estimated_peak_bytes"] = static_cast<double>(e.peakBytes);

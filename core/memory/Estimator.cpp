@@ -8,6 +8,7 @@
 #include "memory/StepPolynomials.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -1082,12 +1083,28 @@ std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
     return cc == 90 ? 32LL << 20 : 4LL << 20;
 }
 
+std::string ownStepReason(const RunConfig& c)
+{
+    if (!plannedFromItsStep(c)) return {};
+    if (!plannableModel(c)) return "a TorchScript model";
+    if (c.model.quantize != "none") return "a quantized base (" + c.model.quantize + ")";
+    if (c.lora.rank > 0 && c.lora.dropout > 0) {
+        char p[32];
+        std::snprintf(p, sizeof p, "%g", c.lora.dropout);
+        return std::string("dropout on its LoRA adapters (lora.dropout ") + p + ")";
+    }
+    return "a head size apart from hidden / heads";
+}
+
 bool plannedFromItsStep(const RunConfig& c)
 {
     if (!plannableModel(c)) return true;
     // A quantized base (QLoRA): the hand replay has no quantized weights nor
     // their dequantization in forward and backward; the step has both.
     if (c.model.quantize != "none") return true;
+    // Dropout on the adapters' input: the hand replay has no mask nor
+    // dropped copy of it; the step has them.
+    if (c.lora.rank > 0 && c.lora.dropout > 0) return true;
     if (c.model.type != "hf") return false;
     // The form, the planner and preflight ask at every edit, on the GUI
     // thread: config.json is parsed once per folder and version of the file

@@ -184,6 +184,10 @@ ArchitectureSpec architectureFor(const RunConfig& config);
 // model). False when the folder
 // cannot be read (the replay's plan says why).
 bool plannedFromItsStep(const RunConfig& config);
+// Why, in words, for a config planned from its own step ("a TorchScript
+// model", "a quantized base (nf4)", "dropout on its LoRA adapters (0.05)",
+// "a head size apart from hidden / heads"); empty for one the hand replay plans.
+std::string ownStepReason(const RunConfig& config);
 TrainingSetup setupFor(const RunConfig& config);
 // The projections the planner adapts for a config's lora.targets (groups
 // expanded; a Hugging Face GPT-2's or GPT-NeoX's names as the planner's GPT

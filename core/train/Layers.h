@@ -49,6 +49,7 @@ struct ModelOptions {
     int ropeOriginalMaxPositions = 0;
     int loraRank = 0;
     double loraAlpha = 16.0;
+    double loraDropout = 0.0; // on each adapter's input while training
     // Projection names that get adapters: gpt qkv/proj/fc/out, llama q_proj ... down_proj.
     std::set<std::string> loraTargets{"qkv", "proj", "fc", "out", "q_proj", "k_proj", "v_proj", "o_proj",
                                       "gate_proj", "up_proj", "down_proj"};
@@ -111,6 +112,9 @@ public:
     static std::shared_ptr<LoraLinearImpl> conv1d(int in, int out, int rank, double alpha);
     torch::Tensor forward(const torch::Tensor& x);
     bool hasAdapter() const { return m_rank > 0; }
+    // Dropout on the adapter's input while training (0: none), as PEFT's
+    // lora_dropout: y = base(x) + scale * B(A(dropout(x))).
+    void setAdapterDropout(double p) { m_adapterDropout = p; }
     double adapterScale() const { return m_scale; }
     bool transposedWeight() const { return m_transposed; }
     // The weight's [out, in] whatever its layout, quantized or not.
@@ -142,6 +146,8 @@ public:
 
 private:
     void keepQuantizedDtypes(const std::function<void()>& move);
+    torch::Tensor adapter(const torch::Tensor& x);
+    double m_adapterDropout = 0.0;
     int m_rank;
     double m_scale;
     bool m_transposed = false;

@@ -467,7 +467,7 @@ ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const
         {"base_model_name_or_path", source.string()},
         {"r", config.lora.rank},
         {"lora_alpha", config.lora.alpha},
-        {"lora_dropout", 0.0},
+        {"lora_dropout", config.lora.dropout},
         {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
         {"bias", "none"},
         {"fan_in_fan_out", model.options().type == "gpt2"}, // GPT-2's Conv1D stores [in, out]

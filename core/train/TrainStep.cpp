@@ -44,6 +44,7 @@ void applyRunSwitches(ModelOptions& o, const RunConfig& config)
     o.activationCheckpointing = config.train.activationCheckpointing;
     o.loraRank = config.lora.rank;
     o.loraAlpha = config.lora.alpha;
+    o.loraDropout = config.lora.rank > 0 ? config.lora.dropout : 0.0;
     // "attn" and "mlp" name groups of projections; a llama config may also name one.
     const auto projections = loraProjections(config.model.type, config.lora.targets);
     o.loraTargets = {projections.begin(), projections.end()};
@@ -78,13 +79,31 @@ ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
     return o;
 }
 
-std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options)
+namespace {
+
+std::shared_ptr<CausalLmImpl> buildModel(const ModelOptions& options)
 {
     if (options.type == "llama") return std::make_shared<LlamaImpl>(options);
     if (options.type == "gpt2") return std::make_shared<Gpt2LmImpl>(options);
     if (options.type == "gpt_neox") return std::make_shared<GptNeoXLmImpl>(options);
     if (options.type == "torchscript") return std::make_shared<ScriptedLmImpl>(options);
     return std::make_shared<GptImpl>(options);
+}
+
+} // namespace
+
+std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options)
+{
+    auto model = buildModel(options);
+    // Every family's adapters drop their input alike (PEFT's lora_dropout).
+    if (options.loraDropout > 0) {
+        for (auto& m : model->named_modules("", false)) {
+            if (auto* layer = dynamic_cast<LoraLinearImpl*>(m.value().get()); layer && layer->hasAdapter()) {
+                layer->setAdapterDropout(options.loraDropout);
+            }
+        }
+    }
+    return model;
 }
 
 torch::Tensor clipGradNorm(const std::vector<torch::Tensor>& parameters, double maxNorm)

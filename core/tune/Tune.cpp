@@ -164,6 +164,12 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         throw InputError("tune plans each candidate from the model's architecture, and a TorchScript model has none: "
                          "derive its plan with 'trainbench-cli fit --derived --config FILE --budget BYTES'");
     }
+    if (base.lora.rank > 0 && base.lora.dropout > 0) {
+        throw InputError("tune ranks candidates by the hand replay, which has no dropout on the adapters (lora.dropout "
+                         + std::to_string(base.lora.dropout).substr(0, 4) + "): its plan is derived from its own step; find "
+                         "the largest batch that fits with trainbench-cli fit --config FILE --gpu NAME, or tune with "
+                         "lora.dropout 0");
+    }
     if (base.model.quantize != "none") {
         throw InputError("tune ranks candidates by the hand replay, which has no quantized base (model.quantize \""
                          + base.model.quantize + "\"): its plan is derived from its own step; find the largest batch "
