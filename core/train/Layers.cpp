@@ -275,7 +275,7 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
         TORCH_CHECK(!torch::GradMode::is_enabled() || !bias.defined() || !bias.requires_grad(),
                     "a quantized layer's bias is frozen with its base (only LoRA adapters train on it)");
         auto y = DequantizedLinear::apply(x, this);
-        if (m_rank > 0) y = y + adapter(x);
+        if (m_rank > 0) y = y + at::linear(at::linear(adapterInput(x), loraA), loraB) * m_scale;
         return y;
     }
     if (m_transposed) {
@@ -283,19 +283,19 @@ torch::Tensor LoraLinearImpl::forward(const torch::Tensor& x)
         auto shape = x.sizes().vec();
         shape.back() = weight.size(1);
         auto y = at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(shape);
-        if (m_rank > 0) y = y + adapter(x);
+        if (m_rank > 0) y = y + at::linear(at::linear(adapterInput(x), loraA), loraB) * m_scale;
         return y;
     }
     // at::linear, not torch::nn::functional::linear: for a 3-D input the
     // latter runs matmul then add_, the former one fused addmm over [B*T, in].
     auto y = at::linear(x, weight, bias);
-    if (m_rank > 0) y = y + adapter(x);
+    if (m_rank > 0) y = y + at::linear(at::linear(adapterInput(x), loraA), loraB) * m_scale;
     return y;
 }
 
-torch::Tensor LoraLinearImpl::adapter(const torch::Tensor& x)
+torch::Tensor LoraLinearImpl::adapterInput(const torch::Tensor& x)
 {
-    return at::linear(at::linear(dropoutIf(x, m_adapterDropout, is_training()), loraA), loraB) * m_scale;
+    return dropoutIf(x, m_adapterDropout, is_training());
 }
 
 std::vector<std::pair<std::string, LoraLinearImpl*>> quantizableLinears(torch::nn::Module& model)

@@ -146,7 +146,11 @@ public:
 
 private:
     void keepQuantizedDtypes(const std::function<void()>& move);
-    torch::Tensor adapter(const torch::Tensor& x);
+    // The adapter's input (dropped while training with lora.dropout). The
+    // adapter's product stays in the forward's one expression: its
+    // temporaries live until the sum is made, as the hand replays plan them
+    // (tst_memory_plan fails when they end sooner).
+    torch::Tensor adapterInput(const torch::Tensor& x);
     double m_adapterDropout = 0.0;
     int m_rank;
     double m_scale;
