@@ -78,6 +78,17 @@ ModelOptions smallLlama(int loraRank)
     return o;
 }
 
+// Runs the trainer, each step's loss appended; cancelled after step cancelAt (-1: never).
+TrainResult lossesOf(Trainer& trainer, std::vector<double>& losses, int cancelAt)
+{
+    TrainerCallbacks callbacks;
+    callbacks.onStep = [&](const StepMetrics& s) {
+        losses.push_back(s.loss);
+        if (s.step == cancelAt) trainer.requestCancel();
+    };
+    return trainer.run(callbacks);
+}
+
 RunConfig qloraConfig(const std::string& format)
 {
     RunConfig c;
@@ -356,14 +367,6 @@ void TestQuantize::qloraRunResumesExactly()
     for (const std::string format : {"nf4", "int8"}) {
         QTemporaryDir dir;
         const auto config = qloraConfig(format);
-        const auto lossesOf = [&](Trainer& trainer, std::vector<double>& losses, int cancelAt) {
-            TrainerCallbacks callbacks;
-            callbacks.onStep = [&](const StepMetrics& s) {
-                losses.push_back(s.loss);
-                if (s.step == cancelAt) trainer.requestCancel();
-            };
-            return trainer.run(callbacks);
-        };
         std::vector<double> uninterrupted, resumed;
         {
             Trainer trainer(config, {});
@@ -409,14 +412,6 @@ void TestQuantize::resumedFolderRunTakesItsBaseFromTheCheckpoint()
     const auto config = parseConfig(R"({"model": {"type": "hf", "path": ")" + folder + R"(", "quantize": "nf4"},
         "data": {"source": "tokens", "path": ")" + folder + R"(/train.bin", "seq_len": 16},
         "train": {"batch_size": 4, "steps": 8, "eval_every": 100}, "lora": {"rank": 4}})");
-    const auto lossesOf = [](Trainer& trainer, std::vector<double>& losses, int cancelAt) {
-        TrainerCallbacks callbacks;
-        callbacks.onStep = [&](const StepMetrics& s) {
-            losses.push_back(s.loss);
-            if (s.step == cancelAt) trainer.requestCancel();
-        };
-        return trainer.run(callbacks);
-    };
     std::vector<double> uninterrupted, resumed;
     {
         Trainer trainer(config, {});

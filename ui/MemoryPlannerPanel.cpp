@@ -203,7 +203,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                     ? tr("Tracing the model's training step on this computer's CPU: %1…")
                           .arg(m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
                     : m_deriver->queuedKey() == key
-                    ? tr("Waiting for the step being traced for the Diagnostics panel, then tracing this one…")
+                    ? tr("Waiting for another plan being traced, then tracing this one…")
                      : !m_deriver->error(key).isEmpty()
                          ? tr("The plan could not be derived: %1").arg(m_deriver->error(key))
                          : plannableModel(*config) && config->model.quantize != "none"

@@ -16,9 +16,6 @@
 namespace tb {
 namespace {
 
-// Every number of a record, in one order: the residents' bytes, each event's
-// bytes and (inside a product) the product's batch, m, k and n, each
-// parameter's elements and trainable bytes. `what` names a number for messages.
 // Which blocks (residents first, then the allocations in order) are sized by a rule.
 std::vector<bool> ruledBlocks(const RecordedStep& s)
 {
@@ -54,6 +51,10 @@ void sizeRuledEvents(RecordedStep& s)
     }
 }
 
+// Every number of a record, in one order: the residents' bytes, each event's
+// bytes and (inside a product) the product's batch, m, k and n, each
+// parameter's elements and trainable bytes. `what` names a number for messages.
+// A rule-sized event's bytes are no number (sizeRuledEvents sets them).
 template <typename Visit>
 void forEachNumber(const RecordedStep& s, Visit&& visit)
 {
