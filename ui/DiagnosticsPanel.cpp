@@ -452,11 +452,17 @@ void DiagnosticsPanel::onPreflightDone()
     m_planned = std::move(r.planned);
     m_launch = std::move(r.launch);
     m_awaited.clear();
+    bool arrived = false; // a plan this pass lacked came in while it ran: check again with it
     for (auto& [traced, key] : r.wanted) {
-        if (m_deriver->plan(key) || !m_deriver->error(key).isEmpty()) continue; // in since, or failed: not again
+        if (m_deriver->plan(key)) {
+            arrived = true;
+            continue;
+        }
+        if (!m_deriver->error(key).isEmpty()) continue; // failed: not again
         m_awaited.push_back(key);
         m_deriver->derive(traced);
     }
+    if (arrived) m_pending = true;
     rebuild();
     const int level = levelOf(m_launch);
     QString text = tr("Preflight: %1").arg(countText(m_launch));
