@@ -18,14 +18,11 @@
 #include "FileDialogs.h"
 #include "PlainText.h"
 #include "config/RunConfig.h"
+#include "train/ModelTools.h"
 
 namespace tb::ui {
 
 namespace {
-
-// The files export-model writes: a folder holding one of them is replaced only when the user says so.
-const char* const kOutputFiles[] = {"model.safetensors", "model.safetensors.index.json", "config.json",
-                                    "adapter_model.safetensors", "adapter_config.json"};
 
 QString folderSuffix(ExportModelDialog::Kind kind, const std::string& quantize)
 {
@@ -238,8 +235,9 @@ void ExportModelDialog::startOrCancel()
     if (kind() == Kind::Bundle) {
         if (QFileInfo::exists(folder())) present << QFileInfo(folder()).fileName();
     } else {
-        for (const char* f : kOutputFiles) {
-            if (QFileInfo::exists(QDir(folder()).filePath(f))) present << f;
+        // A folder holding one of export-model's files is replaced only when the user says so.
+        for (const auto& f : exportModelFiles()) {
+            if (QFileInfo::exists(QDir(folder()).filePath(QString::fromStdString(f)))) present << QString::fromStdString(f);
         }
     }
     if (!present.isEmpty() && m_askReplace

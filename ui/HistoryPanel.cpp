@@ -3,6 +3,7 @@
 #include "PlainText.h"
 #include "HistoryPanel.h"
 #include "ExportModelDialog.h"
+#include "MetricNames.h"
 #include "MetricPlot.h"
 #include "QCustomPlotInclude.h"
 
@@ -400,29 +401,6 @@ void HistoryPanel::selectionChanged()
 
 namespace {
 
-// A stored metric's name on an axis and in the metric list.
-QString metricName(const QString& key)
-{
-    static const std::map<QString, const char*> names{
-        {"val_loss", QT_TRANSLATE_NOOP("HistoryPanel", "validation loss")},
-        {"val_accuracy", QT_TRANSLATE_NOOP("HistoryPanel", "validation exact match")},
-        {"lr", QT_TRANSLATE_NOOP("HistoryPanel", "learning rate")},
-        {"grad_norm", QT_TRANSLATE_NOOP("HistoryPanel", "gradient norm")},
-        {"tokens_per_s", QT_TRANSLATE_NOOP("HistoryPanel", "tokens/s")},
-        {"step_ms", QT_TRANSLATE_NOOP("HistoryPanel", "step time (ms)")},
-        {"mem_peak_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "peak tensor memory (MiB)")},
-        {"mem_current_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "tensor memory (MiB)")},
-        {"sys_cpu_percent", QT_TRANSLATE_NOOP("HistoryPanel", "CPU use (% of one core)")},
-        {"sys_host_rss_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "host memory of the run (MiB)")},
-        {"sys_gpu_util_percent", QT_TRANSLATE_NOOP("HistoryPanel", "GPU utilisation (%)")},
-        {"sys_gpu_mem_bytes", QT_TRANSLATE_NOOP("HistoryPanel", "GPU memory in use (MiB)")},
-        {"sys_gpu_power_w", QT_TRANSLATE_NOOP("HistoryPanel", "GPU power (W)")},
-    };
-    const auto it = names.find(key);
-    if (it != names.end()) return QCoreApplication::translate("HistoryPanel", it->second);
-    return key.endsWith("_bytes") ? key + " (MiB)" : key;
-}
-
 } // namespace
 
 void HistoryPanel::showOverlay()
@@ -493,7 +471,7 @@ void HistoryPanel::showOverlay()
     keys.erase("loss");
     m_fillingMetrics = true;
     m_metric->clear();
-    for (const auto& key : keys) m_metric->addItem(metricName(QString::fromStdString(key)), QString::fromStdString(key));
+    for (const auto& key : keys) m_metric->addItem(metricLabel(QString::fromStdString(key)), QString::fromStdString(key));
     int at = m_metric->findData(chosen);
     if (at < 0) at = m_metric->findData(QString("mem_peak_bytes"));
     m_metric->setCurrentIndex(at >= 0 ? at : (m_metric->count() > 0 ? 0 : -1));

@@ -1,4 +1,5 @@
 #include "LossPlot.h"
+#include "MetricNames.h"
 
 #include "run/SystemSampler.h"
 
@@ -133,22 +134,7 @@ ScalarPlot::ScalarPlot(QWidget* parent) : MetricPlot(label(LearningRate), parent
     setShown(LearningRate);
 }
 
-QString ScalarPlot::label(Metric metric)
-{
-    switch (metric) {
-    case LearningRate: return tr("learning rate");
-    case GradNorm: return tr("gradient norm");
-    case TokensPerSecond: return tr("tokens/s");
-    case StepMs: return tr("step time (ms)");
-    case CpuPercent: return tr("CPU use (% of one core)");
-    case HostMemory: return tr("host memory of the run (MiB)");
-    case GpuUtil: return tr("GPU utilisation (%)");
-    case GpuMemory: return tr("GPU memory in use (MiB)");
-    case GpuPower: return tr("GPU power (W)");
-    case kMetrics: break;
-    }
-    return {};
-}
+QString ScalarPlot::label(Metric metric) { return metricLabel(QString::fromLatin1(key(metric))); }
 
 const char* ScalarPlot::key(Metric metric)
 {

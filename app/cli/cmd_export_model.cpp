@@ -16,10 +16,7 @@ int exportModelCommand(const Args& args)
     const auto output = args.value("--output");
     if (!output || output->empty()) throw InputError("'export-model' needs --output DIR (a folder; it is created)");
     auto store = openExistingStore(args.value("--db").value_or(""));
-    for (const char* file : {"model.safetensors", "config.json", "model.safetensors.index.json", "adapter_model.safetensors",
-                             "adapter_config.json"}) {
-        refuseStoreOutput(*store, (std::filesystem::path(*output) / file).string());
-    }
+    for (const auto& file : exportModelFiles()) refuseStoreOutput(*store, (std::filesystem::path(*output) / file).string());
     const auto run = trainedRun(*store, id, args.value("--checkpoint").value_or(""));
     const bool merge = args.flag("--merge-lora"), quantized = args.flag("--quantized");
     if (merge && run.config.lora.rank == 0) {

@@ -580,16 +580,20 @@ CorpusCache tokenizeCorpus(const CorpusSpec& spec, const Tokenizer& tok, const s
 
 std::vector<std::string> tokenPieces(const Tokenizer& tok, const std::vector<std::int32_t>& ids)
 {
+    // The growth of the decoded text over the tokens before it, counting
+    // only the last few: a decoder's context is a character's bytes and a
+    // word's leading space, so each piece costs the same however long the
+    // example (the whole prefix made 2,000 tokens 2 million decodes).
+    constexpr std::size_t kContext = 16;
     std::vector<std::string> pieces;
     pieces.reserve(ids.size());
-    std::string before;
-    std::vector<std::int32_t> prefix;
-    for (const auto id : ids) {
-        prefix.push_back(id);
-        std::string now = tok.decode(prefix);
-        if (now.size() >= before.size() && now.compare(0, before.size(), before) == 0) pieces.push_back(now.substr(before.size()));
-        else pieces.push_back(tok.decode({id}));
-        before = std::move(now);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        const auto from = ids.begin() + static_cast<std::ptrdiff_t>(i > kContext ? i - kContext : 0);
+        const std::vector<std::int32_t> before(from, ids.begin() + static_cast<std::ptrdiff_t>(i));
+        const std::vector<std::int32_t> with(from, ids.begin() + static_cast<std::ptrdiff_t>(i + 1));
+        const std::string a = before.empty() ? std::string() : tok.decode(before), b = tok.decode(with);
+        if (b.size() >= a.size() && b.compare(0, a.size(), a) == 0) pieces.push_back(b.substr(a.size()));
+        else pieces.push_back(tok.decode({ids[i]}));
     }
     return pieces;
 }

@@ -107,9 +107,10 @@ struct DocumentPreview {
     std::vector<std::uint8_t> mask;      // chat: 1 on the shown assistant tokens
     std::uint64_t tokens = 0;            // the whole document, with BOS/EOS as training sees it
 };
-// Each id's text as it reads in its place: the growth of the decoded prefix
-// (a SentencePiece word's leading space, a byte-level token's bytes), or the
-// token decoded alone where a token ends inside a character.
+// Each id's text as it reads in its place: the growth of the decoded text
+// over the 16 tokens before it (a SentencePiece word's leading space, a
+// byte-level token's bytes), or the token decoded alone where a token ends
+// inside a character.
 std::vector<std::string> tokenPieces(const Tokenizer& tokenizer, const std::vector<std::int32_t>& ids);
 
 DocumentPreview previewFirstDocument(const CorpusSpec& spec, const Tokenizer& tokenizer, std::size_t maxShownTokens = 400);

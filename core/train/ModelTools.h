@@ -11,6 +11,15 @@
 
 namespace tb {
 
+// The files export-model writes into its folder: the ones it refuses to write
+// over the store, and the ones the window asks before replacing.
+inline const std::vector<std::string>& exportModelFiles()
+{
+    static const std::vector<std::string> files{"model.safetensors", "config.json", "model.safetensors.index.json",
+                                                "adapter_model.safetensors", "adapter_config.json"};
+    return files;
+}
+
 struct SampleRequest {
     std::string prompt;
     int maxTokens = 64;
