@@ -100,7 +100,11 @@ void TestMemoryProbe::cpuTrainingStepsReuseTheirHeap()
     };
     QCOMPARE(trainer.run(callbacks).status, TrainResult::Status::Finished);
     const double perStep = (at40 - at20) / 20.0;
-    QVERIFY2(perStep < 5, qPrintable(QString("%1 page faults a step").arg(perStep)));
+    // Here it is 0 a step; a CI machine counted 5.6 (faults are the
+    // whole process's, and the kernel may reclaim pages under load). The old
+    // code's 261 stays ten times over the bound.
+    qInfo("%.1f page faults a step", perStep);
+    QVERIFY2(perStep < 26, qPrintable(QString("%1 page faults a step").arg(perStep)));
 }
 
 QTEST_GUILESS_MAIN(TestMemoryProbe)
