@@ -571,6 +571,93 @@ def byte_level_tokenizer(folder, texts, merges_wanted=60):
     return len(vocab) + 2
 
 
+def generation_and_chat(tmp):
+    """sample's repetition penalty, temperature, top-k and top-p against
+    transformers' logits processors (the reference writes them from
+    logits_process.py): greedy decodes under the penalty equal, and the first
+    new token's probabilities after all four within 1e-5 with the same tokens
+    kept. Then `chat`: each turn of a conversation with a system prompt is the
+    conversation rendered by tests/reference/chat_reference.py (python3-jinja2
+    set up as transformers sets it up), and the reply is the reference's
+    greedy decode of it, to its end of turn."""
+    tmp = os.path.join(tmp, "generation")
+    os.makedirs(tmp)
+    model = os.path.join(tmp, "tiny-chat")
+    os.makedirs(model)
+    words = "the cat sat on a mat and then the dog ran to the red ball while birds sang".split()
+    vocab = byte_level_tokenizer(model, [" ".join(words)] * 4, merges_wanted=30)
+    template = ("{{ bos_token }}{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\\n' }}"
+                "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+                "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}")
+    with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "chat_template": template}, f)
+    generate(model, "--family", "llama", "--seed", "9", "--vocab", str(vocab), "--hidden", "32", "--heads", "4",
+             "--layers", "2", "--intermediate", "64")
+    with open(os.path.join(model, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["eos_token_id"] = vocab - 1  # </s> ends a turn
+    cfg["max_position_embeddings"] = 512  # the whole conversation in the window
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    ids = [40, 41, 40, 42, 41, 40, 43, 44]  # repeats: the penalty has work
+    settings = [(1.3, 0, 0, 1.0), (1.2, 0.8, 20, 0.9), (0.7, 1.5, 0, 0.5), (1.0, 1.0, 5, 1.0), (2.0, 0.6, 50, 0.95)]
+    refs = reference_batch([run_line(model, ids, 8) + ["--repetition-penalty", str(r), "--temperature", str(t),
+                                                       "--top-k", str(k), "--top-p", str(p)] for r, t, k, p in settings])
+    for (r, t, k, p), ref in zip(settings, refs):
+        name = "repetition penalty %g, temperature %g, top-k %d, top-p %g" % (r, t, k, p)
+        got = trainbench("sample", "--model", model, "--prompt-ids", ",".join(map(str, ids)), "--max-tokens",
+                         "8" if t == 0 else "1", "--temperature", str(t), "--top-k", str(k), "--top-p", str(p),
+                         "--repetition-penalty", str(r), "--json", "--probabilities")
+        if got.returncode != 0:
+            check(False, "%s: sample failed: %s" % (name, got.stderr.strip()))
+            continue
+        out = json.loads(got.stdout)
+        worst = max(abs(a - b) for a, b in zip(out["probabilities"], ref["probabilities"]))
+        kept = lambda ps: {i for i, v in enumerate(ps) if v > 0}
+        check(len(out["probabilities"]) == vocab and worst <= 1e-5 and kept(out["probabilities"]) == kept(ref["probabilities"]),
+              "%s: probabilities differ by up to %.3g, %d tokens kept, reference %d" %
+              (name, worst, len(kept(out["probabilities"])), len(kept(ref["probabilities"]))))
+        if t == 0:
+            check(out["completion_ids"] == ref["completion_ids"],
+                  "%s: greedy decode %s, reference %s" % (name, out["completion_ids"], ref["completion_ids"]))
+        print("ok %-60s max |dp| %.1e, %d kept" % (name, worst, len(kept(out["probabilities"]))), flush=True)
+
+    users = ["the cat sat", "then the dog ran to the red ball", "birds sang"]
+    got = subprocess.run([CLI, "chat", "--model", model, "--system", "be brief", "--temperature", "0", "--max-tokens", "12",
+                          "--repetition-penalty", "1.1", "--json"], input="".join(u + "\n" for u in users),
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        check(False, "chat failed: %s" % got.stderr.strip())
+        return
+    turns = json.loads(got.stdout)["turns"]
+    check(len(turns) == len(users), "chat: %d turns for %d messages" % (len(turns), len(users)))
+    messages = [{"role": "system", "content": "be brief"}]
+    for user, turn in zip(users, turns):
+        messages.append({"role": "user", "content": user})
+        text = json.loads(subprocess.run([sys.executable, os.path.join(HERE, "reference", "chat_reference.py"), model,
+                                          "--add-generation-prompt"], input=json.dumps(messages) + "\n",
+                                         capture_output=True, text=True, check=True).stdout)
+        tok = subprocess.run([CLI, "tokenize", "--model", model, "--text", text], capture_output=True, text=True)
+        prompt = [int(v) for v in tok.stdout.replace(",", " ").split()]
+        ref = reference_batch([run_line(model, prompt, 12) + ["--repetition-penalty", "1.1"]])[0]
+        check(turn["prompt_tokens"] == len(prompt) and not turn["prompt_cut"] and turn["reply_ids"] == ref["completion_ids"],
+              "chat turn %r: %d prompt tokens, reply %s; reference %d tokens, %s"
+              % (user, turn["prompt_tokens"], turn["reply_ids"], len(prompt), ref["completion_ids"]))
+        check((turn["end"] == "end_of_turn") == (ref["completion_ids"][-1:] == [vocab - 1]), "chat turn %r ends %s" % (user, turn["end"]))
+        messages.append({"role": "assistant", "content": turn["reply"]})
+    print("ok chat: %d turns with a system prompt, each the reference's rendering and greedy reply" % len(turns), flush=True)
+    # Wrong arguments, each one clear error.
+    for args, needle in ((["--top-p", "0"], "--top-p must be a number above 0"),
+                         (["--repetition-penalty", "x"], "--repetition-penalty must be a number"),
+                         (["--temperature", "-1"], "--temperature must be a number from 0"),
+                         (["--precision", "bf16", "1"], "give either a RUN_ID or --model")):
+        bad = subprocess.run([CLI, "chat", "--model", model, *args], input="hi\n", capture_output=True, text=True)
+        check(bad.returncode != 0 and needle in bad.stderr and "Traceback" not in bad.stderr,
+              "chat %s: %r" % (" ".join(args), bad.stderr.strip()))
+    empty = subprocess.run([CLI, "chat", "--model", model], input="", capture_output=True, text=True)
+    check(empty.returncode != 0 and "no message on standard input" in empty.stderr, "chat with no input: %r" % empty.stderr)
+
+
 def corpus_training(tmp):
     """text and jsonl data tokenized with the folder's own tokenizer: bad lines
     are named (or skipped and counted), the corpus is tokenized once into the
@@ -820,6 +907,7 @@ def main():
         for (name, folder, _), (cfg, ids), ref in zip(cases, prompts, refs):
             compare(name, folder, cfg, ids, ref=ref)
         damaged_folders(tmp)
+        generation_and_chat(tmp)
         planning(tmp)
         chat_planning(tmp)
         corpus_training(tmp)

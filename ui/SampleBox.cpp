@@ -92,8 +92,8 @@ void SampleBox::generate()
     m_result->setPlainText(tr("generating…"));
     SampleRequest request;
     request.prompt = m_prompt->text().toStdString();
-    request.temperature = m_temperature->value();
-    request.maxTokens = m_config.data.source == "addition" ? m_config.data.digits + 2 : 200;
+    request.generation.temperature = m_temperature->value();
+    request.generation.maxNewTokens = m_config.data.source == "addition" ? m_config.data.digits + 2 : 200;
     request.chat = m_config.data.source == "chat"; // a chat run answers the prompt as the user's message
     m_job.reset(); // joins the previous generation
     m_job = std::make_shared<Job>();

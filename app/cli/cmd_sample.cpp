@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "Command.h"
+#include "Generation.h"
 #include "StoreAccess.h"
 #include "common/Errors.h"
 #include "text/Corpus.h"
@@ -14,23 +15,6 @@
 
 namespace tb::cli {
 namespace {
-
-double temperatureOf(const Args& args)
-{
-    const auto t = args.value("--temperature");
-    if (!t) return 1.0;
-    std::size_t used = 0;
-    double v = -1;
-    try {
-        v = std::stod(*t, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != t->size() || !(v >= 0.0 && v <= 100.0)) {
-        throw InputError("option --temperature must be a number from 0 (greedy) to 100, got \"" + *t + "\"");
-    }
-    return v;
-}
 
 int sampleFolder(const Args& args, const std::string& folder)
 {
@@ -67,14 +51,14 @@ int sampleFolder(const Args& args, const std::string& folder)
     } else {
         request.promptIds = text::parseTokenIds(*ids, "option --prompt-ids");
     }
-    request.maxTokens = static_cast<int>(args.integer("--max-tokens", 0, 100000).value_or(64));
-    request.topK = static_cast<int>(args.integer("--top-k", 0, 1000000).value_or(0));
-    request.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 1LL << 62).value_or(1));
-    request.temperature = temperatureOf(args);
+    request.generation = generationSettingsOf(args, 64, 0, 1.0);
     request.logits = args.flag("--logits");
+    request.probabilities = args.flag("--probabilities");
     request.precision = args.value("--precision").value_or("fp32");
     request.quantize = args.value("--quantize").value_or("none");
     if (request.logits && !args.flag("--json")) throw InputError("--logits is printed only with --json");
+    if (request.probabilities && (!args.flag("--json") || request.generation.maxNewTokens == 0))
+        throw InputError("--probabilities is printed only with --json and at least one new token (--max-tokens 1 or more)");
     const auto result = sampleFromFolder(folder, request);
     if (args.flag("--json")) {
         nlohmann::json out = {{"model", folder},
@@ -86,6 +70,7 @@ int sampleFolder(const Args& args, const std::string& folder)
                               {"load_seconds", result.loadSeconds},
                               {"compute_seconds", result.computeSeconds}};
         if (request.logits) out["logits"] = result.logits;
+        if (request.probabilities) out["probabilities"] = result.probabilities;
         if (tokenizer) {
             out["prompt"] = *promptText;
             out["completion"] = tokenizer->decode(std::vector<std::int32_t>(result.completionIds.begin(), result.completionIds.end()));
@@ -114,7 +99,7 @@ int sampleFolder(const Args& args, const std::string& folder)
 int sample(const Args& args)
 {
     if (const auto folder = args.value("--model")) return sampleFolder(args, *folder);
-    for (const char* folderOnly : {"--prompt-ids", "--logits", "--precision", "--quantize"}) {
+    for (const char* folderOnly : {"--prompt-ids", "--logits", "--probabilities", "--precision", "--quantize"}) {
         if (args.value(folderOnly) || args.flag(folderOnly)) {
             throw InputError(std::string("option ") + folderOnly + " is for a model folder: give --model DIR");
         }
@@ -125,10 +110,7 @@ int sample(const Args& args)
     SampleRequest request;
     request.prompt = *prompt;
     request.chat = args.flag("--chat");
-    request.maxTokens = static_cast<int>(args.integer("--max-tokens", 1, 100000).value_or(64));
-    request.topK = static_cast<int>(args.integer("--top-k", 0, 1000000).value_or(0));
-    request.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, 1LL << 62).value_or(1));
-    request.temperature = temperatureOf(args);
+    request.generation = generationSettingsOf(args, 64, 1, 1.0);
     auto store = openExistingStore(args.value("--db").value_or(""));
     const auto run = trainedRun(*store, id, args.value("--checkpoint").value_or(""));
     const auto result = sampleFromCheckpoint(run.config, run.checkpoint, request);
@@ -146,29 +128,36 @@ int sample(const Args& args)
     return kExitOk;
 }
 
+std::vector<OptionSpec> sampleOptions()
+{
+    std::vector<OptionSpec> options{
+        {"--db", true, "experiment database", "FILE"},
+        {"--model", true, "a Hugging Face model folder (config.json and safetensors) to run without a run", "DIR"},
+        {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round); "
+                           "--model: tokenized with the folder's tokenizer",
+         "TEXT", true /* empty: the dataset says what a prompt needs */},
+        {"--prompt-ids", true, "--model: the prompt as token ids, e.g. 1,15043,29892", "IDS"},
+        {"--chat", false, "the prompt is a user message, rendered with the model folder's chat template; prints the reply"},
+        {"--checkpoint", true, "a checkpoint file of this run instead of its latest", "FILE"},
+        {"--precision", true, "--model: the dtype it computes in, whatever the folder stores (default fp32)", "P"},
+        {"--quantize", true, "--model: its block linears quantized as they load, nf4 or int8 (a bitsandbytes folder is read as stored)", "Q"},
+        {"--logits", false, "--model --json: add \"logits\", the fp32 logits of every prompt position"},
+        {"--probabilities", false, "--model --json: add \"probabilities\", the first new token's after the repetition penalty, "
+                                   "temperature, top-k and top-p (0 where filtered)"},
+        {"--json", false, "print {\"prompt\", \"completion\", \"completion_ids\"} (--model: {\"completion_ids\", ...})"}};
+    for (auto& o : generationOptions("tokens to generate at most (default 64; addition stops at its end marker; "
+                                     "--model: 0 = a forward pass only, stops at the folder's eos_token_id)", "1"))
+        options.push_back(std::move(o));
+    return options;
+}
+
 const CommandRegistration sampleRegistration{Command{
     "sample",
     "Generate from a trained run (its latest checkpoint, or --checkpoint FILE), or from a Hugging Face model folder.",
-    "(RUN_ID --prompt TEXT | --model DIR (--prompt TEXT | --prompt-ids 1,2,3)) [--max-tokens N] [--temperature T] [--top-k K] [--seed S] "
-    "[--chat] [--checkpoint FILE] [--precision fp32|bf16|fp16] [--quantize nf4|int8] [--json [--logits]]",
-    {{"--db", true, "experiment database", "FILE"},
-     {"--model", true, "a Hugging Face model folder (config.json and safetensors) to run without a run", "DIR"},
-     {"--prompt", true, "the text to continue; addition: \"12+34=\" (the answer is printed the usual way round); "
-                        "--model: tokenized with the folder's tokenizer",
-      "TEXT", true /* empty: the dataset says what a prompt needs */},
-     {"--prompt-ids", true, "--model: the prompt as token ids, e.g. 1,15043,29892", "IDS"},
-     {"--chat", false, "the prompt is a user message, rendered with the model folder's chat template; prints the reply"},
-     {"--max-tokens", true, "tokens to generate at most (default 64; addition stops at its end marker; "
-                            "--model: 0 = a forward pass only, stops at the folder's eos_token_id)", "N"},
-     {"--temperature", true, "0 = greedy, default 1", "T"},
-     {"--top-k", true, "sample from the K most likely tokens only (0 = all)", "K"},
-     {"--seed", true, "random seed (default 1)", "S"},
-     {"--checkpoint", true, "a checkpoint file of this run instead of its latest", "FILE"},
-     {"--precision", true, "--model: the dtype it computes in, whatever the folder stores (default fp32)", "P"},
-     {"--quantize", true, "--model: its block linears quantized as they load, nf4 or int8 (a bitsandbytes folder is read as stored)", "Q"},
-     {"--logits", false, "--model --json: add \"logits\", the fp32 logits of every prompt position"},
-     {"--json", false, "print {\"prompt\", \"completion\", \"completion_ids\"} (--model: {\"completion_ids\", ...})"}},
-    &sample, 1}};
+    "(RUN_ID --prompt TEXT | --model DIR (--prompt TEXT | --prompt-ids 1,2,3)) [--max-tokens N] [--temperature T] [--top-p P] "
+    "[--top-k K] [--repetition-penalty R] [--seed S] [--chat] [--checkpoint FILE] [--precision fp32|bf16|fp16] "
+    "[--quantize nf4|int8] [--json [--logits] [--probabilities]]",
+    sampleOptions(), &sample, 1}};
 
 } // namespace
 } // namespace tb::cli

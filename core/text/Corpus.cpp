@@ -398,15 +398,21 @@ std::vector<std::int32_t> encodeRendered(const std::string& text, const Tokenize
     return ids;
 }
 
-std::vector<std::int32_t> encodeChatPrompt(const std::string& text, const std::filesystem::path& folder, const Tokenizer& tok,
-                                           std::int32_t bos)
+std::vector<std::int32_t> encodeChatConversation(const ojson& messages, const std::filesystem::path& folder, const Tokenizer& tok,
+                                                 std::int32_t bos)
 {
     const auto t = readFolderChatTemplate(folder);
     const ChatTemplate tmpl(t.source, t.where);
     ojson context = t.variables;
-    context["messages"] = ojson::array({ojson{{"role", "user"}, {"content", text}}});
+    context["messages"] = messages;
     context["add_generation_prompt"] = true;
     return encodeRendered(tmpl.render(context), tok, bos);
+}
+
+std::vector<std::int32_t> encodeChatPrompt(const std::string& text, const std::filesystem::path& folder, const Tokenizer& tok,
+                                           std::int32_t bos)
+{
+    return encodeChatConversation(ojson::array({ojson{{"role", "user"}, {"content", text}}}), folder, tok, bos);
 }
 
 std::string defaultTokenCacheRoot()

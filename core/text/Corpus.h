@@ -60,8 +60,12 @@ std::string encodeConversation(const nlohmann::ordered_json& record, const Corpu
 // and the text did not bring it, so a conversation has exactly one.
 std::vector<std::int32_t> encodeRendered(const std::string& text, const Tokenizer& tokenizer, std::int32_t bos);
 
-// A prompt for a chat model: `text` as one user message, rendered with
-// add_generation_prompt, and its ids (encodeRendered).
+// A prompt for a chat model: `messages` (each {"role", "content"}) rendered
+// with the folder's chat template and add_generation_prompt, and its ids
+// (encodeRendered). InputError where the template refuses them.
+std::vector<std::int32_t> encodeChatConversation(const nlohmann::ordered_json& messages, const std::filesystem::path& folder,
+                                                 const Tokenizer& tokenizer, std::int32_t bos);
+// The same for `text` as one user message.
 std::vector<std::int32_t> encodeChatPrompt(const std::string& text, const std::filesystem::path& folder, const Tokenizer& tokenizer,
                                            std::int32_t bos);
 

@@ -173,6 +173,10 @@ public:
     static std::unique_ptr<TokenDataset> synthetic(int vocabSize, int seqLen, bool wideIds, bool withMask);
     // The model folder whose chat template chat prompts use, and its BOS.
     void setChatFolder(std::string folder, std::int32_t bos) { m_chatFolder = std::move(folder); m_bos = bos; }
+    // A tokenized corpus's tokenizer (null for an id file), its model folder and BOS.
+    const std::shared_ptr<const text::Tokenizer>& tokenizer() const { return m_tokenizer; }
+    const std::string& chatFolder() const { return m_chatFolder; }
+    std::int32_t bos() const { return m_bos; }
     int vocabSize() const override { return m_vocab; }
     int seqLen() const override { return m_seqLen; }
     Batch trainBatch(int batchSize, at::Generator& gen) const override;

@@ -26,35 +26,6 @@ namespace fs = std::filesystem;
 std::string shapeText(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
 
-// The next token from the last position's fp32 logits: the most likely at
-// temperature 0, else drawn from softmax(logits / T), among the top k if k > 0.
-std::int64_t pickToken(torch::Tensor logits, double temperature, int topK, at::Generator& gen)
-{
-    if (temperature == 0.0) return logits.argmax().item<std::int64_t>();
-    logits = logits / temperature;
-    if (topK > 0 && topK < logits.size(0)) {
-        const auto kth = std::get<0>(logits.topk(topK)).min();
-        logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
-    }
-    return torch::multinomial(torch::softmax(logits, 0), 1, false, gen).item<std::int64_t>();
-}
-
-// Builds the config's model with the checkpoint's weights, in eval mode, on the CPU.
-std::shared_ptr<CausalLmImpl> trainedModel(const RunConfig& config, const Dataset& data, const std::string& checkpoint)
-{
-    auto options = modelOptionsFor(config, data);
-    options.activationCheckpointing = false;
-    const auto weights = readModelWeights(checkpoint);
-    std::shared_ptr<CausalLmImpl> model;
-    {
-        const WeightsFromFile fromFile(torch::kFloat); // every base weight comes from the checkpoint
-        model = makeModel(options);
-    }
-    loadModelWeights(*model, weights, checkpoint);
-    model->eval();
-    return model;
-}
-
 void writeTextAtomically(const fs::path& path, const std::string& text)
 {
     const auto partial = path.string() + ".partial";
@@ -71,6 +42,69 @@ void writeTextAtomically(const fs::path& path, const std::string& text)
 }
 
 } // namespace
+
+void validateGenerationSettings(const GenerationSettings& s, int minNewTokens)
+{
+    if (s.maxNewTokens < minNewTokens || s.maxNewTokens > 100000)
+        throw InputError("max new tokens must be from " + std::to_string(minNewTokens) + " to 100000, got " + std::to_string(s.maxNewTokens));
+    if (!(s.temperature >= 0.0) || s.temperature > 100.0)
+        throw InputError("temperature must be from 0 (greedy) to 100, got " + std::to_string(s.temperature));
+    if (!(s.topP > 0.0) || s.topP > 1.0) throw InputError("top-p must be above 0 and at most 1 (1: off), got " + std::to_string(s.topP));
+    if (s.topK < 0) throw InputError("top-k must be 0 (off) or positive, got " + std::to_string(s.topK));
+    if (!(s.repetitionPenalty > 0.0) || s.repetitionPenalty > 100.0)
+        throw InputError("repetition penalty must be above 0 and at most 100 (1: off), got " + std::to_string(s.repetitionPenalty));
+}
+
+torch::Tensor nextTokenScores(torch::Tensor logits, const std::vector<std::int64_t>& previous, const GenerationSettings& s)
+{
+    logits = logits.to(torch::kFloat);
+    if (s.repetitionPenalty != 1.0 && !previous.empty()) {
+        // transformers' RepetitionPenaltyLogitsProcessor: each id seen once or more, once.
+        const auto seen = torch::tensor(previous, torch::kLong).clamp(0, logits.size(0) - 1);
+        const auto score = logits.index_select(0, seen);
+        const auto penalised = torch::where(score < 0, score * s.repetitionPenalty, score / s.repetitionPenalty);
+        logits = logits.scatter(0, seen, penalised);
+    }
+    if (s.temperature == 0.0) return logits; // greedy: the filters keep the most likely token
+    logits = logits / s.temperature;
+    if (s.topK > 0 && s.topK < logits.size(0)) {
+        const auto kth = std::get<0>(logits.topk(s.topK)).min();
+        logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+    }
+    if (s.topP < 1.0) {
+        // The smallest set of the most likely tokens whose probability reaches
+        // top-p: sorted ascending, a token goes while the probability up to
+        // and including it is at most 1 - top-p; the most likely always stays.
+        const auto [sorted, order] = logits.sort(0, false);
+        auto drop = sorted.softmax(0).cumsum(0) <= (1.0 - s.topP);
+        drop.index_put_({-1}, false);
+        logits = logits.masked_fill(drop.scatter(0, order, drop), -std::numeric_limits<float>::infinity());
+    }
+    return logits;
+}
+
+std::int64_t pickNextToken(const torch::Tensor& logits, const std::vector<std::int64_t>& previous, const GenerationSettings& s,
+                           at::Generator& gen)
+{
+    const auto scores = nextTokenScores(logits, previous, s);
+    if (s.temperature == 0.0) return scores.argmax().item<std::int64_t>();
+    return torch::multinomial(torch::softmax(scores, 0), 1, false, gen).item<std::int64_t>();
+}
+
+std::shared_ptr<CausalLmImpl> openTrainedModel(const RunConfig& config, const Dataset& data, const std::string& checkpoint)
+{
+    auto options = modelOptionsFor(config, data);
+    options.activationCheckpointing = false;
+    const auto weights = readModelWeights(checkpoint);
+    std::shared_ptr<CausalLmImpl> model;
+    {
+        const WeightsFromFile fromFile(torch::kFloat); // every base weight comes from the checkpoint
+        model = makeModel(options);
+    }
+    loadModelWeights(*model, weights, checkpoint);
+    model->eval();
+    return model;
+}
 
 std::map<std::string, torch::Tensor> readModelWeights(const std::string& path)
 {
@@ -187,21 +221,19 @@ std::map<std::string, torch::Tensor> modelTensors(CausalLmImpl& model, bool merg
 SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& checkpointPath,
                                   const SampleRequest& request)
 {
-    if (request.maxTokens < 1 || request.maxTokens > 100000) throw InputError("max tokens must be from 1 to 100000");
-    if (!(request.temperature >= 0.0) || request.temperature > 100.0) throw InputError("temperature must be from 0 to 100");
-    if (request.topK < 0) throw InputError("top-k must be 0 (off) or positive");
+    validateGenerationSettings(request.generation);
     const auto data = makeDataset(config);
     const auto prompt = request.chat ? data->encodeChatPrompt(request.prompt) : data->encodePrompt(request.prompt);
-    auto model = trainedModel(config, *data, checkpointPath);
+    auto model = openTrainedModel(config, *data, checkpointPath);
     torch::NoGradGuard noGrad;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.generation.seed);
     std::vector<std::int64_t> ids = prompt, generated;
     const auto maxLen = static_cast<std::size_t>(data->seqLen());
-    for (int i = 0; i < request.maxTokens; ++i) {
+    for (int i = 0; i < request.generation.maxNewTokens; ++i) {
         const auto from = ids.size() > maxLen ? ids.size() - maxLen : 0;
         const auto window = torch::tensor(std::vector<std::int64_t>(ids.begin() + from, ids.end()), torch::kLong);
         const auto logits = model->forward(window.unsqueeze(0)).select(1, -1).squeeze(0).to(torch::kFloat);
-        const std::int64_t next = pickToken(logits, request.temperature, request.topK, gen);
+        const std::int64_t next = pickNextToken(logits, ids, request.generation, gen);
         generated.push_back(next);
         ids.push_back(next);
         if (next == data->endToken() || (request.chat && data->endsTurn(next))) break;
@@ -212,10 +244,7 @@ SampleResult sampleFromCheckpoint(const RunConfig& config, const std::string& ch
     return {data->promptAsShown(request.prompt, prompt), data->decodeContinuation(prompt, shown), generated};
 }
 
-namespace {
-
-// eos_token_id of generation_config.json, else of config.json: one id or a list.
-std::vector<std::int64_t> eosTokens(const std::string& folder)
+std::vector<std::int64_t> folderEosTokens(const std::string& folder)
 {
     for (const char* file : {"generation_config.json", "config.json"}) {
         std::ifstream in(fs::path(folder) / file, std::ios::binary);
@@ -237,18 +266,39 @@ std::vector<std::int64_t> eosTokens(const std::string& folder)
     return {};
 }
 
-} // namespace
+std::shared_ptr<CausalLmImpl> openFolderModel(const std::string& folder, const HfArchitecture& arch, const std::string& precision,
+                                              const std::string& quantizeFormat, int maxLen)
+{
+    at::ScalarType dtype = torch::kFloat;
+    if (precision == "bf16") dtype = torch::kBFloat16;
+    else if (precision == "fp16") dtype = torch::kHalf;
+    else if (precision != "fp32") throw InputError("precision must be fp32, bf16 or fp16, got \"" + precision.substr(0, 40) + "\"");
+    QuantizeSpec quantize;
+    try {
+        quantize.format = quantFormatOf(quantizeFormat == "none" ? "" : quantizeFormat);
+    } catch (const std::invalid_argument&) {
+        throw InputError("--quantize must be nf4, int8 or none, got \"" + quantizeFormat.substr(0, 40) + "\"");
+    }
+    if (quantize.active() && !arch.quantization.empty() && arch.quantization != quantizeFormat) {
+        throw InputError(folder + " is a bitsandbytes " + arch.quantization + " folder; it is read as stored: leave --quantize out");
+    }
+    auto options = hfModelOptions(arch, folder, std::max(maxLen, 1));
+    std::shared_ptr<CausalLmImpl> model;
+    {
+        // Built in the compute dtype and filled from the mapped files: no fp32 copy of a bf16 model.
+        const WeightsFromFile fromFile(dtype);
+        model = makeModel(options);
+    }
+    loadHfFolderWeights(*model, folder, "config.json", quantize);
+    if (dtype != torch::kFloat) model->to(dtype); // the norms' small fp32 weights
+    model->eval();
+    return model;
+}
 
 FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampleRequest& request)
 {
-    if (request.maxTokens < 0 || request.maxTokens > 100000) throw InputError("max tokens must be from 0 to 100000");
-    if (!(request.temperature >= 0.0) || request.temperature > 100.0) throw InputError("temperature must be from 0 to 100");
-    if (request.topK < 0) throw InputError("top-k must be 0 (off) or positive");
+    validateGenerationSettings(request.generation, 0);
     if (request.promptIds.empty()) throw InputError("the prompt is empty; give at least one token id");
-    at::ScalarType dtype = torch::kFloat;
-    if (request.precision == "bf16") dtype = torch::kBFloat16;
-    else if (request.precision == "fp16") dtype = torch::kHalf;
-    else if (request.precision != "fp32") throw InputError("precision must be fp32, bf16 or fp16, got \"" + request.precision + "\"");
     const auto started = std::chrono::steady_clock::now();
     const auto arch = readHfArchitecture(folder);
     for (std::size_t i = 0; i < request.promptIds.size(); ++i) {
@@ -258,33 +308,15 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
                              + std::to_string(arch.vocabSize) + " (ids 0 to " + std::to_string(arch.vocabSize - 1) + ")");
         }
     }
-    const auto total = static_cast<std::int64_t>(request.promptIds.size()) + request.maxTokens;
+    const auto total = static_cast<std::int64_t>(request.promptIds.size()) + request.generation.maxNewTokens;
     if (total > arch.maxPositions) {
         throw InputError("the prompt and --max-tokens make " + std::to_string(total) + " tokens, more than the model's "
                          + std::to_string(arch.maxPositions) + " positions (max_position_embeddings)");
     }
-    auto options = hfModelOptions(arch, folder, static_cast<int>(std::max<std::int64_t>(total, 1)));
-    std::shared_ptr<CausalLmImpl> model;
-    {
-        // Built in the compute dtype and filled from the mapped files: no fp32 copy of a bf16 model.
-        const WeightsFromFile fromFile(dtype);
-        model = makeModel(options);
-    }
-    QuantizeSpec quantize;
-    try {
-        quantize.format = quantFormatOf(request.quantize == "none" ? "" : request.quantize);
-    } catch (const std::invalid_argument&) {
-        throw InputError("--quantize must be nf4, int8 or none, got \"" + request.quantize.substr(0, 40) + "\"");
-    }
-    if (quantize.active() && !arch.quantization.empty() && arch.quantization != request.quantize) {
-        throw InputError(folder + " is a bitsandbytes " + arch.quantization + " folder; it is read as stored: leave --quantize out");
-    }
-    loadHfFolderWeights(*model, folder, "config.json", quantize);
-    if (dtype != torch::kFloat) model->to(dtype); // the norms' small fp32 weights
-    model->eval();
-    const auto eos = eosTokens(folder);
+    const auto model = openFolderModel(folder, arch, request.precision, request.quantize, static_cast<int>(total));
+    const auto eos = folderEosTokens(folder);
     torch::NoGradGuard noGrad;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.seed);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(request.generation.seed);
     FolderSampleResult result;
     result.architecture = arch.summary();
     const auto loaded = std::chrono::steady_clock::now();
@@ -293,7 +325,7 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
     const auto forward = [&] {
         return model->forward(torch::tensor(ids, torch::kLong).unsqueeze(0)).squeeze(0).to(torch::kFloat);
     };
-    if (request.logits || request.maxTokens == 0) {
+    if (request.logits || request.generation.maxNewTokens == 0) {
         const auto all = forward().contiguous();
         const auto V = all.size(1);
         for (std::int64_t t = 0; t < all.size(0) && request.logits; ++t) {
@@ -301,9 +333,16 @@ FolderSampleResult sampleFromFolder(const std::string& folder, const FolderSampl
             result.logits.emplace_back(row, row + V);
         }
     }
-    for (int i = 0; i < request.maxTokens; ++i) {
+    for (int i = 0; i < request.generation.maxNewTokens; ++i) {
         const auto logits = forward().select(0, -1);
-        const std::int64_t next = pickToken(logits, request.temperature, request.topK, gen);
+        if (i == 0 && request.probabilities) {
+            const auto scores = nextTokenScores(logits, ids, request.generation);
+            const auto probs = (request.generation.temperature == 0.0
+                                    ? torch::zeros_like(scores).index_fill_(0, scores.argmax(), 1.0)
+                                    : torch::softmax(scores, 0)).contiguous();
+            result.probabilities.assign(probs.data_ptr<float>(), probs.data_ptr<float>() + probs.numel());
+        }
+        const std::int64_t next = pickNextToken(logits, ids, request.generation, gen);
         result.completionIds.push_back(next);
         ids.push_back(next);
         if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
@@ -499,7 +538,7 @@ ExportedModel exportModel(const RunConfig& config, const std::string& checkpoint
         mergeLora = true; // one model: the adapters folded in, then quantized again
     }
     const auto data = makeDataset(config);
-    auto model = trainedModel(config, *data, checkpointPath);
+    auto model = openTrainedModel(config, *data, checkpointPath);
     std::error_code ec;
     fs::create_directories(outputDir, ec);
     if (!fs::is_directory(outputDir, ec)) throw InputError("cannot create the output folder " + outputDir);

@@ -5,7 +5,9 @@
 #include <map>
 #include <string>
 
+#include "config/HfArchitecture.h"
 #include "train/Layers.h"
+#include "train/ModelTools.h"
 
 namespace tb {
 
@@ -23,5 +25,30 @@ void loadModelWeights(CausalLmImpl& model, const std::map<std::string, torch::Te
 // The model's parameters by name; with mergeLora the adapters are folded into
 // their base weights and left out.
 std::map<std::string, torch::Tensor> modelTensors(CausalLmImpl& model, bool mergeLora);
+
+class Dataset;
+// The model `config` describes with the weights of `checkpoint`, in eval mode
+// on the CPU in fp32 (a QLoRA run's base as its checkpoint stores it).
+std::shared_ptr<CausalLmImpl> openTrainedModel(const RunConfig& config, const Dataset& data, const std::string& checkpoint);
+
+// eos_token_id of a Hugging Face folder's generation_config.json, else of its
+// config.json: one id or a list (empty where neither names one).
+std::vector<std::int64_t> folderEosTokens(const std::string& folder);
+
+// A Hugging Face folder's model on the CPU, in eval mode: built in fp32, bf16
+// or fp16 and filled from the folder's weights, its block linears quantized
+// as they load where quantizeFormat (none | nf4 | int8) says so, for up to
+// maxLen positions. Throws InputError for a bad precision or format.
+std::shared_ptr<CausalLmImpl> openFolderModel(const std::string& folder, const HfArchitecture& arch, const std::string& precision,
+                                              const std::string& quantizeFormat, int maxLen);
+
+// The next token's scores from one position's logits, after the settings'
+// repetition penalty over `previous` (every id so far), temperature, top-k and
+// top-p: fp32, -inf where a filter took the token out. At temperature 0 only
+// the penalty applies.
+torch::Tensor nextTokenScores(torch::Tensor logits, const std::vector<std::int64_t>& previous, const GenerationSettings& settings);
+// The most likely of those at temperature 0, else one drawn from their softmax.
+std::int64_t pickNextToken(const torch::Tensor& logits, const std::vector<std::int64_t>& previous,
+                           const GenerationSettings& settings, at::Generator& gen);
 
 } // namespace tb

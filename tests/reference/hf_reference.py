@@ -457,6 +457,33 @@ def forward_neox(cfg, w, ids):
     return torch.nn.functional.linear(x, head)[0]
 
 
+def process_scores(scores, input_ids, args):
+    """The logits processors of transformers' generate, as its
+    generation/logits_process.py writes them, in the order generate applies
+    them: RepetitionPenaltyLogitsProcessor (always), then with sampling
+    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper (min_tokens_to_keep 1).
+    scores: [1, vocab]; input_ids: [1, n]."""
+    if args.repetition_penalty != 1.0:
+        score = torch.gather(scores, 1, input_ids)
+        score = torch.where(score < 0, score * args.repetition_penalty, score / args.repetition_penalty)
+        scores = scores.scatter(1, input_ids, score)
+    if args.temperature == 0:
+        return scores
+    scores = scores / args.temperature
+    if args.top_k > 0:
+        top_k = min(max(args.top_k, 1), scores.size(-1))
+        indices_to_remove = scores < torch.topk(scores, top_k)[0][..., -1, None]
+        scores = scores.masked_fill(indices_to_remove, -float("inf"))
+    if args.top_p < 1.0:
+        sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+        cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        sorted_indices_to_remove = cumulative_probs <= (1 - args.top_p)
+        sorted_indices_to_remove[..., -1:] = 0
+        indices_to_remove = sorted_indices_to_remove.scatter(1, sorted_indices, sorted_indices_to_remove)
+        scores = scores.masked_fill(indices_to_remove, -float("inf"))
+    return scores
+
+
 def run(args):
     with open(os.path.join(args.dir, "config.json")) as f:
         cfg = json.load(f)
@@ -476,13 +503,20 @@ def run(args):
     with torch.no_grad():
         logits = model(cfg, w, ids)
         out, completion = list(ids), []
+        # The first new token's probabilities after the processors (sampling, or greedy's one-hot).
+        first = process_scores(logits[-1:].clone(), torch.tensor([ids]), args)
+        probabilities = first.softmax(-1)[0] if args.temperature > 0 else \
+            torch.nn.functional.one_hot(first.argmax(-1), first.size(-1))[0].float()
         for _ in range(args.max_tokens):
-            nxt = int(model(cfg, w, out)[-1].argmax())
+            # Greedy (do_sample=False): the processors, then the most likely token.
+            scores = process_scores(model(cfg, w, out)[-1:].clone(), torch.tensor([out]), argparse.Namespace(
+                repetition_penalty=args.repetition_penalty, temperature=0))
+            nxt = int(scores[0].argmax())
             completion.append(nxt)
             out.append(nxt)
             if nxt in eos:
                 break
-    return {"logits": logits.tolist(), "completion_ids": completion}
+    return {"logits": logits.tolist(), "completion_ids": completion, "probabilities": probabilities.tolist()}
 
 
 def batch(parser):
@@ -530,6 +564,10 @@ def main():
     r.add_argument("--ids", required=True)
     r.add_argument("--max-tokens", type=int, default=0)
     r.add_argument("--adapter", default="", help="a PEFT LoRA adapter folder applied on top")
+    r.add_argument("--repetition-penalty", type=float, default=1.0, help="applied while decoding greedily, and to the probabilities")
+    r.add_argument("--temperature", type=float, default=0.0, help="for the first new token's probabilities (0: greedy)")
+    r.add_argument("--top-k", type=int, default=0)
+    r.add_argument("--top-p", type=float, default=1.0)
     sub.add_parser("batch", help="command lines as JSON lists on standard input, one a line")
     args = ap.parse_args()
     if args.cmd == "generate":
