@@ -511,6 +511,19 @@ void TestCli::sampleExportAndInitFromARun()
     // Greedy is deterministic; the plain form prints prompt and answer.
     r = cli({"sample", "1", "--db", m_db, "--prompt", "12+34=", "--temperature", "0"});
     QCOMPARE(r.out.trimmed(), "12+34=" + sample["completion"].toString());
+    // chat answers each line the same way; the sum is written whole (its
+    // digits are generated least significant first: the first alone read "6").
+    {
+        QProcess chat;
+        chat.start(TB_CLI_PATH, {"chat", "1", "--db", m_db, "--temperature", "0", "--max-tokens", "64"});
+        QVERIFY(chat.waitForStarted());
+        chat.write("12+34=\n12+34=\n");
+        chat.closeWriteChannel();
+        QVERIFY(chat.waitForFinished(60000));
+        const QString out = QString::fromUtf8(chat.readAllStandardOutput());
+        QVERIFY2(chat.exitCode() == 0, qPrintable(chat.readAllStandardError()));
+        QCOMPARE(out, sample["completion"].toString() + "\n" + sample["completion"].toString() + "\n");
+    }
 
     for (const QStringList& bad : {QStringList{"sample", "1", "--db", m_db, "--prompt", "hello"},
                                    QStringList{"sample", "1", "--db", m_db},

@@ -7,6 +7,7 @@
 #include "TestPaths.h"
 #include "ScriptFixtures.h"
 #include "HfFolderFixtures.h"
+#include "TinyTokenizerFolder.h"
 
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -28,6 +29,7 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 
+#include "ChatPanel.h"
 #include "ConfigDocument.h"
 #include "DiagnosticsPanel.h"
 #include "ExportModelDialog.h"
@@ -81,6 +83,7 @@ private Q_SLOTS:
     void folderWithItsOwnHeadSizeIsDerived();
     void quantizedBaseChosenInTheFormFitsAT4();
     void qloraFromTheFormTrainsSamplesAndExports();
+    void chatPlaygroundTalksStopsAndCompares();
     void mistralPastItsWindowIsPlannedEager();
     void tuneDialogPlansMeasuresAndApplies();
 
@@ -609,6 +612,137 @@ void TestPlannerPanel::torchScriptExperimentIsDerived()
 
 // Mistral 7B's sliding window is 4096 positions: past it the trainer runs
 // eager attention, fused asked for or not, and the panel says so in its notes.
+
+// The Chat tab as a user takes it: a run trained on chat data, sent there
+// from History, answers a multi-turn conversation through the folder's chat
+// template with a system prompt (the first reply is what `trainbench-cli
+// sample RUN --chat` answers); Stop ends a reply at once and the next message
+// is answered; side by side, the base folder answers the same message; New
+// chat clears both. Screenshotted at 1600x1000 and 1280x720.
+void TestPlannerPanel::chatPlaygroundTalksStopsAndCompares()
+{
+    QTemporaryDir dir;
+    const QString folder = dir.filePath("tiny-chat");
+    const char* configJson = R"({"model_type": "llama", "vocab_size": 16, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 256})";
+    QVERIFY(QDir().mkpath(folder));
+    writeHfFolder(folder.toStdString(), configJson, 16);
+    writeTinyTokenizerFolder(folder, R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template":
+        "{% for m in messages %}{% if m.role == 'system' %}{{ m.content + '\\n' }}{% elif m.role == 'user' %}{{ m.content }}{% else %}{{ ' ' + m.content + eos_token }}{% endif %}{% endfor %}"})");
+    {
+        QFile data(dir.filePath("chat.jsonl"));
+        QVERIFY(data.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 40; ++i)
+            data.write(R"({"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]})" "\n");
+    }
+    auto* doc = m_window->document();
+    doc->setText(QString(R"({"name": "chat-tiny", "device": "cpu", "model": {"type": "hf", "path": "%1"},
+        "data": {"source": "chat", "path": "%2", "seq_len": 16},
+        "train": {"batch_size": 8, "steps": 60, "log_every": 10}, "optim": {"lr": 0.01}})")
+                     .arg(folder, dir.filePath("chat.jsonl")));
+    QVERIFY2(doc->isValid(), doc->issues().empty() ? "" : doc->issues().front().text().c_str());
+    auto* run = m_window->runPanel();
+    m_window->tabs()->setCurrentWidget(run);
+    QTRY_VERIFY(run->startButton()->isEnabled());
+    QSignalSpy finished(run, &RunPanel::runFinished);
+    QTest::mouseClick(run->startButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(240000));
+    const auto outcome = finished.first().first().value<SessionOutcome>();
+    QCOMPARE(outcome.status, RunStatus::Finished);
+
+    // From History's Chat button.
+    auto* history = m_window->historyPanel();
+    m_window->tabs()->setCurrentWidget(history);
+    history->refresh();
+    history->selectRuns({outcome.runId});
+    QVERIFY2(history->chatButton()->isEnabled(), qPrintable(history->chatButton()->toolTip()));
+    QTest::mouseClick(history->chatButton(), Qt::LeftButton);
+    auto* chat = m_window->chatPanel();
+    QCOMPARE(m_window->tabs()->currentWidget(), static_cast<QWidget*>(chat));
+    chat->setConfirmNewChat(false);
+    QTRY_VERIFY_WITH_TIMEOUT(!chat->loading(0), 60000);
+    QVERIFY2(chat->status(0).contains("chat template"), qPrintable(chat->status(0)));
+    QVERIFY(chat->sendButton()->isEnabled() && !chat->stopButton()->isEnabled());
+
+    // A greedy first reply, as the command line answers it.
+    chat->temperatureBox()->setValue(0.0);
+    chat->maxTokensBox()->setValue(8);
+    QSignalSpy replied(chat, &ChatPanel::replied);
+    QTest::keyClicks(chat->messageEdit(), "hello");
+    QTest::keyClick(chat->messageEdit(), Qt::Key_Return);
+    QVERIFY(chat->messageEdit()->toPlainText().isEmpty());
+    QVERIFY(replied.wait(60000));
+    QProcess cli;
+    cli.start(TB_CLI_PATH, {"sample", QString::number(outcome.runId), "--db", m_dir->filePath("exp.db"), "--chat", "--prompt",
+                            "hello", "--temperature", "0", "--max-tokens", "8"});
+    QVERIFY(cli.waitForFinished(60000));
+    const QString fromCli = QString::fromUtf8(cli.readAllStandardOutput()).trimmed();
+    QVERIFY2(cli.exitCode() == 0 && !fromCli.isEmpty(), qPrintable(cli.readAllStandardError()));
+    QCOMPARE(chat->lastReply(0).trimmed(), fromCli);
+    QVERIFY2(chat->transcript(0).startsWith("You: hello\nModel: "), qPrintable(chat->transcript(0)));
+
+    // A second turn with a system prompt: the whole conversation is read.
+    chat->systemEdit()->setPlainText("hello.");
+    chat->messageEdit()->setPlainText("hello hello");
+    QTest::mouseClick(chat->sendButton(), Qt::LeftButton);
+    QVERIFY(replied.wait(60000));
+    QCOMPARE(chat->transcript(0).count("You: "), 2);
+    QVERIFY2(chat->transcript(0).contains("tokens/s"), qPrintable(chat->transcript(0)));
+
+    // Stop: at once, the text so far kept; the next message is answered.
+    chat->temperatureBox()->setValue(1.0);
+    chat->maxTokensBox()->setValue(100000);
+    chat->messageEdit()->setPlainText("hello");
+    QTest::mouseClick(chat->sendButton(), Qt::LeftButton);
+    QVERIFY(chat->busy() && chat->stopButton()->isEnabled() && !chat->sendButton()->isEnabled());
+    QTest::keyClick(chat->messageEdit(), Qt::Key_Escape);
+    QVERIFY(!chat->busy());
+    QVERIFY(chat->sendButton()->isEnabled());
+    QVERIFY2(chat->transcript(0).trimmed().endsWith("[stopped]"), qPrintable(chat->transcript(0)));
+    chat->maxTokensBox()->setValue(8);
+    chat->messageEdit()->setPlainText("hello");
+    const int before = replied.count();
+    QTest::mouseClick(chat->sendButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(replied.count() > before && !chat->busy(), 60000);
+    QCOMPARE(chat->transcript(0).count("You: "), 4);
+
+    // Side by side: the base folder answers the same message.
+    ChatSource base;
+    base.folder = folder;
+    base.label = "Folder " + folder;
+    chat->setSource(1, base);
+    QVERIFY(chat->comparing());
+    QTRY_VERIFY_WITH_TIMEOUT(!chat->loading(1), 60000);
+    QVERIFY2(chat->status(1).contains("chat template"), qPrintable(chat->status(1)));
+    chat->messageEdit()->setPlainText("hello");
+    replied.clear();
+    QTest::mouseClick(chat->sendButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(replied.count() == 2 && !chat->busy(), 60000);
+    QCOMPARE(chat->transcript(1).count("You: "), 1);
+    m_window->resize(1600, 1000);
+    screenshot("chat-side-by-side-1600.png");
+    m_window->resize(1280, 720);
+    QTest::qWait(50);
+    screenshot("chat-side-by-side-1280.png");
+    QVERIFY(chat->sendButton()->isVisible() && chat->sendButton()->height() > 0);
+
+    // A folder that cannot be read says why.
+    ChatSource broken;
+    broken.folder = dir.filePath("nothing-here");
+    broken.label = "Folder " + broken.folder;
+    chat->setSource(1, broken);
+    QTRY_VERIFY_WITH_TIMEOUT(!chat->loading(1), 60000);
+    QVERIFY2(chat->status(1).startsWith("Cannot load Folder " + broken.folder), qPrintable(chat->status(1)));
+    QVERIFY(!chat->sendButton()->isEnabled());
+    chat->setCompare(false);
+    QVERIFY(chat->sendButton()->isEnabled());
+
+    // New chat clears the conversation, keeping the model.
+    chat->newChat();
+    QVERIFY(chat->transcript(0).isEmpty());
+    QVERIFY(chat->sendButton()->isEnabled());
+}
+
 void TestPlannerPanel::mistralPastItsWindowIsPlannedEager()
 {
     QVERIFY(m_window->hardwarePanel()->selectTarget("a100-80gb")); // 8192 positions on the map

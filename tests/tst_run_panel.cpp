@@ -1,6 +1,7 @@
 // Runs launched from the window: they finish, stop, fail visibly, land in the
 // store, and never freeze the GUI thread.
 #include <QtTest>
+#include <QStandardItemModel>
 
 #include <QComboBox>
 
@@ -161,6 +162,18 @@ void TestRunPanel::defaultExampleRunsToFinishedWithoutFreezingTheGui()
         QCOMPARE(static_cast<std::int64_t>(cpu.size()), panel->scalarPlot()->curve(ScalarPlot::CpuPercent)->pointCount());
         QVERIFY(cpu.front().value > 0);
         QVERIFY(store.metrics(outcome.runId, SystemSampler::kHostRssBytes).front().value > 10e6);
+    }
+    // No GPU here: its metrics are listed, greyed out, with the reason (they offered an empty plot).
+    {
+        auto* items = qobject_cast<QStandardItemModel*>(below->model());
+        QVERIFY(items);
+        for (const char* gpu : {"GPU utilisation (%)", "GPU memory in use (MiB)", "GPU power (W)"}) {
+            const int row = below->findText(gpu);
+            QVERIFY2(row > 0, gpu);
+            QVERIFY2(!items->item(row)->isEnabled(), gpu);
+            QVERIFY(items->item(row)->toolTip().contains("no GPU samples"));
+        }
+        QVERIFY(items->item(below->findText("CPU use (% of one core)"))->isEnabled());
     }
     below->setCurrentIndex(0);
     QVERIFY(panel->memoryPlot()->isVisible() && !panel->scalarPlot()->isVisible());

@@ -168,6 +168,11 @@ HistoryPanel::HistoryPanel(QWidget* parent) : QWidget(parent)
         if (!path.isEmpty()) exportConfigAndReport(path);
     });
     connect(m_exportModel, &QPushButton::clicked, this, [this] { openExportModel(); });
+    connect(m_chat, &QPushButton::clicked, this, [this] {
+        QList<qint64> ids;
+        for (const auto id : selectedRunIds()) ids.append(id);
+        Q_EMIT chatRequested(ids);
+    });
     connect(m_report, &QPushButton::clicked, this, [this] {
         const auto ids = selectedRunIds();
         if (ids.empty()) return;
@@ -259,6 +264,7 @@ QWidget* HistoryPanel::buildDetails()
     m_attach->setToolTip(tr("Watch a run that runs on a host live again, in the Run tab"));
     m_exportConfig = new QPushButton(tr("Export &config…"), details);
     m_exportModel = new QPushButton(tr("Export &model…"), details);
+    m_chat = new QPushButton(tr("Cha&t"), details);
     m_report = new QPushButton(tr("Re&port…"), details);
     m_report->setToolTip(tr("The selected runs as one HTML file to send: their plots, how their configs differ, "
                             "notes and final metrics"));
@@ -269,6 +275,7 @@ QWidget* HistoryPanel::buildDetails()
     actions->addWidget(m_export);
     actions->addWidget(m_exportConfig);
     actions->addWidget(m_exportModel);
+    actions->addWidget(m_chat);
     actions->addWidget(m_report);
     actions->addStretch(1);
     actions->addWidget(m_delete);
@@ -390,6 +397,26 @@ void HistoryPanel::selectionChanged()
     m_exportModel->setToolTip(noModel.isEmpty() ? tr("Write this run's model as a folder other tools load: the adapter "
                                                      "(PEFT), the merged model or the weights")
                                                 : tr("Cannot export the model: %1").arg(noModel));
+    // Chat: one or two runs with checkpoints (two: side by side).
+    QString noChat;
+    if (const auto ids = selectedRunIds(); ids.empty() || ids.size() > 2) {
+        noChat = tr("select one run, or two to compare");
+    } else {
+        try {
+            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            for (const auto id : ids) {
+                if (!store.latestCheckpoint(id)) {
+                    noChat = tr("run %1 has no checkpoint yet (one is saved when it ends or is stopped)").arg(id);
+                    break;
+                }
+            }
+        } catch (const std::exception& e) {
+            noChat = QString::fromUtf8(e.what());
+        }
+    }
+    m_chat->setEnabled(noChat.isEmpty());
+    m_chat->setToolTip(noChat.isEmpty() ? tr("Talk to this run's model in the Chat tab (two selected runs: side by side)")
+                                        : tr("Cannot chat: %1").arg(noChat));
     // Attach: a copy of a run still running on a host (as last heard).
     const auto* current = currentRun();
     m_attach->setEnabled(current && current->origin.runId != 0 && current->status == RunStatus::Running

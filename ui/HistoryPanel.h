@@ -89,6 +89,7 @@ public:
     QPushButton* resumeButton() const { return m_resume; }
     QPushButton* attachButton() const { return m_attach; }
     QPushButton* exportModelButton() const { return m_exportModel; }
+    QPushButton* chatButton() const { return m_chat; }
     // Export model…: the dialog for the current run (shown, deleted when closed); null without one.
     ExportModelDialog* openExportModel();
     // The run table's header menu for a column: add or remove config fields as
@@ -113,6 +114,8 @@ Q_SIGNALS:
     void resumeRequested(qint64 runId);
     // "Attach": watch a run that runs on a host again (its copy here is selected).
     void attachRequested(const QString& host, qint64 remoteRunId);
+    // "Chat": talk to the selected run's model (two runs: side by side).
+    void chatRequested(const QList<qint64>& runIds);
     // An export finished: what was written and where (for the status bar).
     void exported(const QString& message);
 
@@ -158,6 +161,7 @@ private:
     QPushButton* m_resume;
     QPushButton* m_attach;
     QPushButton* m_exportModel;
+    QPushButton* m_chat;
     QPushButton* m_report;
     QPushButton* m_exportConfig;
     bool m_selecting = false; // selectRuns() updates the views once itself

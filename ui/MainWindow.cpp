@@ -26,6 +26,7 @@
 #include "ExperimentPanel.h"
 #include "GpuTargetModel.h"
 #include "HardwarePanel.h"
+#include "ChatPanel.h"
 #include "DiagnosticsPanel.h"
 #include "HistoryPanel.h"
 #include "HostsDialog.h"
@@ -73,6 +74,19 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     m_diagnostics = new DiagnosticsPanel(m_document, this);
     m_tabs->addTab(m_diagnostics, tr("Diagnostics"));
     m_diagnostics->setTargetModel(m_targets);
+    m_chat = new ChatPanel(this);
+    m_tabs->addTab(m_chat, tr("Chat"));
+    m_chat->setDatabasePath(m_run->databasePath());
+    connect(m_chat, &ChatPanel::message, this, [this](const QString& message) { statusBar()->showMessage(message, 8000); });
+    connect(m_history, &HistoryPanel::chatRequested, this, [this](const QList<qint64>& ids) {
+        const QString refusal = m_chat->chatWithRuns(ids);
+        if (!refusal.isEmpty()) {
+            statusBar()->showMessage(tr("Cannot chat: %1").arg(refusal), 8000);
+            return;
+        }
+        m_tabs->setCurrentWidget(m_chat);
+        m_chat->messageEdit()->setFocus();
+    });
     // One deriver: a plan derived for the planner answers preflight, and the other way.
     auto* deriver = new StepDeriver(this);
     m_planner->setStepDeriver(deriver);
@@ -273,6 +287,10 @@ void MainWindow::buildMenus()
     view->addAction(tr("&History"), QKeySequence(Qt::CTRL | Qt::Key_3), this, [this] { m_tabs->setCurrentWidget(m_history); });
     view->addAction(tr("&Diagnostics"), QKeySequence(Qt::CTRL | Qt::Key_4), this,
                     [this] { m_tabs->setCurrentWidget(m_diagnostics); });
+    view->addAction(tr("&Chat"), QKeySequence(Qt::CTRL | Qt::Key_5), this, [this] {
+        m_tabs->setCurrentWidget(m_chat);
+        m_chat->messageEdit()->setFocus();
+    });
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About Trainbench"), this, &MainWindow::about);
@@ -394,6 +412,7 @@ void MainWindow::openDatabase()
         return;
     }
     m_run->setDatabasePath(path);
+    m_chat->setDatabasePath(path);
     m_history->setDatabasePath(path);
     showStore(path);
 }

@@ -15,6 +15,7 @@ namespace tb::ui {
 
 class ConfigDocument;
 class DiagnosticsPanel;
+class ChatPanel;
 class SweepDialog;
 class ExperimentPanel;
 class GpuTargetModel;
@@ -43,6 +44,7 @@ public:
     MemoryPlannerPanel* plannerPanel() const { return m_planner; }
     HistoryPanel* historyPanel() const { return m_history; }
     DiagnosticsPanel* diagnosticsPanel() const { return m_diagnostics; }
+    ChatPanel* chatPanel() const { return m_chat; }
     // The Sweeps dialog while it is open (Run ▸ Sweep…), else null.
     SweepDialog* sweepDialog() const;
     // Run ▸ Sweep…: start a sweep of the saved experiment and review the store's sweeps.
@@ -95,6 +97,7 @@ private:
     MemoryPlannerPanel* m_planner;
     HistoryPanel* m_history;
     DiagnosticsPanel* m_diagnostics;
+    ChatPanel* m_chat;
     QTabWidget* m_tabs;
     QPointer<SweepDialog> m_sweepDialog;
     QMenu* m_recentMenu = nullptr;

@@ -1,6 +1,8 @@
 #include "common/Percent.h"
 #include "PlainText.h"
 #include "RunPanel.h"
+
+#include <QStandardItemModel>
 #include "CliProgram.h"
 
 #include <QMessageBox>
@@ -186,6 +188,7 @@ void RunPanel::beginRun(const QString& what)
     m_lossPlot->clear();
     m_memoryPlot->clear();
     m_scalarPlot->clear();
+    updateLowerPlotChoices(false);
     m_log->clear();
     m_pace.reset();
     m_resuming = false;
@@ -388,6 +391,7 @@ void RunPanel::plotHistory(qint64 runId)
         }
         m_scalarPlot->append(static_cast<ScalarPlot::Metric>(m), steps, values);
     }
+    updateLowerPlotChoices(false);
     if (!loss.empty()) appendLog("info", tr("Plotted the run's first %1 steps from the store.").arg(m_historyUntil));
     m_lossPlot->followData();
     m_memoryPlot->followData();
@@ -497,6 +501,7 @@ void RunPanel::drainProgress()
                 if (ScalarPlot::fromKey(key, metric)) m_scalarPlot->append(metric, {double(s.step)}, {value * ScalarPlot::scale(metric)});
             }
         }
+        updateLowerPlotChoices(false);
         const StepMetrics& last = batch.steps.back();
         const double elapsed = m_elapsed.elapsed() / 1000.0;
         m_pace.observe(batch.steps.front().step, last.totalSteps, elapsed);
@@ -597,9 +602,27 @@ void RunPanel::appendLog(const QString& severity, const QString& message)
     m_log->appendPlainText(QString("%1  %2  %3").arg(time, severity.leftJustified(7), message));
 }
 
+void RunPanel::updateLowerPlotChoices(bool runEnded)
+{
+    // The GPU's metrics are offered once the run has a sample of them: a run
+    // on the CPU has none (its plot would be empty).
+    auto* items = qobject_cast<QStandardItemModel*>(m_lowerPlot->model());
+    if (!items) return;
+    for (const auto metric : {ScalarPlot::GpuUtil, ScalarPlot::GpuMemory, ScalarPlot::GpuPower}) {
+        const int row = m_lowerPlot->findData(static_cast<int>(metric));
+        if (row < 0) continue;
+        const bool sampled = !m_scalarPlot->curve(metric)->empty();
+        auto* item = items->item(row);
+        item->setEnabled(sampled);
+        item->setToolTip(sampled ? QString() : tr("This run has no GPU samples: it runs on the CPU, or the driver reports none"));
+        if (!sampled && runEnded && m_lowerPlot->currentIndex() == row) m_lowerPlot->setCurrentIndex(0);
+    }
+}
+
 void RunPanel::setRunning(bool running)
 {
     m_running = running;
+    if (!running) updateLowerPlotChoices(true);
     updateStartButton();
     // Preflight judges the editor's config for the next Start; beside a run
     // in progress (a resume of another config, or an edited one) it would

@@ -111,6 +111,7 @@ private:
     QWidget* buildPlots();
     void startWorkers();
     void beginRun(const QString& what);
+    void updateLowerPlotChoices(bool runEnded); // GPU metrics offered where the run sampled them
     void drainProgress();
     void onStarted(qint64 runId, const QString& description, qint64 estimatedPeakBytes);
     void onRemoteStarted(qint64 runId, qint64 remoteRunId, const QString& description, qint64 estimatedPeakBytes);

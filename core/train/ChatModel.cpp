@@ -190,7 +190,7 @@ ChatReply ChatModel::reply(const std::vector<ChatMessage>& messages, const Gener
             out.end = ChatReply::End::EndOfTurn;
             break;
         }
-        if (onText) {
+        if (onText && (!m->data || m->data->completionGrows())) {
             const auto text = m->decode(prompt, out.ids);
             if (!endsMidCharacter(text) && text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
                 onText(text.substr(shown.size()));
@@ -203,6 +203,9 @@ ChatReply ChatModel::reply(const std::vector<ChatMessage>& messages, const Gener
     std::vector<std::int64_t> kept = out.ids;
     if (out.end == ChatReply::End::EndOfTurn) kept.pop_back();
     out.text = m->decode(prompt, kept);
+    // The rest of the text (a character held back, a reply shown only when done).
+    if (onText && out.text.size() > shown.size() && out.text.compare(0, shown.size(), shown) == 0)
+        onText(out.text.substr(shown.size()));
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return out;
 }

@@ -77,6 +77,9 @@ public:
     virtual std::vector<std::int64_t> encodeChatPrompt(const std::string& text) const;
     // Whether a generated id ends an assistant turn (a special token).
     virtual bool endsTurn(std::int64_t id) const { return id == endToken(); }
+    // Whether a completion's text grows at its end as tokens come (it can be
+    // shown as it is generated); false where it is written only when done.
+    virtual bool completionGrows() const { return true; }
 };
 
 // Throws InputError (e.g. unreadable or too short text file).
@@ -108,6 +111,7 @@ public:
     // Reversed answer digits up to the end marker -> the sum written the usual way.
     std::string decodeCompletion(const std::vector<std::int64_t>& ids) const override;
     std::int64_t endToken() const override { return End; }
+    bool completionGrows() const override { return false; } // the sum's digits come least significant first
 
     bool isHeldOut(std::uint64_t a, std::uint64_t b) const;
     // The full token sequence of one example (length seqLen() + 1).

@@ -145,7 +145,9 @@ public:
     int window() const;           // the most tokens the model reads at once
     std::string describe() const; // "run 12 (Llama 3 template, window 2,048)"
     // Generates the assistant's next turn. onText gets the reply's text as it
-    // grows (whole characters only); `stop` set ends it after the token in
+    // grows, whole characters only; the pieces add up to the reply's text
+    // (a task that writes its answer only when done, addition, gives it
+    // whole at the end). `stop` set ends it after the token in
     // hand. One reply at a time per model. Throws InputError for bad
     // settings, an empty conversation or one the template refuses.
     ChatReply reply(const std::vector<ChatMessage>& messages, const GenerationSettings& settings,
