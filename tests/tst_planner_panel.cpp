@@ -94,6 +94,18 @@ private:
         QCoreApplication::processEvents(); // pending layout requests
         QVERIFY(m_window->grab().save(QCoreApplication::applicationDirPath() + "/" + name));
     }
+    // Start in the Run tab, as a user does, and wait for it to finish.
+    void trainInRunTab(SessionOutcome& outcome)
+    {
+        auto* run = m_window->runPanel();
+        m_window->tabs()->setCurrentWidget(run);
+        QTRY_VERIFY(run->startButton()->isEnabled());
+        QSignalSpy finished(run, &RunPanel::runFinished);
+        QTest::mouseClick(run->startButton(), Qt::LeftButton);
+        QVERIFY(finished.wait(240000));
+        outcome = finished.first().first().value<SessionOutcome>();
+        QCOMPARE(outcome.status, RunStatus::Finished);
+    }
     std::unique_ptr<QTemporaryDir> m_dir;
     std::unique_ptr<MainWindow> m_window;
 };
@@ -641,14 +653,9 @@ void TestPlannerPanel::chatPlaygroundTalksStopsAndCompares()
         "train": {"batch_size": 8, "steps": 60, "log_every": 10}, "optim": {"lr": 0.01}})")
                      .arg(folder, dir.filePath("chat.jsonl")));
     QVERIFY2(doc->isValid(), doc->issues().empty() ? "" : doc->issues().front().text().c_str());
-    auto* run = m_window->runPanel();
-    m_window->tabs()->setCurrentWidget(run);
-    QTRY_VERIFY(run->startButton()->isEnabled());
-    QSignalSpy finished(run, &RunPanel::runFinished);
-    QTest::mouseClick(run->startButton(), Qt::LeftButton);
-    QVERIFY(finished.wait(240000));
-    const auto outcome = finished.first().first().value<SessionOutcome>();
-    QCOMPARE(outcome.status, RunStatus::Finished);
+    SessionOutcome outcome;
+    trainInRunTab(outcome);
+    if (QTest::currentTestFailed()) return;
 
     // From History's Chat button.
     auto* history = m_window->historyPanel();
@@ -911,13 +918,9 @@ void TestPlannerPanel::qloraFromTheFormTrainsSamplesAndExports()
 
     // Trained in the Run tab.
     auto* run = m_window->runPanel();
-    m_window->tabs()->setCurrentWidget(run);
-    QTRY_VERIFY(run->startButton()->isEnabled());
-    QSignalSpy finished(run, &RunPanel::runFinished);
-    QTest::mouseClick(run->startButton(), Qt::LeftButton);
-    QVERIFY(finished.wait(240000));
-    const auto outcome = finished.first().first().value<SessionOutcome>();
-    QCOMPARE(outcome.status, RunStatus::Finished);
+    SessionOutcome outcome;
+    trainInRunTab(outcome);
+    if (QTest::currentTestFailed()) return;
     QCOMPARE(outcome.stepsDone, 40);
     QTRY_VERIFY(run->sampleBox()->generateButton()->isEnabled());
     run->sampleBox()->promptEdit()->setText("5 12 19");

@@ -372,34 +372,33 @@ ChatPanel::ChatPanel(QWidget* parent) : QWidget(parent)
     m_system->setPlaceholderText(tr("System prompt (optional), e.g. You are a helpful assistant."));
     m_system->setFixedHeight(m_system->fontMetrics().lineSpacing() * 3 + 12);
     m_system->setToolTip(tr("Sent before the conversation as the system message, through the model's chat template"));
-    m_maxTokens = new QSpinBox(this);
-    m_maxTokens->setRange(1, 100000);
-    m_maxTokens->setValue(256);
-    m_maxTokens->setToolTip(tr("The most tokens a reply has (default 256)"));
-    m_temperature = new QDoubleSpinBox(this);
-    m_temperature->setRange(0.0, 5.0);
-    m_temperature->setSingleStep(0.1);
-    m_temperature->setValue(0.7);
-    m_temperature->setToolTip(tr("0 picks the most likely token each time (greedy); higher is more varied (default 0.7)"));
-    m_topP = new QDoubleSpinBox(this);
-    m_topP->setRange(0.01, 1.0);
-    m_topP->setSingleStep(0.05);
-    m_topP->setValue(1.0);
-    m_topP->setToolTip(tr("Sample from the most likely tokens whose probabilities add up to this (default 1: all)"));
-    m_topK = new QSpinBox(this);
-    m_topK->setRange(0, 100000);
-    m_topK->setValue(0);
+    const auto defaults = chatDefaults();
+    const auto spin = [this](int lo, int hi, int value, const QString& tip) {
+        auto* box = new QSpinBox(this);
+        box->setRange(lo, hi);
+        box->setValue(value);
+        box->setToolTip(tip);
+        return box;
+    };
+    const auto real = [this](double lo, double hi, double step, double value, const QString& tip) {
+        auto* box = new QDoubleSpinBox(this);
+        box->setRange(lo, hi);
+        box->setSingleStep(step);
+        box->setValue(value);
+        box->setToolTip(tip);
+        return box;
+    };
+    m_maxTokens = spin(1, 100000, defaults.maxNewTokens, tr("The most tokens a reply has (default %1)").arg(defaults.maxNewTokens));
+    m_temperature = real(0.0, 5.0, 0.1, defaults.temperature,
+                         tr("0 picks the most likely token each time (greedy); higher is more varied (default %1)").arg(defaults.temperature));
+    m_topP = real(0.01, 1.0, 0.05, defaults.topP,
+                  tr("Sample from the most likely tokens whose probabilities add up to this (default 1: all)"));
+    m_topK = spin(0, 100000, defaults.topK, tr("Sample from this many most likely tokens only (default off)"));
     m_topK->setSpecialValueText(tr("off"));
-    m_topK->setToolTip(tr("Sample from this many most likely tokens only (default off)"));
-    m_repetition = new QDoubleSpinBox(this);
-    m_repetition->setRange(0.5, 3.0);
-    m_repetition->setSingleStep(0.05);
-    m_repetition->setValue(1.0);
-    m_repetition->setToolTip(tr("Above 1 makes tokens already in the conversation less likely (default 1: off)"));
-    m_seed = new QSpinBox(this);
-    m_seed->setRange(0, 1 << 30);
-    m_seed->setValue(1);
-    m_seed->setToolTip(tr("The random seed of each reply (default 1): the same settings and conversation give the same reply"));
+    m_repetition = real(0.5, 3.0, 0.05, defaults.repetitionPenalty,
+                        tr("Above 1 makes tokens already in the conversation less likely (default 1: off)"));
+    m_seed = spin(0, 1 << 30, static_cast<int>(defaults.seed),
+                  tr("The random seed of each reply (default %1): the same settings and conversation give the same reply").arg(defaults.seed));
     auto* settingsBox = new QGroupBox(tr("Generation"), this);
     auto* form = new QFormLayout(settingsBox);
     form->addRow(tr("System prompt"), m_system);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <iostream>
 #include <string>
 
@@ -53,7 +54,7 @@ int chat(const Args& args)
     for (const char* runOnly : {"--db", "--checkpoint"}) {
         if (folder && args.value(runOnly)) throw InputError(std::string("option ") + runOnly + " is for a run's checkpoint, not --model");
     }
-    const auto settings = generationSettingsOf(args, 256, 1, 0.7);
+    const auto settings = generationSettingsOf(args, chatDefaults().maxNewTokens, 1, chatDefaults().temperature);
     const bool json = args.flag("--json");
     std::unique_ptr<ChatModel> model;
     if (folder) {
@@ -137,7 +138,11 @@ std::vector<OptionSpec> chatOptions()
         {"--quantize", true, "--model: its block linears quantized as they load, nf4 or int8", "Q"},
         {"--json", false, "print nothing while replying; at the end the conversation as JSON (each reply's text, ids, "
                           "how it ended, prompt tokens, seconds)"}};
-    for (auto& o : generationOptions("tokens a reply has at most (default 256)", "0.7")) options.push_back(std::move(o));
+    const auto defaults = chatDefaults();
+    char temperature[32];
+    std::snprintf(temperature, sizeof temperature, "%g", defaults.temperature);
+    for (auto& o : generationOptions("tokens a reply has at most (default " + std::to_string(defaults.maxNewTokens) + ")", temperature))
+        options.push_back(std::move(o));
     return options;
 }
 

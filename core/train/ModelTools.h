@@ -35,6 +35,15 @@ struct GenerationSettings {
     double repetitionPenalty = 1.0; // 1: off; > 1 divides a seen token's positive logit, multiplies a negative one
     std::uint64_t seed = 1;
 };
+// A conversation's defaults (trainbench-cli chat and the window's Chat tab):
+// replies of up to 256 tokens at temperature 0.7, the rest off.
+inline GenerationSettings chatDefaults()
+{
+    GenerationSettings s;
+    s.maxNewTokens = 256;
+    s.temperature = 0.7;
+    return s;
+}
 // Throws InputError naming the first setting out of its range and the range;
 // maxNewTokens may be 0 only where minNewTokens is 0.
 void validateGenerationSettings(const GenerationSettings& settings, int minNewTokens = 1);
