@@ -30,6 +30,7 @@ private Q_SLOTS:
     void hfParameterCountsMatchPublished();
     void hfParameterCountsMatchPublishedGpt_data();
     void hfParameterCountsMatchPublishedGpt();
+    void qwen3ReadsItsNormsAndHeadSize();
     void hfConfigRefusesWhatIsNotImplemented_data();
     void hfConfigRefusesWhatIsNotImplemented();
 };
@@ -308,6 +309,27 @@ void TestConfig::hfParameterCountsMatchPublished()
     QFETCH(qint64, published);
     const auto arch = tb::hfArchitectureFromJson(json.toStdString(), "config.json");
     QCOMPARE(qint64(arch.parameterCount()), published);
+}
+
+// Qwen3-0.6B's config.json: the model card gives 0.6B parameters, 0.44B of
+// them outside the embedding (rounded); the count has the per-head query and
+// key norms (28 layers x 2 x 128). Qwen3Config's head_dim is 128 when absent.
+void TestConfig::qwen3ReadsItsNormsAndHeadSize()
+{
+    const char* json = R"({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+        "max_position_embeddings": 40960, "rope_theta": 1000000, "rms_norm_eps": 1e-06, "tie_word_embeddings": true,
+        "attention_bias": false, "use_sliding_window": false, "sliding_window": null, "hidden_act": "silu"})";
+    const auto arch = tb::hfArchitectureFromJson(json, "config.json");
+    QVERIFY(arch.qkNorm && arch.llamaFamily());
+    QCOMPARE(arch.headDim, std::int64_t(128));
+    QCOMPARE(qint64(arch.parameterCount()), qint64(596049920));
+    QCOMPARE(qRound64((arch.parameterCount() - arch.vocabSize * arch.hiddenSize) / 1e7), qint64(44)); // 0.44B
+    QVERIFY2(QString::fromStdString(arch.summary()).contains("q/k norms"), arch.summary().c_str());
+    auto withoutHeadDim = QString(json).remove(R"("head_dim": 128,)").toStdString();
+    QCOMPARE(tb::hfArchitectureFromJson(withoutHeadDim, "config.json").headDim, std::int64_t(128));
+    QVERIFY_THROWS_EXCEPTION(tb::InputError, tb::hfArchitectureFromJson(
+        QString(json).replace(R"("use_sliding_window": false)", R"("use_sliding_window": true)").toStdString(), "config.json"));
 }
 
 void TestConfig::hfConfigRefusesWhatIsNotImplemented_data()

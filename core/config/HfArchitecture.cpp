@@ -24,15 +24,17 @@ using nlohmann::json;
 struct Defaults {
     std::int64_t vocab, hidden, intermediate, layers, heads, kvHeads, positions, slidingWindow;
     double ropeTheta;
+    std::int64_t headDim = 0; // 0: hidden / heads
 };
 
-// transformers' own config defaults (LlamaConfig, MistralConfig, Qwen2Config),
+// transformers' own config defaults (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config),
 // used where a config.json leaves a field out, as transformers does. kvHeads 0:
 // the number of attention heads.
 Defaults defaultsFor(const std::string& type)
 {
     if (type == "mistral") return {32000, 4096, 14336, 32, 32, 8, 4096 * 32, 4096, 10000.0};
     if (type == "qwen2") return {151936, 4096, 22016, 32, 32, 32, 32768, 0, 10000.0};
+    if (type == "qwen3") return {151936, 4096, 22016, 32, 32, 32, 32768, 0, 10000.0, 128};
     return {32000, 4096, 11008, 32, 32, 0, 2048, 0, 10000.0};
 }
 
@@ -192,7 +194,7 @@ json hfConfigObject(const std::string& content, const std::string& source)
 
 const std::vector<std::string>& hfFamilies()
 {
-    static const std::vector<std::string> families{"llama", "mistral", "qwen2", "gpt2", "gpt_neox"};
+    static const std::vector<std::string> families{"llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox"};
     return families;
 }
 
@@ -293,9 +295,9 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
     if (const auto* v = r.find("partial_rotary_factor"); v && !(v->is_number() && v->get<double>() == 1.0)) {
         throw InputError(source + ": partial_rotary_factor " + shown(*v) + " is not implemented for " + a.modelType);
     }
-    if (a.modelType == "qwen2" && r.flag("use_sliding_window", false)) {
-        throw InputError(source + ": use_sliding_window true (Qwen2's per-layer window) is not implemented; "
-                         "set it to false to train with full attention");
+    if ((a.modelType == "qwen2" || a.modelType == "qwen3") && r.flag("use_sliding_window", false)) {
+        throw InputError(source + ": use_sliding_window true (" + (a.modelType == "qwen2" ? "Qwen2" : "Qwen3")
+                         + "'s per-layer window) is not implemented; set it to false to train with full attention");
     }
 
     const auto d = defaultsFor(a.modelType);
@@ -305,7 +307,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
     a.layers = r.positive("num_hidden_layers", d.layers);
     a.heads = r.positive("num_attention_heads", d.heads);
     a.kvHeads = r.positive("num_key_value_heads", d.kvHeads > 0 ? d.kvHeads : a.heads);
-    a.headDim = r.positive("head_dim", a.hiddenSize / a.heads);
+    a.headDim = r.positive("head_dim", d.headDim > 0 ? d.headDim : a.hiddenSize / a.heads);
     a.maxPositions = r.positive("max_position_embeddings", d.positions);
     a.ropeTheta = r.number("rope_theta", d.ropeTheta, 1.0, 1e12);
     a.rmsNormEps = r.number("rms_norm_eps", 1e-6, 0.0, 0.1);
@@ -319,12 +321,13 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
         a.mlpBias = a.modelType == "llama" && r.flag("mlp_bias", false);
     }
     if (a.modelType == "mistral") a.slidingWindow = mistralWindow(j, r);
+    a.qkNorm = a.modelType == "qwen3";
     if (a.heads % a.kvHeads != 0) {
         throw InputError(source + ": num_key_value_heads " + std::to_string(a.kvHeads)
                          + " does not divide num_attention_heads " + std::to_string(a.heads));
     }
     if (a.headDim % 2 != 0) throw InputError(source + ": the head size " + std::to_string(a.headDim) + " is odd; RoPE needs it even");
-    if (!j.contains("head_dim") && a.hiddenSize % a.heads != 0) {
+    if (!j.contains("head_dim") && d.headDim == 0 && a.hiddenSize % a.heads != 0) {
         throw InputError(source + ": hidden_size " + std::to_string(a.hiddenSize) + " is not a multiple of "
                          + std::to_string(a.heads) + " heads, and no head_dim is given");
     }
@@ -383,7 +386,7 @@ std::int64_t HfArchitecture::parameterCount() const
     if (outputBias) attention += h;
     std::int64_t mlp = 3 * h * ff;
     if (mlpBias) mlp += 2 * ff + h;
-    const std::int64_t perLayer = attention + mlp + 2 * h;
+    const std::int64_t perLayer = attention + mlp + 2 * h + (qkNorm ? 2 * headDim : 0);
     return vocabSize * h + layers * perLayer + h + (tieEmbeddings ? 0 : vocabSize * h);
 }
 
@@ -396,6 +399,7 @@ std::string HfArchitecture::summary() const
     s << (tieEmbeddings ? ", tied head" : ", untied head");
     if (qkvBias && llamaFamily()) s << ", q/k/v bias";
     if (mlpBias && llamaFamily()) s << ", MLP bias";
+    if (qkNorm) s << ", q/k norms";
     if (slidingWindow > 0) s << ", sliding window " << slidingWindow;
     if (rotaryDims > 0) s << ", rotary " << rotaryDims << " of " << headDim;
     if (parallelResidual) s << ", parallel residual";

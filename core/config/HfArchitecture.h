@@ -11,7 +11,7 @@
 namespace tb {
 
 struct HfArchitecture {
-    std::string modelType; // llama | mistral | qwen2 | gpt2 | gpt_neox (config.json "model_type")
+    std::string modelType; // llama | mistral | qwen2 | qwen3 | gpt2 | gpt_neox (config.json "model_type")
     std::string source;    // the config.json it came from
     std::int64_t vocabSize = 0;
     std::int64_t hiddenSize = 0;
@@ -27,6 +27,7 @@ struct HfArchitecture {
     bool qkvBias = false;     // q, k and v projections carry a bias (Qwen2, attention_bias)
     bool outputBias = false;  // o_proj carries a bias (Llama's attention_bias)
     bool mlpBias = false;     // gate, up and down projections carry a bias (mlp_bias)
+    bool qkNorm = false;      // Qwen3: RMSNorm over each head's queries and keys before RoPE (q_norm, k_norm)
     std::int64_t slidingWindow = 0; // Mistral: each query sees this many most recent positions, itself included; 0 = all
     // rope_scaling {"rope_type": "llama3", ...}; ropeScalingType empty when absent.
     std::string ropeScalingType;
@@ -47,7 +48,10 @@ struct HfArchitecture {
     std::string quantization;
     bool doubleQuant = false; // bnb_4bit_use_double_quant
 
-    bool llamaFamily() const { return modelType == "llama" || modelType == "mistral" || modelType == "qwen2"; }
+    bool llamaFamily() const
+    {
+        return modelType == "llama" || modelType == "mistral" || modelType == "qwen2" || modelType == "qwen3";
+    }
 
     // Parameters of the model it describes, counted from the shapes.
     std::int64_t parameterCount() const;

@@ -1083,32 +1083,14 @@ std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
     return cc == 90 ? 32LL << 20 : 4LL << 20;
 }
 
-std::string ownStepReason(const RunConfig& c)
-{
-    if (!plannedFromItsStep(c)) return {};
-    if (!plannableModel(c)) return "a TorchScript model";
-    if (c.model.quantize != "none") return "a quantized base (" + c.model.quantize + ")";
-    if (c.lora.rank > 0 && c.lora.dropout > 0) {
-        char p[32];
-        std::snprintf(p, sizeof p, "%g", c.lora.dropout);
-        return std::string("dropout on its LoRA adapters (lora.dropout ") + p + ")";
-    }
-    return "a head size apart from hidden / heads";
-}
+namespace {
 
-bool plannedFromItsStep(const RunConfig& c)
+// Why a Hugging Face folder's step is planned from the step itself (what the
+// hand replays do not model), or empty. The form, the planner and preflight
+// ask at every edit, on the GUI thread: config.json is parsed once per folder
+// and version of the file (its time and size; edited in place, its time moves).
+std::string hfOwnStepReason(const RunConfig& c)
 {
-    if (!plannableModel(c)) return true;
-    // A quantized base (QLoRA): the hand replay has no quantized weights nor
-    // their dequantization in forward and backward; the step has both.
-    if (c.model.quantize != "none") return true;
-    // Dropout on the adapters' input: the hand replay has no mask nor
-    // dropped copy of it; the step has them.
-    if (c.lora.rank > 0 && c.lora.dropout > 0) return true;
-    if (c.model.type != "hf") return false;
-    // The form, the planner and preflight ask at every edit, on the GUI
-    // thread: config.json is parsed once per folder and version of the file
-    // (its time and size; edited in place, its time moves).
     const auto folder = resolvedModelPath(c);
     std::error_code timeError, sizeError;
     const auto file = std::filesystem::path(folder) / "config.json";
@@ -1116,7 +1098,7 @@ bool plannedFromItsStep(const RunConfig& c)
     const auto size = std::filesystem::file_size(file, sizeError);
     using Version = std::pair<std::filesystem::file_time_type, std::uintmax_t>;
     static std::mutex mutex;
-    static std::map<std::string, std::pair<Version, bool>> answers;
+    static std::map<std::string, std::pair<Version, std::string>> answers;
     const bool known = !timeError && !sizeError;
     if (known) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -1124,20 +1106,40 @@ bool plannedFromItsStep(const RunConfig& c)
             return it->second.second;
         }
     }
-    bool own = false;
+    std::string reason;
     try {
         // (architectureFor turns any reading problem into a "not exact" note:
-        // the folder is read here, and only a head size of its own counts.)
+        // the folder is read here, and only what the replays lack counts.)
         const auto a = readHfArchitecture(folder);
-        own = a.llamaFamily() && a.headDim * a.heads != a.hiddenSize;
+        if (a.llamaFamily() && a.qkNorm) reason = "query and key norms (" + a.modelType + ")";
+        else if (a.llamaFamily() && a.headDim * a.heads != a.hiddenSize) reason = "a head size apart from hidden / heads";
     } catch (const InputError&) {
-        return false;
+        return {};
     }
     if (known) {
         std::lock_guard<std::mutex> lock(mutex);
-        answers[folder] = {Version{time, size}, own};
+        answers[folder] = {Version{time, size}, reason};
     }
-    return own;
+    return reason;
+}
+
+} // namespace
+
+std::string ownStepReason(const RunConfig& c)
+{
+    if (!plannableModel(c)) return "a TorchScript model";
+    if (c.model.quantize != "none") return "a quantized base (" + c.model.quantize + ")";
+    if (c.lora.rank > 0 && c.lora.dropout > 0) {
+        char p[32];
+        std::snprintf(p, sizeof p, "%g", c.lora.dropout);
+        return std::string("dropout on its LoRA adapters (lora.dropout ") + p + ")";
+    }
+    return c.model.type == "hf" ? hfOwnStepReason(c) : std::string();
+}
+
+bool plannedFromItsStep(const RunConfig& c)
+{
+    return !ownStepReason(c).empty();
 }
 
 ArchitectureSpec architectureFor(const RunConfig& c)

@@ -179,14 +179,15 @@ MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup&
 ArchitectureSpec architectureFor(const RunConfig& config);
 // Whether the config is planned from its own training step only (the derived
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
-// model, a quantized base (model.quantize), and a Llama-family Hugging Face
-// folder whose head size is not hidden / heads (which the replay does not
-// model). False when the folder
-// cannot be read (the replay's plan says why).
+// model, a quantized base (model.quantize), dropout on LoRA adapters, and a
+// Llama-family Hugging Face folder with what the replay does not model (a
+// head size that is not hidden / heads, Qwen3's query and key norms). False
+// when the folder cannot be read (the replay's plan says why).
 bool plannedFromItsStep(const RunConfig& config);
 // Why, in words, for a config planned from its own step ("a TorchScript
 // model", "a quantized base (nf4)", "dropout on its LoRA adapters (0.05)",
-// "a head size apart from hidden / heads"); empty for one the hand replay plans.
+// "a head size apart from hidden / heads", "query and key norms (qwen3)");
+// empty for one the hand replay plans.
 std::string ownStepReason(const RunConfig& config);
 TrainingSetup setupFor(const RunConfig& config);
 // The projections the planner adapts for a config's lora.targets (groups

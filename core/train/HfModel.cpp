@@ -282,6 +282,7 @@ ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, 
     o.qkvBias = a.qkvBias;
     o.outputBias = a.outputBias;
     o.mlpBias = a.mlpBias;
+    o.qkNorm = a.qkNorm;
     o.slidingWindow = static_cast<int>(std::min<std::int64_t>(a.slidingWindow, 1 << 30));
     if (a.ropeScalingType == "llama3") {
         o.ropeFactor = a.ropeFactor;

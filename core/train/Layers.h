@@ -18,7 +18,7 @@ namespace tb {
 struct ModelOptions {
     std::string type = "gpt"; // gpt | llama | torchscript (an hf folder of the Llama family builds "llama")
     std::string scriptPath;   // torchscript: the saved module; hf: the model folder
-    std::string hfFamily;     // llama | mistral | qwen2 when built from a Hugging Face folder, else empty
+    std::string hfFamily;     // llama | mistral | qwen2 | qwen3 when built from a Hugging Face folder, else empty
     int vocabSize = 256;
     int maxLen = 64;
     int nLayer = 2;
@@ -43,6 +43,7 @@ struct ModelOptions {
     bool qkvBias = false;     // q, k, v projections with a bias (Qwen2, attention_bias)
     bool outputBias = false;  // o_proj with a bias (attention_bias)
     bool mlpBias = false;     // gate, up, down with a bias (mlp_bias)
+    bool qkNorm = false;      // RMSNorm over each head's queries and keys before RoPE (Qwen3's q_norm, k_norm)
     int slidingWindow = 0;    // Mistral: a query sees this many most recent positions, itself included
     // rope_scaling of type llama3 (ropeFactor 0: none).
     double ropeFactor = 0.0, ropeLowFreqFactor = 1.0, ropeHighFreqFactor = 4.0;

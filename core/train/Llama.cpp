@@ -33,13 +33,24 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelOptions& o)
     m_k = register_module("k_proj", LoraLinear(o.dModel, kv, o.adapterRank("k_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
     m_v = register_module("v_proj", LoraLinear(o.dModel, kv, o.adapterRank("v_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
     m_o = register_module("o_proj", LoraLinear(q, o.dModel, o.adapterRank("o_proj"), o.loraAlpha, o.outputBias, kLlamaInit));
+    if (o.qkNorm) {
+        m_qNorm = register_module("q_norm", RmsNorm(m_headDim, o.rmsNormEps));
+        m_kNorm = register_module("k_norm", RmsNorm(m_headDim, o.rmsNormEps));
+    }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionTables& tables)
 {
     const auto B = x.size(0), T = x.size(1);
-    auto q = m_q(x).view({B, T, m_nHead, m_headDim}).transpose(1, 2);
-    auto k = m_k(x).view({B, T, m_nKvHead, m_headDim}).transpose(1, 2);
+    auto q = m_q(x).view({B, T, m_nHead, m_headDim});
+    auto k = m_k(x).view({B, T, m_nKvHead, m_headDim});
+    if (m_qNorm) {
+        // Qwen3: each head's query and key normalised over the head before RoPE.
+        q = m_qNorm(q);
+        k = m_kNorm(k);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
     const auto v = m_v(x).view({B, T, m_nKvHead, m_headDim}).transpose(1, 2);
     q = applyRope(q, tables.ropeCos, tables.ropeSin);
     k = applyRope(k, tables.ropeCos, tables.ropeSin);
@@ -107,7 +118,7 @@ std::int64_t llamaParameterCount(const ModelOptions& o)
     if (o.outputBias) attention += d;
     std::int64_t mlp = 3 * d * ff;
     if (o.mlpBias) mlp += 2 * ff + d;
-    const std::int64_t norms = 2 * d;
+    const std::int64_t norms = 2 * d + (o.qkNorm ? 2 * head : 0);
     std::int64_t lora = 0;
     if (o.loraRank > 0) {
         const std::int64_t r = o.loraRank;

@@ -33,6 +33,7 @@ private:
     int m_nHead, m_nKvHead, m_headDim;
     double m_dropout;
     LoraLinear m_q{nullptr}, m_k{nullptr}, m_v{nullptr}, m_o{nullptr};
+    RmsNorm m_qNorm{nullptr}, m_kNorm{nullptr}; // Qwen3 only
 };
 TORCH_MODULE(LlamaAttention);
 

@@ -97,7 +97,8 @@ def generate(args):
     head_dim = args.head_dim or rng.choice([8, 12, 16])
     hidden = args.hidden or (heads * head_dim if not args.head_dim else rng.choice([32, 48]))
     cfg = {
-        "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}[family]],
+        "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                           "qwen3": "Qwen3ForCausalLM"}[family]],
         "model_type": family,
         "vocab_size": args.vocab or rng.randint(40, 300),
         "hidden_size": hidden,
@@ -121,8 +122,11 @@ def generate(args):
         cfg["mlp_bias"] = bool(args.mlp_bias)
     if family == "mistral":
         cfg["sliding_window"] = args.sliding_window if args.sliding_window else None
-    if family == "qwen2":
+    if family in ("qwen2", "qwen3"):
         cfg["use_sliding_window"] = False
+    if family == "qwen3":
+        cfg["attention_bias"] = bool(args.attention_bias)
+        cfg["head_dim"] = head_dim  # Qwen3Config's default is 128, not hidden / heads: always written
     if args.rope_llama3:
         cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                "original_max_position_embeddings": 16}
@@ -240,6 +244,7 @@ def random_weights(cfg):
     hd = cfg.get("head_dim") or h // heads
     qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
     o_bias = cfg["model_type"] != "qwen2" and cfg.get("attention_bias", False)
+    qk_norm = cfg["model_type"] == "qwen3"
     mlp_bias = cfg.get("mlp_bias", False)
     w = {"model.embed_tokens.weight": torch.randn(v, h) * 0.5}
 
@@ -257,6 +262,9 @@ def random_weights(cfg):
         linear(p + "mlp.gate_proj", h, ff, mlp_bias)
         linear(p + "mlp.up_proj", h, ff, mlp_bias)
         linear(p + "mlp.down_proj", ff, h, mlp_bias)
+        if qk_norm:
+            w[p + "self_attn.q_norm.weight"] = 1.0 + 0.2 * torch.randn(hd)
+            w[p + "self_attn.k_norm.weight"] = 1.0 + 0.2 * torch.randn(hd)
         w[p + "input_layernorm.weight"] = 1.0 + 0.2 * torch.randn(h)
         w[p + "post_attention_layernorm.weight"] = 1.0 + 0.2 * torch.randn(h)
     w["model.norm.weight"] = 1.0 + 0.2 * torch.randn(h)
@@ -336,8 +344,13 @@ def forward(cfg, w, ids):
         p = "model.layers.%d." % i
         residual = x
         hs = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = linear(w, p + "self_attn.q_proj", hs).view(1, T, -1, hd).transpose(1, 2)
-        k = linear(w, p + "self_attn.k_proj", hs).view(1, T, -1, hd).transpose(1, 2)
+        q = linear(w, p + "self_attn.q_proj", hs).view(1, T, -1, hd)
+        k = linear(w, p + "self_attn.k_proj", hs).view(1, T, -1, hd)
+        if cfg["model_type"] == "qwen3":
+            # Qwen3Attention: q_norm and k_norm (RMSNorm over head_dim) on the projected heads, before RoPE.
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = linear(w, p + "self_attn.v_proj", hs).view(1, T, -1, hd).transpose(1, 2)
         q = (q * cos) + (rotate_half(q) * sin)
         k = (k * cos) + (rotate_half(k) * sin)
@@ -543,7 +556,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("dir")
-    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2", "gpt2", "gpt_neox"])
+    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox"])
     g.add_argument("--rotary-pct", type=float, default=0.0)
     g.add_argument("--sequential-residual", action="store_true")
     g.add_argument("--legacy-names", action="store_true", help="gpt2: the original files' names and mask buffers")
