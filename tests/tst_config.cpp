@@ -286,6 +286,12 @@ void TestConfig::hfParameterCountsMatchPublished_data()
         "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
         "attention_bias": false, "mlp_bias": false, "hidden_act": "silu"})" << qint64(1235814400);
+    // Its safetensors index: total_size 7,642,159,104 bytes of bf16.
+    QTest::newRow("Phi-3-mini-4k-instruct") << R"({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
+        "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+        "max_position_embeddings": 4096, "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "rope_scaling": null, "sliding_window": 2047, "rms_norm_eps": 1e-05, "tie_word_embeddings": false,
+        "hidden_act": "silu", "attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0})" << qint64(3821079552);
 }
 
 void TestConfig::hfParameterCountsMatchPublishedGpt_data()
@@ -350,6 +356,10 @@ void TestConfig::hfConfigRefusesWhatIsNotImplemented_data()
     QTest::newRow("llama partial rotary") << R"({"model_type": "llama", "partial_rotary_factor": 0.5})"
                                           << "\"partial_rotary_factor\"";
     QTest::newRow("other activation") << R"({"model_type": "llama", "hidden_act": "gelu"})" << "hidden_act \"gelu\"";
+    QTest::newRow("phi-3 long rope") << R"({"model_type": "phi3", "rope_scaling": {"type": "longrope", "short_factor": [1.0],
+        "long_factor": [1.0]}})" << "rope_scaling";
+    QTest::newRow("phi-4-mini partial rotary") << R"({"model_type": "phi3", "partial_rotary_factor": 0.75})"
+                                               << "partial_rotary_factor";
     QTest::newRow("yarn scaling") << R"({"model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4}})"
                                   << "rope_scaling type \"yarn\"";
     QTest::newRow("qwen2 window") << R"({"model_type": "qwen2", "use_sliding_window": true})" << "use_sliding_window";

@@ -116,17 +116,23 @@ const std::vector<std::string> kBlockTargets{"attn", "mlp"};
 const std::vector<std::string> kLlamaTargets{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 const std::vector<std::string> kGpt2Targets{"c_attn", "c_proj", "c_fc"};
 const std::vector<std::string> kNeoxTargets{"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
+const std::vector<std::string> kPhi3Targets{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
 
 std::vector<std::string> targetNames(std::initializer_list<const std::vector<std::string>*> families)
 {
     std::vector<std::string> names = kBlockTargets;
-    for (const auto* f : families) names.insert(names.end(), f->begin(), f->end());
+    for (const auto* f : families) {
+        for (const auto& n : *f) {
+            if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+        }
+    }
     return names;
 }
 
 // A Hugging Face folder's names.
 std::vector<std::string> hfTargetNames(const HfArchitecture& arch)
 {
+    if (arch.fusedProjections) return targetNames({&kPhi3Targets});
     if (arch.llamaFamily()) return targetNames({&kLlamaTargets});
     if (arch.modelType == "gpt2") return targetNames({&kGpt2Targets});
     return targetNames({&kNeoxTargets});
@@ -356,7 +362,7 @@ void checkLora(Checker& check, const RunConfig& c)
     if (l.dropout > 0 && l.rank <= 0) check.add("lora.dropout", "drops the adapters' input: it needs lora.rank > 0");
     if (l.rank > 0 && l.targets.empty()) check.add("lora.targets", "must name at least one of \"attn\", \"mlp\" when lora.rank > 0");
     // Any family's names for a folder (checkHfFolder holds it to its own).
-    const auto targets = m.type == "hf" ? targetNames({&kGpt2Targets, &kNeoxTargets, &kLlamaTargets}) : loraTargetNames(c);
+    const auto targets = m.type == "hf" ? targetNames({&kGpt2Targets, &kNeoxTargets, &kLlamaTargets, &kPhi3Targets}) : loraTargetNames(c);
     for (std::size_t i = 0; i < l.targets.size(); ++i) {
         check.oneOf("lora.targets[" + std::to_string(i) + "]", l.targets[i], targets);
     }

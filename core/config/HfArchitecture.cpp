@@ -27,7 +27,7 @@ struct Defaults {
     std::int64_t headDim = 0; // 0: hidden / heads
 };
 
-// transformers' own config defaults (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config),
+// transformers' own config defaults (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Phi3Config),
 // used where a config.json leaves a field out, as transformers does. kvHeads 0:
 // the number of attention heads.
 Defaults defaultsFor(const std::string& type)
@@ -35,6 +35,7 @@ Defaults defaultsFor(const std::string& type)
     if (type == "mistral") return {32000, 4096, 14336, 32, 32, 8, 4096 * 32, 4096, 10000.0};
     if (type == "qwen2") return {151936, 4096, 22016, 32, 32, 32, 32768, 0, 10000.0};
     if (type == "qwen3") return {151936, 4096, 22016, 32, 32, 32, 32768, 0, 10000.0, 128};
+    if (type == "phi3") return {32064, 3072, 8192, 32, 32, 0, 4096, 0, 10000.0};
     return {32000, 4096, 11008, 32, 32, 0, 2048, 0, 10000.0};
 }
 
@@ -164,11 +165,14 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
     return a;
 }
 
-// Mistral's sliding_window: absent, transformers' default (4096); null, none.
-std::int64_t mistralWindow(const json& j, const Reader& r)
+// Mistral's and Phi-3's sliding_window: absent, transformers' default (Mistral
+// 4096, Phi-3 none); null, none. Other families have none.
+std::int64_t familyWindow(const json& j, const Reader& r)
 {
+    const auto type = r.text("model_type");
+    if (type != "mistral" && type != "phi3") return 0;
     const auto* w = r.find("sliding_window");
-    return !j.contains("sliding_window") ? defaultsFor("mistral").slidingWindow : w ? r.positive("sliding_window", 0) : 0;
+    return !j.contains("sliding_window") ? defaultsFor(type).slidingWindow : w ? r.positive("sliding_window", 0) : 0;
 }
 
 std::string familyList()
@@ -194,7 +198,7 @@ json hfConfigObject(const std::string& content, const std::string& source)
 
 const std::vector<std::string>& hfFamilies()
 {
-    static const std::vector<std::string> families{"llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox"};
+    static const std::vector<std::string> families{"llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt_neox"};
     return families;
 }
 
@@ -202,7 +206,7 @@ std::int64_t hfSlidingWindow(const std::string& content, const std::string& sour
 {
     const json j = hfConfigObject(content, source);
     const Reader r(j, source);
-    return r.text("model_type") == "mistral" ? mistralWindow(j, r) : 0;
+    return familyWindow(j, r);
 }
 
 // quantization_config: what transformers writes for a folder saved with
@@ -320,8 +324,9 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
         a.qkvBias = a.outputBias = bias;
         a.mlpBias = a.modelType == "llama" && r.flag("mlp_bias", false);
     }
-    if (a.modelType == "mistral") a.slidingWindow = mistralWindow(j, r);
+    a.slidingWindow = familyWindow(j, r);
     a.qkNorm = a.modelType == "qwen3";
+    a.fusedProjections = a.modelType == "phi3";
     if (a.heads % a.kvHeads != 0) {
         throw InputError(source + ": num_key_value_heads " + std::to_string(a.kvHeads)
                          + " does not divide num_attention_heads " + std::to_string(a.heads));
@@ -400,6 +405,7 @@ std::string HfArchitecture::summary() const
     if (qkvBias && llamaFamily()) s << ", q/k/v bias";
     if (mlpBias && llamaFamily()) s << ", MLP bias";
     if (qkNorm) s << ", q/k norms";
+    if (fusedProjections) s << ", fused qkv and gate/up";
     if (slidingWindow > 0) s << ", sliding window " << slidingWindow;
     if (rotaryDims > 0) s << ", rotary " << rotaryDims << " of " << headDim;
     if (parallelResidual) s << ", parallel residual";

@@ -11,7 +11,7 @@
 namespace tb {
 
 struct HfArchitecture {
-    std::string modelType; // llama | mistral | qwen2 | qwen3 | gpt2 | gpt_neox (config.json "model_type")
+    std::string modelType; // llama | mistral | qwen2 | qwen3 | phi3 | gpt2 | gpt_neox (config.json "model_type")
     std::string source;    // the config.json it came from
     std::int64_t vocabSize = 0;
     std::int64_t hiddenSize = 0;
@@ -28,6 +28,7 @@ struct HfArchitecture {
     bool outputBias = false;  // o_proj carries a bias (Llama's attention_bias)
     bool mlpBias = false;     // gate, up and down projections carry a bias (mlp_bias)
     bool qkNorm = false;      // Qwen3: RMSNorm over each head's queries and keys before RoPE (q_norm, k_norm)
+    bool fusedProjections = false; // Phi-3: one qkv_proj (q, k, v along its output) and one gate_up_proj (gate, then up)
     std::int64_t slidingWindow = 0; // Mistral: each query sees this many most recent positions, itself included; 0 = all
     // rope_scaling {"rope_type": "llama3", ...}; ropeScalingType empty when absent.
     std::string ropeScalingType;
@@ -50,7 +51,8 @@ struct HfArchitecture {
 
     bool llamaFamily() const
     {
-        return modelType == "llama" || modelType == "mistral" || modelType == "qwen2" || modelType == "qwen3";
+        return modelType == "llama" || modelType == "mistral" || modelType == "qwen2" || modelType == "qwen3"
+            || modelType == "phi3";
     }
 
     // Parameters of the model it describes, counted from the shapes.

@@ -83,9 +83,11 @@ std::vector<std::string> loraProjections(const std::string& modelType, const std
         // hf: every family's projections; a model has only its own family's. GPT-2's
         // c_proj is in both attn and mlp, so the groups name them qualified.
         if (t == "attn" && hf) {
-            add({"q_proj", "k_proj", "v_proj", "o_proj", "attn.c_attn", "attn.c_proj", "attn.query_key_value", "attn.dense"});
+            add({"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "attn.c_attn", "attn.c_proj", "attn.query_key_value",
+                 "attn.dense"});
         } else if (t == "mlp" && hf) {
-            add({"gate_proj", "up_proj", "down_proj", "mlp.c_fc", "mlp.c_proj", "mlp.dense_h_to_4h", "mlp.dense_4h_to_h"});
+            add({"gate_proj", "up_proj", "gate_up_proj", "down_proj", "mlp.c_fc", "mlp.c_proj", "mlp.dense_h_to_4h",
+                 "mlp.dense_4h_to_h"});
         } else if (t == "attn") {
             llama ? add({"q_proj", "k_proj", "v_proj", "o_proj"}) : add({"qkv", "proj"});
         } else if (t == "mlp") {

@@ -112,9 +112,9 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         a.kvHeads = positive(j, "num_key_value_heads", source, a.heads);
         a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
         a.qkvBias = type == "qwen2" || flag(j, "attention_bias", false, source);
-        if (type == "qwen3") {
-            throw InputError(source + ": Qwen3's query and key norms are not in the hand-written plan; a folder "
-                                      "with this config.json is planned from its own step");
+        if (type == "qwen3" || type == "phi3") {
+            throw InputError(source + ": " + (type == "qwen3" ? "Qwen3's query and key norms are" : "Phi-3's fused projections are")
+                             + " not in the hand-written plan; a folder with this config.json is planned from its own step");
         }
         // Mistral's window, read as the trainer reads it (absent: transformers' 4096).
         a.slidingWindow = hfSlidingWindow(content, source);

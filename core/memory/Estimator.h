@@ -181,7 +181,8 @@ ArchitectureSpec architectureFor(const RunConfig& config);
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
 // model, a quantized base (model.quantize), dropout on LoRA adapters, and a
 // Llama-family Hugging Face folder with what the replay does not model (a
-// head size that is not hidden / heads, Qwen3's query and key norms). False
+// head size that is not hidden / heads, Qwen3's query and key norms, Phi-3's
+// fused projections). False
 // when the folder cannot be read (the replay's plan says why).
 bool plannedFromItsStep(const RunConfig& config);
 // Why, in words, for a config planned from its own step ("a TorchScript

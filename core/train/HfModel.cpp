@@ -283,6 +283,7 @@ ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, 
     o.outputBias = a.outputBias;
     o.mlpBias = a.mlpBias;
     o.qkNorm = a.qkNorm;
+    o.fusedProjections = a.fusedProjections;
     o.slidingWindow = static_cast<int>(std::min<std::int64_t>(a.slidingWindow, 1 << 30));
     if (a.ropeScalingType == "llama3") {
         o.ropeFactor = a.ropeFactor;

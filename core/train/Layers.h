@@ -18,7 +18,7 @@ namespace tb {
 struct ModelOptions {
     std::string type = "gpt"; // gpt | llama | torchscript (an hf folder of the Llama family builds "llama")
     std::string scriptPath;   // torchscript: the saved module; hf: the model folder
-    std::string hfFamily;     // llama | mistral | qwen2 | qwen3 when built from a Hugging Face folder, else empty
+    std::string hfFamily;     // llama | mistral | qwen2 | qwen3 | phi3 when built from a Hugging Face folder, else empty
     int vocabSize = 256;
     int maxLen = 64;
     int nLayer = 2;
@@ -44,6 +44,7 @@ struct ModelOptions {
     bool outputBias = false;  // o_proj with a bias (attention_bias)
     bool mlpBias = false;     // gate, up, down with a bias (mlp_bias)
     bool qkNorm = false;      // RMSNorm over each head's queries and keys before RoPE (Qwen3's q_norm, k_norm)
+    bool fusedProjections = false; // Phi-3's qkv_proj (q, k, v along its output) and gate_up_proj (gate, then up)
     int slidingWindow = 0;    // Mistral: a query sees this many most recent positions, itself included
     // rope_scaling of type llama3 (ropeFactor 0: none).
     double ropeFactor = 0.0, ropeLowFreqFactor = 1.0, ropeHighFreqFactor = 4.0;

@@ -29,9 +29,13 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelOptions& o)
     : m_nHead(o.nHead), m_nKvHead(o.kvHeads()), m_headDim(o.headDim()), m_dropout(o.dropout)
 {
     const int q = o.nHead * m_headDim, kv = m_nKvHead * m_headDim;
-    m_q = register_module("q_proj", LoraLinear(o.dModel, q, o.adapterRank("q_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
-    m_k = register_module("k_proj", LoraLinear(o.dModel, kv, o.adapterRank("k_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
-    m_v = register_module("v_proj", LoraLinear(o.dModel, kv, o.adapterRank("v_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+    if (o.fusedProjections) {
+        m_qkv = register_module("qkv_proj", LoraLinear(o.dModel, q + 2 * kv, o.adapterRank("qkv_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+    } else {
+        m_q = register_module("q_proj", LoraLinear(o.dModel, q, o.adapterRank("q_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+        m_k = register_module("k_proj", LoraLinear(o.dModel, kv, o.adapterRank("k_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+        m_v = register_module("v_proj", LoraLinear(o.dModel, kv, o.adapterRank("v_proj"), o.loraAlpha, o.qkvBias, kLlamaInit));
+    }
     m_o = register_module("o_proj", LoraLinear(q, o.dModel, o.adapterRank("o_proj"), o.loraAlpha, o.outputBias, kLlamaInit));
     if (o.qkNorm) {
         m_qNorm = register_module("q_norm", RmsNorm(m_headDim, o.rmsNormEps));
@@ -42,8 +46,19 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelOptions& o)
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const AttentionTables& tables)
 {
     const auto B = x.size(0), T = x.size(1);
-    auto q = m_q(x).view({B, T, m_nHead, m_headDim});
-    auto k = m_k(x).view({B, T, m_nKvHead, m_headDim});
+    torch::Tensor q, k, v;
+    if (m_qkv) {
+        // Phi-3: q, then k, then v along the one product's output.
+        const auto qkv = m_qkv(x);
+        const std::int64_t qWidth = std::int64_t(m_nHead) * m_headDim, kvWidth = std::int64_t(m_nKvHead) * m_headDim;
+        q = qkv.slice(-1, 0, qWidth).view({B, T, m_nHead, m_headDim});
+        k = qkv.slice(-1, qWidth, qWidth + kvWidth).view({B, T, m_nKvHead, m_headDim});
+        v = qkv.slice(-1, qWidth + kvWidth, qWidth + 2 * kvWidth).view({B, T, m_nKvHead, m_headDim}).transpose(1, 2);
+    } else {
+        q = m_q(x).view({B, T, m_nHead, m_headDim});
+        k = m_k(x).view({B, T, m_nKvHead, m_headDim});
+        v = m_v(x).view({B, T, m_nKvHead, m_headDim}).transpose(1, 2);
+    }
     if (m_qNorm) {
         // Qwen3: each head's query and key normalised over the head before RoPE.
         q = m_qNorm(q);
@@ -51,16 +66,20 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
     }
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-    const auto v = m_v(x).view({B, T, m_nKvHead, m_headDim}).transpose(1, 2);
     q = applyRope(q, tables.ropeCos, tables.ropeSin);
     k = applyRope(k, tables.ropeCos, tables.ropeSin);
     const auto y = causalAttention(q, k, v, tables, m_dropout, is_training(), true);
     return m_o(y.transpose(1, 2).reshape({B, T, m_nHead * m_headDim}));
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const ModelOptions& o)
+LlamaMlpImpl::LlamaMlpImpl(const ModelOptions& o) : m_ff(o.dFf)
 {
     const bool b = o.mlpBias;
+    if (o.fusedProjections) {
+        m_gateUp = register_module("gate_up_proj", LoraLinear(o.dModel, 2 * o.dFf, o.adapterRank("gate_up_proj"), o.loraAlpha, b, kLlamaInit));
+        m_down = register_module("down_proj", LoraLinear(o.dFf, o.dModel, o.adapterRank("down_proj"), o.loraAlpha, b, kLlamaInit));
+        return;
+    }
     m_gate = register_module("gate_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("gate_proj"), o.loraAlpha, b, kLlamaInit));
     m_up = register_module("up_proj", LoraLinear(o.dModel, o.dFf, o.adapterRank("up_proj"), o.loraAlpha, b, kLlamaInit));
     m_down = register_module("down_proj", LoraLinear(o.dFf, o.dModel, o.adapterRank("down_proj"), o.loraAlpha, b, kLlamaInit));
@@ -68,6 +87,11 @@ LlamaMlpImpl::LlamaMlpImpl(const ModelOptions& o)
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x)
 {
+    if (m_gateUp) {
+        // Phi-3: gate, then up along the one product's output; up * silu(gate).
+        const auto gateUp = m_gateUp(x);
+        return m_down(gateUp.slice(-1, m_ff, 2 * m_ff) * torch::silu(gateUp.slice(-1, 0, m_ff)));
+    }
     return m_down(torch::silu(m_gate(x)) * m_up(x));
 }
 
@@ -127,6 +151,10 @@ std::int64_t llamaParameterCount(const ModelOptions& o)
         };
         lora = adapter("q_proj", d, q) + adapter("k_proj", d, kv) + adapter("v_proj", d, kv) + adapter("o_proj", q, d)
             + adapter("gate_proj", d, ff) + adapter("up_proj", d, ff) + adapter("down_proj", ff, d);
+        if (o.fusedProjections) {
+            lora = adapter("qkv_proj", d, q + 2 * kv) + adapter("o_proj", q, d) + adapter("gate_up_proj", d, 2 * ff)
+                + adapter("down_proj", ff, d);
+        }
     }
     const std::int64_t perLayer = attention + mlp + norms + lora;
     return vocab * d + o.nLayer * perLayer + d + (o.tieEmbeddings ? 0 : vocab * d);

@@ -33,6 +33,7 @@ private:
     int m_nHead, m_nKvHead, m_headDim;
     double m_dropout;
     LoraLinear m_q{nullptr}, m_k{nullptr}, m_v{nullptr}, m_o{nullptr};
+    LoraLinear m_qkv{nullptr};                  // Phi-3: q, k and v from one product
     RmsNorm m_qNorm{nullptr}, m_kNorm{nullptr}; // Qwen3 only
 };
 TORCH_MODULE(LlamaAttention);
@@ -44,6 +45,8 @@ public:
 
 private:
     LoraLinear m_gate{nullptr}, m_up{nullptr}, m_down{nullptr};
+    LoraLinear m_gateUp{nullptr}; // Phi-3: gate and up from one product
+    int m_ff = 0;
 };
 TORCH_MODULE(LlamaMlp);
 

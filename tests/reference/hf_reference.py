@@ -98,7 +98,7 @@ def generate(args):
     hidden = args.hidden or (heads * head_dim if not args.head_dim else rng.choice([32, 48]))
     cfg = {
         "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                           "qwen3": "Qwen3ForCausalLM"}[family]],
+                           "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}[family]],
         "model_type": family,
         "vocab_size": args.vocab or rng.randint(40, 300),
         "hidden_size": hidden,
@@ -120,7 +120,7 @@ def generate(args):
     if family == "llama":
         cfg["attention_bias"] = bool(args.attention_bias)
         cfg["mlp_bias"] = bool(args.mlp_bias)
-    if family == "mistral":
+    if family in ("mistral", "phi3"):
         cfg["sliding_window"] = args.sliding_window if args.sliding_window else None
     if family in ("qwen2", "qwen3"):
         cfg["use_sliding_window"] = False
@@ -245,6 +245,7 @@ def random_weights(cfg):
     qkv_bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
     o_bias = cfg["model_type"] != "qwen2" and cfg.get("attention_bias", False)
     qk_norm = cfg["model_type"] == "qwen3"
+    fused = cfg["model_type"] == "phi3"
     mlp_bias = cfg.get("mlp_bias", False)
     w = {"model.embed_tokens.weight": torch.randn(v, h) * 0.5}
 
@@ -255,12 +256,16 @@ def random_weights(cfg):
 
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
-        linear(p + "self_attn.q_proj", h, heads * hd, qkv_bias)
-        linear(p + "self_attn.k_proj", h, kv * hd, qkv_bias)
-        linear(p + "self_attn.v_proj", h, kv * hd, qkv_bias)
+        if fused:  # Phi-3: q, k, v in one product; gate, then up in another
+            linear(p + "self_attn.qkv_proj", h, (heads + 2 * kv) * hd, False)
+            linear(p + "mlp.gate_up_proj", h, 2 * ff, False)
+        else:
+            linear(p + "self_attn.q_proj", h, heads * hd, qkv_bias)
+            linear(p + "self_attn.k_proj", h, kv * hd, qkv_bias)
+            linear(p + "self_attn.v_proj", h, kv * hd, qkv_bias)
+            linear(p + "mlp.gate_proj", h, ff, mlp_bias)
+            linear(p + "mlp.up_proj", h, ff, mlp_bias)
         linear(p + "self_attn.o_proj", heads * hd, h, o_bias)
-        linear(p + "mlp.gate_proj", h, ff, mlp_bias)
-        linear(p + "mlp.up_proj", h, ff, mlp_bias)
         linear(p + "mlp.down_proj", ff, h, mlp_bias)
         if qk_norm:
             w[p + "self_attn.q_norm.weight"] = 1.0 + 0.2 * torch.randn(hd)
@@ -336,7 +341,7 @@ def forward(cfg, w, ids):
     q_idx = torch.arange(T)[:, None]
     kv_idx = torch.arange(T)[None, :]
     allowed = kv_idx <= q_idx
-    window = cfg.get("sliding_window") if cfg["model_type"] == "mistral" else None
+    window = cfg.get("sliding_window") if cfg["model_type"] in ("mistral", "phi3") else None
     if window:
         allowed = allowed & (kv_idx > q_idx - window)
     mask = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)
@@ -344,14 +349,22 @@ def forward(cfg, w, ids):
         p = "model.layers.%d." % i
         residual = x
         hs = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = linear(w, p + "self_attn.q_proj", hs).view(1, T, -1, hd)
-        k = linear(w, p + "self_attn.k_proj", hs).view(1, T, -1, hd)
+        if cfg["model_type"] == "phi3":
+            # Phi3Attention: qkv_proj, split as query_pos = heads * head_dim, then the key/value heads' widths.
+            qkv = linear(w, p + "self_attn.qkv_proj", hs)
+            query_pos = heads * hd
+            q = qkv[..., :query_pos].view(1, T, -1, hd)
+            k = qkv[..., query_pos:query_pos + kv * hd].view(1, T, -1, hd)
+            v = qkv[..., query_pos + kv * hd:].view(1, T, -1, hd).transpose(1, 2)
+        else:
+            q = linear(w, p + "self_attn.q_proj", hs).view(1, T, -1, hd)
+            k = linear(w, p + "self_attn.k_proj", hs).view(1, T, -1, hd)
+            v = linear(w, p + "self_attn.v_proj", hs).view(1, T, -1, hd).transpose(1, 2)
         if cfg["model_type"] == "qwen3":
             # Qwen3Attention: q_norm and k_norm (RMSNorm over head_dim) on the projected heads, before RoPE.
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = linear(w, p + "self_attn.v_proj", hs).view(1, T, -1, hd).transpose(1, 2)
         q = (q * cos) + (rotate_half(q) * sin)
         k = (k * cos) + (rotate_half(k) * sin)
         k = repeat_kv(k, heads // kv)
@@ -362,8 +375,13 @@ def forward(cfg, w, ids):
         x = residual + linear(w, p + "self_attn.o_proj", out)
         residual = x
         hs = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        mlp = linear(w, p + "mlp.down_proj",
-                     torch.nn.functional.silu(linear(w, p + "mlp.gate_proj", hs)) * linear(w, p + "mlp.up_proj", hs))
+        if cfg["model_type"] == "phi3":
+            # Phi3MLP: gate, up_states = gate_up_proj(x).chunk(2, dim=-1); down_proj(up_states * act(gate))
+            gate, up_states = linear(w, p + "mlp.gate_up_proj", hs).chunk(2, dim=-1)
+            mlp = linear(w, p + "mlp.down_proj", up_states * torch.nn.functional.silu(gate))
+        else:
+            mlp = linear(w, p + "mlp.down_proj",
+                         torch.nn.functional.silu(linear(w, p + "mlp.gate_proj", hs)) * linear(w, p + "mlp.up_proj", hs))
         x = residual + mlp
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", False) else w["lm_head.weight"]
@@ -556,7 +574,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("dir")
-    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox"])
+    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt_neox"])
     g.add_argument("--rotary-pct", type=float, default=0.0)
     g.add_argument("--sequential-residual", action="store_true")
     g.add_argument("--legacy-names", action="store_true", help="gpt2: the original files' names and mask buffers")
