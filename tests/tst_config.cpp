@@ -286,6 +286,12 @@ void TestConfig::hfParameterCountsMatchPublished_data()
         "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
         "attention_bias": false, "mlp_bias": false, "hidden_act": "silu"})" << qint64(1235814400);
+    QTest::newRow("gemma-3-1b-it") << R"({"model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 1152,
+        "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1,
+        "head_dim": 256, "max_position_embeddings": 32768, "query_pre_attn_scalar": 256, "rope_theta": 1000000,
+        "rope_local_base_freq": 10000, "sliding_window": 512, "sliding_window_pattern": 6, "rms_norm_eps": 1e-06,
+        "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": null, "attn_logit_softcapping": null,
+        "rope_scaling": null, "attention_bias": false})" << qint64(999885952);
     // Its safetensors index: total_size 7,642,159,104 bytes of bf16.
     QTest::newRow("Phi-3-mini-4k-instruct") << R"({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
         "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,

@@ -27,7 +27,8 @@ struct Defaults {
     std::int64_t headDim = 0; // 0: hidden / heads
 };
 
-// transformers' own config defaults (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Phi3Config),
+// transformers' own config defaults (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Phi3Config,
+// Gemma3TextConfig),
 // used where a config.json leaves a field out, as transformers does. kvHeads 0:
 // the number of attention heads.
 Defaults defaultsFor(const std::string& type)
@@ -36,6 +37,7 @@ Defaults defaultsFor(const std::string& type)
     if (type == "qwen2") return {151936, 4096, 22016, 32, 32, 32, 32768, 0, 10000.0};
     if (type == "qwen3") return {151936, 4096, 22016, 32, 32, 32, 32768, 0, 10000.0, 128};
     if (type == "phi3") return {32064, 3072, 8192, 32, 32, 0, 4096, 0, 10000.0};
+    if (type == "gemma3_text") return {262208, 2304, 9216, 26, 8, 4, 131072, 4096, 1000000.0, 256};
     return {32000, 4096, 11008, 32, 32, 0, 2048, 0, 10000.0};
 }
 
@@ -100,6 +102,32 @@ bool geluIsTanh(const std::string& act, const std::string& source, const std::st
 }
 
 std::string familyList();
+
+// Gemma 3's own fields (Gemma3TextConfig): which layers slide (layer_types,
+// else every sliding_window_pattern-th layer is full), their RoPE base, the
+// query scale.
+void gemmaLayout(HfArchitecture& a, const json& j, const Reader& r)
+{
+    a.gemma = true;
+    a.geluTanh = true;
+    a.queryPreAttnScalar = r.number("query_pre_attn_scalar", 256.0, 1e-6, 1e9);
+    a.localRopeTheta = r.number("rope_local_base_freq", 10000.0, 1.0, 1e12);
+    a.slidingLayers.assign(static_cast<std::size_t>(a.layers), false);
+    if (const auto* types = r.find("layer_types")) {
+        if (!types->is_array() || types->size() != static_cast<std::size_t>(a.layers))
+            r.fail("layer_types", "must list one type per layer (" + std::to_string(a.layers) + "), got " + shown(*types));
+        for (std::size_t i = 0; i < types->size(); ++i) {
+            const auto& t = (*types)[i];
+            if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
+                r.fail("layer_types", "holds " + shown(t) + "; each is \"sliding_attention\" or \"full_attention\"");
+            a.slidingLayers[i] = t == "sliding_attention";
+        }
+    } else {
+        const auto pattern = r.positive("sliding_window_pattern", 6);
+        for (std::int64_t i = 0; i < a.layers; ++i) a.slidingLayers[static_cast<std::size_t>(i)] = (i + 1) % pattern != 0;
+    }
+    (void)j;
+}
 
 HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
 {
@@ -170,7 +198,7 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
 std::int64_t familyWindow(const json& j, const Reader& r)
 {
     const auto type = r.text("model_type");
-    if (type != "mistral" && type != "phi3") return 0;
+    if (type != "mistral" && type != "phi3" && type != "gemma3_text") return 0;
     const auto* w = r.find("sliding_window");
     return !j.contains("sliding_window") ? defaultsFor(type).slidingWindow : w ? r.positive("sliding_window", 0) : 0;
 }
@@ -198,7 +226,7 @@ json hfConfigObject(const std::string& content, const std::string& source)
 
 const std::vector<std::string>& hfFamilies()
 {
-    static const std::vector<std::string> families{"llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt_neox"};
+    static const std::vector<std::string> families{"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text", "gpt2", "gpt_neox"};
     return families;
 }
 
@@ -291,10 +319,24 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
     }
     readQuantization(a, j, source);
     if (a.modelType == "gpt2" || a.modelType == "gpt_neox") return gptFamily(a, j, r);
-    const auto act = r.text("hidden_act");
-    if (!act.empty() && act != "silu") {
-        throw InputError(source + ": hidden_act \"" + act + "\" is not implemented for " + a.modelType
-                         + " (only \"silu\", the published SwiGLU)");
+    if (a.modelType == "gemma3_text") {
+        // Gemma3TextConfig: hidden_activation (transformers reads it over hidden_act), GeGLU with the tanh GELU.
+        const auto act = r.find("hidden_activation") ? r.text("hidden_activation") : r.text("hidden_act");
+        if (!act.empty() && act != "gelu_pytorch_tanh") {
+            throw InputError(source + ": hidden_activation \"" + act + "\" is not implemented for gemma3_text (only "
+                             "\"gelu_pytorch_tanh\", the published GeGLU)");
+        }
+        for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+            if (const auto* v = r.find(cap)) {
+                throw InputError(source + ": " + cap + " " + shown(*v) + " is not implemented (Gemma 3 publishes it null)");
+            }
+        }
+    } else {
+        const auto act = r.text("hidden_act");
+        if (!act.empty() && act != "silu") {
+            throw InputError(source + ": hidden_act \"" + act + "\" is not implemented for " + a.modelType
+                             + " (only \"silu\", the published SwiGLU)");
+        }
     }
     if (const auto* v = r.find("partial_rotary_factor"); v && !(v->is_number() && v->get<double>() == 1.0)) {
         throw InputError(source + ": partial_rotary_factor " + shown(*v) + " is not implemented for " + a.modelType);
@@ -315,8 +357,9 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
     a.maxPositions = r.positive("max_position_embeddings", d.positions);
     a.ropeTheta = r.number("rope_theta", d.ropeTheta, 1.0, 1e12);
     a.rmsNormEps = r.number("rms_norm_eps", 1e-6, 0.0, 0.1);
-    a.tieEmbeddings = r.flag("tie_word_embeddings", false);
+    a.tieEmbeddings = r.flag("tie_word_embeddings", a.modelType == "gemma3_text");
     a.torchDtype = r.text("torch_dtype");
+    if (a.modelType == "gemma3_text") gemmaLayout(a, j, r);
     if (a.modelType == "qwen2") {
         a.qkvBias = true;
     } else {
@@ -325,7 +368,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
         a.mlpBias = a.modelType == "llama" && r.flag("mlp_bias", false);
     }
     a.slidingWindow = familyWindow(j, r);
-    a.qkNorm = a.modelType == "qwen3";
+    a.qkNorm = a.modelType == "qwen3" || a.gemma;
     a.fusedProjections = a.modelType == "phi3";
     if (a.heads % a.kvHeads != 0) {
         throw InputError(source + ": num_key_value_heads " + std::to_string(a.kvHeads)
@@ -391,7 +434,7 @@ std::int64_t HfArchitecture::parameterCount() const
     if (outputBias) attention += h;
     std::int64_t mlp = 3 * h * ff;
     if (mlpBias) mlp += 2 * ff + h;
-    const std::int64_t perLayer = attention + mlp + 2 * h + (qkNorm ? 2 * headDim : 0);
+    const std::int64_t perLayer = attention + mlp + (gemma ? 4 : 2) * h + (qkNorm ? 2 * headDim : 0);
     return vocabSize * h + layers * perLayer + h + (tieEmbeddings ? 0 : vocabSize * h);
 }
 
@@ -406,6 +449,11 @@ std::string HfArchitecture::summary() const
     if (mlpBias && llamaFamily()) s << ", MLP bias";
     if (qkNorm) s << ", q/k norms";
     if (fusedProjections) s << ", fused qkv and gate/up";
+    if (gemma) {
+        std::int64_t sliding = 0;
+        for (const bool b : slidingLayers) sliding += b ? 1 : 0;
+        s << ", " << sliding << " of " << layers << " layers sliding";
+    }
     if (slidingWindow > 0) s << ", sliding window " << slidingWindow;
     if (rotaryDims > 0) s << ", rotary " << rotaryDims << " of " << headDim;
     if (parallelResidual) s << ", parallel residual";

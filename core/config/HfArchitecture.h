@@ -11,7 +11,7 @@
 namespace tb {
 
 struct HfArchitecture {
-    std::string modelType; // llama | mistral | qwen2 | qwen3 | phi3 | gpt2 | gpt_neox (config.json "model_type")
+    std::string modelType; // llama | mistral | qwen2 | qwen3 | phi3 | gemma3_text | gpt2 | gpt_neox (config.json "model_type")
     std::string source;    // the config.json it came from
     std::int64_t vocabSize = 0;
     std::int64_t hiddenSize = 0;
@@ -29,6 +29,14 @@ struct HfArchitecture {
     bool mlpBias = false;     // gate, up and down projections carry a bias (mlp_bias)
     bool qkNorm = false;      // Qwen3: RMSNorm over each head's queries and keys before RoPE (q_norm, k_norm)
     bool fusedProjections = false; // Phi-3: one qkv_proj (q, k, v along its output) and one gate_up_proj (gate, then up)
+    // Gemma 3: (1 + w) RMSNorms in fp32, one before and one after attention and
+    // the MLP; embeddings times sqrt(hidden); GeGLU (tanh GELU, geluTanh);
+    // attention scaled by query_pre_attn_scalar^-0.5; sliding-window layers
+    // (slidingLayers) with their own RoPE base among full ones.
+    bool gemma = false;
+    double queryPreAttnScalar = 0.0;    // 0: the head size
+    std::vector<bool> slidingLayers;    // per layer: sees only slidingWindow positions (Gemma 3's layer_types)
+    double localRopeTheta = 0.0;        // the sliding layers' RoPE base (rope_local_base_freq)
     std::int64_t slidingWindow = 0; // Mistral: each query sees this many most recent positions, itself included; 0 = all
     // rope_scaling {"rope_type": "llama3", ...}; ropeScalingType empty when absent.
     std::string ropeScalingType;
@@ -52,7 +60,7 @@ struct HfArchitecture {
     bool llamaFamily() const
     {
         return modelType == "llama" || modelType == "mistral" || modelType == "qwen2" || modelType == "qwen3"
-            || modelType == "phi3";
+            || modelType == "phi3" || modelType == "gemma3_text";
     }
 
     // Parameters of the model it describes, counted from the shapes.

@@ -98,6 +98,9 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
         // reads it (one answer, and the same refusals).
         a.rotaryDims = hfArchitectureFromJson(content, source).rotaryDims;
         if (a.rotaryDims == 0) a.positional = "none";
+    } else if (type == "gemma3_text") {
+        throw InputError(source + ": Gemma 3's layout is not in the hand-written plan; a folder with this config.json "
+                                  "is planned from its own step");
     } else {
         // Llama and its look-alikes (Mistral, Qwen2, ...): the field names Hugging
         // Face's LlamaConfig uses. The activation decides the block's flavour.

@@ -1111,7 +1111,8 @@ std::string hfOwnStepReason(const RunConfig& c)
         // (architectureFor turns any reading problem into a "not exact" note:
         // the folder is read here, and only what the replays lack counts.)
         const auto a = readHfArchitecture(folder);
-        if (a.llamaFamily() && a.qkNorm) reason = "query and key norms (" + a.modelType + ")";
+        if (a.gemma) reason = "Gemma 3's layout (its norms, GeGLU, sliding and full layers)";
+        else if (a.llamaFamily() && a.qkNorm) reason = "query and key norms (" + a.modelType + ")";
         else if (a.fusedProjections) reason = "fused q/k/v and gate/up projections (" + a.modelType + ")";
         else if (a.llamaFamily() && a.headDim * a.heads != a.hiddenSize) reason = "a head size apart from hidden / heads";
     } catch (const InputError&) {

@@ -284,6 +284,14 @@ ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, 
     o.mlpBias = a.mlpBias;
     o.qkNorm = a.qkNorm;
     o.fusedProjections = a.fusedProjections;
+    if (a.gemma) {
+        o.gemmaNorms = true;
+        o.geluTanh = true;
+        o.embedScale = std::sqrt(static_cast<double>(a.hiddenSize));
+        o.queryScale = 1.0 / std::sqrt(a.queryPreAttnScalar);
+        o.slidingLayers = a.slidingLayers;
+        o.localRopeTheta = a.localRopeTheta;
+    }
     o.slidingWindow = static_cast<int>(std::min<std::int64_t>(a.slidingWindow, 1 << 30));
     if (a.ropeScalingType == "llama3") {
         o.ropeFactor = a.ropeFactor;

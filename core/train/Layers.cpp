@@ -396,6 +396,14 @@ void CausalLmImpl::freezeBaseForLora()
     }
 }
 
+void CausalLmImpl::registerLocalRopeTables(int headDim, double base)
+{
+    const auto inv = torch::pow(base, -torch::arange(0, headDim, 2, torch::kDouble) / headDim);
+    const auto angles = torch::outer(torch::arange(m_options.maxLen, torch::kDouble), inv);
+    m_localRopeCos = register_buffer("rope_local_cos", torch::cos(angles).to(torch::kFloat));
+    m_localRopeSin = register_buffer("rope_local_sin", torch::sin(angles).to(torch::kFloat));
+}
+
 void CausalLmImpl::registerRopeTables(int headDim, double base)
 {
     auto inv = torch::pow(base, -torch::arange(0, headDim, 2, torch::kDouble) / headDim);
@@ -420,18 +428,27 @@ void CausalLmImpl::registerRopeTables(int headDim, double base)
 
 AttentionTables CausalLmImpl::tablesFor(std::int64_t T, const torch::Tensor& like) const
 {
+    return tablesFor(T, like, m_options.slidingLayers.empty());
+}
+
+AttentionTables CausalLmImpl::tablesFor(std::int64_t T, const torch::Tensor& like, bool slidingLayer) const
+{
     AttentionTables t;
     t.fused = m_options.attention == "sdpa";
+    t.scale = m_options.queryScale;
     // Built per forward pass for T positions: T^2 booleans, not a max_len^2 buffer.
-    // A sliding window (Mistral) needs the explicit mask once T exceeds it.
-    const bool windowed = m_options.slidingWindow > 0 && T > m_options.slidingWindow;
+    // A sliding window (Mistral, Gemma 3's sliding layers) needs the explicit mask once T exceeds it.
+    const bool windowed = slidingLayer && m_options.slidingWindow > 0 && T > m_options.slidingWindow;
     if (windowed) t.fused = false;
     if (!t.fused) {
         t.maskedOut = torch::ones({T, T}, like.options().dtype(torch::kBool)).triu(1);
         // Query i sees keys i - window + 1 .. i: the window most recent positions, itself included.
         if (windowed) t.maskedOut = t.maskedOut.logical_or(torch::ones({T, T}, t.maskedOut.options()).tril(-m_options.slidingWindow));
     }
-    if (m_ropeCos.defined()) {
+    if (slidingLayer && m_localRopeCos.defined()) {
+        t.ropeCos = m_localRopeCos.narrow(0, 0, T);
+        t.ropeSin = m_localRopeSin.narrow(0, 0, T);
+    } else if (m_ropeCos.defined()) {
         t.ropeCos = m_ropeCos.narrow(0, 0, T);
         t.ropeSin = m_ropeSin.narrow(0, 0, T);
     }
@@ -440,9 +457,15 @@ AttentionTables CausalLmImpl::tablesFor(std::int64_t T, const torch::Tensor& lik
 
 torch::Tensor CausalLmImpl::runBlocks(torch::Tensor x, torch::nn::ModuleList& blocks, const AttentionTables& tables)
 {
+    return runBlocks(x, blocks, std::vector<const AttentionTables*>(blocks->size(), &tables));
+}
+
+torch::Tensor CausalLmImpl::runBlocks(torch::Tensor x, torch::nn::ModuleList& blocks, const std::vector<const AttentionTables*>& perBlock)
+{
     const bool checkpoint = m_options.activationCheckpointing && is_training() && torch::GradMode::is_enabled();
-    for (const auto& module : *blocks) {
-        auto* block = module->as<DecoderBlock>();
+    for (std::size_t i = 0; i < blocks->size(); ++i) {
+        auto* block = (*blocks)[i]->as<DecoderBlock>();
+        const auto& tables = *perBlock[i];
         if (checkpoint) {
             // With a frozen embedding (LoRA) the block input needs no grad, and a
             // checkpointed block would then never run backward: its adapters would
@@ -478,8 +501,13 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, co
         keys = k.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
         values = v.unsqueeze(2).expand({B, KV, groups, T, D}).reshape({B, KV * groups, T, D});
     }
-    if (tables.fused) return compat::fusedCausalAttention(q, keys, values, training ? dropout : 0.0);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const double usual = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const double scale = tables.scale > 0.0 ? tables.scale : usual;
+    if (tables.fused) {
+        // SDPA scales by 1/sqrt(head size): another scale goes onto the queries first.
+        const auto queries = scale == usual ? q : q * (scale / usual);
+        return compat::fusedCausalAttention(queries, keys, values, training ? dropout : 0.0);
+    }
     auto att = torch::matmul(q, keys.transpose(-2, -1)) * scale;
     att = att.masked_fill(tables.maskedOut, -std::numeric_limits<float>::infinity());
     att = softmaxFp32 ? torch::softmax(att, -1, torch::kFloat) : torch::softmax(att, -1);

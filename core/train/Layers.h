@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <vector>
 #include <string>
 
 #include <torch/torch.h>
@@ -18,7 +19,7 @@ namespace tb {
 struct ModelOptions {
     std::string type = "gpt"; // gpt | llama | torchscript (an hf folder of the Llama family builds "llama")
     std::string scriptPath;   // torchscript: the saved module; hf: the model folder
-    std::string hfFamily;     // llama | mistral | qwen2 | qwen3 | phi3 when built from a Hugging Face folder, else empty
+    std::string hfFamily;     // llama | mistral | qwen2 | qwen3 | phi3 | gemma3_text when built from a Hugging Face folder, else empty
     int vocabSize = 256;
     int maxLen = 64;
     int nLayer = 2;
@@ -46,6 +47,15 @@ struct ModelOptions {
     bool qkNorm = false;      // RMSNorm over each head's queries and keys before RoPE (Qwen3's q_norm, k_norm)
     bool fusedProjections = false; // Phi-3's qkv_proj (q, k, v along its output) and gate_up_proj (gate, then up)
     int slidingWindow = 0;    // Mistral: a query sees this many most recent positions, itself included
+    // Gemma 3 (gemmaNorms): (1 + w) RMSNorms in fp32, before and after both
+    // attention and the MLP; embeddings times embedScale; attention scaled by
+    // queryScale; only the slidingLayers see slidingWindow positions, with
+    // RoPE at localRopeTheta. A Llama MLP with geluTanh is GeGLU.
+    bool gemmaNorms = false;
+    double embedScale = 0.0;        // 0: none
+    double queryScale = 0.0;        // 0: 1 / sqrt(head size)
+    std::vector<bool> slidingLayers; // empty: every layer slides where slidingWindow > 0
+    double localRopeTheta = 0.0;    // 0: the sliding layers use ropeTheta
     // rope_scaling of type llama3 (ropeFactor 0: none).
     double ropeFactor = 0.0, ropeLowFreqFactor = 1.0, ropeHighFreqFactor = 4.0;
     int ropeOriginalMaxPositions = 0;
@@ -187,6 +197,7 @@ struct AttentionTables {
     torch::Tensor ropeCos;   // [T, headDim/2] or undefined
     torch::Tensor ropeSin;
     bool fused = false;      // scaled_dot_product_attention with is_causal
+    double scale = 0.0;      // the scores' scale; 0: 1 / sqrt(head size)
 };
 
 // A transformer block that activation checkpointing can recompute.
@@ -208,13 +219,21 @@ public:
 protected:
     // Runs the blocks, each under activation checkpointing when enabled.
     torch::Tensor runBlocks(torch::Tensor x, torch::nn::ModuleList& blocks, const AttentionTables& tables);
+    // The same with each block's own tables (Gemma 3's sliding and full layers).
+    torch::Tensor runBlocks(torch::Tensor x, torch::nn::ModuleList& blocks, const std::vector<const AttentionTables*>& perBlock);
     // Tables for T positions (mask and RoPE rows), on the device of `like`.
     AttentionTables tablesFor(std::int64_t T, const torch::Tensor& like) const;
+    // For a model whose layers differ (options().slidingLayers): the full layers' (no window, RoPE at
+    // ropeTheta) or the sliding layers' (the window, RoPE at localRopeTheta).
+    AttentionTables tablesFor(std::int64_t T, const torch::Tensor& like, bool slidingLayer) const;
     // Registers RoPE cos/sin tables [maxLen, headDim/2] (RoFormer; theta_i = base^(-2i/d)).
     void registerRopeTables(int headDim, double base);
+    // The sliding layers' own tables, at `base` and unscaled (Gemma 3's rope_local_base_freq).
+    void registerLocalRopeTables(int headDim, double base);
 
     ModelOptions m_options;
     torch::Tensor m_ropeCos, m_ropeSin;
+    torch::Tensor m_localRopeCos, m_localRopeSin;
 };
 
 // Rotates the two halves of each head by the position's angles

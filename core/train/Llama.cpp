@@ -13,15 +13,16 @@ namespace {
 constexpr LinearInit kLlamaInit = LinearInit::Uniform;
 } // namespace
 
-RmsNormImpl::RmsNormImpl(int dim, double eps) : m_eps(eps)
+RmsNormImpl::RmsNormImpl(int dim, double eps, bool offsetOne) : m_eps(eps), m_offsetOne(offsetOne)
 {
-    weight = register_parameter("weight", torch::ones({dim}));
+    weight = register_parameter("weight", offsetOne ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x)
 {
     const auto x32 = x.to(torch::kFloat);
     const auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, true) + m_eps);
+    if (m_offsetOne) return (normed * (1.0 + weight.to(torch::kFloat))).to(x.scalar_type());
     return weight * normed.to(x.scalar_type());
 }
 
@@ -38,8 +39,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelOptions& o)
     }
     m_o = register_module("o_proj", LoraLinear(q, o.dModel, o.adapterRank("o_proj"), o.loraAlpha, o.outputBias, kLlamaInit));
     if (o.qkNorm) {
-        m_qNorm = register_module("q_norm", RmsNorm(m_headDim, o.rmsNormEps));
-        m_kNorm = register_module("k_norm", RmsNorm(m_headDim, o.rmsNormEps));
+        m_qNorm = register_module("q_norm", RmsNorm(m_headDim, o.rmsNormEps, o.gemmaNorms));
+        m_kNorm = register_module("k_norm", RmsNorm(m_headDim, o.rmsNormEps, o.gemmaNorms));
     }
 }
 
@@ -72,7 +73,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const Attentio
     return m_o(y.transpose(1, 2).reshape({B, T, m_nHead * m_headDim}));
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const ModelOptions& o) : m_ff(o.dFf)
+LlamaMlpImpl::LlamaMlpImpl(const ModelOptions& o) : m_ff(o.dFf), m_geluTanh(o.geluTanh)
 {
     const bool b = o.mlpBias;
     if (o.fusedProjections) {
@@ -92,6 +93,7 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x)
         const auto gateUp = m_gateUp(x);
         return m_down(gateUp.slice(-1, m_ff, 2 * m_ff) * torch::silu(gateUp.slice(-1, 0, m_ff)));
     }
+    if (m_geluTanh) return m_down(torch::gelu(m_gate(x), "tanh") * m_up(x)); // Gemma 3's GeGLU
     return m_down(torch::silu(m_gate(x)) * m_up(x));
 }
 
@@ -99,12 +101,22 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelOptions& o)
 {
     m_attn = register_module("self_attn", LlamaAttention(o));
     m_mlp = register_module("mlp", LlamaMlp(o));
-    m_inputNorm = register_module("input_layernorm", RmsNorm(o.dModel, o.rmsNormEps));
-    m_postNorm = register_module("post_attention_layernorm", RmsNorm(o.dModel, o.rmsNormEps));
+    m_inputNorm = register_module("input_layernorm", RmsNorm(o.dModel, o.rmsNormEps, o.gemmaNorms));
+    m_postNorm = register_module("post_attention_layernorm", RmsNorm(o.dModel, o.rmsNormEps, o.gemmaNorms));
+    if (o.gemmaNorms) {
+        m_preMlpNorm = register_module("pre_feedforward_layernorm", RmsNorm(o.dModel, o.rmsNormEps, true));
+        m_postMlpNorm = register_module("post_feedforward_layernorm", RmsNorm(o.dModel, o.rmsNormEps, true));
+    }
 }
 
 torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const AttentionTables& tables)
 {
+    if (m_preMlpNorm) {
+        // Gemma 3: post_attention_layernorm normalises the attention's output;
+        // the MLP has a norm of its own before and after it.
+        const auto h = x + m_postNorm(m_attn(m_inputNorm(x), tables));
+        return h + m_postMlpNorm(m_mlp(m_preMlpNorm(h)));
+    }
     const auto h = x + m_attn(m_inputNorm(x), tables);
     return h + m_mlp(m_postNorm(h));
 }
@@ -114,13 +126,14 @@ LlamaBodyImpl::LlamaBodyImpl(const ModelOptions& o)
     embedTokens = register_module("embed_tokens", makeEmbedding(o.vocabSize, o.dModel, tokenEmbeddingStd(o)));
     layers = register_module("layers", torch::nn::ModuleList());
     for (int i = 0; i < o.nLayer; ++i) layers->push_back(LlamaBlock(o));
-    norm = register_module("norm", RmsNorm(o.dModel, o.rmsNormEps));
+    norm = register_module("norm", RmsNorm(o.dModel, o.rmsNormEps, o.gemmaNorms));
 }
 
 LlamaImpl::LlamaImpl(const ModelOptions& o) : CausalLmImpl(o)
 {
     m_model = register_module("model", LlamaBody(o));
     registerRopeTables(o.headDim(), o.ropeTheta);
+    if (o.localRopeTheta > 0.0) registerLocalRopeTables(o.headDim(), o.localRopeTheta);
     if (!o.tieEmbeddings) m_lmHead = register_module("lm_head", LoraLinear(o.dModel, o.vocabSize, 0, 0.0, false, kLlamaInit));
 }
 
@@ -129,7 +142,16 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens)
     const auto T = tokens.size(1);
     TORCH_CHECK(T <= m_options.maxLen, "sequence of ", T, " tokens is longer than the model's ", m_options.maxLen);
     auto x = m_model->embedTokens(tokens);
-    x = m_model->norm(runBlocks(x, m_model->layers, tablesFor(T, tokens)));
+    // Gemma 3: times sqrt(hidden), rounded to the embedding's dtype first, as transformers does.
+    if (m_options.embedScale > 0.0) x = x * torch::scalar_tensor(m_options.embedScale, torch::kFloat).to(x.scalar_type());
+    if (!m_options.slidingLayers.empty()) {
+        const auto full = tablesFor(T, tokens, false), sliding = tablesFor(T, tokens, true);
+        std::vector<const AttentionTables*> perLayer;
+        for (const bool s : m_options.slidingLayers) perLayer.push_back(s ? &sliding : &full);
+        x = m_model->norm(runBlocks(x, m_model->layers, perLayer));
+    } else {
+        x = m_model->norm(runBlocks(x, m_model->layers, tablesFor(T, tokens)));
+    }
     return m_lmHead ? m_lmHead(x) : at::linear(x, m_model->embedTokens->weight);
 }
 
@@ -142,7 +164,7 @@ std::int64_t llamaParameterCount(const ModelOptions& o)
     if (o.outputBias) attention += d;
     std::int64_t mlp = 3 * d * ff;
     if (o.mlpBias) mlp += 2 * ff + d;
-    const std::int64_t norms = 2 * d + (o.qkNorm ? 2 * head : 0);
+    const std::int64_t norms = (o.gemmaNorms ? 4 : 2) * d + (o.qkNorm ? 2 * head : 0);
     std::int64_t lora = 0;
     if (o.loraRank > 0) {
         const std::int64_t r = o.loraRank;

@@ -15,12 +15,15 @@ namespace tb {
 // x * rsqrt(mean(x^2) + eps) computed in float32, cast back, times the gain.
 class RmsNormImpl : public torch::nn::Module {
 public:
-    RmsNormImpl(int dim, double eps);
+    // offsetOne: Gemma's RMSNorm, scaled by (1 + w) in fp32 (w starts at 0);
+    // else Llama's, w times the normalised input cast back to its dtype.
+    RmsNormImpl(int dim, double eps, bool offsetOne = false);
     torch::Tensor forward(const torch::Tensor& x);
     torch::Tensor weight;
 
 private:
     double m_eps;
+    bool m_offsetOne;
 };
 TORCH_MODULE(RmsNorm);
 
@@ -47,6 +50,7 @@ private:
     LoraLinear m_gate{nullptr}, m_up{nullptr}, m_down{nullptr};
     LoraLinear m_gateUp{nullptr}; // Phi-3: gate and up from one product
     int m_ff = 0;
+    bool m_geluTanh = false; // Gemma 3: GeGLU
 };
 TORCH_MODULE(LlamaMlp);
 
@@ -59,6 +63,7 @@ private:
     LlamaAttention m_attn{nullptr};
     LlamaMlp m_mlp{nullptr};
     RmsNorm m_inputNorm{nullptr}, m_postNorm{nullptr};
+    RmsNorm m_preMlpNorm{nullptr}, m_postMlpNorm{nullptr}; // Gemma 3 only
 };
 TORCH_MODULE(LlamaBlock);
 

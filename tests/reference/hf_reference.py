@@ -92,6 +92,8 @@ def generate(args):
     family = args.family
     if family in ("gpt2", "gpt_neox"):
         return generate_gpt(args, rng)
+    if family == "gemma3_text":
+        return generate_gemma3(args, rng)
     heads = args.heads or rng.choice([2, 4])
     kv = args.kv_heads or rng.choice([k for k in (1, 2, heads) if heads % k == 0])
     head_dim = args.head_dim or rng.choice([8, 12, 16])
@@ -131,6 +133,70 @@ def generate(args):
         cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                "original_max_position_embeddings": 16}
     write_folder(args, cfg, random_weights(cfg))
+
+
+def generate_gemma3(args, rng):
+    """A Gemma3TextConfig: head_dim of its own, query_pre_attn_scalar, sliding
+    layers among full ones (as layer_types, or the older sliding_window_pattern),
+    each kind with its RoPE base, tied head by default."""
+    heads = args.heads or rng.choice([2, 4])
+    kv = args.kv_heads or rng.choice([k for k in (1, 2, heads) if heads % k == 0])
+    head_dim = args.head_dim or rng.choice([8, 16])
+    layers = args.layers or rng.randint(2, 4)
+    pattern = rng.choice([2, 3])
+    cfg = {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "vocab_size": args.vocab or rng.randint(40, 300),
+        "hidden_size": args.hidden or rng.choice([32, 48]),
+        "intermediate_size": args.intermediate or rng.choice([40, 64]),
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "max_position_embeddings": 128,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": rng.choice([10000.0, 1000000.0]),
+        "rope_local_base_freq": 10000.0,
+        "query_pre_attn_scalar": rng.choice([head_dim, 24]),
+        "sliding_window": args.sliding_window or rng.choice([2, 3, 5]),
+        "hidden_activation": "gelu_pytorch_tanh",
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+        "rope_scaling": None,
+        "tie_word_embeddings": not args.untied,
+        "torch_dtype": args.dtype,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+    }
+    if rng.random() < 0.5:
+        cfg["layer_types"] = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    else:
+        cfg["sliding_window_pattern"] = pattern
+    h, v, ff, hd = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"], head_dim
+    w = {"model.embed_tokens.weight": torch.randn(v, h) * 0.5}
+
+    def linear(name, fan_in, fan_out):
+        w[name + ".weight"] = torch.randn(fan_out, fan_in) / math.sqrt(fan_in)
+
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        linear(p + "self_attn.q_proj", h, heads * hd)
+        linear(p + "self_attn.k_proj", h, kv * hd)
+        linear(p + "self_attn.v_proj", h, kv * hd)
+        linear(p + "self_attn.o_proj", heads * hd, h)
+        linear(p + "mlp.gate_proj", h, ff)
+        linear(p + "mlp.up_proj", h, ff)
+        linear(p + "mlp.down_proj", ff, h)
+        for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                     "post_feedforward_layernorm"):
+            w[p + norm + ".weight"] = 0.2 * torch.randn(h)  # Gemma's norms scale by 1 + w
+        w[p + "self_attn.q_norm.weight"] = 0.2 * torch.randn(hd)
+        w[p + "self_attn.k_norm.weight"] = 0.2 * torch.randn(hd)
+    w["model.norm.weight"] = 0.2 * torch.randn(h)
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = torch.randn(v, h) / math.sqrt(h)
+    write_folder(args, cfg, w)
 
 
 def write_folder(args, cfg, weights):
@@ -324,6 +390,72 @@ def rms_norm(x, weight, eps):
 
 def linear(w, name, x):
     return torch.nn.functional.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+
+
+def gemma_rms_norm(x, weight, eps):
+    # Gemma3RMSNorm: in float32, times (1 + w), then back to the input's dtype.
+    output = x.float()
+    output = output * torch.rsqrt(output.pow(2).mean(-1, keepdim=True) + eps)
+    output = output * (1.0 + weight.float())
+    return output.type_as(x)
+
+
+def forward_gemma3(cfg, w, ids):
+    """Gemma3ForCausalLM (text), eager attention, from transformers' modeling_gemma3.py."""
+    h = cfg["hidden_size"]
+    heads, kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    layers = cfg["num_hidden_layers"]
+    if "layer_types" in cfg:
+        sliding = [t == "sliding_attention" for t in cfg["layer_types"]]
+    else:
+        pattern = cfg.get("sliding_window_pattern", 6)
+        sliding = [bool((i + 1) % pattern) for i in range(layers)]
+    T = len(ids)
+    embed = w["model.embed_tokens.weight"]
+    x = embed[torch.tensor([ids])] * torch.tensor(h ** 0.5).to(embed.dtype)  # Gemma3TextScaledWordEmbedding
+    position_ids = torch.arange(T)[None, :]
+
+    def rope(base):
+        inv_freq = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        freqs = (inv_freq[None, :, None].float() @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[:, None], emb.sin()[:, None]
+
+    global_rope, local_rope = rope(cfg.get("rope_theta", 1000000.0)), rope(cfg.get("rope_local_base_freq", 10000.0))
+    q_idx, kv_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    causal = kv_idx <= q_idx
+    windowed = causal & (kv_idx > q_idx - cfg["sliding_window"])
+    scaling = cfg["query_pre_attn_scalar"] ** -0.5
+    for i in range(layers):
+        p = "model.layers.%d." % i
+        cos, sin = local_rope if sliding[i] else global_rope
+        allowed = windowed if sliding[i] else causal
+        mask = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        residual = x
+        hs = gemma_rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = linear(w, p + "self_attn.q_proj", hs).view(1, T, -1, hd)
+        k = linear(w, p + "self_attn.k_proj", hs).view(1, T, -1, hd)
+        v = linear(w, p + "self_attn.v_proj", hs).view(1, T, -1, hd).transpose(1, 2)
+        q = gemma_rms_norm(q, w[p + "self_attn.q_norm.weight"], eps).transpose(1, 2)
+        k = gemma_rms_norm(k, w[p + "self_attn.k_norm.weight"], eps).transpose(1, 2)
+        q = (q * cos) + (rotate_half(q) * sin)
+        k = (k * cos) + (rotate_half(k) * sin)
+        k = repeat_kv(k, heads // kv)
+        v = repeat_kv(v, heads // kv)
+        attn = torch.matmul(q, k.transpose(2, 3)) * scaling + mask
+        attn = torch.nn.functional.softmax(attn, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(attn, v).transpose(1, 2).reshape(1, T, -1)
+        hs = gemma_rms_norm(linear(w, p + "self_attn.o_proj", out), w[p + "post_attention_layernorm.weight"], eps)
+        x = residual + hs
+        residual = x
+        hs = gemma_rms_norm(x, w[p + "pre_feedforward_layernorm.weight"], eps)
+        hs = linear(w, p + "mlp.down_proj", torch.nn.functional.gelu(linear(w, p + "mlp.gate_proj", hs), approximate="tanh")
+                    * linear(w, p + "mlp.up_proj", hs))
+        x = residual + gemma_rms_norm(hs, w[p + "post_feedforward_layernorm.weight"], eps)
+    x = gemma_rms_norm(x, w["model.norm.weight"], eps)
+    head = embed if cfg.get("tie_word_embeddings", True) else w["lm_head.weight"]
+    return torch.nn.functional.linear(x, head)[0]
 
 
 def forward(cfg, w, ids):
@@ -530,7 +662,7 @@ def run(args):
     if args.adapter:
         apply_peft_adapter(w, args.adapter)
     ids = [int(t) for t in args.ids.split(",")]
-    model = {"gpt2": forward_gpt2, "gpt_neox": forward_neox}.get(cfg["model_type"], forward)
+    model = {"gpt2": forward_gpt2, "gpt_neox": forward_neox, "gemma3_text": forward_gemma3}.get(cfg["model_type"], forward)
     with torch.no_grad():
         logits = model(cfg, w, ids)
         out, completion = list(ids), []
@@ -574,7 +706,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("dir")
-    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt_neox"])
+    g.add_argument("--family", required=True, choices=["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text", "gpt2", "gpt_neox"])
     g.add_argument("--rotary-pct", type=float, default=0.0)
     g.add_argument("--sequential-residual", action="store_true")
     g.add_argument("--legacy-names", action="store_true", help="gpt2: the original files' names and mask buffers")
