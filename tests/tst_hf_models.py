@@ -4,12 +4,14 @@ the independent reference in tests/reference/hf_reference.py, on tiny random
 checkpoints generated here in the Hub's layout, and one clear error for each
 kind of damaged folder.
 
-Why it takes 3 to 4 minutes on 2 cores (over the suite's usual 120 s): every
+Why it takes about 5 minutes on 2 cores (over the suite's usual 120 s): every
 check starts trainbench-cli and the Python reference as processes (about
-1 s each before any work), for five families and their variants (tied and
-untied heads, biases, head_dim, rope scaling, random draws), each trained in
-three precisions with and without LoRA and planned against `measure`. It is
-the only check of the folders against an independent implementation.
+1 s each before any work), for eight families and their variants (tied and
+untied heads, biases, head_dim, rope scaling, query and key norms, fused
+projections, sliding layers, random draws), each trained in three precisions
+with and without LoRA and planned against `measure`; and sample's and chat's
+generation settings against transformers' processors. It is the only check
+of the folders against an independent implementation.
 
   tst_hf_models.py TRAINBENCH_CLI [--seeds N] [--no-data-parallel]
 """
