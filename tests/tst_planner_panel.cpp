@@ -684,9 +684,11 @@ void TestPlannerPanel::chatPlaygroundTalksStopsAndCompares()
                             "hello", "--temperature", "0", "--max-tokens", "8"});
     QVERIFY(cli.waitForFinished(60000));
     const QString fromCli = QString::fromUtf8(cli.readAllStandardOutput()).trimmed();
-    QVERIFY2(cli.exitCode() == 0 && !fromCli.isEmpty(), qPrintable(cli.readAllStandardError()));
+    QVERIFY2(cli.exitCode() == 0, qPrintable(cli.readAllStandardError()));
+    // (The trained model may end its turn at once: then both replies are empty.)
     QCOMPARE(chat->lastReply(0).trimmed(), fromCli);
-    QVERIFY2(chat->transcript(0).startsWith("You: hello\nModel: "), qPrintable(chat->transcript(0)));
+    QVERIFY2(chat->transcript(0).startsWith("You: hello\nModel: ") && chat->transcript(0).contains(" tokens in "),
+             qPrintable(chat->transcript(0)));
 
     // A second turn with a system prompt: the whole conversation is read.
     chat->systemEdit()->setPlainText("hello.");
