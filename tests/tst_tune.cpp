@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "HfFolderFixtures.h"
 #include "common/Errors.h"
 #include "gpu/Catalogue.h"
 #include "memory/Verdict.h"
@@ -65,6 +66,7 @@ private Q_SLOTS:
     void predictedSpeedFollowsTheCosts();
     void measuringTrainsRealSteps();
     void refusesWhatItCannotTune();
+    void aFolderTheReplayDoesNotModelIsPlannedFromItsStep();
 };
 
 void TestTune::nothingOverTheBudgetIsProposed()
@@ -277,6 +279,42 @@ void TestTune::refusesWhatItCannotTune()
     } catch (const InputError& e) {
         QVERIFY2(std::string(e.what()).find("fit --config") != std::string::npos, e.what());
     }
+}
+
+// A Llama folder whose head size is not hidden / heads: the hand replay
+// planned it 10-20% under, and tune ranked and judged its candidates by that.
+// Each candidate is now planned from its own step: the measured peaks are
+// the planned ones.
+void TestTune::aFolderTheReplayDoesNotModelIsPlannedFromItsStep()
+{
+    QTemporaryDir dir;
+    writeHfFolder(dir.path().toStdString(),
+                  R"({"model_type": "llama", "vocab_size": 96, "hidden_size": 64, "intermediate_size": 112,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+                      "max_position_embeddings": 256, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  96);
+    RunConfig c;
+    c.device = "cpu";
+    c.model.type = "hf";
+    c.model.path = dir.path().toStdString();
+    c.data.source = "tokens";
+    c.data.path = dir.filePath("train.bin").toStdString();
+    c.data.seqLen = 48;
+    c.train.batchSize = 4;
+    c.train.threads = 1;
+    auto r = planTune(c, onBudget(8 << 20), machine());
+    const auto which = candidatesToMeasure(r, 2);
+    QCOMPARE(which.size(), std::size_t{2});
+    measureCandidates(r, c, which, 2, {});
+    for (const int i : which) {
+        const auto& k = r.candidates[static_cast<std::size_t>(i)];
+        QVERIFY2(k.measureError.empty(), k.measureError.c_str());
+        const double error = double(k.peakBytes - k.measuredPeakBytes) / double(k.measuredPeakBytes);
+        QVERIFY2(error >= -0.005 && error <= 0.02,
+                 qPrintable(QString("%1: planned %2, measured %3").arg(QString::fromStdString(k.describe())).arg(k.peakBytes).arg(k.measuredPeakBytes)));
+    }
+    QVERIFY(std::any_of(r.notes.begin(), r.notes.end(),
+                        [](const std::string& n) { return n.find("planned from its own training step") != std::string::npos; }));
 }
 
 QTEST_GUILESS_MAIN(TestTune)

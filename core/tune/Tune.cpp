@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -11,6 +13,7 @@
 #include "common/ByteSize.h"
 #include "common/Errors.h"
 #include "diagnose/TargetPlan.h"
+#include "train/DerivedPlan.h"
 
 namespace tb {
 namespace {
@@ -196,6 +199,28 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
 
     std::set<std::tuple<int, int, bool, std::string, std::string>> seen;
     const PreflightTarget preflight = preflightTarget(options);
+    // A config the hand replay does not model (a folder with a head size of
+    // its own, Qwen3, Phi-3, Gemma 3, ...) is planned from its own step, as
+    // estimate and a run's recorded estimate plan it: one derivation per
+    // precision, checkpointing and attention, evaluated at each batch.
+    const bool ownStep = plannedFromItsStep(base);
+    std::map<std::tuple<std::string, bool, std::string>, std::shared_ptr<const DerivedStep>> derived;
+    std::string derivedFailure;
+    const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) {
+        if (!ownStep || !derivedFailure.empty()) return estimateMemory(plan.arch, plan.setup);
+        auto& step = derived[{plan.setup.precision, c.train.activationCheckpointing, c.model.attention}];
+        try {
+            if (!step) {
+                auto traced = c;
+                traced.train.precision = plan.setup.precision;
+                step = std::make_shared<const DerivedStep>(deriveStep(traced));
+            }
+            return step->at(c.train.batchSize, effectiveSeqLen(c), plan.setup);
+        } catch (const std::exception& e) {
+            derivedFailure = e.what();
+            return estimateMemory(plan.arch, plan.setup);
+        }
+    };
     auto add = [&](const std::string& precision, bool checkpointing, const std::string& attention, int batch, int accum) {
         if (batch < 1 || batch > options.maxBatch) return;
         RunConfig c = base;
@@ -219,7 +244,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             k.verdict = MemoryVerdict::DoesNotRun;
             k.rejected = "does not run: " + plan.precision.shortfall;
         } else {
-            const auto e = estimateMemory(plan.arch, plan.setup);
+            const auto e = planOf(k.config, plan);
             k.peakBytes = e.peakBytes;
             k.verdict = memoryVerdict(e.peakBytes, budget);
             k.predictedTokensPerSecond = predictedTokensPerSecond(plan.arch, plan.setup, machine);
@@ -345,6 +370,14 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
     } else {
         result.notes.push_back("predicted tokens per second come from " + machine.source
                                + " (not measured: the card is not this machine's)");
+    }
+    if (ownStep && derivedFailure.empty()) {
+        result.notes.push_back("each candidate is planned from its own training step (" + ownStepReason(base) + "), "
+                               "derived once per precision, checkpointing and attention");
+    } else if (ownStep) {
+        result.notes.push_back("its own step's plan could not be derived (" + derivedFailure.substr(0, 300)
+                               + "): the candidates are planned by the hand replay, which does not model "
+                               + ownStepReason(base));
     }
     chooseWinner(result, base);
     return result;
