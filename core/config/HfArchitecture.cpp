@@ -193,8 +193,9 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
     return a;
 }
 
-// Mistral's and Phi-3's sliding_window: absent, transformers' default (Mistral
-// 4096, Phi-3 none); null, none. Other families have none.
+// The sliding_window of Mistral, Phi-3 and Gemma 3 (its sliding layers'):
+// absent, transformers' default (Mistral and Gemma 3 4096, Phi-3 none); null,
+// none. Other families have none.
 std::int64_t familyWindow(const json& j, const Reader& r)
 {
     const auto type = r.text("model_type");
