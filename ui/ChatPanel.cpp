@@ -33,6 +33,17 @@
 namespace tb::ui {
 namespace {
 
+// A stored run with a checkpoint, as the choosers list it.
+ChatSource runSource(const RunRecord& r, const ArtifactRecord& checkpoint)
+{
+    ChatSource s;
+    s.runId = r.id;
+    s.label = ChatPanel::tr("Run %1 · %2").arg(r.id).arg(QString::fromStdString(r.name));
+    s.checkpoint = QString::fromStdString(checkpoint.path);
+    s.configJson = r.configJson;
+    return s;
+}
+
 constexpr int kMaxRuns = 100;       // the newest runs with a checkpoint the chooser lists
 constexpr int kRecentFolders = 8;   // model folders remembered between sessions
 const char* kFoldersKey = "chat/recentFolders";
@@ -161,7 +172,8 @@ public:
             QString error;
             try {
                 model = source.folder.isEmpty()
-                            ? ChatModel::fromRun(source.config, source.checkpoint.toStdString(), "run " + std::to_string(source.runId))
+                            ? ChatModel::fromRun(parseConfig(source.configJson, "run " + std::to_string(source.runId) + "'s stored config"),
+                                                 source.checkpoint.toStdString(), "run " + std::to_string(source.runId))
                             : ChatModel::fromFolder(source.folder.toStdString(), precision.toStdString());
             } catch (const std::exception& e) {
                 error = QString::fromUtf8(e.what());
@@ -474,7 +486,7 @@ ChatPanel::~ChatPanel() = default; // each side stops its reply and joins its th
 void ChatPanel::setDatabasePath(const QString& path)
 {
     m_dbPath = path;
-    refreshRuns();
+    if (isVisible()) refreshRuns(); // else when the tab is shown
 }
 
 void ChatPanel::refreshRuns()
@@ -487,18 +499,7 @@ void ChatPanel::refreshRuns()
             std::sort(records.begin(), records.end(), [](const RunRecord& a, const RunRecord& b) { return a.id > b.id; });
             for (const auto& r : records) {
                 if (static_cast<int>(runs.size()) >= kMaxRuns) break;
-                const auto checkpoint = store.latestCheckpoint(r.id);
-                if (!checkpoint) continue;
-                ChatSource s;
-                s.runId = r.id;
-                s.label = tr("Run %1 · %2").arg(r.id).arg(QString::fromStdString(r.name));
-                s.checkpoint = QString::fromStdString(checkpoint->path);
-                try {
-                    s.config = parseConfig(r.configJson, "run " + std::to_string(r.id) + "'s stored config");
-                } catch (const std::exception&) {
-                    continue; // a config this build cannot read: not offered
-                }
-                runs.push_back(std::move(s));
+                if (const auto checkpoint = store.latestCheckpoint(r.id)) runs.push_back(runSource(r, *checkpoint));
             }
         } catch (const std::exception&) {
             // No store yet: only folders.
@@ -519,12 +520,7 @@ QString ChatPanel::chatWithRuns(const QList<qint64>& runIds)
             if (!record) return tr("run %1 is not in the store").arg(id);
             const auto checkpoint = store.latestCheckpoint(id);
             if (!checkpoint) return tr("run %1 has no checkpoint yet (one is saved when it ends or is stopped)").arg(id);
-            ChatSource s;
-            s.runId = id;
-            s.label = tr("Run %1 · %2").arg(id).arg(QString::fromStdString(record->name));
-            s.checkpoint = QString::fromStdString(checkpoint->path);
-            s.config = parseConfig(record->configJson, "run " + std::to_string(id) + "'s stored config");
-            sources.push_back(std::move(s));
+            sources.push_back(runSource(*record, *checkpoint));
         }
     } catch (const std::exception& e) {
         return QString::fromUtf8(e.what());

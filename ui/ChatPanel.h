@@ -11,8 +11,8 @@
 
 #include <array>
 #include <memory>
+#include <string>
 
-#include "config/RunConfig.h"
 #include "train/ModelTools.h"
 
 class QCheckBox;
@@ -28,7 +28,7 @@ namespace tb::ui {
 struct ChatSource {
     QString label;      // as the chooser lists it
     qint64 runId = 0;   // a run's
-    RunConfig config;   // a run's
+    std::string configJson; // a run's stored config, read as it loads
     QString checkpoint; // a run's
     QString folder;     // a model folder's
     bool operator==(const ChatSource& o) const

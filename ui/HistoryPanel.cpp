@@ -45,6 +45,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "common/Errors.h"
@@ -364,16 +365,36 @@ void HistoryPanel::selectionChanged()
     m_export->setEnabled(!ids.empty());
     m_report->setEnabled(!ids.empty());
     m_exportConfig->setEnabled(ids.size() == 1);
+    // One read of the store for the buttons that ask it (resume, export model, chat).
+    std::unique_ptr<RunStore> store;
+    QString storeError;
+    const auto openStore = [&]() -> RunStore* {
+        if (!store && storeError.isEmpty()) {
+            try {
+                store = std::make_unique<RunStore>(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
+            } catch (const std::exception& e) {
+                storeError = QString::fromUtf8(e.what());
+            }
+        }
+        return store.get();
+    };
+    // Why a run has no model to use (export, chat), or empty.
+    const auto noCheckpoint = [&](qint64 id) -> QString {
+        auto* s = openStore();
+        if (!s) return storeError;
+        return s->latestCheckpoint(id) ? QString() : tr("run %1 has no checkpoint yet (one is saved when it ends or is stopped)").arg(id);
+    };
     // Resume: what `trainbench-cli resume` would refuse, the button says why.
     QString refusal;
     if (const auto* r = currentRun(); !r) {
         refusal = tr("select one run");
     } else if (r->status == RunStatus::Running) {
         refusal = tr("run %1 is already running").arg(r->id);
+    } else if (auto* s = openStore(); !s) {
+        refusal = storeError;
     } else {
         try {
-            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
-            refusal = QString::fromStdString(resumeRefusal(store, r->id));
+            refusal = QString::fromStdString(resumeRefusal(*s, r->id));
         } catch (const std::exception& e) {
             refusal = QString::fromUtf8(e.what());
         }
@@ -382,43 +403,19 @@ void HistoryPanel::selectionChanged()
     m_resume->setToolTip(refusal.isEmpty() ? tr("Continue this run from its last checkpoint")
                                            : tr("Cannot resume: %1").arg(refusal));
     // Export model: a run with a checkpoint (the latest is written).
-    QString noModel;
-    if (const auto* r = currentRun(); !r) {
-        noModel = tr("select one run");
-    } else {
-        try {
-            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
-            if (!store.latestCheckpoint(r->id)) noModel = tr("run %1 has no checkpoint yet (one is saved when it ends or is stopped)").arg(r->id);
-        } catch (const std::exception& e) {
-            noModel = QString::fromUtf8(e.what());
-        }
-    }
+    const auto* current = currentRun();
+    const QString noModel = current ? noCheckpoint(current->id) : tr("select one run");
     m_exportModel->setEnabled(noModel.isEmpty());
     m_exportModel->setToolTip(noModel.isEmpty() ? tr("Write this run's model as a folder other tools load: the adapter "
                                                      "(PEFT), the merged model or the weights")
                                                 : tr("Cannot export the model: %1").arg(noModel));
     // Chat: one or two runs with checkpoints (two: side by side).
-    QString noChat;
-    if (const auto ids = selectedRunIds(); ids.empty() || ids.size() > 2) {
-        noChat = tr("select one run, or two to compare");
-    } else {
-        try {
-            RunStore store(m_dbPath.toStdString(), RunStore::Mode::ReadOnly);
-            for (const auto id : ids) {
-                if (!store.latestCheckpoint(id)) {
-                    noChat = tr("run %1 has no checkpoint yet (one is saved when it ends or is stopped)").arg(id);
-                    break;
-                }
-            }
-        } catch (const std::exception& e) {
-            noChat = QString::fromUtf8(e.what());
-        }
-    }
+    QString noChat = ids.empty() || ids.size() > 2 ? tr("select one run, or two to compare") : QString();
+    for (std::size_t i = 0; noChat.isEmpty() && i < ids.size() && ids.size() <= 2; ++i) noChat = noCheckpoint(ids[i]);
     m_chat->setEnabled(noChat.isEmpty());
     m_chat->setToolTip(noChat.isEmpty() ? tr("Talk to this run's model in the Chat tab (two selected runs: side by side)")
                                         : tr("Cannot chat: %1").arg(noChat));
     // Attach: a copy of a run still running on a host (as last heard).
-    const auto* current = currentRun();
     m_attach->setEnabled(current && current->origin.runId != 0 && current->status == RunStatus::Running
                          && current->origin.label != "file");
     showOverlay();
