@@ -3,6 +3,9 @@
 // measured peak at shapes it never traced, for a TorchScript model (which the
 // hand replay cannot plan) and for built-in models, at batch 1 as well.
 #include <QtTest>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 
 #include <algorithm>
 #include <atomic>
@@ -128,6 +131,54 @@ QString scriptedConfig(const QTemporaryDir& dir, int batch, int seq)
     return f.fileName();
 }
 
+// The kinds whose programs the build ships (resources/programs/kinds.json):
+// each kind's name and the config that trains it, its folder (if any) written
+// into dir.
+struct ShippedKind {
+    std::string name;
+    RunConfig config;
+    QJsonObject folder; // its config.json; empty: a built-in model
+};
+std::vector<ShippedKind> shippedKinds(const QTemporaryDir& dir)
+{
+    QFile f(QString::fromStdString(test::sourcePath("resources/programs/kinds.json")));
+    if (!f.open(QIODevice::ReadOnly)) return {};
+    std::vector<ShippedKind> out;
+    for (const auto& v : QJsonDocument::fromJson(f.readAll()).object()["kinds"].toArray()) {
+        const auto kind = v.toObject();
+        const auto name = kind["name"].toString();
+        auto config = kind["config"].toObject();
+        auto model = config["model"].toObject(), data = config["data"].toObject(), train = config["train"].toObject();
+        if (kind.contains("folder")) {
+            const auto folder = dir.filePath(name);
+            QDir().mkpath(folder);
+            QFile json(folder + "/config.json");
+            json.open(QIODevice::WriteOnly);
+            json.write(QJsonDocument(kind["folder"].toObject()).toJson());
+            // (The probes draw their own ids; the config names a token file.)
+            QFile tokens(folder + "/train.bin");
+            tokens.open(QIODevice::WriteOnly);
+            tokens.write(QByteArray(4096, '\0'));
+            model["type"] = "hf";
+            model["path"] = folder;
+            data["source"] = "tokens";
+            data["path"] = folder + "/train.bin";
+            data["seq_len"] = 64;
+        }
+        config["name"] = name;
+        config["device"] = "cpu";
+        train["batch_size"] = 4;
+        train["steps"] = 2;
+        train["threads"] = 1;
+        config["model"] = model;
+        config["data"] = data;
+        config["train"] = train;
+        out.push_back({name.toStdString(), parseConfig(QJsonDocument(config).toJson().toStdString(), name.toStdString()),
+                       kind["folder"].toObject()});
+    }
+    return out;
+}
+
 } // namespace
 
 class TestDerivedPlan : public QObject {
@@ -159,6 +210,8 @@ private Q_SLOTS:
     void everyGptOptionFromPrograms();
     void quantizedBaseFromPrograms();
     void handReplayKeepsUpWithTheTrainer();
+    void shippedProgramsMatchTheTrainer();
+    void shippedProgramsPlanMoreLayers();
 };
 
 // The hand replay declines TorchScript; the derived plan traces it and is
@@ -1200,6 +1253,84 @@ void TestDerivedPlan::handReplayKeepsUpWithTheTrainer()
         QCOMPARE(derived.parameters, hand.parameters);
         QVERIFY2(std::abs(derived.peakBytes - hand.peakBytes) <= 64, r.preset);
         QCOMPARE(derived.peakPhase, hand.peakPhase);
+    }
+}
+
+// The build's step programs (resources/programs) against the trainer: each
+// kind's model with two layers is recorded again and must equal what the
+// build ships, so a trainer change that moves memory fails here, naming the
+// first difference, instead of planning other memory than the trainer takes.
+// TB_RECORD_PROGRAMS=DIR writes the records there (scripts/record-programs).
+void TestDerivedPlan::shippedProgramsMatchTheTrainer()
+{
+    QTemporaryDir dir;
+    const auto kinds = shippedKinds(dir);
+    QVERIFY2(kinds.size() >= 12, "resources/programs/kinds.json lists the built-in models and every folder family");
+    const QString writeTo = qEnvironmentVariable("TB_RECORD_PROGRAMS");
+    int compared = 0;
+    for (const auto& [name, config, folder] : kinds) {
+        const auto recorded = recordShippedPrograms(config);
+        const auto file = shippedProgramsFolder() + "/" + name + ".json";
+        if (!writeTo.isEmpty()) {
+            std::ofstream(writeTo.toStdString() + "/" + name + ".json") << recorded << "\n";
+            std::printf("%-40s recorded (%zu bytes)\n", name.c_str(), recorded.size());
+            continue;
+        }
+        QFile shipped(QString::fromStdString(file));
+        QVERIFY2(shipped.open(QIODevice::ReadOnly),
+                 (file + " is missing: record the programs of this LibTorch with scripts/record-programs").c_str());
+        const auto text = shipped.readAll().toStdString();
+        // bf16 products take another path on a CPU without oneDNN's bf16 (the
+        // probes start at another sequence): those kinds are compared where
+        // they were recorded.
+        const bool onednn = QJsonDocument::fromJson(QByteArray::fromStdString(text)).object()["cpu_bf16_onednn"].toBool();
+        if (config.train.precision != "fp32" && onednn != cpuBf16ProductsUseOneDnn()) {
+            std::printf("%-40s not compared: recorded where bf16 products %s oneDNN, here they %s\n", name.c_str(),
+                        onednn ? "go to" : "do not go to", onednn ? "do not" : "do");
+            continue;
+        }
+        const auto diff = shippedProgramsDifference(text, recorded);
+        std::printf("%-40s %s\n", name.c_str(), diff.empty() ? "the same" : diff.c_str());
+        QVERIFY2(diff.empty(), (name + ": the trainer's step no longer is the shipped program (" + diff
+                                + "); if the change is meant, record them again with scripts/record-programs").c_str());
+        ++compared;
+    }
+    if (writeTo.isEmpty()) QVERIFY(compared >= 8);
+}
+
+// A config of a shipped kind starts from the build's programs: with two
+// layers it records two probes a regime (not about twelve), with more it
+// borrows their formulas (three probes), and either equals the measured peak
+// at shapes it never recorded.
+void TestDerivedPlan::shippedProgramsPlanMoreLayers()
+{
+    QTemporaryDir dir;
+    const auto kinds = shippedKinds(dir);
+    const auto it = std::find_if(kinds.begin(), kinds.end(), [](const auto& k) { return k.name == "hf-llama"; });
+    QVERIFY(it != kinds.end());
+    // Its folder with two layers and with five (weights written: the measure trains them).
+    for (const int layers : {2, 5}) {
+        auto json = it->folder;
+        json["num_hidden_layers"] = layers;
+        const std::string folder = dir.filePath(QString("layers%1").arg(layers)).toStdString();
+        QDir().mkpath(QString::fromStdString(folder));
+        writeHfFolder(folder, QJsonDocument(json).toJson().toStdString(), json["vocab_size"].toInt());
+        auto c = it->config;
+        c.model.path = folder;
+        c.data.path = folder + "/train.bin";
+        const auto plan = deriveStep(c);
+        const std::string name = "shipped hf-llama, " + std::to_string(layers) + " layers";
+        std::printf("%s: %s (%d probes)\n", name.c_str(), plan.tracedOn.c_str(), plan.segment.traces);
+        QVERIFY2(plan.tracedOn.find(layers == 2 ? "as this build's programs"
+                                                : "from this build's programs of the model with 2 layers, checked with its 5")
+                     != std::string::npos,
+                 plan.tracedOn.c_str());
+        QVERIFY2(plan.segment.traces <= (layers == 2 ? 6 : 9), std::to_string(plan.segment.traces).c_str());
+        for (const auto& [batch, seq] : {std::pair{3, 40}, std::pair{1, 70}}) {
+            c.train.batchSize = batch;
+            c.data.seqLen = seq;
+            compare(name.c_str(), c, plan);
+        }
     }
 }
 

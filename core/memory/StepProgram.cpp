@@ -130,7 +130,9 @@ std::string structureDifference(const RecordedStep& a, const RecordedStep& b)
                                            + std::to_string(e.gemm.k) + "x" + std::to_string(e.gemm.n)
                                      : std::string());
             };
-            return "event " + std::to_string(i) + " of " + std::to_string(a.events.size()) + " is a " + text(b, y) + ", not a " + text(a, x);
+            const auto article = [](const RecordedStep::Event& e) { return e.bytes > 0 ? "an " : "a "; };
+            return "event " + std::to_string(i) + " of " + std::to_string(a.events.size()) + " is " + article(y) + text(b, y)
+                + ", not " + article(x) + text(a, x);
         }
     }
     if (a.events.size() != b.events.size()) {
@@ -631,8 +633,9 @@ RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
 }
 
 // As JSON: each program's structure (events as [kind, block, phase, op,
-// element bytes, first in its operator, product bits, dtype named, under
-// autocast, dropout asked, query sizes follow, rule]) and its numbers as
+// element bytes, flags]: the flags' bits are first in its operator, dtype
+// named, under autocast, dropout asked, query sizes follow, then the
+// product's five bits from bit 5 and the rule from bit 10) and its numbers as
 // indices into one table of distinct formulas (a model's layers repeat
 // theirs), each [base, [[dimension, xs, values], ...]].
 std::string stepProgramsToJson(const StepPrograms& p)
@@ -645,7 +648,9 @@ std::string stepProgramsToJson(const StepPrograms& p)
         for (const auto& e : program.shape.events) {
             const int bits = (e.gemm.m != 0 ? 1 : 0) | (e.gemm.batch != 0 ? 2 : 0) | (e.gemm.srcTransposed ? 4 : 0)
                 | (e.gemm.weightsTransposed ? 8 : 0) | (e.gemm.accumulate ? 16 : 0);
-            events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, e.firstInOp, bits, e.opDtype, e.autocast, e.opDropout, e.hasShape, e.rule});
+            const int flags = (e.firstInOp ? 1 : 0) | (e.opDtype ? 2 : 0) | (e.autocast ? 4 : 0) | (e.opDropout ? 8 : 0)
+                | (e.hasShape ? 16 : 0) | (bits << 5) | (e.rule << 10);
+            events.push_back({e.bytes > 0 ? 1 : e.bytes < 0 ? -1 : 0, e.block, e.phase, e.op, e.elementBytes, flags});
         }
         for (const auto& f : program.numbers) {
             auto [it, added] = index.emplace(formulaKey(f), formulas.size());
@@ -664,6 +669,7 @@ std::string stepProgramsToJson(const StepPrograms& p)
                             {"numbers", numbers}});
     }
     json out{{"t0", p.t0}, {"real", p.real}, {"borrowed", p.borrowed}, {"formulas", formulas}, {"programs", programs}};
+    if (p.shipped > 0) out["shipped"] = p.shipped;
     if (!p.fixedResidents.empty()) {
         out["fixed_residents"] = p.fixedResidents;
         out["fixed_parameters"] = p.fixedParameters;
@@ -682,6 +688,7 @@ StepPrograms stepProgramsFromJson(const std::string& text)
         p.t0 = j.at("t0").get<std::int64_t>();
         p.real = j.at("real").get<StepDims>();
         p.borrowed = j.at("borrowed").get<int>();
+        p.shipped = j.value("shipped", 0);
         if (j.contains("fixed_residents")) {
             p.fixedResidents = j.at("fixed_residents").get<std::vector<std::int64_t>>();
             p.fixedParameters = j.at("fixed_parameters").get<std::int64_t>();
@@ -724,13 +731,15 @@ StepPrograms stepProgramsFromJson(const std::string& text)
                 e.phase = ej.at(2).get<std::uint8_t>();
                 e.op = ej.at(3).get<std::int16_t>();
                 e.elementBytes = ej.at(4).get<std::uint8_t>();
-                e.firstInOp = ej.at(5).get<bool>();
-                const int bits = ej.at(6).get<int>();
-                e.opDtype = ej.at(7).get<bool>();
-                e.autocast = ej.at(8).get<bool>();
-                e.opDropout = ej.at(9).get<bool>();
-                e.hasShape = ej.at(10).get<bool>();
-                e.rule = ej.size() > 11 ? ej.at(11).get<std::uint8_t>() : 0;
+                const int flags = ej.at(5).get<int>();
+                if (ej.size() != 6 || flags < 0 || flags >= (3 << 10)) throw bad("event " + ej.dump());
+                e.firstInOp = flags & 1;
+                e.opDtype = flags & 2;
+                e.autocast = flags & 4;
+                e.opDropout = flags & 8;
+                e.hasShape = flags & 16;
+                const int bits = (flags >> 5) & 31;
+                e.rule = static_cast<std::uint8_t>(flags >> 10);
                 if (e.rule > 2 || (e.rule != 0 && (e.bytes <= 0 || !e.hasShape))) throw bad("event " + ej.dump());
                 e.gemm.m = bits & 1;
                 e.gemm.batch = (bits & 2) ? 1 : 0;

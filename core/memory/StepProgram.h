@@ -154,6 +154,7 @@ struct StepPrograms {
     StepDims real{}; // the model's widths
     std::int64_t t0 = 8;
     int borrowed = 0; // programs whose formulas came from the model with two layers
+    int shipped = 0;  // programs that are (or borrowed from) the build's (train/DerivedPlan.h)
     // Blocks live as the step starts that the probes leave out, in bytes at
     // the model's own widths: a quantized base's stored tensors, whose sizes
     // round to whole blocks of 64 and 256 weights (no polynomial), given by

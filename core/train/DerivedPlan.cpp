@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -13,11 +15,13 @@
 #include <vector>
 
 #include <ATen/record_function.h>
+#include <nlohmann/json.hpp>
 
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
 #include "memory/CpuGemmScratch.h"
 #include "memory/DeviceRules.h"
+#include "memory/Estimator.h"
 #include "memory/MemoryProbe.h"
 #include "memory/StepProgram.h"
 #include "train/Datasets.h"
@@ -657,20 +661,15 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     return p;
 }
 
-// The program of a model with more than two layers, from the same model's
-// with two: recorded along every dimension with two layers (a fraction of
-// the time), then with all its layers at the base and at the first check,
-// where each number takes the two-layer formula with its values at both,
-// and at the second check, which it must equal. nullopt where any of that
-// fails (the caller records every probe with all the layers).
-std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan,
-                                                const std::function<RecordedStep(const ProbeSetup&, const StepDims&)>& record)
+using ProbeRecorder = std::function<RecordedStep(const ProbeSetup&, const StepDims&)>;
+
+// The program of a model with more than two layers from `known`, the same
+// model's with two: recorded with all its layers at the base and at the first
+// check, where each number takes the two-layer formula with its values at
+// both, and at the second check, which it must equal. nullopt where that fails.
+std::optional<StepProgram> borrowFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan, const StepProgram& known,
+                                               const ProbeRecorder& record)
 {
-    if (setup.model.nLayer <= 2) return std::nullopt;
-    auto two = setup;
-    two.model.nLayer = 2;
-    const auto fit = fitStepProgram([&](const StepDims& d) { return record(two, d); }, plan.base, plan.axes, plan.checks);
-    if (!fit.program) return std::nullopt;
     std::string why;
     // Formulas alike at the base and the check must be alike at the model's
     // own widths too (and at a 7B model's) to be told apart by value.
@@ -678,10 +677,93 @@ std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const P
     dimOf(own, StepDim::Batch) = dimOf(plan.base, StepDim::Batch) <= 2 ? dimOf(plan.base, StepDim::Batch) : 7;
     dimOf(own, StepDim::Seq) = 1000;
     const StepDims sevenB{dimOf(own, StepDim::Batch), 1000, 4096, 32, 8, 128, 11008, 32000, 16};
-    auto program = borrowFormulas(*fit.program, record(setup, plan.base), plan.base, record(setup, plan.checks[0]),
+    auto program = borrowFormulas(known, record(setup, plan.base), plan.base, record(setup, plan.checks[0]),
                                   plan.checks[0], {own, sevenB}, why);
     if (!program || !programDifference(*program, record(setup, plan.checks[1]), plan.checks[1]).empty()) return std::nullopt;
     return program;
+}
+
+// The program of a model with more than two layers, from the same model's
+// with two recorded along every dimension (a fraction of the time); nullopt
+// where that fails (the caller records every probe with all the layers).
+std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan, const ProbeRecorder& record)
+{
+    if (setup.model.nLayer <= 2) return std::nullopt;
+    auto two = setup;
+    two.model.nLayer = 2;
+    const auto fit = fitStepProgram([&](const StepDims& d) { return record(two, d); }, plan.base, plan.axes, plan.checks);
+    if (!fit.program) return std::nullopt;
+    return borrowFromTwoLayers(setup, plan, *fit.program, record);
+}
+
+// The programs this build ships (DerivedPlan.h): each file's programs of one
+// model kind with two layers, by batch regime, sequence t0 and window.
+struct ShippedProgram {
+    std::size_t regime = 0;
+    std::int64_t t0 = 0;
+    int window = 0;
+    StepProgram program;
+};
+
+std::vector<ShippedProgram> readShippedPrograms()
+{
+    std::vector<ShippedProgram> out;
+    std::error_code ec;
+    const auto folder = shippedProgramsFolder();
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+        if (entry.path().extension() == ".json") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+        // A file this build cannot read is left out (the programs are then
+        // recorded); the drift test (tst_derived_plan) names it.
+        try {
+            std::ifstream in(file);
+            const auto j = nlohmann::json::parse(in);
+            for (const auto& [window, side] : j.at("sides").items()) {
+                const auto programs = stepProgramsFromJson(side.dump());
+                for (std::size_t r = 0; r < programs.programs.size(); ++r) {
+                    out.push_back({r, programs.t0, std::stoi(window), programs.programs[r]});
+                }
+            }
+        } catch (const std::exception&) {
+        }
+    }
+    return out;
+}
+
+const std::vector<ShippedProgram>& shippedPrograms()
+{
+    static const std::vector<ShippedProgram> programs = readShippedPrograms();
+    return programs;
+}
+
+// The config's program of one batch regime from a shipped one: with two
+// layers, the shipped program its step equals at both checks; with more, one
+// whose formulas it borrows (borrowFromTwoLayers). Each probe is recorded
+// once (record keeps them), so a miss costs the fit that follows nothing.
+std::optional<StepProgram> fromShipped(const ProbeSetup& setup, const ProbePlan& plan, std::size_t regime, std::int64_t t0,
+                                       int window, const ProbeRecorder& record)
+{
+    std::vector<const StepProgram*> candidates;
+    for (const auto& s : shippedPrograms()) {
+        if (s.regime == regime && s.t0 == t0 && s.window == window && s.program.base == plan.base) candidates.push_back(&s.program);
+    }
+    if (candidates.empty() || setup.model.nLayer < 2) return std::nullopt;
+    if (setup.model.nLayer > 2) {
+        for (const auto* known : candidates) {
+            if (auto program = borrowFromTwoLayers(setup, plan, *known, record)) return program;
+        }
+        return std::nullopt;
+    }
+    const auto first = record(setup, plan.checks[0]), second = record(setup, plan.checks[1]);
+    for (const auto* known : candidates) {
+        if (programDifference(*known, first, plan.checks[0]).empty() && programDifference(*known, second, plan.checks[1]).empty()) {
+            return *known;
+        }
+    }
+    return std::nullopt;
 }
 
 // A quantized base's stored tensors at the model's own widths, in bytes, in
@@ -716,8 +798,9 @@ std::pair<std::vector<std::int64_t>, std::int64_t> quantizedResidents(const Prob
 // The programs of one side of a sliding window (window: as traceStep's),
 // from sequence t0 (8; 32 where bf16 products go to oneDNN; 128 at most),
 // with the sequence each begins at; nullopt (why set) where none fits.
+// shipped: start from the build's programs where one is the config's.
 std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, const DerivedPlanProgress& progress,
-                                        int& recorded, std::string& why)
+                                        int& recorded, std::string& why, bool shipped = true)
 {
     if (setup.gptLike() && setup.model.rotaryDims > 0) {
         for (const auto hd : kGptProbeHeadDims) {
@@ -741,15 +824,26 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
         out.real = realDims(setup.model);
         out.t0 = t0;
         why.clear();
-        const auto record = [&](const ProbeSetup& s, const StepDims& d) {
+        // Each probe recorded once (a shipped program's checks are the fit's).
+        std::map<std::pair<int, StepDims>, RecordedStep> probes;
+        const ProbeRecorder record = [&](const ProbeSetup& s, const StepDims& d) {
+            const auto key = std::pair{s.model.nLayer, d};
+            if (const auto it = probes.find(key); it != probes.end()) return it->second;
             if (progress.cancel && progress.cancel->load()) throw InputError("deriving the memory plan was cancelled");
             auto r = recordProbe(s, d, window);
             ++recorded;
             if (progress.onTrace) progress.onTrace(recorded, dimOf(d, StepDim::Batch), dimOf(d, StepDim::Seq));
-            return r;
+            return probes.emplace(key, std::move(r)).first->second;
         };
         for (std::size_t regime = 0; regime < out.programs.size() && why.empty(); ++regime) {
             const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
+            if (shipped) {
+                if (auto program = fromShipped(setup, plan, regime, t0, window, record)) {
+                    out.programs[regime] = std::move(*program);
+                    ++out.shipped;
+                    continue;
+                }
+            }
             if (auto borrowed = programFromTwoLayers(setup, plan, record)) {
                 out.programs[regime] = std::move(*borrowed);
                 ++out.borrowed;
@@ -829,9 +923,13 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
         if (!step.pastWindowOnGpu) step.gpuSegment.reset();
     }
     const auto layers = std::to_string(setup.model.nLayer);
+    const auto& p = *step.programs;
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths "
-        + (step.programs->borrowed > 0 ? "with 2 layers and checked with the model's " + layers
-                                : "with the model's " + layers + " layers")
+        + (p.shipped == static_cast<int>(p.programs.size()) && setup.model.nLayer == 2
+               ? std::string("as this build's programs of the model (checked at two probes a batch regime)")
+           : p.shipped > 0 ? "from this build's programs of the model with 2 layers, checked with its " + layers
+           : p.borrowed > 0 ? "with 2 layers and checked with the model's " + layers
+                            : "with the model's " + layers + " layers")
         + " and evaluated at its own";
     if (config.train.precision == "fp16") {
         step.tracedOn += " (fp16 as bf16 with loss scaling: the same element sizes; CUDA's autocast lists differ a little)";
@@ -852,6 +950,67 @@ std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::str
     }
     if (why) *why = failure;
     return std::nullopt;
+}
+
+std::string shippedProgramsFolder()
+{
+    // Installed: share/trainbench/programs beside bin/; else the source tree's.
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    const auto sub = "torch" + std::to_string(builtTorchMajor());
+    if (!ec) {
+        const auto installed = exe.parent_path().parent_path() / "share" / "trainbench" / "programs" / sub;
+        if (std::filesystem::is_directory(installed, ec)) return installed.string();
+    }
+    return std::string(sourceProgramsFolder()) + "/" + sub;
+}
+
+std::string recordShippedPrograms(const RunConfig& config)
+{
+    if (!programmable(config)) {
+        throw InputError("recording step programs: the model is neither of the Llama nor of the GPT family, or its "
+                         "sequence length is fixed");
+    }
+    auto setup = probeSetup(config);
+    setup.model.nLayer = 2;
+    const auto window = config.model.type == "hf" ? readHfArchitecture(resolvedModelPath(config)).slidingWindow : 0;
+    nlohmann::json sides = nlohmann::json::object();
+    for (const int side : window > 0 ? std::vector<int>{1 << 30, 1} : std::vector<int>{0}) {
+        int recorded = 0;
+        std::string why;
+        const auto programs = programsFor(setup, side, {}, recorded, why, false);
+        if (!programs) throw InputError("recording step programs: " + why);
+        sides[std::to_string(side)] = nlohmann::json::parse(stepProgramsToJson(*programs));
+    }
+    return nlohmann::json{{"torch", torchVersion()}, {"cpu_bf16_onednn", cpuBf16ProductsUseOneDnn()}, {"sides", sides}}.dump();
+}
+
+std::string shippedProgramsDifference(const std::string& shipped, const std::string& recorded)
+{
+    const auto a = nlohmann::json::parse(shipped), b = nlohmann::json::parse(recorded);
+    if (a.at("sides") == b.at("sides")) return {};
+    for (const auto& [window, side] : b.at("sides").items()) {
+        if (!a.at("sides").contains(window)) return "the step has programs for window " + window + ", the shipped ones have none";
+        const auto was = stepProgramsFromJson(a.at("sides").at(window).dump());
+        const auto now = stepProgramsFromJson(side.dump());
+        if (was.t0 != now.t0) return "the programs start at sequence " + std::to_string(now.t0) + ", not " + std::to_string(was.t0);
+        for (std::size_t r = 0; r < now.programs.size(); ++r) {
+            const auto& p = now.programs[r];
+            // At the base probe, then where every width is a 7B model's.
+            auto sevenB = p.base;
+            for (const auto& [dim, value] : {std::pair{StepDim::Seq, 1000}, {StepDim::Hidden, 4096}, {StepDim::Intermediate, 11008},
+                                            {StepDim::Vocab, 32000}}) {
+                dimOf(sevenB, dim) = value;
+            }
+            for (const auto& dims : {p.base, sevenB}) {
+                if (auto diff = programDifference(was.programs[r], p.at(dims), dims); !diff.empty()) {
+                    static const char* const regimes[] = {"at batch 1", "at batch 2", "from batch 3"};
+                    return std::string("the program ") + regimes[r] + (window == "0" ? "" : " (window " + window + ")") + ": " + diff;
+                }
+            }
+        }
+    }
+    return "the programs' formulas differ (with the same values at the probes compared)";
 }
 
 namespace {

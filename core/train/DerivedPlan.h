@@ -53,4 +53,26 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
 std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::string* why = nullptr,
                                                const DerivedPlanProgress& progress = {});
 
+// The step programs this build ships (resources/programs/torch1 and
+// torch2: one file a model kind, built-in and each Hugging Face family,
+// listed in resources/programs/kinds.json): the kind's model with two
+// layers, recorded along every dimension in each batch regime and on each
+// side of a sliding window. deriveStep and recordStepPrograms start from a
+// shipped program that the config's own step equals at two probes where
+// every width moved (with more layers: one whose formulas the step with all
+// its layers borrows, checked at a third), so a model of a shipped kind
+// records two or three probes a regime instead of about twelve; any other
+// is recorded as before. tst_derived_plan re-records every shipped program
+// and fails on any difference: a trainer change that moves memory fails
+// there, not in a plan.
+std::string shippedProgramsFolder();
+// The folder in the source tree (generated at configure: TB_PROGRAMS_SOURCE).
+const char* sourceProgramsFolder();
+// What a shipped file holds, as JSON: the config's model with two layers
+// (whatever its own count), recorded. Throws InputError where it cannot be.
+std::string recordShippedPrograms(const RunConfig& config);
+// Empty when two such records' programs are the same; else the first
+// difference, named.
+std::string shippedProgramsDifference(const std::string& shipped, const std::string& recorded);
+
 } // namespace tb
