@@ -67,6 +67,7 @@ private Q_SLOTS:
     void measuringTrainsRealSteps();
     void refusesWhatItCannotTune();
     void aFolderTheReplayDoesNotModelIsPlannedFromItsStep();
+    void aQuantizedBaseWithAdapterDropoutIsTuned();
 };
 
 void TestTune::nothingOverTheBudgetIsProposed()
@@ -265,20 +266,6 @@ void TestTune::refusesWhatItCannotTune()
     c.model.type = "torchscript";
     c.model.path = "model.pt";
     QVERIFY_THROWS_EXCEPTION(InputError, planTune(c, onBudget(1 << 20), machine()));
-    // A quantized base: the hand replay would rank it unquantized.
-    c = gpt();
-    c.model.type = "llama";
-    c.model.positionalEncoding = "rope";
-    c.model.tieEmbeddings = false;
-    c.model.quantize = "nf4";
-    c.lora.rank = 8;
-    QVERIFY(validateConfig(c, false).empty());
-    try {
-        planTune(c, onBudget(1LL << 30), machine());
-        QFAIL("a quantized base was tuned by the hand replay");
-    } catch (const InputError& e) {
-        QVERIFY2(std::string(e.what()).find("fit --config") != std::string::npos, e.what());
-    }
 }
 
 // A Llama folder whose head size is not hidden / heads: the hand replay
@@ -315,6 +302,47 @@ void TestTune::aFolderTheReplayDoesNotModelIsPlannedFromItsStep()
     }
     QVERIFY(std::any_of(r.notes.begin(), r.notes.end(),
                         [](const std::string& n) { return n.find("planned from its own training step") != std::string::npos; }));
+}
+
+// A quantized base (NF4) with dropout on its adapters: tune refused both
+// (the hand replay models neither: it would rank an unquantized base). Each
+// candidate is planned from its own step; the two measured are what was
+// planned, and the largest batch proposed fits.
+void TestTune::aQuantizedBaseWithAdapterDropoutIsTuned()
+{
+    auto c = gpt();
+    c.model.type = "llama";
+    c.model.positionalEncoding = "rope";
+    c.model.tieEmbeddings = false;
+    c.model.quantize = "nf4";
+    c.lora.rank = 8;
+    c.lora.dropout = 0.05;
+    QVERIFY(validateConfig(c, false).empty());
+    auto r = planTune(c, onBudget(6 << 20), machine());
+    QVERIFY(r.winner >= 0);
+    QVERIFY(std::any_of(r.notes.begin(), r.notes.end(),
+                        [](const std::string& n) { return n.find("planned from its own training step") != std::string::npos; }));
+    const auto which = candidatesToMeasure(r, 2);
+    QCOMPARE(which.size(), std::size_t{2});
+    measureCandidates(r, c, which, 2, {});
+    for (const int i : which) {
+        const auto& k = r.candidates[static_cast<std::size_t>(i)];
+        QVERIFY2(k.measureError.empty(), k.measureError.c_str());
+        const double error = double(k.peakBytes - k.measuredPeakBytes) / double(k.measuredPeakBytes);
+        std::printf("%s: planned %lld, measured %lld\n", k.describe().c_str(), static_cast<long long>(k.peakBytes),
+                    static_cast<long long>(k.measuredPeakBytes));
+        QVERIFY2(error >= -0.005 && error <= 0.02,
+                 qPrintable(QString("%1: planned %2, measured %3").arg(QString::fromStdString(k.describe())).arg(k.peakBytes).arg(k.measuredPeakBytes)));
+    }
+    // Where nothing fits, the smallest changes are planned from the step too
+    // (a smaller model: its own derivation).
+    c.model.nLayer = 4;
+    const auto none = planTune(c, onBudget(880 << 10), machine());
+    QCOMPARE(none.winner, -1);
+    const auto smaller = std::find_if(none.nothingFits.begin(), none.nothingFits.end(),
+                                      [](const std::string& n) { return n.rfind("a smaller model", 0) == 0; });
+    QVERIFY2(smaller != none.nothingFits.end(), none.nothingFits.front().c_str());
+    std::printf("%s\n", smaller->c_str());
 }
 
 QTEST_GUILESS_MAIN(TestTune)

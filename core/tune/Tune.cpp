@@ -167,17 +167,6 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         throw InputError("tune plans each candidate from the model's architecture, and a TorchScript model has none: "
                          "derive its plan with 'trainbench-cli fit --derived --config FILE --budget BYTES'");
     }
-    if (base.lora.rank > 0 && base.lora.dropout > 0) {
-        throw InputError("tune ranks candidates by the hand replay, which has no dropout on the adapters (lora.dropout "
-                         + std::to_string(base.lora.dropout).substr(0, 4) + "): its plan is derived from its own step; find "
-                         "the largest batch that fits with trainbench-cli fit --config FILE --gpu NAME, or tune with "
-                         "lora.dropout 0");
-    }
-    if (base.model.quantize != "none") {
-        throw InputError("tune ranks candidates by the hand replay, which has no quantized base (model.quantize \""
-                         + base.model.quantize + "\"): its plan is derived from its own step; find the largest batch "
-                         "with 'trainbench-cli fit --config FILE --gpu NAME'");
-    }
     if (auto issues = validateConfig(base, false); !issues.empty()) throw ConfigError("config", std::move(issues));
     const Where where = whereFor(base, options);
     TuneResult result;
@@ -200,26 +189,37 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
     std::set<std::tuple<int, int, bool, std::string, std::string>> seen;
     const PreflightTarget preflight = preflightTarget(options);
     // A config the hand replay does not model (a folder with a head size of
-    // its own, Qwen3, Phi-3, Gemma 3, ...) is planned from its own step, as
-    // estimate and a run's recorded estimate plan it: one derivation per
-    // precision, checkpointing and attention, evaluated at each batch.
+    // its own, Qwen3, Phi-3, Gemma 3, dropout on the adapters, a quantized
+    // base, ...) is planned from its own step, as estimate and a run's
+    // recorded estimate plan it: one derivation per precision, checkpointing,
+    // attention, layers and LoRA rank, evaluated at each batch and sequence.
     const bool ownStep = plannedFromItsStep(base);
-    std::map<std::tuple<std::string, bool, std::string>, std::shared_ptr<const DerivedStep>> derived;
+    std::map<std::tuple<std::string, bool, std::string, int, int>, std::shared_ptr<const DerivedStep>> derived;
     std::string derivedFailure;
-    const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) {
-        if (!ownStep || !derivedFailure.empty()) return estimateMemory(plan.arch, plan.setup);
-        auto& step = derived[{plan.setup.precision, c.train.activationCheckpointing, c.model.attention}];
+    // The config's derived step; null: the hand replay plans it.
+    const auto stepOf = [&](const RunConfig& c, const TargetPlan& plan) -> std::shared_ptr<const DerivedStep> {
+        if (!ownStep || !derivedFailure.empty()) return nullptr;
+        auto& step = derived[{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank}];
         try {
             if (!step) {
                 auto traced = c;
                 traced.train.precision = plan.setup.precision;
                 step = std::make_shared<const DerivedStep>(deriveStep(traced));
             }
-            return step->at(c.train.batchSize, effectiveSeqLen(c), plan.setup);
+            return step;
         } catch (const std::exception& e) {
+            // The hand replay has no quantized base: its plan would be of the
+            // unquantized model, far over, and no answer.
+            if (c.model.quantize != "none") {
+                throw InputError(std::string("tune plans a quantized base from its own step, which could not be derived: ") + e.what());
+            }
             derivedFailure = e.what();
-            return estimateMemory(plan.arch, plan.setup);
+            return nullptr;
         }
+    };
+    const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) {
+        const auto step = stepOf(c, plan);
+        return step ? step->at(c.train.batchSize, effectiveSeqLen(c), plan.setup) : estimateMemory(plan.arch, plan.setup);
     };
     auto add = [&](const std::string& precision, bool checkpointing, const std::string& attention, int batch, int accum) {
         if (batch < 1 || batch > options.maxBatch) return;
@@ -283,8 +283,10 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
                 c.train.gradAccum = accum;
                 const TargetPlan plan = planAt(c, where);
                 if (!plan.precision.error.empty()) continue;
+                const auto step = stepOf(c, plan);
                 for (const auto limit : {budget, roomyPeakBytes(budget)}) {
-                    const auto largest = largestBatch(plan.arch, plan.setup, limit, options.maxBatch);
+                    const auto largest = step ? step->largestBatch(effectiveSeqLen(c), plan.setup, limit, options.maxBatch)
+                                              : largestBatch(plan.arch, plan.setup, limit, options.maxBatch);
                     if (largest > 0) add(precision, checkpointing, attention, static_cast<int>(largest), accum);
                 }
             }
@@ -323,7 +325,9 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         const TargetPlan plan = planAt(lean, where);
         const std::string leanText = "at batch 1 with checkpointing and " + plan.setup.precision;
         if (base.data.source != "addition") {
-            const auto seq = largestSequence(plan.arch, plan.setup, roomyPeakBytes(budget));
+            const auto step = stepOf(lean, plan);
+            const auto seq = step ? step->largestSeqLen(1, plan.setup, roomyPeakBytes(budget))
+                                  : largestSequence(plan.arch, plan.setup, roomyPeakBytes(budget));
             if (seq > 0) {
                 result.nothingFits.push_back("a shorter sequence: data.seq_len " + std::to_string(seq) + " fits " + leanText
                                              + " (now " + std::to_string(effectiveSeqLen(base)) + ")");
@@ -334,7 +338,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
                 RunConfig smaller = lean;
                 smaller.model.nLayer = layers;
                 const auto p = planAt(smaller, where);
-                if (memoryVerdict(estimateMemory(p.arch, p.setup).peakBytes, budget) == MemoryVerdict::Fits) {
+                if (memoryVerdict(planOf(smaller, p).peakBytes, budget) == MemoryVerdict::Fits) {
                     result.nothingFits.push_back("a smaller model: model.n_layer " + std::to_string(layers) + " fits "
                                                  + leanText + " (now " + std::to_string(base.model.nLayer) + ")");
                     break;
@@ -344,7 +348,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             RunConfig adapters = lean;
             adapters.lora.rank = 8;
             const auto p = planAt(adapters, where);
-            if (memoryVerdict(estimateMemory(p.arch, p.setup).peakBytes, budget) == MemoryVerdict::Fits) {
+            if (memoryVerdict(planOf(adapters, p).peakBytes, budget) == MemoryVerdict::Fits) {
                 result.nothingFits.push_back("LoRA adapters instead of full fine-tuning: lora.rank 8 fits " + leanText);
             }
         }
@@ -356,7 +360,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             RunConfig onCard = lean;
             const auto p = planOnTarget(onCard, true, cc, 1);
             if (!p.precision.error.empty()) continue;
-            if (memoryVerdict(estimateMemory(p.arch, p.setup).peakBytes, gpu.memoryBytes) == MemoryVerdict::Fits) best = &gpu;
+            if (memoryVerdict(planOf(onCard, p).peakBytes, gpu.memoryBytes) == MemoryVerdict::Fits) best = &gpu;
         }
         if (best) {
             result.nothingFits.push_back("a larger card: " + best->name + " (" + byteSizeText(best->memoryBytes)
