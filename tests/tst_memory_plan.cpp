@@ -10,6 +10,7 @@
 #include <limits>
 #include <tuple>
 #include <cstdio>
+#include <fstream>
 
 #include "config/RunConfig.h"
 #include "diagnose/TargetPlan.h"
@@ -211,6 +212,7 @@ private Q_SLOTS:
     void tiedHeadGradientUnderAutocast();
     void runsRecordTheirEstimate();
     void runOfAFolderWithItsOwnHeadSizeRecordsItsDerivedPlan();
+    void outOfMemoryOfAFolderWithItsOwnHeadSize();
     void runOfAQuantizedModelRecordsItsDerivedPlan();
     void noTermIsNegative();
     void oneVerdict();
@@ -881,6 +883,48 @@ void TestMemoryPlan::runOfAFolderWithItsOwnHeadSizeRecordsItsDerivedPlan()
     QVERIFY(static_cast<double>(outcome.measuredPeakBytes) > 1.1 * static_cast<double>(hand));
     RunStore store(options.dbPath, RunStore::Mode::ReadOnly);
     for (const auto& e : store.events(outcome.runId)) QVERIFY2(e.kind != "memory_estimate", e.message.c_str());
+}
+
+// A GPU's out-of-memory message explained with a folder's config whose
+// head size is its own: the batch said to fit in the memory the message
+// reports is its own step's answer (the hand replay's, which plans hidden /
+// heads as the head size, named a batch that does not fit).
+void TestMemoryPlan::outOfMemoryOfAFolderWithItsOwnHeadSize()
+{
+    QTemporaryDir dir;
+    std::ofstream(dir.filePath("config.json").toStdString())
+        << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
+              "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+              "max_position_embeddings": 2048, "hidden_act": "silu", "tie_word_embeddings": false})";
+    // (The sizes a run records from the folder, which the hand replay plans with hidden / heads as the head size.)
+    auto c = onFolder(dir.path(), small("hf", 22, 2048, 32, 64, 256));
+    c.model.nKvHead = 4;
+    c.model.vocabSize = 32000;
+    c.model.dFf = 5632;
+    c.train.precision = "bf16";
+    c.lora.rank = 16;
+    c.lora.targets = {"q_proj", "v_proj"};
+    QVERIFY(plannedFromItsStep(c));
+    const std::string message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 MiB. GPU 0 has a total "
+        "capacity of 14.74 GiB of which 4.19 MiB is free. Including non-PyTorch memory, this process has 14.73 GiB memory in "
+        "use. Of the allocated memory 14.50 GiB is allocated by PyTorch, and 30.00 MiB is reserved by PyTorch but unallocated.";
+    const auto findings = explainFailure(message, &c, "cuda:0");
+    const auto& oom = findings.front();
+    QCOMPARE(oom.kind, std::string("cuda_oom"));
+    QVERIFY2(oom.numbers.count("fitting_batch"), oom.fix.c_str());
+    const auto said = static_cast<std::int64_t>(oom.numbers.at("fitting_batch"));
+    const auto setup = planOnTarget(c, true, std::nullopt).setup;
+    const auto budget = static_cast<std::int64_t>(14.74 * 1024 * 1024 * 1024);
+    auto traced = c;
+    traced.train.precision = setup.precision;
+    const auto step = deriveStep(traced);
+    const auto hand = largestBatch(architectureFor(c), setup, budget);
+    std::printf("own head size on 14.74 GiB: said %lld, its step %lld, the hand replay %lld\n", static_cast<long long>(said),
+                static_cast<long long>(step.largestBatch(256, setup, budget)), static_cast<long long>(hand));
+    QCOMPARE(said, step.largestBatch(256, setup, budget));
+    QVERIFY(step.at(said, 256, setup).peakBytes <= budget);
+    QVERIFY(step.at(said + 1, 256, setup).peakBytes > budget);
+    QVERIFY(hand > said);
 }
 
 // A QLoRA run of the built-in Llama on the addition task (its one sequence

@@ -143,9 +143,22 @@ std::vector<Finding> explainFailure(const std::string& message, const RunConfig*
         // The planner's answer for the GPU it ran on, within the memory the message reports.
         // The config as a GPU runs it ("auto" precision resolved there), as preflight and the planner plan it.
         const auto setup = planOnTarget(*config, true, std::nullopt).setup;
+        const auto budget = static_cast<std::int64_t>(total->second);
         ExplainContext context;
         context.configuredBatch = config->train.batchSize;
-        context.largestFittingBatch = largestBatch(architectureFor(*config), setup, static_cast<std::int64_t>(total->second));
+        if (plannedFromItsStep(*config)) {
+            // A config the hand replay does not model: its own step's answer,
+            // as the planner and estimate give it, or none (unknown).
+            try {
+                auto c = *config;
+                c.train.precision = setup.precision;
+                context.largestFittingBatch = deriveStep(c).largestBatch(effectiveSeqLen(*config), setup, budget);
+            } catch (const std::exception&) {
+                context.largestFittingBatch = -1;
+            }
+        } else {
+            context.largestFittingBatch = largestBatch(architectureFor(*config), setup, budget);
+        }
         addPlannerAnswer(primary, context);
     }
     return findings;
