@@ -42,6 +42,7 @@
 #include "Units.h"
 #include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
+#include "memory/MemoryPlan.h"
 #include "memory/Verdict.h"
 #include "text/ChatTemplate.h"
 #include "text/Corpus.h"
@@ -594,14 +595,14 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
 {
     const RunConfig* config = &configValue;
     const TargetPlan here = planOnTarget(*config, std::nullopt);
-    const auto cpu = estimateMemory(here.arch, here.setup);
+    const auto cpu = MemoryPlan(here.arch).at(here.setup.batch, here.setup.seqLen, here.setup);
     // In the unit that suits it, as the GPU figure beside it (not 261900.0 MiB beside 268.36 GiB).
     QString text = tr("Memory estimate: %1 of tensors at the peak (during %2)")
                        .arg(bytesText(cpu.peakBytes), QString::fromStdString(cpu.peakPhase));
     if (m_targets && config->device != "cpu") {
         const GpuTarget& target = m_targets->target();
         const TargetPlan there = planOnTarget(*config, std::optional<GpuTarget>(target));
-        const auto gpu = estimateMemory(there.arch, there.setup);
+        const auto gpu = MemoryPlan(there.arch).at(there.setup.batch, there.setup.seqLen, there.setup);
         const double use = static_cast<double>(gpu.peakBytes) / static_cast<double>(target.gpu.memoryBytes);
         const auto verdict = memoryVerdict(gpu.peakBytes, target.gpu.memoryBytes, there.precision.shortfall);
         if (verdict == MemoryVerdict::DoesNotRun) {

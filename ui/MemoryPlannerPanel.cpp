@@ -218,7 +218,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                               "and plans from it.");
                 return std::nullopt;
             }
-            plan.derived = derived.get(); // the deriver keeps every plan it derived
+            plan.memory = MemoryPlan(derived, ArchitectureSpec{});
             plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(target())).setup;
             plan.setup.batch = batch();
             plan.setup.seqLen = seqLen();
@@ -226,17 +226,17 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
         }
         if (config->data.source == "text") config->data.seqLen = seqLen();
         const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(target()));
-        plan.arch = resolved.arch;
+        plan.memory = MemoryPlan(resolved.arch);
         plan.setup = resolved.setup;
         plan.setup.loraTargets = plannedLoraTargets(config->model.type, targets);
     } else {
         if (src == "imported") {
             if (!m_imported) return std::nullopt;
-            plan.arch = *m_imported;
+            plan.memory = MemoryPlan(*m_imported);
         } else {
-            plan.arch = findArchitecture(src.toStdString()).arch;
+            plan.memory = MemoryPlan(findArchitecture(src.toStdString()).arch);
         }
-        plan.setup.loraTargets = loraProjections(plan.arch.family, targets);
+        plan.setup.loraTargets = loraProjections(plan.memory.arch().family, targets);
     }
     auto& s = plan.setup;
     s.batch = batch();
@@ -303,15 +303,15 @@ void MemoryPlannerPanel::pointChanged()
         inputsChanged();
         return;
     }
-    m_estimate = planAt(*plan, plan->setup.batch, plan->setup.seqLen);
+    m_estimate = plan->memory.at(plan->setup.batch, plan->setup.seqLen, plan->setup);
     // Preflight's precision verdict for this card, shown before the memory's.
     m_precisionError = QString::fromStdString(precisionError(
         plan->setup.precision, target().gpu.cc.known() ? std::optional<ComputeCapability>(target().gpu.cc) : std::nullopt));
     const auto budget = budgetBytes();
-    m_largestBatch = largestBatchOf(*plan, plan->setup.seqLen, kBatchLimit);
+    m_largestBatch = plan->memory.largestBatch(plan->setup.seqLen, plan->setup, budgetBytes(), kBatchLimit);
     if (m_seqSlider->isEnabled()) {
-        m_largestSeq = largestSeqOf(*plan, plan->setup.batch);
-        if (source() != "experiment") m_largestSeq = std::min<std::int64_t>(m_largestSeq, plan->arch.maxPositions);
+        m_largestSeq = plan->memory.largestSequence(plan->setup.batch, plan->setup, budgetBytes());
+        if (source() != "experiment") m_largestSeq = std::min<std::int64_t>(m_largestSeq, plan->memory.arch().maxPositions);
     } else {
         m_largestSeq = 0;
     }
@@ -334,30 +334,6 @@ void MemoryPlannerPanel::pointChanged()
     showTerms();
     showMarker();
     Q_EMIT updated(static_cast<double>(timer.nsecsElapsed()) / 1e6);
-}
-
-MemoryEstimate MemoryPlannerPanel::planAt(const Plan& plan, std::int64_t batch, std::int64_t seqLen) const
-{
-    auto setup = plan.setup;
-    setup.batch = batch;
-    setup.seqLen = seqLen;
-    return plan.derived ? plan.derived->at(batch, seqLen, setup) : estimateMemory(plan.arch, setup);
-}
-
-std::int64_t MemoryPlannerPanel::largestBatchOf(const Plan& plan, std::int64_t seqLen, std::int64_t limit) const
-{
-    auto setup = plan.setup;
-    setup.seqLen = seqLen;
-    if (!plan.derived) return largestBatch(plan.arch, setup, budgetBytes(), limit);
-    return plan.derived->largestBatch(seqLen, setup, budgetBytes(), limit);
-}
-
-std::int64_t MemoryPlannerPanel::largestSeqOf(const Plan& plan, std::int64_t batch) const
-{
-    auto setup = plan.setup;
-    setup.batch = batch;
-    if (!plan.derived) return largestSequence(plan.arch, setup, budgetBytes());
-    return plan.derived->largestSeqLen(batch, setup, budgetBytes());
 }
 
 std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QString* why, const std::string* quantize) const
@@ -510,7 +486,7 @@ QString MemoryPlannerPanel::quantizedComparison() const
                  "base in the Experiment form chooses it.")
             : QString();
     }
-    const auto e = planAt(*plan, plan->setup.batch, plan->setup.seqLen);
+    const auto e = plan->memory.at(plan->setup.batch, plan->setup.seqLen, plan->setup);
     const auto budget = budgetBytes();
     const QString share = QString::number(100.0 * static_cast<double>(e.peakBytes) / static_cast<double>(budget), 'f', 0) + "%";
     QString words = QString::fromUtf8(verdictWords(memoryVerdict(e.peakBytes, budget, m_precisionError.toStdString())));

@@ -16,6 +16,7 @@
 #include "gpu/Catalogue.h"
 #include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
+#include "memory/MemoryPlan.h"
 
 class QCheckBox;
 class QComboBox;
@@ -121,19 +122,15 @@ private:
     const GpuTarget& target() const;
     void showTarget();
     struct Plan {
-        ArchitectureSpec arch;
+        // The plan asked (memory/MemoryPlan.h): the model's own step where
+        // it is planned from it, else the hand replay.
+        MemoryPlan memory{ArchitectureSpec{}};
         TrainingSetup setup;
-        const DerivedStep* derived = nullptr; // a TorchScript experiment's traced step
     };
     // The plan of the inputs; with `quantize`, of the experiment's config
     // with its base stored so ("nf4", "none": the comparison line).
     std::optional<Plan> currentPlan(QString* why, const std::string* quantize = nullptr) const;
     QString quantizedComparison() const; // "Base stored in NF4 (QLoRA): ..." or the unquantized plan
-    // The plan's figures at a point, and the largest batch and sequence that
-    // fit: the estimate's, or a derived step's.
-    MemoryEstimate planAt(const Plan& plan, std::int64_t batch, std::int64_t seqLen) const;
-    std::int64_t largestBatchOf(const Plan& plan, std::int64_t seqLen, std::int64_t limit) const;
-    std::int64_t largestSeqOf(const Plan& plan, std::int64_t batch) const;
     // The experiment's config with the planner's inputs applied (what a
     // derived step is traced for) and its key (batch and sequence left out);
     // nullopt with why when it cannot be traced.

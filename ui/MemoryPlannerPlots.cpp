@@ -59,20 +59,20 @@ void MemoryPlannerPanel::syncSliderRanges(const Plan& plan)
     // the built-in model (built for the sequence it trains on) up to 4x the
     // current length. The addition task's sequence is fixed by its digits.
     const bool fixedSeq = source() == "experiment"
-        && (plan.setup.dataset == "addition" || (plan.derived && plan.derived->fixedSeqLen > 0));
+        && (plan.setup.dataset == "addition" || (plan.memory.step() && plan.memory.step()->fixedSeqLen > 0));
     // The batch axis: twice the largest batch that fits at this sequence
     // length (a power of two, at least 16), so the frontier sits inside the map.
     // Both follow the model: a 7B model on a T4 fits batch 2 and a few
     // thousand tokens, a toy thousands of sequences, and the frontier should
     // cross the middle of the map either way.
-    const auto fitting = largestBatchOf(plan, plan.setup.seqLen, 1024);
+    const auto fitting = plan.memory.largestBatch(plan.setup.seqLen, plan.setup, budgetBytes(), 1024);
     int batchMax = 4;
     while (batchMax < std::max<std::int64_t>(2 * fitting, batch()) && batchMax < kBatchLimit) batchMax *= 2;
     // The sequence axis: up to twice the longest sequence that fits at batch 1.
     std::int64_t seqCap = source() == "experiment" ? std::max<std::int64_t>(1024, 4 * plan.setup.seqLen)
-                                                   : plan.arch.maxPositions;
+                                                   : plan.memory.arch().maxPositions;
     seqCap = std::min<std::int64_t>(seqCap, 1 << 20);
-    const std::int64_t seqFit = largestSeqOf(plan, 1);
+    const std::int64_t seqFit = plan.memory.largestSequence(1, plan.setup, budgetBytes());
     std::int64_t seqMax = 256;
     while (seqMax < std::max<std::int64_t>(2 * seqFit, seqLen()) && seqMax < seqCap) seqMax *= 2;
     seqMax = std::min(seqMax, seqCap);
@@ -98,12 +98,7 @@ void MemoryPlannerPanel::rebuildMap(const Plan& plan)
     const bool fixedSeq = !m_seqSlider->isEnabled();
     const auto seqs = fixedSeq ? std::vector<std::int64_t>{plan.setup.seqLen}
                                : fitMapAxis(1, m_seqSlider->maximum(), kMapCells);
-    if (plan.derived) {
-        // A derived step is polynomials already: every cell is evaluated.
-        m_map = plan.derived->fitMap(plan.setup, budgetBytes(), batches, seqs);
-    } else {
-        m_map = tb::fitMap(plan.arch, plan.setup, budgetBytes(), batches, seqs);
-    }
+    m_map = plan.memory.fitMap(plan.setup, budgetBytes(), batches, seqs);
     const int nx = static_cast<int>(batches.size()), ny = static_cast<int>(seqs.size());
     auto* data = m_colorMap->data();
     const double y0 = static_cast<double>(seqs.front()), y1 = static_cast<double>(fixedSeq ? seqs.front() + 1 : seqs.back());

@@ -16,6 +16,7 @@
 #include "memory/Architectures.h"
 #include "memory/Estimator.h"
 #include "memory/Verdict.h"
+#include "memory/MemoryPlan.h"
 #include "train/DerivedPlan.h"
 
 namespace tb::cli {
@@ -324,24 +325,44 @@ TrainingSetup derivedSetup(const Args& args, const RunConfig& config, const std:
     return setup;
 }
 
-int estimateDerived(const Args& args)
+int estimate(const Args& args)
 {
-    // On a GPU: the programs by the device rules on the allocator's model
-    // (the Llama and GPT families, where the card's kernels have rules);
-    // else the traced tensors plus the context and workspaces, a lower bound.
+    if (args.flag("--list-presets")) return listPresets();
+    // A TorchScript model, or a config the hand replay does not model: its
+    // plan is derived. On a GPU: the programs by the device rules on the
+    // allocator's model (the Llama and GPT families, where the card's kernels
+    // have rules); else the traced tensors plus the context and workspaces, a
+    // lower bound.
+    const auto path = args.value("--config");
+    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)));
     std::optional<GpuTarget> gpu;
-    if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
-    const auto [config, step] = derivedFromArgs(args, "estimate", gpu);
-    const auto setup = derivedSetup(args, config, gpu);
-    const auto e = step.at(config.train.batchSize, effectiveSeqLen(config), setup);
+    std::optional<MemoryPlan> plan;
+    TrainingSetup setup;
+    std::int64_t batch = 0, seqLen = 0;
+    if (derive) {
+        if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
+        auto [config, step] = derivedFromArgs(args, "estimate", gpu);
+        setup = derivedSetup(args, config, gpu);
+        batch = config.train.batchSize;
+        seqLen = effectiveSeqLen(config);
+        plan.emplace(std::make_shared<const DerivedStep>(std::move(step)), ArchitectureSpec{});
+    } else {
+        auto target = planFromArgs(args, "estimate");
+        gpu = target.gpu;
+        setup = target.setup;
+        batch = setup.batch;
+        seqLen = setup.seqLen;
+        plan.emplace(target.arch);
+    }
+    const auto e = plan->at(batch, seqLen, setup);
     if (args.flag("--json")) {
         auto out = toJson(e);
         if (gpu) out["gpu"] = gpuJson(*gpu, setup, e);
-        // The compiled step and its programs: the plan at any batch and
-        // sequence (the Memory planner reads it), written compact (a 7B
-        // model's programs are about 1.5 MB; indented, several times that).
         auto text = out.dump(2);
-        text.insert(text.size() - 2, ",\n  \"derived_step\": " + derivedStepToJson(step));
+        // A derived plan's compiled step and its programs: the plan at any
+        // batch and sequence (the Memory planner reads it), written compact
+        // (a 7B model's programs are about 1.5 MB; indented, several times that).
+        if (plan->step()) text.insert(text.size() - 2, ",\n  \"derived_step\": " + derivedStepToJson(*plan->step()));
         std::cout << text << "\n";
     } else {
         printEstimate(e);
@@ -350,71 +371,48 @@ int estimateDerived(const Args& args)
     return kExitOk;
 }
 
-// The largest batch (or, with --batch, sequence) whose derived plan fits --budget.
-int fitDerived(const Args& args)
-{
-    std::optional<GpuTarget> gpu;
-    if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
-    auto budget = args.integer("--budget", 1, (1LL << 62));
-    if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
-    if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
-    const auto [config, step] = derivedFromArgs(args, "fit", gpu);
-    const auto setup = gpu ? derivedSetup(args, config, gpu) : TrainingSetup{};
-    if (const auto why = gpu ? step.notExactOn(setup) : std::string(); !why.empty()) {
-        throw InputError("on this GPU the derived plan is a lower bound (" + why
-                         + "): 'fit' would overstate what fits; estimate --derived --gpu NAME shows the bound, or give "
-                           "--budget BYTES for the CPU's plan");
-    }
-    if (gpu) budget = gpu->gpu.memoryBytes;
-    const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value() && step.fixedSeqLen == 0;
-    const auto at = [&](std::int64_t n) {
-        return bySeq ? step.at(config.train.batchSize, n, setup) : step.at(n, effectiveSeqLen(config), setup);
-    };
-    const auto answer = bySeq ? step.largestSeqLen(config.train.batchSize, setup, *budget)
-                              : step.largestBatch(effectiveSeqLen(config), setup, *budget);
-    return printFit(args, bySeq, answer, *budget, at(std::max<std::int64_t>(answer, 1)));
-}
-
-int estimate(const Args& args)
-{
-    if (args.flag("--list-presets")) return listPresets();
-    if (args.flag("--derived")) return estimateDerived(args);
-    if (const auto path = args.value("--config")) {
-        // A TorchScript model, or a folder the hand replay does not model: its plan is derived.
-        if (plannedFromItsStep(loadConfigFile(*path))) return estimateDerived(args);
-    }
-    const auto plan = planFromArgs(args, "estimate");
-    const auto e = estimateMemory(plan.arch, plan.setup);
-    if (args.flag("--json")) {
-        auto out = toJson(e);
-        if (plan.gpu) out["gpu"] = gpuJson(*plan.gpu, plan.setup, e);
-        std::cout << out.dump(2) << "\n";
-    } else {
-        printEstimate(e);
-        if (plan.gpu) printVerdict(*plan.gpu, plan.setup, e);
-    }
-    return kExitOk;
-}
-
+// The largest batch (or, with --batch, sequence) whose plan fits --budget or the card.
 int fit(const Args& args)
 {
-    if (args.flag("--derived")) return fitDerived(args);
-    if (const auto path = args.value("--config")) {
-        if (plannedFromItsStep(loadConfigFile(*path))) return fitDerived(args);
-    }
-    auto plan = planFromArgs(args, "fit");
+    // A TorchScript model, or a config the hand replay does not model: its plan is derived.
+    const auto path = args.value("--config");
+    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)));
+    std::optional<GpuTarget> gpu;
+    std::optional<MemoryPlan> plan;
+    TrainingSetup setup;
+    std::int64_t batch = 0, seqLen = 0;
+    bool fixedSeq = false;
     auto budget = args.integer("--budget", 1, (1LL << 62));
-    if (budget && plan.gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
-    if (plan.gpu) budget = plan.gpu->gpu.memoryBytes;
-    if (!budget) throw InputError("'fit' needs --gpu NAME (a card from the catalogue) or --budget BYTES");
-    const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value();
-    std::int64_t answer = 0;
-    if (bySeq) answer = largestSequence(plan.arch, plan.setup, *budget);
-    else answer = largestBatch(plan.arch, plan.setup, *budget);
-    auto at = plan.setup;
-    if (bySeq) at.seqLen = std::max<std::int64_t>(answer, 1);
-    else at.batch = std::max<std::int64_t>(answer, 1);
-    return printFit(args, bySeq, answer, *budget, estimateMemory(plan.arch, at));
+    if (derive) {
+        if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
+        if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
+        if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
+        auto [config, step] = derivedFromArgs(args, "fit", gpu);
+        setup = gpu ? derivedSetup(args, config, gpu) : TrainingSetup{};
+        batch = config.train.batchSize;
+        seqLen = effectiveSeqLen(config);
+        fixedSeq = step.fixedSeqLen > 0;
+        plan.emplace(std::make_shared<const DerivedStep>(std::move(step)), ArchitectureSpec{});
+        if (const auto why = gpu ? plan->notExactOn(setup) : std::string(); !why.empty()) {
+            throw InputError("on this GPU the derived plan is a lower bound (" + why
+                             + "): 'fit' would overstate what fits; estimate --derived --gpu NAME shows the bound, or give "
+                               "--budget BYTES for the CPU's plan");
+        }
+    } else {
+        auto target = planFromArgs(args, "fit");
+        gpu = target.gpu;
+        if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
+        if (!budget && !gpu) throw InputError("'fit' needs --gpu NAME (a card from the catalogue) or --budget BYTES");
+        plan.emplace(target.arch);
+        setup = target.setup;
+        batch = setup.batch;
+        seqLen = setup.seqLen;
+    }
+    if (gpu) budget = gpu->gpu.memoryBytes;
+    const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value() && !fixedSeq;
+    const auto answer = bySeq ? plan->largestSequence(batch, setup, *budget) : plan->largestBatch(seqLen, setup, *budget);
+    const auto shown = std::max<std::int64_t>(answer, 1);
+    return printFit(args, bySeq, answer, *budget, bySeq ? plan->at(batch, shown, setup) : plan->at(shown, seqLen, setup));
 }
 
 const std::vector<OptionSpec> kPlanOptions{

@@ -71,21 +71,17 @@ MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device
 {
     const bool gpu = device.rfind("cuda", 0) == 0;
     const TargetPlan plan = planOnTarget(config, gpu, cc, std::max(1, config.train.worldSize));
-    if (plannedFromItsStep(config)) {
-        // A folder the hand replay does not model: its own step's plan, as
+    const auto at = [&](const MemoryPlan& p) { return p.at(config.train.batchSize, effectiveSeqLen(config), plan.setup); };
+    try {
+        // A config the hand replay does not model: its own step's plan, as
         // estimate, fit, the form and the Memory planner give it (recorded at
         // small widths in seconds, before the first step).
-        auto c = config;
-        c.train.precision = plan.setup.precision;
-        try {
-            return deriveStep(c).at(config.train.batchSize, effectiveSeqLen(config), plan.setup);
-        } catch (const std::exception& e) {
-            auto hand = estimateMemory(plan.arch, plan.setup);
-            hand.notes.push_back(std::string("its own step's plan could not be derived (") + e.what() + "): the hand replay's");
-            return hand;
-        }
+        return at(memoryPlanOf(config, plan.arch, plan.setup.precision));
+    } catch (const std::exception& e) {
+        auto hand = at(MemoryPlan(plan.arch));
+        hand.notes.push_back(std::string("its own step's plan could not be derived (") + e.what() + "): the hand replay's");
+        return hand;
     }
-    return estimateMemory(plan.arch, plan.setup);
 }
 
 std::string memoryEstimateWarning(std::int64_t estimatedBytes, std::int64_t measuredBytes, const std::string& phase,
@@ -146,18 +142,13 @@ std::vector<Finding> explainFailure(const std::string& message, const RunConfig*
         const auto budget = static_cast<std::int64_t>(total->second);
         ExplainContext context;
         context.configuredBatch = config->train.batchSize;
-        if (plannedFromItsStep(*config)) {
-            // A config the hand replay does not model: its own step's answer,
-            // as the planner and estimate give it, or none (unknown).
-            try {
-                auto c = *config;
-                c.train.precision = setup.precision;
-                context.largestFittingBatch = deriveStep(c).largestBatch(effectiveSeqLen(*config), setup, budget);
-            } catch (const std::exception&) {
-                context.largestFittingBatch = -1;
-            }
-        } else {
-            context.largestFittingBatch = largestBatch(architectureFor(*config), setup, budget);
+        // The planner's answer (a config the hand replay does not model: its
+        // own step's), or none (unknown) where its step cannot be derived.
+        try {
+            context.largestFittingBatch = memoryPlanOf(*config, architectureFor(*config), setup.precision)
+                                              .largestBatch(effectiveSeqLen(*config), setup, budget);
+        } catch (const std::exception&) {
+            context.largestFittingBatch = -1;
         }
         addPlannerAnswer(primary, context);
     }

@@ -952,6 +952,15 @@ std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::str
     return std::nullopt;
 }
 
+MemoryPlan memoryPlanOf(const RunConfig& config, const ArchitectureSpec& arch, const std::string& precision,
+                        const DerivedPlanProgress& progress)
+{
+    if (!plannedFromItsStep(config)) return MemoryPlan(arch);
+    auto traced = config;
+    traced.train.precision = precision;
+    return MemoryPlan(std::make_shared<const DerivedStep>(deriveStep(traced, progress)), arch);
+}
+
 std::string shippedProgramsFolder()
 {
     // Installed: share/trainbench/programs beside bin/; else the source tree's.

@@ -28,6 +28,7 @@
 
 #include "config/RunConfig.h"
 #include "memory/DerivedStep.h"
+#include "memory/MemoryPlan.h"
 #include "memory/StepProgram.h"
 
 namespace tb {
@@ -52,6 +53,15 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
 // sliding window is taken as longer than any sequence.
 std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::string* why = nullptr,
                                                const DerivedPlanProgress& progress = {});
+
+// The plan of a config as every panel and command plans it
+// (memory/MemoryPlan.h): a config the hand replay does not model
+// (memory/Estimator.h ownStepReason) from its own step, recorded in
+// `precision` (what its target runs: planOnTarget's, "auto" resolved) in
+// seconds; else the hand replay of arch. Throws InputError where its step
+// cannot be derived.
+MemoryPlan memoryPlanOf(const RunConfig& config, const ArchitectureSpec& arch, const std::string& precision,
+                        const DerivedPlanProgress& progress = {});
 
 // The step programs this build ships (resources/programs/torch1 and
 // torch2: one file a model kind, built-in and each Hugging Face family,

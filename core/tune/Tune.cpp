@@ -194,19 +194,15 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
     // recorded estimate plan it: one derivation per precision, checkpointing,
     // attention, layers and LoRA rank, evaluated at each batch and sequence.
     const bool ownStep = plannedFromItsStep(base);
-    std::map<std::tuple<std::string, bool, std::string, int, int>, std::shared_ptr<const DerivedStep>> derived;
+    std::map<std::tuple<std::string, bool, std::string, int, int>, MemoryPlan> derived;
     std::string derivedFailure;
-    // The config's derived step; null: the hand replay plans it.
-    const auto stepOf = [&](const RunConfig& c, const TargetPlan& plan) -> std::shared_ptr<const DerivedStep> {
-        if (!ownStep || !derivedFailure.empty()) return nullptr;
-        auto& step = derived[{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank}];
+    // The config's plan (memory/MemoryPlan.h): the hand replay's, or its own step's.
+    const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) -> MemoryPlan {
+        if (!ownStep || !derivedFailure.empty()) return MemoryPlan(plan.arch);
+        const std::tuple key{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank};
+        if (const auto it = derived.find(key); it != derived.end()) return it->second;
         try {
-            if (!step) {
-                auto traced = c;
-                traced.train.precision = plan.setup.precision;
-                step = std::make_shared<const DerivedStep>(deriveStep(traced));
-            }
-            return step;
+            return derived.emplace(key, memoryPlanOf(c, plan.arch, plan.setup.precision)).first->second;
         } catch (const std::exception& e) {
             // The hand replay has no quantized base: its plan would be of the
             // unquantized model, far over, and no answer.
@@ -214,12 +210,11 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
                 throw InputError(std::string("tune plans a quantized base from its own step, which could not be derived: ") + e.what());
             }
             derivedFailure = e.what();
-            return nullptr;
+            return MemoryPlan(plan.arch);
         }
     };
-    const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) {
-        const auto step = stepOf(c, plan);
-        return step ? step->at(c.train.batchSize, effectiveSeqLen(c), plan.setup) : estimateMemory(plan.arch, plan.setup);
+    const auto peakOf = [&](const RunConfig& c, const TargetPlan& plan) {
+        return planOf(c, plan).at(c.train.batchSize, effectiveSeqLen(c), plan.setup);
     };
     auto add = [&](const std::string& precision, bool checkpointing, const std::string& attention, int batch, int accum) {
         if (batch < 1 || batch > options.maxBatch) return;
@@ -244,7 +239,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             k.verdict = MemoryVerdict::DoesNotRun;
             k.rejected = "does not run: " + plan.precision.shortfall;
         } else {
-            const auto e = planOf(k.config, plan);
+            const auto e = peakOf(k.config, plan);
             k.peakBytes = e.peakBytes;
             k.verdict = memoryVerdict(e.peakBytes, budget);
             k.predictedTokensPerSecond = predictedTokensPerSecond(plan.arch, plan.setup, machine);
@@ -283,10 +278,9 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
                 c.train.gradAccum = accum;
                 const TargetPlan plan = planAt(c, where);
                 if (!plan.precision.error.empty()) continue;
-                const auto step = stepOf(c, plan);
+                const auto planned = planOf(c, plan);
                 for (const auto limit : {budget, roomyPeakBytes(budget)}) {
-                    const auto largest = step ? step->largestBatch(effectiveSeqLen(c), plan.setup, limit, options.maxBatch)
-                                              : largestBatch(plan.arch, plan.setup, limit, options.maxBatch);
+                    const auto largest = planned.largestBatch(effectiveSeqLen(c), plan.setup, limit, options.maxBatch);
                     if (largest > 0) add(precision, checkpointing, attention, static_cast<int>(largest), accum);
                 }
             }
@@ -325,9 +319,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         const TargetPlan plan = planAt(lean, where);
         const std::string leanText = "at batch 1 with checkpointing and " + plan.setup.precision;
         if (base.data.source != "addition") {
-            const auto step = stepOf(lean, plan);
-            const auto seq = step ? step->largestSeqLen(1, plan.setup, roomyPeakBytes(budget))
-                                  : largestSequence(plan.arch, plan.setup, roomyPeakBytes(budget));
+            const auto seq = planOf(lean, plan).largestSequence(1, plan.setup, roomyPeakBytes(budget));
             if (seq > 0) {
                 result.nothingFits.push_back("a shorter sequence: data.seq_len " + std::to_string(seq) + " fits " + leanText
                                              + " (now " + std::to_string(effectiveSeqLen(base)) + ")");
@@ -338,7 +330,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
                 RunConfig smaller = lean;
                 smaller.model.nLayer = layers;
                 const auto p = planAt(smaller, where);
-                if (memoryVerdict(planOf(smaller, p).peakBytes, budget) == MemoryVerdict::Fits) {
+                if (memoryVerdict(peakOf(smaller, p).peakBytes, budget) == MemoryVerdict::Fits) {
                     result.nothingFits.push_back("a smaller model: model.n_layer " + std::to_string(layers) + " fits "
                                                  + leanText + " (now " + std::to_string(base.model.nLayer) + ")");
                     break;
@@ -348,7 +340,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             RunConfig adapters = lean;
             adapters.lora.rank = 8;
             const auto p = planAt(adapters, where);
-            if (memoryVerdict(planOf(adapters, p).peakBytes, budget) == MemoryVerdict::Fits) {
+            if (memoryVerdict(peakOf(adapters, p).peakBytes, budget) == MemoryVerdict::Fits) {
                 result.nothingFits.push_back("LoRA adapters instead of full fine-tuning: lora.rank 8 fits " + leanText);
             }
         }
@@ -360,7 +352,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             RunConfig onCard = lean;
             const auto p = planOnTarget(onCard, true, cc, 1);
             if (!p.precision.error.empty()) continue;
-            if (memoryVerdict(planOf(onCard, p).peakBytes, gpu.memoryBytes) == MemoryVerdict::Fits) best = &gpu;
+            if (memoryVerdict(peakOf(onCard, p).peakBytes, gpu.memoryBytes) == MemoryVerdict::Fits) best = &gpu;
         }
         if (best) {
             result.nothingFits.push_back("a larger card: " + best->name + " (" + byteSizeText(best->memoryBytes)
