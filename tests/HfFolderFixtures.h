@@ -19,7 +19,7 @@ inline void writeHfFolder(const std::string& folder, const std::string& configJs
 {
     std::ofstream(folder + "/config.json") << configJson;
     const auto arch = tb::readHfArchitecture(folder);
-    auto model = tb::makeModel(tb::hfModelOptions(arch, folder, static_cast<int>(arch.maxPositions)));
+    auto model = tb::makeModel(tb::modelSpecFromHf(arch, folder, static_cast<int>(arch.maxPositions)));
     std::map<std::string, torch::Tensor> weights;
     for (const auto& p : model->named_parameters()) weights[p.key()] = p.value().detach();
     tb::writeSafetensors(folder + "/model.safetensors", weights);

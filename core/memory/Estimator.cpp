@@ -1,5 +1,7 @@
 #include "memory/Estimator.h"
 
+#include "config/ModelSpec.h"
+
 #include "config/HfArchitecture.h"
 #include "memory/Concurrently.h"
 #include "memory/Replay.h"
@@ -1159,48 +1161,88 @@ bool plannedFromItsStep(const RunConfig& c)
     return !ownStepReason(c).empty();
 }
 
+ArchitectureSpec architectureOf(const ModelSpec& m)
+{
+    // What the hand replay does not model is planned from the model's own
+    // step (ownStepReason routes such configs there).
+    if (m.type == "torchscript") throw InputError("a TorchScript model has no architecture the hand replay plans");
+    if (m.gemmaNorms) throw InputError("Gemma 3's layout is not in the hand-written plan");
+    if (m.qkNorm) throw InputError("query and key norms are not in the hand-written plan");
+    if (m.fusedProjections) throw InputError("fused q/k/v and gate/up projections are not in the hand-written plan");
+    if (m.headDimOverride > 0) {
+        throw InputError("head_dim " + std::to_string(m.headDimOverride) + " differs from hidden_size / num_attention_heads ("
+                         + std::to_string(m.dModel / m.nHead) + "), which the hand-written plan takes as the head size");
+    }
+    ArchitectureSpec a;
+    a.vocabSize = m.vocabSize;
+    a.layers = m.nLayer;
+    a.hidden = m.dModel;
+    a.heads = m.nHead;
+    a.kvHeads = m.kvHeads();
+    a.intermediate = m.dFf;
+    a.maxPositions = m.maxLen;
+    a.tieEmbeddings = m.tieEmbeddings;
+    if (m.type == "gpt2") {
+        // Conv1D projections and an MLP module, learned positions.
+        a.family = "gpt";
+        a.positional = "learned";
+        a.mlpModule = true;
+        a.conv1d = true;
+    } else if (m.type == "gpt_neox") {
+        a.family = "gpt";
+        a.positional = m.rotaryDims > 0 ? "rope" : "none";
+        a.rotaryDims = m.rotaryDims;
+        a.parallelResidual = m.parallelResidual;
+        a.fp32Softmax = true;
+        a.neoxLayer = true;
+        a.mlpModule = true;
+    } else {
+        a.family = m.type; // gpt | llama (a folder of the Llama family builds "llama")
+        a.positional = m.type == "llama" ? "rope" : m.positionalEncoding;
+        a.qkvBias = m.qkvBias;
+        a.slidingWindow = m.slidingWindow;
+    }
+    return a;
+}
+
 ArchitectureSpec architectureFor(const RunConfig& c)
 {
     if (!plannableModel(c)) {
         throw InputError("the memory planner models the built-in architectures (gpt, llama) and published ones; a "
                          "torchscript model's memory is measured while it trains (trainbench-cli measure)");
     }
-    std::string notExact;
-    if (c.model.type == "hf") {
-        // The folder's config.json, read by the same parser as 'estimate --hf-config'.
-        try {
-            auto a = loadHfConfigFile((std::filesystem::path(resolvedModelPath(c)) / "config.json").string());
-            a.name = c.name;
-            a.maxPositions = a.positional == "learned" ? a.maxPositions : effectiveSeqLen(c);
-            a.fromHfFolder = true;
-            return a;
-        } catch (const InputError& e) {
-            // The folder is gone, or has what the planner does not model (e.g. a
-            // head_dim of its own): plan the sizes the run recorded from it,
-            // and say that this is not the model the trainer builds.
-            notExact = std::string("not exact: ") + e.what()
-                + "; planned from the config's sizes (hidden / heads as the head size), which can be well under "
-                  "the step's peak. 'trainbench-cli estimate' and the Memory planner derive this model's plan from "
-                  "its own training step instead; or measure it (trainbench-cli measure --config FILE)";
-        }
+    // The model the trainer builds (config/ModelSpec.h), the built-in one
+    // with the vocabulary its data has.
+    const int vocab = c.data.source == "addition" ? 13 : 256;
+    try {
+        auto a = architectureOf(modelSpecFor(c, vocab, effectiveSeqLen(c)));
+        a.name = c.name;
+        a.fromHfFolder = c.model.type == "hf";
+        return a;
+    } catch (const InputError& e) {
+        if (c.model.type != "hf") throw;
+        // The folder is gone, or has what the hand replay does not model (e.g.
+        // a head_dim of its own): plan the sizes the run recorded from it, and
+        // say that this is not the model the trainer builds.
+        ArchitectureSpec a;
+        a.notExact = std::string("not exact: ") + e.what()
+            + "; planned from the config's sizes (hidden / heads as the head size), which can be well under "
+              "the step's peak. 'trainbench-cli estimate' and the Memory planner derive this model's plan from "
+              "its own training step instead; or measure it (trainbench-cli measure --config FILE)";
+        a.name = c.name;
+        a.family = "llama";
+        a.fromHfFolder = true;
+        a.vocabSize = c.model.vocabSize > 0 ? c.model.vocabSize : 256;
+        a.layers = c.model.nLayer;
+        a.hidden = c.model.dModel;
+        a.heads = c.model.nHead;
+        a.kvHeads = c.model.nKvHead > 0 ? c.model.nKvHead : c.model.nHead;
+        a.intermediate = c.model.feedForwardWidth();
+        a.maxPositions = effectiveSeqLen(c);
+        a.tieEmbeddings = c.model.tieEmbeddings;
+        a.positional = "rope";
+        return a;
     }
-    ArchitectureSpec a;
-    a.notExact = notExact;
-    a.name = c.name;
-    a.family = c.model.type == "hf" ? "llama" : c.model.type;
-    a.fromHfFolder = c.model.type == "hf";
-    a.vocabSize = c.model.type == "hf" && c.model.vocabSize > 0 ? c.model.vocabSize
-                : c.data.source == "addition"                  ? 13
-                                                               : 256;
-    a.layers = c.model.nLayer;
-    a.hidden = c.model.dModel;
-    a.heads = c.model.nHead;
-    a.kvHeads = c.model.nKvHead > 0 ? c.model.nKvHead : c.model.nHead;
-    a.intermediate = c.model.feedForwardWidth();
-    a.maxPositions = effectiveSeqLen(c);
-    a.tieEmbeddings = c.model.tieEmbeddings;
-    a.positional = c.model.type == "llama" || c.model.type == "hf" ? "rope" : c.model.positionalEncoding;
-    return a;
 }
 
 std::vector<std::string> plannedLoraTargets(const std::string& modelType, const std::vector<std::string>& targets)

@@ -175,8 +175,14 @@ struct MemoryEstimate {
 
 MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup& setup);
 
-// The built-in model a config trains, and its training setup.
+// The model a config trains (built-in, or a folder's), as the hand replay
+// plans it: made from the trainer's description of it (config/ModelSpec.h).
 ArchitectureSpec architectureFor(const RunConfig& config);
+// The hand replay's description of a model; throws InputError naming what
+// it does not model (a head size of its own, Qwen3's query and key norms,
+// Phi-3's fused projections, Gemma 3's layout: planned from their own step).
+struct ModelSpec;
+ArchitectureSpec architectureOf(const ModelSpec& model);
 // Whether the config is planned from its own training step only (the derived
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
 // model, a quantized base (model.quantize), dropout on LoRA adapters, and a

@@ -579,12 +579,12 @@ ProbeSetup probeSetup(const RunConfig& config)
     if (config.model.type == "hf") {
         // Random ids in the corpus's layout: a token file's width, or the
         // token cache's (uint16 up to a vocabulary of 65,536).
-        s.model = modelOptionsFor(config, 0, seqLen);
+        s.model = modelSpecFor(config, 0, seqLen);
         const auto& d = config.data;
         s.idBytes = d.source == "tokens" ? (d.tokenDtype == "uint32" ? 4 : 2) : (s.model.vocabSize <= 65536 ? 2 : 4);
         s.mask = d.source == "chat";
     } else {
-        s.model = modelOptionsFor(config, datasetVocabSize(config), seqLen);
+        s.model = modelSpecFor(config, datasetVocabSize(config), seqLen);
     }
     return s;
 }

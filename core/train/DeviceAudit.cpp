@@ -58,7 +58,7 @@ std::shared_ptr<CausalLmImpl> buildModel(const RunConfig& config)
 {
     if (auto issues = validateConfig(config, true); !issues.empty()) throw ConfigError("config", std::move(issues));
     torch::manual_seed(config.train.seed);
-    const auto options = modelOptionsFor(config, datasetVocabSize(config), effectiveSeqLen(config));
+    const auto options = modelSpecFor(config, datasetVocabSize(config), effectiveSeqLen(config));
     std::shared_ptr<CausalLmImpl> model;
     if (config.model.type == "hf") {
         // Where tensors live is all the audit reads: a folder's 7B model is

@@ -256,52 +256,6 @@ std::set<std::string> loadStoredQuantized(CausalLmImpl& model, const FolderTenso
 
 } // namespace
 
-ModelOptions hfModelOptions(const HfArchitecture& a, const std::string& folder, int maxLen)
-{
-    ModelOptions o;
-    o.type = a.llamaFamily() ? "llama" : a.modelType; // llama | gpt2 | gpt_neox
-    o.hfFamily = a.modelType;
-    o.scriptPath = folder;
-    o.vocabSize = static_cast<int>(a.vocabSize);
-    o.maxLen = maxLen;
-    o.nLayer = static_cast<int>(a.layers);
-    o.dModel = static_cast<int>(a.hiddenSize);
-    o.nHead = static_cast<int>(a.heads);
-    o.nKvHead = static_cast<int>(a.kvHeads);
-    o.dFf = static_cast<int>(a.intermediateSize);
-    o.headDimOverride = a.headDim * a.heads == a.hiddenSize ? 0 : static_cast<int>(a.headDim);
-    o.positionalEncoding = a.learnedPositions ? "learned" : "rope";
-    if (a.learnedPositions) o.maxLen = static_cast<int>(a.maxPositions); // the wpe table is the file's
-    o.layerNormEps = a.layerNormEps;
-    o.geluTanh = a.geluTanh;
-    o.rotaryDims = static_cast<int>(a.rotaryDims);
-    o.parallelResidual = a.parallelResidual;
-    o.ropeTheta = a.ropeTheta;
-    o.rmsNormEps = a.rmsNormEps;
-    o.tieEmbeddings = a.tieEmbeddings;
-    o.qkvBias = a.qkvBias;
-    o.outputBias = a.outputBias;
-    o.mlpBias = a.mlpBias;
-    o.qkNorm = a.qkNorm;
-    o.fusedProjections = a.fusedProjections;
-    if (a.gemma) {
-        o.gemmaNorms = true;
-        o.geluTanh = true;
-        o.embedScale = std::sqrt(static_cast<double>(a.hiddenSize));
-        o.queryScale = 1.0 / std::sqrt(a.queryPreAttnScalar);
-        o.slidingLayers = a.slidingLayers;
-        o.localRopeTheta = a.localRopeTheta;
-    }
-    o.slidingWindow = static_cast<int>(std::min<std::int64_t>(a.slidingWindow, 1 << 30));
-    if (a.ropeScalingType == "llama3") {
-        o.ropeFactor = a.ropeFactor;
-        o.ropeLowFreqFactor = a.ropeLowFreqFactor;
-        o.ropeHighFreqFactor = a.ropeHighFreqFactor;
-        o.ropeOriginalMaxPositions = static_cast<int>(a.ropeOriginalMaxPositions);
-    }
-    return o;
-}
-
 void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const std::string& describedBy,
                          const QuantizeSpec& quantize)
 {

@@ -11,9 +11,6 @@
 
 namespace tb {
 
-// The model options of a folder's architecture, for sequences of up to maxLen tokens.
-ModelOptions hfModelOptions(const HfArchitecture& arch, const std::string& folder, int maxLen);
-
 // Copies the folder's weights into the model's base parameters, converting
 // each tensor to the parameter's dtype as it is copied (the files are mapped,
 // never read into a second copy). LoRA adapters the folder lacks keep their

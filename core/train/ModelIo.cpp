@@ -282,7 +282,7 @@ std::shared_ptr<CausalLmImpl> openFolderModel(const std::string& folder, const H
     if (quantize.active() && !arch.quantization.empty() && arch.quantization != quantizeFormat) {
         throw InputError(folder + " is a bitsandbytes " + arch.quantization + " folder; it is read as stored: leave --quantize out");
     }
-    auto options = hfModelOptions(arch, folder, std::max(maxLen, 1));
+    auto options = modelSpecFromHf(arch, folder, std::max(maxLen, 1));
     std::shared_ptr<CausalLmImpl> model;
     {
         // Built in the compute dtype and filled from the mapped files: no fp32 copy of a bf16 model.

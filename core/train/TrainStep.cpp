@@ -30,53 +30,7 @@ double maskedTokenCount(const std::vector<Batch>& microBatches)
 
 ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data)
 {
-    return modelOptionsFor(config, data.vocabSize(), data.seqLen());
-}
-
-namespace {
-
-// What the run sets on either kind of model (a folder's or a built-in one):
-// dropout, the attention path, checkpointing and LoRA.
-void applyRunSwitches(ModelOptions& o, const RunConfig& config)
-{
-    o.dropout = config.model.dropout;
-    o.attention = config.model.attention;
-    o.activationCheckpointing = config.train.activationCheckpointing;
-    o.loraRank = config.lora.rank;
-    o.loraAlpha = config.lora.alpha;
-    o.loraDropout = config.lora.rank > 0 ? config.lora.dropout : 0.0;
-    // "attn" and "mlp" name groups of projections; a llama config may also name one.
-    const auto projections = loraProjections(config.model.type, config.lora.targets);
-    o.loraTargets = {projections.begin(), projections.end()};
-}
-
-} // namespace
-
-ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen)
-{
-    const auto& m = config.model;
-    ModelOptions o;
-    if (m.type == "hf") {
-        const auto folder = resolvedModelPath(config);
-        o = hfModelOptions(readHfArchitecture(folder), folder, seqLen);
-        applyRunSwitches(o, config);
-        return o;
-    }
-    o.type = m.type;
-    o.scriptPath = resolvedModelPath(config);
-    o.vocabSize = vocabSize;
-    o.maxLen = seqLen;
-    o.nLayer = m.nLayer;
-    o.dModel = m.dModel;
-    o.nHead = m.nHead;
-    o.nKvHead = m.nKvHead;
-    o.dFf = m.feedForwardWidth();
-    o.positionalEncoding = m.type == "llama" ? "rope" : m.positionalEncoding;
-    o.ropeTheta = m.ropeTheta;
-    o.rmsNormEps = m.rmsNormEps;
-    o.tieEmbeddings = m.tieEmbeddings;
-    applyRunSwitches(o, config);
-    return o;
+    return modelSpecFor(config, data.vocabSize(), data.seqLen());
 }
 
 namespace {

@@ -19,9 +19,9 @@ torch::Tensor maskedLossSum(const torch::Tensor& logits, const Batch& batch, dou
 // Masked token count of a set of micro-batches.
 double maskedTokenCount(const std::vector<Batch>& microBatches);
 
-// Model options for a config and a dataset (its vocabulary and sequence length).
+// The model a config describes for a dataset (its vocabulary and sequence
+// length): config/ModelSpec.h modelSpecFor.
 ModelOptions modelOptionsFor(const RunConfig& config, const Dataset& data);
-ModelOptions modelOptionsFor(const RunConfig& config, int vocabSize, int seqLen);
 // The model a config describes (GPT or Llama family), freshly initialised, or
 // the TorchScript model in options.scriptPath (loaded; throws InputError).
 std::shared_ptr<CausalLmImpl> makeModel(const ModelOptions& options);

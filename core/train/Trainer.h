@@ -19,7 +19,8 @@
 
 namespace tb {
 
-struct ModelOptions; // train/Layers.h
+struct ModelSpec; // config/ModelSpec.h
+using ModelOptions = ModelSpec;
 
 struct StepMetrics {
     int step = 0; // 1-based, the step just finished
