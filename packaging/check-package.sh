@@ -9,7 +9,8 @@ contents=$(dpkg-deb -c "$deb")
 status=0
 for want in ./usr/bin/trainbench ./usr/bin/trainbench-cli ./usr/share/applications/trainbench.desktop \
             ./usr/share/icons/hicolor/scalable/apps/trainbench.svg ./usr/share/trainbench/examples/default.json \
-            ./usr/lib/trainbench/libtb_sentencepiece.so ./usr/lib/trainbench/trainbench-cli-torch; do
+            ./usr/lib/trainbench/libtb_sentencepiece.so ./usr/lib/trainbench/trainbench-cli-torch \
+            ./usr/share/trainbench/programs/torch1/gpt-learned.json; do
   if grep -q " $want\$" <<<"$contents"; then echo "package: has $want"; else echo "package: MISSING $want"; status=1; fi
 done
 depends=$(dpkg-deb -f "$deb" Depends)
@@ -27,6 +28,15 @@ if version=$("$unpacked/usr/bin/trainbench-cli" --version 2>&1) && [[ $version =
   echo "package: the unpacked trainbench-cli runs: $version"
 else
   echo "package: the unpacked trainbench-cli does not run: $version"; status=1
+fi
+# The memory planner starts from the step programs the package ships: the
+# bundled example in fp32 is one of their kinds.
+if plan=$("$unpacked/usr/bin/trainbench-cli" estimate --derived --precision fp32 --json \
+            --config "$unpacked/usr/share/trainbench/examples/default.json" 2>/dev/null) &&
+   [[ $plan == *"this build's programs"* ]]; then
+  echo "package: the planner starts from the shipped step programs"
+else
+  echo "package: the planner does not start from the shipped step programs"; status=1
 fi
 echo "package: $(basename "$deb") $(du -h "$deb" | cut -f1), Depends: $depends"
 exit $status

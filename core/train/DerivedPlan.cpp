@@ -963,13 +963,18 @@ MemoryPlan memoryPlanOf(const RunConfig& config, const ArchitectureSpec& arch, c
 
 std::string shippedProgramsFolder()
 {
-    // Installed: share/trainbench/programs beside bin/; else the source tree's.
+    // Installed: share/trainbench/programs under the prefix of the program
+    // (bin/trainbench, lib/trainbench/trainbench-cli-torch); else the source tree's.
     std::error_code ec;
     const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
     const auto sub = "torch" + std::to_string(builtTorchMajor());
     if (!ec) {
-        const auto installed = exe.parent_path().parent_path() / "share" / "trainbench" / "programs" / sub;
-        if (std::filesystem::is_directory(installed, ec)) return installed.string();
+        auto prefix = exe.parent_path();
+        for (int up = 0; up < 3 && prefix.has_parent_path() && prefix != prefix.root_path(); ++up) {
+            prefix = prefix.parent_path();
+            const auto installed = prefix / "share" / "trainbench" / "programs" / sub;
+            if (std::filesystem::is_directory(installed, ec)) return installed.string();
+        }
     }
     return std::string(sourceProgramsFolder()) + "/" + sub;
 }
