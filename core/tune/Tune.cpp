@@ -192,14 +192,16 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
     // its own, Qwen3, Phi-3, Gemma 3, dropout on the adapters, a quantized
     // base, ...) is planned from its own step, as estimate and a run's
     // recorded estimate plan it: one derivation per precision, checkpointing,
-    // attention, layers and LoRA rank, evaluated at each batch and sequence.
+    // attention, layers, LoRA rank and accumulation, evaluated at each batch
+    // and sequence.
     const bool ownStep = plannedFromItsStep(base);
-    std::map<std::tuple<std::string, bool, std::string, int, int>, MemoryPlan> derived;
+    std::map<std::tuple<std::string, bool, std::string, int, int, int>, MemoryPlan> derived;
     std::string derivedFailure;
     // The config's plan (memory/MemoryPlan.h): the hand replay's, or its own step's.
     const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) -> MemoryPlan {
         if (!ownStep || !derivedFailure.empty()) return MemoryPlan(plan.arch);
-        const std::tuple key{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank};
+        const std::tuple key{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank,
+                             c.train.gradAccum};
         if (const auto it = derived.find(key); it != derived.end()) return it->second;
         try {
             return derived.emplace(key, memoryPlanOf(c, plan.arch, plan.setup.precision)).first->second;
