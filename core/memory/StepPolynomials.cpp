@@ -221,6 +221,49 @@ std::vector<GemmSite> undominatedSites(std::vector<GemmSite> all)
 
 StepPoly inT(const Quadratic& q) { return {q[0], q[1], q[2], 0, 0, 0}; }
 
+// Entries whose scratch a recorded bf16 product took, with its shape on
+// polynomials and oneDNN's answer what each trace saw, samples and checks
+// (`checked`, the traces of `checks`): known at any shape. Also where the
+// scratch looked regular: at the shapes traced it may follow a polynomial by
+// chance (the same blocking at a few batches) and leave it further out.
+// regimes[B - 1] for B < g, then B >= g; traces[B - 1] for B up to g + 1.
+void fitGemmSites(std::vector<Regime>& regimes, const std::vector<TraceRow>& traces,
+                  const std::vector<std::pair<std::int64_t, const StepTrace*>>& checked,
+                  const std::vector<std::pair<std::int64_t, std::int64_t>>& checks, std::int64_t g, std::int64_t t0)
+{
+    const auto recordsProducts = [](const StepTrace* t) { return !t->gemm.empty(); };
+    const bool products = std::any_of(traces.begin(), traces.end(), [&](const TraceRow& row) {
+        return std::any_of(row.begin(), row.end(), recordsProducts);
+    });
+    if (!products) return;
+    const auto G = static_cast<std::size_t>(g - 1);
+    for (std::size_t r = 0; r < regimes.size(); ++r) {
+        auto& R = regimes[r];
+        R.gemm.assign(R.regular.size(), std::nullopt);
+        std::vector<const TraceRow*> rows{&traces[r]};
+        if (r == G) rows.push_back(&traces[G + 1]);
+        for (std::size_t k = 0; k < R.regular.size(); ++k) {
+            if (R.regular[k] && R.transient[k] == R.live[k]) continue; // no scratch after this entry
+            auto site = fitGemmSite(rows, k, g);
+            if (!site) continue;
+            for (std::size_t i = 0; i < checked.size() && site; ++i) {
+                const auto& B = checked[i].first;
+                const auto& t = *checked[i].second;
+                if (static_cast<std::size_t>(std::min(B, g) - 1) != r) continue; // another regime's check
+                const GemmCall* c = gemmOf(t, k);
+                if (!c || !(*c == site->at(B, checks[i].second - t0 + 1))
+                    || cpuGemmScratchBytes(*c) + t.live[k] != values(t, true)[k]) {
+                    site.reset();
+                    continue;
+                }
+                site->traced = std::max(site->traced, values(t, true)[k] - t.live[k]);
+            }
+            if (site) site->phase = phaseOf(*R.tags, k);
+            R.gemm[k] = std::move(site);
+        }
+    }
+}
+
 } // namespace
 
 std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int64_t t0, std::int64_t tLast,
@@ -314,40 +357,7 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
             if (R.regular[k] && evaluateStepPoly(R.transient[k], B, T - t0 + 1) != tv[k]) R.regular[k] = 0;
         }
     }
-    // Entries whose scratch a recorded bf16 product took, with its shape on
-    // polynomials and oneDNN's answer what each trace saw, samples and
-    // checks: known at any shape. Also where the scratch looked regular: at
-    // the shapes traced it may follow a polynomial by chance (the same
-    // blocking at a few batches) and leave it further out.
-    const auto recordsProducts = [](const StepTrace* t) { return !t->gemm.empty(); };
-    const bool products = std::any_of(traces.begin(), traces.end(), [&](const TraceRow& row) {
-        return std::any_of(row.begin(), row.end(), recordsProducts);
-    });
-    for (std::size_t r = 0; r < regimes.size() && products; ++r) {
-        auto& R = regimes[r];
-        R.gemm.assign(R.regular.size(), std::nullopt);
-        std::vector<const TraceRow*> rows{&traces[r]};
-        if (r == G) rows.push_back(&traces[G + 1]);
-        for (std::size_t k = 0; k < R.regular.size(); ++k) {
-            if (R.regular[k] && R.transient[k] == R.live[k]) continue; // no scratch after this entry
-            auto site = fitGemmSite(rows, k, g);
-            if (!site) continue;
-            for (std::size_t i = 0; i < checked.size() && site; ++i) {
-                const auto& B = checked[i].first;
-                const auto& t = *checked[i].second;
-                if (&regimeOf(B) != &R) continue;
-                const GemmCall* c = gemmOf(t, k);
-                if (!c || !(*c == site->at(B, checks[i].second - t0 + 1))
-                    || cpuGemmScratchBytes(*c) + t.live[k] != values(t, true)[k]) {
-                    site.reset();
-                    continue;
-                }
-                site->traced = std::max(site->traced, values(t, true)[k] - t.live[k]);
-            }
-            if (site) site->phase = phaseOf(*R.tags, k);
-            R.gemm[k] = std::move(site);
-        }
-    }
+    fitGemmSites(regimes, traces, checked, checks, g, t0);
     // The largest irregular scratch in the checks (once every check has said
     // which entries are irregular) and in the samples.
     for (const auto& [B, t] : checked) {
