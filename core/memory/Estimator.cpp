@@ -1120,10 +1120,7 @@ FolderPlanning hfFolderPlanning(const RunConfig& c)
         // the folder is read here, and only what the replays lack counts.)
         const auto a = readHfArchitecture(folder);
         out.gptFamily = a.modelType == "gpt2" || a.modelType == "gpt_neox";
-        if (a.gemma) reason = "Gemma 3's layout (its norms, GeGLU, sliding and full layers)";
-        else if (a.llamaFamily() && a.qkNorm) reason = "query and key norms (" + a.modelType + ")";
-        else if (a.fusedProjections) reason = "fused q/k/v and gate/up projections (" + a.modelType + ")";
-        else if (a.llamaFamily() && a.headDim * a.heads != a.hiddenSize) reason = "a head size apart from hidden / heads";
+        reason = handReplayGap(modelSpecFromHf(a, folder, 1));
     } catch (const InputError&) {
         return {};
     }
@@ -1161,18 +1158,25 @@ bool plannedFromItsStep(const RunConfig& c)
     return !ownStepReason(c).empty();
 }
 
+std::string handReplayGap(const ModelSpec& m)
+{
+    const auto family = m.hfFamily.empty() ? m.type : m.hfFamily;
+    if (m.type == "torchscript") return "a TorchScript model";
+    if (m.gemmaNorms) return "Gemma 3's layout (its norms, GeGLU, sliding and full layers)";
+    if (m.qkNorm) return "query and key norms (" + family + ")";
+    if (m.fusedProjections) return "fused q/k/v and gate/up projections (" + family + ")";
+    if (m.headDimOverride > 0) {
+        return "a head size apart from hidden / heads (head_dim " + std::to_string(m.headDimOverride)
+            + ", hidden_size / num_attention_heads " + std::to_string(m.dModel / m.nHead) + ")";
+    }
+    return {};
+}
+
 ArchitectureSpec architectureOf(const ModelSpec& m)
 {
     // What the hand replay does not model is planned from the model's own
     // step (ownStepReason routes such configs there).
-    if (m.type == "torchscript") throw InputError("a TorchScript model has no architecture the hand replay plans");
-    if (m.gemmaNorms) throw InputError("Gemma 3's layout is not in the hand-written plan");
-    if (m.qkNorm) throw InputError("query and key norms are not in the hand-written plan");
-    if (m.fusedProjections) throw InputError("fused q/k/v and gate/up projections are not in the hand-written plan");
-    if (m.headDimOverride > 0) {
-        throw InputError("head_dim " + std::to_string(m.headDimOverride) + " differs from hidden_size / num_attention_heads ("
-                         + std::to_string(m.dModel / m.nHead) + "), which the hand-written plan takes as the head size");
-    }
+    if (const auto gap = handReplayGap(m); !gap.empty()) throw InputError(gap + ": not in the hand-written plan");
     ArchitectureSpec a;
     a.vocabSize = m.vocabSize;
     a.layers = m.nLayer;

@@ -183,6 +183,11 @@ ArchitectureSpec architectureFor(const RunConfig& config);
 // Phi-3's fused projections, Gemma 3's layout: planned from their own step).
 struct ModelSpec;
 ArchitectureSpec architectureOf(const ModelSpec& model);
+// What of a model the hand replay does not model, in words ("query and key
+// norms (qwen3)", "a head size apart from hidden / heads (head_dim 128,
+// ...)"), or empty: ownStepReason's answer for a folder, and the refusal of
+// architectureOf.
+std::string handReplayGap(const ModelSpec& model);
 // Whether the config is planned from its own training step only (the derived
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
 // model, a quantized base (model.quantize), dropout on LoRA adapters, and a
