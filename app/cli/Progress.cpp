@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -33,6 +34,27 @@ extern "C" void onSignal(int signal)
 
 extern "C" void onRequeueSignal(int) { g_requeue.store(true); }
 
+// Whether Slurm holds the job requeued: `scontrol show job -o JOB` says it
+// is requeued or pending again, or has restarted.
+bool slurmJobRequeued(const char* job)
+{
+    const std::string command = std::string("scontrol show job -o ") + job + " 2>/dev/null";
+    FILE* out = popen(command.c_str(), "r");
+    if (!out) return false;
+    std::string text;
+    char buffer[4096];
+    while (const auto n = std::fread(buffer, 1, sizeof buffer, out)) text.append(buffer, n);
+    pclose(out);
+    const auto field = [&](const std::string& key) {
+        const auto at = text.find(" " + key + "=");
+        if (at == std::string::npos) return std::string();
+        const auto from = at + key.size() + 2;
+        return text.substr(from, text.find_first_of(" \n", from) - from);
+    };
+    const auto state = field("JobState"), restarts = field("Restarts");
+    return state.rfind("REQUEUE", 0) == 0 || state == "PENDING" || (!restarts.empty() && restarts != "0");
+}
+
 // scontrol requeue JOB: the job goes back to the queue and, started again,
 // resumes the run from the checkpoint just written.
 void requeueSlurmJob(const char* job)
@@ -45,7 +67,11 @@ void requeueSlurmJob(const char* job)
     int status = 0;
     while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    // The requeue stops the job step, scontrol with it: it can end by a
+    // signal, or fail, after Slurm took the requeue (tst_slurm saw "failed"
+    // on a job that was requeued and resumed). Slurm is then asked.
+    const bool done = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (done || (pid > 0 && slurmJobRequeued(job))) {
         std::cout << "requeued Slurm job " << job << ": it resumes this run from its last checkpoint" << std::endl;
     } else {
         std::cerr << "error: 'scontrol requeue " << job << "' failed; resume the run by hand" << std::endl;
