@@ -3,7 +3,7 @@
 // from (train/Layers.h calls it ModelOptions), made from a config's built-in
 // model or from a Hugging Face folder's config.json, and what the memory
 // planner plans from (the recorded step's probes move its widths; the hand
-// replay's ArchitectureSpec is made from it for a folder). No LibTorch here.
+// replay's ArchitectureSpec of a config is made from it). No LibTorch here.
 
 #include <set>
 #include <string>
