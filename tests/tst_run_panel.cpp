@@ -415,6 +415,10 @@ void TestRunPanel::plotsReadRight()
     // The memory plot (steps 1-60) spans the same steps as the loss plot (0-60).
     QCOMPARE(memory.xAxis->range().lower, loss.xAxis->range().lower);
     QCOMPARE(memory.xAxis->range().upper, loss.xAxis->range().upper);
+    // A flat memory curve (30 MiB every step) is drawn below the top frame,
+    // not on it: the zero-based axis has its margin above the curve.
+    QVERIFY2(memory.yAxis->range().lower == 0.0 && memory.yAxis->range().upper >= 31.0,
+             qPrintable(QString("%1..%2").arg(memory.yAxis->range().lower).arg(memory.yAxis->range().upper)));
     // Cleared for a new run, neither plot keeps this run's steps on its axes.
     {
         LossPlot next;

@@ -219,8 +219,11 @@ void MetricPlot::fitToData()
         const double low = std::isfinite(positive) ? positive : 1e-6;
         y = QCPRange(std::max(low, 1e-6) / 1.1, std::max(y.upper, low) * 1.1);
     } else {
-        const double pad = std::max(y.size() * 0.05, 1e-9);
-        y = QCPRange(m_zeroBased ? 0.0 : y.lower - pad, y.upper + pad);
+        // Zero-based plots measure the margin from zero: a flat memory curve
+        // (lower == upper) sat on the top frame, hidden by it.
+        const double lower = m_zeroBased ? std::min(0.0, y.lower) : y.lower;
+        const double pad = std::max((y.upper - lower) * 0.05, 1e-9);
+        y = QCPRange(m_zeroBased ? lower : y.lower - pad, y.upper + pad);
     }
     yAxis->setRange(y);
     requestReplot();
