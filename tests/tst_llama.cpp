@@ -2,6 +2,12 @@
 // published parameter counts, LoRA merge, safetensors in and out, init_from.
 #include <QtTest>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "TestPrinters.h"
 
 #include "train/Llama.h"
@@ -290,6 +296,33 @@ void TestLlama::safetensorsRoundTrip()
         auto strided = torch::zeros({5, 3}).t();
         mapped.copyInto(mapped.tensors().at("a"), strided);
         QVERIFY(torch::equal(strided, tensors.at("a")));
+    }
+    // A tensor read through the mapping for the last time (as a quantized
+    // load reads each weight) leaves the page cache: its whole pages are no
+    // longer resident, and reading it again still gives its values.
+    {
+        const auto bigPath = dir.filePath("big.safetensors").toStdString();
+        const auto big = torch::randn({1024, 1024});
+        writeSafetensors(bigPath, {{"w", big}}, {});
+        const int fd = ::open(bigPath.c_str(), O_RDONLY);
+        QVERIFY(fd >= 0);
+        ::fsync(fd); // written pages are dirty until written back, and the cache keeps dirty pages
+        ::close(fd);
+        const MappedSafetensors mapped(bigPath);
+        const auto& view = mapped.tensors().at("w");
+        const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+        const auto begin = (reinterpret_cast<std::uintptr_t>(view.data_ptr()) + page - 1) / page * page;
+        const auto end = (reinterpret_cast<std::uintptr_t>(view.data_ptr()) + 4u * 1024 * 1024) / page * page;
+        const auto resident = [&] {
+            std::vector<unsigned char> flags((end - begin) / page);
+            if (::mincore(reinterpret_cast<void*>(begin), end - begin, flags.data()) != 0) return -1;
+            return static_cast<int>(std::count_if(flags.begin(), flags.end(), [](unsigned char f) { return f & 1; }));
+        };
+        QVERIFY(torch::equal(view, big)); // read through the mapping
+        QVERIFY2(resident() > 0, qPrintable(QString::number(resident())));
+        mapped.dropPages(view);
+        QCOMPARE(resident(), 0);
+        QVERIFY(torch::equal(view, big));
     }
     // The layout other readers expect: little-endian header length, JSON, data 8-byte aligned.
     QFile f(QString::fromStdString(path));

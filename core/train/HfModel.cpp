@@ -320,7 +320,7 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
     // (Asking for the next tensor's pages with MADV_WILLNEED while one copies
     // made a cold 7B load slower here: 30-46 s against 14-20 s.) A folder
     // whose files and the model made from them would not both fit in memory
-    // is read without keeping it in the page cache.
+    // is read without keeping it in the page cache, quantized or not.
     std::uint64_t folderBytes = 0;
     for (const auto& f : mapped.files) folderBytes += f->bytes();
     const long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
@@ -337,6 +337,7 @@ void loadHfFolderWeights(CausalLmImpl& model, const std::string& folder, const s
         if (found == mapped.byName.end()) continue;
         if (const auto layer = quantizeAt.find(p.key()); layer != quantizeAt.end()) {
             layer->second->quantizeBase(quantize, found->second.first);
+            if (dropBehind) mapped.fileOf.at(p.key())->dropPages(found->second.first);
             continue;
         }
         adviseHugePages(p.value());

@@ -280,4 +280,21 @@ void MappedSafetensors::copyInto(const torch::Tensor& view, const torch::Tensor&
     }
 }
 
+void MappedSafetensors::dropPages(const torch::Tensor& view) const
+{
+    if (!m_base || m_fd < 0) return;
+    const auto begin = static_cast<const std::uint8_t*>(view.data_ptr()) - static_cast<const std::uint8_t*>(m_base);
+    const auto bytes = static_cast<std::size_t>(view.numel()) * view.element_size();
+    if (begin < 0 || static_cast<std::size_t>(begin) + bytes > m_bytes) return;
+    // Whole pages only: the first and last may hold a neighbour's bytes.
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const std::size_t first = (static_cast<std::size_t>(begin) + page - 1) / page * page;
+    const std::size_t last = (static_cast<std::size_t>(begin) + bytes) / page * page;
+    if (last <= first) return;
+    // Unmapped from this process first: the page cache keeps pages that a
+    // mapping still holds.
+    ::madvise(static_cast<std::uint8_t*>(m_base) + first, last - first, MADV_DONTNEED);
+    ::posix_fadvise(m_fd, static_cast<off_t>(first), static_cast<off_t>(last - first), POSIX_FADV_DONTNEED);
+}
+
 } // namespace tb

@@ -45,6 +45,11 @@ public:
     // be compacted out of a full cache). Throws InputError when the file
     // cannot be read (e.g. truncated since it was mapped).
     void copyInto(const torch::Tensor& view, const torch::Tensor& dst, bool dropBehind = false) const;
+    // Tells the kernel that `view` (one of tensors()) has been read for the
+    // last time: its pages leave this mapping and the page cache (what a
+    // quantized load reads through the mapping, as copyInto's dropBehind
+    // does for what it reads with pread).
+    void dropPages(const torch::Tensor& view) const;
 
 private:
     std::string m_path;
