@@ -7,6 +7,7 @@
 #include "TestPaths.h"
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
+#include "config/ModelSpec.h"
 #include "config/LearningRate.h"
 #include "config/RunConfig.h"
 
@@ -320,7 +321,7 @@ void TestConfig::hfParameterCountsMatchPublished()
     QFETCH(QString, json);
     QFETCH(qint64, published);
     const auto arch = tb::hfArchitectureFromJson(json.toStdString(), "config.json");
-    QCOMPARE(qint64(arch.parameterCount()), published);
+    QCOMPARE(qint64(tb::parameterCount(tb::modelSpecFromHf(arch, "", static_cast<int>(arch.maxPositions)))), published);
 }
 
 // Qwen3-0.6B's config.json: the model card gives 0.6B parameters, 0.44B of
@@ -335,8 +336,9 @@ void TestConfig::qwen3ReadsItsNormsAndHeadSize()
     const auto arch = tb::hfArchitectureFromJson(json, "config.json");
     QVERIFY(arch.qkNorm && arch.llamaFamily());
     QCOMPARE(arch.headDim, std::int64_t(128));
-    QCOMPARE(qint64(arch.parameterCount()), qint64(596049920));
-    QCOMPARE(qRound64((arch.parameterCount() - arch.vocabSize * arch.hiddenSize) / 1e7), qint64(44)); // 0.44B
+    const auto count = tb::parameterCount(tb::modelSpecFromHf(arch, "", 40960));
+    QCOMPARE(qint64(count), qint64(596049920));
+    QCOMPARE(qRound64((count - arch.vocabSize * arch.hiddenSize) / 1e7), qint64(44)); // 0.44B
     QVERIFY2(QString::fromStdString(arch.summary()).contains("q/k norms"), arch.summary().c_str());
     auto withoutHeadDim = QString(json).remove(R"("head_dim": 128,)").toStdString();
     QCOMPARE(tb::hfArchitectureFromJson(withoutHeadDim, "config.json").headDim, std::int64_t(128));

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "TestPrinters.h"
 
@@ -14,6 +15,7 @@
 #include "train/ModelIo.h"
 #include "train/ModelTools.h"
 #include "train/Safetensors.h"
+#include "train/TrainStep.h"
 #include "train/Trainer.h"
 
 using namespace tb;
@@ -104,6 +106,7 @@ private Q_SLOTS:
     void publishedParameterCounts();
     void countMatchesBuiltModel_data();
     void countMatchesBuiltModel();
+    void oneCountForEveryFamily();
     void mergedLoraGivesSameLogits();
     void safetensorsRoundTrip();
     void damagedSafetensorsAreRefused_data();
@@ -211,7 +214,7 @@ void TestLlama::publishedParameterCounts()
     o.nHead = heads;
     o.nKvHead = kvHeads;
     o.tieEmbeddings = tied;
-    QCOMPARE(llamaParameterCount(o), std::int64_t(expected));
+    QCOMPARE(parameterCount(o), std::int64_t(expected));
 }
 
 void TestLlama::countMatchesBuiltModel_data()
@@ -232,7 +235,54 @@ void TestLlama::countMatchesBuiltModel()
     QFETCH(int, loraRank);
     const auto o = smallLlama(kvHeads, tied, loraRank);
     Llama model(o);
-    QCOMPARE(countParameters(*model), llamaParameterCount(o));
+    QCOMPARE(countParameters(*model), parameterCount(o));
+}
+
+// config/ModelSpec.h's parameterCount is the one count (the window, the
+// presets and the planner read it): it equals the built model's for each
+// family and switch that changes the parameters.
+void TestLlama::oneCountForEveryFamily()
+{
+    std::vector<std::pair<std::string, ModelOptions>> cases;
+    const auto add = [&](const std::string& name, const std::function<void(ModelOptions&)>& edit, ModelOptions o) {
+        edit(o);
+        cases.emplace_back(name, o);
+    };
+    const auto none = [](ModelOptions&) {};
+    ModelOptions gpt;
+    gpt.vocabSize = 23;
+    gpt.maxLen = 16;
+    gpt.dModel = 32;
+    gpt.nHead = 4;
+    gpt.dFf = 40;
+    for (const char* pos : {"learned", "sinusoidal", "rope"}) {
+        add(std::string("gpt ") + pos, [&](ModelOptions& o) { o.positionalEncoding = pos; }, gpt);
+    }
+    add("gpt untied, lora qkv+out", [](ModelOptions& o) { o.tieEmbeddings = false; o.loraRank = 3; o.loraTargets = {"qkv", "out"}; }, gpt);
+    ModelOptions gpt2 = gpt;
+    gpt2.type = "gpt2";
+    gpt2.hfFamily = "gpt2";
+    add("gpt2", none, gpt2);
+    add("gpt2 untied, lora attn.c_proj + c_fc", [](ModelOptions& o) { o.tieEmbeddings = false; o.loraRank = 2; o.loraTargets = {"attn.c_proj", "c_fc"}; }, gpt2);
+    ModelOptions neox = gpt;
+    neox.type = "gpt_neox";
+    neox.hfFamily = "gpt_neox";
+    neox.positionalEncoding = "rope";
+    neox.rotaryDims = 4;
+    neox.tieEmbeddings = false;
+    neox.qkvBias = neox.outputBias = true;
+    add("gpt_neox", none, neox);
+    add("gpt_neox without attention biases, lora mlp", [](ModelOptions& o) { o.qkvBias = o.outputBias = false; o.loraRank = 2; o.loraTargets = {"dense_h_to_4h", "mlp.dense_4h_to_h"}; }, neox);
+    const auto llama = smallLlama(2);
+    add("llama biases", [](ModelOptions& o) { o.qkvBias = o.outputBias = o.mlpBias = true; }, llama);
+    add("llama head size 12, q/k norms, lora", [](ModelOptions& o) { o.headDimOverride = 12; o.qkNorm = true; o.loraRank = 2; }, llama);
+    add("phi3 fused, lora qkv_proj + down_proj", [](ModelOptions& o) { o.hfFamily = "phi3"; o.fusedProjections = true; o.loraRank = 2; o.loraTargets = {"qkv_proj", "down_proj"}; }, llama);
+    add("gemma norms, tied", [](ModelOptions& o) { o.hfFamily = "gemma3_text"; o.gemmaNorms = true; o.qkNorm = true; o.geluTanh = true; o.embedScale = 5.0; o.tieEmbeddings = true; }, llama);
+    for (const auto& [name, o] : cases) {
+        const auto model = makeModel(o);
+        QVERIFY2(countParameters(*model) == parameterCount(o),
+                 qPrintable(QString("%1: built %2, counted %3").arg(QString::fromStdString(name)).arg(countParameters(*model)).arg(parameterCount(o))));
+    }
 }
 
 void TestLlama::mergedLoraGivesSameLogits()

@@ -1079,6 +1079,8 @@ void TestMemoryPlan::presetsMatchPublishedParameterCounts()
     for (const auto& p : presets) {
         QVERIFY2(p.arch.publishedParameters > 0, p.id.c_str());
         QVERIFY2(parameterCount(p.arch) == p.arch.publishedParameters, p.id.c_str());
+        // The one count (config/ModelSpec.h) of the config.json as the trainer reads it.
+        QVERIFY2(parameterCount(p.model) == p.arch.publishedParameters, p.id.c_str());
     }
     QCOMPARE(findArchitecture("TinyLlama-1.1B").arch.kvHeads, 4);
     QVERIFY_THROWS_EXCEPTION(InputError, findArchitecture("gpt-5"));
@@ -1106,10 +1108,20 @@ void TestMemoryPlan::hfConfigImportNamesWhatIsWrong()
     };
     expectError("{not json", "not valid JSON");
     expectError("[1, 2]", "one JSON object");
-    expectError(R"({"model_type": "llama", "vocab_size": 10})", "hidden_size");
+    // A family's absent sizes are its transformers defaults, as the trainer
+    // reads a folder's config.json (LlamaConfig's: a 7B shape); a look-alike
+    // of another model_type has no defaults to fall back on.
+    const auto defaults = architectureFromHfConfig(R"({"model_type": "llama", "vocab_size": 10})", "d.json");
+    QCOMPARE(defaults.hidden, std::int64_t(4096));
+    QCOMPARE(defaults.intermediate, std::int64_t(11008));
+    QCOMPARE(defaults.layers, std::int64_t(32));
+    expectError(R"({"model_type": "x", "vocab_size": 10})", "hidden_size");
+    // Mixture-of-experts is refused, not planned as one dense MLP.
+    expectError(R"({"model_type": "mixtral", "vocab_size": 10, "hidden_size": 64, "num_hidden_layers": 1,
+                    "num_attention_heads": 4, "intermediate_size": 8, "num_local_experts": 8})", "mixture-of-experts");
     expectError(R"({"model_type": "gpt2", "vocab_size": 10, "n_embd": -4, "n_layer": 1, "n_head": 1, "n_positions": 8})", "n_embd");
     expectError(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 64, "num_hidden_layers": 1,
-                    "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 8})", "key/value heads");
+                    "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 8})", "num_key_value_heads");
     expectError(R"({"model_type": "x", "vocab_size": 10, "hidden_size": 64, "num_hidden_layers": 1,
                     "num_attention_heads": 4, "intermediate_size": 8, "hidden_act": "relu2"})", "hidden_act");
 }

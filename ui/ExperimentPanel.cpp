@@ -39,6 +39,7 @@
 #include "ConfigDocument.h"
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
+#include "config/ModelSpec.h"
 #include "Units.h"
 #include "diagnose/TargetPlan.h"
 #include "memory/Estimator.h"
@@ -333,7 +334,8 @@ void ExperimentPanel::refreshArchitecture()
             if (!lines.back().isEmpty() && lines.back().size() + part.size() > 34) lines << QString();
             lines.back() += (lines.back().isEmpty() ? "" : ", ") + part;
         }
-        lines << tr("%1 parameters").arg(QLocale().toString(static_cast<qlonglong>(arch.parameterCount())));
+        lines << tr("%1 parameters").arg(QLocale().toString(
+                     static_cast<qlonglong>(parameterCount(modelSpecFromHf(arch, folder.toStdString(), static_cast<int>(arch.maxPositions))))));
         m_architecture->setText(lines.join('\n'));
         m_architecture->setStyleSheet({});
         if (positional) positional->setCurrentIndex(positional->findText(arch.learnedPositions ? "learned" : "rope"));

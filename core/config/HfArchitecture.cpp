@@ -1,6 +1,8 @@
 #include "config/HfArchitecture.h"
 #include "config/HfConfigObject.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -129,9 +131,11 @@ void gemmaLayout(HfArchitecture& a, const json& j, const Reader& r)
     (void)j;
 }
 
-HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
+HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r, bool plan)
 {
     const auto& source = a.source;
+    // Planning: any activation of the MLP has the GELU's shapes.
+    const auto tanh = [&](const std::string& act, const char* key) { return plan ? false : geluIsTanh(act, source, key); };
     if (a.modelType == "gpt2") {
         // GPT2Config's defaults; Conv1D weights stored [in, out], fused c_attn.
         a.vocabSize = r.positive("vocab_size", 50257);
@@ -142,15 +146,15 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
         a.maxPositions = r.positive("n_positions", 1024);
         a.layerNormEps = r.number("layer_norm_epsilon", 1e-5, 0.0, 0.1);
         const auto act = r.text("activation_function");
-        a.geluTanh = geluIsTanh(act.empty() ? "gelu_new" : act, source, "activation_function");
+        a.geluTanh = tanh(act.empty() ? "gelu_new" : act, "activation_function");
         a.tieEmbeddings = r.flag("tie_word_embeddings", true);
         a.learnedPositions = true;
         a.qkvBias = a.outputBias = a.mlpBias = true;
-        if (r.flag("scale_attn_by_inverse_layer_idx", false)) {
+        if (!plan && r.flag("scale_attn_by_inverse_layer_idx", false)) {
             throw InputError(source + ": scale_attn_by_inverse_layer_idx true is not implemented for gpt2");
         }
-        if (r.flag("add_cross_attention", false)) throw InputError(source + ": add_cross_attention is not a decoder-only model");
-        if (!r.flag("scale_attn_weights", true)) throw InputError(source + ": scale_attn_weights false is not implemented for gpt2");
+        if (!plan && r.flag("add_cross_attention", false)) throw InputError(source + ": add_cross_attention is not a decoder-only model");
+        if (!plan && !r.flag("scale_attn_weights", true)) throw InputError(source + ": scale_attn_weights false is not implemented for gpt2");
     } else {
         // GPTNeoXConfig's defaults; fused query_key_value interleaved per head.
         a.vocabSize = r.positive("vocab_size", 50432);
@@ -161,7 +165,7 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
         a.maxPositions = r.positive("max_position_embeddings", 2048);
         a.layerNormEps = r.number("layer_norm_eps", 1e-5, 0.0, 0.1);
         const auto act = r.text("hidden_act");
-        a.geluTanh = geluIsTanh(act.empty() ? "gelu" : act, source, "hidden_act");
+        a.geluTanh = tanh(act.empty() ? "gelu" : act, "hidden_act");
         a.tieEmbeddings = r.flag("tie_word_embeddings", false);
         a.parallelResidual = r.flag("use_parallel_residual", true);
         const bool bias = r.flag("attention_bias", true);
@@ -178,7 +182,7 @@ HfArchitecture gptFamily(HfArchitecture a, const json& j, const Reader& r)
         }
         a.rotaryDims = static_cast<std::int64_t>(static_cast<double>(a.hiddenSize / a.heads) * pct);
         if (a.rotaryDims % 2 != 0) throw InputError(source + ": rotary_pct gives an odd number of rotated dimensions");
-        if (const auto* s = r.find("rope_scaling")) {
+        if (const auto* s = r.find("rope_scaling"); s && !plan) {
             throw InputError(source + ": rope_scaling " + shown(*s) + " is not implemented for gpt_neox");
         }
     }
@@ -283,27 +287,39 @@ void readQuantization(HfArchitecture& a, const json& j, const std::string& sourc
     }
 }
 
-HfArchitecture hfArchitectureFromJson(const std::string& content, const std::string& source)
+HfArchitecture hfArchitectureFromJson(const std::string& content, const std::string& source, HfReading reading)
 {
     const json j = hfConfigObject(content, source);
     const Reader r(j, source);
+    const bool plan = reading == HfReading::Plan;
     HfArchitecture a;
     a.source = source;
     a.modelType = r.text("model_type");
-    if (a.modelType.empty()) {
+    if (a.modelType.empty() && !plan) {
         throw InputError(source + " has no \"model_type\"; Trainbench trains the families " + familyList());
     }
     bool known = false;
     for (const auto& f : hfFamilies()) known = known || f == a.modelType;
     if (a.modelType.size() > 40) a.modelType = a.modelType.substr(0, 37) + "...";
-    if (!known) {
+    if (!known && !plan) {
         throw InputError(source + ": model_type \"" + a.modelType + "\" is not a family Trainbench trains ("
                          + familyList() + "); it is refused rather than trained as something it is not");
+    }
+    if (!known) {
+        // A look-alike: LlamaConfig's field names, with no family's defaults
+        // to fall back on for the sizes.
+        for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"}) {
+            if (!r.find(key)) r.fail(key, "is missing; a config.json of a decoder-only model has it");
+        }
+        a.declaredType = a.modelType.empty() ? "decoder" : a.modelType;
+        a.modelType = "llama";
+        a.lookAlike = true;
     }
     // transformers 5 writes rope_theta, the rotary fraction and the scaling
     // into one rope_parameters object; read as the older fields it would
     // train with the wrong rotary, so it is refused until it is read.
     for (const char* newer : {"rope_parameters", "partial_rotary_factor"}) {
+        if (plan) break;
         if (r.find(newer) && !(a.modelType == "gpt_neox" && std::string(newer) == "partial_rotary_factor")) {
             throw InputError(source + ": \"" + newer + "\" (the newer transformers layout of the rotary settings) is "
                              "not read yet; write the config with rope_theta, rope_scaling and rotary_pct, as "
@@ -318,9 +334,20 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
                              "Trainbench does not train");
         }
     }
-    readQuantization(a, j, source);
-    if (a.modelType == "gpt2" || a.modelType == "gpt_neox") return gptFamily(a, j, r);
-    if (a.modelType == "gemma3_text") {
+    if (!plan) readQuantization(a, j, source);
+    if (a.modelType == "gpt2" || a.modelType == "gpt_neox") return gptFamily(a, j, r, plan);
+    if (plan) {
+        // SwiGLU (silu, or none given) or a plain GELU MLP; the rest of the
+        // activation's name does not change the memory. (Gemma 3's GeGLU is
+        // its own layout.)
+        auto act = r.text("hidden_act");
+        std::transform(act.begin(), act.end(), act.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (a.modelType != "gemma3_text" && !act.empty() && act != "silu" && act.rfind("gelu", 0) != 0) {
+            throw InputError(source + ": hidden_act \"" + act.substr(0, 40)
+                             + "\" is not planned yet; silu (SwiGLU, RMSNorm) and gelu (LayerNorm) are");
+        }
+        a.geluMlp = a.modelType != "gemma3_text" && act.rfind("gelu", 0) == 0;
+    } else if (a.modelType == "gemma3_text") {
         // Gemma3TextConfig: hidden_activation (transformers reads it over hidden_act), GeGLU with the tanh GELU.
         const auto act = r.find("hidden_activation") ? r.text("hidden_activation") : r.text("hidden_act");
         if (!act.empty() && act != "gelu_pytorch_tanh") {
@@ -339,10 +366,10 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
                              + " (only \"silu\", the published SwiGLU)");
         }
     }
-    if (const auto* v = r.find("partial_rotary_factor"); v && !(v->is_number() && v->get<double>() == 1.0)) {
+    if (const auto* v = r.find("partial_rotary_factor"); !plan && v && !(v->is_number() && v->get<double>() == 1.0)) {
         throw InputError(source + ": partial_rotary_factor " + shown(*v) + " is not implemented for " + a.modelType);
     }
-    if ((a.modelType == "qwen2" || a.modelType == "qwen3") && r.flag("use_sliding_window", false)) {
+    if (!plan && (a.modelType == "qwen2" || a.modelType == "qwen3") && r.flag("use_sliding_window", false)) {
         throw InputError(source + ": use_sliding_window true (" + (a.modelType == "qwen2" ? "Qwen2" : "Qwen3")
                          + "'s per-layer window) is not implemented; set it to false to train with full attention");
     }
@@ -375,6 +402,9 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
         throw InputError(source + ": num_key_value_heads " + std::to_string(a.kvHeads)
                          + " does not divide num_attention_heads " + std::to_string(a.heads));
     }
+    if (a.geluMlp && a.kvHeads != a.heads) {
+        throw InputError(source + ": grouped-query attention with a GELU MLP is not planned yet");
+    }
     if (a.headDim % 2 != 0) throw InputError(source + ": the head size " + std::to_string(a.headDim) + " is odd; RoPE needs it even");
     if (!j.contains("head_dim") && d.headDim == 0 && a.hiddenSize % a.heads != 0) {
         throw InputError(source + ": hidden_size " + std::to_string(a.hiddenSize) + " is not a multiple of "
@@ -394,7 +424,7 @@ HfArchitecture hfArchitectureFromJson(const std::string& content, const std::str
             if (a.ropeHighFreqFactor <= a.ropeLowFreqFactor) {
                 throw InputError(source + ": rope_scaling high_freq_factor must exceed low_freq_factor");
             }
-        } else if (!type.empty() && type != "default") {
+        } else if (!type.empty() && type != "default" && !plan) {
             throw InputError(source + ": rope_scaling type \"" + type
                              + "\" is not implemented (only \"llama3\"); it is refused rather than trained with "
                                "the wrong positions");
@@ -419,30 +449,10 @@ HfArchitecture readHfArchitecture(const std::string& folder)
     return hfArchitectureFromJson(buffer.str(), path);
 }
 
-std::int64_t HfArchitecture::parameterCount() const
-{
-    if (!llamaFamily()) {
-        // LayerNorm (weight, bias) x 2, fused qkv and output with biases, a 2-layer GELU MLP with biases.
-        const std::int64_t h = hiddenSize, ff = intermediateSize;
-        std::int64_t attention = 4 * h * h + (qkvBias ? 3 * h : 0) + (outputBias ? h : 0);
-        const std::int64_t perLayer = attention + 2 * h * ff + ff + h + 4 * h;
-        return vocabSize * h + (learnedPositions ? maxPositions * h : 0) + layers * perLayer + 2 * h
-            + (tieEmbeddings ? 0 : vocabSize * h);
-    }
-    const std::int64_t h = hiddenSize, q = heads * headDim, kv = kvHeads * headDim, ff = intermediateSize;
-    std::int64_t attention = h * q + 2 * h * kv + q * h;
-    if (qkvBias) attention += q + 2 * kv;
-    if (outputBias) attention += h;
-    std::int64_t mlp = 3 * h * ff;
-    if (mlpBias) mlp += 2 * ff + h;
-    const std::int64_t perLayer = attention + mlp + (gemma ? 4 : 2) * h + (qkNorm ? 2 * headDim : 0);
-    return vocabSize * h + layers * perLayer + h + (tieEmbeddings ? 0 : vocabSize * h);
-}
-
 std::string HfArchitecture::summary() const
 {
     std::ostringstream s;
-    s << modelType << ", " << layers << " layers, hidden " << hiddenSize << ", " << heads << " heads";
+    s << (lookAlike ? declaredType : modelType) << ", " << layers << " layers, hidden " << hiddenSize << ", " << heads << " heads";
     if (kvHeads != heads) s << " (" << kvHeads << " key/value)";
     s << " of " << headDim << ", MLP " << intermediateSize << ", vocab " << vocabSize;
     s << (tieEmbeddings ? ", tied head" : ", untied head");

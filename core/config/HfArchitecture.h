@@ -56,6 +56,13 @@ struct HfArchitecture {
     // empty for a folder of plain weights.
     std::string quantization;
     bool doubleQuant = false; // bnb_4bit_use_double_quant
+    // Read for planning only (HfReading::Plan): a config of another
+    // model_type read with LlamaConfig's field names (lookAlike; modelType
+    // says "llama", declaredType what the file says), and one whose MLP is a
+    // plain GELU one (geluMlp: the built-in GPT's block with RoPE).
+    bool lookAlike = false;
+    bool geluMlp = false;
+    std::string declaredType;
 
     bool llamaFamily() const
     {
@@ -63,8 +70,6 @@ struct HfArchitecture {
             || modelType == "phi3" || modelType == "gemma3_text";
     }
 
-    // Parameters of the model it describes, counted from the shapes.
-    std::int64_t parameterCount() const;
     // One line for people: "llama, 22 layers, hidden 2048, 32 heads (4 kv), vocab 32000, ..."
     std::string summary() const;
 };
@@ -72,9 +77,20 @@ struct HfArchitecture {
 // The families `model.type: "hf"` trains, for messages.
 const std::vector<std::string>& hfFamilies();
 
+// How a config.json is read: to train a folder (anything the trainer does
+// not implement is refused by name), or to plan one (--hf-config, the
+// presets, the Memory planner's import): what does not change the memory is
+// not refused (a rotary or scaling variant, softcapping, the quantization
+// config, GPT-2's attention scaling flags, Qwen's use_sliding_window, an
+// activation of the same shape), and a config of another model_type is read
+// as a Llama look-alike (or, with a GELU activation, a GPT one), its size
+// fields required.
+enum class HfReading { Train, Plan };
+
 // Parses a config.json's text. Throws InputError naming `source`, the field and
 // what is wrong, or the unsupported family or feature by name.
-HfArchitecture hfArchitectureFromJson(const std::string& text, const std::string& source);
+HfArchitecture hfArchitectureFromJson(const std::string& text, const std::string& source,
+                                      HfReading reading = HfReading::Train);
 // The sliding window alone, read as hfArchitectureFromJson reads it (0: none;
 // other families have none), without its refusals: the memory planner plans
 // configs the trainer would refuse for reasons that do not change the memory.

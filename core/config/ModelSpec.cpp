@@ -9,6 +9,12 @@ ModelSpec modelSpecFromHf(const HfArchitecture& a, const std::string& folder, in
 {
     ModelSpec o;
     o.type = a.llamaFamily() ? "llama" : a.modelType; // llama | gpt2 | gpt_neox
+    if (a.geluMlp) {
+        // Planned only: a Llama-named config with a plain GELU MLP is the
+        // built-in GPT's block with RoPE.
+        o.type = "gpt";
+        o.positionalEncoding = "rope";
+    }
     o.hfFamily = a.modelType;
     o.scriptPath = folder;
     o.vocabSize = static_cast<int>(a.vocabSize);
@@ -49,6 +55,52 @@ ModelSpec modelSpecFromHf(const HfArchitecture& a, const std::string& folder, in
         o.ropeOriginalMaxPositions = static_cast<int>(a.ropeOriginalMaxPositions);
     }
     return o;
+}
+
+std::int64_t parameterCount(const ModelSpec& m)
+{
+    const std::int64_t d = m.dModel, ff = m.dFf, vocab = m.vocabSize;
+    // A projection of `in` to `out` features: its weight, its bias, and the
+    // adapter's two matrices where it has one (GPT-2 and GPT-NeoX name an
+    // adapter by its leaf or by "attn."/"mlp." and the leaf).
+    const auto linear = [&](const char* parent, const char* leaf, std::int64_t in, std::int64_t out, bool bias) {
+        const int rank = std::max(m.adapterRank(leaf), *parent ? m.adapterRank(std::string(parent) + "." + leaf) : 0);
+        return in * out + (bias ? out : 0) + static_cast<std::int64_t>(rank) * (in + out);
+    };
+    const std::int64_t head = m.tieEmbeddings ? 0 : vocab * d;
+    if (m.type == "llama") {
+        const std::int64_t hd = m.headDim(), q = m.nHead * hd, kv = m.kvHeads() * hd;
+        std::int64_t attention = 0, mlp = 0;
+        if (m.fusedProjections) {
+            attention = linear("", "qkv_proj", d, q + 2 * kv, m.qkvBias);
+            mlp = linear("", "gate_up_proj", d, 2 * ff, m.mlpBias);
+        } else {
+            attention = linear("", "q_proj", d, q, m.qkvBias) + linear("", "k_proj", d, kv, m.qkvBias)
+                + linear("", "v_proj", d, kv, m.qkvBias);
+            mlp = linear("", "gate_proj", d, ff, m.mlpBias) + linear("", "up_proj", d, ff, m.mlpBias);
+        }
+        attention += linear("", "o_proj", q, d, m.outputBias);
+        mlp += linear("", "down_proj", ff, d, m.mlpBias);
+        const std::int64_t norms = (m.gemmaNorms ? 4 : 2) * d + (m.qkNorm ? 2 * hd : 0);
+        return vocab * d + m.nLayer * (attention + mlp + norms) + d + head;
+    }
+    // The GPT family: LayerNorms with biases around a fused q/k/v projection
+    // and a GELU MLP. The built-in GPT biases every projection.
+    const bool gpt2 = m.type == "gpt2", neox = m.type == "gpt_neox";
+    const bool qkvBias = neox ? m.qkvBias : true, outputBias = neox ? m.outputBias : true;
+    std::int64_t block = 4 * d; // two LayerNorms
+    if (gpt2) {
+        block += linear("attn", "c_attn", d, 3 * d, true) + linear("attn", "c_proj", d, d, true)
+            + linear("mlp", "c_fc", d, ff, true) + linear("mlp", "c_proj", ff, d, true);
+    } else if (neox) {
+        block += linear("attn", "query_key_value", d, 3 * d, qkvBias) + linear("attn", "dense", d, d, outputBias)
+            + linear("mlp", "dense_h_to_4h", d, ff, true) + linear("mlp", "dense_4h_to_h", ff, d, true);
+    } else {
+        block += linear("", "qkv", d, 3 * d, true) + linear("", "proj", d, d, true) + linear("", "fc", d, ff, true)
+            + linear("", "out", ff, d, true);
+    }
+    const bool learned = gpt2 || (m.type == "gpt" && m.positionalEncoding == "learned");
+    return vocab * d + (learned ? static_cast<std::int64_t>(m.maxLen) * d : 0) + m.nLayer * block + 2 * d + head;
 }
 
 namespace {

@@ -5,6 +5,7 @@
 // planner plans from (the recorded step's probes move its widths; the hand
 // replay's ArchitectureSpec of a config is made from it). No LibTorch here.
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -72,6 +73,11 @@ struct ModelSpec {
 // A folder's architecture (config.json, read by HfArchitecture.h), for
 // sequences of up to maxLen tokens.
 ModelSpec modelSpecFromHf(const HfArchitecture& arch, const std::string& folder, int maxLen);
+// The parameters of the model the trainer builds from `m` (adapters
+// included; a quantized weight counts as its weights): the one count, for the
+// window, the presets, the planner and the trainer's announcement alike.
+std::int64_t parameterCount(const ModelSpec& m);
+
 // A config's model: its folder's (model.type "hf"), or the built-in one with
 // this vocabulary and sequence length (the dataset's); with the run's
 // switches (dropout, attention, checkpointing, LoRA).

@@ -9,7 +9,7 @@
 
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
-#include "config/HfConfigObject.h"
+#include "config/ModelSpec.h"
 
 namespace tb {
 
@@ -25,120 +25,28 @@ std::string lower(std::string s)
     return s;
 }
 
-// A positive integer field: required when `fallback` is 0.
-std::int64_t positive(const json& j, const char* key, const std::string& source, std::int64_t fallback = 0)
-{
-    const auto it = j.find(key);
-    if (it == j.end() || it->is_null()) {
-        if (fallback > 0) return fallback;
-        throw InputError(source + ": \"" + key + "\" is missing; a config.json of a decoder-only model has it");
-    }
-    if (!it->is_number_integer() || it->get<std::int64_t>() <= 0) {
-        throw InputError(source + ": \"" + key + "\" must be a positive integer, got " + it->dump());
-    }
-    return it->get<std::int64_t>();
-}
-
-bool flag(const json& j, const char* key, bool fallback, const std::string& source)
-{
-    const auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) throw InputError(source + ": \"" + key + "\" must be true or false, got " + it->dump());
-    return it->get<bool>();
-}
-
-std::string text(const json& j, const char* key)
-{
-    const auto it = j.find(key);
-    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 } // namespace
+
+ModelSpec modelFromHfConfig(const std::string& content, const std::string& source)
+{
+    // The trainer's reading of a config.json (config/HfArchitecture.h), in its
+    // planning mode: one parser for folders, --hf-config and the presets.
+    const auto hf = hfArchitectureFromJson(content, source, HfReading::Plan);
+    auto model = modelSpecFromHf(hf, "", static_cast<int>(std::min<std::int64_t>(hf.maxPositions, 1 << 30)));
+    model.hfFamily = hf.lookAlike ? hf.declaredType : hf.modelType;
+    return model;
+}
 
 ArchitectureSpec architectureFromHfConfig(const std::string& content, const std::string& source)
 {
-    const json j = hfConfigObject(content, source);
-
-    ArchitectureSpec a;
-    const auto type = text(j, "model_type");
-    a.name = type.empty() ? "decoder" : type;
-    // The size fields, under each family's names.
-    struct Names {
-        const char *vocab, *hidden, *layers, *heads, *intermediate, *positions;
-    };
-    // innerFactor: an absent intermediate size is that many times the hidden size (0: required).
-    const auto sizes = [&](const Names& n, std::int64_t defaultPositions, std::int64_t innerFactor) {
-        a.vocabSize = positive(j, n.vocab, source);
-        a.hidden = positive(j, n.hidden, source);
-        a.layers = positive(j, n.layers, source);
-        a.heads = positive(j, n.heads, source);
-        a.kvHeads = a.heads;
-        a.intermediate = positive(j, n.intermediate, source, innerFactor * a.hidden);
-        a.maxPositions = positive(j, n.positions, source, defaultPositions);
-    };
-    const Names hf{"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                   "max_position_embeddings"};
-    if (type == "gpt2") {
-        a.family = "gpt";
-        a.positional = "learned";
-        sizes({"vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "n_positions"}, 0, 4);
-        a.tieEmbeddings = flag(j, "tie_word_embeddings", true, source);
-        a.mlpModule = true;
-        a.conv1d = true;
-    } else if (type == "gpt_neox") {
-        a.family = "gpt";
-        a.positional = "rope";
-        sizes(hf, 0, 0);
-        a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
-        a.parallelResidual = flag(j, "use_parallel_residual", true, source);
-        a.fp32Softmax = true;
-        a.neoxLayer = true;
-        a.mlpModule = true;
-        // RoPE on the leading rotary_pct of each head, read as the trainer
-        // reads it (one answer, and the same refusals).
-        a.rotaryDims = hfArchitectureFromJson(content, source).rotaryDims;
-        if (a.rotaryDims == 0) a.positional = "none";
-    } else if (type == "gemma3_text") {
-        throw InputError(source + ": Gemma 3's layout is not in the hand-written plan; a folder with this config.json "
-                                  "is planned from its own step");
-    } else {
-        // Llama and its look-alikes (Mistral, Qwen2, ...): the field names Hugging
-        // Face's LlamaConfig uses. The activation decides the block's flavour.
-        const auto act = lower(text(j, "hidden_act"));
-        if (!act.empty() && act != "silu" && act.rfind("gelu", 0) != 0) {
-            throw InputError(source + ": hidden_act \"" + act
-                             + "\" is not planned yet; silu (SwiGLU, RMSNorm) and gelu (LayerNorm) are");
-        }
-        a.family = act.rfind("gelu", 0) == 0 ? "gpt" : "llama";
-        a.positional = "rope";
-        sizes(hf, 2048, 0);
-        a.kvHeads = positive(j, "num_key_value_heads", source, a.heads);
-        a.tieEmbeddings = flag(j, "tie_word_embeddings", false, source);
-        a.qkvBias = type == "qwen2" || flag(j, "attention_bias", false, source);
-        if (type == "qwen3" || type == "phi3") {
-            throw InputError(source + ": " + (type == "qwen3" ? "Qwen3's query and key norms are" : "Phi-3's fused projections are")
-                             + " not in the hand-written plan; a folder with this config.json is planned from its own step");
-        }
-        // Mistral's window, read as the trainer reads it (absent: transformers' 4096).
-        a.slidingWindow = hfSlidingWindow(content, source);
-        if (a.family == "gpt" && a.kvHeads != a.heads) {
-            throw InputError(source + ": grouped-query attention with a GELU MLP is not planned yet");
-        }
+    const auto model = modelFromHfConfig(content, source);
+    try {
+        auto a = architectureOf(model);
+        a.name = model.hfFamily;
+        return a;
+    } catch (const InputError& e) {
+        throw InputError(source + ": " + e.what() + "; a folder with this config.json is planned from its own step");
     }
-    if (a.hidden % a.heads != 0) {
-        throw InputError(source + ": the hidden size " + std::to_string(a.hidden) + " is not a multiple of the "
-                         + std::to_string(a.heads) + " attention heads");
-    }
-    if (a.heads % a.kvHeads != 0) {
-        throw InputError(source + ": " + std::to_string(a.kvHeads) + " key/value heads do not divide "
-                         + std::to_string(a.heads) + " attention heads");
-    }
-    if (const auto it = j.find("head_dim"); it != j.end() && it->is_number_integer()
-        && it->get<std::int64_t>() != a.hidden / a.heads) {
-        throw InputError(source + ": head_dim " + it->dump() + " differs from hidden_size / num_attention_heads ("
-                         + std::to_string(a.hidden / a.heads) + "); such models are not planned yet");
-    }
-    return a;
 }
 
 ArchitectureSpec loadHfConfigFile(const std::string& path)
@@ -161,7 +69,9 @@ const std::vector<ArchitecturePreset>& bundledArchitectures()
             p.id = meta.at("id").get<std::string>();
             p.title = meta.at("title").get<std::string>();
             p.source = meta.at("source").get<std::string>();
-            p.arch = architectureFromHfConfig(entry.dump(), "resources/architectures/" + p.id + ".json");
+            const auto where = "resources/architectures/" + p.id + ".json";
+            p.model = modelFromHfConfig(entry.dump(), where);
+            p.arch = architectureFromHfConfig(entry.dump(), where);
             p.arch.name = p.title;
             p.arch.publishedParameters = meta.at("published_parameters").get<std::int64_t>();
             out.push_back(std::move(p));

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config/ModelSpec.h"
 #include "memory/Estimator.h"
 
 namespace tb {
@@ -16,11 +17,16 @@ struct ArchitecturePreset {
     std::string id;    // "pythia-2.8b"
     std::string title; // "Pythia 2.8B"
     std::string source;
+    ModelSpec model; // the config.json as the trainer reads it (the parameter count's source)
     ArchitectureSpec arch;
 };
 
-// Reads a config.json. Throws InputError naming the file and the missing or
-// wrong field.
+// Reads a config.json as the trainer reads a folder's (config/HfArchitecture.h,
+// its planning mode: what does not change the memory is not refused, and
+// other model types are read as look-alikes). Throws InputError naming the
+// file and the missing or wrong field.
+ModelSpec modelFromHfConfig(const std::string& json, const std::string& source);
+// The same, as the hand-written plan describes it.
 ArchitectureSpec architectureFromHfConfig(const std::string& json, const std::string& source);
 ArchitectureSpec loadHfConfigFile(const std::string& path);
 

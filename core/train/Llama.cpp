@@ -155,31 +155,4 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens)
     return m_lmHead ? m_lmHead(x) : at::linear(x, m_model->embedTokens->weight);
 }
 
-std::int64_t llamaParameterCount(const ModelOptions& o)
-{
-    const std::int64_t d = o.dModel, head = o.headDim(), q = static_cast<std::int64_t>(o.nHead) * head,
-                       kv = static_cast<std::int64_t>(o.kvHeads()) * head, ff = o.dFf, vocab = o.vocabSize;
-    std::int64_t attention = d * q + 2 * d * kv + q * d;
-    if (o.qkvBias) attention += q + 2 * kv;
-    if (o.outputBias) attention += d;
-    std::int64_t mlp = 3 * d * ff;
-    if (o.mlpBias) mlp += 2 * ff + d;
-    const std::int64_t norms = (o.gemmaNorms ? 4 : 2) * d + (o.qkNorm ? 2 * head : 0);
-    std::int64_t lora = 0;
-    if (o.loraRank > 0) {
-        const std::int64_t r = o.loraRank;
-        const auto adapter = [&](const char* name, std::int64_t in, std::int64_t out) {
-            return o.loraTargets.count(name) ? r * (in + out) : 0;
-        };
-        lora = adapter("q_proj", d, q) + adapter("k_proj", d, kv) + adapter("v_proj", d, kv) + adapter("o_proj", q, d)
-            + adapter("gate_proj", d, ff) + adapter("up_proj", d, ff) + adapter("down_proj", ff, d);
-        if (o.fusedProjections) {
-            lora = adapter("qkv_proj", d, q + 2 * kv) + adapter("o_proj", q, d) + adapter("gate_up_proj", d, 2 * ff)
-                + adapter("down_proj", ff, d);
-        }
-    }
-    const std::int64_t perLayer = attention + mlp + norms + lora;
-    return vocab * d + o.nLayer * perLayer + d + (o.tieEmbeddings ? 0 : vocab * d);
-}
-
 } // namespace tb

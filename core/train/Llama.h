@@ -88,8 +88,4 @@ private:
 };
 TORCH_MODULE(Llama);
 
-// Parameters of a Llama-family model, counted from its shape (no tensors made),
-// for configurations too large to build here (e.g. TinyLlama-1.1B).
-std::int64_t llamaParameterCount(const ModelOptions& o);
-
 } // namespace tb
