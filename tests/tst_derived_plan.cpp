@@ -18,6 +18,7 @@
 #include "TestPaths.h"
 #include "common/Errors.h"
 #include "config/RunConfig.h"
+#include "memory/Architectures.h"
 #include "memory/CpuGemmScratch.h"
 #include "memory/DerivedStep.h"
 #include "memory/DeviceRules.h"
@@ -215,6 +216,7 @@ private Q_SLOTS:
     void cancelStopsTracing();
     void cliPlansTorchScriptConfig();
     void cliRefusesWhatDoesNotApply();
+    void publishedConfigPlannedFromItsStep();
     void bucketsInTheParametersDtype();
     void programOfSyntheticSteps();
     void deviceRulesOnARecord();
@@ -671,15 +673,63 @@ void TestDerivedPlan::cliRefusesWhatDoesNotApply()
     const auto context = cli({"estimate", "--config", path, "--cuda-context", "1000"});
     QVERIFY(context.code != 0);
     QVERIFY2(context.err.contains("name the card with --gpu"), context.err.constData());
-    const auto preset = cli({"estimate", "--derived", "--preset", "llama2-7b"});
-    QVERIFY(preset.code != 0);
-    QVERIFY2(preset.err.contains("give --config FILE"), preset.err.constData());
+    const auto two_sources = cli({"estimate", "--derived", "--config", path, "--preset", "gpt2"});
+    QVERIFY(two_sources.code != 0);
+    QVERIFY2(two_sources.err.contains("exactly one of --config FILE"), two_sources.err.constData());
     const auto optimizer = cli({"estimate", "--config", path, "--optimizer", "adamw8bit"});
     QVERIFY(optimizer.code != 0);
     QVERIFY2(optimizer.err.contains("--optimizer must be adamw, sgd"), optimizer.err.constData());
     const auto noBudget = cli({"fit", "--config", path});
     QVERIFY(noBudget.code != 0);
     QVERIFY2(noBudget.err.contains("or --budget BYTES"), noBudget.err.constData());
+}
+
+// A config.json alone (--hf-config) or a preset is planned from its own step
+// as Trainbench would train it: a model the hand-written plan lacks (here a
+// head size apart from hidden / heads, as in Qwen3) was refused ("a folder
+// with this config.json is planned from its own step", but there was no
+// folder). The plan equals the one of a folder holding that config.json.
+void TestDerivedPlan::publishedConfigPlannedFromItsStep()
+{
+    QTemporaryDir dir;
+    const QByteArray json = R"({"model_type": "qwen3", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 24,
+        "max_position_embeddings": 256, "tie_word_embeddings": false})";
+    QDir(dir.path()).mkdir("folder");
+    for (const QString file : {"qwen3.json", "folder/config.json"}) {
+        QFile f(dir.filePath(file));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(json);
+    }
+    QFile tokens(dir.filePath("tokens.bin"));
+    QVERIFY(tokens.open(QIODevice::WriteOnly));
+    tokens.write(QByteArray(2 * 8192, '\x01'));
+    tokens.close();
+    const auto config = dir.filePath("run.json");
+    QFile c(config);
+    QVERIFY(c.open(QIODevice::WriteOnly));
+    c.write(QString(R"({"name": "q", "device": "cpu", "model": {"type": "hf", "path": "%1"},
+        "data": {"source": "tokens", "path": "%2", "seq_len": 48}, "train": {"batch_size": 3, "precision": "bf16"},
+        "lora": {"rank": 4, "targets": ["attn", "mlp"]}})").arg(dir.filePath("folder"), tokens.fileName()).toUtf8());
+    c.close();
+    const auto folder = cli({"estimate", "--config", config, "--json"});
+    QVERIFY2(folder.code == 0, folder.err.constData());
+    const auto scratchBefore = QDir::temp().entryList({"trainbench-plan-*"}, QDir::Dirs);
+    const auto alone = cli({"estimate", "--hf-config", dir.filePath("qwen3.json"), "--batch", "3", "--seq", "48",
+                            "--precision", "bf16", "--lora-rank", "4", "--lora-targets", "attn,mlp", "--json"});
+    QVERIFY2(alone.code == 0, alone.err.constData());
+    QVERIFY2(alone.err.contains("traced step"), alone.err.constData()); // derived without being asked
+    const auto a = QJsonDocument::fromJson(folder.out).object(), b = QJsonDocument::fromJson(alone.out).object();
+    QVERIFY(a["peak_bytes"].toDouble() > 0);
+    QCOMPARE(b["peak_bytes"].toDouble(), a["peak_bytes"].toDouble());
+    QCOMPARE(b["trainable_parameters"].toDouble(), a["trainable_parameters"].toDouble());
+    // The scratch folders it planned from are gone.
+    QCOMPARE(QDir::temp().entryList({"trainbench-plan-*"}, QDir::Dirs), scratchBefore);
+    // A preset with --derived: as Trainbench would train it, with its published parameter count.
+    const auto preset = cli({"estimate", "--derived", "--preset", "gpt2", "--seq", "32", "--json"});
+    QVERIFY2(preset.code == 0, preset.err.constData());
+    QCOMPARE(QJsonDocument::fromJson(preset.out).object()["parameters"].toDouble(),
+             static_cast<double>(findArchitecture("gpt2").arch.publishedParameters));
 }
 
 // Data parallel's gradient buckets hold each trainable parameter in its own

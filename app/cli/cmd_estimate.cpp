@@ -2,9 +2,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -259,7 +263,81 @@ int printFit(const Args& args, bool bySeq, std::int64_t answer, std::int64_t bud
 struct Derived {
     RunConfig config;
     DerivedStep step;
+    std::shared_ptr<const std::filesystem::path> scratch; // a published model's folder, while it is planned
 };
+
+// The text of --preset's or --hf-config's config.json, and where it is from.
+std::optional<std::pair<std::string, std::string>> publishedConfig(const Args& args)
+{
+    if (const auto preset = args.value("--preset")) {
+        const auto& p = findArchitecture(*preset);
+        return std::pair{p.configJson, "resources/architectures/" + p.id + ".json"};
+    }
+    const auto hf = args.value("--hf-config");
+    if (!hf) return std::nullopt;
+    std::ifstream in(*hf, std::ios::binary);
+    if (!in) throw InputError(*hf + ": cannot read the file (does it exist?)");
+    std::stringstream text;
+    text << in.rdbuf();
+    return std::pair{text.str(), *hf};
+}
+
+// A published model whose hand-written plan has a gap (Qwen3's norms, Phi-3's
+// fused projections, Gemma 3, a head size of its own): planned from its step.
+bool publishedNeedsItsStep(const Args& args)
+{
+    const auto published = publishedConfig(args);
+    return published && !handReplayGap(modelFromHfConfig(published->first, published->second)).empty();
+}
+
+// A published model (a preset, or a config.json alone) as an experiment to
+// trace: a scratch folder holding its config.json (the recorder builds the
+// model at its probe widths; no weights are read) and a token file for the
+// config's validation; batch 1 and 512 tokens (at most its positions) unless
+// given, LoRA on attention unless --lora-targets says otherwise.
+RunConfig publishedExperiment(const Args& args, std::shared_ptr<const std::filesystem::path>& scratch)
+{
+    const auto published = publishedConfig(args);
+    const auto model = modelFromHfConfig(published->first, published->second);
+    auto folder = std::filesystem::temp_directory_path() / ("trainbench-plan-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(folder);
+    scratch = std::shared_ptr<const std::filesystem::path>(new std::filesystem::path(folder), [](const std::filesystem::path* p) {
+        std::error_code ec;
+        std::filesystem::remove_all(*p, ec);
+        delete p;
+    });
+    std::ofstream(folder / "config.json", std::ios::binary) << published->first;
+    RunConfig c;
+    c.name = std::filesystem::path(published->second).stem().string();
+    c.device = args.value("--gpu") ? "cuda" : "cpu"; // fp16 is CUDA's
+    c.model.type = "hf";
+    c.model.path = folder.string();
+    c.data.source = "tokens";
+    c.data.seqLen = static_cast<int>(std::min<std::int64_t>(512, model.maxLen));
+    if (auto t = args.integer("--seq", 1, 1 << 20)) c.data.seqLen = static_cast<int>(*t);
+    const bool wide = model.vocabSize > 65536;
+    c.data.tokenDtype = wide ? "uint32" : "uint16";
+    c.data.path = (folder / "tokens.bin").string();
+    {
+        // Enough ids for a training and a validation split of whole sequences.
+        const std::int64_t n = std::max<std::int64_t>(4096, 64 * (static_cast<std::int64_t>(c.data.seqLen) + 1));
+        std::vector<std::uint32_t> ids(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(i % model.vocabSize);
+        std::ofstream out(c.data.path, std::ios::binary);
+        for (const auto id : ids) {
+            if (wide) {
+                out.write(reinterpret_cast<const char*>(&id), 4);
+            } else {
+                const auto narrow = static_cast<std::uint16_t>(id);
+                out.write(reinterpret_cast<const char*>(&narrow), 2);
+            }
+        }
+    }
+    c.train.batchSize = 1;
+    c.train.precision = "fp32";
+    c.lora.targets = {"attn"};
+    return c;
+}
 
 Derived derivedFromArgs(const Args& args, const char* command, const std::optional<GpuTarget>& gpu = std::nullopt)
 {
@@ -268,17 +346,19 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
                          + "\"");
     }
     const auto path = args.value("--config");
-    if (!path) {
-        throw InputError("--derived traces the trainer's step of an experiment config: give --config FILE (a preset "
-                         "or a Hugging Face config.json alone has no step to trace)");
+    const int sources = (path ? 1 : 0) + (args.value("--preset") ? 1 : 0) + (args.value("--hf-config") ? 1 : 0);
+    if (sources != 1) {
+        throw InputError(std::string("'") + command
+                         + "' needs exactly one of --config FILE, --preset NAME (see --list-presets) or --hf-config FILE");
     }
-    for (const char* option : {"--attention", "--attention-modules", "--preset", "--hf-config"}) {
+    for (const char* option : {"--attention", "--attention-modules"}) {
         if (args.value(option)) {
             throw InputError(std::string(option) + " does not apply to the derived plan, which traces the config's own "
                              "step on this machine's CPU; set it in the config, or plan without --derived");
         }
     }
-    RunConfig config = loadConfigFile(*path);
+    std::shared_ptr<const std::filesystem::path> scratch;
+    RunConfig config = path ? loadConfigFile(*path) : publishedExperiment(args, scratch);
     if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
     if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
     if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
@@ -303,7 +383,9 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
         if (*o == "sgd-plain") config.optim.momentum = 0;
         if (*o == "sgd" && config.optim.momentum <= 0) config.optim.momentum = 0.9;
     }
-    if (auto issues = validateConfig(config, true); !issues.empty()) throw ConfigError(*path, std::move(issues));
+    if (auto issues = validateConfig(config, true); !issues.empty()) {
+        throw ConfigError(path ? *path : config.name + " (planned as an experiment)", std::move(issues));
+    }
     // The step traced is the one the target runs: "auto" precision resolved
     // there (fp16 on a T4), as the Memory planner traces it.
     if (gpu && config.train.precision == "auto") config.train.precision = planOnTarget(config, gpu).setup.precision;
@@ -313,7 +395,7 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
                      static_cast<long long>(t));
     };
     auto step = deriveStep(config, progress);
-    return {std::move(config), std::move(step)};
+    return {std::move(config), std::move(step), std::move(scratch)};
 }
 
 // The setup a derived plan is evaluated for (--gpu NAME, else this
@@ -334,14 +416,15 @@ int estimate(const Args& args)
     // have rules); else the traced tensors plus the context and workspaces, a
     // lower bound.
     const auto path = args.value("--config");
-    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)));
+    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)))
+                        || (!path && publishedNeedsItsStep(args));
     std::optional<GpuTarget> gpu;
     std::optional<MemoryPlan> plan;
     TrainingSetup setup;
     std::int64_t batch = 0, seqLen = 0;
     if (derive) {
         if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
-        auto [config, step] = derivedFromArgs(args, "estimate", gpu);
+        auto [config, step, scratch] = derivedFromArgs(args, "estimate", gpu);
         setup = derivedSetup(args, config, gpu);
         batch = config.train.batchSize;
         seqLen = effectiveSeqLen(config);
@@ -376,7 +459,8 @@ int fit(const Args& args)
 {
     // A TorchScript model, or a config the hand replay does not model: its plan is derived.
     const auto path = args.value("--config");
-    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)));
+    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)))
+                        || (!path && publishedNeedsItsStep(args));
     std::optional<GpuTarget> gpu;
     std::optional<MemoryPlan> plan;
     TrainingSetup setup;
@@ -387,7 +471,7 @@ int fit(const Args& args)
         if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
         if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
         if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
-        auto [config, step] = derivedFromArgs(args, "fit", gpu);
+        auto [config, step, scratch] = derivedFromArgs(args, "fit", gpu);
         setup = gpu ? derivedSetup(args, config, gpu) : TrainingSetup{};
         batch = config.train.batchSize;
         seqLen = effectiveSeqLen(config);
@@ -444,7 +528,8 @@ std::vector<OptionSpec> estimateOptions()
     auto o = kPlanOptions;
     o.push_back({"--list-presets", false, "list the bundled architecture presets"});
     o.push_back({"--derived", false, "plan from the trainer's own step, traced at small shapes on this CPU (a TorchScript "
-                                     "config always is)"});
+                                     "config, and a model the hand-written plan lacks, always is; a preset or "
+                                     "config.json as Trainbench would train it)"});
     return o;
 }
 
@@ -452,7 +537,8 @@ std::vector<OptionSpec> fitOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--budget", true, "the tensor memory to fit, in bytes", "BYTES"});
-    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (a TorchScript config always is)"});
+    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (a TorchScript config, and a model "
+                                     "the hand-written plan lacks, always is)"});
     return o;
 }
 

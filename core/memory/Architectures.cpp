@@ -70,7 +70,10 @@ const std::vector<ArchitecturePreset>& bundledArchitectures()
             p.title = meta.at("title").get<std::string>();
             p.source = meta.at("source").get<std::string>();
             const auto where = "resources/architectures/" + p.id + ".json";
-            p.model = modelFromHfConfig(entry.dump(), where);
+            auto published = entry;
+            published.erase("_trainbench");
+            p.configJson = published.dump(2);
+            p.model = modelFromHfConfig(p.configJson, where);
             p.arch = architectureFromHfConfig(entry.dump(), where);
             p.arch.name = p.title;
             p.arch.publishedParameters = meta.at("published_parameters").get<std::int64_t>();

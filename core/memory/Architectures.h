@@ -17,6 +17,7 @@ struct ArchitecturePreset {
     std::string id;    // "pythia-2.8b"
     std::string title; // "Pythia 2.8B"
     std::string source;
+    std::string configJson; // the published config.json's values
     ModelSpec model; // the config.json as the trainer reads it (the parameter count's source)
     ArchitectureSpec arch;
 };
