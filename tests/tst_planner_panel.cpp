@@ -348,10 +348,13 @@ void TestPlannerPanel::importedConfigJsonAndBadFile()
     const QString bad = m_dir->filePath("broken.json");
     QFile b(bad);
     QVERIFY(b.open(QIODevice::WriteOnly));
-    b.write(R"({"model_type": "llama", "hidden_size": 512})");
+    // (A llama config with only some sizes takes LlamaConfig's defaults for
+    // the rest, as the trainer reads a folder's; a size that is not a
+    // positive integer is wrong.)
+    b.write(R"({"model_type": "llama", "hidden_size": "512"})");
     b.close();
     QVERIFY(!p->importHfConfig(bad, &error));
-    QVERIFY2(error.contains("broken.json"), qPrintable(error));
+    QVERIFY2(error.contains("broken.json") && error.contains("hidden_size"), qPrintable(error));
     QCOMPARE(p->source(), QString("imported")); // the earlier import stays
 }
 
