@@ -74,6 +74,7 @@ private Q_SLOTS:
     void applyCopiesIntoTheExperiment();
     void invalidExperimentSaysWhy();
     void importedConfigJsonAndBadFile();
+    void importedConfigJsonPlannedFromItsStep();
     void experimentPanelShowsTheEstimateForTheTarget();
     void formPlannerPreflightAndCliAgree();
     void bf16OnT4DoesNotRun();
@@ -356,6 +357,51 @@ void TestPlannerPanel::importedConfigJsonAndBadFile()
     QVERIFY(!p->importHfConfig(bad, &error));
     QVERIFY2(error.contains("broken.json") && error.contains("hidden_size"), qPrintable(error));
     QCOMPARE(p->source(), QString("imported")); // the earlier import stays
+}
+
+// A config.json whose layout the hand-written plan lacks (Qwen3's norms and
+// its own head size) was refused by Import config.json ("a folder with this
+// config.json is planned from its own step", with no folder to give): it is
+// planned from its own step, traced on request, as the command line plans it.
+void TestPlannerPanel::importedConfigJsonPlannedFromItsStep()
+{
+    qputenv("TRAINBENCH_CLI", TB_CLI_PATH);
+    auto* p = planner();
+    const QString path = m_dir->filePath("qwen3/config.json");
+    QVERIFY(QDir(m_dir->path()).mkpath("qwen3"));
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"model_type": "qwen3", "vocab_size": 3000, "hidden_size": 256, "intermediate_size": 640,
+               "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 96,
+               "max_position_embeddings": 4096, "tie_word_embeddings": true})");
+    f.close();
+    QString error;
+    QVERIFY2(p->importHfConfig(path, &error), qPrintable(error));
+    QCOMPARE(p->source(), QString("imported"));
+    QVERIFY(!p->estimate());
+    QVERIFY2(p->verdictText().contains("planned from its own training step (query and key norms (qwen3))"),
+             qPrintable(p->verdictText()));
+    auto* derive = p->deriveButton();
+    QVERIFY(derive->isVisible() && derive->isEnabled());
+    p->setBatch(4);
+    p->setSeqLen(256);
+    QTest::mouseClick(derive, Qt::LeftButton);
+    QVERIFY(p->deriving());
+    QTRY_VERIFY_WITH_TIMEOUT(!p->deriving(), 120000);
+    QVERIFY2(p->estimate().has_value(), qPrintable(p->verdictText()));
+    QCOMPARE(derive->text(), QString("&Derive plan again"));
+    QVERIFY(!p->mapPlot()->isHidden());
+    // The sequence axis reaches the model's context (4096), not a default's.
+    QVERIFY2(p->seqSlider()->maximum() > 256, qPrintable(QString::number(p->seqSlider()->maximum())));
+    // One answer: the command line's plan of the config.json alone on the T4.
+    QProcess cli;
+    cli.start(TB_CLI_PATH, {"estimate", "--hf-config", path, "--gpu", "T4", "--batch", "4", "--seq", "256", "--precision",
+                            p->precisionBox()->currentData().toString(), "--json"});
+    QVERIFY(cli.waitForFinished(120000));
+    const auto json = QJsonDocument::fromJson(cli.readAllStandardOutput()).object();
+    QVERIFY2(json.contains("peak_bytes"), cli.readAllStandardError().constData());
+    QCOMPARE(p->estimate()->peakBytes, static_cast<std::int64_t>(json["peak_bytes"].toDouble()));
+    screenshot("planner-imported-qwen3.png");
 }
 
 void TestPlannerPanel::experimentPanelShowsTheEstimateForTheTarget()

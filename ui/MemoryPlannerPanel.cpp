@@ -77,15 +77,31 @@ bool MemoryPlannerPanel::selectSource(const QString& source)
 
 bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
 {
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) {
+        if (error) *error = tr("%1: cannot read the file (%2)").arg(path, file.errorString());
+        return false;
+    }
+    const std::string text = file.readAll().toStdString(), source = path.toStdString();
+    ModelSpec model;
     try {
-        m_imported = loadHfConfigFile(path.toStdString());
+        model = modelFromHfConfig(text, source);
+        if (const auto gap = handReplayGap(model); !gap.empty()) {
+            // Planned from its own step, traced from a scratch folder holding the config.json.
+            m_importedStep = publishedExperiment(text, source);
+            m_importedReason = QString::fromStdString(gap);
+            m_imported.reset();
+        } else {
+            m_imported = architectureFromHfConfig(text, source);
+            m_importedStep.reset();
+        }
     } catch (const std::exception& e) {
         if (error) *error = QString::fromStdString(e.what());
         return false;
     }
     const QString label = tr("Imported: %1 (%2)")
                               .arg(QFileInfo(path).dir().dirName() + "/" + QFileInfo(path).fileName(),
-                                   tr("%1 M parameters").arg(static_cast<double>(parameterCount(*m_imported)) / 1e6, 0, 'f', 0));
+                                   tr("%1 M parameters").arg(static_cast<double>(parameterCount(model)) / 1e6, 0, 'f', 0));
     int index = m_source->findData("imported");
     if (index < 0) {
         m_source->addItem(label, "imported");
@@ -166,6 +182,51 @@ void MemoryPlannerPanel::loadFromExperiment()
     m_updating = false;
 }
 
+// The plan of a config planned from its own step (the experiment's, or an
+// imported config.json's): the deriver's, once traced; else why not yet.
+std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString* why, const std::string* quantize,
+                                                                       const std::string& reason,
+                                                                       const RunConfig& config) const
+{
+    std::string key;
+    QString cannot;
+    const auto traced = derivedConfig(&key, &cannot, quantize);
+    if (!traced) {
+        *why = cannot;
+        return std::nullopt;
+    }
+    const auto derived = m_deriver->plan(key);
+    if (!derived) {
+        *why = m_deriver->running() && m_deriver->runningKey() == key
+            ? tr("Tracing the model's training step on this computer's CPU: %1…")
+                  .arg(m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
+            : m_deriver->queuedKey() == key
+            ? tr("Waiting for another plan being traced, then tracing this one…")
+            : !m_deriver->error(key).isEmpty()
+            ? tr("The plan could not be derived: %1").arg(m_deriver->error(key))
+            : plannableModel(config) && config.model.quantize != "none"
+            ? tr("A quantized base (%1, QLoRA) is planned from its own training step: Derive plan records "
+                 "the step on this CPU (seconds) and plans from it.")
+                  .arg(QString::fromStdString(config.model.quantize))
+            : plannableModel(config)
+            ? tr("This model is planned from its own training step (%1): Derive plan records the step on "
+                 "this CPU (seconds) and plans from it.")
+                  .arg(QString::fromStdString(reason))
+            : tr("A TorchScript model: Derive plan traces its training step on this CPU (seconds) "
+                 "and plans from it.");
+        return std::nullopt;
+    }
+    // What the panel reads of the model besides its step: its context length.
+    ArchitectureSpec model;
+    if (m_importedStep && source() == "imported") model.maxPositions = m_importedStep->model.maxLen;
+    Plan plan;
+    plan.memory = MemoryPlan(derived, model);
+    plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(target())).setup;
+    plan.setup.batch = batch();
+    plan.setup.seqLen = seqLen();
+    return plan;
+}
+
 std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString* why, const std::string* quantize) const
 {
     Plan plan;
@@ -190,45 +251,15 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
         if (plannedFromItsStep(*config)) {
             // A TorchScript model, or a folder the hand replay does not model:
             // its plan is the step derived from the model itself.
-            std::string key;
-            QString cannot;
-            const auto traced = derivedConfig(&key, &cannot, quantize);
-            if (!traced) {
-                *why = cannot;
-                return std::nullopt;
-            }
-            const auto derived = m_deriver->plan(key);
-            if (!derived) {
-                *why = m_deriver->running() && m_deriver->runningKey() == key
-                    ? tr("Tracing the model's training step on this computer's CPU: %1…")
-                          .arg(m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
-                    : m_deriver->queuedKey() == key
-                    ? tr("Waiting for another plan being traced, then tracing this one…")
-                     : !m_deriver->error(key).isEmpty()
-                         ? tr("The plan could not be derived: %1").arg(m_deriver->error(key))
-                         : plannableModel(*config) && config->model.quantize != "none"
-                         ? tr("A quantized base (%1, QLoRA) is planned from its own training step: Derive plan records "
-                              "the step on this CPU (seconds) and plans from it.")
-                               .arg(QString::fromStdString(config->model.quantize))
-                         : plannableModel(*config)
-                         ? tr("This model is planned from its own training step (%1): Derive plan records the step on "
-                              "this CPU (seconds) and plans from it.")
-                               .arg(QString::fromStdString(ownStepReason(*config)))
-                         : tr("A TorchScript model: Derive plan traces its training step on this CPU (seconds) "
-                              "and plans from it.");
-                return std::nullopt;
-            }
-            plan.memory = MemoryPlan(derived, ArchitectureSpec{});
-            plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(target())).setup;
-            plan.setup.batch = batch();
-            plan.setup.seqLen = seqLen();
-            return plan;
+            return derivedPlan(why, quantize, ownStepReason(*config), *config);
         }
         if (config->data.source == "text") config->data.seqLen = seqLen();
         const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(target()));
         plan.memory = MemoryPlan(resolved.arch);
         plan.setup = resolved.setup;
         plan.setup.loraTargets = plannedLoraTargets(config->model.type, targets);
+    } else if (src == "imported" && m_importedStep) {
+        return derivedPlan(why, quantize, m_importedReason.toStdString(), m_importedStep->config);
     } else {
         if (src == "imported") {
             if (!m_imported) return std::nullopt;
@@ -336,9 +367,18 @@ void MemoryPlannerPanel::pointChanged()
     Q_EMIT updated(static_cast<double>(timer.nsecsElapsed()) / 1e6);
 }
 
+bool MemoryPlannerPanel::plannedFromStep() const
+{
+    if (source() == "imported") return m_importedStep.has_value();
+    if (source() != "experiment") return false;
+    const auto config = m_document->config();
+    return config && plannedFromItsStep(*config);
+}
+
 std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QString* why, const std::string* quantize) const
 {
-    auto config = m_document->config();
+    auto config = source() == "imported" && m_importedStep ? std::optional<RunConfig>(m_importedStep->config)
+                                                           : m_document->config();
     if (!config) return std::nullopt;
     if (quantize) {
         config->model.quantize = *quantize;
@@ -381,6 +421,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
         for (const QString& t : targets.split(',', Qt::SkipEmptyParts)) c.lora.targets.push_back(t.toStdString());
     }
     c.train.gradAccum = m_gradAccum->value();
+    if (source() == "imported") c.data.seqLen = seqLen(); // (the key leaves it out)
     c = StepDeriver::standalone(std::move(c));
     *key = StepDeriver::keyFor(c);
     return config;
@@ -388,8 +429,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
 
 void MemoryPlannerPanel::updateDeriveButton()
 {
-    const auto config = m_document->config();
-    const bool scripted = source() == "experiment" && config && plannedFromItsStep(*config);
+    const bool scripted = plannedFromStep();
     std::string key;
     QString why;
     const bool traceable = scripted && derivedConfig(&key, &why).has_value();

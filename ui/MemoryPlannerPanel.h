@@ -14,6 +14,7 @@
 
 #include "config/RunConfig.h"
 #include "gpu/Catalogue.h"
+#include "memory/Architectures.h"
 #include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
 #include "memory/MemoryPlan.h"
@@ -56,7 +57,8 @@ public:
     // "experiment", a preset id ("llama-2-7b"), or "imported" once a file was imported.
     bool selectSource(const QString& source);
     QString source() const;
-    // Reads a Hugging Face config.json and plans for it.
+    // Reads a Hugging Face config.json and plans for it (by the hand-written
+    // plan, or, for a layout that plan lacks, from its own step: Derive plan).
     bool importHfConfig(const QString& path, QString* error);
 
     void setBatch(int batch);
@@ -130,11 +132,16 @@ private:
     // The plan of the inputs; with `quantize`, of the experiment's config
     // with its base stored so ("nf4", "none": the comparison line).
     std::optional<Plan> currentPlan(QString* why, const std::string* quantize = nullptr) const;
+    std::optional<Plan> derivedPlan(QString* why, const std::string* quantize, const std::string& reason,
+                                    const RunConfig& config) const;
     QString quantizedComparison() const; // "Base stored in NF4 (QLoRA): ..." or the unquantized plan
-    // The experiment's config with the planner's inputs applied (what a
-    // derived step is traced for) and its key (batch and sequence left out);
-    // nullopt with why when it cannot be traced.
+    // The config planned from its own step (the experiment's, or an imported
+    // config.json's as an experiment) with the planner's inputs applied (what
+    // a derived step is traced for) and its key (batch and sequence left
+    // out); nullopt with why when it cannot be traced.
     std::optional<RunConfig> derivedConfig(std::string* key, QString* why, const std::string* quantize = nullptr) const;
+    // Whether the source's plan is its own step's (not the hand replay's).
+    bool plannedFromStep() const;
     void deriveOrCancel();
     void updateDeriveButton();
     void updateCompareButton();
@@ -152,6 +159,10 @@ private:
     ConfigDocument* m_document;
     GpuTargetModel* m_targets = nullptr;
     std::optional<ArchitectureSpec> m_imported;
+    // An imported config.json whose layout the hand-written plan lacks: the
+    // experiment its step is traced from (memory/Architectures.h), and why.
+    std::optional<PublishedExperiment> m_importedStep;
+    QString m_importedReason;
     QString m_lastSource = "experiment";
 
     QComboBox* m_source;

@@ -2,13 +2,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
-
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -263,7 +260,7 @@ int printFit(const Args& args, bool bySeq, std::int64_t answer, std::int64_t bud
 struct Derived {
     RunConfig config;
     DerivedStep step;
-    std::shared_ptr<const std::filesystem::path> scratch; // a published model's folder, while it is planned
+    std::shared_ptr<const std::string> scratch; // a published model's scratch folder, while it is planned
 };
 
 // The text of --preset's or --hf-config's config.json, and where it is from.
@@ -291,51 +288,15 @@ bool publishedNeedsItsStep(const Args& args)
 }
 
 // A published model (a preset, or a config.json alone) as an experiment to
-// trace: a scratch folder holding its config.json (the recorder builds the
-// model at its probe widths; no weights are read) and a token file for the
-// config's validation; batch 1 and 512 tokens (at most its positions) unless
-// given, LoRA on attention unless --lora-targets says otherwise.
-RunConfig publishedExperiment(const Args& args, std::shared_ptr<const std::filesystem::path>& scratch)
+// trace (memory/Architectures.h), at --seq tokens and on --gpu's device.
+RunConfig publishedExperiment(const Args& args, std::shared_ptr<const std::string>& scratch)
 {
     const auto published = publishedConfig(args);
-    const auto model = modelFromHfConfig(published->first, published->second);
-    auto folder = std::filesystem::temp_directory_path() / ("trainbench-plan-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(folder);
-    scratch = std::shared_ptr<const std::filesystem::path>(new std::filesystem::path(folder), [](const std::filesystem::path* p) {
-        std::error_code ec;
-        std::filesystem::remove_all(*p, ec);
-        delete p;
-    });
-    std::ofstream(folder / "config.json", std::ios::binary) << published->first;
-    RunConfig c;
-    c.name = std::filesystem::path(published->second).stem().string();
-    c.device = args.value("--gpu") ? "cuda" : "cpu"; // fp16 is CUDA's
-    c.model.type = "hf";
-    c.model.path = folder.string();
-    c.data.source = "tokens";
-    c.data.seqLen = static_cast<int>(std::min<std::int64_t>(512, model.maxLen));
+    auto experiment = tb::publishedExperiment(published->first, published->second);
+    scratch = experiment.folder;
+    auto& c = experiment.config;
+    if (args.value("--gpu")) c.device = "cuda"; // fp16 is CUDA's
     if (auto t = args.integer("--seq", 1, 1 << 20)) c.data.seqLen = static_cast<int>(*t);
-    const bool wide = model.vocabSize > 65536;
-    c.data.tokenDtype = wide ? "uint32" : "uint16";
-    c.data.path = (folder / "tokens.bin").string();
-    {
-        // Enough ids for a training and a validation split of whole sequences.
-        const std::int64_t n = std::max<std::int64_t>(4096, 64 * (static_cast<std::int64_t>(c.data.seqLen) + 1));
-        std::vector<std::uint32_t> ids(static_cast<std::size_t>(n));
-        for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(i % model.vocabSize);
-        std::ofstream out(c.data.path, std::ios::binary);
-        for (const auto id : ids) {
-            if (wide) {
-                out.write(reinterpret_cast<const char*>(&id), 4);
-            } else {
-                const auto narrow = static_cast<std::uint16_t>(id);
-                out.write(reinterpret_cast<const char*>(&narrow), 2);
-            }
-        }
-    }
-    c.train.batchSize = 1;
-    c.train.precision = "fp32";
-    c.lora.targets = {"attn"};
     return c;
 }
 
@@ -357,7 +318,7 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
                              "step on this machine's CPU; set it in the config, or plan without --derived");
         }
     }
-    std::shared_ptr<const std::filesystem::path> scratch;
+    std::shared_ptr<const std::string> scratch;
     RunConfig config = path ? loadConfigFile(*path) : publishedExperiment(args, scratch);
     if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
     if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include <stdlib.h>
 
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
@@ -47,6 +50,44 @@ ArchitectureSpec architectureFromHfConfig(const std::string& content, const std:
     } catch (const InputError& e) {
         throw InputError(source + ": " + e.what() + "; a folder with this config.json is planned from its own step");
     }
+}
+
+PublishedExperiment publishedExperiment(const std::string& content, const std::string& source)
+{
+    PublishedExperiment out;
+    out.model = modelFromHfConfig(content, source);
+    std::string pattern = (std::filesystem::temp_directory_path() / "trainbench-plan-XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) {
+        throw InputError("cannot make a scratch folder in " + std::filesystem::temp_directory_path().string()
+                         + " to plan " + source + " from its step");
+    }
+    out.folder = std::shared_ptr<const std::string>(new std::string(pattern), [](const std::string* p) {
+        std::error_code ec;
+        std::filesystem::remove_all(*p, ec);
+        delete p;
+    });
+    const std::filesystem::path folder(pattern);
+    std::ofstream(folder / "config.json", std::ios::binary) << content;
+    // Eight ids of the narrowest width: the probes draw their own.
+    const bool wide = out.model.vocabSize > 65536;
+    std::ofstream(folder / "tokens.bin", std::ios::binary) << std::string(wide ? 32 : 16, '\0');
+    if (!std::filesystem::is_regular_file(folder / "tokens.bin")) {
+        throw InputError("cannot write a scratch folder in " + folder.parent_path().string() + " to plan " + source);
+    }
+    // Parsed as a config file is, so the folder's architecture fills the model's fields.
+    const json config = {{"name", std::filesystem::path(source).stem().string()},
+                         {"device", "cpu"},
+                         {"model", {{"type", "hf"}, {"path", pattern}}},
+                         {"data",
+                          {{"source", "tokens"},
+                           {"path", (folder / "tokens.bin").string()},
+                           {"token_dtype", wide ? "uint32" : "uint16"},
+                           {"seq_len", std::min(512, out.model.maxLen)}}},
+                         {"train", {{"batch_size", 1}, {"precision", "fp32"}}}};
+    out.config = parseConfig(config.dump(), source);
+    auto& c = out.config;
+    c.lora.targets = {"attn"};
+    return out;
 }
 
 ArchitectureSpec loadHfConfigFile(const std::string& path)

@@ -5,10 +5,12 @@
 // presets in resources/architectures/ (published config.json values plus the
 // published parameter count).
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "config/ModelSpec.h"
+#include "config/RunConfig.h"
 #include "memory/Estimator.h"
 
 namespace tb {
@@ -30,6 +32,19 @@ ModelSpec modelFromHfConfig(const std::string& json, const std::string& source);
 // The same, as the hand-written plan describes it.
 ArchitectureSpec architectureFromHfConfig(const std::string& json, const std::string& source);
 ArchitectureSpec loadHfConfigFile(const std::string& path);
+
+// A published model (a preset's or a config.json's values) as an experiment
+// whose step can be traced: a scratch folder holding the config.json (the
+// recorder builds the model at its probe widths; no weights are read) and a
+// token file for the config's validation (the probes draw their own ids);
+// 512 tokens (at most its positions), batch 1, fp32, LoRA on attention when
+// a rank is set. The folder is removed when the last copy of `folder` goes.
+struct PublishedExperiment {
+    RunConfig config;
+    ModelSpec model;
+    std::shared_ptr<const std::string> folder;
+};
+PublishedExperiment publishedExperiment(const std::string& json, const std::string& source);
 
 // The bundled presets, sorted by id.
 const std::vector<ArchitecturePreset>& bundledArchitectures();
