@@ -725,6 +725,19 @@ void TestDerivedPlan::publishedConfigPlannedFromItsStep()
     QCOMPARE(b["trainable_parameters"].toDouble(), a["trainable_parameters"].toDouble());
     // The scratch folders it planned from are gone.
     QCOMPARE(QDir::temp().entryList({"trainbench-plan-*"}, QDir::Dirs), scratchBefore);
+    // A config.json the trainer does not train has no step to trace: the
+    // error names the user's file, not the scratch folder.
+    QFile lookAlike(dir.filePath("other.json"));
+    QVERIFY(lookAlike.open(QIODevice::WriteOnly));
+    lookAlike.write(R"({"model_type": "other_lm", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96,
+        "num_hidden_layers": 2, "num_attention_heads": 4})");
+    lookAlike.close();
+    const auto refused = cli({"estimate", "--derived", "--hf-config", lookAlike.fileName()});
+    QVERIFY(refused.code != 0);
+    QVERIFY2(refused.err.contains(lookAlike.fileName().toUtf8()) && !refused.err.contains("trainbench-plan-")
+                 && refused.err.contains("plan it without --derived"),
+             refused.err.constData());
+    QVERIFY(cli({"estimate", "--hf-config", lookAlike.fileName()}).code == 0); // the hand-written plan reads it
     // A preset with --derived: as Trainbench would train it, with its published parameter count.
     const auto preset = cli({"estimate", "--derived", "--preset", "gpt2", "--seq", "32", "--json"});
     QVERIFY2(preset.code == 0, preset.err.constData());

@@ -56,6 +56,15 @@ PublishedExperiment publishedExperiment(const std::string& content, const std::s
 {
     PublishedExperiment out;
     out.model = modelFromHfConfig(content, source);
+    try {
+        // What the trainer refuses has no step to trace: said of the user's
+        // file (the scratch folder's name would mean nothing to them).
+        (void)hfArchitectureFromJson(content, source, HfReading::Train);
+    } catch (const InputError& e) {
+        throw InputError(std::string(e.what()) + "; its step cannot be traced (the trainer does not build it)"
+                         + (handReplayGap(out.model).empty() ? ", but the hand-written plan reads it: plan it without --derived"
+                                                              : ""));
+    }
     std::string pattern = (std::filesystem::temp_directory_path() / "trainbench-plan-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) {
         throw InputError("cannot make a scratch folder in " + std::filesystem::temp_directory_path().string()
