@@ -77,14 +77,10 @@ bool MemoryPlannerPanel::selectSource(const QString& source)
 
 bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
 {
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly)) {
-        if (error) *error = tr("%1: cannot read the file (%2)").arg(path, file.errorString());
-        return false;
-    }
-    const std::string text = file.readAll().toStdString(), source = path.toStdString();
+    const std::string source = path.toStdString();
     ModelSpec model;
     try {
+        const auto text = readHfConfigText(source);
         model = modelFromHfConfig(text, source);
         if (const auto gap = handReplayGap(model); !gap.empty()) {
             // Planned from its own step, traced from a scratch folder holding the config.json.
@@ -92,7 +88,7 @@ bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
             m_importedReason = QString::fromStdString(gap);
             m_imported.reset();
         } else {
-            m_imported = architectureFromHfConfig(text, source);
+            m_imported = architectureFromHfModel(model, source);
             m_importedStep.reset();
         }
     } catch (const std::exception& e) {

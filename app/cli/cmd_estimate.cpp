@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -272,11 +271,7 @@ std::optional<std::pair<std::string, std::string>> publishedConfig(const Args& a
     }
     const auto hf = args.value("--hf-config");
     if (!hf) return std::nullopt;
-    std::ifstream in(*hf, std::ios::binary);
-    if (!in) throw InputError(*hf + ": cannot read the file (does it exist?)");
-    std::stringstream text;
-    text << in.rdbuf();
-    return std::pair{text.str(), *hf};
+    return std::pair{readHfConfigText(*hf), *hf};
 }
 
 // A published model whose hand-written plan has a gap (Qwen3's norms, Phi-3's

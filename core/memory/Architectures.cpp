@@ -42,7 +42,11 @@ ModelSpec modelFromHfConfig(const std::string& content, const std::string& sourc
 
 ArchitectureSpec architectureFromHfConfig(const std::string& content, const std::string& source)
 {
-    const auto model = modelFromHfConfig(content, source);
+    return architectureFromHfModel(modelFromHfConfig(content, source), source);
+}
+
+ArchitectureSpec architectureFromHfModel(const ModelSpec& model, const std::string& source)
+{
     try {
         auto a = architectureOf(model);
         a.name = model.hfFamily;
@@ -99,13 +103,18 @@ PublishedExperiment publishedExperiment(const std::string& content, const std::s
     return out;
 }
 
-ArchitectureSpec loadHfConfigFile(const std::string& path)
+std::string readHfConfigText(const std::string& path)
 {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw InputError(path + ": cannot read the file (does it exist?)");
     std::stringstream buffer;
     buffer << in.rdbuf();
-    return architectureFromHfConfig(buffer.str(), path);
+    return buffer.str();
+}
+
+ArchitectureSpec loadHfConfigFile(const std::string& path)
+{
+    return architectureFromHfConfig(readHfConfigText(path), path);
 }
 
 const std::vector<ArchitecturePreset>& bundledArchitectures()
@@ -124,7 +133,7 @@ const std::vector<ArchitecturePreset>& bundledArchitectures()
             published.erase("_trainbench");
             p.configJson = published.dump(2);
             p.model = modelFromHfConfig(p.configJson, where);
-            p.arch = architectureFromHfConfig(entry.dump(), where);
+            p.arch = architectureFromHfModel(p.model, where);
             p.arch.name = p.title;
             p.arch.publishedParameters = meta.at("published_parameters").get<std::int64_t>();
             out.push_back(std::move(p));
