@@ -688,7 +688,9 @@ void TestDerivedPlan::cliRefusesWhatDoesNotApply()
 // as Trainbench would train it: a model the hand-written plan lacks (here a
 // head size apart from hidden / heads, as in Qwen3) was refused ("a folder
 // with this config.json is planned from its own step", but there was no
-// folder). The plan equals the one of a folder holding that config.json.
+// folder). The plan equals the one of a folder holding that config.json,
+// LoRA under mixed precision over a base kept in bf16, as a published model
+// is fine-tuned (and as the hand plan plans a preset: TrainingSetup::halfBase).
 void TestDerivedPlan::publishedConfigPlannedFromItsStep()
 {
     QTemporaryDir dir;
@@ -709,7 +711,8 @@ void TestDerivedPlan::publishedConfigPlannedFromItsStep()
     QFile c(config);
     QVERIFY(c.open(QIODevice::WriteOnly));
     c.write(QString(R"({"name": "q", "device": "cpu", "model": {"type": "hf", "path": "%1"},
-        "data": {"source": "tokens", "path": "%2", "seq_len": 48}, "train": {"batch_size": 3, "precision": "bf16"},
+        "data": {"source": "tokens", "path": "%2", "seq_len": 48},
+        "train": {"batch_size": 3, "precision": "bf16", "weights_dtype": "bf16"},
         "lora": {"rank": 4, "targets": ["attn", "mlp"]}})").arg(dir.filePath("folder"), tokens.fileName()).toUtf8());
     c.close();
     const auto folder = cli({"estimate", "--config", config, "--json"});

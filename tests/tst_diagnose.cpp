@@ -328,9 +328,20 @@ void TestDiagnose::lossScalingWithHalfWeights()
     QVERIFY2(f, kinds(findings).c_str());
     QCOMPARE(f->severity, Severity::Error);
     QVERIFY(!find(runPreflight(applyAutoFix(c, f->autoFix), gpu("A100")), "amp_scaler_dtype"));
-    // LoRA adapters stay fp32 over a half-precision base: no scaler problem.
+    // LoRA adapters stay fp32 over a half-precision base: no scaler problem,
+    // and it trains (not a planning field).
     c.lora.rank = 8;
-    QVERIFY(!find(runPreflight(c, gpu("A100")), "amp_scaler_dtype"));
+    auto lora = runPreflight(c, gpu("A100"));
+    QVERIFY2(!find(lora, "amp_scaler_dtype") && !find(lora, "planning_only") && !find(lora, "half_base_precision"),
+             kinds(lora).c_str());
+    // A half-precision base's products need autocast: fp32 is an error, fixed
+    // by loading the base in fp32. (The trainer refuses it, with the same words.)
+    c.train.precision = "fp32";
+    lora = runPreflight(c, gpu("A100"));
+    const auto* half = find(lora, "half_base_precision");
+    QVERIFY2(half && half->severity == Severity::Error, kinds(lora).c_str());
+    QCOMPARE(half->cause, halfBaseProblem(c, "fp32") + ".");
+    QVERIFY(!find(runPreflight(applyAutoFix(c, half->autoFix), gpu("A100")), "half_base_precision"));
 }
 
 void TestDiagnose::memoryOverAndNearBudget()

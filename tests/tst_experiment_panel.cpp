@@ -51,6 +51,7 @@ private Q_SLOTS:
     void openModelFolder();
     void leftOutFieldsShowWhatTrains();
     void tunedSettingsHaveFieldsWithTheirDefaults();
+    void halfPrecisionBaseWaitsForLora();
     void schedulePreviewDrawsTheRateAsEdited();
     void estimateIsInTheUnitThatSuitsIt();
     void menuShortcutsAreTheDocumentedOnes();
@@ -331,6 +332,36 @@ void TestExperimentPanel::tunedSettingsHaveFieldsWithTheirDefaults()
     QVERIFY(!m_window->document()->isValid()); // a GPT has no q_proj: the field says so
     QVERIFY2(panel->fieldMessage("lora.targets").contains("q_proj"), qPrintable(panel->fieldMessage("lora.targets")));
     QVERIFY(line("lora.targets")->toolTip().contains("This model's: attn, mlp"));
+}
+
+// The base's dtype (train.weights_dtype) is a LoRA setting: its field
+// waits for a rank (and for no quantized base), and a config with it is
+// planned from its own step, as the hand replay does not model it.
+void TestExperimentPanel::halfPrecisionBaseWaitsForLora()
+{
+    m_window->resize(1600, 1000);
+    auto* panel = m_window->experimentPanel();
+    auto* base = qobject_cast<QComboBox*>(panel->fieldEditor("train.weights_dtype"));
+    QVERIFY(base);
+    QCOMPARE(base->currentText(), QString("fp32"));
+    QVERIFY(base->toolTip().endsWith("Default: fp32"));
+    QVERIFY(!base->isEnabled());
+    typeInto(line("lora.rank"), "8");
+    QVERIFY(base->isEnabled());
+    qobject_cast<QComboBox*>(panel->fieldEditor("train.precision"))->setCurrentText("bf16");
+    base->setCurrentText("bf16");
+    QCOMPARE(m_window->document()->value("train.weights_dtype").toString(), QString("bf16"));
+    const auto config = m_window->document()->config();
+    QVERIFY(config && config->train.weightsDtype == "bf16");
+    QVERIFY2(panel->estimateText().contains("a LoRA base kept in bf16 is planned from its own training step"), qPrintable(panel->estimateText()));
+    QScrollArea* form = nullptr;
+    for (QWidget* w = base->parentWidget(); w && !form; w = w->parentWidget()) form = qobject_cast<QScrollArea*>(w);
+    QVERIFY(form);
+    form->ensureWidgetVisible(base, 0, 200);
+    QCoreApplication::processEvents();
+    m_window->grab().save(QDir::currentPath() + "/experiment-half-base.png");
+    typeInto(line("lora.rank"), "0");
+    QVERIFY(!base->isEnabled());
 }
 
 // The learning-rate preview is the trainer's schedule, drawn again as the

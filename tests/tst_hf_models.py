@@ -922,10 +922,12 @@ def chat_planning(tmp):
            "data": {"source": "chat", "path": data, "seq_len": 96, "val_fraction": 0.2},
            "train": {"batch_size": 6, "steps": 2, "eval_every": 2, "eval_batches": 40, "threads": 1}}
     lora = dict(cfg, train=dict(cfg["train"], precision="bf16"), lora={"rank": 4, "targets": ["q_proj", "v_proj"]})
-    # bf16 weights (train.weights_dtype) are a setup to plan, not to run.
+    # LoRA over a base kept in bf16 (PEFT's way with a published model) trains;
+    # bf16 weights without LoRA (train.weights_dtype) are a setup to plan, not to run.
+    halfbase = dict(lora, train=dict(lora["train"], weights_dtype="bf16"))
     loaded = dict(cfg, train=dict(cfg["train"], precision="bf16", weights_dtype="bf16"))
     paths = {}
-    for name, c in (("fp32", cfg), ("lora", lora), ("loaded", loaded)):
+    for name, c in (("fp32", cfg), ("lora", lora), ("halfbase", halfbase), ("loaded", loaded)):
         paths[name] = os.path.join(tmp, name + ".json")
         with open(paths[name], "w") as f:
             json.dump(c, f)
@@ -936,7 +938,8 @@ def chat_planning(tmp):
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess([CLI, *args], -1, "", "did not finish in 300 s")
     cases = [("chat data", "fp32", ["measure"], ["estimate"]),
-             ("chat data, bf16 LoRA q,v", "lora", ["measure"], ["estimate"])]
+             ("chat data, bf16 LoRA q,v", "lora", ["measure"], ["estimate"]),
+             ("chat data, bf16 LoRA q,v, bf16 base", "halfbase", ["measure"], ["estimate"])]
     if DATA_PARALLEL:
         cases += [("chat data, 2 ranks", "fp32", ["measure", "--nproc", "2"], ["estimate", "--gpus", "2"]),
                   ("chat data, 2 ranks, derived", "fp32", None, ["estimate", "--derived", "--gpus", "2"])]

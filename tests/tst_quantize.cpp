@@ -125,6 +125,7 @@ private Q_SLOTS:
     void configNamesWhatIsWrong_data();
     void configNamesWhatIsWrong();
     void qloraRunResumesExactly();
+    void halfBaseLoraTrainsResumesAndHoldsLess();
     void resumedFolderRunTakesItsBaseFromTheCheckpoint();
     void qloraRunExportsItsModel();
     void preflightOffersNf4WhereLoraDoesNotFit();
@@ -392,6 +393,97 @@ void TestQuantize::qloraRunResumesExactly()
         QCOMPARE(resumed.size(), uninterrupted.size());
         for (std::size_t i = 0; i < resumed.size(); ++i) QCOMPARE(resumed[i], uninterrupted[i]);
         QVERIFY(uninterrupted.back() < uninterrupted.front());
+    }
+}
+
+// LoRA over a base kept in half precision (train.weights_dtype, as PEFT
+// loads a published model): the frozen parameters are stored in it and the
+// adapters train in fp32 under autocast. The run learns, resumes exactly,
+// its checkpoint holds the base as trained and export writes it in its dtype, and its step's peak is below
+// the fp32 base's (no fp32 weights, no casts of them kept for backward).
+// fp32 products over a half base are refused naming both fields. (The
+// trainer refused train.weights_dtype: a setup it only planned.)
+void TestQuantize::halfBaseLoraTrainsResumesAndHoldsLess()
+{
+    auto config = qloraConfig("none");
+    config.model.quantize = "none";
+    config.train.precision = "bf16";
+    const auto peakOf = [](const RunConfig& c) {
+        TrainerOptions options;
+        options.measureMemory = true;
+        Trainer trainer(c, options);
+        std::int64_t peak = 0;
+        TrainerCallbacks callbacks;
+        callbacks.onStep = [&](const StepMetrics& s) { peak = std::max(peak, s.memPeakBytes); };
+        if (trainer.run(callbacks).status != TrainResult::Status::Finished) return std::int64_t{-1};
+        return peak;
+    };
+    auto fp32Base = config;
+    fp32Base.train.steps = 2;
+    const auto fp32Peak = peakOf(fp32Base);
+    for (const std::string dtype : {"bf16", "fp16"}) {
+        config.train.weightsDtype = dtype;
+        QTemporaryDir dir;
+        std::vector<double> uninterrupted, resumed;
+        {
+            Trainer trainer(config, {});
+            QCOMPARE(lossesOf(trainer, uninterrupted, -1).status, TrainResult::Status::Finished);
+        }
+        std::string checkpoint;
+        {
+            TrainerOptions options;
+            options.checkpointDir = dir.filePath("ckpt").toStdString();
+            Trainer trainer(config, options);
+            const auto result = lossesOf(trainer, resumed, 4);
+            QCOMPARE(result.status, TrainResult::Status::Cancelled);
+            checkpoint = result.lastCheckpoint;
+        }
+        const auto half = dtype == "bf16" ? torch::kBFloat16 : torch::kHalf;
+        int frozen = 0, adapters = 0;
+        for (const auto& [name, t] : readModelWeights(checkpoint)) {
+            if (!t.is_floating_point()) continue;
+            const bool adapter = isAdapterName(name);
+            QVERIFY2(t.scalar_type() == (adapter ? torch::kFloat : half), (name + " is " + std::string(c10::toString(t.scalar_type()))).c_str());
+            ++(adapter ? adapters : frozen);
+        }
+        QVERIFY(frozen > 10 && adapters > 0);
+        // Exported, the base leaves in its dtype: with the adapters apart (fp32), or merged into it.
+        const auto apart = dir.filePath("apart").toStdString(), merged = dir.filePath("merged").toStdString();
+        exportModel(config, checkpoint, apart, false);
+        exportModel(config, checkpoint, merged, true);
+        for (const auto& [name, t] : readSafetensors(apart + "/model.safetensors")) {
+            QVERIFY2(t.scalar_type() == (isAdapterName(name) ? torch::kFloat : half), name.c_str());
+        }
+        for (const auto& [name, t] : readSafetensors(merged + "/model.safetensors")) {
+            QVERIFY2(t.scalar_type() == half && !isAdapterName(name), name.c_str());
+        }
+        std::ifstream configJson(merged + "/config.json");
+        const std::string exported((std::istreambuf_iterator<char>(configJson)), std::istreambuf_iterator<char>());
+        QVERIFY2(exported.find(dtype == "bf16" ? "\"bfloat16\"" : "\"float16\"") != std::string::npos, exported.c_str());
+        {
+            TrainerOptions options;
+            options.resumeFrom = checkpoint;
+            Trainer trainer(config, options);
+            QCOMPARE(trainer.startStep(), 4);
+            QCOMPARE(lossesOf(trainer, resumed, -1).status, TrainResult::Status::Finished);
+        }
+        QCOMPARE(resumed.size(), uninterrupted.size());
+        for (std::size_t i = 0; i < resumed.size(); ++i) QCOMPARE(resumed[i], uninterrupted[i]);
+        QVERIFY(uninterrupted.back() < uninterrupted.front());
+        auto two = config;
+        two.train.steps = 2;
+        const auto peak = peakOf(two);
+        QVERIFY2(peak > 0 && peak < fp32Peak, (dtype + ": " + std::to_string(peak) + " against " + std::to_string(fp32Peak)).c_str());
+    }
+    auto fp32 = config;
+    fp32.train.precision = "fp32";
+    try {
+        Trainer trainer(fp32, {});
+        QFAIL("fp32 products over an fp16 base were accepted");
+    } catch (const InputError& e) {
+        const std::string what = e.what();
+        QVERIFY2(what.find("train.weights_dtype \"fp16\"") != std::string::npos && what.find("train.precision") != std::string::npos,
+                 e.what());
     }
 }
 

@@ -116,6 +116,10 @@ QWidget* ExperimentPanel::buildForm()
                 "as the step runs; a bitsandbytes folder sets it itself"));
     addField(form, tr("Double quantization"), "model.double_quant", Kind::Flag, {},
              tr("nf4: the blocks' scales stored in 8 bits too (about 0.37 bits a weight less)"));
+    addField(form, tr("Base weights"), "train.weights_dtype", Kind::Choice, {"fp32", "bf16", "fp16"},
+             tr("LoRA: the frozen base kept in bf16 or fp16, as PEFT loads a published model (half its "
+                "memory, no casts of it kept for backward); the adapters train in fp32 under autocast, so "
+                "the precision must be bf16, fp16 or auto on a GPU"));
     auto placeholder = [&](const QString& path, const QString& text) {
         if (auto* edit = qobject_cast<QLineEdit*>(fieldEditor(path))) edit->setPlaceholderText(text);
     };
@@ -147,6 +151,7 @@ QString ExperimentPanel::defaultText(const QString& path)
     // Fields a config's JSON carries only when set (a quantized base).
     if (v.isUndefined() && path == "model.quantize") return QString::fromStdString(RunConfig{}.model.quantize);
     if (v.isUndefined() && path == "model.double_quant") return RunConfig{}.model.doubleQuant ? "true" : "false";
+    if (v.isUndefined() && path == "train.weights_dtype") return QString::fromStdString(RunConfig{}.train.weightsDtype);
     return fieldText(v);
 }
 

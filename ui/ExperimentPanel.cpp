@@ -379,6 +379,10 @@ void ExperimentPanel::refreshFromDocument()
         else if (f.path == "data.skip_bad_lines") relevant = source == "text" || source == "jsonl" || source == "chat";
         else if (f.path == "model.quantize") relevant = modelType == "llama" || modelType == "hf";
         else if (f.path == "model.double_quant") relevant = m_document->effectiveValue("model.quantize").toString() == "nf4";
+        else if (f.path == "train.weights_dtype") {
+            relevant = m_document->effectiveValue("lora.rank").toInt() > 0
+                && m_document->effectiveValue("model.quantize").toString("none") == "none";
+        }
         if (f.path == "model.path") relevant = scripted;
         else if (f.path == "data.source" && modelType == "hf") relevant = true;
         else if (builtInOnly.contains(f.path)) relevant = !scripted;
@@ -579,6 +583,10 @@ void ExperimentPanel::updateEstimate()
                                 ? tr("Memory estimate: a quantized base (%1) is planned from its own training step "
                                      "(Memory planner, Derive plan; trainbench-cli estimate).")
                                       .arg(QString::fromStdString(config->model.quantize))
+                            : config->lora.rank > 0 && config->train.weightsDtype != "fp32"
+                                ? tr("Memory estimate: a LoRA base kept in %1 is planned from its own training step "
+                                     "(Memory planner, Derive plan; trainbench-cli estimate).")
+                                      .arg(QString::fromStdString(config->train.weightsDtype))
                                 : tr("Memory estimate: this model (%1) is planned from its own training step (Memory "
                                      "planner, Derive plan; trainbench-cli estimate).")
                                       .arg(QString::fromStdString(ownStepReason(*config))));

@@ -387,21 +387,6 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
                   "traced with it: choose AdamW or SGD.");
         return std::nullopt;
     }
-    const bool halfWeights = config->train.weightsDtype != "fp32", offload = config->train.offload != "none";
-    if (halfWeights || offload) {
-        const QString weightsField = tr("train.weights_dtype \"%1\"").arg(QString::fromStdString(config->train.weightsDtype));
-        const QString offloadField = tr("train.offload \"%1\"").arg(QString::fromStdString(config->train.offload));
-        const QString fields = halfWeights && offload ? tr("%1 and %2").arg(weightsField, offloadField)
-                               : halfWeights          ? weightsField
-                                                      : offloadField;
-        const QString fixes = halfWeights && offload ? tr("train.weights_dtype to \"fp32\" and train.offload to \"none\"")
-                              : halfWeights          ? tr("train.weights_dtype to \"fp32\"")
-                                                     : tr("train.offload to \"none\"");
-        *why = tr("This model's plan is derived from its own training step, which Trainbench runs with the "
-                  "weights in fp32 on the device; %1 is a setup it only plans. Set %2 to derive it.")
-                   .arg(fields, fixes);
-        return std::nullopt;
-    }
     auto& c = *config;
     c.train.precision = precision.toStdString(); // the trainer's own names, bf16-pure included
     c.optim.optimizer = optimizer == "adamw" ? "adamw" : "sgd";
@@ -417,6 +402,26 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
         for (const QString& t : targets.split(',', Qt::SkipEmptyParts)) c.lora.targets.push_back(t.toStdString());
     }
     c.train.gradAccum = m_gradAccum->value();
+    if (source() != "experiment") loadBaseAsPublished(c); // as currentPlan's halfBase
+    const bool halfWeights = config->train.weightsDtype != "fp32" && config->lora.rank <= 0, offload = config->train.offload != "none";
+    if (halfWeights || offload) {
+        const QString weightsField = tr("train.weights_dtype \"%1\"").arg(QString::fromStdString(config->train.weightsDtype));
+        const QString offloadField = tr("train.offload \"%1\"").arg(QString::fromStdString(config->train.offload));
+        const QString fields = halfWeights && offload ? tr("%1 and %2").arg(weightsField, offloadField)
+                               : halfWeights          ? weightsField
+                                                      : offloadField;
+        const QString fixes = halfWeights && offload ? tr("train.weights_dtype to \"fp32\" and train.offload to \"none\"")
+                              : halfWeights          ? tr("train.weights_dtype to \"fp32\"")
+                                                     : tr("train.offload to \"none\"");
+        *why = tr("This model's plan is derived from its own training step, which Trainbench runs with the "
+                  "trainable weights in fp32 (or bf16-pure) on the device; %1 is a setup it only plans. Set %2 to derive it.")
+                   .arg(fields, fixes);
+        return std::nullopt;
+    }
+    if (const auto problem = halfBaseProblem(c, c.train.precision); !problem.empty()) {
+        *why = QString::fromStdString(problem);
+        return std::nullopt;
+    }
     if (source() == "imported") c.data.seqLen = seqLen(); // (the key leaves it out)
     c = StepDeriver::standalone(std::move(c));
     *key = StepDeriver::keyFor(c);

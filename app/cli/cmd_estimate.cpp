@@ -345,6 +345,7 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     // The step traced is the one the target runs: "auto" precision resolved
     // there (fp16 on a T4), as the Memory planner traces it.
     if (gpu && config.train.precision == "auto") config.train.precision = planOnTarget(config, gpu).setup.precision;
+    if (!path) loadBaseAsPublished(config);
     DerivedPlanProgress progress;
     progress.onTrace = [](int traced, std::int64_t b, std::int64_t t) {
         std::fprintf(stderr, "traced step %d (batch %lld, sequence %lld)\n", traced, static_cast<long long>(b),

@@ -405,4 +405,20 @@ std::vector<std::string> loraTargetNames(const RunConfig& config)
     return kBlockTargets;
 }
 
+std::string halfBaseProblem(const RunConfig& config, const std::string& precision)
+{
+    const auto& dtype = config.train.weightsDtype;
+    if (dtype == "fp32" || config.lora.rank <= 0) return {};
+    if (precision == "fp32") {
+        return "train.weights_dtype \"" + dtype + "\" stores the frozen base in " + dtype
+            + ", and its products need autocast: train.precision is fp32" + (config.train.precision == "auto" ? " here (auto)" : "")
+            + ". Set train.precision to \"bf16\" (\"fp16\" on a GPU without bf16), or train.weights_dtype to \"fp32\"";
+    }
+    if (precision == "bf16-pure" && dtype != "bf16") {
+        return "train.precision \"bf16-pure\" keeps every weight in bf16, so a base in " + dtype
+            + " is not kept: set train.weights_dtype to \"bf16\" (or \"fp32\")";
+    }
+    return {};
+}
+
 } // namespace tb

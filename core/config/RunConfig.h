@@ -159,6 +159,11 @@ inline bool plannableModel(const RunConfig& config) { return config.model.type !
 // Every problem of an already-built config (ranges, combinations). Empty = valid.
 // With checkFiles, data.path must name an existing file.
 std::vector<ConfigIssue> validateConfig(const RunConfig& config, bool checkFiles = true);
+// LoRA over a base kept in train.weights_dtype (fp16 or bf16; the adapters
+// in fp32): why it cannot train at `precision` (the resolved one, or as
+// asked; "auto" passes), or "". Its products need autocast (not fp32), and
+// bf16-pure keeps every weight in bf16. The trainer and preflight ask it.
+std::string halfBaseProblem(const RunConfig& config, const std::string& precision);
 // The whole config as pretty JSON, every key present.
 std::string configToJson(const RunConfig& config);
 // Every field a config can set, as sorted dotted paths ("optim.lr",

@@ -151,6 +151,13 @@ void precisionRules(const RunConfig& c, const Target& target, std::vector<Findin
         out.push_back(make("precision_choice", Severity::Info, "Precision: " + decision.precision + " on " + target.label,
                            decision.reason, "Nothing to do; set train.precision to choose yourself."));
     }
+    if (const auto problem = halfBaseProblem(c, precision); !problem.empty()) {
+        auto f = make("half_base_precision", Severity::Error, "A half-precision LoRA base at this precision",
+                      problem + ".", "Train the adapters under autocast, or load the base in fp32.");
+        f.autoFix = {{"train.weights_dtype", "\"fp32\""}};
+        f.autoFixLabel = "Load the base in fp32";
+        out.push_back(std::move(f));
+    }
     // fp16 mixed precision scales the loss; the scaler unscales fp32 master gradients only.
     const bool lossScaling = precision == "fp16";
     if (lossScaling && c.train.weightsDtype != "fp32" && c.lora.rank == 0) {
@@ -194,11 +201,12 @@ void setupRules(const RunConfig& c, std::vector<Finding>& out)
         f.autoFixLabel = "Turn offload off";
         out.push_back(std::move(f));
     }
-    if (c.train.offload != "none" || c.train.weightsDtype != "fp32") {
+    if (c.train.offload != "none" || (c.train.weightsDtype != "fp32" && c.lora.rank <= 0)) {
         out.push_back(make("planning_only", Severity::Info, "Planning fields in use",
-                           "train.offload and train.weights_dtype describe a setup to plan; Trainbench itself trains "
-                           "fp32 weights (with train.precision for autocast) on one device and refuses to launch "
-                           "with them set.",
+                           "train.offload, and train.weights_dtype without LoRA, describe a setup to plan; Trainbench "
+                           "itself keeps the weights on one device and trains fp32 master weights (with "
+                           "train.precision for autocast) or bf16-pure ones, and refuses to launch with them set. "
+                           "With lora.rank the frozen base is kept in train.weights_dtype.",
                            "Set train.offload to \"none\" and train.weights_dtype to \"fp32\" to train this config here."));
     }
     if (c.optim.warmupSteps >= c.train.steps && c.train.steps > 0) {
@@ -365,6 +373,7 @@ std::optional<MemoryEstimate> nf4Fits(const RunConfig& c, const Target& target, 
     nf4 = c;
     nf4.model.quantize = "nf4";
     nf4.model.doubleQuant = true;
+    nf4.train.weightsDtype = "fp32"; // (a quantized base is not also kept in half precision)
     if (!validateConfig(nf4, false).empty()) return std::nullopt;
     const auto plan = ownStepPlan(nf4, target, t);
     if (!plan) return std::nullopt;
@@ -395,12 +404,17 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     // A config the hand replay does not model is planned from its own step
     // when the caller derived it. Without that plan: a folder whose head size
     // is not hidden / heads is planned narrower than it is (a lower bound:
-    // "does not fit" holds, "fits" does not follow); a quantized base is
-    // planned as its unquantized self (an upper bound: "fits" holds).
-    const bool ownStep = plannedFromItsStep(c), quantized = c.model.quantize != "none";
+    // "does not fit" holds, "fits" does not follow); a quantized base, or a
+    // LoRA base kept in half precision, is planned as its fp32 self (an
+    // upper bound: "fits" holds).
+    const bool ownStep = plannedFromItsStep(c), halfBase = c.lora.rank > 0 && c.train.weightsDtype != "fp32";
+    const bool quantized = c.model.quantize != "none" || halfBase;
+    const std::string storedIn = c.model.quantize != "none" ? c.model.quantize : c.train.weightsDtype;
+    const std::string baseKind = c.model.quantize != "none" ? "quantized" : "half-precision";
     const auto derived = ownStep ? ownStepPlan(c, target, t) : nullptr;
     auto plain = c;
     plain.model.quantize = "none";
+    plain.train.weightsDtype = "fp32";
     // Unquantized, a folder whose head size is its own is itself under its
     // step: no bound either way without the derived plan.
     const bool noBound = !derived && quantized && plannedFromItsStep(plain);
@@ -416,8 +430,8 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     }
     if (noBound) {
         out.push_back(make("memory_not_planned", Severity::Info,
-                           "The quantized base's memory is planned from its own training step",
-                           "Its heads are not hidden / heads wide and its base is stored in " + c.model.quantize
+                           "The " + baseKind + " base's memory is planned from its own training step",
+                           "Its heads are not hidden / heads wide and its base is stored in " + storedIn
                                + ": only its own step's plan says what it takes (derived in seconds).",
                            "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
                            "planner's Derive plan; a run records it as it starts."));
@@ -445,9 +459,9 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     }
     if (upperBound) {
         out.push_back(make("memory_not_planned", Severity::Info,
-                           "The quantized base's memory is planned from its own training step",
-                           "Planned with its base unquantized, an upper bound, this config peaks at " + byteSizeText(e.peakBytes)
-                               + " (" + share + " of " + target.label + "); stored in " + c.model.quantize
+                           "The " + baseKind + " base's memory is planned from its own training step",
+                           "Planned with its base in fp32, an upper bound, this config peaks at " + byteSizeText(e.peakBytes)
+                               + " (" + share + " of " + target.label + "); stored in " + storedIn
                                + " it takes less, which its own step's plan says (derived in seconds).",
                            "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
                            "planner's Derive plan; a run records it as it starts."));
@@ -526,6 +540,7 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                 + byteSizeText(budget) + ".";
             f.numbers["nf4_peak_bytes"] = static_cast<double>(nf4Plan->peakBytes);
             f.autoFix = {{"model.quantize", "\"nf4\""}};
+            if (c.train.weightsDtype != "fp32") f.autoFix.push_back({"train.weights_dtype", "\"fp32\""});
             f.autoFixLabel = "Store the base in NF4 (QLoRA)";
         } else if (b > 0) {
             f.fix = (largest > 0 ? "At most batch " + std::to_string(largest) + " fits, with under 10% to spare."

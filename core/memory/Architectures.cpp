@@ -162,4 +162,12 @@ const ArchitecturePreset& findArchitecture(const std::string& name)
                      + " (or describe the model with --hf-config FILE)");
 }
 
+void loadBaseAsPublished(RunConfig& config)
+{
+    const auto& precision = config.train.precision;
+    if (config.lora.rank > 0 && config.model.quantize == "none" && (precision == "bf16" || precision == "fp16")) {
+        config.train.weightsDtype = precision;
+    }
+}
+
 } // namespace tb

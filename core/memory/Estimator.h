@@ -190,14 +190,16 @@ ArchitectureSpec architectureOf(const ModelSpec& model);
 std::string handReplayGap(const ModelSpec& model);
 // Whether the config is planned from its own training step only (the derived
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
-// model, a quantized base (model.quantize), dropout on LoRA adapters, and a
+// model, a quantized base (model.quantize), a LoRA base kept in half
+// precision (train.weights_dtype), dropout on LoRA adapters, and a
 // Llama-family Hugging Face folder with what the replay does not model (a
 // head size that is not hidden / heads, Qwen3's query and key norms, Phi-3's
 // fused projections). False
 // when the folder cannot be read (the replay's plan says why).
 bool plannedFromItsStep(const RunConfig& config);
 // Why, in words, for a config planned from its own step ("a TorchScript
-// model", "a quantized base (nf4)", "dropout on its LoRA adapters (0.05)",
+// model", "a quantized base (nf4)", "a LoRA base kept in bf16
+// (train.weights_dtype)", "dropout on its LoRA adapters (0.05)",
 // "a head size apart from hidden / heads", "query and key norms (qwen3)");
 // empty for one the hand replay plans.
 std::string ownStepReason(const RunConfig& config);

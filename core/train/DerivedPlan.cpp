@@ -184,6 +184,10 @@ RunConfig stepConfig(const RunConfig& base, std::int64_t B, std::int64_t T, Trai
     if (c.train.precision == "fp16") {
         c.train.precision = "bf16";
         options.forceLossScaling = true;
+        // A half-precision LoRA base: autocast's casts of it are no-ops
+        // where its dtype is the autocast dtype, copies where it is the
+        // other one; the bf16 step keeps that by swapping the two.
+        if (c.train.weightsDtype != "fp32") c.train.weightsDtype = c.train.weightsDtype == "fp16" ? "bf16" : "fp16";
     }
     return c;
 }

@@ -393,6 +393,15 @@ std::string writeHfWeights(const std::map<std::string, torch::Tensor>& tensors, 
     return path;
 }
 
+// config.json's torch_dtype: what the weights are written in (the first
+// weight's dtype; a bitsandbytes folder's unquantized ones are bf16).
+std::string torchDtypeName(const std::map<std::string, torch::Tensor>& tensors, const QuantizeSpec& bitsandbytes)
+{
+    if (bitsandbytes.active()) return "bfloat16";
+    const auto dtype = tensors.empty() ? torch::kFloat : tensors.begin()->second.scalar_type();
+    return dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32";
+}
+
 // transformers' quantization_config of a bitsandbytes folder (its keys, sorted, as BitsAndBytesConfig writes them).
 nlohmann::json bitsandbytesConfig(const QuantizeSpec& spec)
 {
@@ -479,7 +488,7 @@ ExportedModel exportHfFolder(const RunConfig& config, CausalLmImpl& model, const
     const bool adapterOnly = config.lora.rank > 0 && !result.mergedLora;
     if (!adapterOnly) {
         // What the weights are written in; a bitsandbytes folder says how it is quantized, a plain one nothing.
-        hfConfig["torch_dtype"] = tensors.begin()->second.scalar_type() == torch::kBFloat16 || bitsandbytes.active() ? "bfloat16" : "float32";
+        hfConfig["torch_dtype"] = torchDtypeName(tensors, bitsandbytes);
         hfConfig.erase("quantization_config");
         if (bitsandbytes.active()) hfConfig["quantization_config"] = bitsandbytesConfig(bitsandbytes);
         result.configPath = (dir / "config.json").string();
@@ -553,6 +562,13 @@ ExportedModel exportModel(const RunConfig& config, const std::string& checkpoint
     } else if (config.model.quantize != "none" && result.mergedLora) {
         // A QLoRA run's merged model in bf16: its base was 4 or 8 bits, and fp32 would double a 7B folder to 28 GB.
         for (auto& [name, t] : tensors) t = t.to(torch::kBFloat16);
+    } else if (config.lora.rank > 0 && config.train.weightsDtype != "fp32") {
+        // A base kept in half precision leaves in it (its values are that
+        // dtype's; merged, the adapters' product is rounded into it); adapters apart stay fp32.
+        const auto half = config.train.weightsDtype == "bf16" ? torch::kBFloat16 : torch::kHalf;
+        for (auto& [name, t] : tensors) {
+            if (t.is_floating_point() && (result.mergedLora || !isAdapterName(name))) t = t.to(half);
+        }
     }
     if (config.model.type == "hf") return exportHfFolder(config, *model, tensors, outputDir, result, bitsandbytes);
     result.weightsPath = (fs::path(outputDir) / "model.safetensors").string();
@@ -578,7 +594,7 @@ ExportedModel exportModel(const RunConfig& config, const std::string& checkpoint
             {"mlp_bias", false},
             {"attention_dropout", o.dropout},
             {"initializer_range", 0.02},
-            {"torch_dtype", tensors.begin()->second.scalar_type() == torch::kBFloat16 || bitsandbytes.active() ? "bfloat16" : "float32"},
+            {"torch_dtype", torchDtypeName(tensors, bitsandbytes)},
         };
         if (bitsandbytes.active()) hf["quantization_config"] = bitsandbytesConfig(bitsandbytes);
         result.configPath = (fs::path(outputDir) / "config.json").string();

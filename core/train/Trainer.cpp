@@ -130,18 +130,24 @@ TorchCudaInfo torchCudaInfo()
 
 std::string planningOnlyFieldsProblem(const RunConfig& config)
 {
-    const bool weights = config.train.weightsDtype != "fp32", offload = config.train.offload != "none";
-    if (!weights && !offload) return {};
+    // A LoRA base in half precision is trained (the frozen parameters kept
+    // in it); without LoRA the weights are the trainable ones, and fp32
+    // master weights (or bf16-pure) are what Trainbench trains.
+    const bool weights = config.train.weightsDtype != "fp32" && config.lora.rank <= 0, offload = config.train.offload != "none";
+    if (!weights && !offload) return halfBaseProblem(config, config.train.precision);
     const std::string both = weights && offload ? " and " : "";
     const std::string set = (weights ? "train.weights_dtype \"" + config.train.weightsDtype + "\"" : std::string())
         + both + (offload ? "train.offload \"" + config.train.offload + "\"" : std::string());
     return set + (weights && offload ? " describe" : " describes")
         + " a setup to plan (estimate, the Memory planner and preflight plan it for built-in and Hugging Face "
-          "models): Trainbench loads weights in fp32 and keeps them on the device, so a run, measure or derived "
-          "plan of this config would be another setup. Set "
+          "models): Trainbench keeps the weights on the device, and trains fp32 master weights (or bf16-pure) "
+          "unless only LoRA adapters train, so a run, measure or derived plan of this config would be another "
+          "setup. Set "
         + (weights ? "train.weights_dtype to \"fp32\"" : std::string()) + both
         + (offload ? "train.offload to \"none\"" : std::string()) + " to run it"
-        + (weights ? " (train.precision \"bf16-pure\" trains the weights in bf16)" : std::string());
+        + (weights ? " (train.precision \"bf16-pure\" trains the weights in bf16; with lora.rank the frozen base "
+                     "is kept in weights_dtype)"
+                   : std::string());
 }
 
 Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std::make_unique<Impl>())
@@ -166,6 +172,11 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     }
     m->capability = deviceCapability(m->device);
     m->precision = resolvePrecision(config.train.precision, m->capability);
+    if (auto problem = halfBaseProblem(config, m->precision); !problem.empty()) throw InputError(problem);
+    // LoRA over a base loaded in half precision (as PEFT loads a published
+    // model): the frozen parameters are kept in it, the adapters in fp32.
+    const bool halfBase = config.lora.rank > 0 && config.train.weightsDtype != "fp32" && m->precision != "bf16-pure";
+    const auto baseDtype = config.train.weightsDtype == "bf16" ? torch::kBFloat16 : torch::kHalf;
     m->torchDevice = torch::Device(m->device);
     if (options.measureMemory && m->device == "cpu") MemoryProbe::installCpuCounter();
 
@@ -185,7 +196,7 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     if (config.model.type == "hf" && !probe) {
         // The folder (or the checkpoint resumed) fills every base weight: build
         // them in the dtype they train in, without random draws.
-        const WeightsFromFile fromFile(m->precision == "bf16-pure" ? torch::kBFloat16 : torch::kFloat);
+        const WeightsFromFile fromFile(m->precision == "bf16-pure" ? torch::kBFloat16 : halfBase ? baseDtype : torch::kFloat);
         m->model = makeModel(modelOptions);
     } else {
         m->model = makeModel(modelOptions);
@@ -223,6 +234,12 @@ Trainer::Trainer(const RunConfig& config, const TrainerOptions& options) : m(std
     quantizeModelBase(*m->model, quantize);
     m->prepareCheckpointDir();
     m->model->freezeBaseForLora();
+    if (halfBase) {
+        torch::NoGradGuard noGrad;
+        for (auto& p : m->model->parameters()) {
+            if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.detach().to(baseDtype));
+        }
+    }
     // Pure bf16: weights (so gradients and AdamW's state) in bf16, no autocast; the loss is fp32.
     if (m->precision == "bf16-pure") m->model->to(torch::kBFloat16);
     if (config.model.type == "torchscript") {

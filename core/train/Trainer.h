@@ -154,10 +154,12 @@ bool cudaUsable();
 // What this LibTorch can do with CUDA, for GPU discovery reports.
 TorchCudaInfo torchCudaInfo();
 
-// train.weights_dtype and train.offload describe a setup to plan, not one
-// Trainbench runs: what a run, measure or a derived plan of such a config
-// would say (one message naming the fields set), or "" when neither is set.
+// train.offload, and train.weights_dtype without LoRA, describe a setup to
+// plan, not one Trainbench runs: what a run, measure or a derived plan of
+// such a config would say (one message naming the fields set), else
+// halfBaseProblem's answer for the precision asked for, or "".
 std::string planningOnlyFieldsProblem(const RunConfig& config);
+// (halfBaseProblem is config/RunConfig.h's.)
 
 class Trainer final {
 public:
