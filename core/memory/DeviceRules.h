@@ -27,15 +27,24 @@
 //   keeps the q, k and v gradients and, while it runs, softmax_d and an fp32
 //   dq accumulator.
 //
-// Not ruled (the plan says it is a lower bound there): scaled_dot_product_
+// - The GPT family's attention softmax under autocast (a 16-bit map, no
+//   dtype named): CUDA's autocast runs it in fp32 (autocast_mode.cpp's
+//   fp32_set_opt_dtype; native/SoftMax.cpp: fp16 by the half_to_float
+//   kernel, bf16 cast up first), its fp32 output saved for backward and a
+//   16-bit copy saved by the product with the values; its backward casts
+//   the gradient up (and for bf16 back down). DeviceRules.cpp says how the
+//   record's blocks become the GPU's.
+//
+// Not ruled (the plan says it is a lower bound there): dropout on such an
+// fp32 map (attention dropout in mixed precision), scaled_dot_product_
 // attention with dropout (the CPU's math path), by the memory-efficient
 // kernel (its output is laid out otherwise, so the heads' merge after it
 // does not copy) or by neither kernel (the math fallback); and
 // an operator run under autocast (mixed precision's forward, a checkpointed
 // block's recompute) on a 16-bit input that CUDA's
 // autocast runs in fp32 and the CPU's does not (autocast_mode.cpp's CUDA
-// fp32 lists: softmax, log_softmax, layer_norm, ...: the GPT family's
-// attention softmax, say; the Llama family's trainer computes those in fp32
+// fp32 lists: log_softmax, layer_norm, ...: a GPT's norms over a base kept
+// in half precision, say; the Llama family's trainer computes those in fp32
 // itself).
 
 #include <string>
