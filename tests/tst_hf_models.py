@@ -942,7 +942,8 @@ def chat_planning(tmp):
              ("chat data, bf16 LoRA q,v, bf16 base", "halfbase", ["measure"], ["estimate"])]
     if DATA_PARALLEL:
         cases += [("chat data, 2 ranks", "fp32", ["measure", "--nproc", "2"], ["estimate", "--gpus", "2"]),
-                  ("chat data, 2 ranks, derived", "fp32", None, ["estimate", "--derived", "--gpus", "2"])]
+                  ("chat data, 2 ranks, derived", "fp32", None, ["estimate", "--derived", "--gpus", "2"]),
+                  ("chat data, 2 ranks, bf16 base", "halfbase", ["measure", "--nproc", "2"], ["estimate", "--gpus", "2"])]
     peak = None
     for what, config, measure, estimate in cases:
         path = paths[config]

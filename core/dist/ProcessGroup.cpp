@@ -273,7 +273,9 @@ const DistLaunch& DistGroup::launch() const { return m->launch; }
 void DistGroup::broadcastFromRankZero(const std::vector<at::Tensor>& tensors)
 {
     for (const auto& t : tensors) {
-        std::vector<at::Tensor> one{t};
+        // Gloo broadcasts no bfloat16 ("Invalid scalar type"; a LoRA base
+        // kept in bf16): its bytes go as fp16's, the same size, unchanged.
+        std::vector<at::Tensor> one{t.scalar_type() == at::kBFloat16 && !t.is_cuda() ? t.view(at::kHalf) : t};
         c10d::BroadcastOptions o;
         o.rootRank = 0;
         m->backendFor(t.is_cuda())->broadcast(one, o)->wait(m->timeout);
