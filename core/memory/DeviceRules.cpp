@@ -24,60 +24,38 @@ bool cudaAutocastFp32(const std::string& op, bool dtypeGiven)
     return always.count(op) > 0 || (!dtypeGiven && unlessDtype.count(op) > 0);
 }
 
-} // namespace
+using RecordedEvent = RecordedStep::Event;
 
-CudaStep cudaStepOf(const RecordedStep& cpu, const CudaTarget& target)
-{
-    CudaStep out;
-    auto& s = out.step;
-    s.resident.reserve(cpu.resident.size());
-    const auto rounded = [&target](std::int64_t bytes) {
-        const std::int64_t g = target.exact ? CudaAllocatorModel::kMinBlockSize : 1;
-        return (bytes + g - 1) / g * g;
-    };
-    for (const auto b : cpu.resident) s.resident.push_back(rounded(b));
-    s.ops = cpu.ops;
-    s.parameterElements = cpu.parameterElements;
-    s.trainableBytes = cpu.trainableBytes;
-    // Each block's index and bytes on the GPU (-1: not made there).
-    std::vector<std::int32_t> index(cpu.resident.size());
-    std::vector<std::int64_t> bytes(s.resident.begin(), s.resident.end());
-    std::vector<char> live(index.size(), 1); // not yet released
-    for (std::size_t i = 0; i < index.size(); ++i) index[i] = static_cast<std::int32_t>(i);
-    auto next = static_cast<std::int32_t>(cpu.resident.size());
-    const auto keep = [&](RecordedStep::Event a) {
-        a.bytes = rounded(a.bytes);
-        a.gemm = {};
-        index.push_back(next++);
-        bytes.push_back(a.bytes);
-        live.push_back(1);
-        s.events.push_back(a);
-    };
-    const auto drop = [&] {
-        index.push_back(-1);
-        bytes.push_back(0);
-        live.push_back(0);
-    };
-    const auto unruled = [&out](const std::string& why) {
-        if (out.unruled.empty()) out.unruled = why;
-    };
-    // A block of the GPU's own (no CPU block stands for it), and a release.
-    const auto own = [&](std::int64_t blockBytes, const RecordedStep::Event& like) {
-        RecordedStep::Event a = like;
-        a.bytes = rounded(blockBytes);
-        a.firstInOp = false;
-        a.hasShape = false;
-        a.gemm = {};
-        s.events.push_back(a);
-        return next++;
-    };
-    const auto release = [&](std::int32_t block, std::int64_t blockBytes, std::uint8_t phase) {
-        RecordedStep::Event r;
-        r.bytes = -rounded(blockBytes);
-        r.block = block;
-        r.phase = phase;
-        s.events.push_back(r);
-    };
+// The GPU's step, made from the CPU's event by event: each CPU block kept
+// (sized for the GPU), dropped, or joined by blocks of the GPU's own.
+class CudaStepBuilder {
+public:
+    CudaStepBuilder(const RecordedStep& cpu, const CudaTarget& target);
+    CudaStep build();
+
+private:
+    std::int64_t rounded(std::int64_t bytes) const;
+    void keep(RecordedEvent a);
+    void drop();
+    std::int32_t own(std::int64_t blockBytes, const RecordedEvent& like);
+    void release(std::int32_t block, std::int64_t blockBytes, std::uint8_t phase);
+    void unruled(const std::string& why);
+    void onRelease(const RecordedEvent& e);
+    void onAllocation(const RecordedEvent& e);
+    bool autocastSoftmax(const RecordedEvent& e, const std::string& op);
+    bool autocastSoftmaxBackward(const RecordedEvent& e, const std::string& op);
+    void fusedAttention(const RecordedEvent& e, const std::string& op);
+
+    const RecordedStep& m_cpu;
+    const CudaTarget m_target;
+    CudaStep m_out;
+    // Per CPU block: its index on the GPU (-1: not made there), its bytes
+    // there, and whether it is still live.
+    std::vector<std::int32_t> m_index;
+    std::vector<std::int64_t> m_bytes;
+    std::vector<char> m_live;
+    std::int32_t m_next = 0; // the GPU's next block
+
     // The attention softmax autocast runs in fp32 on CUDA (the GPT family's:
     // train/Layers.cpp causalAttention, softmax(att, -1) on 16-bit scores).
     // CUDA's autocast calls softmax(x, dim, float) (autocast_mode.cpp,
@@ -98,163 +76,243 @@ CudaStep cudaStepOf(const RecordedStep& cpu, const CudaTarget& target)
         std::int64_t copyBytes = 0;
         bool released = false;
     };
-    std::vector<Upcast> upcasts;
+    std::vector<Upcast> m_upcasts;
     struct PendingCopy {
-        RecordedStep::Event like;
+        RecordedEvent like;
         std::int32_t map = -1;
     };
-    std::optional<PendingCopy> pendingCopy; // made before the next allocation
-    const auto releaseCopyOf = [&](std::int32_t mapBlock, std::uint8_t phase) {
-        for (auto it = upcasts.rbegin(); it != upcasts.rend(); ++it) {
-            if (it->map != mapBlock || it->released) continue;
-            release(it->copy, it->copyBytes, phase);
-            it->released = true;
-            return;
-        }
-    };
+    std::optional<PendingCopy> m_pendingCopy; // made before the next allocation
+
     // The scaled_dot_product_attention call (or its backward) running: its
     // allocations so far, and what the GPU's kernel keeps.
-    int sdpaAllocations = 0;
-    FusedAttentionBytes kernel;
-    std::int64_t queryBytes = 0, cpuLse = 0;
-    s.events.reserve(cpu.events.size());
-    for (const auto& e : cpu.events) {
+    int m_sdpaAllocations = 0;
+    FusedAttentionBytes m_kernel;
+    std::int64_t m_queryBytes = 0, m_cpuLse = 0;
+};
+
+CudaStepBuilder::CudaStepBuilder(const RecordedStep& cpu, const CudaTarget& target) : m_cpu(cpu), m_target(target)
+{
+    auto& s = m_out.step;
+    s.resident.reserve(cpu.resident.size());
+    for (const auto b : cpu.resident) s.resident.push_back(rounded(b));
+    s.ops = cpu.ops;
+    s.parameterElements = cpu.parameterElements;
+    s.trainableBytes = cpu.trainableBytes;
+    m_index.resize(cpu.resident.size());
+    for (std::size_t i = 0; i < m_index.size(); ++i) m_index[i] = static_cast<std::int32_t>(i);
+    m_bytes.assign(s.resident.begin(), s.resident.end());
+    m_live.assign(m_index.size(), 1);
+    m_next = static_cast<std::int32_t>(cpu.resident.size());
+}
+
+std::int64_t CudaStepBuilder::rounded(std::int64_t bytes) const
+{
+    const std::int64_t g = m_target.exact ? CudaAllocatorModel::kMinBlockSize : 1;
+    return (bytes + g - 1) / g * g;
+}
+
+void CudaStepBuilder::keep(RecordedEvent a)
+{
+    a.bytes = rounded(a.bytes);
+    a.gemm = {};
+    m_index.push_back(m_next++);
+    m_bytes.push_back(a.bytes);
+    m_live.push_back(1);
+    m_out.step.events.push_back(a);
+}
+
+void CudaStepBuilder::drop()
+{
+    m_index.push_back(-1);
+    m_bytes.push_back(0);
+    m_live.push_back(0);
+}
+
+std::int32_t CudaStepBuilder::own(std::int64_t blockBytes, const RecordedEvent& like)
+{
+    RecordedEvent a = like;
+    a.bytes = rounded(blockBytes);
+    a.firstInOp = false;
+    a.hasShape = false;
+    a.gemm = {};
+    m_out.step.events.push_back(a);
+    return m_next++;
+}
+
+void CudaStepBuilder::release(std::int32_t block, std::int64_t blockBytes, std::uint8_t phase)
+{
+    RecordedEvent r;
+    r.bytes = -rounded(blockBytes);
+    r.block = block;
+    r.phase = phase;
+    m_out.step.events.push_back(r);
+}
+
+void CudaStepBuilder::unruled(const std::string& why)
+{
+    if (m_out.unruled.empty()) m_out.unruled = why;
+}
+
+CudaStep CudaStepBuilder::build()
+{
+    m_out.step.events.reserve(m_cpu.events.size());
+    for (const auto& e : m_cpu.events) {
         if (e.bytes == 0) continue; // a bf16 product's CPU scratch
-        if (e.bytes < 0) {
-            if (e.block < 0 || static_cast<std::size_t>(e.block) >= index.size()) {
-                s.events.push_back(e); // made before recording: takes nothing off
-                continue;
-            }
-            const auto at = static_cast<std::size_t>(e.block);
-            live[at] = 0;
-            if (index[at] < 0) continue;
-            releaseCopyOf(e.block, e.phase);
-            auto r = e;
-            r.block = index[at];
-            r.bytes = -bytes[at];
-            s.events.push_back(r);
-            continue;
-        }
-        const auto& op = cpu.opName(e);
-        if (pendingCopy) {
-            const auto& copy = *pendingCopy;
-            if (op == "aten::dropout" || op == "aten::feature_dropout") {
-                unruled(op + " of an attention map autocast made fp32 (CUDA's softmax)");
-            }
-            upcasts.push_back({copy.map, own(copy.like.bytes, copy.like), copy.like.bytes, false});
-            pendingCopy.reset();
-        }
-        if (op == "aten::softmax" && e.firstInOp && e.autocast && e.elementBytes == 2 && !e.opDtype) {
-            const auto mapBlock = static_cast<std::int32_t>(index.size());
-            std::int32_t up = -1;
-            if (!target.fp16) up = own(2 * e.bytes, e); // bf16 cast up
-            auto a = e;
-            a.bytes = 2 * e.bytes;
-            keep(a);
-            if (up >= 0) release(up, 2 * e.bytes, e.phase);
-            pendingCopy = PendingCopy{e, mapBlock};
-            continue;
-        }
-        if (op == "aten::_softmax_backward_data" && e.firstInOp && e.elementBytes == 2) {
-            while (!upcasts.empty() && upcasts.back().released) upcasts.pop_back();
-            if (!upcasts.empty()) {
-                const auto u = upcasts.back();
-                upcasts.pop_back();
-                release(u.copy, u.copyBytes, e.phase);
-                const auto gradUp = own(2 * e.bytes, e);
-                // The product's 16-bit gradient of the map goes once cast up
-                // (the CPU frees it after the softmax's backward): the latest
-                // block of its size still live.
-                for (auto i = static_cast<std::int64_t>(index.size()) - 1; i >= 0; --i) {
-                    const auto at = static_cast<std::size_t>(i);
-                    if (index[at] < 0 || !live[at] || bytes[at] != rounded(e.bytes)) continue;
-                    release(index[at], e.bytes, e.phase);
-                    index[at] = -1; // its CPU release takes nothing more
-                    break;
-                }
-                if (target.fp16) {
-                    keep(e);
-                    release(gradUp, 2 * e.bytes, e.phase);
-                } else {
-                    const auto grad32 = own(2 * e.bytes, e);
-                    release(gradUp, 2 * e.bytes, e.phase);
-                    keep(e); // cast down
-                    release(grad32, 2 * e.bytes, e.phase);
-                }
-                continue;
-            }
-        }
-        if (op == "trainbench::generator_state") {
-            drop();
-            continue;
-        }
-        const bool sdpaForward = op == "aten::scaled_dot_product_attention";
-        const bool sdpaBackward = op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward";
-        if (sdpaForward || sdpaBackward) {
-            if (e.firstInOp) {
-                sdpaAllocations = 0;
-                kernel = {};
-                if (!e.hasShape) {
-                    unruled(op + " without its query's sizes");
-                } else if (e.opDropout) {
-                    unruled(op + " with dropout (the CPU's math path; a GPU's kernel drops in place)");
-                } else {
-                    const auto& q = e.shape;
-                    kernel = gpuFusedAttentionBytes(q[0], q[1], q[2], q[3], e.elementBytes, target.computeCapability,
-                                                    target.fp16, false, target.exact);
-                    queryBytes = q[0] * q[1] * q[2] * q[3] * e.elementBytes;
-                    cpuLse = q[0] * q[1] * q[2] * 4; // the CPU kernel's log-sum-exp, fp32 [B, T, H]
-                    if (kernel.math) unruled(op + " on a card neither fused kernel takes (LibTorch's math fallback)");
-                    else if (!kernel.mergeCopies) {
-                        unruled(op + " by the memory-efficient kernel, whose output is laid out otherwise than the CPU's");
-                    }
-                }
-            }
-            const int k = sdpaAllocations++;
-            if (!out.unruled.empty() || !kernel.fused) {
-                keep(e);
-                continue;
-            }
-            // Forward: the output (q's layout, as on the CPU) and the
-            // log-sum-exp are kept; the CPU kernel's per-thread blocks are not
-            // a GPU's. Backward: the q, k and v gradients, then (flash) the
-            // softmax_d and dq accumulator while the kernel runs.
-            const int kept = sdpaForward ? 2 : 3;
-            if (k >= kept) {
-                drop();
-                continue;
-            }
-            auto a = e;
-            const std::int64_t expected = sdpaForward && k == 1 ? cpuLse : queryBytes;
-            if (sdpaForward && k == 1) a.bytes = kernel.lse;
-            if (e.bytes != expected) unruled(op + ": allocation " + std::to_string(k) + " is not what its kernel keeps");
-            keep(a);
-            if (sdpaBackward && k == 2 && kernel.backwardTemps > 0) {
-                // A block of the GPU's own (no CPU block stands for it).
-                RecordedStep::Event temps = e;
-                temps.bytes = rounded(kernel.backwardTemps);
-                temps.firstInOp = false;
-                temps.hasShape = false;
-                temps.gemm = {};
-                s.events.push_back(temps);
-                RecordedStep::Event release;
-                release.bytes = -temps.bytes;
-                release.block = next++;
-                release.phase = e.phase;
-                s.events.push_back(release);
-            }
-            continue;
-        }
-        if (e.autocast && e.elementBytes == 2 && cudaAutocastFp32(op, e.opDtype)) {
-            unruled(op + " of a 16-bit tensor under autocast (CUDA's runs it in fp32)");
-        }
-        auto a = e;
-        if (e.firstInOp && e.elementBytes > 1 && (op == "aten::dropout" || op == "aten::feature_dropout")) {
-            a.bytes = e.bytes / e.elementBytes;
-        }
-        keep(a);
+        if (e.bytes < 0) onRelease(e);
+        else onAllocation(e);
     }
-    return out;
+    return std::move(m_out);
+}
+
+void CudaStepBuilder::onRelease(const RecordedEvent& e)
+{
+    if (e.block < 0 || static_cast<std::size_t>(e.block) >= m_index.size()) {
+        m_out.step.events.push_back(e); // made before recording: takes nothing off
+        return;
+    }
+    const auto at = static_cast<std::size_t>(e.block);
+    m_live[at] = 0;
+    if (m_index[at] < 0) return;
+    // A softmax map's 16-bit copy that no backward released goes with the map.
+    for (auto it = m_upcasts.rbegin(); it != m_upcasts.rend(); ++it) {
+        if (it->map != e.block || it->released) continue;
+        release(it->copy, it->copyBytes, e.phase);
+        it->released = true;
+        break;
+    }
+    auto r = e;
+    r.block = m_index[at];
+    r.bytes = -m_bytes[at];
+    m_out.step.events.push_back(r);
+}
+
+void CudaStepBuilder::onAllocation(const RecordedEvent& e)
+{
+    const auto& op = m_cpu.opName(e);
+    if (m_pendingCopy) {
+        const auto& copy = *m_pendingCopy;
+        if (op == "aten::dropout" || op == "aten::feature_dropout") {
+            unruled(op + " of an attention map autocast made fp32 (CUDA's softmax)");
+        }
+        m_upcasts.push_back({copy.map, own(copy.like.bytes, copy.like), copy.like.bytes, false});
+        m_pendingCopy.reset();
+    }
+    if (autocastSoftmax(e, op) || autocastSoftmaxBackward(e, op)) return;
+    if (op == "trainbench::generator_state") {
+        drop();
+        return;
+    }
+    if (op == "aten::scaled_dot_product_attention" || op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward") {
+        fusedAttention(e, op);
+        return;
+    }
+    if (e.autocast && e.elementBytes == 2 && cudaAutocastFp32(op, e.opDtype)) {
+        unruled(op + " of a 16-bit tensor under autocast (CUDA's runs it in fp32)");
+    }
+    auto a = e;
+    if (e.firstInOp && e.elementBytes > 1 && (op == "aten::dropout" || op == "aten::feature_dropout")) {
+        a.bytes = e.bytes / e.elementBytes;
+    }
+    keep(a);
+}
+
+bool CudaStepBuilder::autocastSoftmax(const RecordedEvent& e, const std::string& op)
+{
+    if (op != "aten::softmax" || !e.firstInOp || !e.autocast || e.elementBytes != 2 || e.opDtype) return false;
+    const auto mapBlock = static_cast<std::int32_t>(m_index.size());
+    std::int32_t up = -1;
+    if (!m_target.fp16) up = own(2 * e.bytes, e); // bf16 cast up
+    auto a = e;
+    a.bytes = 2 * e.bytes;
+    keep(a);
+    if (up >= 0) release(up, 2 * e.bytes, e.phase);
+    m_pendingCopy = PendingCopy{e, mapBlock};
+    return true;
+}
+
+bool CudaStepBuilder::autocastSoftmaxBackward(const RecordedEvent& e, const std::string& op)
+{
+    if (op != "aten::_softmax_backward_data" || !e.firstInOp || e.elementBytes != 2) return false;
+    while (!m_upcasts.empty() && m_upcasts.back().released) m_upcasts.pop_back();
+    if (m_upcasts.empty()) return false;
+    const auto u = m_upcasts.back();
+    m_upcasts.pop_back();
+    release(u.copy, u.copyBytes, e.phase);
+    const auto gradUp = own(2 * e.bytes, e);
+    // The product's 16-bit gradient of the map goes once cast up (the CPU
+    // frees it after the softmax's backward): the latest block of its size
+    // still live.
+    for (auto i = static_cast<std::int64_t>(m_index.size()) - 1; i >= 0; --i) {
+        const auto at = static_cast<std::size_t>(i);
+        if (m_index[at] < 0 || !m_live[at] || m_bytes[at] != rounded(e.bytes)) continue;
+        release(m_index[at], e.bytes, e.phase);
+        m_index[at] = -1; // its CPU release takes nothing more
+        break;
+    }
+    if (m_target.fp16) {
+        keep(e);
+        release(gradUp, 2 * e.bytes, e.phase);
+    } else {
+        const auto grad32 = own(2 * e.bytes, e);
+        release(gradUp, 2 * e.bytes, e.phase);
+        keep(e); // cast down
+        release(grad32, 2 * e.bytes, e.phase);
+    }
+    return true;
+}
+
+void CudaStepBuilder::fusedAttention(const RecordedEvent& e, const std::string& op)
+{
+    const bool forward = op == "aten::scaled_dot_product_attention";
+    if (e.firstInOp) {
+        m_sdpaAllocations = 0;
+        m_kernel = {};
+        if (!e.hasShape) {
+            unruled(op + " without its query's sizes");
+        } else if (e.opDropout) {
+            unruled(op + " with dropout (the CPU's math path; a GPU's kernel drops in place)");
+        } else {
+            const auto& q = e.shape;
+            m_kernel = gpuFusedAttentionBytes(q[0], q[1], q[2], q[3], e.elementBytes, m_target.computeCapability,
+                                              m_target.fp16, false, m_target.exact);
+            m_queryBytes = q[0] * q[1] * q[2] * q[3] * e.elementBytes;
+            m_cpuLse = q[0] * q[1] * q[2] * 4; // the CPU kernel's log-sum-exp, fp32 [B, T, H]
+            if (m_kernel.math) unruled(op + " on a card neither fused kernel takes (LibTorch's math fallback)");
+            else if (!m_kernel.mergeCopies) {
+                unruled(op + " by the memory-efficient kernel, whose output is laid out otherwise than the CPU's");
+            }
+        }
+    }
+    const int k = m_sdpaAllocations++;
+    if (!m_out.unruled.empty() || !m_kernel.fused) {
+        keep(e);
+        return;
+    }
+    // Forward: the output (q's layout, as on the CPU) and the log-sum-exp
+    // are kept; the CPU kernel's per-thread blocks are not a GPU's.
+    // Backward: the q, k and v gradients, then (flash) the softmax_d and dq
+    // accumulator while the kernel runs.
+    const int kept = forward ? 2 : 3;
+    if (k >= kept) {
+        drop();
+        return;
+    }
+    auto a = e;
+    const std::int64_t expected = forward && k == 1 ? m_cpuLse : m_queryBytes;
+    if (forward && k == 1) a.bytes = m_kernel.lse;
+    if (e.bytes != expected) unruled(op + ": allocation " + std::to_string(k) + " is not what its kernel keeps");
+    keep(a);
+    if (!forward && k == 2 && m_kernel.backwardTemps > 0) {
+        const auto temps = own(m_kernel.backwardTemps, e);
+        release(temps, m_kernel.backwardTemps, e.phase);
+    }
+}
+
+} // namespace
+
+CudaStep cudaStepOf(const RecordedStep& cpu, const CudaTarget& target)
+{
+    return CudaStepBuilder(cpu, target).build();
 }
 
 } // namespace tb
