@@ -23,6 +23,7 @@
 #include "memory/DerivedStep.h"
 #include "memory/DeviceRules.h"
 #include "memory/Estimator.h"
+#include "memory/LayerRepeat.h"
 #include "memory/MemoryProbe.h"
 #include "memory/StepProgram.h"
 #include "train/DerivedPlan.h"
@@ -219,6 +220,7 @@ private Q_SLOTS:
     void publishedConfigPlannedFromItsStep();
     void bucketsInTheParametersDtype();
     void programOfSyntheticSteps();
+    void layersRepeatOnASyntheticStep();
     void deviceRulesOnARecord();
     void headSizeOfItsOwn();
     void programsPlanTheGpu();
@@ -860,6 +862,113 @@ void TestDerivedPlan::programOfSyntheticSteps()
     QCOMPARE(fit.program->at(big).events.back().block, 4);
 }
 
+// A model's layers as a dimension (memory/LayerRepeat.h) on a step written
+// out for any number of layers: its parameters and their optimizer state,
+// a forward whose layers each keep their activations and hand on their
+// output, a backward in the layers' reverse order that frees each layer's
+// activations and its input (the embeddings' output for the first), a mask
+// all layers share, freed in the first layer's backward (the layer nearest
+// the embeddings differs), and a gradient clip that stacks one norm a
+// parameter (a number that grows with the layers). Found from two and three
+// layers, it writes the step with seven exactly, and the program with 32 at
+// widths it never saw.
+void TestDerivedPlan::layersRepeatOnASyntheticStep()
+{
+    int oddLayer = -1; // a layer whose forward keeps one more block
+    const auto step = [&](int layers, std::int64_t H, std::int64_t T) {
+        RecordedStep r;
+        std::vector<std::int64_t> params{H * 50};
+        for (int l = 0; l < layers; ++l) {
+            params.push_back(H * H);
+            params.push_back(H);
+        }
+        params.push_back(H * 50);
+        for (const auto p : params) r.resident.push_back(4 * p);
+        for (const auto p : params) r.resident.push_back(8 * p); // AdamW's two moments
+        for (const auto p : params) {
+            r.parameterElements.push_back(p);
+            r.trainableBytes.push_back(4 * p);
+        }
+        auto next = static_cast<std::int32_t>(r.resident.size());
+        std::vector<std::int64_t> bytes(r.resident.begin(), r.resident.end());
+        const auto add = [&](std::int64_t b, std::uint8_t phase) {
+            r.events.push_back({b, -1, phase, {}});
+            bytes.push_back(b);
+            return next++;
+        };
+        const auto release = [&](std::int32_t block, std::uint8_t phase) {
+            r.events.push_back({-bytes[static_cast<std::size_t>(block)], block, phase, {}});
+        };
+        const auto mask = add(T * T, 0);
+        auto x = add(4 * T * H, 0);
+        std::vector<std::int32_t> inputs, kept;
+        for (int l = 0; l < layers; ++l) {
+            kept.push_back(add(16 * T * H, 0));
+            release(add(64, 0), 0); // a kernel's scratch
+            if (l == oddLayer) add(4 * T, 0);
+            inputs.push_back(x);
+            x = add(4 * T * H, 0);
+        }
+        const auto logits = add(4 * T * 50, 0);
+        auto grad = add(4 * T * H, 1);
+        release(logits, 1);
+        release(x, 1);
+        for (int l = layers - 1; l >= 0; --l) {
+            const auto g = add(4 * T * H, 1);
+            release(kept[static_cast<std::size_t>(l)], 1);
+            release(grad, 1);
+            release(inputs[static_cast<std::size_t>(l)], 1);
+            if (l == 0) release(mask, 1);
+            grad = g;
+        }
+        release(grad, 1);
+        std::vector<std::int32_t> norms;
+        for (std::size_t p = 0; p < params.size(); ++p) norms.push_back(add(4, 2));
+        const auto stack = add(4 * static_cast<std::int64_t>(params.size()), 2);
+        for (const auto n : norms) release(n, 2);
+        release(stack, 2);
+        for (const auto p : params) release(add(4 * p, 2), 2);
+        return r;
+    };
+    const auto same = [](const RecordedStep& got, const RecordedStep& want) {
+        QCOMPARE(got.resident, want.resident);
+        QCOMPARE(got.parameterElements, want.parameterElements);
+        QCOMPARE(got.trainableBytes, want.trainableBytes);
+        QCOMPARE(got.events.size(), want.events.size());
+        for (std::size_t i = 0; i < got.events.size(); ++i) {
+            QCOMPARE(got.events[i].bytes, want.events[i].bytes);
+            QCOMPARE(got.events[i].block, want.events[i].block);
+            QCOMPARE(got.events[i].phase, want.events[i].phase);
+        }
+    };
+    std::string why;
+    const auto repeat = LayerRepeat::find(step(2, 24, 8), step(3, 24, 8), why);
+    QVERIFY2(repeat.has_value(), why.c_str());
+    QCOMPARE(repeat->itemsPerLayer(), (std::array<std::size_t, 3>{4, 16, 2}));
+    same(repeat->expand(step(2, 24, 8), 7), step(7, 24, 8));
+    if (QTest::currentTestFailed()) return;
+
+    // The program: formulas in the hidden size and the sequence from two
+    // layers, repeated to 32, at a 7B model's widths.
+    const auto H = [](const StepDims& d) { return dimOf(d, StepDim::Hidden); };
+    const auto T = [](const StepDims& d) { return dimOf(d, StepDim::Seq); };
+    const StepDims base{1, 8, 24, 4, 4, 6, 40, 48, 0};
+    const std::vector<ProbeAxis> axes{{StepDim::Seq, {9, 10}}, {StepDim::Hidden, {32, 28}}};
+    const std::vector<StepDims> checks{{1, 14, 40, 4, 4, 6, 40, 48, 0}, {1, 35, 20, 4, 4, 6, 40, 48, 0}};
+    const auto fit = fitStepProgram([&](const StepDims& d) { return step(2, H(d), T(d)); }, base, axes, checks);
+    QVERIFY2(fit.program.has_value(), fit.failure.c_str());
+    const auto program = repeat->expand(*fit.program, 32, why);
+    QVERIFY2(program.has_value(), why.c_str());
+    const StepDims big{1, 2048, 4096, 32, 32, 128, 11008, 32000, 0};
+    same(program->at(big), step(32, 4096, 2048));
+    QCOMPARE(program->at(big).events.size(), step(32, 4096, 2048).events.size());
+
+    // A third layer that is not the second's: no repeat, said where.
+    oddLayer = 2;
+    QVERIFY(!LayerRepeat::find(step(2, 24, 8), step(3, 24, 8), why));
+    QVERIFY2(why.find("event") != std::string::npos, why.c_str());
+}
+
 // CUDA's device rules on a record (memory/DeviceRules.h): the CPU's dropout
 // noise in the input's dtype becomes a one-byte mask, a CPU generator's
 // state (host memory on CUDA) and a bf16 product's marker leave, sizes take
@@ -1118,7 +1227,8 @@ void TestDerivedPlan::sevenBillionFromProbes()
         c.lora.rank = rank;
         c.lora.targets = {"q_proj", "v_proj"};
         const auto plan = deriveStep(c);
-        QVERIFY2(plan.tracedOn.find("recorded at small widths with 2 layers and checked with the model's 32") != std::string::npos,
+        QVERIFY2(plan.tracedOn.find("recorded at small widths with 2 layers, the layers repeated to the model's 32 (checked with 3 and 4)")
+                     != std::string::npos,
                  plan.tracedOn.c_str());
         for (const auto& [batch, seq] : {std::pair{2, 512}, std::pair{1, 2048}, std::pair{4, 200}}) {
             c.train.batchSize = batch;
@@ -1190,9 +1300,10 @@ void TestDerivedPlan::everyLlamaOptionFromPrograms()
         const auto plan = deriveStep(c);
         QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos && plan.tracedOn.find("did not fit") == std::string::npos,
                  (std::string(k.name) + ": " + plan.tracedOn).c_str());
-        // More than two layers: the formulas come from the model with two, checked with all five.
+        // More than two layers: the model with two, its layers repeated (found with three, checked with three and four).
         if (std::string(k.name).rfind("5 layers", 0) == 0) {
-            QVERIFY2(plan.tracedOn.find("with 2 layers and checked with the model's 5") != std::string::npos, plan.tracedOn.c_str());
+            QVERIFY2(plan.tracedOn.find("with 2 layers, the layers repeated to the model's 5 (checked with 3 and 4)") != std::string::npos,
+                     plan.tracedOn.c_str());
         }
         for (const auto& [batch, seq] : {std::pair{3, 40}, std::pair{1, 70}}) {
             c.train.batchSize = batch;
@@ -1459,7 +1570,7 @@ void TestDerivedPlan::shippedProgramsPlanMoreLayers()
         const std::string name = "shipped hf-llama, " + std::to_string(layers) + " layers";
         std::printf("%s: %s (%d probes)\n", name.c_str(), plan.tracedOn.c_str(), plan.segment.traces);
         QVERIFY2(plan.tracedOn.find(layers == 2 ? "as this build's programs"
-                                                : "from this build's programs of the model with 2 layers, checked with its 5")
+                                                : "from this build's programs of the model with 2 layers, its layers repeated to its 5")
                      != std::string::npos,
                  plan.tracedOn.c_str());
         QVERIFY2(plan.segment.traces <= (layers == 2 ? 6 : 9), std::to_string(plan.segment.traces).c_str());

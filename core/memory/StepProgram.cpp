@@ -85,13 +85,6 @@ void forEachNumber(const RecordedStep& s, Visit&& visit)
     }
 }
 
-std::vector<std::int64_t> numbersOf(const RecordedStep& s)
-{
-    std::vector<std::int64_t> out;
-    forEachNumber(s, [&](std::int64_t v, auto&&) { out.push_back(v); });
-    return out;
-}
-
 std::string nameOfNumber(const RecordedStep& s, std::size_t index)
 {
     std::size_t k = 0;
@@ -160,6 +153,13 @@ std::string dimsText(const StepDims& d)
 }
 
 } // namespace
+
+std::vector<std::int64_t> stepNumbers(const RecordedStep& s)
+{
+    std::vector<std::int64_t> out;
+    forEachNumber(s, [&](std::int64_t v, auto&&) { out.push_back(v); });
+    return out;
+}
 
 const char* stepDimName(StepDim d)
 {
@@ -503,7 +503,7 @@ ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, cons
     program.base = base;
     program.shape = record(base);
     ++fit.recorded;
-    const auto baseNumbers = numbersOf(program.shape);
+    const auto baseNumbers = stepNumbers(program.shape);
     program.numbers.resize(baseNumbers.size());
     for (std::size_t k = 0; k < baseNumbers.size(); ++k) program.numbers[k].base = baseNumbers[k];
     for (const auto& axis : axes) {
@@ -519,7 +519,7 @@ ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, cons
                     + " to " + std::to_string(x) + "): " + diff;
                 return fit;
             }
-            along.push_back(numbersOf(rec));
+            along.push_back(stepNumbers(rec));
         }
         for (std::size_t k = 0; k < baseNumbers.size(); ++k) {
             bool moves = false;
@@ -556,8 +556,8 @@ ProgramFit fitStepProgram(const StepRecorder& record, const StepDims& base, cons
 std::string programDifference(const StepProgram& program, const RecordedStep& rec, const StepDims& dims)
 {
     if (auto diff = structureDifference(program.shape, rec); !diff.empty()) return "the step changes at " + dimsText(dims) + ": " + diff;
-    const auto got = numbersOf(rec);
-    const auto planned = numbersOf(program.at(dims));
+    const auto got = stepNumbers(rec);
+    const auto planned = stepNumbers(program.at(dims));
     for (std::size_t k = 0; k < got.size(); ++k) {
         if (got[k] != planned[k]) {
             return nameOfNumber(rec, k) + " at " + dimsText(dims) + " is " + std::to_string(got[k]) + ", the program says "
@@ -588,7 +588,7 @@ std::optional<StepProgram> borrowFormulas(const StepProgram& known, const Record
             if (other.at(d) != known.numbers[k].at(d)) it->second = kAmbiguous;
         }
     }
-    const auto atB = numbersOf(atBase), atC = numbersOf(atCheck);
+    const auto atB = stepNumbers(atBase), atC = stepNumbers(atCheck);
     StepProgram out;
     out.base = base;
     out.shape = atBase;
@@ -670,6 +670,7 @@ std::string stepProgramsToJson(const StepPrograms& p)
     }
     json out{{"t0", p.t0}, {"real", p.real}, {"borrowed", p.borrowed}, {"formulas", formulas}, {"programs", programs}};
     if (p.shipped > 0) out["shipped"] = p.shipped;
+    if (p.repeated > 0) out["repeated"] = p.repeated;
     if (!p.fixedResidents.empty()) {
         out["fixed_residents"] = p.fixedResidents;
         out["fixed_parameters"] = p.fixedParameters;
@@ -689,6 +690,7 @@ StepPrograms stepProgramsFromJson(const std::string& text)
         p.real = j.at("real").get<StepDims>();
         p.borrowed = j.at("borrowed").get<int>();
         p.shipped = j.value("shipped", 0);
+        p.repeated = j.value("repeated", 0);
         if (j.contains("fixed_residents")) {
             p.fixedResidents = j.at("fixed_residents").get<std::vector<std::int64_t>>();
             p.fixedParameters = j.at("fixed_parameters").get<std::int64_t>();

@@ -4,9 +4,10 @@
 // batch, the sequence and the model's widths (hidden size, heads, key/value
 // heads, head size, MLP width, vocabulary, LoRA rank). The trainer records
 // the step at small probe widths (train/DerivedPlan.cpp), where a step takes
-// milliseconds, with the model's real number of layers; evaluating the
-// program at the model's real widths gives the step a 7B model would take,
-// allocation by allocation, without running it. No LibTorch here.
+// milliseconds, with two layers, and repeats them to the model's number
+// (memory/LayerRepeat.h); evaluating the program at the model's real widths
+// gives the step a 7B model would take, allocation by allocation, without
+// running it. No LibTorch here.
 //
 // Each size is taken to be a product of one polynomial per dimension (a
 // weight H x NH*HD, a score map B x NH x T x T, a batch's B x (T + 1) ids):
@@ -75,6 +76,13 @@ struct RecordedStep {
     std::int64_t trainableParameters() const;
     std::int64_t trainableParameterBytes() const;
 };
+
+// Every number of a record, in one order: the residents' bytes, each
+// event's bytes (unless a rule sizes it) and, inside a product, the
+// product's batch, m, k and n, and its query's sizes where it has them, then
+// each parameter's elements and trainable bytes. A program holds a formula
+// for each, in this order.
+std::vector<std::int64_t> stepNumbers(const RecordedStep& s);
 
 // Releases made together (no allocation between them) come in an order
 // that can follow addresses: autocast's cache of weight casts is a hash map
@@ -154,6 +162,7 @@ struct StepPrograms {
     StepDims real{}; // the model's widths
     std::int64_t t0 = 8;
     int borrowed = 0; // programs whose formulas came from the model with two layers
+    int repeated = 0; // programs whose layers are the model's with two repeated (memory/LayerRepeat.h)
     int shipped = 0;  // programs that are (or borrowed from) the build's (train/DerivedPlan.h)
     // Blocks live as the step starts that the probes leave out, in bytes at
     // the model's own widths: a quantized base's stored tensors, whose sizes

@@ -22,6 +22,7 @@
 #include "memory/CpuGemmScratch.h"
 #include "memory/DeviceRules.h"
 #include "memory/Estimator.h"
+#include "memory/LayerRepeat.h"
 #include "memory/MemoryProbe.h"
 #include "memory/StepProgram.h"
 #include "train/Datasets.h"
@@ -687,16 +688,45 @@ std::optional<StepProgram> borrowFromTwoLayers(const ProbeSetup& setup, const Pr
     return program;
 }
 
+// The program of a model with more than two layers from `known`, the same
+// model's with two: its layers repeated (memory/LayerRepeat.h) as the step
+// recorded with three layers at the base shows, checked against the steps
+// recorded with three layers at the first check and with four at the
+// second. The model's own layers are never run, so the time does not grow
+// with them. nullopt where that fails.
+std::optional<StepProgram> repeatLayers(const ProbeSetup& setup, const ProbePlan& plan, const StepProgram& known,
+                                        const ProbeRecorder& record)
+{
+    if (setup.model.nLayer <= 2) return std::nullopt;
+    auto three = setup, four = setup;
+    three.model.nLayer = 3;
+    four.model.nLayer = 4;
+    std::string why;
+    const auto repeat = LayerRepeat::find(known.at(known.base), record(three, plan.base), why);
+    if (!repeat) return std::nullopt;
+    for (const auto& [s, check] : {std::pair{&three, plan.checks[0]}, std::pair{&four, plan.checks[1]}}) {
+        const auto program = repeat->expand(known, s->model.nLayer, why);
+        if (!program || !programDifference(*program, record(*s, check), check).empty()) return std::nullopt;
+    }
+    return repeat->expand(known, setup.model.nLayer, why);
+}
+
 // The program of a model with more than two layers, from the same model's
-// with two recorded along every dimension (a fraction of the time); nullopt
-// where that fails (the caller records every probe with all the layers).
-std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan, const ProbeRecorder& record)
+// with two recorded along every dimension (a fraction of the time): its
+// layers repeated (`repeated` set), else its formulas borrowed; nullopt
+// where both fail (the caller records every probe with all the layers).
+std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan, const ProbeRecorder& record,
+                                                bool& repeated)
 {
     if (setup.model.nLayer <= 2) return std::nullopt;
     auto two = setup;
     two.model.nLayer = 2;
     const auto fit = fitStepProgram([&](const StepDims& d) { return record(two, d); }, plan.base, plan.axes, plan.checks);
     if (!fit.program) return std::nullopt;
+    if (auto program = repeatLayers(setup, plan, *fit.program, record)) {
+        repeated = true;
+        return program;
+    }
     return borrowFromTwoLayers(setup, plan, *fit.program, record);
 }
 
@@ -745,10 +775,11 @@ const std::vector<ShippedProgram>& shippedPrograms()
 
 // The config's program of one batch regime from a shipped one: with two
 // layers, the shipped program its step equals at both checks; with more, one
-// whose formulas it borrows (borrowFromTwoLayers). Each probe is recorded
-// once (record keeps them), so a miss costs the fit that follows nothing.
+// whose layers repeat to the model's (repeatLayers), else one whose formulas
+// it borrows (borrowFromTwoLayers). Each probe is recorded once (record
+// keeps them), so a miss costs the fit that follows nothing.
 std::optional<StepProgram> fromShipped(const ProbeSetup& setup, const ProbePlan& plan, std::size_t regime, std::int64_t t0,
-                                       int window, const ProbeRecorder& record)
+                                       int window, const ProbeRecorder& record, bool& repeated)
 {
     std::vector<const StepProgram*> candidates;
     for (const auto& s : shippedPrograms()) {
@@ -757,6 +788,19 @@ std::optional<StepProgram> fromShipped(const ProbeSetup& setup, const ProbePlan&
     if (candidates.empty() || setup.model.nLayer < 2) return std::nullopt;
     if (setup.model.nLayer > 2) {
         for (const auto* known : candidates) {
+            if (auto program = repeatLayers(setup, plan, *known, record)) {
+                repeated = true;
+                return program;
+            }
+        }
+        // Layers that do not repeat: the formulas of the program the model's
+        // step with two layers equals at the first check (a probe the fit
+        // records anyway), checked with all the layers.
+        auto two = setup;
+        two.model.nLayer = 2;
+        const auto atCheck = record(two, plan.checks[0]);
+        for (const auto* known : candidates) {
+            if (!programDifference(*known, atCheck, plan.checks[0]).empty()) continue;
             if (auto program = borrowFromTwoLayers(setup, plan, *known, record)) return program;
         }
         return std::nullopt;
@@ -841,16 +885,18 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
         };
         for (std::size_t regime = 0; regime < out.programs.size() && why.empty(); ++regime) {
             const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
+            bool repeated = false;
             if (shipped) {
-                if (auto program = fromShipped(setup, plan, regime, t0, window, record)) {
+                if (auto program = fromShipped(setup, plan, regime, t0, window, record, repeated)) {
                     out.programs[regime] = std::move(*program);
                     ++out.shipped;
+                    out.repeated += repeated ? 1 : 0;
                     continue;
                 }
             }
-            if (auto borrowed = programFromTwoLayers(setup, plan, record)) {
+            if (auto borrowed = programFromTwoLayers(setup, plan, record, repeated)) {
                 out.programs[regime] = std::move(*borrowed);
-                ++out.borrowed;
+                ++(repeated ? out.repeated : out.borrowed);
                 continue;
             }
             auto fit = fitStepProgram([&](const StepDims& d) { return record(setup, d); }, plan.base, plan.axes, plan.checks);
@@ -928,12 +974,16 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
     }
     const auto layers = std::to_string(setup.model.nLayer);
     const auto& p = *step.programs;
+    const bool repeated = p.repeated == static_cast<int>(p.programs.size());
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths "
         + (p.shipped == static_cast<int>(p.programs.size()) && setup.model.nLayer == 2
                ? std::string("as this build's programs of the model (checked at two probes a batch regime)")
+           : p.shipped > 0 && repeated
+               ? "from this build's programs of the model with 2 layers, its layers repeated to its " + layers + " (checked with 3 and 4)"
            : p.shipped > 0 ? "from this build's programs of the model with 2 layers, checked with its " + layers
-           : p.borrowed > 0 ? "with 2 layers and checked with the model's " + layers
-                            : "with the model's " + layers + " layers")
+           : repeated ? "with 2 layers, the layers repeated to the model's " + layers + " (checked with 3 and 4)"
+           : p.borrowed + p.repeated > 0 ? "with 2 layers and checked with the model's " + layers
+                                        : "with the model's " + layers + " layers")
         + " and evaluated at its own";
     if (config.train.precision == "fp16") {
         step.tracedOn += " (fp16 as bf16 with loss scaling: the same element sizes; CUDA's autocast lists differ a little)";

@@ -6,10 +6,12 @@
 // live total becomes a polynomial in batch and sequence
 // (memory/StepPolynomials.h), and the polynomials are evaluated at the
 // shape asked for. A new layer, family or TorchScript model needs no planner
-// change: whatever the step allocates is in the trace. The Llama family's
-// step is recorded instead as programs at small widths (memory/StepProgram.h,
-// recordStepPrograms below) and evaluated at the model's own, so that a 7B
-// model's plan takes seconds. No LibTorch in this header.
+// change: whatever the step allocates is in the trace. The Llama and GPT
+// families' step is recorded instead as programs at small widths and two
+// layers (memory/StepProgram.h, recordStepPrograms below), its layers
+// repeated to the model's (memory/LayerRepeat.h) and evaluated at its own
+// widths, so that a 7B model's plan takes seconds whatever its layer count.
+// No LibTorch in this header.
 //
 // What it cannot see: a size that is not one polynomial in batch and
 // sequence beyond the traced shapes (a kernel that switches algorithm at a
@@ -46,8 +48,9 @@ struct DerivedPlanProgress {
 // batches and sequences tried).
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress = {});
 
-// The Llama family's step (built-in or a folder's) as programs recorded at
-// small widths with the model's layers (memory/StepProgram.h): what
+// The Llama and GPT families' step (built-in or a folder's) as programs
+// recorded at small widths, the model's layers repeated from two
+// (memory/StepProgram.h, memory/LayerRepeat.h): what
 // deriveStep compiles, and what a device's allocator model replays.
 // nullopt (why says why) for other models, or where no program fits. A
 // sliding window is taken as longer than any sequence.
@@ -69,10 +72,10 @@ MemoryPlan memoryPlanOf(const RunConfig& config, const ArchitectureSpec& arch, c
 // layers, recorded along every dimension in each batch regime and on each
 // side of a sliding window. deriveStep and recordStepPrograms start from a
 // shipped program that the config's own step equals at two probes where
-// every width moved (with more layers: one whose formulas the step with all
-// its layers borrows, checked at a third), so a model of a shipped kind
-// records two or three probes a regime instead of about twelve; any other
-// is recorded as before. tst_derived_plan re-records every shipped program
+// every width moved (with more layers: one whose layers repeat to the
+// model's, found with three layers and checked with three and four), so a
+// model of a shipped kind records two or three probes a regime instead of
+// about twelve; any other is recorded as before. tst_derived_plan re-records every shipped program
 // and fails on any difference: a trainer change that moves memory fails
 // there, not in a plan.
 std::string shippedProgramsFolder();
