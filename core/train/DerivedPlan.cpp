@@ -607,7 +607,7 @@ struct ProbePlan {
 // once, one of them to a sequence four times as long. No two dimensions
 // are equal at the base or a check (key/value heads tied to the heads
 // aside): a model's formulas are told apart by their values there
-// (programFromTwoLayers). From sequence 32 on,
+// (borrowedFrom). From sequence 32 on,
 // every bf16 product is one LibTorch hands to oneDNN (more than 16^3
 // multiply-adds: at 32 rows, a LoRA rank of 8 by 32 or more), as at a real
 // model's widths, where the operands it copies first differ from the
@@ -668,12 +668,13 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
 
 using ProbeRecorder = std::function<RecordedStep(const ProbeSetup&, const StepDims&)>;
 
-// The program of a model with more than two layers from `known`, the same
-// model's with two: recorded with all its layers at the base and at the first
-// check, where each number takes the two-layer formula with its values at
-// both, and at the second check, which it must equal. nullopt where that fails.
-std::optional<StepProgram> borrowFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan, const StepProgram& known,
-                                               const ProbeRecorder& record)
+// The program of `setup`'s step from `known`, the program of a step like it
+// (the same model with two layers, or its step from batch 3 on, where the
+// batch is a dimension): recorded at the base and at the first check, where
+// each number takes the formula of `known` with its values at both, and at
+// the second check, which it must equal. nullopt where that fails.
+std::optional<StepProgram> borrowedFrom(const ProbeSetup& setup, const ProbePlan& plan, const StepProgram& known,
+                                        const ProbeRecorder& record)
 {
     std::string why;
     // Formulas alike at the base and the check must be alike at the model's
@@ -711,23 +712,16 @@ std::optional<StepProgram> repeatLayers(const ProbeSetup& setup, const ProbePlan
     return repeat->expand(known, setup.model.nLayer, why);
 }
 
-// The program of a model with more than two layers, from the same model's
-// with two recorded along every dimension (a fraction of the time): its
-// layers repeated (`repeated` set), else its formulas borrowed; nullopt
-// where both fail (the caller records every probe with all the layers).
-std::optional<StepProgram> programFromTwoLayers(const ProbeSetup& setup, const ProbePlan& plan, const ProbeRecorder& record,
-                                                bool& repeated)
+// The program of one batch regime of `s`'s step: at batch 1 and 2, with
+// the formulas of its program from batch 3 on (`fromBatch3`) where the step
+// allows (three probes instead of about eleven); else fitted along every
+// dimension.
+ProgramFit fitRegime(const ProbeSetup& s, const ProbePlan& plan, const StepProgram* fromBatch3, const ProbeRecorder& record)
 {
-    if (setup.model.nLayer <= 2) return std::nullopt;
-    auto two = setup;
-    two.model.nLayer = 2;
-    const auto fit = fitStepProgram([&](const StepDims& d) { return record(two, d); }, plan.base, plan.axes, plan.checks);
-    if (!fit.program) return std::nullopt;
-    if (auto program = repeatLayers(setup, plan, *fit.program, record)) {
-        repeated = true;
-        return program;
+    if (fromBatch3) {
+        if (auto program = borrowedFrom(s, plan, *fromBatch3, record)) return {std::move(program), {}, 0};
     }
-    return borrowFromTwoLayers(setup, plan, *fit.program, record);
+    return fitStepProgram([&](const StepDims& d) { return record(s, d); }, plan.base, plan.axes, plan.checks);
 }
 
 // The programs this build ships (DerivedPlan.h): each file's programs of one
@@ -776,7 +770,7 @@ const std::vector<ShippedProgram>& shippedPrograms()
 // The config's program of one batch regime from a shipped one: with two
 // layers, the shipped program its step equals at both checks; with more, one
 // whose layers repeat to the model's (repeatLayers), else one whose formulas
-// it borrows (borrowFromTwoLayers). Each probe is recorded once (record
+// it borrows (borrowedFrom). Each probe is recorded once (record
 // keeps them), so a miss costs the fit that follows nothing.
 std::optional<StepProgram> fromShipped(const ProbeSetup& setup, const ProbePlan& plan, std::size_t regime, std::int64_t t0,
                                        int window, const ProbeRecorder& record, bool& repeated)
@@ -801,7 +795,7 @@ std::optional<StepProgram> fromShipped(const ProbeSetup& setup, const ProbePlan&
         const auto atCheck = record(two, plan.checks[0]);
         for (const auto* known : candidates) {
             if (!programDifference(*known, atCheck, plan.checks[0]).empty()) continue;
-            if (auto program = borrowFromTwoLayers(setup, plan, *known, record)) return program;
+            if (auto program = borrowedFrom(setup, plan, *known, record)) return program;
         }
         return std::nullopt;
     }
@@ -846,7 +840,8 @@ std::pair<std::vector<std::int64_t>, std::int64_t> quantizedResidents(const Prob
 // The programs of one side of a sliding window (window: as traceStep's),
 // from sequence t0 (8; 32 where bf16 products go to oneDNN; 128 at most),
 // with the sequence each begins at; nullopt (why set) where none fits.
-// shipped: start from the build's programs where one is the config's.
+// shipped: start from the build's programs where one is the config's (else:
+// recording them, each regime fitted on its own).
 std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, const DerivedPlanProgress& progress,
                                         int& recorded, std::string& why, bool shipped = true)
 {
@@ -883,7 +878,15 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
             if (progress.onTrace) progress.onTrace(recorded, dimOf(d, StepDim::Batch), dimOf(d, StepDim::Seq));
             return probes.emplace(key, std::move(r)).first->second;
         };
-        for (std::size_t regime = 0; regime < out.programs.size() && why.empty(); ++regime) {
+        // From batch 3 on first: batch 1 and 2 borrow its formulas. A model
+        // with more than two layers is fitted with two, and its layers
+        // repeated (else its formulas borrowed, else fitted with them all).
+        const bool more = setup.model.nLayer > 2;
+        auto two = setup;
+        two.model.nLayer = std::min(setup.model.nLayer, 2);
+        std::optional<StepProgram> fromBatch3;
+        for (const std::size_t regime : {std::size_t{2}, std::size_t{0}, std::size_t{1}}) {
+            if (!why.empty()) break;
             const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
             bool repeated = false;
             if (shipped) {
@@ -894,12 +897,22 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
                     continue;
                 }
             }
-            if (auto borrowed = programFromTwoLayers(setup, plan, record, repeated)) {
-                out.programs[regime] = std::move(*borrowed);
-                ++(repeated ? out.repeated : out.borrowed);
-                continue;
+            // (The build's own programs are each fitted along every dimension.)
+            auto fit = fitRegime(two, plan, shipped && regime < 2 && fromBatch3 ? &*fromBatch3 : nullptr, record);
+            if (fit.program && regime == 2) fromBatch3 = fit.program;
+            if (fit.program && more) {
+                if (auto program = repeatLayers(setup, plan, *fit.program, record)) {
+                    out.programs[regime] = std::move(*program);
+                    ++out.repeated;
+                    continue;
+                }
+                if (auto program = borrowedFrom(setup, plan, *fit.program, record)) {
+                    out.programs[regime] = std::move(*program);
+                    ++out.borrowed;
+                    continue;
+                }
             }
-            auto fit = fitStepProgram([&](const StepDims& d) { return record(setup, d); }, plan.base, plan.axes, plan.checks);
+            if (more) fit = fitStepProgram([&](const StepDims& d) { return record(setup, d); }, plan.base, plan.axes, plan.checks);
             if (!fit.program) why = fit.failure;
             else out.programs[regime] = std::move(*fit.program);
         }
