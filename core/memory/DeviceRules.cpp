@@ -43,7 +43,10 @@ private:
     void onRelease(const RecordedEvent& e);
     void onAllocation(const RecordedEvent& e);
     bool autocastSoftmax(const RecordedEvent& e, const std::string& op);
+    bool droppedMap(const RecordedEvent& e, const std::string& op);
+    bool droppedMapBackward(const RecordedEvent& e, const std::string& op);
     bool autocastSoftmaxBackward(const RecordedEvent& e, const std::string& op);
+    void releaseMapGradient(std::int64_t bytes, std::uint8_t phase);
     void fusedAttention(const RecordedEvent& e, const std::string& op);
 
     const RecordedStep& m_cpu;
@@ -71,12 +74,23 @@ private:
     // (_softmax_backward_data, which the CPU runs on the 16-bit map) gets the
     // product's gradient cast up (ToCopyBackward), and for bf16 makes an fp32
     // gradient cast down after it.
+    //
+    // With attention dropout, CUDA's fused dropout (native_dropout_cuda)
+    // takes the fp32 map: a one-byte mask (the CPU's noise, as for any
+    // dropout) and an fp32 output, which the product takes cast down (the
+    // CPU's own 16-bit output, saved by the product in both) and which goes
+    // once cast. Its backward (native_dropout_backward, fp32) runs on the
+    // product's gradient cast up, where the CPU's MulBackward0 multiplies the
+    // 16-bit one; the softmax's backward then takes an fp32 gradient.
     struct Upcast {
-        std::int32_t map = -1, copy = -1; // the CPU's block of the map; the GPU's block of the copy
-        std::int64_t copyBytes = 0;
-        bool released = false;
+        std::int32_t map = -1, copy = -1; // the CPU's block of the map; the GPU's block of the copy (-1: dropped)
+        std::int64_t copyBytes = 0;       // (dropped: the map's bytes on the CPU)
+        bool released = false;            // the copy (or, dropped, the map) is gone
+        std::int32_t droppedGradient = -1; // dropped: the CPU's block of the dropout's backward, fp32 here
     };
     std::vector<Upcast> m_upcasts;
+    bool m_dropping = false; // the dropout of an fp32 map has made its mask; its output is next
+    Upcast* latestUpcast();
     struct PendingCopy {
         RecordedEvent like;
         std::int32_t map = -1;
@@ -176,7 +190,7 @@ void CudaStepBuilder::onRelease(const RecordedEvent& e)
     // A softmax map's 16-bit copy that no backward released goes with the map.
     for (auto it = m_upcasts.rbegin(); it != m_upcasts.rend(); ++it) {
         if (it->map != e.block || it->released) continue;
-        release(it->copy, it->copyBytes, e.phase);
+        if (it->copy >= 0) release(it->copy, it->copyBytes, e.phase);
         it->released = true;
         break;
     }
@@ -189,15 +203,13 @@ void CudaStepBuilder::onRelease(const RecordedEvent& e)
 void CudaStepBuilder::onAllocation(const RecordedEvent& e)
 {
     const auto& op = m_cpu.opName(e);
+    if (droppedMap(e, op)) return;
     if (m_pendingCopy) {
         const auto& copy = *m_pendingCopy;
-        if (op == "aten::dropout" || op == "aten::feature_dropout") {
-            unruled(op + " of an attention map autocast made fp32 (CUDA's softmax)");
-        }
         m_upcasts.push_back({copy.map, own(copy.like.bytes, copy.like), copy.like.bytes, false});
         m_pendingCopy.reset();
     }
-    if (autocastSoftmax(e, op) || autocastSoftmaxBackward(e, op)) return;
+    if (autocastSoftmax(e, op) || droppedMapBackward(e, op) || autocastSoftmaxBackward(e, op)) return;
     if (op == "trainbench::generator_state") {
         drop();
         return;
@@ -230,32 +242,118 @@ bool CudaStepBuilder::autocastSoftmax(const RecordedEvent& e, const std::string&
     return true;
 }
 
+// The dropout of a map the softmax made fp32: its first allocation (the
+// noise) is the one-byte mask, its second (the output) the 16-bit copy the
+// product takes, after an fp32 output of the GPU's own freed once cast.
+bool CudaStepBuilder::droppedMap(const RecordedEvent& e, const std::string& op)
+{
+    const bool dropout = op == "aten::dropout" || op == "aten::feature_dropout";
+    if (m_pendingCopy && dropout && e.firstInOp && e.elementBytes == 2) {
+        m_upcasts.push_back({m_pendingCopy->map, -1, m_pendingCopy->like.bytes, false});
+        m_pendingCopy.reset();
+        m_dropping = true;
+        auto mask = e;
+        mask.bytes = e.bytes / e.elementBytes;
+        keep(mask);
+        return true;
+    }
+    if (!m_dropping) return false;
+    // (A scalar the dropout makes on the way, as on a GPU.)
+    if (dropout && !e.firstInOp && e.bytes != m_upcasts.back().copyBytes && e.bytes < e.elementBytes * 64) return false;
+    m_dropping = false;
+    if (!dropout || e.firstInOp || e.bytes != m_upcasts.back().copyBytes) {
+        unruled(op + " where the dropout of an attention map autocast made fp32 (CUDA's softmax) makes its output");
+        return false;
+    }
+    const auto out32 = own(2 * e.bytes, e);
+    keep(e);
+    release(out32, 2 * e.bytes, e.phase);
+    return true;
+}
+
+// The latest map whose backward has not run (earlier ones a checkpointed
+// block's first forward freed).
+CudaStepBuilder::Upcast* CudaStepBuilder::latestUpcast()
+{
+    while (!m_upcasts.empty() && m_upcasts.back().released) m_upcasts.pop_back();
+    return m_upcasts.empty() ? nullptr : &m_upcasts.back();
+}
+
+// The product's 16-bit gradient of the map goes once cast up (the CPU frees
+// it after the next backward): the latest block of its size still live.
+void CudaStepBuilder::releaseMapGradient(std::int64_t bytes, std::uint8_t phase)
+{
+    for (auto i = static_cast<std::int64_t>(m_index.size()) - 1; i >= 0; --i) {
+        const auto at = static_cast<std::size_t>(i);
+        if (m_index[at] < 0 || !m_live[at] || m_bytes[at] != rounded(bytes)) continue;
+        release(m_index[at], bytes, phase);
+        m_index[at] = -1; // its CPU release takes nothing more
+        return;
+    }
+}
+
+// The dropout's backward of a dropped fp32 map (on the CPU, MulBackward0's
+// aten::mul of the 16-bit gradient and the noise, the map's size, next
+// after the product's backward): the gradient cast up, then its product with
+// the mask in fp32.
+bool CudaStepBuilder::droppedMapBackward(const RecordedEvent& e, const std::string& op)
+{
+    if (op != "aten::mul" || e.phase != 1 || !e.firstInOp || e.elementBytes != 2) return false;
+    auto* u = latestUpcast();
+    if (!u || u->copy >= 0 || u->droppedGradient >= 0 || e.bytes != u->copyBytes) return false;
+    const auto gradUp = own(2 * e.bytes, e);
+    releaseMapGradient(e.bytes, e.phase);
+    u->droppedGradient = static_cast<std::int32_t>(m_index.size());
+    auto a = e;
+    a.bytes = 2 * e.bytes;
+    keep(a);
+    release(gradUp, 2 * e.bytes, e.phase);
+    return true;
+}
+
 bool CudaStepBuilder::autocastSoftmaxBackward(const RecordedEvent& e, const std::string& op)
 {
     if (op != "aten::_softmax_backward_data" || !e.firstInOp || e.elementBytes != 2) return false;
-    while (!m_upcasts.empty() && m_upcasts.back().released) m_upcasts.pop_back();
-    if (m_upcasts.empty()) return false;
-    const auto u = m_upcasts.back();
+    auto* latest = latestUpcast();
+    if (!latest) return false;
+    const auto u = *latest;
     m_upcasts.pop_back();
-    release(u.copy, u.copyBytes, e.phase);
-    const auto gradUp = own(2 * e.bytes, e);
-    // The product's 16-bit gradient of the map goes once cast up (the CPU
-    // frees it after the softmax's backward): the latest block of its size
-    // still live.
-    for (auto i = static_cast<std::int64_t>(m_index.size()) - 1; i >= 0; --i) {
-        const auto at = static_cast<std::size_t>(i);
-        if (m_index[at] < 0 || !m_live[at] || m_bytes[at] != rounded(e.bytes)) continue;
-        release(m_index[at], e.bytes, e.phase);
-        m_index[at] = -1; // its CPU release takes nothing more
-        break;
-    }
-    if (m_target.fp16) {
-        keep(e);
-        release(gradUp, 2 * e.bytes, e.phase);
+    // A CPU block freed here rather than where the CPU frees it (its release
+    // there takes nothing more).
+    const auto freeNow = [&](std::int32_t block) {
+        const auto at = static_cast<std::size_t>(block);
+        if (block < 0 || at >= m_index.size() || m_index[at] < 0 || !m_live[at]) return;
+        release(m_index[at], m_bytes[at], e.phase);
+        m_index[at] = -1;
+    };
+    // The gradient in fp32: the dropout's backward's (dropped), else the
+    // product's cast up.
+    std::int32_t gradUp = -1;
+    if (u.copy < 0) {
+        if (u.droppedGradient < 0) {
+            unruled(op + " of a dropped attention map whose dropout's backward did not run");
+            return false;
+        }
     } else {
+        release(u.copy, u.copyBytes, e.phase);
+        gradUp = own(2 * e.bytes, e);
+        releaseMapGradient(e.bytes, e.phase);
+    }
+    const auto takeGradient = [&] {
+        if (gradUp >= 0) release(gradUp, 2 * e.bytes, e.phase);
+        else freeNow(u.droppedGradient);
+    };
+    if (m_target.fp16) {
+        keep(e); // half_to_float's backward: the gradient in fp16
+        takeGradient();
+    } else {
+        // bf16: an fp32 gradient, then (as the autograd engine frees the
+        // softmax's input gradient and saved map before the next node) its
+        // cast down.
         const auto grad32 = own(2 * e.bytes, e);
-        release(gradUp, 2 * e.bytes, e.phase);
-        keep(e); // cast down
+        takeGradient();
+        freeNow(u.map);
+        keep(e);
         release(grad32, 2 * e.bytes, e.phase);
     }
     return true;
