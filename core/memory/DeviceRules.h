@@ -32,11 +32,13 @@
 //   fp32_set_opt_dtype; native/SoftMax.cpp: fp16 by the half_to_float
 //   kernel, bf16 cast up first), its fp32 output saved for backward and a
 //   16-bit copy saved by the product with the values; its backward casts
-//   the gradient up (and for bf16 back down). DeviceRules.cpp says how the
+//   the gradient up (and for bf16 back down). Dropout on that fp32 map
+//   (native/cuda/Dropout.cu's fused kernel): a one-byte mask and an fp32
+//   output freed once the product's 16-bit copy is made; its backward in
+//   fp32 on the product's gradient cast up. DeviceRules.cpp says how the
 //   record's blocks become the GPU's.
 //
-// Not ruled (the plan says it is a lower bound there): dropout on such an
-// fp32 map (attention dropout in mixed precision), scaled_dot_product_
+// Not ruled (the plan says it is a lower bound there): scaled_dot_product_
 // attention with dropout (the CPU's math path), by the memory-efficient
 // kernel (its output is laid out otherwise, so the heads' merge after it
 // does not copy) or by neither kernel (the math fallback); and
