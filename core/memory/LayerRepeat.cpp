@@ -1,7 +1,7 @@
 #include "memory/LayerRepeat.h"
 
 #include <algorithm>
-#include <functional>
+#include <cstdlib>
 #include <map>
 #include <utility>
 
@@ -193,7 +193,9 @@ BlockAt blockAt(const std::array<Runs, 3>& runs, const RecordedStep& s, const st
     if (block < 0) return {};
     const auto b = static_cast<std::size_t>(block);
     if (b < s.resident.size()) return {Residents, coordOf(runs[Residents], b, layers)};
-    return {Events, coordOf(runs[Events], allocations.at(b - s.resident.size()), layers)};
+    // (A block past the record's own is none of them: the check of the result fails.)
+    if (b - s.resident.size() >= allocations.size()) return {};
+    return {Events, coordOf(runs[Events], allocations[b - s.resident.size()], layers)};
 }
 
 } // namespace

@@ -69,11 +69,11 @@ public:
 
 private:
     std::array<std::vector<Run>, 3> runs_;
-    // Per event of the two-layer record that releases a block: its target rule.
+    // Per event of the two-layer record that releases a block (a run's:
+    // its first layer's): which block.
     std::vector<Target> targets_;
-    // Per event of the two-layer record: how many numbers it holds, and per
-    // item (residents, events, parameters) how much each of its numbers grows
-    // a layer (empty: none).
+    // Per item of the two-layer record outside the runs (residents, events,
+    // parameters): how much each of its numbers grows a layer (empty: none).
     std::array<std::vector<std::vector<std::int64_t>>, 3> growth_;
 };
 
