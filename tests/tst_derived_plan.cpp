@@ -1115,12 +1115,9 @@ void TestDerivedPlan::deviceRulesOnARecord()
     attn.ops = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
     const std::int64_t out = 2 * 4 * 128 * 64 * 2, lse = 2 * 4 * 128 * 4;
     const auto call = [&](std::int16_t op, std::int64_t bytes, bool first, std::uint8_t phase) {
-        RecordedStep::Event e;
-        e.bytes = bytes;
-        e.op = op;
-        e.elementBytes = 2;
+        auto e = event(bytes, op, phase);
         e.firstInOp = first;
-        e.phase = phase;
+        e.autocast = false;
         if (first) {
             e.hasShape = true;
             e.shape = {2, 4, 128, 64};
