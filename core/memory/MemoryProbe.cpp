@@ -18,6 +18,7 @@ namespace {
 std::atomic<std::int64_t> g_current{0};
 std::atomic<std::int64_t> g_peak{0};
 std::atomic<MemoryProbe::TraceFn> g_trace{nullptr};
+thread_local MemoryProbe::TraceFn t_trace = nullptr;
 
 // 64 bytes keep the payload aligned as LibTorch expects (it aligns to 64).
 constexpr std::size_t kHeader = 64;
@@ -29,6 +30,7 @@ void countingDelete(void* ptr)
     const auto size = *reinterpret_cast<std::int64_t*>(block);
     const auto now = g_current.fetch_sub(size, std::memory_order_relaxed) - size;
     if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(-size, now, ptr);
+    if (auto trace = t_trace) trace(-size, now, ptr);
     std::free(block);
 }
 
@@ -63,6 +65,7 @@ public:
         while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
         }
         if (auto trace = g_trace.load(std::memory_order_relaxed)) trace(static_cast<std::int64_t>(bytes), now, payload);
+        if (auto trace = t_trace) trace(static_cast<std::int64_t>(bytes), now, payload);
         return {payload, payload, &countingDelete, c10::Device(c10::DeviceType::CPU)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &countingDelete; }
@@ -93,6 +96,8 @@ void MemoryProbe::installCpuCounter()
 bool MemoryProbe::cpuCounterInstalled() { return g_installed; }
 
 void MemoryProbe::setCpuTrace(TraceFn fn) { g_trace.store(fn); }
+
+void MemoryProbe::setThreadCpuTrace(TraceFn fn) { t_trace = fn; }
 
 MemorySnapshot MemoryProbe::snapshot(const std::string& device)
 {

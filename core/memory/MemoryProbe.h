@@ -29,6 +29,9 @@ public:
     // Not thread-safe to change while tensors are being allocated.
     using TraceFn = void (*)(std::int64_t delta, std::int64_t live, const void* payload);
     static void setCpuTrace(TraceFn fn);
+    // The same for this thread's allocations and releases only (the derived
+    // plan's probes, recorded on several threads at once).
+    static void setThreadCpuTrace(TraceFn fn);
 };
 
 } // namespace tb

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -9,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -74,7 +79,7 @@ struct Recorder {
     }
 };
 Recorder* g_recorder = nullptr;
-std::mutex g_traceMutex;
+std::shared_mutex g_traceMutex;
 
 // A bf16 product as oneDNN receives it from LibTorch: mm(a, b), addmm(c, a,
 // b, beta, alpha), bmm(a, b), baddbmm(c, a, b, beta, alpha). An operand that
@@ -221,7 +226,7 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slid
     };
     Traced out;
     const std::string shape = "batch " + std::to_string(B) + ", sequence " + std::to_string(T);
-    std::lock_guard<std::mutex> lock(g_traceMutex);
+    std::unique_lock<std::shared_mutex> lock(g_traceMutex);
     MemoryProbe::installCpuCounter();
     rec.baseline = MemoryProbe::snapshot("cpu").currentBytes;
     {
@@ -312,11 +317,12 @@ struct BlockRecorder {
         on = true;
     }
 };
-std::atomic<BlockRecorder*> g_blocks{nullptr};
+// The probe being recorded on this thread (probes record on several at once).
+thread_local BlockRecorder* t_blocks = nullptr;
 
 void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
 {
-    auto* rec = g_blocks.load();
+    auto* rec = t_blocks;
     if (!rec || delta == 0) return;
     std::lock_guard<std::mutex> lock(rec->mutex);
     if (delta > 0) {
@@ -375,7 +381,7 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
 
 std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
 {
-    auto* rec = g_blocks.load();
+    auto* rec = t_blocks;
     if (!rec) return nullptr;
     BlockRecorder::Frame frame;
     if (rec->on) {
@@ -419,7 +425,7 @@ std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
 
 void leaveBlockOp(const at::RecordFunction&, at::ObserverContext*)
 {
-    auto* rec = g_blocks.load();
+    auto* rec = t_blocks;
     if (!rec || rec->ops.empty()) return;
     if (rec->on && rec->ops.back().gemm.m != 0) {
         // A bf16 product ran: the marker where its scratch, if any, goes.
@@ -541,14 +547,15 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
         }
         removeOps();
     };
-    std::lock_guard<std::mutex> lock(g_traceMutex);
+    // (A whole-step trace, traceStep, reads the process's counter: not while probes record.)
+    std::shared_lock<std::shared_mutex> lock(g_traceMutex);
     MemoryProbe::installCpuCounter();
-    g_blocks = &rec;
-    MemoryProbe::setCpuTrace(&recordBlock);
+    t_blocks = &rec;
+    MemoryProbe::setThreadCpuTrace(&recordBlock);
     const auto stop = [&] {
         removeOps();
-        MemoryProbe::setCpuTrace(nullptr);
-        g_blocks = nullptr;
+        MemoryProbe::setThreadCpuTrace(nullptr);
+        t_blocks = nullptr;
     };
     TrainResult result;
     try {
@@ -767,6 +774,16 @@ const std::vector<ShippedProgram>& shippedPrograms()
     return programs;
 }
 
+// The shipped programs of one batch regime that start where `plan` does.
+std::vector<const StepProgram*> shippedCandidates(const ProbePlan& plan, std::size_t regime, std::int64_t t0, int window)
+{
+    std::vector<const StepProgram*> candidates;
+    for (const auto& s : shippedPrograms()) {
+        if (s.regime == regime && s.t0 == t0 && s.window == window && s.program.base == plan.base) candidates.push_back(&s.program);
+    }
+    return candidates;
+}
+
 // The config's program of one batch regime from a shipped one: with two
 // layers, the shipped program its step equals at both checks; with more, one
 // whose layers repeat to the model's (repeatLayers), else one whose formulas
@@ -775,10 +792,7 @@ const std::vector<ShippedProgram>& shippedPrograms()
 std::optional<StepProgram> fromShipped(const ProbeSetup& setup, const ProbePlan& plan, std::size_t regime, std::int64_t t0,
                                        int window, const ProbeRecorder& record, bool& repeated)
 {
-    std::vector<const StepProgram*> candidates;
-    for (const auto& s : shippedPrograms()) {
-        if (s.regime == regime && s.t0 == t0 && s.window == window && s.program.base == plan.base) candidates.push_back(&s.program);
-    }
+    const auto candidates = shippedCandidates(plan, regime, t0, window);
     if (candidates.empty() || setup.model.nLayer < 2) return std::nullopt;
     if (setup.model.nLayer > 2) {
         for (const auto* known : candidates) {
@@ -837,6 +851,167 @@ std::pair<std::vector<std::int64_t>, std::int64_t> quantizedResidents(const Prob
     return {blocks, weights};
 }
 
+// Probes recorded on the cores the process has: the ones programsFor is
+// expected to ask for are queued (ahead), one worker thread a core past the
+// first takes them in order, and the caller (get) records what it asks for
+// itself when no worker has started it, else one still queued while it
+// waits. Each probe runs on one thread with its own recorder, so a record
+// does not depend on which thread took it. A probe asked for and not queued
+// is recorded by the caller.
+class ProbePool {
+public:
+    using Key = std::pair<int, StepDims>; // layers, widths
+
+    ProbePool(int window, const std::atomic<bool>* cancel) : m_window(window), m_cancel(cancel)
+    {
+        const auto cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        for (int w = 1; w < std::min(cores, 4); ++w) m_workers.emplace_back([this] { work(); });
+    }
+    ~ProbePool()
+    {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_stop = true;
+            m_queue.clear();
+        }
+        m_changed.notify_all();
+        for (auto& w : m_workers) w.join();
+    }
+    ProbePool(const ProbePool&) = delete;
+    ProbePool& operator=(const ProbePool&) = delete;
+
+    void ahead(const ProbeSetup& setup, const StepDims& dims)
+    {
+        if (m_workers.empty()) return;
+        const Key key{setup.model.nLayer, dims};
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            if (m_slots.count(key)) return;
+            m_slots[key];
+            m_queue.push_back({key, setup});
+        }
+        m_changed.notify_one();
+    }
+
+    // The probe at `dims`, and whether this is the first time it was asked for.
+    std::pair<RecordedStep, bool> get(const ProbeSetup& setup, const StepDims& dims)
+    {
+        const Key key{setup.model.nLayer, dims};
+        std::unique_lock<std::mutex> lock(m_mutex);
+        for (;;) {
+            auto& slot = m_slots[key];
+            if (slot.done) {
+                if (slot.failure) std::rethrow_exception(slot.failure);
+                const bool first = !slot.asked;
+                slot.asked = true;
+                return {slot.step, first};
+            }
+            if (!slot.running) {
+                // Not started: recorded here, now (queued or not).
+                const auto it = std::find_if(m_queue.begin(), m_queue.end(), [&](const Job& j) { return j.key == key; });
+                Job job = it == m_queue.end() ? Job{key, setup} : std::move(*it);
+                if (it != m_queue.end()) m_queue.erase(it);
+                m_queue.push_front(std::move(job));
+            } else if (m_queue.empty()) {
+                m_changed.wait(lock);
+                continue;
+            }
+            // Its own probe, or (while a worker records that) the next one queued.
+            runFront(lock);
+        }
+    }
+
+private:
+    struct Slot {
+        bool running = false, done = false, asked = false;
+        RecordedStep step;
+        std::exception_ptr failure;
+    };
+    struct Job {
+        Key key;
+        ProbeSetup setup;
+    };
+
+    // Records the queue's first job, the lock released meanwhile.
+    void runFront(std::unique_lock<std::mutex>& lock)
+    {
+        auto job = std::move(m_queue.front());
+        m_queue.pop_front();
+        m_slots[job.key].running = true;
+        lock.unlock();
+        RecordedStep step;
+        std::exception_ptr failure;
+        try {
+            if (m_cancel && m_cancel->load()) throw InputError("deriving the memory plan was cancelled");
+            step = recordProbe(job.setup, job.key.second, m_window);
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        lock.lock();
+        auto& slot = m_slots[job.key];
+        slot.step = std::move(step);
+        slot.failure = failure;
+        slot.running = false;
+        slot.done = true;
+        m_changed.notify_all();
+    }
+
+    void work()
+    {
+        std::unique_lock<std::mutex> lock(m_mutex);
+        for (;;) {
+            m_changed.wait(lock, [this] { return m_stop || !m_queue.empty(); });
+            if (m_stop) return;
+            runFront(lock);
+        }
+    }
+
+    const int m_window;
+    const std::atomic<bool>* m_cancel;
+    std::mutex m_mutex;
+    std::condition_variable m_changed;
+    std::map<Key, Slot> m_slots;
+    std::deque<Job> m_queue;
+    bool m_stop = false;
+    std::vector<std::thread> m_workers;
+};
+
+// Queues the probes programsFor takes for one batch regime where all goes
+// as expected (the model's layers repeat, batch 1 and 2 borrow batch 3's
+// formulas), in the order it takes them.
+void expectProbes(ProbePool& pool, const ProbeSetup& setup, const ProbeSetup& two, std::size_t regime, std::int64_t t0,
+                  int window, bool shipped)
+{
+    const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
+    auto three = setup, four = setup;
+    three.model.nLayer = 3;
+    four.model.nLayer = 4;
+    const bool more = setup.model.nLayer > 2;
+    const auto repeated = [&] {
+        pool.ahead(three, plan.base);
+        pool.ahead(three, plan.checks[0]);
+        pool.ahead(four, plan.checks[1]);
+    };
+    if (shipped && setup.model.nLayer >= 2 && !shippedCandidates(plan, regime, t0, window).empty()) {
+        if (more) return repeated();
+        pool.ahead(setup, plan.checks[0]);
+        pool.ahead(setup, plan.checks[1]);
+        return;
+    }
+    pool.ahead(two, plan.base);
+    if (regime == 2 || !shipped) {
+        for (const auto& axis : plan.axes) {
+            for (const auto x : axis.values) {
+                auto dims = plan.base;
+                dims[static_cast<std::size_t>(axis.dim)] = x;
+                pool.ahead(two, dims);
+            }
+        }
+    }
+    for (const auto& check : plan.checks) pool.ahead(two, check);
+    if (more) repeated();
+}
+
 // The programs of one side of a sliding window (window: as traceStep's),
 // from sequence t0 (8; 32 where bf16 products go to oneDNN; 128 at most),
 // with the sequence each begins at; nullopt (why set) where none fits.
@@ -867,16 +1042,17 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
         out.real = realDims(setup.model);
         out.t0 = t0;
         why.clear();
-        // Each probe recorded once (a shipped program's checks are the fit's).
-        std::map<std::pair<int, StepDims>, RecordedStep> probes;
+        // Each probe recorded once (a shipped program's checks are the fit's),
+        // those expected queued for the pool's other threads.
+        ProbePool pool(window, progress.cancel);
         const ProbeRecorder record = [&](const ProbeSetup& s, const StepDims& d) {
-            const auto key = std::pair{s.model.nLayer, d};
-            if (const auto it = probes.find(key); it != probes.end()) return it->second;
             if (progress.cancel && progress.cancel->load()) throw InputError("deriving the memory plan was cancelled");
-            auto r = recordProbe(s, d, window);
-            ++recorded;
-            if (progress.onTrace) progress.onTrace(recorded, dimOf(d, StepDim::Batch), dimOf(d, StepDim::Seq));
-            return probes.emplace(key, std::move(r)).first->second;
+            auto [step, first] = pool.get(s, d);
+            if (first) {
+                ++recorded;
+                if (progress.onTrace) progress.onTrace(recorded, dimOf(d, StepDim::Batch), dimOf(d, StepDim::Seq));
+            }
+            return step;
         };
         // From batch 3 on first: batch 1 and 2 borrow its formulas. A model
         // with more than two layers is fitted with two, and its layers
@@ -884,8 +1060,10 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
         const bool more = setup.model.nLayer > 2;
         auto two = setup;
         two.model.nLayer = std::min(setup.model.nLayer, 2);
+        const std::array<std::size_t, 3> regimes{2, 0, 1};
+        for (const auto regime : regimes) expectProbes(pool, setup, two, regime, t0, window, shipped);
         std::optional<StepProgram> fromBatch3;
-        for (const std::size_t regime : {std::size_t{2}, std::size_t{0}, std::size_t{1}}) {
+        for (const auto regime : regimes) {
             if (!why.empty()) break;
             const auto plan = probePlan(setup, regime < 2 ? static_cast<std::int64_t>(regime) + 1 : 0, t0);
             bool repeated = false;

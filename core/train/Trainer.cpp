@@ -426,8 +426,9 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     int steadyFromStep = 0;
     double excludedSeconds = 0; // validation and checkpoints are not training throughput
     try {
-        if (m->startStep == 0 && !m->validation.empty()) {
-            // The untrained baseline, so plots and summaries show how far the loss fell.
+        if (m->startStep == 0 && !m->validation.empty() && !m->options.probeModel) {
+            // The untrained baseline, so plots and summaries show how far the
+            // loss fell (not for the derived plan's probes, which record a step).
             const auto e = m->evaluate(0);
             if (callbacks.onEval) callbacks.onEval(e);
         }
