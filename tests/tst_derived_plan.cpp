@@ -225,6 +225,7 @@ private Q_SLOTS:
     void headSizeOfItsOwn();
     void programsPlanTheGpu();
     void sevenBillionFromProbes();
+    void probesIgnoreOtherThreads();
     void everyLlamaOptionFromPrograms();
     void everyGptOptionFromPrograms();
     void quantizedBaseFromPrograms();
@@ -1274,6 +1275,48 @@ void TestDerivedPlan::sevenBillionFromProbes()
             QVERIFY(std::abs(derived.peakBytes - hand.peakBytes) <= 64);
         }
     }
+}
+
+// A probe records its own thread's tensors only: the programs derived while
+// another thread of the process allocates (a run training on the CPU while
+// the Memory planner derives a plan) are the ones derived in a quiet
+// process. (With a process-wide hook the other thread's tensors entered the
+// probes' records.)
+void TestDerivedPlan::probesIgnoreOtherThreads()
+{
+    QTemporaryDir dir;
+    const std::string folder = dir.path().toStdString();
+    std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": false})";
+    auto c = base("hf", 2, 512);
+    c.model.path = folder;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    const auto quiet = deriveStep(c);
+    std::atomic<bool> stop{false};
+    std::atomic<int> made{0};
+    std::thread other([&] {
+        while (!stop.load()) {
+            auto t = torch::empty({1000 + made.load() % 7 * 64}, torch::kFloat32);
+            ++made;
+            std::this_thread::yield();
+        }
+    });
+    DerivedStep busy;
+    std::string failure;
+    try {
+        busy = deriveStep(c);
+    } catch (const std::exception& e) {
+        failure = e.what();
+    }
+    stop = true;
+    other.join();
+    QVERIFY(made.load() > 100);
+    QVERIFY2(failure.empty(), failure.c_str());
+    QVERIFY(busy.programs && quiet.programs);
+    QCOMPARE(stepProgramsToJson(*busy.programs), stepProgramsToJson(*quiet.programs));
+    QCOMPARE(busy.at(2, 512).peakBytes, quiet.at(2, 512).peakBytes);
 }
 
 // The trainer's Llama-family options, a few at a time: more layers than two,
