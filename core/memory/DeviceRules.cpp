@@ -26,6 +26,35 @@ bool cudaAutocastFp32(const std::string& op, bool dtypeGiven)
 
 using RecordedEvent = RecordedStep::Event;
 
+// What the rules ask of an event's operator, found once per operator name
+// (a 7B step has about 16,000 events and a few dozen names).
+enum OpKind : std::uint16_t {
+    kDropout = 1 << 0,         // aten::dropout, aten::feature_dropout
+    kSoftmax = 1 << 1,         // aten::softmax
+    kSoftmaxBackward = 1 << 2, // aten::_softmax_backward_data
+    kMul = 1 << 3,             // aten::mul
+    kGeneratorState = 1 << 4,  // trainbench::generator_state
+    kSdpa = 1 << 5,            // the forward
+    kSdpaBackward = 1 << 6,    // the CPU kernel's backward
+    kFp32Always = 1 << 7,      // cudaAutocastFp32 whether a dtype was given or not
+    kFp32UnlessDtype = 1 << 8, // cudaAutocastFp32 where none was
+};
+
+std::uint16_t opKind(const std::string& op)
+{
+    std::uint16_t k = 0;
+    if (op == "aten::dropout" || op == "aten::feature_dropout") k |= kDropout;
+    if (op == "aten::softmax") k |= kSoftmax;
+    if (op == "aten::_softmax_backward_data") k |= kSoftmaxBackward;
+    if (op == "aten::mul") k |= kMul;
+    if (op == "trainbench::generator_state") k |= kGeneratorState;
+    if (op == "aten::scaled_dot_product_attention") k |= kSdpa;
+    if (op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward") k |= kSdpaBackward;
+    if (cudaAutocastFp32(op, true)) k |= kFp32Always;
+    else if (cudaAutocastFp32(op, false)) k |= kFp32UnlessDtype;
+    return k;
+}
+
 // The GPU's step, made from the CPU's event by event: each CPU block kept
 // (sized for the GPU), dropped, or joined by blocks of the GPU's own.
 class CudaStepBuilder {
@@ -42,15 +71,17 @@ private:
     void unruled(const std::string& why);
     void onRelease(const RecordedEvent& e);
     void onAllocation(const RecordedEvent& e);
-    bool autocastSoftmax(const RecordedEvent& e, const std::string& op);
-    bool droppedMap(const RecordedEvent& e, const std::string& op);
-    bool droppedMapBackward(const RecordedEvent& e, const std::string& op);
-    bool autocastSoftmaxBackward(const RecordedEvent& e, const std::string& op);
+    std::uint16_t kindOf(const RecordedEvent& e) const;
+    bool autocastSoftmax(const RecordedEvent& e, std::uint16_t kind);
+    bool droppedMap(const RecordedEvent& e, std::uint16_t kind);
+    bool droppedMapBackward(const RecordedEvent& e, std::uint16_t kind);
+    bool autocastSoftmaxBackward(const RecordedEvent& e, std::uint16_t kind);
     void releaseMapGradient(std::int64_t bytes, std::uint8_t phase);
-    void fusedAttention(const RecordedEvent& e, const std::string& op);
+    void fusedAttention(const RecordedEvent& e, std::uint16_t kind);
 
     const RecordedStep& m_cpu;
     const CudaTarget m_target;
+    std::vector<std::uint16_t> m_kinds; // per name in m_cpu.ops: opKind
     CudaStep m_out;
     // Per CPU block: its index on the GPU (-1: not made there), its bytes
     // there, and whether it is still live.
@@ -117,6 +148,13 @@ CudaStepBuilder::CudaStepBuilder(const RecordedStep& cpu, const CudaTarget& targ
     m_bytes.assign(s.resident.begin(), s.resident.end());
     m_live.assign(m_index.size(), 1);
     m_next = static_cast<std::int32_t>(cpu.resident.size());
+    m_kinds.reserve(cpu.ops.size());
+    for (const auto& op : cpu.ops) m_kinds.push_back(opKind(op));
+}
+
+std::uint16_t CudaStepBuilder::kindOf(const RecordedEvent& e) const
+{
+    return e.op >= 0 && static_cast<std::size_t>(e.op) < m_kinds.size() ? m_kinds[static_cast<std::size_t>(e.op)] : 0;
 }
 
 std::int64_t CudaStepBuilder::rounded(std::int64_t bytes) const
@@ -202,35 +240,35 @@ void CudaStepBuilder::onRelease(const RecordedEvent& e)
 
 void CudaStepBuilder::onAllocation(const RecordedEvent& e)
 {
-    const auto& op = m_cpu.opName(e);
-    if (droppedMap(e, op)) return;
+    const auto kind = kindOf(e);
+    if (droppedMap(e, kind)) return;
     if (m_pendingCopy) {
         const auto& copy = *m_pendingCopy;
         m_upcasts.push_back({copy.map, own(copy.like.bytes, copy.like), copy.like.bytes, false});
         m_pendingCopy.reset();
     }
-    if (autocastSoftmax(e, op) || droppedMapBackward(e, op) || autocastSoftmaxBackward(e, op)) return;
-    if (op == "trainbench::generator_state") {
+    if (autocastSoftmax(e, kind) || droppedMapBackward(e, kind) || autocastSoftmaxBackward(e, kind)) return;
+    if (kind & kGeneratorState) {
         drop();
         return;
     }
-    if (op == "aten::scaled_dot_product_attention" || op == "aten::_scaled_dot_product_flash_attention_for_cpu_backward") {
-        fusedAttention(e, op);
+    if (kind & (kSdpa | kSdpaBackward)) {
+        fusedAttention(e, kind);
         return;
     }
-    if (e.autocast && e.elementBytes == 2 && cudaAutocastFp32(op, e.opDtype)) {
-        unruled(op + " of a 16-bit tensor under autocast (CUDA's runs it in fp32)");
+    if (e.autocast && e.elementBytes == 2 && ((kind & kFp32Always) || (!e.opDtype && (kind & kFp32UnlessDtype)))) {
+        unruled(m_cpu.opName(e) + " of a 16-bit tensor under autocast (CUDA's runs it in fp32)");
     }
     auto a = e;
-    if (e.firstInOp && e.elementBytes > 1 && (op == "aten::dropout" || op == "aten::feature_dropout")) {
+    if (e.firstInOp && e.elementBytes > 1 && (kind & kDropout)) {
         a.bytes = e.bytes / e.elementBytes;
     }
     keep(a);
 }
 
-bool CudaStepBuilder::autocastSoftmax(const RecordedEvent& e, const std::string& op)
+bool CudaStepBuilder::autocastSoftmax(const RecordedEvent& e, std::uint16_t kind)
 {
-    if (op != "aten::softmax" || !e.firstInOp || !e.autocast || e.elementBytes != 2 || e.opDtype) return false;
+    if (!(kind & kSoftmax) || !e.firstInOp || !e.autocast || e.elementBytes != 2 || e.opDtype) return false;
     const auto mapBlock = static_cast<std::int32_t>(m_index.size());
     std::int32_t up = -1;
     if (!m_target.fp16) up = own(2 * e.bytes, e); // bf16 cast up
@@ -245,9 +283,9 @@ bool CudaStepBuilder::autocastSoftmax(const RecordedEvent& e, const std::string&
 // The dropout of a map the softmax made fp32: its first allocation (the
 // noise) is the one-byte mask, its second (the output) the 16-bit copy the
 // product takes, after an fp32 output of the GPU's own freed once cast.
-bool CudaStepBuilder::droppedMap(const RecordedEvent& e, const std::string& op)
+bool CudaStepBuilder::droppedMap(const RecordedEvent& e, std::uint16_t kind)
 {
-    const bool dropout = op == "aten::dropout" || op == "aten::feature_dropout";
+    const bool dropout = kind & kDropout;
     if (m_pendingCopy && dropout && e.firstInOp && e.elementBytes == 2) {
         m_upcasts.push_back({m_pendingCopy->map, -1, m_pendingCopy->like.bytes, false});
         m_pendingCopy.reset();
@@ -262,7 +300,7 @@ bool CudaStepBuilder::droppedMap(const RecordedEvent& e, const std::string& op)
     if (dropout && !e.firstInOp && e.bytes != m_upcasts.back().copyBytes && e.bytes < e.elementBytes * 64) return false;
     m_dropping = false;
     if (!dropout || e.firstInOp || e.bytes != m_upcasts.back().copyBytes) {
-        unruled(op + " where the dropout of an attention map autocast made fp32 (CUDA's softmax) makes its output");
+        unruled(m_cpu.opName(e) + " where the dropout of an attention map autocast made fp32 (CUDA's softmax) makes its output");
         return false;
     }
     const auto out32 = own(2 * e.bytes, e);
@@ -296,9 +334,9 @@ void CudaStepBuilder::releaseMapGradient(std::int64_t bytes, std::uint8_t phase)
 // aten::mul of the 16-bit gradient and the noise, the map's size, next
 // after the product's backward): the gradient cast up, then its product with
 // the mask in fp32.
-bool CudaStepBuilder::droppedMapBackward(const RecordedEvent& e, const std::string& op)
+bool CudaStepBuilder::droppedMapBackward(const RecordedEvent& e, std::uint16_t kind)
 {
-    if (op != "aten::mul" || e.phase != 1 || !e.firstInOp || e.elementBytes != 2) return false;
+    if (!(kind & kMul) || e.phase != 1 || !e.firstInOp || e.elementBytes != 2) return false;
     auto* u = latestUpcast();
     if (!u || u->copy >= 0 || u->droppedGradient >= 0 || e.bytes != u->copyBytes) return false;
     const auto gradUp = own(2 * e.bytes, e);
@@ -311,9 +349,9 @@ bool CudaStepBuilder::droppedMapBackward(const RecordedEvent& e, const std::stri
     return true;
 }
 
-bool CudaStepBuilder::autocastSoftmaxBackward(const RecordedEvent& e, const std::string& op)
+bool CudaStepBuilder::autocastSoftmaxBackward(const RecordedEvent& e, std::uint16_t kind)
 {
-    if (op != "aten::_softmax_backward_data" || !e.firstInOp || e.elementBytes != 2) return false;
+    if (!(kind & kSoftmaxBackward) || !e.firstInOp || e.elementBytes != 2) return false;
     auto* latest = latestUpcast();
     if (!latest) return false;
     const auto u = *latest;
@@ -331,7 +369,7 @@ bool CudaStepBuilder::autocastSoftmaxBackward(const RecordedEvent& e, const std:
     std::int32_t gradUp = -1;
     if (u.copy < 0) {
         if (u.droppedGradient < 0) {
-            unruled(op + " of a dropped attention map whose dropout's backward did not run");
+            unruled(m_cpu.opName(e) + " of a dropped attention map whose dropout's backward did not run");
             return false;
         }
     } else {
@@ -359,9 +397,10 @@ bool CudaStepBuilder::autocastSoftmaxBackward(const RecordedEvent& e, const std:
     return true;
 }
 
-void CudaStepBuilder::fusedAttention(const RecordedEvent& e, const std::string& op)
+void CudaStepBuilder::fusedAttention(const RecordedEvent& e, std::uint16_t kind)
 {
-    const bool forward = op == "aten::scaled_dot_product_attention";
+    const bool forward = kind & kSdpa;
+    const auto& op = m_cpu.opName(e);
     if (e.firstInOp) {
         m_sdpaAllocations = 0;
         m_kernel = {};
