@@ -34,13 +34,52 @@ int CudaAllocatorModel::newBlock(const Block& b)
     return static_cast<int>(m_blocks.size()) - 1;
 }
 
+int CudaAllocatorModel::Pool::bucketOf(std::int64_t size)
+{
+    // The power of two at or below the size, and the three bits after its
+    // top one: buckets rise with the size (every size is 512 or more).
+    const int top = 63 - __builtin_clzll(static_cast<unsigned long long>(size));
+    return top * 8 + static_cast<int>((size >> (top - 3)) & 7);
+}
+
+void CudaAllocatorModel::Pool::insert(const PoolKey& key)
+{
+    const int b = bucketOf(key.size);
+    auto& v = m_buckets[static_cast<std::size_t>(b)];
+    v.insert(std::lower_bound(v.begin(), v.end(), key), key);
+    m_held[static_cast<std::size_t>(b / 64)] |= 1ULL << (b % 64);
+}
+
+void CudaAllocatorModel::Pool::erase(const PoolKey& key)
+{
+    const int b = bucketOf(key.size);
+    auto& v = m_buckets[static_cast<std::size_t>(b)];
+    const auto it = std::lower_bound(v.begin(), v.end(), key);
+    assert(it != v.end() && *it == key); // a pooled block is in its pool under its size and address
+    if (it == v.end() || !(*it == key)) return;
+    v.erase(it);
+    if (v.empty()) m_held[static_cast<std::size_t>(b / 64)] &= ~(1ULL << (b % 64));
+}
+
+const CudaAllocatorModel::PoolKey* CudaAllocatorModel::Pool::firstFrom(std::int64_t size) const
+{
+    int b = bucketOf(size);
+    const auto& v = m_buckets[static_cast<std::size_t>(b)];
+    const auto it = std::lower_bound(v.begin(), v.end(), PoolKey{size, std::numeric_limits<std::int64_t>::min(), -1});
+    if (it != v.end()) return &*it;
+    // The next bucket that holds any: its first block.
+    for (++b; b < kBuckets; b = (b / 64 + 1) * 64) {
+        const auto word = m_held[static_cast<std::size_t>(b / 64)] >> (b % 64);
+        if (word != 0) return &m_buckets[static_cast<std::size_t>(b + __builtin_ctzll(word))].front();
+    }
+    return nullptr;
+}
+
 void CudaAllocatorModel::insertFree(int id)
 {
     auto& b = m_blocks[id];
-    auto& p = pool(b.small);
     assert(!b.pooled);
-    const PoolKey key{b.size, b.address, id};
-    p.insert(std::lower_bound(p.begin(), p.end(), key), key);
+    pool(b.small).insert(PoolKey{b.size, b.address, id});
     b.pooled = true;
 }
 
@@ -48,11 +87,7 @@ void CudaAllocatorModel::removeFree(int id)
 {
     auto& b = m_blocks[id];
     if (!b.pooled) return;
-    auto& p = pool(b.small);
-    const PoolKey key{b.size, b.address, id};
-    const auto it = std::lower_bound(p.begin(), p.end(), key);
-    assert(it != p.end() && *it == key); // a pooled block is in its pool under its size and address
-    if (it != p.end() && *it == key) p.erase(it);
+    pool(b.small).erase(PoolKey{b.size, b.address, id});
     b.pooled = false;
 }
 
@@ -60,9 +95,8 @@ void CudaAllocatorModel::removeFree(int id)
 // request, and the max_split_size rules that keep large blocks whole.
 int CudaAllocatorModel::findCached(std::int64_t size, bool small)
 {
-    const auto& p = pool(small);
-    const auto it = std::lower_bound(p.begin(), p.end(), PoolKey{size, std::numeric_limits<std::int64_t>::min(), -1});
-    if (it == p.end()) return -1;
+    const auto* it = pool(small).firstFrom(size);
+    if (!it) return -1;
     const auto blockSize = it->size;
     const auto maxSplit = m_settings.maxSplitSize;
     if (size < maxSplit && blockSize >= maxSplit) return -1;

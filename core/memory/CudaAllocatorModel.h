@@ -30,6 +30,7 @@
 //
 // No LibTorch here: it is arithmetic the planner runs near the fit frontier.
 
+#include <array>
 #include <compare>
 #include <cstdint>
 #include <limits>
@@ -85,10 +86,25 @@ private:
         int block;
         auto operator<=>(const PoolKey&) const = default;
     };
-    // A pool's free blocks, sorted. A replayed step keeps a few dozen per
-    // pool (at most 68 in a Llama 2 7B LoRA step): a sorted vector is
-    // searched and updated faster than a tree of that size.
-    using Pool = std::vector<PoolKey>;
+    // A pool's free blocks in that order: in buckets of sizes (eight to a
+    // power of two, each a sorted vector) with a bitmap of the ones that
+    // hold any. The hand replay's Llama 2 7B LoRA step keeps a few dozen
+    // blocks a pool, which one sorted vector updated faster than a tree; the
+    // same step recorded from the trainer keeps up to about 600 free in the
+    // large pool, where the vector's moves took most of a replay.
+    class Pool {
+    public:
+        void insert(const PoolKey& key);
+        void erase(const PoolKey& key);
+        // The first block of `size` bytes or more (the smallest, then the lowest address); null if none.
+        const PoolKey* firstFrom(std::int64_t size) const;
+
+    private:
+        static constexpr int kBuckets = 64 * 8;
+        static int bucketOf(std::int64_t size);
+        std::array<std::vector<PoolKey>, kBuckets> m_buckets;
+        std::array<std::uint64_t, kBuckets / 64> m_held{};
+    };
     struct Block {
         std::int64_t address = 0, size = 0;
         int segment = -1, prev = -1, next = -1;
