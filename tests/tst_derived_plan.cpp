@@ -90,6 +90,23 @@ void compare(const char* name, const RunConfig& c, const DerivedStep& plan)
     QCOMPARE(plan.peakBytes(c.train.batchSize, c.data.seqLen, t4), plan.at(c.train.batchSize, c.data.seqLen, t4).peakBytes);
 }
 
+// Llama 2 7B's config.json (in dir), with `kvHeads` key/value heads, and a
+// config training on its tokens at batch 2 x 512 (the probes make their own
+// weights and ids).
+RunConfig sevenBillionFolder(const QTemporaryDir& dir, int kvHeads)
+{
+    const std::string folder = dir.path().toStdString();
+    std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": )"
+                                           << kvHeads << R"(, "max_position_embeddings": 4096, "rms_norm_eps": 1e-05,
+        "hidden_act": "silu", "tie_word_embeddings": false})";
+    auto c = base("hf", 2, 512);
+    c.model.path = folder;
+    c.data.source = "tokens";
+    c.data.path = folder + "/train.bin";
+    return c;
+}
+
 // A Llama folder (in dir) with a head size of its own: 4 heads of 20 over
 // hidden 48, and a config training on its tokens at batch 4 x 32.
 RunConfig headSizeFolder(const QTemporaryDir& dir)
@@ -1244,14 +1261,7 @@ void TestDerivedPlan::programsPlanTheGpu()
 void TestDerivedPlan::sevenBillionFromProbes()
 {
     QTemporaryDir dir;
-    const std::string folder = dir.path().toStdString();
-    std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
-        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-        "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": false})";
-    auto c = base("hf", 2, 512);
-    c.model.path = folder;
-    c.data.source = "tokens";
-    c.data.path = folder + "/train.bin";
+    auto c = sevenBillionFolder(dir, 32);
     for (const int rank : {0, 16}) {
         c.lora.rank = rank;
         c.lora.targets = {"q_proj", "v_proj"};
@@ -1285,14 +1295,7 @@ void TestDerivedPlan::sevenBillionFromProbes()
 void TestDerivedPlan::probesIgnoreOtherThreads()
 {
     QTemporaryDir dir;
-    const std::string folder = dir.path().toStdString();
-    std::ofstream(folder + "/config.json") << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
-        "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": false})";
-    auto c = base("hf", 2, 512);
-    c.model.path = folder;
-    c.data.source = "tokens";
-    c.data.path = folder + "/train.bin";
+    const auto c = sevenBillionFolder(dir, 8);
     const auto quiet = deriveStep(c);
     std::atomic<bool> stop{false};
     std::atomic<int> made{0};
