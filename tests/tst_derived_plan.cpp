@@ -1355,6 +1355,13 @@ void TestDerivedPlan::everyLlamaOptionFromPrograms()
          "fp32", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, true, 3, 0.0},
         {"mistral, bf16, dropout, lora q v", R"("model_type": "mistral", "tie_word_embeddings": false)", 4, 2, "bf16",
          {"q_proj", "v_proj"}, false, 2, 0.1},
+        // Fused q/k/v rows of (heads + 2 x key/value heads) x head size: the
+        // probes keep the model's share of key/value heads (Phi-3 medium's and
+        // Phi-4's 40 over 10 were traced at their own widths, and refused).
+        {"phi3 gqa, fused projections, bf16, ckpt, lora attn mlp, accum 2", R"("model_type": "phi3", "tie_word_embeddings": false)", 4, 2,
+         "bf16", {"attn", "mlp"}, true, 2, 0.0},
+        {"phi3 2 of 8 kv heads, fp32, lora qkv_proj", R"("model_type": "phi3", "tie_word_embeddings": true)", 8, 2, "fp32",
+         {"qkv_proj"}, false, 1, 0.0},
     };
     for (const auto& k : cases) {
         QTemporaryDir dir;

@@ -446,6 +446,18 @@ struct ProbeSetup {
     int idBytes = 0; // 2 or 4: random ids of that width; 0: the config's own data (its vocabulary fixed)
     bool mask = false;
     bool tiedKv() const { return model.kvHeads() == model.nHead; }
+    // The key/value heads as a share of the heads where a tensor's size sums
+    // the two (a fused q/k/v projection: (heads + 2 x key/value heads) x head
+    // size rows, no product of one polynomial per dimension): the probes keep
+    // the model's share, and the heads move both. 1: tied (no grouped-query
+    // attention); 0: the key/value heads a dimension of their own (one stays
+    // one: heads + 2 is a polynomial in the heads).
+    int kvGroup() const
+    {
+        if (tiedKv()) return 1;
+        const int kv = model.kvHeads();
+        return model.fusedProjections && kv > 1 && model.nHead % kv == 0 ? model.nHead / kv : 0;
+    }
     // The GPT family (built-in, GPT-2, GPT-NeoX): the hidden size is heads x
     // head size, so the probes move those two and the hidden size follows.
     bool gptLike() const { return model.type != "llama"; }
@@ -498,7 +510,8 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
     model->nHead = static_cast<int>(dimOf(dims, StepDim::Heads));
     // Without grouped-query attention the key/value heads are the heads (a
     // step with fewer would repeat them: another program).
-    model->nKvHead = setup.tiedKv() ? model->nHead : static_cast<int>(dimOf(dims, StepDim::KvHeads));
+    const int group = setup.kvGroup();
+    model->nKvHead = group > 0 ? model->nHead / group : static_cast<int>(dimOf(dims, StepDim::KvHeads));
     model->headDimOverride = static_cast<int>(dimOf(dims, StepDim::HeadDim));
     if (setup.gptLike()) {
         // The GPT family's heads split the hidden size; GPT-NeoX rotates the
@@ -621,6 +634,7 @@ struct ProbePlan {
 // smaller products' path.
 ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
 {
+    const int group = s.kvGroup(); // (gqa: grouped-query attention, with its key/value heads a dimension or a share)
     const bool gqa = !s.tiedKv(), lora = s.model.loraRank > 0, vocab = s.idBytes > 0;
     // A width of 1 is a step of its own: one key/value head repeated is a
     // view, not a copy; a LoRA rank of 1 takes other products. It stays 1.
@@ -631,8 +645,23 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     const bool quantized = s.config.model.quantize != "none";
     const auto dims = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t nh, std::int64_t kv, std::int64_t hd,
                           std::int64_t i, std::int64_t v, std::int64_t r) {
-        return StepDims{batch > 0 ? batch : b, t, h, nh, !gqa ? nh : oneKv ? 1 : kv, hd, i, vocab ? v : s.model.vocabSize,
-                        !lora ? 0 : rankOne ? 1 : r};
+        return StepDims{batch > 0 ? batch : b, t, h, nh, group > 0 ? nh / group : oneKv ? 1 : kv, hd, i,
+                        vocab ? v : s.model.vocabSize, !lora ? 0 : rankOne ? 1 : r};
+    };
+    // Key/value heads a share 1 / group of the heads: heads of group x m,
+    // m the first from `m` at which they equal no other width of the probe
+    // (nor `other`, the base's heads where the probe must move them).
+    const auto shared = [&](StepDims d, std::int64_t m, std::int64_t other) {
+        const auto clashes = [&](std::int64_t heads) {
+            for (std::size_t k = 0; k < d.size(); ++k) {
+                if (k != static_cast<std::size_t>(StepDim::Heads) && k != static_cast<std::size_t>(StepDim::KvHeads) && d[k] == heads) return true;
+            }
+            return heads == other;
+        };
+        while (clashes(group * m)) ++m;
+        dimOf(d, StepDim::Heads) = group * m;
+        dimOf(d, StepDim::KvHeads) = m;
+        return d;
     };
     ProbePlan p;
     if (s.gptLike()) {
@@ -655,11 +684,15 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
         return p;
     }
     p.base = dims(3, t0, 48, gqa ? 10 : 4, 5, 16, 64, 50, 7);
+    if (group > 1) p.base = shared(p.base, 5, 0);
+    const auto baseHeads = dimOf(p.base, StepDim::Heads);
     p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
     if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
     p.axes.push_back({StepDim::Hidden, {56}});
-    p.axes.push_back({StepDim::Heads, {gqa ? 15 : 6}});
-    if (gqa && !oneKv) p.axes.push_back({StepDim::KvHeads, {2}});
+    p.axes.push_back({StepDim::Heads, {group > 1 ? dimOf(shared(p.base, baseHeads / group + 1, baseHeads), StepDim::Heads)
+                                       : gqa     ? 15
+                                                 : 6}});
+    if (group == 0 && !oneKv) p.axes.push_back({StepDim::KvHeads, {2}});
     p.axes.push_back({StepDim::HeadDim, {20}});
     p.axes.push_back({StepDim::Intermediate, {72}});
     if (vocab) p.axes.push_back({StepDim::Vocab, {58}});
@@ -669,6 +702,10 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
         p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 6, 24, 56, 42, 9));
     } else {
         p.checks.push_back(dims(4, 4 * t0 + 3, 40, gqa ? 12 : 3, 3, 14, 52, 42, 9));
+    }
+    if (group > 1) {
+        p.checks[0] = shared(p.checks[0], 3, baseHeads);
+        p.checks[1] = shared(p.checks[1], 2, baseHeads);
     }
     return p;
 }
