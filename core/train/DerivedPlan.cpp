@@ -895,6 +895,12 @@ std::pair<std::vector<std::int64_t>, std::int64_t> quantizedResidents(const Prob
 // waits. Each probe runs on one thread with its own recorder, so a record
 // does not depend on which thread took it. A probe asked for and not queued
 // is recorded by the caller.
+//
+// LibTorch 1.13 only. Under LibTorch 2.6, with two probes at once, a probe
+// now and then started its step with two more blocks live than the same
+// probe recorded alone (two of 720 bytes at batch 4 x 35, after the data),
+// so a program's probes disagreed and it failed to fit; there the caller
+// records every probe itself, one after another.
 class ProbePool {
 public:
     using Key = std::pair<int, StepDims>; // layers, widths
@@ -902,7 +908,8 @@ public:
     ProbePool(int window, const std::atomic<bool>* cancel) : m_window(window), m_cancel(cancel)
     {
         const auto cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        for (int w = 1; w < std::min(cores, 4); ++w) m_workers.emplace_back([this] { work(); });
+        const int threads = builtTorchMajor() < 2 ? std::min(cores, 4) : 1;
+        for (int w = 1; w < threads; ++w) m_workers.emplace_back([this] { work(); });
     }
     ~ProbePool()
     {
