@@ -263,13 +263,13 @@ Traced traceStep(const RunConfig& base, std::int64_t B, std::int64_t T, int slid
 // The step as a program's record (memory/StepProgram.h): every block from
 // the trainer's construction on is followed, so that the blocks live as the
 // traced step starts are known one by one, and each release in the step
-// names the block it frees.
+// names the block it frees. Reached only from the thread it records
+// (t_blocks, the allocator's per-thread hook, thread-local callbacks).
 struct BlockRecorder {
     struct Block {
         std::int64_t birth = 0, bytes = 0;
         std::int32_t index = -1; // in the record: residents first, then the step's allocations
     };
-    std::mutex mutex;
     std::unordered_map<const void*, Block> live;
     // Blocks left out of the residents: a quantized base's (StepPrograms::fixedResidents).
     std::set<const void*> leftOut;
@@ -300,11 +300,9 @@ struct BlockRecorder {
         }
         return nullptr;
     }
-    std::thread::id owner = std::this_thread::get_id();
 
     void begin()
     {
-        std::lock_guard<std::mutex> lock(mutex);
         std::vector<Block*> blocks;
         for (auto& [ptr, b] : live) {
             if (!leftOut.count(ptr)) blocks.push_back(&b);
@@ -324,7 +322,6 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
 {
     auto* rec = t_blocks;
     if (!rec || delta == 0) return;
-    std::lock_guard<std::mutex> lock(rec->mutex);
     if (delta > 0) {
         BlockRecorder::Block b{rec->births++, delta, -1};
         if (rec->on) {
@@ -332,7 +329,7 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
             RecordedStep::Event e;
             e.bytes = delta;
             e.phase = rec->phase;
-            if (std::this_thread::get_id() == rec->owner && !rec->ops.empty()) {
+            if (!rec->ops.empty()) {
                 e.gemm = rec->ops.back().gemm;
                 if (auto* root = rec->root()) {
                     e.op = root->name;
@@ -362,7 +359,7 @@ void recordBlock(std::int64_t delta, std::int64_t, const void* ptr)
         // the product's marker (leaveBlockOp) has oneDNN say it at any width.
         const auto& last = rec->step.events.back();
         if (last.bytes == -delta && last.gemm.m != 0 && last.phase == rec->phase) {
-            if (last.firstInOp && std::this_thread::get_id() == rec->owner) {
+            if (last.firstInOp) {
                 if (auto* root = rec->root()) root->allocated = false;
             }
             rec->step.events.pop_back();
@@ -412,7 +409,6 @@ std::unique_ptr<at::ObserverContext> enterBlockOp(const at::RecordFunction& fn)
                 }
                 frame.dropout = inputs.size() > 4 && inputs[4].isDouble() && inputs[4].toDouble() > 0.0;
             }
-            std::lock_guard<std::mutex> lock(rec->mutex);
             auto& ops = rec->step.ops;
             const auto it = std::find(ops.begin(), ops.end(), name);
             frame.name = static_cast<std::int16_t>(it - ops.begin());
@@ -429,7 +425,6 @@ void leaveBlockOp(const at::RecordFunction&, at::ObserverContext*)
     if (!rec || rec->ops.empty()) return;
     if (rec->on && rec->ops.back().gemm.m != 0) {
         // A bf16 product ran: the marker where its scratch, if any, goes.
-        std::lock_guard<std::mutex> lock(rec->mutex);
         RecordedStep::Event e;
         e.phase = rec->phase;
         e.gemm = rec->ops.back().gemm;
@@ -540,10 +535,7 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
         ops.reset();
     };
     options.onPhaseBegin = [&](int step, int phase) {
-        {
-            std::lock_guard<std::mutex> lock(rec.mutex);
-            rec.phase = static_cast<std::uint8_t>(phase);
-        }
+        rec.phase = static_cast<std::uint8_t>(phase);
         if (step == 2 && !rec.on && rec.step.events.empty()) {
             ops = at::addThreadLocalCallback(at::RecordFunctionCallback(&enterBlockOp, &leaveBlockOp)
                                                  .needsInputs(true)
@@ -554,10 +546,7 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
     TrainerCallbacks callbacks;
     callbacks.onStep = [&](const StepMetrics& s) {
         if (s.step != 2) return;
-        {
-            std::lock_guard<std::mutex> lock(rec.mutex);
-            rec.on = false;
-        }
+        rec.on = false;
         removeOps();
     };
     // (A whole-step trace, traceStep, reads the process's counter: not while probes record.)
@@ -577,10 +566,7 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
             rec.step.parameterElements.push_back(elements);
             rec.step.trainableBytes.push_back(bytes);
         }
-        {
-            std::lock_guard<std::mutex> lockBlocks(rec.mutex);
-            for (const auto* block : trainer.quantizedBaseBlocks()) rec.leftOut.insert(block);
-        }
+        for (const auto* block : trainer.quantizedBaseBlocks()) rec.leftOut.insert(block);
         result = trainer.run(callbacks);
         stop();
     } catch (...) {
