@@ -125,8 +125,8 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
     seqLen = plannedSeqLen(seqLen);
     const auto& S = segmentAt(seqLen);
     MemoryEstimate e;
-    e.parameters = parameters;
-    e.trainableParameters = trainableParameters;
+    e.parameters = parameters + parametersPerToken * seqLen;
+    e.trainableParameters = trainableParameters + trainablePerToken * seqLen;
     static const char* const kPhases[kStepPhases] = {"forward", "backward", "optimizer"};
     for (int i = 0; i < kStepPhases; ++i) {
         const auto bytes = S.phasePeak(i, batch, seqLen, withScratch, setup.cpuThreads);
@@ -251,8 +251,8 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
     seqLen = plannedSeqLen(seqLen);
     const auto g = gpuStep(*this, batch, seqLen, setup);
     MemoryEstimate e;
-    e.parameters = parameters;
-    e.trainableParameters = trainableParameters;
+    e.parameters = parameters + parametersPerToken * seqLen;
+    e.trainableParameters = trainableParameters + trainablePerToken * seqLen;
     static const char* const kPhases[kStepPhases] = {"forward", "backward", "optimizer"};
     for (int i = 0; i < kStepPhases; ++i) {
         const auto bytes = g.phaseTensors[static_cast<std::size_t>(i)];
@@ -523,6 +523,8 @@ std::string derivedStepToJson(const DerivedStep& step)
     auto out = segmentToJson(step.segment);
     out["parameters"] = step.parameters;
     out["trainable_parameters"] = step.trainableParameters;
+    out["parameters_per_token"] = step.parametersPerToken;
+    out["trainable_parameters_per_token"] = step.trainablePerToken;
     out["trainable_bytes"] = step.trainableBytes;
     out["largest_traced_seq_len"] = step.largestTracedSeqLen;
     out["fixed_seq_len"] = step.fixedSeqLen;
@@ -548,6 +550,8 @@ DerivedStep derivedStepFromJson(const std::string& text)
         step.segment = segmentFromJson(j);
         step.parameters = j.at("parameters").get<std::int64_t>();
         step.trainableParameters = j.at("trainable_parameters").get<std::int64_t>();
+        step.parametersPerToken = j.value("parameters_per_token", std::int64_t{0});
+        step.trainablePerToken = j.value("trainable_parameters_per_token", std::int64_t{0});
         // (Steps saved before it was recorded: fp32 parameters.)
         step.trainableBytes = j.value("trainable_bytes", step.trainableParameters * 4);
         step.largestTracedSeqLen = j.at("largest_traced_seq_len").get<std::int64_t>();

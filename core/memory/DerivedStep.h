@@ -31,7 +31,10 @@ struct DerivedStep {
     {
         return pastWindow && seqLen > slidingWindow ? *pastWindow : segment;
     }
+    // Parameters at sequence 0, and per token of the sequence the model is
+    // built for (the built-in GPT's learned positions follow it).
     std::int64_t parameters = 0, trainableParameters = 0;
+    std::int64_t parametersPerToken = 0, trainablePerToken = 0;
     std::int64_t trainableBytes = 0; // the trainable parameters' bytes: data parallel's gradient buckets
     std::int64_t largestTracedSeqLen = 0;
     std::int64_t fixedSeqLen = 0; // > 0: the dataset fixes the sequence length (addition)

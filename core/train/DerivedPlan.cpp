@@ -1158,9 +1158,12 @@ std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs,
         },
                              t0, t0 + 2, 5, checks, 3);
     }
-    const auto at = programs.at(3, t0);
-    step.parameters = at.parameters();
-    step.trainableParameters = at.trainableParameters();
+    // (The built-in GPT's learned positions follow the sequence: a count per token.)
+    const auto at = programs.at(3, t0), next = programs.at(3, t0 + 1);
+    step.parametersPerToken = next.parameters() - at.parameters();
+    step.trainablePerToken = next.trainableParameters() - at.trainableParameters();
+    step.parameters = at.parameters() - step.parametersPerToken * t0;
+    step.trainableParameters = at.trainableParameters() - step.trainablePerToken * t0;
     step.trainableBytes = at.trainableParameterBytes();
     step.largestTracedSeqLen = std::max(step.largestTracedSeqLen, 4 * t0 + 3);
     return segment;
