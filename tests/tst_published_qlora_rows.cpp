@@ -152,8 +152,8 @@ private Q_SLOTS:
     // accumulation 8, bf16 weights (the base loaded in bf16, LoRA under
     // autocast), LoRA r64 on every linear layer, checkpointing. The memory
     // column is in "GB", tool not stated: read as nvidia-smi, decimal
-    // gigabytes as written. The hand plan (tst_published_rows) keeps the
-    // activations of an fp32 base and is 17-20% over at 8192 tokens. The
+    // gigabytes as written. (The hand plan LoRA had, deleted since, kept
+    // the activations of an fp32 base: 15-16% over at 8192 tokens.) The
     // models' layers are repeated from two (memory/LayerRepeat.h), so
     // Qwen-14B's 40 take no longer than 7B's 32.
     void loraOverAHalfBaseWithinTenPercent()

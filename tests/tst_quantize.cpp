@@ -609,7 +609,7 @@ void TestQuantize::preflightOffersNf4WhereLoraDoesNotFit()
     QVERIFY2(over->fix.find("NF4") != std::string::npos, over->fix.c_str());
     QCOMPARE(over->autoFix.size(), std::size_t(1));
     QCOMPARE(over->autoFix[0].path, std::string("model.quantize"));
-    QVERIFY(derived == 1);
+    QCOMPARE(derived, 2); // its own LoRA step, and NF4's
     // The step traced is the one the T4 runs ("auto": fp16), as estimate
     // --gpu T4 traces it; it was the CPU's "auto", 0.11 GiB under estimate's
     // plan for a 7B.

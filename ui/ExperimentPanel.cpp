@@ -37,6 +37,7 @@
 #include <mutex>
 
 #include "ConfigDocument.h"
+#include "StepDeriver.h"
 #include "common/Errors.h"
 #include "config/HfArchitecture.h"
 #include "config/ModelSpec.h"
@@ -575,21 +576,9 @@ void ExperimentPanel::updateEstimate()
         m_estimate->setText(tr("Memory estimate: once the config is valid."));
         return;
     }
-    if (plannedFromItsStep(*config)) {
-        m_estimate->setText(!plannableModel(*config)
-                                ? tr("Memory estimate: a TorchScript model's plan is derived from its own training step "
-                                     "(Memory planner, Derive plan).")
-                            : config->model.quantize != "none"
-                                ? tr("Memory estimate: a quantized base (%1) is planned from its own training step "
-                                     "(Memory planner, Derive plan; trainbench-cli estimate).")
-                                      .arg(QString::fromStdString(config->model.quantize))
-                            : config->lora.rank > 0 && config->train.weightsDtype != "fp32"
-                                ? tr("Memory estimate: a LoRA base kept in %1 is planned from its own training step "
-                                     "(Memory planner, Derive plan; trainbench-cli estimate).")
-                                      .arg(QString::fromStdString(config->train.weightsDtype))
-                                : tr("Memory estimate: this model (%1) is planned from its own training step (Memory "
-                                     "planner, Derive plan; trainbench-cli estimate).")
-                                      .arg(QString::fromStdString(ownStepReason(*config))));
+    if (!plannableModel(*config)) {
+        m_estimate->setText(tr("Memory estimate: a TorchScript model's plan is derived from its own training step "
+                               "(Memory planner, Derive plan)."));
         return;
     }
     // The config as each device resolves it (planOnTarget: "auto" precision
@@ -601,18 +590,62 @@ void ExperimentPanel::updateEstimate()
     }
 }
 
+void ExperimentPanel::setStepDeriver(StepDeriver* deriver)
+{
+    if (m_deriver) m_deriver->disconnect(this);
+    m_deriver = deriver;
+    connect(m_deriver, &StepDeriver::changed, this, &ExperimentPanel::updateEstimate);
+    updateEstimate();
+}
+
 void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
 {
     const RunConfig* config = &configValue;
     const TargetPlan here = planOnTarget(*config, std::nullopt);
-    const auto cpu = MemoryPlan(here.arch).at(here.setup.batch, here.setup.seqLen, here.setup);
+    // A config planned from its own step: the step traced in the precision
+    // the device resolves (as the Memory planner traces it), shared with the
+    // planner and preflight through the window's deriver; traced on first need.
+    const bool ownStep = plannedFromItsStep(*config);
+    QString pending;
+    const auto planOf = [&](const TargetPlan& resolved) -> std::optional<MemoryPlan> {
+        if (!ownStep) return MemoryPlan(resolved.arch);
+        if (!m_deriver) {
+            pending = tr("Memory estimate: this model (%1) is planned from its own training step (Memory planner; "
+                         "trainbench-cli estimate).").arg(QString::fromStdString(ownStepReason(*config)));
+            return std::nullopt;
+        }
+        auto traced = *config;
+        traced.train.precision = resolved.setup.precision;
+        traced = StepDeriver::standalone(std::move(traced));
+        const auto key = StepDeriver::keyFor(traced);
+        if (auto step = m_deriver->plan(key)) return MemoryPlan(std::move(step), ArchitectureSpec{});
+        if (const auto error = m_deriver->error(key); !error.isEmpty()) {
+            pending = tr("Memory estimate: its training step could not be traced (%1).").arg(error);
+            return std::nullopt;
+        }
+        m_deriver->derive(traced);
+        pending = tr("Memory estimate: tracing its training step on this CPU (%1; seconds)…")
+                      .arg(QString::fromStdString(ownStepReason(*config)));
+        return std::nullopt;
+    };
+    const auto cpuPlan = planOf(here);
+    if (!cpuPlan) {
+        m_estimate->setText(pending);
+        return;
+    }
+    const auto cpu = cpuPlan->at(here.setup.batch, here.setup.seqLen, here.setup);
     // In the unit that suits it, as the GPU figure beside it (not 261900.0 MiB beside 268.36 GiB).
     QString text = tr("Memory estimate: %1 of tensors at the peak (during %2)")
                        .arg(bytesText(cpu.peakBytes), QString::fromStdString(cpu.peakPhase));
     if (m_targets && config->device != "cpu") {
         const GpuTarget& target = m_targets->target();
         const TargetPlan there = planOnTarget(*config, std::optional<GpuTarget>(target));
-        const auto gpu = MemoryPlan(there.arch).at(there.setup.batch, there.setup.seqLen, there.setup);
+        const auto gpuPlan = planOf(there);
+        if (!gpuPlan) {
+            m_estimate->setText(text + "; " + pending.section(": ", 1));
+            return;
+        }
+        const auto gpu = gpuPlan->at(there.setup.batch, there.setup.seqLen, there.setup);
         const double use = static_cast<double>(gpu.peakBytes) / static_cast<double>(target.gpu.memoryBytes);
         const auto verdict = memoryVerdict(gpu.peakBytes, target.gpu.memoryBytes, there.precision.shortfall);
         if (verdict == MemoryVerdict::DoesNotRun) {
@@ -623,7 +656,7 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
         } else {
             text += tr("; on %1 in %2, %3 of %4 (%5%), %6")
                         .arg(QString::fromStdString(target.label()), QString::fromStdString(there.setup.precision),
-                             bytesText(gpu.peakBytes), bytesText(target.gpu.memoryBytes))
+                             (gpu.lowerBound ? tr("at least ") : QString()) + bytesText(gpu.peakBytes), bytesText(target.gpu.memoryBytes))
                         .arg(100.0 * use, 0, 'f', 0)
                         .arg(QString::fromUtf8(verdictWords(verdict)));
         }

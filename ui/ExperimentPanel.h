@@ -5,6 +5,7 @@
 
 #include <QFutureWatcher>
 #include <QTimer>
+#include <QPointer>
 #include <QWidget>
 
 #include <vector>
@@ -27,6 +28,7 @@ class DatasetBrowser;
 class ConfigDocument;
 class LearningRatePlot;
 class GpuTargetModel;
+class StepDeriver;
 
 // The data preview of an hf model with text or jsonl data, made off the GUI thread.
 struct DataPreview {
@@ -51,6 +53,10 @@ public:
     // The GPU the estimate line plans for (the Hardware panel's target).
     // The window's target GPU: the estimate follows its changes.
     void setTargetModel(GpuTargetModel* targets);
+    // The window's deriver: a config planned from its own step (LoRA, a
+    // quantized base, a folder the hand replay lacks) is traced there and
+    // its estimate shown once derived, the plan the Memory planner shows.
+    void setStepDeriver(StepDeriver* deriver);
     // The current config's memory estimate, as shown under the form.
     QString estimateText() const;
     // File › Open model folder…: model.type hf with that folder, its sizes
@@ -112,6 +118,7 @@ private:
     QString m_previewKey;
     QFutureWatcher<DataPreview> m_previewWatcher;
     GpuTargetModel* m_targets = nullptr;
+    QPointer<StepDeriver> m_deriver;
     QTimer m_jsonDebounce;
     bool m_updating = false;
 };

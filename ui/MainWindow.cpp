@@ -91,6 +91,7 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent) : QMainWindow(par
     auto* deriver = new StepDeriver(this);
     m_planner->setStepDeriver(deriver);
     m_diagnostics->setStepDeriver(deriver);
+    m_experiment->setStepDeriver(deriver);
     connect(m_diagnostics, &DiagnosticsPanel::launchVerdictChanged, m_run, &RunPanel::setPreflightVerdict);
     // A failed run opens its explanation.
     connect(m_run, &RunPanel::runFinished, this, [this](const tb::SessionOutcome& outcome) {

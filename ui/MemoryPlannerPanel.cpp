@@ -82,15 +82,13 @@ bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
     try {
         const auto text = readHfConfigText(source);
         model = modelFromHfConfig(text, source);
-        if (const auto gap = handReplayGap(model); !gap.empty()) {
-            // Planned from its own step, traced from a scratch folder holding the config.json.
-            m_importedStep = publishedExperiment(text, source);
-            m_importedReason = QString::fromStdString(gap);
-            m_imported.reset();
-        } else {
-            m_imported = architectureFromHfModel(model, source);
-            m_importedStep.reset();
-        }
+        // Planned from its own step where the hand replay lacks its layout,
+        // or with LoRA: traced from a scratch folder holding the config.json.
+        const auto gap = handReplayGap(model);
+        m_importedStep = publishedExperiment(text, source);
+        m_importedReason = QString::fromStdString(gap);
+        if (gap.empty()) m_imported = architectureFromHfModel(model, source);
+        else m_imported.reset();
     } catch (const std::exception& e) {
         if (error) *error = QString::fromStdString(e.what());
         return false;
@@ -133,7 +131,15 @@ void MemoryPlannerPanel::showTarget()
 }
 
 void MemoryPlannerPanel::setBatch(int batch) { m_batchBox->setValue(batch); }
-void MemoryPlannerPanel::setSeqLen(int seqLen) { m_seqBox->setValue(seqLen); }
+void MemoryPlannerPanel::setSeqLen(int seqLen)
+{
+    // (The axes follow the plan; while a plan is traced they may be shorter.)
+    if (seqLen > m_seqBox->maximum()) {
+        m_seqSlider->setMaximum(seqLen);
+        m_seqBox->setMaximum(seqLen);
+    }
+    m_seqBox->setValue(seqLen);
+}
 int MemoryPlannerPanel::batch() const { return m_batchBox->value(); }
 int MemoryPlannerPanel::seqLen() const { return m_seqBox->value(); }
 
@@ -151,6 +157,11 @@ void MemoryPlannerPanel::loadFromExperiment()
         m_batchSlider->setMaximum(std::min(hi, kBatchLimit));
     }
     m_batchSlider->setValue(config->train.batchSize);
+    // (The axes follow the plan; while a plan is traced they may be shorter.)
+    if (effectiveSeqLen(*config) > m_seqBox->maximum()) {
+        m_seqBox->setMaximum(effectiveSeqLen(*config));
+        m_seqSlider->setMaximum(effectiveSeqLen(*config));
+    }
     m_seqBox->setValue(effectiveSeqLen(*config));
     // What the trainer will use on the target: "auto" resolved there, as
     // the Experiment form, preflight and `estimate` resolve it.
@@ -194,8 +205,9 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString*
     const auto derived = m_deriver->plan(key);
     if (!derived) {
         *why = m_deriver->running() && m_deriver->runningKey() == key
-            ? tr("Tracing the model's training step on this computer's CPU: %1…")
-                  .arg(m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
+            ? tr("Tracing the model's training step on this computer's CPU (planned from it: %1): %2…")
+                  .arg(QString::fromStdString(reason),
+                       m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
             : m_deriver->queuedKey() == key
             ? tr("Waiting for another plan being traced, then tracing this one…")
             : !m_deriver->error(key).isEmpty()
@@ -214,7 +226,8 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString*
     }
     // What the panel reads of the model besides its step: its context length.
     ArchitectureSpec model;
-    if (m_importedStep && source() == "imported") model.maxPositions = m_importedStep->model.maxLen;
+    QString unused;
+    if (const auto* published = publishedStep(&unused)) model.maxPositions = published->model.maxLen;
     Plan plan;
     plan.memory = MemoryPlan(derived, model);
     plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(target())).setup;
@@ -244,9 +257,10 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                 : tr("The experiment's config is not valid JSON yet.");
             return std::nullopt;
         }
+        config->lora.rank = m_loraRank->value(); // (the planner's rank, as derivedConfig traces it)
         if (plannedFromItsStep(*config)) {
-            // A TorchScript model, or a folder the hand replay does not model:
-            // its plan is the step derived from the model itself.
+            // A TorchScript model, LoRA, or a folder the hand replay does not
+            // model: its plan is the step derived from the model itself.
             return derivedPlan(why, quantize, ownStepReason(*config), *config);
         }
         if (config->data.source == "text") config->data.seqLen = seqLen();
@@ -254,8 +268,15 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
         plan.memory = MemoryPlan(resolved.arch);
         plan.setup = resolved.setup;
         plan.setup.loraTargets = plannedLoraTargets(config->model.type, targets);
-    } else if (src == "imported" && m_importedStep) {
-        return derivedPlan(why, quantize, m_importedReason.toStdString(), m_importedStep->config);
+    } else if (plannedFromStep()) {
+        // LoRA on a published model, or an imported layout the hand replay lacks.
+        const auto* published = publishedStep(why);
+        if (!published) return std::nullopt;
+        auto config = published->config;
+        config.lora.rank = m_loraRank->value();
+        const auto reason = !m_importedReason.isEmpty() && src == "imported" ? m_importedReason.toStdString()
+                                                                               : ownStepReason(config);
+        return derivedPlan(why, quantize, reason, config);
     } else {
         if (src == "imported") {
             if (!m_imported) return std::nullopt;
@@ -275,12 +296,18 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
     s.loraRank = m_loraRank->value();
     if (s.loraRank == 0) s.loraTargets.clear();
     s.gradAccum = m_gradAccum->value();
-    // Published models are fine-tuned with the frozen base loaded in half precision.
-    s.halfBase = src != "experiment" && s.loraRank > 0 && s.precision != "fp32";
     s.gpu = true;
     s.gpus = target().count;
     if (target().gpu.cc.known()) s.computeCapability = target().gpu.cc.major * 10 + target().gpu.cc.minor;
     return plan;
+}
+
+std::optional<TrainingSetup> MemoryPlannerPanel::plannedSetup() const
+{
+    QString why;
+    const auto plan = currentPlan(&why);
+    if (!plan) return std::nullopt;
+    return plan->setup;
 }
 
 void MemoryPlannerPanel::inputsChanged()
@@ -292,7 +319,13 @@ void MemoryPlannerPanel::inputsChanged()
     updateDeriveButton();
     updateCompareButton();
     QString why;
-    const auto plan = currentPlan(&why);
+    auto plan = currentPlan(&why);
+    if (!plan && m_deriver) {
+        deriveShownPlan();
+        plan = currentPlan(&why);
+    } else if (plan && m_deriver && !m_deriver->running()) {
+        deriveUnquantizedComparison();
+    }
     if (!plan) {
         m_estimate.reset();
         m_map = {};
@@ -365,16 +398,69 @@ void MemoryPlannerPanel::pointChanged()
 
 bool MemoryPlannerPanel::plannedFromStep() const
 {
-    if (source() == "imported") return m_importedStep.has_value();
-    if (source() != "experiment") return false;
+    if (source() == "imported" && !m_importedStep) return false;
+    if (source() != "experiment") return m_loraRank->value() > 0 || (source() == "imported" && !m_importedReason.isEmpty());
+    auto config = m_document->config();
+    if (!config) return false;
+    config->lora.rank = m_loraRank->value();
+    return plannedFromItsStep(*config);
+}
+
+const PublishedExperiment* MemoryPlannerPanel::publishedStep(QString* why) const
+{
+    const QString src = source();
+    if (src == "experiment") return nullptr;
+    if (src == "imported") return m_importedStep ? &*m_importedStep : nullptr;
+    if (!m_presetStep || m_presetStepId != src) {
+        try {
+            const auto& preset = findArchitecture(src.toStdString());
+            m_presetStep = publishedExperiment(preset.configJson, "resources/architectures/" + preset.id + ".json");
+            m_presetStepId = src;
+        } catch (const std::exception& e) {
+            m_presetStep.reset();
+            *why = tr("The preset cannot be traced: %1").arg(QString::fromStdString(e.what()));
+            return nullptr;
+        }
+    }
+    return &*m_presetStep;
+}
+
+// A quantized LoRA experiment's plan is shown beside its unquantized self
+// (quantizedComparison), LoRA's own step too: traced once the deriver is free.
+void MemoryPlannerPanel::deriveUnquantizedComparison()
+{
+    if (source() != "experiment" || m_loraRank->value() <= 0) return;
     const auto config = m_document->config();
-    return config && plannedFromItsStep(*config);
+    if (!config || config->model.quantize == "none") return;
+    const std::string none = "none";
+    std::string key;
+    QString why;
+    const auto unquantized = derivedConfig(&key, &why, &none);
+    if (!unquantized || m_deriver->plan(key) || !m_deriver->error(key).isEmpty()) return;
+    m_deriver->derive(*unquantized);
+}
+
+void MemoryPlannerPanel::deriveShownPlan()
+{
+    if (!plannedFromStep()) return;
+    std::string key;
+    QString why;
+    const auto config = derivedConfig(&key, &why);
+    // (A TorchScript model's trace takes longer: on Derive plan only.)
+    if (!config || !plannableModel(*config) || m_deriver->plan(key) || !m_deriver->error(key).isEmpty()) return;
+    if (m_deriver->running() && (m_deriver->runningKey() == key || m_deriver->queuedKey() == key)) return;
+    m_deriveRequested = key;
+    m_deriver->derive(*config);
 }
 
 std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QString* why, const std::string* quantize) const
 {
-    auto config = source() == "imported" && m_importedStep ? std::optional<RunConfig>(m_importedStep->config)
-                                                           : m_document->config();
+    std::optional<RunConfig> config;
+    if (source() == "experiment") {
+        config = m_document->config();
+    } else if (const auto* published = publishedStep(why)) {
+        config = published->config;
+    }
     if (!config) return std::nullopt;
     if (quantize) {
         config->model.quantize = *quantize;
@@ -422,7 +508,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
         *why = QString::fromStdString(problem);
         return std::nullopt;
     }
-    if (source() == "imported") c.data.seqLen = seqLen(); // (the key leaves it out)
+    if (source() != "experiment") c.data.seqLen = seqLen(); // (the key leaves it out)
     c = StepDeriver::standalone(std::move(c));
     *key = StepDeriver::keyFor(c);
     return config;
@@ -521,7 +607,7 @@ QString MemoryPlannerPanel::quantizedComparison() const
     QString why;
     const auto plan = currentPlan(&why, &other);
     if (!plan) {
-        if (quantized) return {}; // a folder whose heads are its own: no hand plan to compare with
+        if (quantized) return {}; // the unquantized LoRA step not derived (yet): nothing to compare with
         return m_largestBatch <= 0
             ? tr("With LoRA the frozen base can be stored in NF4 (QLoRA): Compare with NF4 plans it here; Quantized "
                  "base in the Experiment form chooses it.")

@@ -75,6 +75,9 @@ public:
     // What is shown, for tests: nullopt while there is nothing to plan (an invalid experiment).
     const std::optional<MemoryEstimate>& estimate() const { return m_estimate; }
     const FitMap& fitMap() const { return m_map; }
+    // The setup the plan shown is evaluated for (its batch and sequence the
+    // panel's), or nullopt while there is none.
+    std::optional<TrainingSetup> plannedSetup() const;
     std::int64_t largestBatchHere() const { return m_largestBatch; }
     std::int64_t largestSeqHere() const { return m_largestSeq; }
     std::int64_t budgetBytes() const;
@@ -159,10 +162,21 @@ private:
     ConfigDocument* m_document;
     GpuTargetModel* m_targets = nullptr;
     std::optional<ArchitectureSpec> m_imported;
-    // An imported config.json whose layout the hand-written plan lacks: the
-    // experiment its step is traced from (memory/Architectures.h), and why.
+    // An imported config.json as the experiment its step is traced from
+    // (memory/Architectures.h), and what of its layout the hand-written plan
+    // lacks (empty: only LoRA plans it from its step).
     std::optional<PublishedExperiment> m_importedStep;
     QString m_importedReason;
+    // The chosen preset as such an experiment (built when its LoRA plan is
+    // first asked for; the scratch folder lives while it is kept).
+    mutable std::optional<PublishedExperiment> m_presetStep;
+    mutable QString m_presetStepId;
+    // The published model chosen (a preset or the imported config.json) as
+    // an experiment to trace; null for the experiment, or why not.
+    const PublishedExperiment* publishedStep(QString* why) const;
+    // Starts tracing the plan shown when it is its own step's and not yet derived.
+    void deriveShownPlan();
+    void deriveUnquantizedComparison();
     QString m_lastSource = "experiment";
 
     QComboBox* m_source;

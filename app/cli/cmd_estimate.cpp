@@ -38,21 +38,6 @@ std::vector<std::string> splitList(const std::string& text)
     return out;
 }
 
-// LoRA targets in the architecture's projection names ("attn" and "mlp" expand).
-std::vector<std::string> loraTargets(const ArchitectureSpec& arch, const std::vector<std::string>& wanted)
-{
-    const auto projections = loraProjections(arch.family, wanted);
-    const auto known = loraProjections(arch.family, {"attn", "mlp"});
-    for (const auto& p : projections) {
-        if (std::find(known.begin(), known.end(), p) == known.end()) {
-            std::string names;
-            for (const auto& k : known) names += " " + k;
-            throw InputError("--lora-targets: \"" + p + "\" is not a projection of this model; use attn, mlp or" + names);
-        }
-    }
-    return projections;
-}
-
 // The context and caching-allocator options of a GPU plan (hand replay or derived).
 void applyGpuOptions(const Args& args, TrainingSetup& s)
 {
@@ -99,7 +84,6 @@ Plan planFromArgs(const Args& args, const char* command)
         if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
         if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
         if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
-        if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
         if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError(*path, std::move(issues));
         // What the config becomes on the target: "auto" precision resolved
         // there, as the Experiment form, the planner and preflight resolve it.
@@ -112,10 +96,6 @@ Plan planFromArgs(const Args& args, const char* command)
         plan.setup.batch = args.integer("--batch", 1, 1 << 20).value_or(1);
         plan.setup.seqLen = args.integer("--seq", 1, 1 << 24).value_or(std::min<std::int64_t>(512, plan.arch.maxPositions));
         plan.setup.checkpointing = args.flag("--checkpointing");
-        plan.setup.loraRank = static_cast<int>(args.integer("--lora-rank", 0, 4096).value_or(0));
-        if (plan.setup.loraRank > 0) {
-            plan.setup.loraTargets = loraTargets(plan.arch, splitList(args.value("--lora-targets").value_or("attn")));
-        }
         if (plan.arch.positional == "learned" && plan.setup.seqLen > plan.arch.maxPositions) {
             throw InputError("--seq " + std::to_string(plan.setup.seqLen) + " is longer than the model's "
                              + std::to_string(plan.arch.maxPositions) + " learned positions");
@@ -135,8 +115,6 @@ Plan planFromArgs(const Args& args, const char* command)
         }
         s.precision = *p;
     }
-    // Published models are fine-tuned with the frozen base loaded in half precision.
-    s.halfBase = !path && s.loraRank > 0 && s.precision != "fp32";
     if (auto a = args.value("--attention")) {
         if (*a != "eager" && *a != "fused") throw InputError("--attention must be eager or fused, got \"" + *a + "\"");
         s.attention = *a;
@@ -274,12 +252,23 @@ std::optional<std::pair<std::string, std::string>> publishedConfig(const Args& a
     return std::pair{readHfConfigText(*hf), *hf};
 }
 
-// A published model whose hand-written plan has a gap (Qwen3's norms, Phi-3's
-// fused projections, Gemma 3, a head size of its own): planned from its step.
-bool publishedNeedsItsStep(const Args& args)
+// Whether the plan asked for is derived from its own step, as a config's is
+// (memory/Estimator.h ownStepReason): a config's with --lora-rank applied; a
+// published model's with LoRA adapters (--lora-rank), or where its
+// hand-written plan has a gap (Qwen3's norms, Phi-3's fused projections,
+// Gemma 3, a head size of its own).
+bool needsItsStep(const Args& args)
 {
+    const auto rank = args.integer("--lora-rank", 0, 4096);
+    if (const auto path = args.value("--config")) {
+        auto config = loadConfigFile(*path);
+        if (rank) config.lora.rank = static_cast<int>(*rank);
+        return plannedFromItsStep(config);
+    }
     const auto published = publishedConfig(args);
-    return published && !handReplayGap(modelFromHfConfig(published->first, published->second)).empty();
+    if (!published) return false;
+    if (rank && *rank > 0) return true;
+    return !handReplayGap(modelFromHfConfig(published->first, published->second)).empty();
 }
 
 // A published model (a preset, or a config.json alone) as an experiment to
@@ -367,14 +356,12 @@ TrainingSetup derivedSetup(const Args& args, const RunConfig& config, const std:
 int estimate(const Args& args)
 {
     if (args.flag("--list-presets")) return listPresets();
-    // A TorchScript model, or a config the hand replay does not model: its
-    // plan is derived. On a GPU: the programs by the device rules on the
+    // A TorchScript model, LoRA, or a config the hand replay does not model:
+    // its plan is derived. On a GPU: the programs by the device rules on the
     // allocator's model (the Llama and GPT families, where the card's kernels
     // have rules); else the traced tensors plus the context and workspaces, a
     // lower bound.
-    const auto path = args.value("--config");
-    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)))
-                        || (!path && publishedNeedsItsStep(args));
+    const bool derive = args.flag("--derived") || needsItsStep(args);
     std::optional<GpuTarget> gpu;
     std::optional<MemoryPlan> plan;
     TrainingSetup setup;
@@ -414,10 +401,8 @@ int estimate(const Args& args)
 // The largest batch (or, with --batch, sequence) whose plan fits --budget or the card.
 int fit(const Args& args)
 {
-    // A TorchScript model, or a config the hand replay does not model: its plan is derived.
-    const auto path = args.value("--config");
-    const bool derive = args.flag("--derived") || (path && plannedFromItsStep(loadConfigFile(*path)))
-                        || (!path && publishedNeedsItsStep(args));
+    // A TorchScript model, LoRA, or a config the hand replay does not model: its plan is derived.
+    const bool derive = args.flag("--derived") || needsItsStep(args);
     std::optional<GpuTarget> gpu;
     std::optional<MemoryPlan> plan;
     TrainingSetup setup;

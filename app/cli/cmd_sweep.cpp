@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -43,6 +44,7 @@
 #include "memory/Verdict.h"
 #include "run/RunSession.h"
 #include "store/RunStore.h"
+#include "train/DerivedPlan.h"
 #include "tune/Sweep.h"
 
 extern char** environ;
@@ -109,12 +111,18 @@ std::string skipReason(const RunConfig& c, const SweepTarget& t)
     if (plannableModel(c)) {
         const TargetPlan plan = planOnTarget(c, t.gpu);
         if (!plan.precision.error.empty()) return "does not run: " + plan.precision.error;
-        // (A quantized base is planned from its own step; the hand replay's
-        // plan of it unquantized is only an upper bound: the run decides.)
-        if (budget > 0 && c.model.quantize == "none") {
-            const auto e = estimateMemory(plan.arch, plan.setup);
-            if (memoryVerdict(e.peakBytes, budget) == MemoryVerdict::DoesNotFit) {
-                return "does not fit: planned " + byteSizeText(e.peakBytes) + " of " + byteSizeText(budget);
+        // The plan every command gives (LoRA and a quantized base: their
+        // own step's, derived in seconds; a lower bound over the budget does
+        // not fit either). Where it cannot be derived the run decides.
+        if (budget > 0) {
+            std::optional<MemoryEstimate> e;
+            try {
+                e = memoryPlanOf(c, plan.arch, plan.setup.precision).at(plan.setup.batch, plan.setup.seqLen, plan.setup);
+            } catch (const InputError&) {
+            }
+            if (e && memoryVerdict(e->peakBytes, budget) == MemoryVerdict::DoesNotFit) {
+                return "does not fit: planned " + std::string(e->lowerBound ? "at least " : "") + byteSizeText(e->peakBytes)
+                    + " of " + byteSizeText(budget);
             }
         }
     }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "common/ByteSize.h"
 #include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
+#include "memory/MemoryPlan.h"
 #include "memory/Verdict.h"
 
 namespace tb {
@@ -326,14 +328,14 @@ void modelFileRules(const RunConfig& c, const std::optional<ModelFileFacts>& fac
 // needs: accumulating micro-batches draw every micro-batch first and, on
 // LibTorch 2.x, hold the gradients through the later forwards, so a batch
 // that fits one pass a step may not fit several. {0, 1} when none fits.
-std::pair<std::int64_t, int> batchKeepingEffective(const ArchitectureSpec& arch, TrainingSetup setup,
+std::pair<std::int64_t, int> batchKeepingEffective(const MemoryPlan& plan, TrainingSetup setup,
                                                    std::int64_t budget, int effective,
                                                    std::int64_t maxBatch = std::int64_t{1} << 20)
 {
     const auto accumFor = [&](std::int64_t b) { return static_cast<int>((effective + b - 1) / b); };
     std::int64_t batch = 0;
     for (int round = 0; round < 8; ++round) {
-        batch = std::min(largestBatch(arch, setup, budget), maxBatch);
+        batch = std::min(plan.largestBatch(setup.seqLen, setup, budget), maxBatch);
         if (batch <= 0) return {0, 1};
         if (accumFor(batch) == setup.gradAccum) return {batch, setup.gradAccum};
         setup.gradAccum = accumFor(batch);
@@ -342,7 +344,7 @@ std::pair<std::int64_t, int> batchKeepingEffective(const ArchitectureSpec& arch,
     for (; batch > 0; --batch) {
         setup.batch = batch;
         setup.gradAccum = accumFor(batch);
-        if (estimateMemory(arch, setup).peakBytes <= budget) return {batch, setup.gradAccum};
+        if (plan.at(batch, setup.seqLen, setup).peakBytes <= budget) return {batch, setup.gradAccum};
     }
     return {0, 1};
 }
@@ -404,39 +406,22 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     // A config the hand replay does not model is planned from its own step
     // when the caller derived it. Without that plan: a folder whose head size
     // is not hidden / heads is planned narrower than it is (a lower bound:
-    // "does not fit" holds, "fits" does not follow); a quantized base, or a
-    // LoRA base kept in half precision, is planned as its fp32 self (an
-    // upper bound: "fits" holds).
-    const bool ownStep = plannedFromItsStep(c), halfBase = c.lora.rank > 0 && c.train.weightsDtype != "fp32";
-    const bool quantized = c.model.quantize != "none" || halfBase;
-    const std::string storedIn = c.model.quantize != "none" ? c.model.quantize : c.train.weightsDtype;
-    const std::string baseKind = c.model.quantize != "none" ? "quantized" : "half-precision";
+    // "does not fit" holds, "fits" does not follow); LoRA (a quantized base
+    // is LoRA's) has no plan but its own step's: no bound either way.
+    const bool ownStep = plannedFromItsStep(c);
     const auto derived = ownStep ? ownStepPlan(c, target, t) : nullptr;
-    auto plain = c;
-    plain.model.quantize = "none";
-    plain.train.weightsDtype = "fp32";
-    // Unquantized, a folder whose head size is its own is itself under its
-    // step: no bound either way without the derived plan.
-    const bool noBound = !derived && quantized && plannedFromItsStep(plain);
-    const bool lowerBound = derived ? !derived->notExactOn(setup).empty() : ownStep && !quantized;
-    const bool upperBound = !derived && quantized && !noBound;
-    MemoryEstimate e;
-    if (derived) {
-        e = derived->at(setup.batch, setup.seqLen, setup);
-    } else if (quantized) {
-        e = estimateMemory(architectureFor(plain), planOnTarget(plain, target.gpu, target.cc, target.count).setup);
-    } else {
-        e = estimateMemory(arch, setup);
-    }
-    if (noBound) {
+    if (!derived && c.lora.rank > 0) {
         out.push_back(make("memory_not_planned", Severity::Info,
-                           "The " + baseKind + " base's memory is planned from its own training step",
-                           "Its heads are not hidden / heads wide and its base is stored in " + storedIn
-                               + ": only its own step's plan says what it takes (derived in seconds).",
+                           "Memory is planned from this run's own training step",
+                           "It is planned from its own training step (" + ownStepReason(c)
+                               + "), which this quick check does not derive: only that plan says what it takes "
+                                 "(derived in seconds).",
                            "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
-                           "planner's Derive plan; a run records it as it starts."));
+                           "planner (it derives it as you plan); a run records it as it starts."));
         return;
     }
+    const bool lowerBound = derived ? !derived->notExactOn(setup).empty() : ownStep;
+    const MemoryEstimate e = derived ? derived->at(setup.batch, setup.seqLen, setup) : estimateMemory(arch, setup);
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
     const auto verdict = memoryVerdict(e.peakBytes, target.memoryBytes);
     char share[16];
@@ -455,16 +440,6 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                                "Derive its plan: the Memory planner's Derive plan, or trainbench-cli estimate --config "
                                "FILE --gpu NAME; a run records it as it starts."));
         }
-        return;
-    }
-    if (upperBound) {
-        out.push_back(make("memory_not_planned", Severity::Info,
-                           "The " + baseKind + " base's memory is planned from its own training step",
-                           "Planned with its base in fp32, an upper bound, this config peaks at " + byteSizeText(e.peakBytes)
-                               + " (" + share + " of " + target.label + "); stored in " + storedIn
-                               + " it takes less, which its own step's plan says (derived in seconds).",
-                           "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
-                           "planner's Derive plan; a run records it as it starts."));
         return;
     }
     auto terms = e.terms;
@@ -489,32 +464,20 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     const auto budget = target.memoryBytes;
     const std::int64_t room = roomyPeakBytes(budget);
     const int effective = c.train.batchSize * c.train.gradAccum;
-    if (derived) {
-        // Its own step's plan: the largest batch and sequence from it.
-        const auto largest = derived->largestBatch(setup.seqLen, setup, room);
-        const auto seqFit = derived->largestSeqLen(setup.batch, setup, room);
-        f.numbers["largest_batch"] = static_cast<double>(largest);
-        f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
-        f.fix = (largest > 0 ? "Batch " + std::to_string(largest) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
-                                   + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation."
-                             : "Not even batch 1 fits with 10% to spare at sequence " + std::to_string(setup.seqLen) + ".")
-            + (seqFit > 0 ? " Or sequence " + std::to_string(seqFit) + " at batch " + std::to_string(c.train.batchSize) + "." : std::string())
-            + " Activation checkpointing, a smaller model or a GPU with more memory also help.";
-        out.push_back(std::move(f));
-        return;
-    }
     RunConfig nf4;
     const auto nf4Plan = nf4Fits(c, target, t, nf4);
     const std::string nf4Text = nf4Plan ? " Or store the frozen base in NF4 (QLoRA, model.quantize \"nf4\"): its own step's plan peaks at "
             + byteSizeText(nf4Plan->peakBytes) + " at batch " + std::to_string(c.train.batchSize) + ", with room."
                                         : std::string();
-    const std::int64_t seqFit = largestSequence(arch, setup, budget);
-    const std::int64_t largest = largestBatch(arch, setup, budget);
+    // The plan the fixes are found on: its own step's, or the hand replay's.
+    const MemoryPlan memory = derived ? MemoryPlan(derived, arch) : MemoryPlan(arch);
+    const std::int64_t seqFit = memory.largestSequence(setup.batch, setup, budget);
+    const std::int64_t largest = memory.largestBatch(setup.seqLen, setup, budget);
     f.numbers["largest_batch"] = static_cast<double>(largest);
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
     // A fix leaves the 10% room whose lack is itself a warning, so applying
     // it creates no new finding.
-    const auto [batch, accum] = batchKeepingEffective(arch, setup, room, effective);
+    const auto [batch, accum] = batchKeepingEffective(memory, setup, room, effective);
     if (batch > 0 && batch < c.train.batchSize) {
         f.fix = "Batch " + std::to_string(batch) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
             + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation "
@@ -523,11 +486,22 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
         f.autoFix = {{"train.batch_size", std::to_string(batch)}, {"train.grad_accum", std::to_string(accum)}};
         f.autoFixLabel = "Use batch " + std::to_string(batch) + " x accumulation " + std::to_string(accum);
     } else if (batch == 0) {
+        // With activation checkpointing: the hand replay plans it by the
+        // setup; a step's own plan is that step's, derived with it.
         auto s = setup;
         s.checkpointing = true;
-        const auto [b, bAccum] = c.train.activationCheckpointing
-            ? std::pair<std::int64_t, int>{0, 1}
-            : batchKeepingEffective(arch, s, room, effective, c.train.batchSize);
+        std::optional<MemoryPlan> checkpointed;
+        if (nf4Plan || c.train.activationCheckpointing) {
+            // (NF4 is the fix, or checkpointing is on already.)
+        } else if (!derived) {
+            checkpointed = memory;
+        } else {
+            auto withIt = c;
+            withIt.train.activationCheckpointing = true;
+            if (auto step = ownStepPlan(withIt, target, t)) checkpointed.emplace(std::move(step), arch);
+        }
+        const auto [b, bAccum] = checkpointed ? batchKeepingEffective(*checkpointed, s, room, effective, c.train.batchSize)
+                                              : std::pair<std::int64_t, int>{0, 1};
         if (nf4Plan) {
             // Nothing fits at this batch but the base in 4 bits does: keep the run as it is, quantize its base.
             char nf4Share[16];

@@ -140,6 +140,11 @@ struct Recording {
 };
 MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S, Recording* recording)
 {
+    // LoRA is planned from its own training step only (ownStepReason).
+    if (S.loraRank > 0) {
+        throw InputError("LoRA adapters are planned from the model's own training step (trainbench-cli estimate "
+                         "--config FILE, or the Memory planner), not by the hand replay");
+    }
     // Past a sliding window the trainer masks the band below it and runs
     // eager attention, SDPA asked for or not (train/Layers.cpp tablesFor).
     if (S.attention == "fused" && arch.windowedAt(S.seqLen)) {
@@ -160,8 +165,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const ArchitectureSpec& A = S.positionsFollowSeq && arch.maxPositions != S.seqLen ? sized : arch;
     MemoryEstimate est;
     // Element bytes: fp32, or bf16 throughout for pure bf16. Mixed precision
-    // (autocast) has its own replays, MixedPrecisionReplay.cpp and, with
-    // LoRA, LoraReplay.cpp. The loss's log-softmax is fp32 in every mode.
+    // (autocast) has its own replay, MixedPrecisionReplay.cpp. The loss's
+    // log-softmax is fp32 in every mode.
     const bool pure = S.precision == "bf16-pure";
     const bool mixed = S.precision == "fp16" || S.precision == "bf16";
     const std::int64_t e = pure ? 2 : 4;
@@ -206,7 +211,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // checkpoint node until the block's backward returns.
     const std::int64_t heldGrad = S.checkpointing ? a : 0;
 
-    const auto params = parameters(A, S.loraRank, S.loraTargets);
+    const auto params = parameters(A, 0, {});
     std::int64_t P = 0, Ptrain = 0, maxTrain = 0, maxDecay = 0;
     for (const auto& q : params) {
         P += q.numel;
@@ -217,7 +222,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     est.parameters = P;
     est.trainableParameters = Ptrain;
-    const bool lora = S.loraRank > 0;
 
     // A recording (the fit map's compiler) is exact: no rounding.
     Replay r(S.gpu && !recording ? 512 : 1, recording ? &recording->trace : nullptr);
@@ -237,14 +241,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     // Between steps (from the second on): weights, gradients (with LibTorch
     // 1.13, whose zero_grad zeroes them in place), optimizer state, resident data.
-    const bool halfBase = lora && S.halfBase && (mixed || pure);
-    // Pure bf16 keeps the adapters in bf16 too; mixed precision keeps fp32 ones.
-    const bool fp32Adapters = halfBase && !pure;
-    r.add(Weights, fp32Adapters ? (P - Ptrain) * 2 + Ptrain * 4 : P * e);
+    r.add(Weights, P * e);
     const std::int64_t tables = positionTableBytes(A, S);
     r.add(Weights, tables);
     GradientLife grads(r, S, Ptrain * e);
-    if (!lora) {
+    {
         // Per block, the gradients no replay follows one by one: the two
         // norms' (gain and, in the GPT family, bias), and the projections'
         // biases where the replay leaves them out: the mixed replay's GPT
@@ -279,13 +280,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const auto act = [&](std::int64_t bytes) { r.add(Activations, bytes); };
     const auto tmp = [&](std::int64_t bytes) { r.add(Workspace, bytes); };
     const auto untmp = [&](std::int64_t bytes) { r.sub(Workspace, bytes); };
-    if (lora) {
-        const std::int64_t lo = mixed ? 2 : e; // projections, attention products: the autocast dtype
-        const LoraShape shape{a,  BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo, B * H * T * T * 4,
-                              B * H * T * T * lo, m, lg, BT * V * lo, idx, BT * S.loraRank * lo, T * T, T * C * e,
-                              T * (A.ropeDims() / 2) * lo, BT, mixed, halfBase, pure};
-        replayLoraStep(r, A, S, shape, grads);
-    } else if (mixed) {
+    if (mixed) {
         constexpr std::int64_t lo = 2;
         const MixedShape shape{a,        BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo,
                                B * H * T * T * 4, B * H * T * T * lo, m, lg, BT * V * lo, idx, T * T, T * C * 4,
@@ -604,7 +599,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     r.phase("backward");
     const bool tied = A.tieEmbeddings;
     const std::int64_t headW = V * C * e;
-    const bool headTrainable = !lora;
     r.add(Logits, lg); // grad of log-softmax output
     r.sub(Activations, idx);
     r.add(Logits, lg); // grad of logits
@@ -619,12 +613,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const ProjectionProducts head{BT, false}, projection{BT, A.conv1d};
     const auto weightProduct = [&](std::int64_t out, std::int64_t in) { r.product(projection.weightGradient(in, out)); };
     const auto inputProduct = [&](std::int64_t out, std::int64_t in) { r.product(projection.inputGradient(in, out)); };
-    if (headTrainable) tmp(headW); // head weight gradient (tied: held until the embedding's)
-    if (headTrainable) r.product(head.weightGradient(C, V));
+    tmp(headW); // head weight gradient (tied: held until the embedding's)
+    r.product(head.weightGradient(C, V));
     tmp(a);                        // grad of final norm output
     r.product(head.inputGradient(C, V));
     r.sub(Logits, pure ? lg16 : lg);
-    if (headTrainable && !tied) grads.done(headW);
+    if (!tied) grads.done(headW);
     // Pure bf16 RMSNorm backward, from the gradient of its output (in
     // Workspace; the output itself already released by its consumer).
     const auto rmsBackwardPure = [&] {
@@ -651,12 +645,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // g (the running gradient, a) stays in Workspace from here on.
     // A projection's weight (and bias) gradient, out x in, made by a product.
     const auto weightGrad = [&](std::int64_t n, std::int64_t out, std::int64_t in) {
-        if (lora) return;
         tmp(n * e);
         weightProduct(out, in);
         grads.done(n * e);
     };
-    const bool wgrad = !lora;
     // From the gradient of the probabilities (in the workspace) through
     // dropout and softmax, each saved map released once its node has run;
     // the gradient of the scores is left in the workspace. (Fused attention
@@ -699,12 +691,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         grads.blockBackward();
         if (llama) {
             // down_proj (bias-free, mm: its weight's gradient first)
-            if (wgrad) tmp(F * C * e);
-            if (wgrad) weightProduct(C, F);
+            tmp(F * C * e);
+            weightProduct(C, F);
             tmp(f);
             inputProduct(C, F);
             r.sub(Activations, f);
-            if (wgrad) grads.done(F * C * e);
+            grads.done(F * C * e);
             // silu(gate) * up
             tmp(2 * f);
             r.sub(Activations, 2 * f);
@@ -714,21 +706,21 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             r.sub(Activations, f);
             untmp(f);
             // gate and up
-            if (wgrad) tmp(F * C * e);
-            if (wgrad) weightProduct(F, C);
+            tmp(F * C * e);
+            weightProduct(F, C);
             tmp(a);
             inputProduct(F, C);
             untmp(f);
-            if (wgrad) grads.done(F * C * e);
-            if (wgrad) tmp(F * C * e);
-            if (wgrad) weightProduct(F, C);
+            grads.done(F * C * e);
+            tmp(F * C * e);
+            weightProduct(F, C);
             tmp(a);
             inputProduct(F, C);
             untmp(f);
             r.sub(Activations, a); // norm output
             tmp(a);
             untmp(2 * a); // the two input gradients summed
-            if (wgrad) grads.done(F * C * e);
+            grads.done(F * C * e);
             if (pureLlama) {
                 rmsBackwardPure();
             } else {
@@ -746,12 +738,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(2 * a - heldGrad);
             if (!pureLlama) r.sub(Activations, a); // h
             // o_proj
-            if (wgrad) tmp(C * C * e);
-            if (wgrad) weightProduct(C, C);
+            tmp(C * C * e);
+            weightProduct(C, C);
             tmp(a);
             inputProduct(C, C);
             if (eager || fused.mergeCopies) r.sub(Activations, a); // merged heads (fused: else the kernel's output)
-            if (wgrad) grads.done(C * C * e);
+            grads.done(C * C * e);
             if (!eager) {
                 fusedBackward({a, expands ? a : akv, expands ? a : akv}); // q, the keys and the values
             } else if (math) {
@@ -787,12 +779,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             untmp(2 * a);
             // q, k, v projections and the sum of their input gradients
             tmp(a);
-            if (wgrad) tmp(C * C * e);
+            tmp(C * C * e);
             tmp(a);
             untmp(a);
             untmp(a);
-            if (wgrad) grads.done(C * C * e);
-            if (wgrad) grads.appear(2 * A.kvHeads * A.headDim() * C * e); // k and v weights
+            grads.done(C * C * e);
+            grads.appear(2 * A.kvHeads * A.headDim() * C * e); // k and v weights
             tmp(a);
             untmp(a);
             untmp(2 * akv);
@@ -902,23 +894,19 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // Embeddings.
     if (!llama && A.positional == "learned") {
         tmp(T * C * e);
-        if (!lora) tmp(A.maxPositions * C * e);
+        tmp(A.maxPositions * C * e);
         untmp(T * C * e);
-        if (!lora) grads.done(A.maxPositions * C * e);
+        grads.done(A.maxPositions * C * e);
     }
-    if (!lora) {
-        tmp(headW); // dense embedding gradient
-        tmp(idx);
-    }
-    if (!lora) untmp(idx);
+    tmp(headW); // dense embedding gradient
+    tmp(idx);
+    untmp(idx);
     untmp(a); // running gradient
-    if (!lora && tied) {
+    if (tied) {
         tmp(headW); // sum with the head's gradient (a transposed product's: not added in place)
         untmp(2 * headW);
-        grads.done(headW);
-    } else if (!lora) {
-        grads.done(headW);
     }
+    grads.done(headW);
     // What the blocks' autograd nodes hold goes with the graph: their saved
     // generator states and the mask.
     r.sub(Activations, A.layers * rng);
@@ -959,8 +947,7 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         std::string formula;
         switch (c) {
         case Weights:
-            formula = fp32Adapters ? "frozen parameters x 2 bytes + trainable (adapter) parameters x 4 bytes"
-                               : "parameters x " + std::to_string(e) + " bytes";
+            formula = "parameters x " + std::to_string(e) + " bytes";
             if (tables > 0) formula += pure ? " + bf16 position tables" : " + fp32 position tables";
             break;
         case Gradients:
@@ -1087,16 +1074,11 @@ std::int64_t cublasWorkspaceBytes(int torchMajor, int cc)
 
 namespace {
 
-struct FolderPlanning {
-    std::string reason; // what the hand replays do not model, or empty
-    bool gptFamily = false;
-};
-
 // Why a Hugging Face folder's step is planned from the step itself (what the
 // hand replays do not model), or empty. The form, the planner and preflight
 // ask at every edit, on the GUI thread: config.json is parsed once per folder
 // and version of the file (its time and size; edited in place, its time moves).
-FolderPlanning hfFolderPlanning(const RunConfig& c)
+std::string hfFolderPlanning(const RunConfig& c)
 {
     const auto folder = resolvedModelPath(c);
     std::error_code timeError, sizeError;
@@ -1105,7 +1087,7 @@ FolderPlanning hfFolderPlanning(const RunConfig& c)
     const auto size = std::filesystem::file_size(file, sizeError);
     using Version = std::pair<std::filesystem::file_time_type, std::uintmax_t>;
     static std::mutex mutex;
-    static std::map<std::string, std::pair<Version, FolderPlanning>> answers;
+    static std::map<std::string, std::pair<Version, std::string>> answers;
     const bool known = !timeError && !sizeError;
     if (known) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -1113,14 +1095,11 @@ FolderPlanning hfFolderPlanning(const RunConfig& c)
             return it->second.second;
         }
     }
-    FolderPlanning out;
-    auto& reason = out.reason;
+    std::string out;
     try {
         // (architectureFor turns any reading problem into a "not exact" note:
         // the folder is read here, and only what the replays lack counts.)
-        const auto a = readHfArchitecture(folder);
-        out.gptFamily = a.modelType == "gpt2" || a.modelType == "gpt_neox";
-        reason = handReplayGap(modelSpecFromHf(a, folder, 1));
+        out = handReplayGap(modelSpecFromHf(readHfArchitecture(folder), folder, 1));
     } catch (const InputError&) {
         return {};
     }
@@ -1137,23 +1116,10 @@ std::string ownStepReason(const RunConfig& c)
 {
     if (!plannableModel(c)) return "a TorchScript model";
     if (c.model.quantize != "none") return "a quantized base (" + c.model.quantize + ")";
-    // The hand replay keeps a half-precision base's activations as an fp32
-    // base's (21.6% over a measured LoRA step in bf16).
-    if (c.lora.rank > 0 && c.train.weightsDtype != "fp32") return "a LoRA base kept in " + c.train.weightsDtype + " (train.weights_dtype)";
-    if (c.lora.rank > 0 && c.lora.dropout > 0) {
-        char p[32];
-        std::snprintf(p, sizeof p, "%g", c.lora.dropout);
-        return std::string("dropout on its LoRA adapters (lora.dropout ") + p + ")";
-    }
+    // LoRA: every pattern, precision and base dtype from its own step.
+    if (c.lora.rank > 0) return "LoRA adapters (lora.rank " + std::to_string(c.lora.rank) + ")";
     if (c.model.type != "hf") return {};
-    const auto folder = hfFolderPlanning(c);
-    if (!folder.reason.empty()) return folder.reason;
-    // The GPT-2 and GPT-NeoX replays keep one activation of the MLP's too many
-    // in a checkpointed LoRA block's backward with dropout: up to 3% over
-    // (the walk of the trainer's options in tst_hf_models); the step is exact.
-    if (folder.gptFamily && c.lora.rank > 0 && c.train.activationCheckpointing && c.model.dropout > 0)
-        return "dropout with activation checkpointing on a LoRA GPT-2 or GPT-NeoX folder";
-    return {};
+    return hfFolderPlanning(c);
 }
 
 bool plannedFromItsStep(const RunConfig& c)
@@ -1291,12 +1257,9 @@ TrainingSetup setupFor(const RunConfig& c)
     s.weightDecay = c.optim.weightDecay > 0;
     s.precision = c.train.precision == "auto" ? "fp32" : c.train.precision;
     s.checkpointing = c.train.activationCheckpointing;
-    // Weights loaded in half precision: a LoRA base stays frozen in it; full
-    // training of bf16 weights is pure bf16.
-    if (c.train.weightsDtype != "fp32") {
-        if (c.lora.rank > 0) s.halfBase = true;
-        else if (c.train.weightsDtype == "bf16" && c.train.precision == "bf16") s.precision = "bf16-pure";
-    }
+    // Weights loaded in half precision: full training of bf16 weights is
+    // pure bf16 (a LoRA base kept in it is planned from its own step).
+    if (c.train.weightsDtype == "bf16" && c.lora.rank == 0 && c.train.precision == "bf16") s.precision = "bf16-pure";
     s.attention = c.model.attention == "sdpa" ? "fused" : "eager";
     s.loraRank = c.lora.rank;
     s.loraTargets = plannedLoraTargets(c.model.type, c.lora.targets);

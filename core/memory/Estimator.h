@@ -92,7 +92,6 @@ struct TrainingSetup {
     // fp32 | fp16 / bf16 (mixed: fp32 master weights, autocast) | bf16-pure
     // (weights, gradients, optimizer state and activations in bf16).
     std::string precision = "fp32";
-    bool halfBase = false; // LoRA: the frozen base stored in fp16/bf16 (as PEFT loads it)
     bool checkpointing = false;
     // The LibTorch whose allocations are replayed: from 2.0 zero_grad frees
     // gradients (set_to_none), and mean's backward keeps only its input's
@@ -190,16 +189,14 @@ ArchitectureSpec architectureOf(const ModelSpec& model);
 std::string handReplayGap(const ModelSpec& model);
 // Whether the config is planned from its own training step only (the derived
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
-// model, a quantized base (model.quantize), a LoRA base kept in half
-// precision (train.weights_dtype), dropout on LoRA adapters, and a
-// Llama-family Hugging Face folder with what the replay does not model (a
-// head size that is not hidden / heads, Qwen3's query and key norms, Phi-3's
-// fused projections). False
+// model, a quantized base (model.quantize), LoRA adapters (any rank, targets,
+// precision or base dtype), and a Llama-family Hugging Face folder with what
+// the replay does not model (a head size that is not hidden / heads, Qwen3's
+// query and key norms, Phi-3's fused projections, Gemma 3's layout). False
 // when the folder cannot be read (the replay's plan says why).
 bool plannedFromItsStep(const RunConfig& config);
 // Why, in words, for a config planned from its own step ("a TorchScript
-// model", "a quantized base (nf4)", "a LoRA base kept in bf16
-// (train.weights_dtype)", "dropout on its LoRA adapters (0.05)",
+// model", "a quantized base (nf4)", "LoRA adapters (lora.rank 16)",
 // "a head size apart from hidden / heads", "query and key norms (qwen3)");
 // empty for one the hand replay plans.
 std::string ownStepReason(const RunConfig& config);

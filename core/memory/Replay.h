@@ -613,29 +613,6 @@ inline std::int64_t positionTableBytes(const ArchitectureSpec& a, const Training
     if (a.family != "llama" && a.positional == "sinusoidal") return a.maxPositions * a.hidden * e;
     return 0;
 }
-// One step with LoRA (LoraReplay.cpp), in fp32, under autocast or in pure
-// bf16. Bytes of one micro-batch; the "low" sizes are those of the weights'
-// dtype when not mixed (fp32, or bf16 when pure).
-struct LoraShape {
-    std::int64_t a, ah;   // batch x seq x hidden: fp32, low
-    std::int64_t akvh;    // batch x seq x kv heads x head dim, low
-    std::int64_t fh;      // batch x seq x intermediate, low
-    std::int64_t s, sh;   // one attention map: fp32, low (fp32 only where softmax runs in fp32)
-    std::int64_t m;       // batch x seq floats
-    std::int64_t lg, lgh; // logits: fp32, low
-    std::int64_t idx;     // batch x seq int64
-    std::int64_t xa;      // batch x seq x rank, low
-    std::int64_t mask;    // seq x seq booleans
-    std::int64_t pos;     // seq x hidden fp32 (a learned position slice)
-    std::int64_t rope;    // seq x head dim / 2, low (one cos or sin table cast)
-    std::int64_t bt;      // batch x seq (elements)
-    bool mixed;
-    bool halfBase;        // the frozen base stored in fp16/bf16: autocast's casts of it are no-ops
-    bool pure;            // pure bf16: `a` is bf16, and a Llama-family model keeps its fp32 islands
-};
-void replayLoraStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const LoraShape& d,
-                    GradientLife& grads);
-
 // One step under autocast (fp16/bf16 mixed precision, fp32 master weights),
 // built-in GPT or Llama-family model without LoRA: forward, loss and backward
 // of every micro-batch's last pass (MixedPrecisionReplay.cpp).

@@ -206,10 +206,9 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         try {
             return derived.emplace(key, memoryPlanOf(c, plan.arch, plan.setup.precision)).first->second;
         } catch (const std::exception& e) {
-            // The hand replay has no quantized base: its plan would be of the
-            // unquantized model, far over, and no answer.
-            if (c.model.quantize != "none") {
-                throw InputError(std::string("tune plans a quantized base from its own step, which could not be derived: ") + e.what());
+            // The hand replay has no LoRA (nor a quantized base): no answer.
+            if (c.model.quantize != "none" || c.lora.rank > 0) {
+                throw InputError(std::string("tune plans LoRA from its own step, which could not be derived: ") + e.what());
             }
             derivedFailure = e.what();
             return MemoryPlan(plan.arch);
