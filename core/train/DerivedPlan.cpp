@@ -625,13 +625,16 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     // A width of 1 is a step of its own: one key/value head repeated is a
     // view, not a copy; a LoRA rank of 1 takes other products. It stays 1.
     const bool oneKv = gqa && s.model.kvHeads() == 1, rankOne = s.model.loraRank == 1;
+    // So is one head: its products take q, k and v's views as they are
+    // (SDPA's math path saves q and k scaled, and v itself).
+    const bool oneHead = s.model.nHead == 1;
     // A quantized base dequantizes whole blocks of 64 weights: every probe's
     // linear (hidden, a multiple of 8, by a multiple of 8) holds whole blocks,
     // as a real model's do, so what the step allocates is a polynomial.
     const bool quantized = s.config.model.quantize != "none";
     const auto dims = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t nh, std::int64_t kv, std::int64_t hd,
                           std::int64_t i, std::int64_t v, std::int64_t r) {
-        return StepDims{batch > 0 ? batch : b, t, h, nh, group > 0 ? nh / group : oneKv ? 1 : kv, hd, i,
+        return StepDims{batch > 0 ? batch : b, t, h, oneHead ? 1 : nh, oneHead ? 1 : group > 0 ? nh / group : oneKv ? 1 : kv, hd, i,
                         vocab ? v : s.model.vocabSize, !lora ? 0 : rankOne ? 1 : r};
     };
     // Key/value heads a share 1 / group of the heads: heads of group x m,
@@ -654,12 +657,12 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
         // Hidden = heads x head size: a weight of hidden x hidden is of
         // degree 2 in each, so each takes two values besides the base's.
         const auto g = [&](std::int64_t b, std::int64_t t, std::int64_t nh, std::int64_t hd, std::int64_t i, std::int64_t v,
-                           std::int64_t r) { return dims(b, t, nh * hd, nh, nh, hd, i, v, r); };
+                           std::int64_t r) { return dims(b, t, (oneHead ? 1 : nh) * hd, nh, nh, hd, i, v, r); };
         const auto& hd = kGptProbeHeadDims;
         p.base = g(3, t0, 4, hd[0], 88, 50, 7);
         p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
         if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
-        p.axes.push_back({StepDim::Heads, {6, 7}});
+        if (!oneHead) p.axes.push_back({StepDim::Heads, {6, 7}});
         p.axes.push_back({StepDim::HeadDim, {hd[1], hd[2]}});
         p.axes.push_back({StepDim::Intermediate, {104}});
         if (vocab) p.axes.push_back({StepDim::Vocab, {58}});
@@ -675,9 +678,11 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
     if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
     p.axes.push_back({StepDim::Hidden, {56}});
-    p.axes.push_back({StepDim::Heads, {group > 1 ? dimOf(shared(p.base, baseHeads / group + 1, baseHeads), StepDim::Heads)
-                                       : gqa     ? 15
-                                                 : 6}});
+    if (!oneHead) {
+        p.axes.push_back({StepDim::Heads, {group > 1 ? dimOf(shared(p.base, baseHeads / group + 1, baseHeads), StepDim::Heads)
+                                           : gqa     ? 15
+                                                     : 6}});
+    }
     if (group == 0 && !oneKv) p.axes.push_back({StepDim::KvHeads, {2}});
     p.axes.push_back({StepDim::HeadDim, {20}});
     p.axes.push_back({StepDim::Intermediate, {72}});
