@@ -119,11 +119,20 @@ void bench(const std::string& label, const std::string& configJson, const fs::pa
                 arch = tb::architectureFor(asIf);
             }
             const auto cpuSetup = tb::setupFor(c);
-            const auto hand = tb::estimateMemory(arch, cpuSetup);
             const auto cpu = derived.at(batch, seq, cpuSetup);
             auto gpu = cpuSetup;
             gpu.gpu = true;
             gpu.computeCapability = 80;
+            if (s.rank > 0) {
+                // LoRA has no hand plan (it is planned from its own step only).
+                const auto onGpu = derived.at(batch, seq, gpu);
+                std::printf("%-16s %-4s lora %2d%s%s  %5.1f s %2d steps  B %d T %4d  cpu: %14lld bytes  a100: %14lld bytes (%s)\n",
+                            label.c_str(), s.precision, s.rank, s.checkpointing ? " ckpt" : "", s.dropout > 0 ? " drop" : "",
+                            seconds, steps, batch, seq, static_cast<long long>(cpu.peakBytes),
+                            static_cast<long long>(onGpu.peakBytes), onGpu.lowerBound ? "lower bound" : "exact");
+                continue;
+            }
+            const auto hand = tb::estimateMemory(arch, cpuSetup);
             const auto handGpu = tb::estimateMemory(arch, gpu);
             const auto g0 = std::chrono::steady_clock::now();
             const auto onGpu = derived.at(batch, seq, gpu);

@@ -81,6 +81,7 @@ private Q_SLOTS:
     void measuredBeatsPredictedAndOverBudgetLoses();
     void measuresASpreadOfTheBest();
     void nothingFitsNamesTheSmallestChanges();
+    void nothingFitsProposesLoraForAFolder();
     void predictedSpeedFollowsTheCosts();
     void measuringTrainsRealSteps();
     void refusesWhatItCannotTune();
@@ -224,6 +225,33 @@ void TestTune::nothingFitsNamesTheSmallestChanges()
     for (const auto& s : r.nothingFits) all += s + "\n";
     QVERIFY2(all.find("a smaller model: model.n_layer ") != std::string::npos, all.c_str());
     QVERIFY2(all.find("(now 12)") != std::string::npos, all.c_str());
+}
+
+// A folder trained in full whose weights and optimizer state do not fit:
+// LoRA adapters, planned from their own step (the hand replay has no LoRA:
+// tune stopped with its refusal instead of proposing them).
+void TestTune::nothingFitsProposesLoraForAFolder()
+{
+    QTemporaryDir dir;
+    writeHfFolder(dir.path().toStdString(),
+                  R"({"model_type": "llama", "vocab_size": 96, "hidden_size": 256, "intermediate_size": 512,
+                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+                      "max_position_embeddings": 256, "hidden_act": "silu", "tie_word_embeddings": false})",
+                  96);
+    RunConfig c;
+    c.device = "cpu";
+    c.model.type = "hf";
+    c.model.path = dir.path().toStdString();
+    c.data.source = "tokens";
+    c.data.path = dir.filePath("train.bin").toStdString();
+    c.data.seqLen = 48;
+    c.train.batchSize = 4;
+    c.train.threads = 1;
+    const auto r = planTune(c, onBudget(12 << 20), machine());
+    QCOMPARE(r.winner, -1);
+    std::string all;
+    for (const auto& s : r.nothingFits) all += s + "\n";
+    QVERIFY2(all.find("LoRA adapters instead of full fine-tuning: lora.rank 8 fits") != std::string::npos, all.c_str());
 }
 
 void TestTune::predictedSpeedFollowsTheCosts()

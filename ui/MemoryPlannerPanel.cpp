@@ -84,8 +84,17 @@ bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
         model = modelFromHfConfig(text, source);
         // Planned from its own step where the hand replay lacks its layout,
         // or with LoRA: traced from a scratch folder holding the config.json.
+        // A config.json the trainer does not build (a look-alike the hand
+        // plan reads) is planned by hand without LoRA, and says why not with it.
         const auto gap = handReplayGap(model);
-        m_importedStep = publishedExperiment(text, source);
+        m_importedStep.reset();
+        m_importedStepError.clear();
+        try {
+            m_importedStep = publishedExperiment(text, source);
+        } catch (const InputError& e) {
+            if (!gap.empty()) throw;
+            m_importedStepError = QString::fromStdString(e.what());
+        }
         m_importedReason = QString::fromStdString(gap);
         if (gap.empty()) m_imported = architectureFromHfModel(model, source);
         else m_imported.reset();
@@ -278,6 +287,11 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                                                                                : ownStepReason(config);
         return derivedPlan(why, quantize, reason, config);
     } else {
+        if (src == "imported" && m_loraRank->value() > 0) {
+            *why = tr("LoRA is planned from the model's own training step, and this config.json's step cannot be traced: %1")
+                       .arg(m_importedStepError);
+            return std::nullopt;
+        }
         if (src == "imported") {
             if (!m_imported) return std::nullopt;
             plan.memory = MemoryPlan(*m_imported);
@@ -411,18 +425,16 @@ const PublishedExperiment* MemoryPlannerPanel::publishedStep(QString* why) const
     const QString src = source();
     if (src == "experiment") return nullptr;
     if (src == "imported") return m_importedStep ? &*m_importedStep : nullptr;
-    if (!m_presetStep || m_presetStepId != src) {
-        try {
-            const auto& preset = findArchitecture(src.toStdString());
-            m_presetStep = publishedExperiment(preset.configJson, "resources/architectures/" + preset.id + ".json");
-            m_presetStepId = src;
-        } catch (const std::exception& e) {
-            m_presetStep.reset();
-            *why = tr("The preset cannot be traced: %1").arg(QString::fromStdString(e.what()));
-            return nullptr;
-        }
+    // (Kept per preset: its scratch folder, and so the plans derived from it, last while the panel does.)
+    if (const auto it = m_presetSteps.find(src); it != m_presetSteps.end()) return &it->second;
+    try {
+        const auto& preset = findArchitecture(src.toStdString());
+        return &m_presetSteps.emplace(src, publishedExperiment(preset.configJson, "resources/architectures/" + preset.id + ".json"))
+                    .first->second;
+    } catch (const std::exception& e) {
+        *why = tr("The preset cannot be traced: %1").arg(QString::fromStdString(e.what()));
+        return nullptr;
     }
-    return &*m_presetStep;
 }
 
 // A quantized LoRA experiment's plan is shown beside its unquantized self
@@ -488,7 +500,7 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
         for (const QString& t : targets.split(',', Qt::SkipEmptyParts)) c.lora.targets.push_back(t.toStdString());
     }
     c.train.gradAccum = m_gradAccum->value();
-    if (source() != "experiment") loadBaseAsPublished(c); // as currentPlan's halfBase
+    if (source() != "experiment") loadBaseAsPublished(c); // the base in half precision, as PEFT loads it
     const bool halfWeights = config->train.weightsDtype != "fp32" && config->lora.rank <= 0, offload = config->train.offload != "none";
     if (halfWeights || offload) {
         const QString weightsField = tr("train.weights_dtype \"%1\"").arg(QString::fromStdString(config->train.weightsDtype));

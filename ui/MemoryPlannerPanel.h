@@ -10,6 +10,7 @@
 #include <QPointer>
 #include <QWidget>
 
+#include <map>
 #include <optional>
 
 #include "config/RunConfig.h"
@@ -167,10 +168,10 @@ private:
     // lacks (empty: only LoRA plans it from its step).
     std::optional<PublishedExperiment> m_importedStep;
     QString m_importedReason;
-    // The chosen preset as such an experiment (built when its LoRA plan is
-    // first asked for; the scratch folder lives while it is kept).
-    mutable std::optional<PublishedExperiment> m_presetStep;
-    mutable QString m_presetStepId;
+    QString m_importedStepError; // why the imported config.json has no step to trace
+    // Each preset as such an experiment (built when its LoRA plan is first
+    // asked for; the scratch folders live while the panel does).
+    mutable std::map<QString, PublishedExperiment> m_presetSteps;
     // The published model chosen (a preset or the imported config.json) as
     // an experiment to trace; null for the experiment, or why not.
     const PublishedExperiment* publishedStep(QString* why) const;

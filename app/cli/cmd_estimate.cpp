@@ -84,6 +84,8 @@ Plan planFromArgs(const Args& args, const char* command)
         if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
         if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
         if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
+        // (A rank above 0 is planned from its own step: needsItsStep.)
+        if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
         if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError(*path, std::move(issues));
         // What the config becomes on the target: "auto" precision resolved
         // there, as the Experiment form, the planner and preflight resolve it.
@@ -298,8 +300,9 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     }
     for (const char* option : {"--attention", "--attention-modules"}) {
         if (args.value(option)) {
-            throw InputError(std::string(option) + " does not apply to the derived plan, which traces the config's own "
-                             "step on this machine's CPU; set it in the config, or plan without --derived");
+            throw InputError(std::string(option) + " does not apply to a plan derived from the model's own step (--derived, "
+                             "and every LoRA plan), which traces the config's own step on this machine's CPU: set "
+                             "model.attention in a config (--config FILE)");
         }
     }
     std::shared_ptr<const std::string> scratch;
@@ -321,8 +324,9 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     }
     if (auto o = args.value("--optimizer")) {
         if (*o != "adamw" && *o != "sgd" && *o != "sgd-plain") {
-            throw InputError("--optimizer must be adamw, sgd (with momentum) or sgd-plain for the derived plan (it "
-                             "traces what the trainer runs), got \"" + *o + "\"");
+            throw InputError("--optimizer must be adamw, sgd (with momentum) or sgd-plain for a plan derived from the "
+                             "model's own step (--derived, and every LoRA plan: it traces what the trainer runs), got \""
+                             + *o + "\"");
         }
         config.optim.optimizer = *o == "adamw" ? "adamw" : "sgd";
         if (*o == "sgd-plain") config.optim.momentum = 0;
@@ -457,7 +461,7 @@ const std::vector<OptionSpec> kPlanOptions{
     {"--attention-modules", true, "attention modules per layer (default 1)", "N"},
     {"--grad-accum", true, "gradient accumulation steps", "N"},
     {"--lora-rank", true, "LoRA rank (0: full fine-tuning)", "R"},
-    {"--lora-targets", true, "presets: projections to adapt (attn, mlp or names; default attn)", "LIST"},
+    {"--lora-targets", true, "with --lora-rank: projections to adapt (attn, mlp or names; a preset's default attn)", "LIST"},
     {"--cuda-context", true, "GPU: the CUDA context in bytes (default: the published figure for the card's "
                              "compute capability, else 287047680)", "BYTES"},
     {"--max-split-size-mb", true, "GPU: the caching allocator's max_split_size_mb (default unlimited)", "N"},
@@ -469,8 +473,8 @@ std::vector<OptionSpec> estimateOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--list-presets", false, "list the bundled architecture presets"});
-    o.push_back({"--derived", false, "plan from the trainer's own step, traced at small shapes on this CPU (a TorchScript "
-                                     "config, and a model the hand-written plan lacks, always is; a preset or "
+    o.push_back({"--derived", false, "plan from the trainer's own step, traced at small shapes on this CPU (LoRA, a "
+                                     "TorchScript config, and a model the hand-written plan lacks always are; a preset or "
                                      "config.json as Trainbench would train it)"});
     return o;
 }
@@ -479,8 +483,8 @@ std::vector<OptionSpec> fitOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--budget", true, "the tensor memory to fit, in bytes", "BYTES"});
-    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (a TorchScript config, and a model "
-                                     "the hand-written plan lacks, always is)"});
+    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (LoRA, a TorchScript config, and a "
+                                     "model the hand-written plan lacks always are)"});
     return o;
 }
 

@@ -118,7 +118,7 @@ std::string skipReason(const RunConfig& c, const SweepTarget& t)
             std::optional<MemoryEstimate> e;
             try {
                 e = memoryPlanOf(c, plan.arch, plan.setup.precision).at(plan.setup.batch, plan.setup.seqLen, plan.setup);
-            } catch (const InputError&) {
+            } catch (const std::exception&) {
             }
             if (e && memoryVerdict(e->peakBytes, budget) == MemoryVerdict::DoesNotFit) {
                 return "does not fit: planned " + std::string(e->lowerBound ? "at least " : "") + byteSizeText(e->peakBytes)

@@ -482,7 +482,8 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
         f.fix = "Batch " + std::to_string(batch) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
             + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation "
             + std::to_string(accum) + ". Or: sequence " + std::to_string(seqFit) + " at batch "
-            + std::to_string(c.train.batchSize) + ", activation checkpointing, LoRA, or a larger GPU." + nf4Text;
+            + std::to_string(c.train.batchSize) + ", activation checkpointing, " + (c.lora.rank > 0 ? "" : "LoRA, ")
+            + "or a larger GPU." + nf4Text;
         f.autoFix = {{"train.batch_size", std::to_string(batch)}, {"train.grad_accum", std::to_string(accum)}};
         f.autoFixLabel = "Use batch " + std::to_string(batch) + " x accumulation " + std::to_string(accum);
     } else if (batch == 0) {
@@ -530,7 +531,8 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                                  : "Not even batch 1 fits at sequence " + std::to_string(setup.seqLen))
                 + ". Shorten the sequence"
                 + (seqFit > 0 ? " (" + std::to_string(seqFit) + " fits at this batch)" : std::string())
-                + ", train LoRA adapters, use a smaller model or a GPU with more memory.";
+                + (c.lora.rank > 0 ? ", use a smaller model or a GPU with more memory."
+                                   : ", train LoRA adapters, use a smaller model or a GPU with more memory.");
         }
     } else {
         f.fix = "It fits, barely: allocator fragmentation or another process can push it over. Leave some room: a "

@@ -66,8 +66,9 @@ PublishedExperiment publishedExperiment(const std::string& content, const std::s
         (void)hfArchitectureFromJson(content, source, HfReading::Train);
     } catch (const InputError& e) {
         throw InputError(std::string(e.what()) + "; its step cannot be traced (the trainer does not build it)"
-                         + (handReplayGap(out.model).empty() ? ", but the hand-written plan reads it: plan it without --derived"
-                                                              : ""));
+                         + (handReplayGap(out.model).empty()
+                                ? ", but the hand-written plan reads it: plan it without --derived and without LoRA"
+                                : ""));
     }
     std::string pattern = (std::filesystem::temp_directory_path() / "trainbench-plan-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) {

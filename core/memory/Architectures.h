@@ -51,8 +51,8 @@ struct PublishedExperiment {
 PublishedExperiment publishedExperiment(const std::string& json, const std::string& source);
 // A published model is fine-tuned with its frozen base loaded in half
 // precision, as PEFT loads it: LoRA under mixed precision (bf16, fp16) keeps
-// the base in the autocast dtype (train.weights_dtype), as the hand plan's
-// TrainingSetup::halfBase plans it. Call it once the precision is settled.
+// the base in the autocast dtype (train.weights_dtype). Call it once the
+// precision is settled.
 void loadBaseAsPublished(RunConfig& config);
 
 // The bundled presets, sorted by id.

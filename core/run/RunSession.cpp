@@ -485,8 +485,13 @@ SessionOutcome RunSession::run(const SessionCallbacks& callbacks)
         m_store->markRunning(m_runId, m_config.train.steps, trainer->device(), trainer->precision());
         if (!m_options.bare && plannableModel(m_config)) {
             m_estimate = launchEstimate(m_config, trainer->device(), trainer->computeCapability());
-            m_store->setEstimate(m_runId, m_estimate->probePeakBytes(), estimateJson(*m_estimate));
-            outcome.estimatedPeakBytes = m_estimate->probePeakBytes();
+            // (None where a LoRA step could not be derived: nothing recorded, no warning.)
+            if (m_estimate->peakBytes > 0) {
+                m_store->setEstimate(m_runId, m_estimate->probePeakBytes(), estimateJson(*m_estimate));
+                outcome.estimatedPeakBytes = m_estimate->probePeakBytes();
+            } else {
+                m_estimate.reset();
+            }
         }
         if (callbacks.onStarted) callbacks.onStarted(m_runId, trainer->datasetDescription());
         if (!m_initFromLabel.empty()) {

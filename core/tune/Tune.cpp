@@ -188,18 +188,19 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
 
     std::set<std::tuple<int, int, bool, std::string, std::string>> seen;
     const PreflightTarget preflight = preflightTarget(options);
-    // A config the hand replay does not model (a folder with a head size of
-    // its own, Qwen3, Phi-3, Gemma 3, dropout on the adapters, a quantized
-    // base, ...) is planned from its own step, as estimate and a run's
-    // recorded estimate plan it: one derivation per precision, checkpointing,
-    // attention, layers, LoRA rank and accumulation, evaluated at each batch
-    // and sequence.
+    // A config the hand replay does not model (LoRA, a quantized base, a
+    // folder with a head size of its own, Qwen3, Phi-3, Gemma 3, ...) is
+    // planned from its own step, as estimate and a run's recorded estimate
+    // plan it: one derivation per precision, checkpointing, attention,
+    // layers, LoRA rank and accumulation, evaluated at each batch and
+    // sequence. (Asked of each config: the suggestions change LoRA.)
     const bool ownStep = plannedFromItsStep(base);
     std::map<std::tuple<std::string, bool, std::string, int, int, int>, MemoryPlan> derived;
     std::string derivedFailure;
     // The config's plan (memory/MemoryPlan.h): the hand replay's, or its own step's.
     const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) -> MemoryPlan {
-        if (!ownStep || !derivedFailure.empty()) return MemoryPlan(plan.arch);
+        const bool own = plannedFromItsStep(c);
+        if (!own || (!derivedFailure.empty() && c.lora.rank == 0 && c.model.quantize == "none")) return MemoryPlan(plan.arch);
         const std::tuple key{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank,
                              c.train.gradAccum};
         if (const auto it = derived.find(key); it != derived.end()) return it->second;
@@ -208,7 +209,8 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         } catch (const std::exception& e) {
             // The hand replay has no LoRA (nor a quantized base): no answer.
             if (c.model.quantize != "none" || c.lora.rank > 0) {
-                throw InputError(std::string("tune plans LoRA from its own step, which could not be derived: ") + e.what());
+                throw InputError(std::string("tune plans ") + (c.model.quantize != "none" ? "a quantized base" : "LoRA")
+                                 + " from its own step, which could not be derived: " + e.what());
             }
             derivedFailure = e.what();
             return MemoryPlan(plan.arch);
@@ -338,11 +340,15 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
                 }
             }
         } else if (base.lora.rank == 0) {
+            // (Planned from its own step: where that cannot be derived, no suggestion.)
             RunConfig adapters = lean;
             adapters.lora.rank = 8;
-            const auto p = planAt(adapters, where);
-            if (memoryVerdict(peakOf(adapters, p).peakBytes, budget) == MemoryVerdict::Fits) {
-                result.nothingFits.push_back("LoRA adapters instead of full fine-tuning: lora.rank 8 fits " + leanText);
+            try {
+                const auto p = planAt(adapters, where);
+                if (memoryVerdict(peakOf(adapters, p).peakBytes, budget) == MemoryVerdict::Fits) {
+                    result.nothingFits.push_back("LoRA adapters instead of full fine-tuning: lora.rank 8 fits " + leanText);
+                }
+            } catch (const InputError&) {
             }
         }
         // The smallest card of the catalogue where the lean setup fits and runs.
