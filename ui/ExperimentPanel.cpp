@@ -642,7 +642,7 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
         const TargetPlan there = planOnTarget(*config, std::optional<GpuTarget>(target));
         const auto gpuPlan = planOf(there);
         if (!gpuPlan) {
-            m_estimate->setText(text + "; " + pending.section(": ", 1));
+            m_estimate->setText(text + "; " + pending.section(": ", 1, -1));
             return;
         }
         const auto gpu = gpuPlan->at(there.setup.batch, there.setup.seqLen, there.setup);

@@ -86,18 +86,22 @@ bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
         // or with LoRA: traced from a scratch folder holding the config.json.
         // A config.json the trainer does not build (a look-alike the hand
         // plan reads) is planned by hand without LoRA, and says why not with it.
+        // (Read whole before any of it replaces what was imported before.)
         const auto gap = handReplayGap(model);
-        m_importedStep.reset();
-        m_importedStepError.clear();
+        std::optional<PublishedExperiment> step;
+        QString stepError;
         try {
-            m_importedStep = publishedExperiment(text, source);
+            step = publishedExperiment(text, source);
         } catch (const InputError& e) {
             if (!gap.empty()) throw;
-            m_importedStepError = QString::fromStdString(e.what());
+            stepError = QString::fromStdString(e.what());
         }
+        std::optional<ArchitectureSpec> hand;
+        if (gap.empty()) hand = architectureFromHfModel(model, source);
+        m_importedStep = std::move(step);
+        m_importedStepError = stepError;
         m_importedReason = QString::fromStdString(gap);
-        if (gap.empty()) m_imported = architectureFromHfModel(model, source);
-        else m_imported.reset();
+        m_imported = std::move(hand);
     } catch (const std::exception& e) {
         if (error) *error = QString::fromStdString(e.what());
         return false;
