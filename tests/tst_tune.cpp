@@ -227,6 +227,25 @@ void TestTune::nothingFitsNamesTheSmallestChanges()
     QVERIFY2(all.find("(now 12)") != std::string::npos, all.c_str());
 }
 
+namespace {
+
+// Training the folder written in `dir` on its tokens, batch 4 x 48, on the CPU.
+RunConfig onFolder(const QTemporaryDir& dir)
+{
+    RunConfig c;
+    c.device = "cpu";
+    c.model.type = "hf";
+    c.model.path = dir.path().toStdString();
+    c.data.source = "tokens";
+    c.data.path = dir.filePath("train.bin").toStdString();
+    c.data.seqLen = 48;
+    c.train.batchSize = 4;
+    c.train.threads = 1;
+    return c;
+}
+
+} // namespace
+
 // A folder trained in full whose weights and optimizer state do not fit:
 // LoRA adapters, planned from their own step (the hand replay has no LoRA:
 // tune stopped with its refusal instead of proposing them).
@@ -238,15 +257,7 @@ void TestTune::nothingFitsProposesLoraForAFolder()
                       "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
                       "max_position_embeddings": 256, "hidden_act": "silu", "tie_word_embeddings": false})",
                   96);
-    RunConfig c;
-    c.device = "cpu";
-    c.model.type = "hf";
-    c.model.path = dir.path().toStdString();
-    c.data.source = "tokens";
-    c.data.path = dir.filePath("train.bin").toStdString();
-    c.data.seqLen = 48;
-    c.train.batchSize = 4;
-    c.train.threads = 1;
+    RunConfig c = onFolder(dir);
     const auto r = planTune(c, onBudget(12 << 20), machine());
     QCOMPARE(r.winner, -1);
     std::string all;
@@ -326,15 +337,7 @@ void TestTune::aFolderTheReplayDoesNotModelIsPlannedFromItsStep()
                       "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
                       "max_position_embeddings": 256, "hidden_act": "silu", "tie_word_embeddings": false})",
                   96);
-    RunConfig c;
-    c.device = "cpu";
-    c.model.type = "hf";
-    c.model.path = dir.path().toStdString();
-    c.data.source = "tokens";
-    c.data.path = dir.filePath("train.bin").toStdString();
-    c.data.seqLen = 48;
-    c.train.batchSize = 4;
-    c.train.threads = 1;
+    RunConfig c = onFolder(dir);
     auto r = planTune(c, onBudget(8 << 20), machine());
     measuredAsPlanned(r, c);
     if (QTest::currentTestFailed()) return;
