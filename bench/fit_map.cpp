@@ -104,11 +104,11 @@ int main(int argc, char** argv)
     config.data.seqLen = 256;
     config.train.batchSize = 16;
     run("built-in GPT 4x256, text (CPU)", tb::architectureFor(config), tb::setupFor(config), 1LL << 30);
-    run("built-in GPT 4x256, text, bf16 (CPU)", tb::architectureFor(config),
-        [&] { auto s = tb::setupFor(config); s.precision = "bf16"; return s; }(), 1LL << 30);
+    run("built-in GPT 4x256, text, pure bf16 (CPU)", tb::architectureFor(config),
+        [&] { auto s = tb::setupFor(config); s.precision = "bf16-pure"; return s; }(), 1LL << 30);
     run("built-in GPT 4x256, text, on a T4", tb::architectureFor(config), [&] { auto s = tb::setupFor(config); s.gpu = true; return s; }(), t4);
-    run("the same, bf16, SDPA (CPU)", tb::architectureFor(config),
-        [&] { auto s = tb::setupFor(config); s.precision = "bf16"; s.attention = "fused"; return s; }(), 1LL << 30);
+    run("the same, pure bf16, SDPA (CPU)", tb::architectureFor(config),
+        [&] { auto s = tb::setupFor(config); s.precision = "bf16-pure"; s.attention = "fused"; return s; }(), 1LL << 30);
     config.device = "cpu";
     config.train.precision = "fp32";
     runDerived("the same, derived (CPU)", config, tb::TrainingSetup{}, 1LL << 30);
@@ -124,44 +124,48 @@ int main(int argc, char** argv)
         s.computeCapability = 75;
         return s;
     }(), t4);
-    {
-        // Llama 2 7B from its config.json alone (the probes build their own weights).
-        const auto folder = std::filesystem::temp_directory_path() / "bench_fit_map_llama";
+    // A preset from its config.json alone (the probes build their own weights).
+    const auto derivedPreset = [&](const char* label, const char* preset, const char* precision, int rank,
+                                   bool checkpointing, int cc, std::int64_t budget) {
+        const auto folder = std::filesystem::temp_directory_path() / "bench_fit_map_preset";
         std::filesystem::create_directories(folder);
-        std::filesystem::copy_file("resources/architectures/llama-2-7b.json", folder / "config.json",
+        std::filesystem::copy_file(std::string("resources/architectures/") + preset + ".json", folder / "config.json",
                                    std::filesystem::copy_options::overwrite_existing);
-        auto seven = config;
-        seven.model.type = "hf";
-        seven.model.path = folder.string();
-        seven.data.source = "tokens";
-        seven.data.path = (folder / "train.bin").string();
-        seven.data.tokenDtype = "uint32";
-        seven.data.seqLen = 512;
-        seven.train.batchSize = 2;
-        seven.lora.rank = 16;
-        seven.lora.targets = {"q_proj", "v_proj"};
-        seven.train.precision = "bf16";
-        auto a100 = tb::setupFor(seven);
-        a100.gpu = true;
-        a100.computeCapability = 80;
-        if (std::filesystem::exists(folder / "config.json")) {
-            runDerived("Llama 2 7B LoRA bf16, derived, on an A100", seven, a100, 85198045184);
-        }
+        auto c = config;
+        c.model.type = "hf";
+        c.model.path = folder.string();
+        c.data.source = "tokens";
+        c.data.path = (folder / "train.bin").string();
+        c.data.tokenDtype = "uint32";
+        c.data.seqLen = 512;
+        c.train.batchSize = 2;
+        c.lora.rank = rank;
+        c.lora.targets = {"q_proj", "v_proj"};
+        c.train.precision = precision;
+        c.train.activationCheckpointing = checkpointing;
+        if (std::string(precision) == "fp16") c.device = "cuda"; // (fp16 is CUDA's)
+        auto card = tb::setupFor(c);
+        card.gpu = true;
+        card.computeCapability = cc;
+        if (std::filesystem::exists(folder / "config.json")) runDerived(label, c, card, budget);
         std::filesystem::remove_all(folder);
-    }
+    };
+    derivedPreset("Llama 2 7B LoRA bf16, derived, on an A100", "llama-2-7b", "bf16", 16, false, 80, 85198045184);
+    // Mixed precision is planned from its own step too.
+    derivedPreset("Qwen2.5 0.5B full fp16 ckpt, derived, on a T4", "qwen2.5-0.5b", "fp16", 0, true, 75, t4);
     run("GPT-2 124M on a T4 (fp32)", tb::findArchitecture("gpt2").arch, gpu, t4);
-    // Full fine-tuning (LoRA is planned from its own step: the derived rows
-    // above), on cards where part of each map fits.
+    // Full fine-tuning in fp32 and pure bf16 (LoRA and mixed precision are
+    // planned from their own step: the derived rows above), on cards where
+    // part of each map fits.
     auto full = gpu;
-    full.precision = "fp16";
     full.checkpointing = true;
-    run("Qwen2.5 0.5B full fp16 ckpt on a T4", tb::findArchitecture("qwen2.5-0.5b").arch, full, t4);
+    run("Qwen2.5 0.5B full fp32 ckpt on a T4", tb::findArchitecture("qwen2.5-0.5b").arch, full, t4);
     auto flash = full;
-    flash.precision = "bf16";
+    flash.precision = "bf16-pure";
     flash.attention = "fused";
     flash.computeCapability = 80;
     // Qwen2: biased q, k and v, grouped keys and values, a 152k vocabulary.
-    run("Qwen2.5 1.5B full bf16 ckpt SDPA on an A100", tb::findArchitecture("qwen2.5-1.5b").arch, flash, 85198045184); // 79.35 GiB
+    run("Qwen2.5 1.5B full pure bf16 ckpt SDPA on an A100", tb::findArchitecture("qwen2.5-1.5b").arch, flash, 85198045184); // 79.35 GiB
     auto eager = flash;
     eager.attention = "eager";
     run("the same, eager", tb::findArchitecture("qwen2.5-1.5b").arch, eager, 85198045184);
@@ -170,6 +174,6 @@ int main(int argc, char** argv)
     // four A100s' worth of memory, 317 GiB).
     run("Mistral 7B, as above, SDPA, to 8192, 317 GiB", tb::findArchitecture("mistral-7b").arch, flash, 4 * 85198045184LL, 8192);
     auto heavy = tb::findArchitecture("pythia-2.8b").arch;
-    run("Pythia 2.8B full fp16 on a T4", heavy, [&] { auto s = gpu; s.precision = "fp16"; return s; }(), t4);
+    run("Pythia 2.8B full fp32 on a T4", heavy, gpu, t4);
     return 0;
 }

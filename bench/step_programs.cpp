@@ -123,8 +123,8 @@ void bench(const std::string& label, const std::string& configJson, const fs::pa
             auto gpu = cpuSetup;
             gpu.gpu = true;
             gpu.computeCapability = 80;
-            if (s.rank > 0) {
-                // LoRA has no hand plan (it is planned from its own step only).
+            if (s.rank > 0 || tb::mixedPrecision(s.precision)) {
+                // LoRA and mixed precision have no hand plan (planned from their own step only).
                 const auto onGpu = derived.at(batch, seq, gpu);
                 std::printf("%-16s %-4s lora %2d%s%s  %5.1f s %2d steps  B %d T %4d  cpu: %14lld bytes  a100: %14lld bytes (%s)\n",
                             label.c_str(), s.precision, s.rank, s.checkpointing ? " ckpt" : "", s.dropout > 0 ? " drop" : "",

@@ -17,7 +17,10 @@
 #include "diagnose/ErrorExplainer.h"
 #include "diagnose/Preflight.h"
 #include "diagnose/TargetPlan.h"
+#include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
+#include "memory/MemoryPlan.h"
+#include "train/DerivedPlan.h"
 
 using namespace tb;
 
@@ -34,10 +37,34 @@ RunConfig defaultConfig()
     return loadConfigFile(tb::test::sourcePath("resources/examples/default.json"));
 }
 
+// A config's own step, derived as trainbench-cli preflight derives it (mixed
+// precision, LoRA: memory/Estimator.h ownStepReason), once per step traced.
+std::shared_ptr<const DerivedStep> derivedOnce(const RunConfig& traced)
+{
+    static std::map<std::string, std::shared_ptr<const DerivedStep>> steps;
+    auto keyed = traced;
+    keyed.train.batchSize = 1;
+    keyed.data.seqLen = 0;
+    auto& step = steps[configToJson(keyed)];
+    if (!step) step = std::make_shared<const DerivedStep>(deriveStep(traced));
+    return step;
+}
+
+// The plan preflight checks a config against, in `precision`: its own
+// step's (derived once) where it is planned from it, else the hand replay's.
+MemoryPlan plannedIn(const RunConfig& c, const std::string& precision)
+{
+    auto traced = c;
+    traced.train.precision = precision;
+    if (!plannedFromItsStep(traced)) return MemoryPlan(architectureFor(c));
+    return MemoryPlan(derivedOnce(traced), architectureFor(c));
+}
+
 PreflightTarget gpu(const std::string& name)
 {
     PreflightTarget t;
     t.gpu = GpuCatalogue::bundled().resolve(name);
+    t.derivePlan = derivedOnce;
     return t;
 }
 
@@ -370,13 +397,14 @@ void TestDiagnose::memoryOverAndNearBudget()
     const auto target = GpuCatalogue::bundled().resolve("T4");
     auto near = c;
     near.train.activationCheckpointing = true;
+    const auto nearPlan = plannedIn(near, "fp16");
     bool found = false;
     for (int batch = 1; batch <= 256 && !found; ++batch) {
         near.train.batchSize = batch;
         auto setup = setupFor(near);
         setup.precision = "fp16";
         setup.gpu = true;
-        const double use = static_cast<double>(estimateMemory(architectureFor(near), setup).peakBytes)
+        const double use = static_cast<double>(nearPlan.at(batch, setup.seqLen, setup).peakBytes)
             / static_cast<double>(target.gpu.memoryBytes);
         if (use > 0.9 && use <= 1.0) {
             findings = runPreflight(near, gpu("T4"));
@@ -418,9 +446,12 @@ void TestDiagnose::folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan()
     }
     c.data.seqLen = 512;
     c.train.batchSize = 1;
-    c.train.precision = "fp16";
+    c.train.precision = "fp32"; // (mixed precision has no hand plan at all)
     QVERIFY(plannedFromItsStep(c));
-    auto findings = runPreflight(c, gpu("T4"));
+    // The quick check, as the window runs it before a plan is derived.
+    PreflightTarget quick;
+    quick.gpu = GpuCatalogue::bundled().resolve("T4");
+    auto findings = runPreflight(c, quick);
     if (const auto* invalid = find(findings, "config_invalid")) QFAIL(invalid->cause.c_str());
     QVERIFY2(!find(findings, "memory_over_budget") && !find(findings, "memory_near_budget"), kinds(findings).c_str());
     const auto* f = find(findings, "memory_not_planned");
@@ -431,7 +462,7 @@ void TestDiagnose::folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan()
     // Far too big: the error stands, as a bound.
     c.train.batchSize = 64;
     c.data.seqLen = 4096;
-    findings = runPreflight(c, gpu("T4"));
+    findings = runPreflight(c, quick);
     const auto* over = find(findings, "memory_over_budget");
     QVERIFY2(over, kinds(findings).c_str());
     QVERIFY2(over->cause.find(" or more during") != std::string::npos, over->cause.c_str());
@@ -535,6 +566,7 @@ void TestDiagnose::localDeviceChecks()
     t4.cc = {7, 5};
     t4.totalBytes = 15828320256;
     oneGpu.local = LocalMachine{true, 1, {t4}, 8LL << 30};
+    oneGpu.derivePlan = derivedOnce;
     c.device = "cuda:3";
     findings = runPreflight(c, oneGpu);
     QVERIFY2(find(findings, "invalid_device_ordinal"), kinds(findings).c_str());
@@ -548,11 +580,8 @@ void TestDiagnose::localDeviceChecks()
     // A launch here gets the memory that is free now, not the card's total.
     c = defaultConfig();
     c.device = "cuda:0";
-    const auto peak = estimateMemory(architectureFor(c), [&] {
-        auto s = setupFor(c);
-        s.gpu = true;
-        return s;
-    }()).peakBytes;
+    const auto local = planOnTarget(c, std::optional<GpuTarget>(GpuCatalogue::bundled().resolve("T4"))).setup;
+    const auto peak = plannedIn(c, local.precision).at(local.batch, local.seqLen, local).peakBytes;
     QVERIFY(!find(runPreflight(c, oneGpu), "memory_over_budget"));
     DeviceUsage busy;
     busy.freeBytes = peak / 2;
@@ -673,11 +702,12 @@ void TestDiagnose::preflightPlansWhatTheTargetRuns()
         const auto plan = planOnTarget(c, std::optional<GpuTarget>(target));
         QCOMPARE(plan.setup.precision, std::string(std::string(name) == "T4" ? "fp16" : "bf16"));
         QVERIFY(plan.setup.gpu);
-        const auto peak = estimateMemory(plan.arch, plan.setup).peakBytes;
+        const auto peak = plannedIn(c, plan.setup.precision).at(plan.setup.batch, plan.setup.seqLen, plan.setup).peakBytes;
         // A card just too small for the plan: preflight reports the same peak.
         target.gpu.memoryBytes = peak - 1;
         PreflightTarget t;
         t.gpu = target;
+        t.derivePlan = derivedOnce;
         const auto findings = runPreflight(c, t);
         const auto* f = find(findings, "memory_over_budget");
         QVERIFY2(f, kinds(findings).c_str());

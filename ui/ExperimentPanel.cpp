@@ -602,20 +602,22 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
 {
     const RunConfig* config = &configValue;
     const TargetPlan here = planOnTarget(*config, std::nullopt);
-    // A config planned from its own step: the step traced in the precision
-    // the device resolves (as the Memory planner traces it), shared with the
-    // planner and preflight through the window's deriver; traced on first need.
-    const bool ownStep = plannedFromItsStep(*config);
+    // A config planned from its own step (decided in the precision the
+    // device resolves: "auto" is mixed on a GPU, fp32 on the CPU): the step
+    // traced in that precision (as the Memory planner traces it), shared
+    // with the planner and preflight through the window's deriver; traced on
+    // first need.
     QString pending;
     const auto planOf = [&](const TargetPlan& resolved) -> std::optional<MemoryPlan> {
-        if (!ownStep) return MemoryPlan(resolved.arch);
-        if (!m_deriver) {
-            pending = tr("Memory estimate: this model (%1) is planned from its own training step (Memory planner; "
-                         "trainbench-cli estimate).").arg(QString::fromStdString(ownStepReason(*config)));
-            return std::nullopt;
-        }
         auto traced = *config;
         traced.train.precision = resolved.setup.precision;
+        if (!plannedFromItsStep(traced)) return MemoryPlan(resolved.arch);
+        const auto why = QString::fromStdString(ownStepReason(traced));
+        if (!m_deriver) {
+            pending = tr("Memory estimate: this run (%1) is planned from its own training step (Memory planner; "
+                         "trainbench-cli estimate).").arg(why);
+            return std::nullopt;
+        }
         traced = StepDeriver::standalone(std::move(traced));
         const auto key = StepDeriver::keyFor(traced);
         if (auto step = m_deriver->plan(key)) return MemoryPlan(std::move(step), ArchitectureSpec{});
@@ -624,8 +626,7 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
             return std::nullopt;
         }
         m_deriver->derive(traced);
-        pending = tr("Memory estimate: tracing its training step on this CPU (%1; seconds)…")
-                      .arg(QString::fromStdString(ownStepReason(*config)));
+        pending = tr("Memory estimate: tracing its training step on this CPU (%1; seconds)…").arg(why);
         return std::nullopt;
     };
     const auto cpuPlan = planOf(here);

@@ -253,6 +253,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
 {
     Plan plan;
     const QString src = source();
+    std::string precision = m_precision->currentData().toString().toStdString();
     std::vector<std::string> targets;
     QString targetText = m_loraTargets->currentData().toString();
     if (targetText == "custom") targetText = m_loraTargets->currentData(Qt::UserRole + 1).toString();
@@ -270,10 +271,11 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                 : tr("The experiment's config is not valid JSON yet.");
             return std::nullopt;
         }
-        config->lora.rank = m_loraRank->value(); // (the planner's rank, as derivedConfig traces it)
+        config->lora.rank = m_loraRank->value(); // (the planner's rank and precision, as derivedConfig traces them)
+        config->train.precision = m_precision->currentData().toString().toStdString();
         if (plannedFromItsStep(*config)) {
-            // A TorchScript model, LoRA, or a folder the hand replay does not
-            // model: its plan is the step derived from the model itself.
+            // A TorchScript model, LoRA, mixed precision, or a folder the hand
+            // replay does not model: its plan is the step derived from the model itself.
             return derivedPlan(why, quantize, ownStepReason(*config), *config);
         }
         if (config->data.source == "text") config->data.seqLen = seqLen();
@@ -281,19 +283,22 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
         plan.memory = MemoryPlan(resolved.arch);
         plan.setup = resolved.setup;
         plan.setup.loraTargets = plannedLoraTargets(config->model.type, targets);
+        // (bf16 over weights loaded in bf16 trains as pure bf16: setupFor.)
+        if (resolved.setup.precision == "bf16-pure") precision = "bf16-pure";
     } else if (plannedFromStep()) {
-        // LoRA on a published model, or an imported layout the hand replay lacks.
+        // LoRA or mixed precision on a published model, or an imported layout the hand replay lacks.
         const auto* published = publishedStep(why);
         if (!published) return std::nullopt;
         auto config = published->config;
         config.lora.rank = m_loraRank->value();
+        config.train.precision = m_precision->currentData().toString().toStdString();
         const auto reason = !m_importedReason.isEmpty() && src == "imported" ? m_importedReason.toStdString()
                                                                                : ownStepReason(config);
         return derivedPlan(why, quantize, reason, config);
     } else {
-        if (src == "imported" && m_loraRank->value() > 0) {
-            *why = tr("LoRA is planned from the model's own training step, and this config.json's step cannot be traced: %1")
-                       .arg(m_importedStepError);
+        if (src == "imported" && (m_loraRank->value() > 0 || mixedPrecision(m_precision->currentData().toString().toStdString()))) {
+            *why = tr("%1 is planned from the model's own training step, and this config.json's step cannot be traced: %2")
+                       .arg(m_loraRank->value() > 0 ? tr("LoRA") : tr("Mixed precision"), m_importedStepError);
             return std::nullopt;
         }
         if (src == "imported") {
@@ -307,7 +312,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
     auto& s = plan.setup;
     s.batch = batch();
     s.seqLen = seqLen();
-    s.precision = m_precision->currentData().toString().toStdString();
+    s.precision = precision;
     s.optimizer = m_optimizer->currentData().toString().toStdString();
     s.checkpointing = m_checkpointing->isChecked();
     s.attention = m_attention->currentData().toString().toStdString();
@@ -417,10 +422,14 @@ void MemoryPlannerPanel::pointChanged()
 bool MemoryPlannerPanel::plannedFromStep() const
 {
     if (source() == "imported" && !m_importedStep) return false;
-    if (source() != "experiment") return m_loraRank->value() > 0 || (source() == "imported" && !m_importedReason.isEmpty());
+    const auto precision = m_precision->currentData().toString().toStdString();
+    if (source() != "experiment") {
+        return m_loraRank->value() > 0 || mixedPrecision(precision) || (source() == "imported" && !m_importedReason.isEmpty());
+    }
     auto config = m_document->config();
     if (!config) return false;
     config->lora.rank = m_loraRank->value();
+    config->train.precision = precision;
     return plannedFromItsStep(*config);
 }
 

@@ -1,5 +1,6 @@
 #include "StepDeriver.h"
 
+#include <algorithm>
 #include <QDir>
 #include <QFileInfo>
 #include <QJsonDocument>
@@ -43,6 +44,7 @@ std::string StepDeriver::keyFor(const RunConfig& traced)
     keyed.train.threads = 0;
     keyed.train.worldSize = 1;
     keyed.train.distTimeoutS = 0;
+    keyed.train.gradAccum = std::min(keyed.train.gradAccum, 2); // (deriveStep traces at most two micro-batches)
     // A TorchScript file saved again is another model; a folder's
     // config.json is edited in place (the folder's own time does not move).
     QFileInfo file(QString::fromStdString(traced.model.path));

@@ -61,6 +61,9 @@ void applyGpuOptions(const Args& args, TrainingSetup& s)
     }
 }
 
+// The trainer's precisions, as --precision takes them.
+bool knownPrecision(const std::string& p) { return p == "fp32" || p == "fp16" || p == "bf16" || p == "bf16-pure"; }
+
 Plan planFromArgs(const Args& args, const char* command)
 {
     if (!args.positionals().empty()) {
@@ -111,7 +114,7 @@ Plan planFromArgs(const Args& args, const char* command)
         s.optimizer = *o;
     }
     if (auto p = args.value("--precision")) {
-        if (*p != "fp32" && *p != "fp16" && *p != "bf16" && *p != "bf16-pure") {
+        if (!knownPrecision(*p)) {
             throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""
                              + *p + "\"");
         }
@@ -255,21 +258,28 @@ std::optional<std::pair<std::string, std::string>> publishedConfig(const Args& a
 }
 
 // Whether the plan asked for is derived from its own step, as a config's is
-// (memory/Estimator.h ownStepReason): a config's with --lora-rank applied; a
-// published model's with LoRA adapters (--lora-rank), or where its
-// hand-written plan has a gap (Qwen3's norms, Phi-3's fused projections,
-// Gemma 3, a head size of its own).
+// (memory/Estimator.h ownStepReason): a config's with --lora-rank and
+// --precision applied and "auto" resolved on --gpu's card; a published
+// model's with LoRA adapters (--lora-rank), in mixed precision (--precision
+// fp16 or bf16), or where its hand-written plan has a gap (Qwen3's norms,
+// Phi-3's fused projections, Gemma 3, a head size of its own).
 bool needsItsStep(const Args& args)
 {
     const auto rank = args.integer("--lora-rank", 0, 4096);
+    const auto precision = args.value("--precision");
+    const bool known = precision && knownPrecision(*precision); // (another is refused with the plan's other options)
     if (const auto path = args.value("--config")) {
         auto config = loadConfigFile(*path);
         if (rank) config.lora.rank = static_cast<int>(*rank);
+        if (known) config.train.precision = *precision;
+        std::optional<GpuTarget> gpu;
+        if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
+        config.train.precision = planOnTarget(config, gpu).setup.precision;
         return plannedFromItsStep(config);
     }
     const auto published = publishedConfig(args);
     if (!published) return false;
-    if (rank && *rank > 0) return true;
+    if ((rank && *rank > 0) || (known && mixedPrecision(*precision))) return true;
     return !handReplayGap(modelFromHfConfig(published->first, published->second)).empty();
 }
 
@@ -298,12 +308,9 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
         throw InputError(std::string("'") + command
                          + "' needs exactly one of --config FILE, --preset NAME (see --list-presets) or --hf-config FILE");
     }
-    for (const char* option : {"--attention", "--attention-modules"}) {
-        if (args.value(option)) {
-            throw InputError(std::string(option) + " does not apply to a plan derived from the model's own step (--derived, "
-                             "and every LoRA plan), which traces the config's own step on this machine's CPU: set "
-                             "model.attention in a config (--config FILE)");
-        }
+    if (args.value("--attention-modules")) {
+        throw InputError("--attention-modules does not apply to a plan derived from the model's own step (--derived, "
+                         "and every LoRA or mixed-precision plan), which traces the modules the trainer builds");
     }
     std::shared_ptr<const std::string> scratch;
     RunConfig config = path ? loadConfigFile(*path) : publishedExperiment(args, scratch);
@@ -316,17 +323,22 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     // Data parallel: one rank's step is traced; the plan adds the ranks' buckets and rows.
     if (auto g = args.integer("--gpus", 1, 1024)) config.train.worldSize = static_cast<int>(*g);
     if (auto p = args.value("--precision")) {
-        if (*p != "fp32" && *p != "fp16" && *p != "bf16" && *p != "bf16-pure") {
+        if (!knownPrecision(*p)) {
             throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""
                              + *p + "\"");
         }
         config.train.precision = *p; // the trainer's own names, bf16-pure included
     }
+    // The attention path the trainer takes (fused: SDPA, LibTorch 2.x).
+    if (auto a = args.value("--attention")) {
+        if (*a != "eager" && *a != "fused") throw InputError("--attention must be eager or fused, got \"" + *a + "\"");
+        config.model.attention = *a == "fused" ? "sdpa" : "eager";
+    }
     if (auto o = args.value("--optimizer")) {
         if (*o != "adamw" && *o != "sgd" && *o != "sgd-plain") {
             throw InputError("--optimizer must be adamw, sgd (with momentum) or sgd-plain for a plan derived from the "
-                             "model's own step (--derived, and every LoRA plan: it traces what the trainer runs), got \""
-                             + *o + "\"");
+                             "model's own step (--derived, and every LoRA or mixed-precision plan: it traces what the "
+                             "trainer runs), got \"" + *o + "\"");
         }
         config.optim.optimizer = *o == "adamw" ? "adamw" : "sgd";
         if (*o == "sgd-plain") config.optim.momentum = 0;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <unistd.h>
 
@@ -328,14 +329,19 @@ void modelFileRules(const RunConfig& c, const std::optional<ModelFileFacts>& fac
 // needs: accumulating micro-batches draw every micro-batch first and, on
 // LibTorch 2.x, hold the gradients through the later forwards, so a batch
 // that fits one pass a step may not fit several. {0, 1} when none fits.
-std::pair<std::int64_t, int> batchKeepingEffective(const MemoryPlan& plan, TrainingSetup setup,
+// The plan of a step of `accum` micro-batches (null: none to check with).
+using PlanForAccum = std::function<const MemoryPlan*(int accum)>;
+
+std::pair<std::int64_t, int> batchKeepingEffective(const PlanForAccum& planFor, TrainingSetup setup,
                                                    std::int64_t budget, int effective,
                                                    std::int64_t maxBatch = std::int64_t{1} << 20)
 {
     const auto accumFor = [&](std::int64_t b) { return static_cast<int>((effective + b - 1) / b); };
     std::int64_t batch = 0;
     for (int round = 0; round < 8; ++round) {
-        batch = std::min(plan.largestBatch(setup.seqLen, setup, budget), maxBatch);
+        const auto* plan = planFor(setup.gradAccum);
+        if (!plan) return {0, 1};
+        batch = std::min(plan->largestBatch(setup.seqLen, setup, budget), maxBatch);
         if (batch <= 0) return {0, 1};
         if (accumFor(batch) == setup.gradAccum) return {batch, setup.gradAccum};
         setup.gradAccum = accumFor(batch);
@@ -344,7 +350,8 @@ std::pair<std::int64_t, int> batchKeepingEffective(const MemoryPlan& plan, Train
     for (; batch > 0; --batch) {
         setup.batch = batch;
         setup.gradAccum = accumFor(batch);
-        if (plan.at(batch, setup.seqLen, setup).peakBytes <= budget) return {batch, setup.gradAccum};
+        const auto* plan = planFor(setup.gradAccum);
+        if (plan && plan->at(batch, setup.seqLen, setup).peakBytes <= budget) return {batch, setup.gradAccum};
     }
     return {0, 1};
 }
@@ -365,6 +372,38 @@ std::shared_ptr<const DerivedStep> ownStepPlan(const RunConfig& c, const Target&
         return nullptr;
     }
 }
+
+// A config's plans by its micro-batch count: the hand replay follows the
+// setup's; a step's own plan is traced with its accumulation, and a step of
+// one micro-batch frees its gradients where an accumulating one keeps them,
+// so the other kind is traced apart (DerivedStep::tracedAccum).
+class PlansByAccum {
+public:
+    PlansByAccum(const RunConfig& c, const MemoryPlan& plan, bool derived, const Target& target, const PreflightTarget& t)
+        : m_config(c), m_plan(plan), m_derived(derived), m_target(target), m_t(t)
+    {
+    }
+    const MemoryPlan* operator()(int accum)
+    {
+        if (!m_derived || (accum > 1) == (m_config.train.gradAccum > 1)) return &m_plan;
+        if (!m_other) {
+            auto other = m_config;
+            other.train.gradAccum = accum > 1 ? 2 : 1;
+            auto step = ownStepPlan(other, m_target, m_t);
+            if (!step) return nullptr;
+            m_other.emplace(std::move(step), m_plan.arch());
+        }
+        return &*m_other;
+    }
+
+private:
+    const RunConfig& m_config;
+    const MemoryPlan& m_plan;
+    bool m_derived;
+    const Target& m_target;
+    const PreflightTarget& m_t;
+    std::optional<MemoryPlan> m_other;
+};
 
 // NF4 for a LoRA config that does not fit: its base stored in 4 bits
 // (QLoRA), planned from its own step on the target; set when that plan
@@ -407,13 +446,16 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     // when the caller derived it. Without that plan: a folder whose head size
     // is not hidden / heads is planned narrower than it is (a lower bound:
     // "does not fit" holds, "fits" does not follow); LoRA (a quantized base
-    // is LoRA's) has no plan but its own step's: no bound either way.
-    const bool ownStep = plannedFromItsStep(c);
+    // is LoRA's) and mixed precision have no plan but their own step's: no
+    // bound either way. (The precision the target runs: "auto" resolved.)
+    auto resolved = c;
+    resolved.train.precision = setup.precision;
+    const bool ownStep = plannedFromItsStep(resolved);
     const auto derived = ownStep ? ownStepPlan(c, target, t) : nullptr;
-    if (!derived && c.lora.rank > 0) {
+    if (!derived && (c.lora.rank > 0 || mixedPrecision(setup.precision))) {
         out.push_back(make("memory_not_planned", Severity::Info,
                            "Memory is planned from this run's own training step",
-                           "It is planned from its own training step (" + ownStepReason(c)
+                           "It is planned from its own training step (" + ownStepReason(resolved)
                                + "), which this quick check does not derive: only that plan says what it takes "
                                  "(derived in seconds).",
                            "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
@@ -433,7 +475,7 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                                derived ? "Its own step's plan (" + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
                                              + ") has no rule for some of its operators on this card: "
                                              + derived->notExactOn(setup) + "."
-                                       : "It is planned from its own training step (" + ownStepReason(c) + "): this check "
+                                       : "It is planned from its own training step (" + ownStepReason(resolved) + "): this check "
                                          "plans it without that, under what its training step takes (at least "
                                              + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
                                              + "); its own step's plan is derived in seconds.",
@@ -455,7 +497,7 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                      "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + (lowerBound ? " or more" : "")
                          + " during " + e.peakPhase + ", " + share
                          + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + "."
-                         + (lowerBound && !derived ? " (It is planned from its own step, " + ownStepReason(c) + ": its step takes more.)"
+                         + (lowerBound && !derived ? " (It is planned from its own step, " + ownStepReason(resolved) + ": its step takes more.)"
                                                    : derived ? " (Planned from its own training step.)" : ""),
                      "");
     f.numbers["estimated_peak_bytes"] = static_cast<double>(e.peakBytes);
@@ -477,7 +519,8 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
     // A fix leaves the 10% room whose lack is itself a warning, so applying
     // it creates no new finding.
-    const auto [batch, accum] = batchKeepingEffective(memory, setup, room, effective);
+    PlansByAccum plans(c, memory, derived != nullptr, target, t);
+    const auto [batch, accum] = batchKeepingEffective(std::ref(plans), setup, room, effective);
     if (batch > 0 && batch < c.train.batchSize) {
         f.fix = "Batch " + std::to_string(batch) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
             + "); keep the effective batch of " + std::to_string(effective) + " with gradient accumulation "
@@ -491,18 +534,22 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
         // setup; a step's own plan is that step's, derived with it.
         auto s = setup;
         s.checkpointing = true;
+        auto withIt = c;
+        withIt.train.activationCheckpointing = true;
         std::optional<MemoryPlan> checkpointed;
         if (nf4Plan || c.train.activationCheckpointing) {
             // (NF4 is the fix, or checkpointing is on already.)
         } else if (!derived) {
             checkpointed = memory;
-        } else {
-            auto withIt = c;
-            withIt.train.activationCheckpointing = true;
-            if (auto step = ownStepPlan(withIt, target, t)) checkpointed.emplace(std::move(step), arch);
+        } else if (auto step = ownStepPlan(withIt, target, t)) {
+            checkpointed.emplace(std::move(step), arch);
         }
-        const auto [b, bAccum] = checkpointed ? batchKeepingEffective(*checkpointed, s, room, effective, c.train.batchSize)
-                                              : std::pair<std::int64_t, int>{0, 1};
+        std::pair<std::int64_t, int> found{0, 1};
+        if (checkpointed) {
+            PlansByAccum checkpointedPlans(withIt, *checkpointed, derived != nullptr, target, t);
+            found = batchKeepingEffective(std::ref(checkpointedPlans), s, room, effective, c.train.batchSize);
+        }
+        const auto [b, bAccum] = found;
         if (nf4Plan) {
             // Nothing fits at this batch but the base in 4 bits does: keep the run as it is, quantize its base.
             char nf4Share[16];

@@ -49,11 +49,10 @@ GpuStep gpuStep(const DerivedStep& d, std::int64_t batch, std::int64_t planned, 
     if (!out.unruled.empty()) return out;
     const auto& step = cuda.step;
     std::vector<std::int64_t> first, after;
-    if (const auto dp = d.dataParallelBytes(batch, planned, setup); dp > 0) {
-        // The reducer's buckets from the start of the run; the other ranks' rows with the data.
-        first.push_back(d.trainableBytes);
-        if (dp > d.trainableBytes) first.push_back(dp - d.trainableBytes);
-    }
+    // The reducer's buckets from the start of the run; the other ranks' rows
+    // and the micro-batches the trace did not draw, with the data.
+    if (const auto buckets = d.bucketBytes(setup); buckets > 0) first.push_back(buckets);
+    if (const auto rows = d.extraDataBytes(batch, planned, setup); rows > 0) first.push_back(rows);
     if (setup.torchMajor >= 2) {
         // LibTorch 2.x makes the two cuBLAS workspaces through the allocator on the first step's products.
         const auto ws = cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
@@ -113,7 +112,12 @@ void from_json(const nlohmann::json& j, GemmSite& g)
     if (g.phase < 0 || g.phase >= kStepPhases) throw InputError("the derived plan's data is inconsistent: a product in phase " + std::to_string(g.phase));
 }
 
-MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen) const { return at(batch, seqLen, TrainingSetup{}); }
+MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen) const
+{
+    TrainingSetup setup;
+    setup.gradAccum = accum;
+    return at(batch, seqLen, setup);
+}
 
 MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
@@ -173,19 +177,16 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
                   + std::to_string(S.irregularScratch) + " bytes) is left out: on a GPU, cuBLAS works in its workspace");
     }
     shapeNotes(e, asked, seqLen);
-    if (const auto dp = dataParallelBytes(batch, seqLen, setup); dp > 0) {
-        const auto rows = dp - trainableBytes;
-        e.terms.push_back({"ddp_buckets", trainableBytes, "data parallel: the reducer's gradient buckets, trainable parameters x their bytes"});
-        if (rows > 0) {
-            e.terms.push_back({"data", rows, "data parallel: the other ranks' rows of the global batch every rank draws, "
-                                             "and rank 0's validation of the global batch"});
-        }
+    if (const auto dp = beyondTracedBytes(batch, seqLen, setup); dp > 0) {
+        beyondTracedTerms(e, batch, seqLen, setup);
         e.peakBytes += dp;
         e.tensorPeakBytes += dp;
         e.endOfStepBytes += dp;
         for (auto& p : e.phases) p.bytes += dp;
-        e.notes.push_back("data parallel, " + std::to_string(setup.gpus)
-                          + " ranks: one rank's step traced alone, plus the reducer's buckets and the global batch's rows");
+        if (setup.gpus > 1) {
+            e.notes.push_back("data parallel, " + std::to_string(setup.gpus)
+                              + " ranks: one rank's step traced alone, plus the reducer's buckets and the global batch's rows");
+        }
     }
     if (!setup.gpu) return e;
     // Two cuBLAS handles: the forward's thread and the autograd device thread.
@@ -267,17 +268,11 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
     e.allocatedPeakBytes = g.allocator.peakAllocated;
     e.reservedPeakBytes = g.allocator.peakReserved;
     const auto ws = cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
-    const auto dp = dataParallelBytes(batch, seqLen, setup);
+    const auto dp = beyondTracedBytes(batch, seqLen, setup);
     const auto inAllocator = setup.torchMajor >= 2 ? 2 * ws : 0;
     e.terms.push_back({"resident", g.start - dp - inAllocator,
                        "live as a step starts: weights, gradients kept between steps, optimizer state, data"});
-    if (dp > 0) {
-        e.terms.push_back({"ddp_buckets", trainableBytes, "data parallel: the reducer's gradient buckets, trainable parameters x their bytes"});
-        if (dp > trainableBytes) {
-            e.terms.push_back({"data", dp - trainableBytes, "data parallel: the other ranks' rows of the global batch every "
-                                                            "rank draws, and rank 0's validation of the global batch"});
-        }
-    }
+    beyondTracedTerms(e, batch, seqLen, setup);
     if (inAllocator > 0) {
         e.terms.push_back({"cublas_workspace", inAllocator, "two cuBLAS workspaces through the caching allocator (the "
                                                             "forward's and autograd's threads), " + std::to_string(ws) + " bytes each"});
@@ -299,22 +294,37 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
                         "in host memory, no CPU scratch for bf16 products, SDPA by the card's kernel), on the caching "
                         "allocator's model");
     shapeNotes(e, asked, seqLen);
-    if (dp > 0) {
+    if (setup.gpus > 1) {
         e.notes.push_back("data parallel, " + std::to_string(setup.gpus)
                           + " ranks: one rank's step recorded alone, plus the reducer's buckets and the global batch's rows");
     }
     return e;
 }
 
-std::int64_t DerivedStep::dataParallelBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+std::int64_t DerivedStep::extraDataBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
-    if (setup.gpus <= 1) return 0;
-    auto ranks = setup;
-    ranks.batch = batch;
-    ranks.seqLen = plannedSeqLen(seqLen);
-    auto one = ranks;
-    one.gpus = 1;
-    return trainableBytes + dataBytes(ranks) - dataBytes(one);
+    auto asked = setup;
+    asked.batch = batch;
+    asked.seqLen = plannedSeqLen(seqLen);
+    if (!dataset.empty()) asked.dataset = dataset;
+    auto traced = asked;
+    traced.gpus = 1;
+    traced.gradAccum = tracedAccum;
+    // (Fewer micro-batches than traced: the traced ones, on the safe side.)
+    return std::max<std::int64_t>(0, dataBytes(asked) - dataBytes(traced));
+}
+
+void DerivedStep::beyondTracedTerms(MemoryEstimate& e, std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+{
+    if (const auto buckets = bucketBytes(setup); buckets > 0) {
+        e.terms.push_back({"ddp_buckets", buckets, "data parallel: the reducer's gradient buckets, trainable parameters x their bytes"});
+    }
+    if (const auto rows = extraDataBytes(batch, seqLen, setup); rows > 0) {
+        e.terms.push_back({"data", rows, setup.gpus > 1 ? "data parallel: the other ranks' rows of the global batch every rank "
+                                                          "draws, and rank 0's validation of the global batch"
+                                                        : "the micro-batches of gradient accumulation beyond the traced step's, "
+                                                          "drawn before its first forward"});
+    }
 }
 
 std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup,
@@ -329,7 +339,7 @@ std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, con
     for (int i = 0; i < kStepPhases; ++i) {
         most = std::max(most, segmentAt(planned).phasePeak(i, batch, planned, !setup.gpu, setup.cpuThreads, exactProducts));
     }
-    return most + dataParallelBytes(batch, seqLen, setup) + gpuFixedBytes(setup);
+    return most + beyondTracedBytes(batch, seqLen, setup) + gpuFixedBytes(setup);
 }
 
 FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, const std::vector<std::int64_t>& batches,
@@ -384,7 +394,7 @@ std::int64_t DerivedStep::placedOnGpu(std::int64_t batch, std::int64_t seqLen, c
     std::int64_t tensors = 0;
     for (int i = 0; i < kStepPhases; ++i) tensors = std::max(tensors, S.phasePeak(i, batch, planned, false, 1, false));
     const auto ws = setup.torchMajor >= 2 ? 2 * cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability) : 0;
-    return tensors + dataParallelBytes(batch, seqLen, setup) + ws;
+    return tensors + beyondTracedBytes(batch, seqLen, setup) + ws;
 }
 
 namespace {
@@ -528,6 +538,9 @@ std::string derivedStepToJson(const DerivedStep& step)
     out["trainable_bytes"] = step.trainableBytes;
     out["largest_traced_seq_len"] = step.largestTracedSeqLen;
     out["fixed_seq_len"] = step.fixedSeqLen;
+    out["traced_grad_accum"] = step.tracedAccum;
+    out["grad_accum"] = step.accum;
+    out["dataset"] = step.dataset;
     out["traced_on"] = step.tracedOn;
     if (step.pastWindow) {
         out["sliding_window"] = step.slidingWindow;
@@ -556,6 +569,13 @@ DerivedStep derivedStepFromJson(const std::string& text)
         step.trainableBytes = j.value("trainable_bytes", step.trainableParameters * 4);
         step.largestTracedSeqLen = j.at("largest_traced_seq_len").get<std::int64_t>();
         step.fixedSeqLen = j.at("fixed_seq_len").get<std::int64_t>();
+        step.tracedAccum = j.value("traced_grad_accum", 1);
+        step.accum = j.value("grad_accum", step.tracedAccum);
+        step.dataset = j.value("dataset", std::string());
+        if (step.tracedAccum < 1 || step.accum < 1) {
+            throw InputError("the derived plan's data is inconsistent: grad_accum " + std::to_string(step.accum)
+                             + ", traced with " + std::to_string(step.tracedAccum));
+        }
         step.tracedOn = j.at("traced_on").get<std::string>();
         if (j.contains("past_window")) {
             step.slidingWindow = j.at("sliding_window").get<std::int64_t>();

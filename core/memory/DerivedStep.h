@@ -38,6 +38,14 @@ struct DerivedStep {
     std::int64_t trainableBytes = 0; // the trainable parameters' bytes: data parallel's gradient buckets
     std::int64_t largestTracedSeqLen = 0;
     std::int64_t fixedSeqLen = 0; // > 0: the dataset fixes the sequence length (addition)
+    // The micro-batches of a step it was traced with (at most two) and of
+    // the config's (train.grad_accum). A step of one frees its gradients
+    // where an accumulating one keeps them across micro-batches, so a plan at
+    // another count of the same kind differs only by the micro-batches drawn
+    // before the first forward (extraDataBytes, by the setup's gradAccum);
+    // of the other kind, it is traced again.
+    int tracedAccum = 1, accum = 1;
+    std::string dataset; // the config's data source as setupFor names it (a loss mask beside the ids: addition, chat)
     std::string tracedOn;         // "LibTorch 1.13.1 on this machine's CPU"
     // The Llama family: the step as programs (memory/StepProgram.h), within
     // the sliding window and past it. On a GPU a shape's plan is then the
@@ -59,8 +67,9 @@ struct DerivedStep {
     // why it is a lower bound there.
     std::string notExactOn(const TrainingSetup& setup) const;
 
-    // The plan at this batch and sequence length: peak, phase peaks, the
-    // bytes live when the step starts and what the step adds at its peak.
+    // The plan at this batch and sequence length, on this CPU with the
+    // config's accumulation: peak, phase peaks, the bytes live when the step
+    // starts and what the step adds at its peak.
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen) const;
     // On a GPU (setup.gpu, its compute capability, context override and
     // LibTorch): with programs (notExactOn empty), the step by the device rules on
@@ -69,11 +78,21 @@ struct DerivedStep {
     // allocator's blocks, and what a GPU kernel allocates that the CPU's did
     // not, are not in a CPU trace).
     MemoryEstimate at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
-    // Data parallel (setup.gpus ranks, more than 1): what a rank holds beyond
-    // the traced one-process step: the reducer's gradient buckets (the
-    // trainable bytes) and the other ranks' rows of the global batch every
-    // rank draws (rank 0 also keeps the global batch's validation). 0 for one rank.
-    std::int64_t dataParallelBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    // What a rank holds beyond the traced one-process step: with data
+    // parallel (setup.gpus ranks, more than 1) the reducer's gradient
+    // buckets (bucketBytes: the trainable bytes); and the data the trace did
+    // not draw: the other ranks' rows of the global batch every rank draws
+    // (rank 0 also keeps the global batch's validation), and the
+    // micro-batches of setup.gradAccum beyond tracedAccum (negative when it
+    // asks for fewer). 0 for the traced setup.
+    std::int64_t bucketBytes(const TrainingSetup& setup) const { return setup.gpus > 1 ? trainableBytes : 0; }
+    std::int64_t extraDataBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    std::int64_t beyondTracedBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+    {
+        return bucketBytes(setup) + extraDataBytes(batch, seqLen, setup);
+    }
+    // Their terms (ddp_buckets, data), where above 0.
+    void beyondTracedTerms(MemoryEstimate& e, std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // at(...).peakBytes alone, without the terms and notes: for fit maps and
     // searches. exactProducts false: each bf16 product's CPU scratch is the
     // largest it took while tracing, not oneDNN's answer for this shape.

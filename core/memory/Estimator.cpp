@@ -145,6 +145,11 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         throw InputError("LoRA adapters are planned from the model's own training step (trainbench-cli estimate "
                          "--config FILE, or the Memory planner), not by the hand replay");
     }
+    // So is mixed precision (autocast over fp32 master weights).
+    if (mixedPrecision(S.precision)) {
+        throw InputError(S.precision + " mixed precision is planned from the model's own training step "
+                         "(trainbench-cli estimate, or the Memory planner), not by the hand replay");
+    }
     // Past a sliding window the trainer masks the band below it and runs
     // eager attention, SDPA asked for or not (train/Layers.cpp tablesFor).
     if (S.attention == "fused" && arch.windowedAt(S.seqLen)) {
@@ -164,11 +169,10 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     }
     const ArchitectureSpec& A = S.positionsFollowSeq && arch.maxPositions != S.seqLen ? sized : arch;
     MemoryEstimate est;
-    // Element bytes: fp32, or bf16 throughout for pure bf16. Mixed precision
-    // (autocast) has its own replay, MixedPrecisionReplay.cpp. The loss's
-    // log-softmax is fp32 in every mode.
+    // Element bytes: fp32, or bf16 throughout for pure bf16 (mixed
+    // precision is planned from its own step). The loss's log-softmax is
+    // fp32 in every mode.
     const bool pure = S.precision == "bf16-pure";
-    const bool mixed = S.precision == "fp16" || S.precision == "bf16";
     const std::int64_t e = pure ? 2 : 4;
     const std::int64_t B = S.batch, T = S.seqLen, C = A.hidden, H = A.heads, F = A.intermediate, V = A.vocabSize;
     const std::int64_t BT = B * T;
@@ -246,16 +250,12 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     r.add(Weights, tables);
     GradientLife grads(r, S, Ptrain * e);
     {
-        // Per block, the gradients no replay follows one by one: the two
-        // norms' (gain and, in the GPT family, bias), and the projections'
-        // biases where the replay leaves them out: the mixed replay's GPT
-        // (all four), the Llama family's q, k and v (where set) in every
-        // replay. (The fp32 and pure bf16 GPT replay follows its biases
-        // with their weights.)
+        // Per block, the gradients the replay does not follow one by one:
+        // the two norms' (gain and, in the GPT family, bias), and the Llama
+        // family's q, k and v biases (where set). (The GPT replay follows
+        // its biases with their weights.)
         const std::int64_t kv = A.kvHeads * A.headDim(), q = A.heads * A.headDim();
-        const std::int64_t small = A.family == "llama" ? 2 * C + (A.qkvBias ? q + 2 * kv : 0)
-                                   : mixed                 ? 9 * C + F
-                                                           : 4 * C;
+        const std::int64_t small = A.family == "llama" ? 2 * C + (A.qkvBias ? q + 2 * kv : 0) : 4 * C;
         grads.smallPerBlock(small * e);
     }
     std::int64_t stateTensors = 0;
@@ -280,13 +280,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     const auto act = [&](std::int64_t bytes) { r.add(Activations, bytes); };
     const auto tmp = [&](std::int64_t bytes) { r.add(Workspace, bytes); };
     const auto untmp = [&](std::int64_t bytes) { r.sub(Workspace, bytes); };
-    if (mixed) {
-        constexpr std::int64_t lo = 2;
-        const MixedShape shape{a,        BT * C * lo, BT * A.kvHeads * A.headDim() * lo, BT * F * lo,
-                               B * H * T * T * 4, B * H * T * T * lo, m, lg, BT * V * lo, idx, T * T, T * C * 4,
-                               T * (A.ropeDims() / 2) * lo};
-        replayMixedStep(r, A, S, shape, grads);
-    } else {
     // ---- forward of one micro-batch ----
     r.phase("forward");
     // Embedding: the ids are copied to a contiguous int64 tensor first.
@@ -911,7 +904,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
     // generator states and the mask.
     r.sub(Activations, A.layers * rng);
     if (S.attention != "fused") r.sub(Activations, T * T);
-    }
 
     grads.backwardDone();
 
@@ -963,9 +955,8 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
             formula = "tensors autograd saved for backward (per layer: norms, projections, MLP)";
             break;
         case AttentionMaps:
-            formula = ((mixed && (A.family == "llama" || S.gpu)) || pureMaps
-                           ? std::string("fp32 softmax probabilities and their fp16/bf16 copy, batch x heads x seq^2 x (4 + 2) bytes")
-                           : "softmax probabilities, batch x heads x seq^2 x " + std::to_string(mixed ? 2 : e) + " bytes")
+            formula = (pureMaps ? std::string("fp32 softmax probabilities and their bf16 copy, batch x heads x seq^2 x (4 + 2) bytes")
+                                : "softmax probabilities, batch x heads x seq^2 x " + std::to_string(e) + " bytes")
                 + " per attention module"
                 + (A.attentionModules > 1 ? " (" + std::to_string(A.attentionModules) + " per layer)" : "")
                 + (S.dropout > 0.0 ? ", three maps with dropout" : "");
@@ -1020,10 +1011,6 @@ MemoryEstimate estimateImpl(const ArchitectureSpec& arch, const TrainingSetup& S
         // CUDA's softmax reads bf16 and writes fp32 without a cast-up copy.
         est.notes.push_back("pure bf16 follows the model as measured on the CPU: its fp32 softmax copy is planned "
                             "as there, on the safe side of a GPU run");
-    }
-    if (mixed && S.gpu) {
-        est.notes.push_back(S.precision + " mixed precision follows autocast as measured on the CPU, with CUDA's "
-                            "fp32 softmax; not yet checked against a GPU run");
     }
     if (A.attentionModules > 1) {
         est.notes.push_back("further attention modules add their maps; their projections are not modelled");
@@ -1118,6 +1105,11 @@ std::string ownStepReason(const RunConfig& c)
     if (c.model.quantize != "none") return "a quantized base (" + c.model.quantize + ")";
     // LoRA: every pattern, precision and base dtype from its own step.
     if (c.lora.rank > 0) return "LoRA adapters (lora.rank " + std::to_string(c.lora.rank) + ")";
+    // Mixed precision: autocast's casts, as the trainer's step makes them
+    // (bf16 weights trained in bf16 are pure bf16: setupFor).
+    if (mixedPrecision(c.train.precision) && setupFor(c).precision != "bf16-pure") {
+        return c.train.precision + " mixed precision";
+    }
     if (c.model.type != "hf") return {};
     return hfFolderPlanning(c);
 }

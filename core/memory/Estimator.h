@@ -187,17 +187,23 @@ ArchitectureSpec architectureOf(const ModelSpec& model);
 // ...)"), or empty: ownStepReason's answer for a folder, and the refusal of
 // architectureOf.
 std::string handReplayGap(const ModelSpec& model);
+// fp16 or bf16 mixed precision (autocast over fp32 master weights): the
+// hand replay plans fp32 and pure bf16 only.
+inline bool mixedPrecision(const std::string& precision) { return precision == "fp16" || precision == "bf16"; }
 // Whether the config is planned from its own training step only (the derived
 // plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
 // model, a quantized base (model.quantize), LoRA adapters (any rank, targets,
-// precision or base dtype), and a Llama-family Hugging Face folder with what
+// precision or base dtype), fp16 or bf16 mixed precision (train.precision as
+// written: "auto" is resolved by the caller, which knows the target, as
+// planOnTarget does), and a Llama-family Hugging Face folder with what
 // the replay does not model (a head size that is not hidden / heads, Qwen3's
 // query and key norms, Phi-3's fused projections, Gemma 3's layout). False
 // when the folder cannot be read (the replay's plan says why).
 bool plannedFromItsStep(const RunConfig& config);
 // Why, in words, for a config planned from its own step ("a TorchScript
 // model", "a quantized base (nf4)", "LoRA adapters (lora.rank 16)",
-// "a head size apart from hidden / heads", "query and key norms (qwen3)");
+// "bf16 mixed precision", "a head size apart from hidden / heads", "query
+// and key norms (qwen3)");
 // empty for one the hand replay plans.
 std::string ownStepReason(const RunConfig& config);
 TrainingSetup setupFor(const RunConfig& config);

@@ -270,22 +270,6 @@ private:
 };
 
 
-// The final RMSNorm's backward, after its product with the weight and the
-// gradient through x * rsqrt (the running gradient, `a` bytes, live): x^2's
-// backward, mean's (the gradient spread over x), then pow's three
-// temporaries (x^1, 2 x^1, their product with the gradient). The last
-// block's output has no other consumer whose gradient that one could be
-// added to, so it stays a tensor of its own beside them. Mean's saved x^2
-// (`sq`: LibTorch 1.13) goes first; from 2.0 mean saves nothing, and the
-// step peaks one activation higher.
-inline void replayFinalRmsSquareBackward(Replay& r, std::int64_t a, std::int64_t sq)
-{
-    r.add(Workspace, a);
-    r.sub(Activations, sq);
-    r.add(Workspace, 3 * a);
-    r.sub(Workspace, 4 * a);
-}
-
 // RMSNorm's x^2: saved for mean's backward by LibTorch 1.13, a temporary of
 // the norm's forward from 2.0 (mean's backward keeps only the shape).
 inline bool meanSavesInput(const TrainingSetup& s) { return s.torchMajor < 2; }
@@ -613,22 +597,5 @@ inline std::int64_t positionTableBytes(const ArchitectureSpec& a, const Training
     if (a.family != "llama" && a.positional == "sinusoidal") return a.maxPositions * a.hidden * e;
     return 0;
 }
-// One step under autocast (fp16/bf16 mixed precision, fp32 master weights),
-// built-in GPT or Llama-family model without LoRA: forward, loss and backward
-// of every micro-batch's last pass (MixedPrecisionReplay.cpp).
-struct MixedShape {
-    std::int64_t a, ah;     // batch x seq x hidden: fp32, and in the autocast dtype
-    std::int64_t akvh;      // batch x seq x kv heads x head dim, autocast dtype
-    std::int64_t fh;        // batch x seq x intermediate, autocast dtype
-    std::int64_t s, sh;     // one attention map: fp32, autocast dtype
-    std::int64_t m;         // batch x seq floats
-    std::int64_t lg, lgh;   // logits: fp32, autocast dtype
-    std::int64_t idx;       // batch x seq int64
-    std::int64_t mask;      // seq x seq booleans
-    std::int64_t pos;       // seq x hidden fp32 (a learned position slice)
-    std::int64_t rope;      // seq x head dim / 2 in the autocast dtype (one cos or sin table cast)
-};
-void replayMixedStep(Replay& r, const ArchitectureSpec& A, const TrainingSetup& S, const MixedShape& d,
-                     GradientLife& grads);
 
 } // namespace tb::memory_detail

@@ -78,16 +78,18 @@ MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device
         // small widths in seconds, before the first step).
         return at(memoryPlanOf(config, plan.arch, plan.setup.precision));
     } catch (const std::exception& e) {
-        // LoRA has no plan but its own step's: none, said so (no warning is
-        // raised against a missing estimate).
-        if (config.lora.rank > 0) {
+        const std::string why = std::string("its own step's plan could not be derived (") + e.what() + ")";
+        try {
+            auto hand = at(MemoryPlan(plan.arch));
+            hand.notes.push_back(why + ": the hand replay's");
+            return hand;
+        } catch (const std::exception&) {
+            // LoRA and mixed precision have no plan but their own step's:
+            // none, said so (no warning is raised against a missing estimate).
             MemoryEstimate none;
-            none.notes.push_back(std::string("its own step's plan could not be derived (") + e.what() + "): no estimate");
+            none.notes.push_back(why + ": no estimate");
             return none;
         }
-        auto hand = at(MemoryPlan(plan.arch));
-        hand.notes.push_back(std::string("its own step's plan could not be derived (") + e.what() + "): the hand replay's");
-        return hand;
     }
 }
 

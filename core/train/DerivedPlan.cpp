@@ -181,12 +181,13 @@ RunConfig stepConfig(const RunConfig& base, std::int64_t B, std::int64_t T, Trai
     if (!fixedSequence(c)) c.data.seqLen = static_cast<int>(T);
     c.train.steps = 2;
     c.optim.warmupSteps = std::min(c.optim.warmupSteps, 2);
-    c.train.evalEvery = 2; // validation only after the traced step
+    c.train.evalEvery = 2;
     c.train.checkpointEvery = 0;
     c.train.logEvery = 1;
     c.train.threads = 1; // the recorder is single-threaded
     c.train.worldSize = 1;
     options.measureMemory = true;
+    options.skipEvaluation = true; // (the validation set is loaded, its passes are not the step)
     if (c.train.precision == "fp16") {
         c.train.precision = "bf16";
         options.forceLossScaling = true;
@@ -1204,6 +1205,8 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
     const auto layers = std::to_string(setup.model.nLayer);
     const auto& p = *step.programs;
     const bool repeated = p.repeated == static_cast<int>(p.programs.size());
+    step.tracedAccum = std::max(1, config.train.gradAccum);
+    step.accum = step.tracedAccum;
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU, recorded at small widths "
         + (p.shipped == static_cast<int>(p.programs.size()) && setup.model.nLayer == 2
                ? std::string("as this build's programs of the model (checked at two probes a batch regime)")
@@ -1238,9 +1241,9 @@ std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::str
 MemoryPlan memoryPlanOf(const RunConfig& config, const ArchitectureSpec& arch, const std::string& precision,
                         const DerivedPlanProgress& progress)
 {
-    if (!plannedFromItsStep(config)) return MemoryPlan(arch);
     auto traced = config;
     traced.train.precision = precision;
+    if (!plannedFromItsStep(traced)) return MemoryPlan(arch);
     return MemoryPlan(std::make_shared<const DerivedStep>(deriveStep(traced, progress)), arch);
 }
 
@@ -1387,6 +1390,8 @@ DerivedStep deriveByTracing(const RunConfig& config, const DerivedPlanProgress& 
         step.slidingWindow = window;
     }
     step.largestTracedSeqLen = largest;
+    step.tracedAccum = std::max(1, config.train.gradAccum);
+    step.accum = step.tracedAccum;
     step.tracedOn = "LibTorch " + torchVersion() + " on this machine's CPU";
     if (!unfit.empty()) step.tracedOn += " at the model's own widths (a program recorded at small widths did not fit: " + unfit + ")";
     if (config.train.precision == "fp16") {
@@ -1397,17 +1402,26 @@ DerivedStep deriveByTracing(const RunConfig& config, const DerivedPlanProgress& 
 
 } // namespace
 
-DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress)
+DerivedStep deriveStep(const RunConfig& asked, const DerivedPlanProgress& progress)
 {
+    // An accumulating step is traced with two micro-batches: more only draw
+    // more data before the first forward (DerivedStep::extraDataBytes).
+    auto config = asked;
+    config.train.gradAccum = std::min(config.train.gradAccum, 2);
     // The Llama and GPT families: recorded at small widths, evaluated at the model's
     // (a 7B plan from steps of milliseconds). Elsewhere, or where the
     // programs do not fit, the step at the model's own widths is traced.
     std::string unfit;
+    const auto withTheConfigs = [&](DerivedStep step) {
+        step.accum = std::max(1, asked.train.gradAccum);
+        step.dataset = setupFor(asked).dataset;
+        return step;
+    };
     if (programmable(config)) {
-        if (auto step = deriveFromPrograms(config, progress, unfit)) return std::move(*step);
+        if (auto step = deriveFromPrograms(config, progress, unfit)) return withTheConfigs(std::move(*step));
     }
     try {
-        return deriveByTracing(config, progress, unfit);
+        return withTheConfigs(deriveByTracing(config, progress, unfit));
     } catch (const InputError& e) {
         if (unfit.empty() || (progress.cancel && progress.cancel->load())) throw;
         // Why the model's own widths were needed (a folder without weights

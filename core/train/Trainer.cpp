@@ -426,7 +426,7 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
     int steadyFromStep = 0;
     double excludedSeconds = 0; // validation and checkpoints are not training throughput
     try {
-        if (m->startStep == 0 && !m->validation.empty() && !m->options.probeModel) {
+        if (m->startStep == 0 && !m->validation.empty() && !m->options.probeModel && !m->options.skipEvaluation) {
             // The untrained baseline, so plots and summaries show how far the
             // loss fell (not for the derived plan's probes, which record a step).
             const auto e = m->evaluate(0);
@@ -468,7 +468,8 @@ TrainResult Trainer::run(const TrainerCallbacks& callbacks)
             }
             const bool log = step % t.logEvery == 0 || step == total;
             // (The derived plan's probes record a step, not validation.)
-            const bool evalNow = !m->validation.empty() && !m->options.probeModel && (step % evalEvery == 0 || step == total);
+            const bool evalNow = !m->validation.empty() && !m->options.probeModel && !m->options.skipEvaluation
+                && (step % evalEvery == 0 || step == total);
             // Data parallel: every rank knows the global loss, so every rank
             // checks it every step and they stop on the same step.
             if (log || evalNow || m_cancel.load() || m->world > 1) {

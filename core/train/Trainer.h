@@ -114,6 +114,11 @@ struct TrainerOptions {
     std::shared_ptr<const ModelOptions> probeModel;
     int probeIdBytes = 0; // 0: the config's own data
     bool probeMask = false;
+    // The derived plan's whole-step traces: no validation passes (the set is
+    // still loaded). They are not part of the step recorded, and at a
+    // model's own widths in bf16 on a CPU without native bf16 they took
+    // minutes (the addition task's held-out answers).
+    bool skipEvaluation = false;
 };
 
 struct TrainResult {

@@ -194,24 +194,25 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
     // plan it: one derivation per precision, checkpointing, attention,
     // layers, LoRA rank and accumulation, evaluated at each batch and
     // sequence. (Asked of each config: the suggestions change LoRA.)
-    const bool ownStep = plannedFromItsStep(base);
+    std::string ownReason; // why the first candidate planned from its own step is (empty: none is)
     std::map<std::tuple<std::string, bool, std::string, int, int, int>, MemoryPlan> derived;
     std::string derivedFailure;
     // The config's plan (memory/MemoryPlan.h): the hand replay's, or its own step's.
     const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) -> MemoryPlan {
-        const bool own = plannedFromItsStep(c);
-        if (!own || (!derivedFailure.empty() && c.lora.rank == 0 && c.model.quantize == "none")) return MemoryPlan(plan.arch);
+        auto resolved = c;
+        resolved.train.precision = plan.setup.precision; // ("auto" as the target runs it)
+        const auto reason = ownStepReason(resolved);
+        // The hand replay has no LoRA, quantized base or mixed precision: only their own step answers.
+        const bool handless = c.model.quantize != "none" || c.lora.rank > 0 || mixedPrecision(plan.setup.precision);
+        if (reason.empty() || (!derivedFailure.empty() && !handless)) return MemoryPlan(plan.arch);
+        if (ownReason.empty()) ownReason = reason;
         const std::tuple key{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank,
-                             c.train.gradAccum};
+                             std::min(c.train.gradAccum, 2)}; // (traced with at most two micro-batches)
         if (const auto it = derived.find(key); it != derived.end()) return it->second;
         try {
             return derived.emplace(key, memoryPlanOf(c, plan.arch, plan.setup.precision)).first->second;
         } catch (const std::exception& e) {
-            // The hand replay has no LoRA (nor a quantized base): no answer.
-            if (c.model.quantize != "none" || c.lora.rank > 0) {
-                throw InputError(std::string("tune plans ") + (c.model.quantize != "none" ? "a quantized base" : "LoRA")
-                                 + " from its own step, which could not be derived: " + e.what());
-            }
+            if (handless) throw InputError("tune plans " + reason + " from its own step, which could not be derived: " + e.what());
             derivedFailure = e.what();
             return MemoryPlan(plan.arch);
         }
@@ -329,15 +330,22 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             }
         }
         if (base.model.type == "gpt" || base.model.type == "llama") {
-            for (int layers = base.model.nLayer - 1; layers >= 1; --layers) {
+            // The most layers that fit, by bisection (the peak grows with the
+            // layers; a plan from its own step is derived per layer count).
+            const auto fits = [&](int layers) {
                 RunConfig smaller = lean;
                 smaller.model.nLayer = layers;
                 const auto p = planAt(smaller, where);
-                if (memoryVerdict(peakOf(smaller, p).peakBytes, budget) == MemoryVerdict::Fits) {
-                    result.nothingFits.push_back("a smaller model: model.n_layer " + std::to_string(layers) + " fits "
-                                                 + leanText + " (now " + std::to_string(base.model.nLayer) + ")");
-                    break;
-                }
+                return memoryVerdict(peakOf(smaller, p).peakBytes, budget) == MemoryVerdict::Fits;
+            };
+            int lo = 0, hi = base.model.nLayer; // lo fits (0: none known), hi does not
+            while (hi - lo > 1) {
+                const int mid = lo + (hi - lo) / 2;
+                (fits(mid) ? lo : hi) = mid;
+            }
+            if (lo >= 1) {
+                result.nothingFits.push_back("a smaller model: model.n_layer " + std::to_string(lo) + " fits " + leanText
+                                             + " (now " + std::to_string(base.model.nLayer) + ")");
             }
         } else if (base.lora.rank == 0) {
             // (Planned from its own step: where that cannot be derived, no suggestion.)
@@ -374,13 +382,12 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         result.notes.push_back("predicted tokens per second come from " + machine.source
                                + " (not measured: the card is not this machine's)");
     }
-    if (ownStep && derivedFailure.empty()) {
-        result.notes.push_back("each candidate is planned from its own training step (" + ownStepReason(base) + "), "
-                               "derived once per precision, checkpointing and attention");
-    } else if (ownStep) {
+    if (!ownReason.empty() && derivedFailure.empty()) {
+        result.notes.push_back("each candidate the hand replay does not plan (" + ownReason + ") is planned from its own "
+                               "training step, derived once per precision, checkpointing and attention");
+    } else if (!ownReason.empty()) {
         result.notes.push_back("its own step's plan could not be derived (" + derivedFailure.substr(0, 300)
-                               + "): the candidates are planned by the hand replay, which does not model "
-                               + ownStepReason(base));
+                               + "): the candidates are planned by the hand replay, which does not model " + ownReason);
     }
     chooseWinner(result, base);
     return result;
