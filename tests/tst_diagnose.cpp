@@ -466,6 +466,17 @@ void TestDiagnose::folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan()
     const auto* over = find(findings, "memory_over_budget");
     QVERIFY2(over, kinds(findings).c_str());
     QVERIFY2(over->cause.find(" or more during") != std::string::npos, over->cause.c_str());
+    // In fp16, as a T4 runs it, with its own step derived (as preflight in
+    // the command line and the window derive it): the error is the plan's,
+    // no bound.
+    c.train.precision = "fp16";
+    c.device = "cuda";
+    findings = runPreflight(c, gpu("T4"));
+    over = find(findings, "memory_over_budget");
+    QVERIFY2(over && over->severity == Severity::Error, kinds(findings).c_str());
+    QVERIFY2(over->cause.find(" or more during") == std::string::npos
+                 && over->cause.find("Planned from its own training step") != std::string::npos,
+             over->cause.c_str());
 }
 
 void TestDiagnose::fusedAttentionBelowAmpere()
@@ -712,6 +723,16 @@ void TestDiagnose::preflightPlansWhatTheTargetRuns()
         const auto* f = find(findings, "memory_over_budget");
         QVERIFY2(f, kinds(findings).c_str());
         QCOMPARE(f->numbers.at("estimated_peak_bytes"), static_cast<double>(peak));
+    }
+    // Weights loaded in bf16 and trained in "auto" on an A100 are pure bf16,
+    // as an explicit "bf16" is (planned as mixed precision, which the hand
+    // replay refused and whose own step it was not asked for).
+    auto bf16Weights = c;
+    bf16Weights.train.weightsDtype = "bf16";
+    const auto a100 = std::optional<GpuTarget>(GpuCatalogue::bundled().resolve("A100"));
+    QCOMPARE(planOnTarget(bf16Weights, a100).setup.precision, std::string("bf16-pure"));
+    for (const auto& f : runPreflight(bf16Weights, gpu("A100"))) {
+        QVERIFY2(f.kind != "memory_not_planned", f.cause.c_str());
     }
     // The CPU plans fp32; a bf16 request on a T4 plans bf16 and says it cannot run.
     QCOMPARE(planOnTarget(c, std::nullopt).setup.precision, std::string("fp32"));

@@ -220,6 +220,7 @@ private Q_SLOTS:
     void unsavedValuesLiveUntilTheAttentionReturns();
     void tiedHeadGradientUnderAutocast();
     void runsRecordTheirEstimate();
+    void launchChecksMixedPrecisionAgainstTheDevice();
     void runOfAFolderWithItsOwnHeadSizeRecordsItsDerivedPlan();
     void outOfMemoryOfAFolderWithItsOwnHeadSize();
     void runOfAQuantizedModelRecordsItsDerivedPlan();
@@ -865,6 +866,34 @@ void TestMemoryPlan::runsRecordTheirEstimate()
     QCOMPARE(launchEstimate(c, "cpu", std::nullopt).tensorPeakBytes, expected);
 }
 
+// A launch on a GPU in mixed precision ("auto" there) is checked against the
+// device's memory with its own step's plan, derived as the run starts (the
+// check said only that it is planned from its own step, and a run far too
+// big for the card started and ran out of memory).
+void TestMemoryPlan::launchChecksMixedPrecisionAgainstTheDevice()
+{
+    auto c = small("llama", 2, 64, 4, 4096, 256);
+    c.device = "cuda:0";
+    c.train.precision = "auto";
+    DeviceInfo t4;
+    t4.index = 0;
+    t4.name = "Tesla T4";
+    t4.cc = {7, 5};
+    t4.totalBytes = 1LL << 30;
+    const LocalMachine local{true, 1, {t4}, 8LL << 30};
+    auto findings = launchPreflight(c, local);
+    const auto over = std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.kind == "memory_over_budget"; });
+    QVERIFY(over != findings.end());
+    QCOMPARE(over->severity, Severity::Error);
+    QVERIFY2(over->cause.find("Planned from its own training step") != std::string::npos, over->cause.c_str());
+    // What fits is passed.
+    c.train.batchSize = 2;
+    findings = launchPreflight(c, local);
+    QVERIFY(std::none_of(findings.begin(), findings.end(), [](const Finding& f) {
+        return f.kind == "memory_over_budget" || f.kind == "memory_not_planned";
+    }));
+}
+
 // A run of a folder whose head size is not hidden / heads records the plan
 // of its own step, as estimate and the Memory planner give it: the hand
 // replay's (recorded before) planned it as hidden / heads, under the
@@ -1022,7 +1051,10 @@ void TestMemoryPlan::noTermIsNegative()
     // Mixed precision is planned from its own step: its terms on a GPU too,
     // at the same odd lengths (a Llama of two layers, eager and, on
     // LibTorch 2.x, fused).
+    // With accumulation and data parallel (the data the trace did not draw,
+    // the reducer's buckets: terms of their own).
     auto c = small("llama", 2, 64, 4, 1, 129);
+    c.train.gradAccum = 3;
     for (const char* precision : {"bf16", "fp16"}) {
         for (const char* attention : {"eager", "sdpa"}) {
             if (std::string(attention) == "sdpa" && builtTorchMajor() < 2) continue;
@@ -1032,10 +1064,14 @@ void TestMemoryPlan::noTermIsNegative()
             auto s = setupFor(c);
             s.gpu = true;
             s.computeCapability = 90;
+            s.gpus = 2;
             const auto plan = memoryPlanOf(c, architectureFor(c), precision);
             QVERIFY(plan.step());
             for (const std::int64_t seq : {129, 333, 777}) {
                 const auto e = plan.at(seq == 333 ? 2 : 1, seq, s);
+                QVERIFY2(!e.lowerBound, qPrintable(QString::fromStdString(plan.notExactOn(s))));
+                QVERIFY(std::any_of(e.terms.begin(), e.terms.end(), [](const MemoryTerm& t) { return t.name == "ddp_buckets"; }));
+                QVERIFY(std::any_of(e.terms.begin(), e.terms.end(), [](const MemoryTerm& t) { return t.name == "data"; }));
                 std::int64_t sum = 0;
                 for (const auto& t : e.terms) {
                     QVERIFY2(t.bytes >= 0, qPrintable(QString("%1: %2 bytes (%3 %4, seq %5)")

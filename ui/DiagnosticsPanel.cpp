@@ -384,8 +384,8 @@ void DiagnosticsPanel::showDeriving()
     if (!m_awaited.empty()) {
         const bool tracing = m_deriver->running() && std::find(m_awaited.begin(), m_awaited.end(), m_deriver->runningKey()) != m_awaited.end();
         text += QStringLiteral("\n")
-            + tr("Deriving a plan from the model's own training step on this CPU (a quantized base, or the NF4 "
-                 "alternative of a LoRA run): %1…")
+            + tr("Deriving a plan from the model's own training step on this CPU (mixed precision, LoRA, a "
+                 "quantized base, or the NF4 alternative of a LoRA run): %1…")
                   .arg(tracing && !m_deriver->progress().isEmpty() ? m_deriver->progress() : tr("waiting"));
     }
     m_summary->setText(text);
@@ -422,24 +422,27 @@ void DiagnosticsPanel::startPreflight()
             r.launch = r.planned;
             return r;
         }
+        // Plans derived from a config's own step come from the deriver (a
+        // process of its own, seconds): those it lacks are asked for, and
+        // preflight runs again when they are in.
+        const auto fromDeriver = [&plans, &r](const RunConfig& traced) -> std::shared_ptr<const DerivedStep> {
+            auto standalone = StepDeriver::standalone(traced);
+            auto key = StepDeriver::keyFor(standalone);
+            const auto it = plans.find(key);
+            if (it != plans.end()) return it->second;
+            if (std::none_of(r.wanted.begin(), r.wanted.end(), [&](const auto& w) { return w.second == key; })) {
+                r.wanted.emplace_back(std::move(standalone), std::move(key));
+            }
+            return nullptr;
+        };
         if (target) {
             PreflightTarget t;
             t.gpu = target;
             t.model = inspectModelFile(*config); // cached while the model file is unchanged
-            // Plans derived from a config's own step come from the deriver
-            // (a process of its own, seconds): those it lacks are asked for,
-            // and preflight runs again when they are in.
-            t.derivePlan = [&plans, &r](const RunConfig& traced) -> std::shared_ptr<const DerivedStep> {
-                auto standalone = StepDeriver::standalone(traced);
-                auto key = StepDeriver::keyFor(standalone);
-                const auto it = plans.find(key);
-                if (it != plans.end()) return it->second;
-                r.wanted.emplace_back(std::move(standalone), std::move(key));
-                return nullptr;
-            };
+            t.derivePlan = fromDeriver;
             r.planned = runPreflight(*config, t);
         }
-        r.launch = launchPreflight(*config, r.local);
+        r.launch = launchPreflight(*config, r.local, fromDeriver);
         return r;
     }));
 }

@@ -514,8 +514,10 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     }
     c.train.gradAccum = m_gradAccum->value();
     if (source() != "experiment") loadBaseAsPublished(c); // the base in half precision, as PEFT loads it
+    // (A built-in or Hugging Face model's step is traced with the weights in
+    // fp32 on the device, as the hand replay plans these fields: deriveStep.)
     const bool halfWeights = config->train.weightsDtype != "fp32" && config->lora.rank <= 0, offload = config->train.offload != "none";
-    if (halfWeights || offload) {
+    if ((halfWeights || offload) && !plannableModel(*config)) {
         const QString weightsField = tr("train.weights_dtype \"%1\"").arg(QString::fromStdString(config->train.weightsDtype));
         const QString offloadField = tr("train.offload \"%1\"").arg(QString::fromStdString(config->train.offload));
         const QString fields = halfWeights && offload ? tr("%1 and %2").arg(weightsField, offloadField)

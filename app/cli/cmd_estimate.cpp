@@ -78,6 +78,7 @@ Plan planFromArgs(const Args& args, const char* command)
                          + "' needs exactly one of --config FILE, --preset NAME (see --list-presets) or --hf-config FILE");
     }
     Plan plan;
+    bool bf16Weights = false; // a config's full fine-tuning of weights loaded in bf16 (bf16 on them is pure)
     if (auto gpu = args.value("--gpu")) plan.gpu = GpuCatalogue::bundled().resolve(*gpu);
     // Data-parallel replicas: GPUs of --gpu, or processes on this machine's CPU.
     const auto replicas = args.integer("--gpus", 1, 1024);
@@ -95,6 +96,7 @@ Plan planFromArgs(const Args& args, const char* command)
         const TargetPlan resolved = planOnTarget(config, plan.gpu);
         plan.arch = resolved.arch;
         plan.setup = resolved.setup;
+        bf16Weights = config.train.weightsDtype == "bf16" && config.lora.rank == 0;
     } else {
         plan.arch = preset ? findArchitecture(*preset).arch : loadHfConfigFile(*hf);
         // A planning default for published models: batch 1, 512 tokens, AdamW.
@@ -118,7 +120,7 @@ Plan planFromArgs(const Args& args, const char* command)
             throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""
                              + *p + "\"");
         }
-        s.precision = *p;
+        s.precision = *p == "bf16" && bf16Weights ? "bf16-pure" : *p; // (setupFor's rule)
     }
     if (auto a = args.value("--attention")) {
         if (*a != "eager" && *a != "fused") throw InputError("--attention must be eager or fused, got \"" + *a + "\"");
@@ -271,10 +273,14 @@ bool needsItsStep(const Args& args)
     if (const auto path = args.value("--config")) {
         auto config = loadConfigFile(*path);
         if (rank) config.lora.rank = static_cast<int>(*rank);
-        if (known) config.train.precision = *precision;
-        std::optional<GpuTarget> gpu;
-        if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
-        config.train.precision = planOnTarget(config, gpu).setup.precision;
+        if (known) {
+            // As planFromArgs plans it: the precision asked for.
+            config.train.precision = *precision;
+        } else {
+            std::optional<GpuTarget> gpu;
+            if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
+            config.train.precision = planOnTarget(config, gpu).setup.precision;
+        }
         return plannedFromItsStep(config);
     }
     const auto published = publishedConfig(args);
@@ -329,6 +335,8 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
         }
         config.train.precision = *p; // the trainer's own names, bf16-pure included
     }
+    // fp16 is CUDA's: the step traced on this CPU is the one a GPU runs.
+    if (config.train.precision == "fp16" && config.device.rfind("cuda", 0) != 0) config.device = "cuda";
     // The attention path the trainer takes (fused: SDPA, LibTorch 2.x).
     if (auto a = args.value("--attention")) {
         if (*a != "eager" && *a != "fused") throw InputError("--attention must be eager or fused, got \"" + *a + "\"");
@@ -430,7 +438,7 @@ int fit(const Args& args)
         if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
         if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
         auto [config, step, scratch] = derivedFromArgs(args, "fit", gpu);
-        setup = gpu ? derivedSetup(args, config, gpu) : TrainingSetup{};
+        setup = derivedSetup(args, config, gpu); // (its accumulation and ranks: the plan adds their data)
         batch = config.train.batchSize;
         seqLen = effectiveSeqLen(config);
         fixedSeq = step.fixedSeqLen > 0;
@@ -485,9 +493,9 @@ std::vector<OptionSpec> estimateOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--list-presets", false, "list the bundled architecture presets"});
-    o.push_back({"--derived", false, "plan from the trainer's own step, traced at small shapes on this CPU (LoRA, a "
-                                     "TorchScript config, and a model the hand-written plan lacks always are; a preset or "
-                                     "config.json as Trainbench would train it)"});
+    o.push_back({"--derived", false, "plan from the trainer's own step, traced at small shapes on this CPU (mixed precision, "
+                                     "LoRA, a TorchScript config, and a model the hand-written plan lacks always are; a "
+                                     "preset or config.json as Trainbench would train it)"});
     return o;
 }
 
@@ -495,8 +503,8 @@ std::vector<OptionSpec> fitOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--budget", true, "the tensor memory to fit, in bytes", "BYTES"});
-    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (LoRA, a TorchScript config, and a "
-                                     "model the hand-written plan lacks always are)"});
+    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (mixed precision, LoRA, a TorchScript "
+                                     "config, and a model the hand-written plan lacks always are)"});
     return o;
 }
 

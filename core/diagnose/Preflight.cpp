@@ -329,8 +329,12 @@ void modelFileRules(const RunConfig& c, const std::optional<ModelFileFacts>& fac
 // needs: accumulating micro-batches draw every micro-batch first and, on
 // LibTorch 2.x, hold the gradients through the later forwards, so a batch
 // that fits one pass a step may not fit several. {0, 1} when none fits.
-// The plan of a step of `accum` micro-batches (null: none to check with).
+// The plan of a step of `accum` micro-batches (null: none to check with yet).
 using PlanForAccum = std::function<const MemoryPlan*(int accum)>;
+
+// The largest batch that fits the budget with the accumulation that keeps
+// the effective batch, and that accumulation: {0, 1} when none fits, {-1, 1}
+// when a plan it needs is not there (still being derived, or not derivable).
 
 std::pair<std::int64_t, int> batchKeepingEffective(const PlanForAccum& planFor, TrainingSetup setup,
                                                    std::int64_t budget, int effective,
@@ -340,7 +344,7 @@ std::pair<std::int64_t, int> batchKeepingEffective(const PlanForAccum& planFor, 
     std::int64_t batch = 0;
     for (int round = 0; round < 8; ++round) {
         const auto* plan = planFor(setup.gradAccum);
-        if (!plan) return {0, 1};
+        if (!plan) return {-1, 1};
         batch = std::min(plan->largestBatch(setup.seqLen, setup, budget), maxBatch);
         if (batch <= 0) return {0, 1};
         if (accumFor(batch) == setup.gradAccum) return {batch, setup.gradAccum};
@@ -351,7 +355,8 @@ std::pair<std::int64_t, int> batchKeepingEffective(const PlanForAccum& planFor, 
         setup.batch = batch;
         setup.gradAccum = accumFor(batch);
         const auto* plan = planFor(setup.gradAccum);
-        if (plan && plan->at(batch, setup.seqLen, setup).peakBytes <= budget) return {batch, setup.gradAccum};
+        if (!plan) return {-1, 1};
+        if (plan->at(batch, setup.seqLen, setup).peakBytes <= budget) return {batch, setup.gradAccum};
     }
     return {0, 1};
 }
@@ -581,6 +586,11 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                 + (c.lora.rank > 0 ? ", use a smaller model or a GPU with more memory."
                                    : ", train LoRA adapters, use a smaller model or a GPU with more memory.");
         }
+    } else if (batch < 0) {
+        // (A step with gradient accumulation is traced apart: PlansByAccum.)
+        f.fix = "A smaller batch with gradient accumulation is checked on its own step's plan, which is not derived yet "
+                "(the Diagnostics panel checks again once it is). Meanwhile: activation checkpointing, a shorter "
+                "sequence or a GPU with more memory." + nf4Text;
     } else {
         f.fix = "It fits, barely: allocator fragmentation or another process can push it over. Leave some room: a "
             "smaller batch with gradient accumulation, or activation checkpointing." + nf4Text;

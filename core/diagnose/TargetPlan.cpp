@@ -14,6 +14,11 @@ TargetPlan planOnTarget(const RunConfig& config, bool gpu, std::optional<Compute
                                                         : std::nullopt;
     plan.precision = decidePrecision(config.train.precision, device);
     if (plan.setup.precision != "bf16-pure") plan.setup.precision = plan.precision.precision;
+    // Weights loaded in bf16 and trained in bf16 ("auto" resolved to it
+    // here) are pure bf16, as setupFor plans an explicit "bf16".
+    if (plan.setup.precision == "bf16" && config.train.weightsDtype == "bf16" && config.lora.rank == 0) {
+        plan.setup.precision = "bf16-pure";
+    }
     plan.setup.gpu = gpu;
     if (gpu && cc && cc->known()) plan.setup.computeCapability = cc->major * 10 + cc->minor;
     // A GPU target's count is its data-parallel replicas; on the CPU the

@@ -67,7 +67,7 @@ PublishedExperiment publishedExperiment(const std::string& content, const std::s
     } catch (const InputError& e) {
         throw InputError(std::string(e.what()) + "; its step cannot be traced (the trainer does not build it)"
                          + (handReplayGap(out.model).empty()
-                                ? ", but the hand-written plan reads it: plan it without --derived and without LoRA"
+                                ? ", but the hand-written plan reads it: plan it without --derived, without LoRA, in fp32 or pure bf16"
                                 : ""));
     }
     std::string pattern = (std::filesystem::temp_directory_path() / "trainbench-plan-XXXXXX").string();

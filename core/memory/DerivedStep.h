@@ -83,8 +83,8 @@ struct DerivedStep {
     // buckets (bucketBytes: the trainable bytes); and the data the trace did
     // not draw: the other ranks' rows of the global batch every rank draws
     // (rank 0 also keeps the global batch's validation), and the
-    // micro-batches of setup.gradAccum beyond tracedAccum (negative when it
-    // asks for fewer). 0 for the traced setup.
+    // micro-batches of setup.gradAccum beyond tracedAccum (none when it
+    // asks for fewer: the traced ones, on the safe side). 0 for the traced setup.
     std::int64_t bucketBytes(const TrainingSetup& setup) const { return setup.gpus > 1 ? trainableBytes : 0; }
     std::int64_t extraDataBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     std::int64_t beyondTracedBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include <cstdio>
 
@@ -14,7 +16,9 @@
 #include "common/Version.h"
 #include "diagnose/ErrorExplainer.h"
 #include "gpu/Discovery.h"
+#include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
+#include "memory/MemoryPlan.h"
 #include "store/MetricWriter.h"
 #include "store/Sqlite.h"
 #include "train/DerivedPlan.h"
@@ -67,6 +71,24 @@ std::string mib(std::int64_t bytes)
 
 } // namespace
 
+// A launch's own step (the check before it, the estimate it records), derived
+// once per traced config in this process.
+static std::shared_ptr<const DerivedStep> launchStep(const RunConfig& traced)
+{
+    static std::mutex mutex;
+    static std::map<std::string, std::shared_ptr<const DerivedStep>> steps;
+    const auto key = configToJson(traced);
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (const auto it = steps.find(key); it != steps.end()) return it->second;
+    }
+    auto step = std::make_shared<const DerivedStep>(deriveStep(traced));
+    std::lock_guard<std::mutex> lock(mutex);
+    if (steps.size() >= 8) steps.clear(); // (a few configs a process launches)
+    steps[key] = step;
+    return step;
+}
+
 MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device, std::optional<ComputeCapability> cc)
 {
     const bool gpu = device.rfind("cuda", 0) == 0;
@@ -76,7 +98,9 @@ MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device
         // A config the hand replay does not model: its own step's plan, as
         // estimate, fit, the form and the Memory planner give it (recorded at
         // small widths in seconds, before the first step).
-        return at(memoryPlanOf(config, plan.arch, plan.setup.precision));
+        auto traced = config;
+        traced.train.precision = plan.setup.precision;
+        return at(plannedFromItsStep(traced) ? MemoryPlan(launchStep(traced), plan.arch) : MemoryPlan(plan.arch));
     } catch (const std::exception& e) {
         const std::string why = std::string("its own step's plan could not be derived (") + e.what() + ")";
         try {
@@ -130,10 +154,12 @@ LocalMachine localMachine()
 
 std::vector<Finding> launchPreflight(const RunConfig& config) { return launchPreflight(config, localMachine()); }
 
-std::vector<Finding> launchPreflight(const RunConfig& config, const LocalMachine& local)
+std::vector<Finding> launchPreflight(const RunConfig& config, const LocalMachine& local,
+                                     std::function<std::shared_ptr<const DerivedStep>(const RunConfig&)> derivePlan)
 {
     PreflightTarget target;
     target.local = local;
+    target.derivePlan = derivePlan ? std::move(derivePlan) : launchStep;
     target.model = inspectModelFile(config);
     // A data file that vanished since the config was checked fails the run itself.
     return runPreflight(config, target, false);

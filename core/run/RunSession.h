@@ -56,8 +56,14 @@ LocalMachine localMachine();
 // Preflight of a config about to be launched here (a missing data file is left
 // to the run, which fails on it and is stored as failed).
 std::vector<Finding> launchPreflight(const RunConfig& config);
-// The same with this machine's facts already gathered (a panel re-checking on every edit).
-std::vector<Finding> launchPreflight(const RunConfig& config, const LocalMachine& local);
+// The same with this machine's facts already gathered (a panel re-checking on
+// every edit). A config planned from its own step (mixed precision, LoRA:
+// memory/Estimator.h ownStepReason) is checked against the memory with the
+// step derivePlan gives (a panel's deriver, null while it traces); without
+// one it is derived here (seconds), once for the check and the estimate the
+// run records (launchEstimate).
+std::vector<Finding> launchPreflight(const RunConfig& config, const LocalMachine& local,
+                                     std::function<std::shared_ptr<const DerivedStep>(const RunConfig&)> derivePlan = {});
 // A failure's text explained; with the config known, an out-of-memory finding
 // gains the batch the memory planner says fits on the device it ran on.
 std::vector<Finding> explainFailure(const std::string& message, const RunConfig* config, const std::string& device);
