@@ -1410,9 +1410,13 @@ DerivedStep deriveStep(const RunConfig& asked, const DerivedPlanProgress& progre
     config.train.gradAccum = std::min(config.train.gradAccum, 2);
     // Fields of a setup Trainbench only plans (the trainer refuses them:
     // Trainer.cpp planningOnlyFieldsProblem) are traced as the hand replay
-    // planned them: the trainable weights in fp32 on the device.
-    if (config.lora.rank <= 0 && plannableModel(config)) config.train.weightsDtype = "fp32";
-    if (plannableModel(config)) config.train.offload = "none";
+    // plans them: fp32 master weights on the device under mixed precision.
+    // (Weights loaded in bf16 and trained in bf16 are pure bf16, the hand
+    // replay's plan: not traced as fp32 ones, refused.)
+    if (plannableModel(config)) {
+        if (config.lora.rank <= 0 && setupFor(config).precision != "bf16-pure") config.train.weightsDtype = "fp32";
+        config.train.offload = "none";
+    }
     // The Llama and GPT families: recorded at small widths, evaluated at the model's
     // (a 7B plan from steps of milliseconds). Elsewhere, or where the
     // programs do not fit, the step at the model's own widths is traced.
