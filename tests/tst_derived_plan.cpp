@@ -27,6 +27,7 @@
 #include "memory/MemoryProbe.h"
 #include "memory/StepProgram.h"
 #include "train/DerivedPlan.h"
+#include "train/Threads.h"
 #include "train/Trainer.h"
 
 #include "HfFolderFixtures.h"
@@ -231,6 +232,7 @@ private Q_SLOTS:
     void oneDnnScratchOfBf16Products();
     void bf16ScratchBeyondTheTracedShapes();
     void sdpaOnTorch2();
+    void derivingKeepsTheThreadPools();
     void loraDropoutIsPlannedFromItsStep();
     void learnedPositionsCountWithTheSequence();
     void slidingWindowTracedOnBothSides();
@@ -502,6 +504,29 @@ void TestDerivedPlan::bf16ScratchBeyondTheTracedShapes()
     // Read back, the products' shapes plan the same.
     QCOMPARE(derivedStepFromJson(derivedStepToJson(plan)).at(64, c.data.seqLen).peakBytes,
              plan.at(64, c.data.seqLen).peakBytes);
+}
+
+// A launch derives its own step in the process that trains next (mixed
+// precision, LoRA: run/RunSession.cpp); each trace trains on one thread,
+// and the pools stayed so: a LoRA run's products ran on one BLAS thread
+// after its recorded estimate, and its losses differed from a resumed run's
+// (1.4e-6, tst_hf_models). The pools are kept. (On a one-core machine the
+// default is one thread anyway: there this cannot tell.)
+void TestDerivedPlan::derivingKeepsTheThreadPools()
+{
+    applyThreadCount(0); // the machine's default, as a run with train.threads 0 sets it
+    const auto before = currentThreadSetup();
+    auto c = base("gpt", 2, 16);
+    c.model.nLayer = 2;
+    c.model.dModel = 32;
+    c.model.nHead = 2;
+    c.lora.rank = 2;
+    c.lora.targets = {"attn"};
+    c.train.threads = 0;
+    (void)deriveStep(c);
+    const auto after = currentThreadSetup();
+    QCOMPARE(after.intraOp, before.intraOp);
+    QCOMPARE(after.blas, before.blas);
 }
 
 // LibTorch 2.x: zero_grad frees the gradients and attention can be SDPA; the

@@ -324,18 +324,16 @@ void modelFileRules(const RunConfig& c, const std::optional<ModelFileFacts>& fac
     out.push_back(std::move(f));
 }
 
-// The largest micro-batch (at most maxBatch) that fits while gradient
-// accumulation keeps the effective batch, planned with the accumulation it
-// needs: accumulating micro-batches draw every micro-batch first and, on
-// LibTorch 2.x, hold the gradients through the later forwards, so a batch
-// that fits one pass a step may not fit several. {0, 1} when none fits.
 // The plan of a step of `accum` micro-batches (null: none to check with yet).
 using PlanForAccum = std::function<const MemoryPlan*(int accum)>;
 
-// The largest batch that fits the budget with the accumulation that keeps
-// the effective batch, and that accumulation: {0, 1} when none fits, {-1, 1}
-// when a plan it needs is not there (still being derived, or not derivable).
-
+// The largest micro-batch (at most maxBatch) that fits while gradient
+// accumulation keeps the effective batch, and that accumulation, planned
+// with the accumulation it needs: accumulating micro-batches draw every
+// micro-batch first and, on LibTorch 2.x, hold the gradients through the
+// later forwards, so a batch that fits one pass a step may not fit several.
+// {0, 1} when none fits; {-1, 1} when a plan it needs is not there (still
+// being derived, or not derivable).
 std::pair<std::int64_t, int> batchKeepingEffective(const PlanForAccum& planFor, TrainingSetup setup,
                                                    std::int64_t budget, int effective,
                                                    std::int64_t maxBatch = std::int64_t{1} << 20)

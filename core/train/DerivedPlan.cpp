@@ -28,6 +28,7 @@
 #include "memory/DeviceRules.h"
 #include "memory/Estimator.h"
 #include "memory/LayerRepeat.h"
+#include "train/Threads.h"
 #include "memory/MemoryProbe.h"
 #include "memory/StepProgram.h"
 #include "train/Datasets.h"
@@ -1404,6 +1405,11 @@ DerivedStep deriveByTracing(const RunConfig& config, const DerivedPlanProgress& 
 
 DerivedStep deriveStep(const RunConfig& asked, const DerivedPlanProgress& progress)
 {
+    // Each trace trains on one thread; a run that starts after it (a launch
+    // derives its own step: run/RunSession.cpp) keeps the pools it had. (They
+    // stayed at one thread: the BLAS pool of a LoRA run's steps after its
+    // recorded estimate, and its losses differed from a resumed run's.)
+    const KeepThreadCounts keep;
     // An accumulating step is traced with two micro-batches: more only draw
     // more data before the first forward (DerivedStep::extraDataBytes).
     auto config = asked;

@@ -22,14 +22,37 @@ ThreadSetup threadSetupFor(int threads)
     return {1, cores};
 }
 
+namespace {
+
+void applySetup(const ThreadSetup& setup)
+{
+    at::set_num_threads(setup.intraOp);
+    using SetThreads = void (*)(int);
+    if (setup.blas <= 0) return;
+    if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(setup.blas);
+}
+
+} // namespace
+
 void applyThreadCount(int threads)
 {
     (void)selectBlasKernels();
-    const auto setup = threadSetupFor(threads);
-    at::set_num_threads(setup.intraOp);
-    using SetThreads = void (*)(int);
-    if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(setup.blas);
+    applySetup(threadSetupFor(threads));
 }
+
+ThreadSetup currentThreadSetup()
+{
+    ThreadSetup setup;
+    setup.intraOp = at::get_num_threads();
+    using GetThreads = int (*)();
+    const auto fn = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    setup.blas = fn ? fn() : 0;
+    return setup;
+}
+
+KeepThreadCounts::KeepThreadCounts() : m_saved(currentThreadSetup()) {}
+
+KeepThreadCounts::~KeepThreadCounts() { applySetup(m_saved); }
 
 namespace {
 

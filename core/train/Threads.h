@@ -16,6 +16,21 @@ ThreadSetup threadSetupFor(int threads);
 // BLAS, its own pool, which at::set_num_threads does not reach. Selects the
 // BLAS kernels first (selectBlasKernels).
 void applyThreadCount(int threads);
+// The pools' sizes now (blas 0: no OpenBLAS to ask).
+ThreadSetup currentThreadSetup();
+// Keeps the pools' sizes across a scope that trains with its own (the
+// derived plan's traces, train/DerivedPlan.cpp, in a process that trains
+// next): restored when it ends.
+class KeepThreadCounts {
+public:
+    KeepThreadCounts();
+    ~KeepThreadCounts();
+    KeepThreadCounts(const KeepThreadCounts&) = delete;
+    KeepThreadCounts& operator=(const KeepThreadCounts&) = delete;
+
+private:
+    ThreadSetup m_saved;
+};
 
 // The kernels OpenBLAS runs matrix products with, and what it had chosen
 // itself where Trainbench chose others.
