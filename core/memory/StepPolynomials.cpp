@@ -343,6 +343,22 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
     }
     // Checked where no sample was taken: a live total off its polynomial
     // fails the segment; a transient off its one is irregular scratch.
+    // Except where the polynomial falls under the entry's live total and
+    // the transient is that total: an entry's transient is the larger of
+    // its live total and a block allocated and freed after a release (the
+    // weight gradient's fp32 copy after an activation's release, in mixed
+    // precision), which the other outgrows with the batch. Where every
+    // general sample's transient was above its live total, the polynomial
+    // is that block's, and the larger of the two is what the peak takes.
+    std::vector<char> aboveLive(live[G].size(), 1);
+    for (const auto* row : {&traces[G], &traces[G + 1]}) {
+        for (const auto* t : *row) {
+            const auto& tv = values(*t, true);
+            for (std::size_t k = 0; k < aboveLive.size(); ++k) {
+                if (tv[k] <= t->live[k]) aboveLive[k] = 0;
+            }
+        }
+    }
     const auto regimeOf = [&](std::int64_t B) -> Regime& { return regimes[static_cast<std::size_t>(std::min(B, g) - 1)]; };
     std::vector<std::pair<std::int64_t, const StepTrace*>> checked;
     for (const auto& [B, T] : checks) {
@@ -352,9 +368,13 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
         auto& R = regimeOf(B);
         if (t.live.size() != R.live.size() || t.phase != R.tags->phase) return std::nullopt;
         const auto& tv = values(t, true);
+        const bool general = B >= g;
         for (std::size_t k = 0; k < R.live.size(); ++k) {
             if (evaluateStepPoly(R.live[k], B, T - t0 + 1) != t.live[k]) return std::nullopt;
-            if (R.regular[k] && evaluateStepPoly(R.transient[k], B, T - t0 + 1) != tv[k]) R.regular[k] = 0;
+            if (!R.regular[k]) continue;
+            const auto predicted = evaluateStepPoly(R.transient[k], B, T - t0 + 1);
+            const bool underLive = general && aboveLive[k] && predicted < t.live[k] && tv[k] == t.live[k];
+            if (predicted != tv[k] && !underLive) R.regular[k] = 0;
         }
     }
     fitGemmSites(regimes, traces, checked, checks, g, t0);

@@ -465,10 +465,19 @@ struct ProbeSetup {
 
 // Whether the step can be recorded as a program: a model whose every width
 // the trainer takes from ModelOptions: the Llama family and the GPT family
-// (built-in or a folder's).
+// (built-in or a folder's). The addition task's sequence is the dataset's at
+// every probe too (its programs are constant in the sequence), except where
+// bf16 products go to oneDNN: there a product of that short sequence at the
+// probes' widths (16 rows of heads, say) stays under the size LibTorch hands
+// to oneDNN where the model's does not, so its step is traced at its own
+// widths. (A GPT started from saved weights with learned positions keeps the
+// table they were saved with: traced at its own widths as well.)
 bool programmable(const RunConfig& c)
 {
-    if (fixedSequence(c)) return false;
+    if (fixedSequence(c)) {
+        if (c.data.source != "addition" || !c.train.initFrom.empty()) return false;
+        if (c.train.precision != "fp32" && cpuBf16ProductsUseOneDnn()) return false;
+    }
     if (c.model.type == "llama" || c.model.type == "gpt") return true;
     if (c.model.type != "hf") return false;
     const auto arch = readHfArchitecture(resolvedModelPath(c));
@@ -502,7 +511,7 @@ RecordedStep recordProbe(const ProbeSetup& setup, const StepDims& dims, int slid
     TrainerOptions options;
     const RunConfig c = stepConfig(setup.config, dimOf(dims, StepDim::Batch), dimOf(dims, StepDim::Seq), options);
     auto model = std::make_shared<ModelOptions>(setup.model);
-    if (!setup.fixedPositions()) model->maxLen = c.data.seqLen;
+    if (!setup.fixedPositions() && !fixedSequence(c)) model->maxLen = c.data.seqLen;
     model->dModel = static_cast<int>(dimOf(dims, StepDim::Hidden));
     model->nHead = static_cast<int>(dimOf(dims, StepDim::Heads));
     // Without grouped-query attention the key/value heads are the heads (a
@@ -634,6 +643,8 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     // linear (hidden, a multiple of 8, by a multiple of 8) holds whole blocks,
     // as a real model's do, so what the step allocates is a polynomial.
     const bool quantized = s.config.model.quantize != "none";
+    // The dataset's sequence (the addition task): every probe's, whatever its T.
+    const bool fixedT = fixedSequence(s.config);
     const auto dims = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t nh, std::int64_t kv, std::int64_t hd,
                           std::int64_t i, std::int64_t v, std::int64_t r) {
         return StepDims{batch > 0 ? batch : b, t, h, oneHead ? 1 : nh, oneHead ? 1 : group > 0 ? nh / group : oneKv ? 1 : kv, hd, i,
@@ -662,7 +673,7 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
                            std::int64_t r) { return dims(b, t, (oneHead ? 1 : nh) * hd, nh, nh, hd, i, v, r); };
         const auto& hd = kGptProbeHeadDims;
         p.base = g(3, t0, 4, hd[0], 88, 50, 7);
-        p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
+        if (!fixedT) p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
         if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
         if (!oneHead) p.axes.push_back({StepDim::Heads, {6, 7}});
         p.axes.push_back({StepDim::HeadDim, {hd[1], hd[2]}});
@@ -677,7 +688,7 @@ ProbePlan probePlan(const ProbeSetup& s, std::int64_t batch, std::int64_t t0)
     p.base = dims(3, t0, 48, gqa ? 10 : 4, 5, 16, 64, 50, 7);
     if (group > 1) p.base = shared(p.base, 5, 0);
     const auto baseHeads = dimOf(p.base, StepDim::Heads);
-    p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
+    if (!fixedT) p.axes.push_back({StepDim::Seq, {t0 + 1, t0 + 2}});
     if (batch == 0) p.axes.push_back({StepDim::Batch, {4}});
     p.axes.push_back({StepDim::Hidden, {56}});
     if (!oneHead) {
@@ -1187,6 +1198,7 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
     if (!within) return std::nullopt;
     auto segment = compileFromPrograms(*within, step, why, step.gpuSegment);
     if (!segment) return std::nullopt;
+    if (fixedSequence(config)) step.fixedSeqLen = effectiveSeqLen(config);
     step.segment = std::move(*segment);
     step.segment.traces = recorded;
     step.programs = std::make_shared<const StepPrograms>(std::move(*within));
