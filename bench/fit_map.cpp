@@ -13,6 +13,7 @@
 #include "memory/Architectures.h"
 #include "memory/DerivedStep.h"
 #include "memory/Estimator.h"
+#include "memory/MemoryPlan.h"
 #include "train/DerivedPlan.h"
 
 namespace {
@@ -48,11 +49,9 @@ void run(const char* label, const tb::ArchitectureSpec& arch, tb::TrainingSetup 
     const double mapMs = medianMs(7, [&] { map = tb::fitMap(arch, setup, budget, batches, seqs); });
     std::int64_t fitting = 0;
     for (auto b : map.peakBytes) fitting += b <= budget;
-    const double stepMs = medianMs(21, [&] {
-        (void)tb::estimateMemory(arch, setup);
-        (void)tb::largestBatch(arch, setup, budget, 1 << 16);
-        (void)tb::largestSequence(arch, setup, budget);
-    });
+    // A slider step as the panel takes it (MemoryPlan::answersAt).
+    const tb::MemoryPlan plan(arch);
+    const double stepMs = medianMs(21, [&] { (void)plan.answersAt(setup.batch, setup.seqLen, setup, budget, 1 << 16, true); });
     // One replay (on a GPU, through the caching allocator's model).
     const double estimateMs = medianMs(21, [&] { (void)tb::estimateMemory(arch, setup); });
     if (!map.compiled) std::printf("(replayed every cell: the step did not compile)\n");
@@ -78,10 +77,9 @@ void runDerived(const char* label, const tb::RunConfig& config, const tb::Traini
     map();
     const double firstMs = millis(std::chrono::steady_clock::now() - first);
     const double mapMs = medianMs(7, map);
+    const tb::MemoryPlan plan(std::make_shared<const tb::DerivedStep>(step), tb::ArchitectureSpec{});
     const double stepMs = medianMs(21, [&] {
-        (void)step.at(config.train.batchSize, config.data.seqLen, setup);
-        (void)step.largestBatch(config.data.seqLen, setup, budget, 1 << 16);
-        (void)step.largestSeqLen(config.train.batchSize, setup, budget);
+        (void)plan.answersAt(config.train.batchSize, config.data.seqLen, setup, budget, 1 << 16, true);
     });
     std::printf("%-34s derived in %.0f ms (%d traced steps); map %zux%zu %8.2f ms (first %.2f ms)   slider step %6.3f ms\n",
                 label, deriveMs, step.segment.traces, batches.size(), seqs.size(), mapMs, firstMs, stepMs);
@@ -124,19 +122,15 @@ int main(int argc, char** argv)
         s.computeCapability = 75;
         return s;
     }(), t4);
-    // A preset from its config.json alone (the probes build their own weights).
+    // A preset from its config.json alone (the probes build their own
+    // weights), as the Memory planner plans it: publishedExperiment's
+    // scratch folder, the base of a LoRA run in the autocast dtype.
     const auto derivedPreset = [&](const char* label, const char* preset, const char* precision, int rank,
                                    bool checkpointing, int cc, std::int64_t budget) {
-        const auto folder = std::filesystem::temp_directory_path() / "bench_fit_map_preset";
-        std::filesystem::create_directories(folder);
-        std::filesystem::copy_file(std::string("resources/architectures/") + preset + ".json", folder / "config.json",
-                                   std::filesystem::copy_options::overwrite_existing);
-        auto c = config;
-        c.model.type = "hf";
-        c.model.path = folder.string();
-        c.data.source = "tokens";
-        c.data.path = (folder / "train.bin").string();
-        c.data.tokenDtype = "uint32";
+        if (skipped(label)) return;
+        const auto& published = tb::findArchitecture(preset);
+        auto experiment = tb::publishedExperiment(published.configJson, published.source);
+        auto& c = experiment.config;
         c.data.seqLen = 512;
         c.train.batchSize = 2;
         c.lora.rank = rank;
@@ -144,11 +138,11 @@ int main(int argc, char** argv)
         c.train.precision = precision;
         c.train.activationCheckpointing = checkpointing;
         if (std::string(precision) == "fp16") c.device = "cuda"; // (fp16 is CUDA's)
+        tb::loadBaseAsPublished(c);
         auto card = tb::setupFor(c);
         card.gpu = true;
         card.computeCapability = cc;
-        if (std::filesystem::exists(folder / "config.json")) runDerived(label, c, card, budget);
-        std::filesystem::remove_all(folder);
+        runDerived(label, c, card, budget);
     };
     derivedPreset("Llama 2 7B LoRA bf16, derived, on an A100", "llama-2-7b", "bf16", 16, false, 80, 85198045184);
     // Mixed precision is planned from its own step too.

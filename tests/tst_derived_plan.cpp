@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <vector>
 
 #include <torch/version.h>
 
@@ -245,6 +247,7 @@ private Q_SLOTS:
     void cancelStopsTracing();
     void cliPlansTorchScriptConfig();
     void cliRefusesWhatDoesNotApply();
+    void derivationKeyIgnoresWhatTheStepSets();
     void publishedConfigPlannedFromItsStep();
     void bucketsInTheParametersDtype();
     void programOfSyntheticSteps();
@@ -761,6 +764,53 @@ void TestDerivedPlan::cliPlansTorchScriptConfig()
     const auto fit = cli({"fit", "--config", path, "--budget", QString::number(budget), "--json"});
     QVERIFY2(fit.code == 0, fit.err.constData());
     QCOMPARE(QJsonDocument::fromJson(fit.out).object()["max_batch"].toInt(), 9);
+}
+
+// One key for one derivation, shared by a launch's cache, the Memory
+// planner's and the Diagnostics panel's: what deriveStep sets itself (batch,
+// sequence, steps, seed, threads, ranks, accumulation past two) does not
+// move it; what it traces does, and so does a folder's config.json edited
+// in place.
+void TestDerivedPlan::derivationKeyIgnoresWhatTheStepSets()
+{
+    auto c = base("llama", 4, 64);
+    const auto key = derivedStepKey(c);
+    auto other = c;
+    other.train.batchSize = 9;
+    other.data.seqLen = 300;
+    other.train.steps = 1000;
+    other.train.seed = 7;
+    other.train.threads = 2;
+    other.train.worldSize = 4;
+    other.name = "another";
+    QCOMPARE(derivedStepKey(other), key);
+    other.train.gradAccum = 2;
+    const auto two = derivedStepKey(other);
+    QVERIFY(two != key);
+    other.train.gradAccum = 8;
+    QCOMPARE(derivedStepKey(other), two);
+    for (const auto& change : std::vector<std::function<void(RunConfig&)>>{
+             [](RunConfig& x) { x.train.precision = "bf16"; },
+             [](RunConfig& x) { x.lora.rank = 4; },
+             [](RunConfig& x) { x.train.activationCheckpointing = true; },
+             [](RunConfig& x) { x.model.nLayer += 1; }}) {
+        auto changed = c;
+        change(changed);
+        QVERIFY(derivedStepKey(changed) != key);
+    }
+    QTemporaryDir dir;
+    QFile f(dir.filePath("config.json"));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"model_type": "llama"})");
+    f.close();
+    auto folder = c;
+    folder.model.type = "hf";
+    folder.model.path = dir.path().toStdString();
+    const auto before = derivedStepKey(folder);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"model_type": "llama", "num_hidden_layers": 3})");
+    f.close();
+    QVERIFY(derivedStepKey(folder) != before);
 }
 
 void TestDerivedPlan::cliRefusesWhatDoesNotApply()

@@ -42,10 +42,7 @@ RunConfig defaultConfig()
 std::shared_ptr<const DerivedStep> derivedOnce(const RunConfig& traced)
 {
     static std::map<std::string, std::shared_ptr<const DerivedStep>> steps;
-    auto keyed = traced;
-    keyed.train.batchSize = 1;
-    keyed.data.seqLen = 0;
-    auto& step = steps[configToJson(keyed)];
+    auto& step = steps[derivedStepKey(traced)];
     if (!step) step = std::make_shared<const DerivedStep>(deriveStep(traced));
     return step;
 }

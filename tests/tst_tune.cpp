@@ -216,8 +216,8 @@ void TestTune::nothingFitsNamesTheSmallestChanges()
     QVERIFY2(all.find("a larger card: ") != std::string::npos, all.c_str());
     // A deep model: its weights and optimizer state do not fit, fewer layers do.
     c = gpt();
-    // (d_model 128: its bf16 candidates are traced at the model's own widths,
-    // and bf16 products are slow on a CPU without native bf16.)
+    // (d_model 128 keeps it short: the search derives a bf16 plan for each
+    // layer count it tries.)
     c.model.nLayer = 12;
     c.model.dModel = 128;
     r = planTune(c, onBudget(24 << 20), machine());

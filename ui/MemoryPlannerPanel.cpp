@@ -386,17 +386,17 @@ void MemoryPlannerPanel::pointChanged()
         inputsChanged();
         return;
     }
-    m_estimate = plan->memory.at(plan->setup.batch, plan->setup.seqLen, plan->setup);
+    const auto budget = budgetBytes();
+    auto answers = plan->memory.answersAt(plan->setup.batch, plan->setup.seqLen, plan->setup, budget, kBatchLimit,
+                                          m_seqSlider->isEnabled());
+    m_estimate = std::move(answers.estimate);
     // Preflight's precision verdict for this card, shown before the memory's.
     m_precisionError = QString::fromStdString(precisionError(
         plan->setup.precision, target().gpu.cc.known() ? std::optional<ComputeCapability>(target().gpu.cc) : std::nullopt));
-    const auto budget = budgetBytes();
-    m_largestBatch = plan->memory.largestBatch(plan->setup.seqLen, plan->setup, budgetBytes(), kBatchLimit);
-    if (m_seqSlider->isEnabled()) {
-        m_largestSeq = plan->memory.largestSequence(plan->setup.batch, plan->setup, budgetBytes());
-        if (source() != "experiment") m_largestSeq = std::min<std::int64_t>(m_largestSeq, plan->memory.arch().maxPositions);
-    } else {
-        m_largestSeq = 0;
+    m_largestBatch = answers.largestBatch;
+    m_largestSeq = answers.largestSequence;
+    if (m_seqSlider->isEnabled() && source() != "experiment") {
+        m_largestSeq = std::min<std::int64_t>(m_largestSeq, plan->memory.arch().maxPositions);
     }
     m_verdict->setText(verdictText());
     m_verdict->setToolTip(tr("Peak of the plan against the usable memory of one %1").arg(QString::fromStdString(target().gpu.name)));

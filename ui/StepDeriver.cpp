@@ -9,6 +9,7 @@
 #include <QTemporaryFile>
 
 #include "CliProgram.h"
+#include "train/DerivedPlan.h"
 
 namespace tb::ui {
 
@@ -25,32 +26,7 @@ StepDeriver::~StepDeriver()
 
 std::string StepDeriver::keyFor(const RunConfig& traced)
 {
-    // DerivedPlan.cpp sets its own steps, evaluation and threads, and traces
-    // one rank of a data-parallel run (the plan adds the others' share).
-    auto keyed = traced;
-    keyed.name.clear();
-    keyed.train.batchSize = 1;
-    keyed.data.seqLen = 0;
-    keyed.optim.lr = 0;
-    keyed.optim.warmupSteps = 0;
-    keyed.optim.schedule.clear();
-    keyed.optim.minLrRatio = 0;
-    keyed.train.steps = 0;
-    keyed.train.seed = 0;
-    keyed.train.evalEvery = 0;
-    keyed.train.logEvery = 0;
-    keyed.train.checkpointEvery = 0;
-    keyed.train.keepCheckpoints = 0;
-    keyed.train.threads = 0;
-    keyed.train.worldSize = 1;
-    keyed.train.distTimeoutS = 0;
-    keyed.train.gradAccum = std::min(keyed.train.gradAccum, 2); // (deriveStep traces at most two micro-batches)
-    // A TorchScript file saved again is another model; a folder's
-    // config.json is edited in place (the folder's own time does not move).
-    QFileInfo file(QString::fromStdString(traced.model.path));
-    if (file.isDir()) file = QFileInfo(QDir(file.filePath()).filePath("config.json"));
-    return configToJson(keyed) + "\n" + std::to_string(file.size()) + " "
-        + std::to_string(file.lastModified().toMSecsSinceEpoch());
+    return derivedStepKey(traced);
 }
 
 RunConfig StepDeriver::standalone(RunConfig c)

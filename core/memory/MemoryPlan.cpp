@@ -2,6 +2,9 @@
 
 #include "memory/DerivedStep.h"
 
+#include <future>
+#include <thread>
+
 namespace tb {
 
 MemoryPlan::MemoryPlan(ArchitectureSpec arch) : m_arch(std::move(arch)) {}
@@ -35,6 +38,26 @@ std::int64_t MemoryPlan::largestSequence(std::int64_t batch, const TrainingSetup
     auto s = setup;
     s.batch = batch;
     return tb::largestSequence(m_arch, s, budget);
+}
+
+MemoryPlan::PointAnswers MemoryPlan::answersAt(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup,
+                                               std::int64_t budget, std::int64_t batchLimit, bool withSequence) const
+{
+    PointAnswers out;
+    if (!setup.gpu || std::thread::hardware_concurrency() < 2) {
+        // (On the CPU each is arithmetic: microseconds, less than a thread's start.)
+        out.estimate = at(batch, seqLen, setup);
+        out.largestBatch = largestBatch(seqLen, setup, budget, batchLimit);
+        if (withSequence) out.largestSequence = largestSequence(batch, setup, budget);
+        return out;
+    }
+    auto batches = std::async(std::launch::async, [&] { return largestBatch(seqLen, setup, budget, batchLimit); });
+    std::future<std::int64_t> sequences;
+    if (withSequence) sequences = std::async(std::launch::async, [&] { return largestSequence(batch, setup, budget); });
+    out.estimate = at(batch, seqLen, setup); // (on a throw the futures wait for their work as they go)
+    out.largestBatch = batches.get();
+    if (withSequence) out.largestSequence = sequences.get();
+    return out;
 }
 
 FitMap MemoryPlan::fitMap(const TrainingSetup& setup, std::int64_t budget, const std::vector<std::int64_t>& batches,

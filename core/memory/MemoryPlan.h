@@ -31,6 +31,17 @@ public:
     std::int64_t largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                               std::int64_t limit = std::int64_t{1} << 20) const;
     std::int64_t largestSequence(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const;
+    // The three at a point, as the Memory planner's sliders ask them: the
+    // estimate, the largest batch at its sequence and (withSequence) the
+    // largest sequence at its batch. On a GPU each is replays of the
+    // caching allocator's model (milliseconds each): the two searches run
+    // beside the estimate on the machine's other cores.
+    struct PointAnswers {
+        MemoryEstimate estimate;
+        std::int64_t largestBatch = 0, largestSequence = 0;
+    };
+    PointAnswers answersAt(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
+                           std::int64_t batchLimit, bool withSequence) const;
     FitMap fitMap(const TrainingSetup& setup, std::int64_t budget, const std::vector<std::int64_t>& batches,
                   const std::vector<std::int64_t>& seqLens) const;
     // Why the plan on this setup is not the step the trainer takes there

@@ -77,15 +77,7 @@ static std::shared_ptr<const DerivedStep> launchStep(const RunConfig& traced)
 {
     static std::mutex mutex;
     static std::map<std::string, std::shared_ptr<const DerivedStep>> steps;
-    // (A folder's config.json edited in place between two launches is another model.)
-    auto key = configToJson(traced);
-    if (traced.model.type == "hf" || traced.model.type == "torchscript") {
-        std::error_code ec;
-        std::filesystem::path file = resolvedModelPath(traced);
-        if (std::filesystem::is_directory(file, ec)) file /= "config.json";
-        const auto time = std::filesystem::last_write_time(file, ec);
-        if (!ec) key += "\n" + std::to_string(time.time_since_epoch().count());
-    }
+    const auto key = derivedStepKey(traced);
     {
         std::lock_guard<std::mutex> lock(mutex);
         if (const auto it = steps.find(key); it != steps.end()) return it->second;

@@ -1415,6 +1415,42 @@ DerivedStep deriveByTracing(const RunConfig& config, const DerivedPlanProgress& 
 
 } // namespace
 
+std::string derivedStepKey(const RunConfig& traced)
+{
+    auto keyed = traced;
+    // (Paths as resolved: a relative one means another file in another config's folder.)
+    if (!keyed.model.path.empty()) keyed.model.path = resolvedModelPath(traced);
+    if (!keyed.data.path.empty()) keyed.data.path = resolvedDataPath(traced);
+    keyed.name.clear();
+    keyed.baseDir.clear();
+    keyed.train.batchSize = 1;
+    keyed.data.seqLen = 0;
+    keyed.optim.lr = 0;
+    keyed.optim.warmupSteps = 0;
+    keyed.optim.schedule.clear();
+    keyed.optim.minLrRatio = 0;
+    keyed.train.steps = 0;
+    keyed.train.seed = 0;
+    keyed.train.evalEvery = 0;
+    keyed.train.logEvery = 0;
+    keyed.train.checkpointEvery = 0;
+    keyed.train.keepCheckpoints = 0;
+    keyed.train.threads = 0;
+    keyed.train.worldSize = 1;
+    keyed.train.distTimeoutS = 0;
+    keyed.train.gradAccum = std::min(keyed.train.gradAccum, 2);
+    std::string key = configToJson(keyed);
+    if (traced.model.type == "hf" || traced.model.type == "torchscript") {
+        std::error_code ec;
+        std::filesystem::path file = resolvedModelPath(traced);
+        if (std::filesystem::is_directory(file, ec)) file /= "config.json";
+        const auto size = std::filesystem::file_size(file, ec);
+        const auto time = std::filesystem::last_write_time(file, ec);
+        if (!ec) key += "\n" + std::to_string(size) + " " + std::to_string(time.time_since_epoch().count());
+    }
+    return key;
+}
+
 DerivedStep deriveStep(const RunConfig& asked, const DerivedPlanProgress& progress)
 {
     // Each trace trains on one thread; a run that starts after it (a launch

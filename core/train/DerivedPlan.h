@@ -48,6 +48,14 @@ struct DerivedPlanProgress {
 // batches and sequences tried).
 DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progress = {});
 
+// What tells two derivations apart: the config without what deriveStep sets
+// itself or ignores (batch, sequence, steps, schedule, seed, threads, ranks;
+// accumulation beyond the two micro-batches it traces), and the model file's
+// size and time (a folder's config.json is edited in place, a TorchScript
+// file saved again). Equal keys derive the same step: the caches of a
+// launch, the Memory planner's and the Diagnostics panel's share it.
+std::string derivedStepKey(const RunConfig& traced);
+
 // The Llama and GPT families' step (built-in or a folder's) as programs
 // recorded at small widths, the model's layers repeated from two
 // (memory/StepProgram.h, memory/LayerRepeat.h): what
