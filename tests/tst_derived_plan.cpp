@@ -432,6 +432,8 @@ void TestDerivedPlan::compilerOnSyntheticSteps()
 // GPT on the addition task). Its polynomial is that block's, and the larger
 // of the two is the peak; it was taken as scratch that follows no shape, and
 // its largest (at batch 3) added to every plan: 9,728 bytes over at batch 64.
+// (In a program's step every size is a polynomial; a traced step's scratch
+// need not be, so there the rule stays.)
 void TestDerivedPlan::transientUnderTheLiveTotal()
 {
     const auto tracer = [](std::int64_t B, std::int64_t T) {
@@ -446,14 +448,20 @@ void TestDerivedPlan::transientUnderTheLiveTotal()
         add(live, copy); // above the live total at batch 3 and 4, under it from 5 on
         return t;
     };
+    // (A program's steps: every size a polynomial.)
     const std::vector<std::pair<std::int64_t, std::int64_t>> checks{{5, 14}, {1, 13}, {4, 21}, {2, 35}};
-    const auto s = compileSegment(tracer, 8, 10, 5, checks, 3);
+    const auto s = compileSegment(tracer, 8, 10, 5, checks, 3, true);
     QVERIFY(s.has_value());
     QCOMPARE(s->irregularScratch, std::int64_t{0});
     for (const std::int64_t B : {3, 4, 5, 64}) {
         const auto t = tracer(B, 12);
         QCOMPARE(s->phasePeak(1, B, 12), std::max(t.live[1], t.transient[1]));
     }
+    // A step traced whole may hold scratch that follows no shape (oneDNN's):
+    // there the same entry is irregular, its largest added on the safe side.
+    const auto traced = compileSegment(tracer, 8, 10, 5, checks, 3);
+    QVERIFY(traced.has_value());
+    QCOMPARE(traced->irregularScratch, std::int64_t{9728});
 }
 
 // The addition task redrew rejected (held-out) pairs into a new tensor, so
@@ -473,6 +481,16 @@ void TestDerivedPlan::additionTaskDrawsAlike()
     // on a CPU without native bf16, 2 s so).
     QVERIFY2(plan.tracedOn.find("recorded at small widths") != std::string::npos, plan.tracedOn.c_str());
     QCOMPARE(plan.fixedSeqLen, std::int64_t{additionSequenceLength(3)});
+    // Asked at another length, the plan says it is at the dataset's (on a GPU too).
+    TrainingSetup onT4;
+    onT4.gpu = true;
+    onT4.computeCapability = 75;
+    for (const auto& e : {plan.at(4, 100), plan.at(4, 100, onT4)}) {
+        QVERIFY(std::any_of(e.notes.begin(), e.notes.end(), [](const std::string& n) {
+            return n.find("the dataset fixes the sequence at") != std::string::npos;
+        }));
+    }
+    QCOMPARE(plan.at(4, 100).peakBytes, plan.at(4, additionSequenceLength(3)).peakBytes);
     c.data.seqLen = additionSequenceLength(3);
     compare("gpt addition, 3 digits", c, plan);
     c.train.gradAccum = 3;

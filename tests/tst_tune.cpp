@@ -216,8 +216,8 @@ void TestTune::nothingFitsNamesTheSmallestChanges()
     QVERIFY2(all.find("a larger card: ") != std::string::npos, all.c_str());
     // A deep model: its weights and optimizer state do not fit, fewer layers do.
     c = gpt();
-    // (d_model 128 keeps it short: the search derives a bf16 plan for each
-    // layer count it tries.)
+    // (d_model 128 keeps it short where the search's bf16 plans are traced
+    // at the model's widths: on a CPU that hands bf16 products to oneDNN.)
     c.model.nLayer = 12;
     c.model.dModel = 128;
     r = planTune(c, onBudget(24 << 20), machine());

@@ -3,6 +3,7 @@
 #include "memory/DerivedStep.h"
 
 #include <future>
+#include <system_error>
 #include <thread>
 
 namespace tb {
@@ -44,16 +45,21 @@ MemoryPlan::PointAnswers MemoryPlan::answersAt(std::int64_t batch, std::int64_t 
                                                std::int64_t budget, std::int64_t batchLimit, bool withSequence) const
 {
     PointAnswers out;
-    if (!setup.gpu || std::thread::hardware_concurrency() < 2) {
-        // (On the CPU each is arithmetic: microseconds, less than a thread's start.)
+    const auto inTurn = [&] {
         out.estimate = at(batch, seqLen, setup);
         out.largestBatch = largestBatch(seqLen, setup, budget, batchLimit);
         if (withSequence) out.largestSequence = largestSequence(batch, setup, budget);
         return out;
+    };
+    // (On the CPU each is arithmetic: microseconds, less than a thread's start.)
+    if (!setup.gpu || std::thread::hardware_concurrency() < 2) return inTurn();
+    std::future<std::int64_t> batches, sequences;
+    try {
+        batches = std::async(std::launch::async, [&] { return largestBatch(seqLen, setup, budget, batchLimit); });
+        if (withSequence) sequences = std::async(std::launch::async, [&] { return largestSequence(batch, setup, budget); });
+    } catch (const std::system_error&) {
+        return inTurn(); // no thread to be had (a started search finishes first: its future waits)
     }
-    auto batches = std::async(std::launch::async, [&] { return largestBatch(seqLen, setup, budget, batchLimit); });
-    std::future<std::int64_t> sequences;
-    if (withSequence) sequences = std::async(std::launch::async, [&] { return largestSequence(batch, setup, budget); });
     out.estimate = at(batch, seqLen, setup); // (on a throw the futures wait for their work as they go)
     out.largestBatch = batches.get();
     if (withSequence) out.largestSequence = sequences.get();

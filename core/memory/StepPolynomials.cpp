@@ -269,7 +269,7 @@ void fitGemmSites(std::vector<Regime>& regimes, const std::vector<TraceRow>& tra
 std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int64_t t0, std::int64_t tLast,
                                               std::int64_t bMax,
                                               const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
-                                              std::int64_t generalFrom)
+                                              std::int64_t generalFrom, bool polynomialSizes)
 {
     std::map<std::pair<std::int64_t, std::int64_t>, StepTrace> kept;
     const auto source = [&](std::int64_t B, std::int64_t T) -> const StepTrace* {
@@ -277,13 +277,13 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
         if (it != kept.end()) return &it->second;
         return &kept.emplace(std::pair{B, T}, trace(B, T)).first->second;
     };
-    return compileSegmentInPlace(source, t0, tLast, bMax, checks, generalFrom);
+    return compileSegmentInPlace(source, t0, tLast, bMax, checks, generalFrom, polynomialSizes);
 }
 
 std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trace, std::int64_t t0, std::int64_t tLast,
                                                      std::int64_t bMax,
                                                      const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
-                                                     std::int64_t generalFrom)
+                                                     std::int64_t generalFrom, bool polynomialSizes)
 {
     const auto g = std::max<std::int64_t>(generalFrom, 2);
     bMax = std::max<std::int64_t>(bMax, g + 1);
@@ -343,19 +343,21 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
     }
     // Checked where no sample was taken: a live total off its polynomial
     // fails the segment; a transient off its one is irregular scratch.
-    // Except where the polynomial falls under the entry's live total and
-    // the transient is that total: an entry's transient is the larger of
-    // its live total and a block allocated and freed after a release (the
-    // weight gradient's fp32 copy after an activation's release, in mixed
-    // precision), which the other outgrows with the batch. Where every
-    // general sample's transient was above its live total, the polynomial
-    // is that block's, and the larger of the two is what the peak takes.
-    std::vector<char> aboveLive(live[G].size(), 1);
+    // Except, where every size is a polynomial (polynomialSizes), where the
+    // polynomial falls under the entry's live total and the transient is
+    // that total: an entry's transient is then the larger of its live total
+    // and a block allocated and freed after releases (the weight gradient's
+    // fp32 copy after an activation's release, in mixed precision), which
+    // the other can outgrow with the batch. Where every general sample's
+    // transient was that block's (above the live total, no product's
+    // scratch), the polynomial is the block's, and the larger of the two is
+    // what the peak takes.
+    std::vector<char> aboveLive(live[G].size(), polynomialSizes ? 1 : 0);
     for (const auto* row : {&traces[G], &traces[G + 1]}) {
         for (const auto* t : *row) {
             const auto& tv = values(*t, true);
             for (std::size_t k = 0; k < aboveLive.size(); ++k) {
-                if (tv[k] <= t->live[k]) aboveLive[k] = 0;
+                if (tv[k] <= t->live[k] || gemmOf(*t, k)) aboveLive[k] = 0;
             }
         }
     }

@@ -116,15 +116,22 @@ std::vector<std::pair<std::int64_t, std::int64_t>> segmentChecks(std::int64_t t0
 // differs from the polynomials in length or in any value. bMax bounds B (for
 // ordering only). Each (B, T) is traced once: a check at a sample's shape
 // reads the sample's trace.
+// polynomialSizes: every allocation's size is a polynomial (a program's
+// step, memory/StepProgram.h: its numbers are formulas; a product's scratch
+// is a marker of its own). Then an entry's transient is the larger of its
+// live total and a polynomial (a block allocated and freed after releases),
+// and a check where that polynomial has fallen under the live total is no
+// irregular scratch. A traced step's scratch (oneDNN's) follows no shape:
+// there such a check is.
 std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int64_t t0, std::int64_t tLast,
                                               std::int64_t bMax,
                                               const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
-                                              std::int64_t generalFrom = 2);
+                                              std::int64_t generalFrom = 2, bool polynomialSizes = false);
 // The same, reading the traces where they are kept (no copies: a 7B step's
 // trace has thousands of entries).
 std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trace, std::int64_t t0, std::int64_t tLast,
                                                      std::int64_t bMax,
                                                      const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
-                                                     std::int64_t generalFrom = 2);
+                                                     std::int64_t generalFrom = 2, bool polynomialSizes = false);
 
 } // namespace tb

@@ -1,6 +1,7 @@
 #include "train/DerivedPlan.h"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -475,7 +476,8 @@ struct ProbeSetup {
 bool programmable(const RunConfig& c)
 {
     if (fixedSequence(c)) {
-        if (c.data.source != "addition" || !c.train.initFrom.empty()) return false;
+        if (c.data.source != "addition") return false; // (learned positions from init_from: their table's length)
+        if (c.model.type == "gpt" && c.model.positionalEncoding == "learned" && !c.train.initFrom.empty()) return false;
         if (c.train.precision != "fp32" && cpuBf16ProductsUseOneDnn()) return false;
     }
     if (c.model.type == "llama" || c.model.type == "gpt") return true;
@@ -1146,7 +1148,8 @@ std::optional<StepPrograms> programsFor(const ProbeSetup& setup, int window, con
             std::tie(out.fixedResidents, out.fixedParameters) = quantizedResidents(setup);
             return out;
         }
-        if (t0 >= 128) return std::nullopt;
+        // (The dataset's sequence is every probe's: a longer t0 records the same steps.)
+        if (t0 >= 128 || fixedSequence(setup.config)) return std::nullopt;
     }
 }
 
@@ -1158,7 +1161,7 @@ std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs,
     const auto t0 = programs.t0;
     const auto tracer = [&](std::int64_t B, std::int64_t T) { return replayStep(programs.at(B, T)); };
     const std::vector<std::pair<std::int64_t, std::int64_t>> checks{{5, t0 + 6}, {1, t0 + 5}, {4, 2 * t0 + 5}, {2, 4 * t0 + 3}};
-    auto segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3);
+    auto segment = compileSegment(tracer, t0, t0 + 2, 5, checks, 3, true);
     if (!segment) {
         why = "the programs at the model's widths are not polynomials in batch and sequence";
         return std::nullopt;
@@ -1174,7 +1177,7 @@ std::optional<CompiledSegment> compileFromPrograms(const StepPrograms& programs,
         gpu = compileSegment([&](std::int64_t B, std::int64_t T) {
             return replayStep(cudaStepOf(programs.at(B, T), ampere).step);
         },
-                             t0, t0 + 2, 5, checks, 3);
+                             t0, t0 + 2, 5, checks, 3, true);
     }
     // (The built-in GPT's learned positions follow the sequence: a count per token.)
     const auto at = programs.at(3, t0), next = programs.at(3, t0 + 1);
@@ -1198,7 +1201,7 @@ std::optional<DerivedStep> deriveFromPrograms(const RunConfig& config, const Der
     if (!within) return std::nullopt;
     auto segment = compileFromPrograms(*within, step, why, step.gpuSegment);
     if (!segment) return std::nullopt;
-    if (fixedSequence(config)) step.fixedSeqLen = effectiveSeqLen(config);
+    if (fixedSequence(config)) step.fixedSeqLen = step.largestTracedSeqLen = effectiveSeqLen(config);
     step.segment = std::move(*segment);
     step.segment.traces = recorded;
     step.programs = std::make_shared<const StepPrograms>(std::move(*within));
@@ -1282,7 +1285,8 @@ std::string recordShippedPrograms(const RunConfig& config)
 {
     if (!programmable(config)) {
         throw InputError("recording step programs: the model is neither of the Llama nor of the GPT family, or its "
-                         "sequence length is fixed");
+                         "sequence length is fixed where its programs are not recorded (a learned position table from "
+                         "init_from, the addition task's bf16 products on a CPU that hands them to oneDNN)");
     }
     auto setup = probeSetup(config);
     setup.model.nLayer = 2;
@@ -1421,6 +1425,11 @@ std::string derivedStepKey(const RunConfig& traced)
     // (Paths as resolved: a relative one means another file in another config's folder.)
     if (!keyed.model.path.empty()) keyed.model.path = resolvedModelPath(traced);
     if (!keyed.data.path.empty()) keyed.data.path = resolvedDataPath(traced);
+    const auto& init = traced.train.initFrom;
+    const bool runId = init.rfind("run:", 0) == 0 || (!init.empty() && std::all_of(init.begin(), init.end(), ::isdigit));
+    if (!init.empty() && !runId && std::filesystem::path(init).is_relative() && !traced.baseDir.empty()) {
+        keyed.train.initFrom = (std::filesystem::path(traced.baseDir) / init).lexically_normal().string();
+    }
     keyed.name.clear();
     keyed.baseDir.clear();
     keyed.train.batchSize = 1;
@@ -1441,12 +1450,12 @@ std::string derivedStepKey(const RunConfig& traced)
     keyed.train.gradAccum = std::min(keyed.train.gradAccum, 2);
     std::string key = configToJson(keyed);
     if (traced.model.type == "hf" || traced.model.type == "torchscript") {
-        std::error_code ec;
+        std::error_code ec, sizeError;
         std::filesystem::path file = resolvedModelPath(traced);
         if (std::filesystem::is_directory(file, ec)) file /= "config.json";
-        const auto size = std::filesystem::file_size(file, ec);
+        const auto size = std::filesystem::file_size(file, sizeError);
         const auto time = std::filesystem::last_write_time(file, ec);
-        if (!ec) key += "\n" + std::to_string(size) + " " + std::to_string(time.time_since_epoch().count());
+        if (!ec && !sizeError) key += "\n" + std::to_string(size) + " " + std::to_string(time.time_since_epoch().count());
     }
     return key;
 }

@@ -52,8 +52,10 @@ DerivedStep deriveStep(const RunConfig& config, const DerivedPlanProgress& progr
 // itself or ignores (batch, sequence, steps, schedule, seed, threads, ranks;
 // accumulation beyond the two micro-batches it traces), and the model file's
 // size and time (a folder's config.json is edited in place, a TorchScript
-// file saved again). Equal keys derive the same step: the caches of a
-// launch, the Memory planner's and the Diagnostics panel's share it.
+// file saved again). Equal keys derive the same step (the accumulation it
+// records aside: callers plan at their own through the setup's gradAccum):
+// the caches of a launch, the Memory planner's and the Diagnostics panel's
+// share it.
 std::string derivedStepKey(const RunConfig& traced);
 
 // The Llama and GPT families' step (built-in or a folder's) as programs
