@@ -816,6 +816,14 @@ void TestDerivedPlan::derivationKeyIgnoresWhatTheStepSets()
         change(changed);
         QVERIFY(derivedStepKey(changed) != key);
     }
+    // A relative init_from is another file in another config's folder; a run reference is not.
+    auto here = c, there = c;
+    here.train.initFrom = there.train.initFrom = "weights.pt";
+    here.baseDir = "/experiments/a";
+    there.baseDir = "/experiments/b";
+    QVERIFY(derivedStepKey(here) != derivedStepKey(there));
+    here.train.initFrom = there.train.initFrom = "run:3";
+    QCOMPARE(derivedStepKey(here), derivedStepKey(there));
     QTemporaryDir dir;
     QFile f(dir.filePath("config.json"));
     QVERIFY(f.open(QIODevice::WriteOnly));

@@ -1,9 +1,9 @@
 #include "train/DerivedPlan.h"
 
 #include <algorithm>
-#include <cctype>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -476,7 +476,7 @@ struct ProbeSetup {
 bool programmable(const RunConfig& c)
 {
     if (fixedSequence(c)) {
-        if (c.data.source != "addition") return false; // (learned positions from init_from: their table's length)
+        if (c.data.source != "addition") return false;
         if (c.model.type == "gpt" && c.model.positionalEncoding == "learned" && !c.train.initFrom.empty()) return false;
         if (c.train.precision != "fp32" && cpuBf16ProductsUseOneDnn()) return false;
     }
@@ -1426,7 +1426,8 @@ std::string derivedStepKey(const RunConfig& traced)
     if (!keyed.model.path.empty()) keyed.model.path = resolvedModelPath(traced);
     if (!keyed.data.path.empty()) keyed.data.path = resolvedDataPath(traced);
     const auto& init = traced.train.initFrom;
-    const bool runId = init.rfind("run:", 0) == 0 || (!init.empty() && std::all_of(init.begin(), init.end(), ::isdigit));
+    const bool runId = init.rfind("run:", 0) == 0
+        || (!init.empty() && std::all_of(init.begin(), init.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; }));
     if (!init.empty() && !runId && std::filesystem::path(init).is_relative() && !traced.baseDir.empty()) {
         keyed.train.initFrom = (std::filesystem::path(traced.baseDir) / init).lexically_normal().string();
     }
