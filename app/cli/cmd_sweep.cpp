@@ -681,7 +681,38 @@ int detachRunner(const std::string& db, std::int64_t id, int parallel)
     std::vector<std::string> argv{selfProgram(), "sweep", "--resume", std::to_string(id), "--db", db};
     if (parallel > 1) argv.insert(argv.end(), {"--parallel", std::to_string(parallel)});
     const std::string log = folder + "/runner.log";
+    const auto logStart = std::filesystem::exists(log) ? std::filesystem::file_size(log) : 0;
     const pid_t pid = spawnLogged(std::move(argv), log, true);
+    // The answer waits until the runner holds the sweep's lock (it writes its
+    // pid there once it does), or has ended: whoever looks at the lock after
+    // this answer (the window's Sweeps dialog) sees the sweep running, never
+    // a runner still loading.
+    const std::string lock = folder + "/lock", holder = std::to_string(pid) + " ";
+    for (const auto start = std::chrono::steady_clock::now();;) {
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            if (WIFEXITED(status) && WEXITSTATUS(status) == kExitOk) break; // a sweep with nothing left to run
+            // Its own error, from the part of its log it wrote.
+            std::ifstream in(log);
+            in.seekg(static_cast<std::streamoff>(logStart));
+            std::string line, why;
+            while (std::getline(in, line)) {
+                const auto at = line.find(": error: ") != std::string::npos ? line.find(": error: ") + 9
+                                : line.find(": failed: ") != std::string::npos ? line.find(": failed: ") + 10
+                                                                                : std::string::npos;
+                if (at != std::string::npos) why = line.substr(at);
+            }
+            if (why.empty()) why = "the sweep's runner ended at once; its output: " + log;
+            if (WIFEXITED(status) && WEXITSTATUS(status) == kExitBadInput) throw InputError(why);
+            throw RunError(why);
+        }
+        std::ifstream in(lock);
+        std::string text;
+        std::getline(in, text);
+        if (text.rfind(holder, 0) == 0) break;
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(120)) break; // a slow start: it goes on
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     std::cout << "sweep " << id << " started in the background (pid " << pid << "); its output: " << log
               << "\nsee it with: trainbench-cli sweep --status " << id << " --db " << db << "\n";
     return kExitOk;
