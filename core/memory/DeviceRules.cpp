@@ -150,6 +150,13 @@ CudaStepBuilder::CudaStepBuilder(const RecordedStep& cpu, const CudaTarget& targ
     m_next = static_cast<std::int32_t>(cpu.resident.size());
     m_kinds.reserve(cpu.ops.size());
     for (const auto& op : cpu.ops) m_kinds.push_back(opKind(op));
+    // A rule adds a block or two where a kernel keeps more (a 7B step:
+    // tens of thousands of events, built anew for every plan).
+    const auto events = cpu.events.size() + cpu.events.size() / 8 + 16;
+    s.events.reserve(events);
+    m_index.reserve(m_index.size() + events);
+    m_bytes.reserve(m_bytes.size() + events);
+    m_live.reserve(m_live.size() + events);
 }
 
 std::uint16_t CudaStepBuilder::kindOf(const RecordedEvent& e) const
