@@ -226,7 +226,7 @@ std::string DerivedStep::notExactOn(const TrainingSetup& setup) const
     return it->second;
 }
 
-void DerivedStep::shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const
+void DerivedStep::shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen, bool onGpu) const
 {
     if (fixedSeqLen > 0 && asked != fixedSeqLen) {
         e.notes.push_back("the dataset fixes the sequence at " + std::to_string(fixedSeqLen) + ": planned at it, not at "
@@ -244,7 +244,7 @@ void DerivedStep::shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t
                           + std::to_string(seqLen) + "), where the polynomials start: planned as "
                           + std::to_string(seqLen) + " (the peak grows with the sequence, so this is on the safe side)");
     }
-    if (fixedSeqLen == 0 && seqLen > 4 * largestTracedSeqLen) {
+    if (fixedSeqLen == 0 && seqLen > 4 * largestTracedSeqLen && !onGpu) {
         e.notes.push_back("sequence " + std::to_string(seqLen) + " is far beyond the longest traced ("
                           + std::to_string(largestTracedSeqLen) + "): a kernel that changes with the shape would not show");
     }
@@ -297,7 +297,7 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
                       + "; on the GPU the recorded step by CUDA's rules (a one-byte dropout mask, the generator's state "
                         "in host memory, no CPU scratch for bf16 products, SDPA by the card's kernel), on the caching "
                         "allocator's model");
-    shapeNotes(e, asked, seqLen);
+    shapeNotes(e, asked, seqLen, true);
     if (setup.gpus > 1) {
         e.notes.push_back("data parallel, " + std::to_string(setup.gpus)
                           + " ranks: one rank's step recorded alone, plus the reducer's buckets and the global batch's rows");

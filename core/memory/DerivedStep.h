@@ -118,7 +118,10 @@ struct DerivedStep {
     std::int64_t placedOnGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // The step on a GPU from the programs: at()'s where notExactOn(setup) is empty (else meaningless).
     MemoryEstimate onGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
-    void shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen) const;
+    // onGpu: the step by CUDA's rules, whose kernels (SDPA's by the card's,
+    // cuBLAS outside the allocator) are sized by the shape asked, so a CPU
+    // kernel that would change past the traced shapes does not enter it.
+    void shapeNotes(MemoryEstimate& e, std::int64_t asked, std::int64_t seqLen, bool onGpu = false) const;
     // The sequence the polynomials are evaluated at: the dataset's fixed one,
     // else at least the shortest traced (below it a size may take another
     // form; the peak grows with the sequence, so planning it longer is safe).
