@@ -32,8 +32,9 @@ bool ruledEvent(const RecordedStep::Event& e, const std::vector<bool>& ruled)
     return e.bytes < 0 && e.block >= 0 && static_cast<std::size_t>(e.block) < ruled.size() && ruled[static_cast<std::size_t>(e.block)];
 }
 
-// The rule-sized allocations at their query's shape, and their releases.
-void sizeRuledEvents(RecordedStep& s)
+// The rule-sized allocations at their query's shape, and their releases
+// (`ruled`: ruledBlocks(s), where the caller has it).
+void sizeRuledEvents(RecordedStep& s, const std::vector<bool>* ruledKnown = nullptr)
 {
     std::vector<std::int64_t> bytes(s.resident.begin(), s.resident.end());
     for (auto& e : s.events) {
@@ -45,7 +46,8 @@ void sizeRuledEvents(RecordedStep& s)
             bytes.push_back(e.bytes);
         }
     }
-    const auto ruled = ruledBlocks(s);
+    const auto found = ruledKnown ? std::vector<bool>{} : ruledBlocks(s);
+    const auto& ruled = ruledKnown ? *ruledKnown : found;
     for (auto& e : s.events) {
         if (e.bytes < 0 && ruledEvent(e, ruled)) e.bytes = -bytes[static_cast<std::size_t>(e.block)];
     }
@@ -456,6 +458,8 @@ void StepProgram::indexFormulas()
         if (added) distinct.push_back(static_cast<std::uint32_t>(k));
         formulaOf.push_back(it->second);
     }
+    ruled = ruledBlocks(shape);
+    anyRuled = std::find(ruled.begin(), ruled.end(), true) != ruled.end();
 }
 
 RecordedStep StepProgram::at(const StepDims& dims) const
@@ -474,9 +478,11 @@ RecordedStep StepProgram::at(const StepDims& dims) const
         ++k;
     };
     for (auto& b : out.resident) set(b);
-    const auto ruled = ruledBlocks(out);
+    // (The structure's ruled blocks: the program's, where indexed.)
+    const auto found = indexed ? std::vector<bool>{} : ruledBlocks(out);
+    const auto& ruledHere = indexed ? ruled : found;
     for (auto& e : out.events) {
-        if (!ruledEvent(e, ruled)) set(e.bytes);
+        if (!ruledEvent(e, ruledHere)) set(e.bytes);
         if (e.gemm.m != 0) {
             set(e.gemm.batch);
             set(e.gemm.m);
@@ -491,7 +497,7 @@ RecordedStep StepProgram::at(const StepDims& dims) const
         set(out.parameterElements[i]);
         set(out.trainableBytes[i]);
     }
-    sizeRuledEvents(out);
+    if (!indexed || anyRuled) sizeRuledEvents(out, &ruledHere);
     return out;
 }
 

@@ -148,6 +148,10 @@ struct StepProgram {
     // about 27,500 numbers and 125 formulas). at() then evaluates each formula once. Filled by
     // indexFormulas (the fitting and reading functions below call it).
     std::vector<std::uint32_t> formulaOf, distinct;
+    // Which of shape's blocks a rule sizes, and whether any is (structure,
+    // so at() need not find them again; also filled by indexFormulas).
+    std::vector<bool> ruled;
+    bool anyRuled = false;
     void indexFormulas();
     RecordedStep at(const StepDims& dims) const;
     std::size_t size() const { return shape.events.size(); }
