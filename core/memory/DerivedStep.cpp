@@ -307,15 +307,13 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
 
 std::int64_t DerivedStep::extraDataBytes(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
-    auto asked = setup;
-    asked.batch = batch;
-    asked.seqLen = plannedSeqLen(seqLen);
-    if (!dataset.empty()) asked.dataset = dataset;
-    auto traced = asked;
-    traced.gpus = 1;
-    traced.gradAccum = tracedAccum;
+    // (The parts apart, not a copy of the setup: the fit map asks it for every cell.)
+    const auto T = plannedSeqLen(seqLen);
+    const auto& source = dataset.empty() ? setup.dataset : dataset;
+    const auto asked = dataBytes(setup, batch, T, source, setup.gpus, setup.gradAccum);
+    const auto traced = dataBytes(setup, batch, T, source, 1, tracedAccum);
     // (Fewer micro-batches than traced: the traced ones, on the safe side.)
-    return std::max<std::int64_t>(0, dataBytes(asked) - dataBytes(traced));
+    return std::max<std::int64_t>(0, asked - traced);
 }
 
 void DerivedStep::beyondTracedTerms(MemoryEstimate& e, std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const

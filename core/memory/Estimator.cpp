@@ -100,17 +100,19 @@ std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank, const st
 namespace {
 
 // Validation examples kept resident for the whole run.
-std::int64_t validationExamples(const TrainingSetup& S)
+std::int64_t validationExamples(const TrainingSetup& S, std::int64_t batch, int gpus)
 {
     // Data parallel: rank 0 evaluates the global batch's worth (the planned rank).
-    const auto wanted = S.evalBatches * S.batch * std::max(1, S.gpus);
+    const auto wanted = S.evalBatches * batch * std::max(1, gpus);
     return S.validationCap > 0 ? std::min(wanted, S.validationCap) : wanted;
 }
+std::int64_t validationExamples(const TrainingSetup& S) { return validationExamples(S, S.batch, S.gpus); }
 
-std::int64_t exampleBytes(const TrainingSetup& S)
+std::int64_t exampleBytes(std::int64_t seqLen, const std::string& dataset)
 {
-    return (S.seqLen + 1) * 8 + (hasLossMask(S) ? S.seqLen * 4 : 0);
+    return (seqLen + 1) * 8 + (datasetHasLossMask(dataset) ? seqLen * 4 : 0);
 }
+std::int64_t exampleBytes(const TrainingSetup& S) { return exampleBytes(S.seqLen, S.dataset); }
 
 // What data parallel adds to the tensors (the reducer's gradient buckets, on
 // any device) and what a GPU adds to them: the CUDA context. (What the
@@ -1270,10 +1272,13 @@ TrainingSetup setupFor(const RunConfig& c)
 
 MemoryEstimate estimateMemory(const ArchitectureSpec& A, const TrainingSetup& S) { return estimateImpl(A, S, nullptr); }
 
-std::int64_t dataBytes(const TrainingSetup& S)
+std::int64_t dataBytes(const TrainingSetup& S, std::int64_t batch, std::int64_t seqLen, const std::string& dataset, int gpus,
+                       int gradAccum)
 {
-    return (validationExamples(S) + S.gradAccum * S.batch * std::max(1, S.gpus)) * exampleBytes(S);
+    return (validationExamples(S, batch, gpus) + gradAccum * batch * std::max(1, gpus)) * exampleBytes(seqLen, dataset);
 }
+
+std::int64_t dataBytes(const TrainingSetup& S) { return dataBytes(S, S.batch, S.seqLen, S.dataset, S.gpus, S.gradAccum); }
 
 std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budget, std::int64_t limit)
 {

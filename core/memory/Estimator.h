@@ -138,6 +138,14 @@ std::int64_t cublasWorkspaceBytes(int torchMajor, int computeCapability);
 // addition task and of chat data). With data parallel every rank draws the global batch and trains on
 // its rows, and rank 0 keeps the global batch's validation.
 std::int64_t dataBytes(const TrainingSetup& setup);
+// The same with the batch, sequence, dataset, ranks and micro-batches given
+// apart from the setup's (the fit map asks it for every cell, without a
+// copy of the setup).
+std::int64_t dataBytes(const TrainingSetup& setup, std::int64_t batch, std::int64_t seqLen, const std::string& dataset,
+                       int gpus, int gradAccum);
+// Whether a dataset feeds a float loss mask beside the ids (the addition
+// task's answer digits, chat data's assistant turns).
+inline bool datasetHasLossMask(const std::string& dataset) { return dataset == "addition" || dataset == "chat"; }
 
 struct MemoryTerm {
     std::string name;    // weights, gradients, optimizer_state, activations, attention_maps, logits, ...

@@ -22,7 +22,7 @@ namespace tb::memory_detail {
 // Data whose loss is on some targets only carries a float mask beside the ids
 // ([B, T], 4 bytes a position): the addition task (the answer's digits) and
 // chat data (the assistant's tokens). The loss multiplies by it.
-inline bool hasLossMask(const TrainingSetup& s) { return s.dataset == "addition" || s.dataset == "chat"; }
+inline bool hasLossMask(const TrainingSetup& s) { return datasetHasLossMask(s.dataset); }
 
 // Where live bytes belong, for the breakdown at the peak.
 enum Cat { Weights, Gradients, OptimizerState, Data, Activations, AttentionMaps, Logits, Workspace, WeightCopies,
