@@ -7,6 +7,8 @@
 
 #include <set>
 #include <QElapsedTimer>
+#include <QRegularExpression>
+#include <QScopeGuard>
 
 #include <cmath>
 
@@ -869,36 +871,45 @@ void TestCli::detachedSweepAnswersOnceItsRunnerHoldsTheLock()
     const QString config = writeConfig("detach.json", R"({"name": "tiny", "device": "cpu",
       "model": {"n_layer": 1, "d_model": 32, "n_head": 2}, "data": {"source": "text", "seq_len": 16},
       "optim": {"schedule": "constant", "warmup_steps": 0},
-      "train": {"batch_size": 4, "steps": 400, "eval_every": 100, "threads": 1}})");
+      "train": {"batch_size": 4, "steps": 100000, "eval_every": 100, "threads": 1}})");
     const QString sweepFile = writeConfig("detach-sweep.json", R"({"method": "grid", "metric": {"name": "val_loss"},
       "parameters": {"optim.lr": {"values": [0.003, 0.001]}}})");
     auto r = cli({"sweep", "--config", config, "--sweep", sweepFile, "--db", m_db, "--detach"});
     QVERIFY2(r.exitCode == 0 && r.out.contains("sweep 1 started in the background"), qPrintable(r.out + r.err));
     const QString lock = m_db + "-runs/sweep-1/lock";
-    // Held now (or the sweep already over, which 800 steps on one thread are not).
-    const int fd = ::open(QFile::encodeName(lock).constData(), O_RDONLY | O_CLOEXEC);
-    QVERIFY2(fd >= 0, "no lock file when the answer came");
-    const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
-    ::close(fd);
-    QVERIFY2(held, "the runner did not hold the sweep's lock when the answer came");
-    const QByteArray holder = fileBytes(lock);
-    const pid_t runner = static_cast<pid_t>(holder.split(' ').first().toLongLong());
-    QVERIFY2(runner > 0, holder.constData());
-
-    // A second runner is refused in the answer itself.
-    r = cli({"sweep", "--resume", "1", "--db", m_db, "--detach"});
-    QCOMPARE(r.exitCode, 2);
-    QVERIFY2(r.err.contains("sweep 1 is being run by another trainbench-cli process"), qPrintable(r.err));
-
-    // Ctrl-C's signal: the running trial checkpoints and stops, then the
-    // runner, whose lock goes with it.
-    ::kill(runner, SIGINT);
     const auto lockFree = [&lock] {
         const int f = ::open(QFile::encodeName(lock).constData(), O_RDONLY | O_CLOEXEC);
         const bool free = f >= 0 && flock(f, LOCK_EX | LOCK_NB) == 0;
         if (f >= 0) ::close(f);
         return free;
     };
+    // The runner (its own session: it outlives the command and this test)
+    // is stopped however the test ends: Ctrl-C's signal, its trial
+    // checkpoints and stops, then the runner, whose lock goes with it.
+    const auto answered = QRegularExpression("pid ([0-9]+)").match(r.out);
+    QVERIFY2(answered.hasMatch(), qPrintable(r.out));
+    const pid_t runner = static_cast<pid_t>(answered.captured(1).toLongLong());
+    const auto stop = qScopeGuard([&] {
+        ::kill(runner, SIGINT);
+        QElapsedTimer waited;
+        waited.start();
+        while (!lockFree() && waited.elapsed() < 60000) QTest::qWait(100);
+    });
+    // Held now by that runner (the sweep is not over: its trials train for 100,000 steps).
+    const int fd = ::open(QFile::encodeName(lock).constData(), O_RDONLY | O_CLOEXEC);
+    QVERIFY2(fd >= 0, "no lock file when the answer came");
+    const bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    ::close(fd);
+    QVERIFY2(held, "the runner did not hold the sweep's lock when the answer came");
+    const QByteArray holder = fileBytes(lock);
+    QCOMPARE(static_cast<pid_t>(holder.split(' ').first().toLongLong()), runner);
+
+    // A second runner is refused in the answer itself.
+    r = cli({"sweep", "--resume", "1", "--db", m_db, "--detach"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("sweep 1 is being run by another trainbench-cli process"), qPrintable(r.err));
+
+    ::kill(runner, SIGINT);
     QTRY_VERIFY_WITH_TIMEOUT(lockFree(), 60000);
 }
 

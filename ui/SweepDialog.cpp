@@ -253,8 +253,8 @@ bool SweepDialog::sweepRunning(std::int64_t sweepId) const
 bool SweepDialog::launch(const QStringList& args, const QString& what)
 {
     // `sweep ... --detach` stores the sweep, starts its runner in a session
-    // of its own (it outlives the window) and returns at once; its answer
-    // or its refusal is shown here.
+    // of its own (it outlives the window) and answers once the runner holds
+    // the sweep's lock; its answer or its refusal is shown here.
     auto* process = new QProcess(this);
     process->setProgram(cliProgram());
     process->setArguments(args + QStringList{"--detach"});
@@ -272,6 +272,7 @@ bool SweepDialog::launch(const QStringList& args, const QString& what)
         }
         const auto match = QRegularExpression("sweep ([0-9]+) started").match(out);
         if (match.hasMatch()) m_started = match.captured(1).toLongLong();
+        m_answered.start();
         refresh();
     });
     connect(process, &QProcess::errorOccurred, this, [this, process](QProcess::ProcessError error) {
@@ -360,8 +361,9 @@ void SweepDialog::refresh()
         m_sweeps->setCurrentIndex(m_records.empty() ? -1 : index);
     }
     const bool anyRunning = std::find(m_running.begin(), m_running.end(), true) != m_running.end();
-    if (anyRunning && !m_timer->isActive()) m_timer->start();
-    if (!anyRunning && !m_waitingFor) m_timer->stop();
+    const bool settling = m_answered.isValid() && m_answered.elapsed() < 30000;
+    if ((anyRunning || settling) && !m_timer->isActive()) m_timer->start();
+    if (!anyRunning && !m_waitingFor && !settling) m_timer->stop();
     if (m_waitingFor && m_started > 0) {
         // The sweep just started: select it, and say so.
         m_waitingFor.reset();

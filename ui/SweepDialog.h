@@ -8,6 +8,7 @@
 // it; Open shows a trial's run in History.
 
 #include <QDialog>
+#include <QElapsedTimer>
 
 #include <optional>
 
@@ -91,6 +92,9 @@ private:
     int m_best = -1;                 // the selected sweep's best finished trial
     std::optional<std::size_t> m_waitingFor; // a sweep being started: how many there were
     std::int64_t m_started = 0;              // the id the command answered with
+    // Since a command answered: for a while the list is refreshed even with
+    // no runner seen (one on a slow machine, or a host's, may take its lock later).
+    QElapsedTimer m_answered;
 };
 
 } // namespace tb::ui

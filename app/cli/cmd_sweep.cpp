@@ -688,29 +688,38 @@ int detachRunner(const std::string& db, std::int64_t id, int parallel)
     // this answer (the window's Sweeps dialog) sees the sweep running, never
     // a runner still loading.
     const std::string lock = folder + "/lock", holder = std::to_string(pid) + " ";
-    for (const auto start = std::chrono::steady_clock::now();;) {
-        int status = 0;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            if (WIFEXITED(status) && WEXITSTATUS(status) == kExitOk) break; // a sweep with nothing left to run
-            // Its own error, from the part of its log it wrote.
-            std::ifstream in(log);
-            in.seekg(static_cast<std::streamoff>(logStart));
-            std::string line, why;
-            while (std::getline(in, line)) {
-                const auto at = line.find(": error: ") != std::string::npos ? line.find(": error: ") + 9
-                                : line.find(": failed: ") != std::string::npos ? line.find(": failed: ") + 10
-                                                                                : std::string::npos;
-                if (at != std::string::npos) why = line.substr(at);
-            }
-            if (why.empty()) why = "the sweep's runner ended at once; its output: " + log;
-            if (WIFEXITED(status) && WEXITSTATUS(status) == kExitBadInput) throw InputError(why);
-            throw RunError(why);
-        }
+    const auto holds = [&] {
         std::ifstream in(lock);
         std::string text;
         std::getline(in, text);
-        if (text.rfind(holder, 0) == 0) break;
-        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(120)) break; // a slow start: it goes on
+        return text.rfind(holder, 0) == 0;
+    };
+    for (const auto start = std::chrono::steady_clock::now();;) {
+        int status = 0;
+        const pid_t done = waitpid(pid, &status, WNOHANG);
+        if (holds()) break; // it runs (or ran: a sweep with nothing left ends at once)
+        if (done == pid || (done < 0 && errno == ECHILD)) {
+            if (done == pid && WIFEXITED(status) && WEXITSTATUS(status) == kExitOk) break;
+            // Its own error: the first line main() printed in the part of the
+            // log it wrote (a runner already running appends its trials' lines there too).
+            std::ifstream in(log);
+            in.seekg(static_cast<std::streamoff>(logStart));
+            std::string line, why;
+            while (why.empty() && std::getline(in, line)) {
+                for (const std::string prefix : {"trainbench-cli: error: ", "trainbench-cli: failed: "}) {
+                    if (line.rfind(prefix, 0) == 0) why = line.substr(prefix.size());
+                }
+            }
+            if (why.empty()) why = "the sweep's runner ended at once; its output: " + log;
+            if (done == pid && WIFEXITED(status) && WEXITSTATUS(status) == kExitBadInput) throw InputError(why);
+            throw RunError(why);
+        }
+        // A runner that has not taken the lock in two minutes (a store
+        // locked by another program): it goes on; the answer says so.
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(120)) {
+            std::cout << "the sweep's runner has not started its first trial yet; ";
+            break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::cout << "sweep " << id << " started in the background (pid " << pid << "); its output: " << log
@@ -761,6 +770,9 @@ int sweep(const Args& args)
         return sweepRemote(args);
     }
     if (args.value("--remote-cli") || args.value("--remote-db")) throw InputError("--remote-cli and --remote-db need --host");
+    // An inherited SIG_IGN would let the kernel reap the runner and the
+    // trials, and waitpid lose how they ended (as Ranks.cpp guards the ranks).
+    signal(SIGCHLD, SIG_DFL);
     const std::string db = args.value("--db").value_or(RunStore::defaultPath());
 
     if (statusId) {

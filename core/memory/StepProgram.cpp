@@ -33,8 +33,8 @@ bool ruledEvent(const RecordedStep::Event& e, const std::vector<bool>& ruled)
 }
 
 // The rule-sized allocations at their query's shape, and their releases
-// (`ruled`: ruledBlocks(s), where the caller has it).
-void sizeRuledEvents(RecordedStep& s, const std::vector<bool>* ruledKnown = nullptr)
+// (`ruled`: ruledBlocks(s)).
+void sizeRuledEvents(RecordedStep& s, const std::vector<bool>& ruled)
 {
     std::vector<std::int64_t> bytes(s.resident.begin(), s.resident.end());
     for (auto& e : s.events) {
@@ -46,8 +46,6 @@ void sizeRuledEvents(RecordedStep& s, const std::vector<bool>* ruledKnown = null
             bytes.push_back(e.bytes);
         }
     }
-    const auto found = ruledKnown ? std::vector<bool>{} : ruledBlocks(s);
-    const auto& ruled = ruledKnown ? *ruledKnown : found;
     for (auto& e : s.events) {
         if (e.bytes < 0 && ruledEvent(e, ruled)) e.bytes = -bytes[static_cast<std::size_t>(e.block)];
     }
@@ -497,7 +495,7 @@ RecordedStep StepProgram::at(const StepDims& dims) const
         set(out.parameterElements[i]);
         set(out.trainableBytes[i]);
     }
-    if (!indexed || anyRuled) sizeRuledEvents(out, &ruledHere);
+    if (!indexed || anyRuled) sizeRuledEvents(out, ruledHere);
     return out;
 }
 
