@@ -1,15 +1,12 @@
 // bench_step_programs: the Llama and GPT families' steps as programs recorded at small
 // widths (train/DerivedPlan.h deriveStep), evaluated at published models'
-// widths, against the hand replay (memory/Estimator.cpp):
+// widths:
 //   - how long recording takes, and how many probe steps;
-//   - on the CPU: the derived plan's peak against the hand replay's (bytes);
-//   - on an A100 (LibTorch as built): the derived plan's GPU figures (the
-//     programs by CUDA's device rules, memory/DeviceRules.h, on the caching
-//     allocator model) against the hand replay's peak (what nvidia-smi
-//     shows), max_memory_allocated and max_memory_reserved (percent), and
-//     how long one GPU plan takes.
-// A folder with a head size of its own (Qwen3 0.6B's layout) has no exact
-// hand replay: its row shows how far under the replay planned it.
+//   - on the CPU: the plan's peak (bytes);
+//   - on an A100 (LibTorch as built): the plan's GPU figures (the programs
+//     by CUDA's device rules, memory/DeviceRules.h, on the caching allocator
+//     model): its peak (what nvidia-smi shows), max_memory_allocated and
+//     max_memory_reserved, and how long one GPU plan takes.
 // Run from the source tree: bench_step_programs [FOLDER_OF_PRESETS] [WORDS]
 #include <array>
 #include <chrono>
@@ -39,19 +36,12 @@ std::string readText(const fs::path& p)
     return s.str();
 }
 
-double percent(std::int64_t a, std::int64_t b) { return 100.0 * (static_cast<double>(a) / static_cast<double>(b) - 1.0); }
 
 void bench(const std::string& label, const std::string& configJson, const fs::path& scratch)
 {
     const auto folder = scratch / label;
     fs::create_directories(folder);
     std::ofstream(folder / "config.json") << configJson;
-    if (const auto at = configJson.find("\"head_dim\""); at != std::string::npos) {
-        fs::create_directories(folder / "as-planned");
-        auto asPlanned = configJson;
-        asPlanned.erase(at, asPlanned.find(',', at) + 1 - at);
-        std::ofstream(folder / "as-planned" / "config.json") << asPlanned;
-    }
     tb::RunConfig c;
     c.device = "cpu";
     c.model.type = "hf";
@@ -111,39 +101,20 @@ void bench(const std::string& label, const std::string& configJson, const fs::pa
         for (const auto& [batch, seq] : {std::pair{1, 2048}, std::pair{4, 512}}) {
             c.train.batchSize = batch;
             c.data.seqLen = seq;
-            auto arch = tb::architectureFor(c);
-            if (!arch.notExact.empty()) {
-                // What the hand replay planned: the folder read with hidden / heads as the head size.
-                auto asIf = c;
-                asIf.model.path = (folder / "as-planned").string();
-                arch = tb::architectureFor(asIf);
-            }
             const auto cpuSetup = tb::setupFor(c);
             const auto cpu = derived.at(batch, seq, cpuSetup);
             auto gpu = cpuSetup;
             gpu.gpu = true;
             gpu.computeCapability = 80;
-            if (s.rank > 0 || tb::mixedPrecision(s.precision)) {
-                // LoRA and mixed precision have no hand plan (planned from their own step only).
-                const auto onGpu = derived.at(batch, seq, gpu);
-                std::printf("%-16s %-4s lora %2d%s%s  %5.1f s %2d steps  B %d T %4d  cpu: %14lld bytes  a100: %14lld bytes (%s)\n",
-                            label.c_str(), s.precision, s.rank, s.checkpointing ? " ckpt" : "", s.dropout > 0 ? " drop" : "",
-                            seconds, steps, batch, seq, static_cast<long long>(cpu.peakBytes),
-                            static_cast<long long>(onGpu.peakBytes), onGpu.lowerBound ? "lower bound" : "exact");
-                continue;
-            }
-            const auto hand = tb::estimateMemory(arch, cpuSetup);
-            const auto handGpu = tb::estimateMemory(arch, gpu);
             const auto g0 = std::chrono::steady_clock::now();
             const auto onGpu = derived.at(batch, seq, gpu);
             const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - g0).count();
-            std::printf("%-16s %-4s lora %2d%s%s  %5.1f s %2d steps  B %d T %4d  cpu: %+14lld bytes vs hand  a100: "
-                        "peak %+6.2f%%, allocated %+6.2f%%, reserved %+6.2f%% (%s, %.1f ms)%s\n",
+            std::printf("%-16s %-9s lora %2d%s%s  %5.1f s %2d steps  B %d T %4d  cpu: %14lld bytes  a100: %14lld bytes, "
+                        "allocated %14lld, reserved %14lld (%s, %.1f ms)\n",
                         label.c_str(), s.precision, s.rank, s.checkpointing ? " ckpt" : "", s.dropout > 0 ? " drop" : "",
-                        seconds, steps, batch, seq, static_cast<long long>(cpu.peakBytes - hand.peakBytes),
-                        percent(onGpu.peakBytes, handGpu.peakBytes), percent(onGpu.allocatedPeakBytes, handGpu.allocatedPeakBytes),
-                        percent(onGpu.reservedPeakBytes, handGpu.reservedPeakBytes), onGpu.lowerBound ? "lower bound" : "exact", ms,
-                        configJson.find("head_dim") == std::string::npos ? "" : "  (hand: the folder as it planned it, head size hidden / heads)");
+                        seconds, steps, batch, seq, static_cast<long long>(cpu.peakBytes), static_cast<long long>(onGpu.peakBytes),
+                        static_cast<long long>(onGpu.allocatedPeakBytes), static_cast<long long>(onGpu.reservedPeakBytes),
+                        onGpu.lowerBound ? "lower bound" : "exact", ms);
         }
     }
 }

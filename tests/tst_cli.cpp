@@ -679,9 +679,8 @@ void TestCli::estimateResolvesAutoOnTheTarget()
     QVERIFY(gpu["precision_error"].toString().contains("7.5"));
     r = cli({"estimate", "--config", config, "--gpu", "T4", "--json"});
     QCOMPARE(QJsonDocument::fromJson(r.out.toUtf8()).object()["gpu"].toObject()["verdict"].toString(), QString("fits"));
-    // Mixed precision is planned from its own step, asked for on a config
-    // kept on the CPU too (fp16 is CUDA's: traced as a GPU runs it), with
-    // or without a card; both refused with the hand replay's error before.
+    // Mixed precision asked for on a config kept on the CPU too (fp16 is
+    // CUDA's: traced as a GPU runs it), with or without a card (once refused).
     const QString onCpu = writeConfig("on-cpu.json", kTiny);
     for (const QStringList& extra : {QStringList{"--gpu", "T4", "--precision", "fp16"}, QStringList{"--precision", "fp16"},
                                      QStringList{"--precision", "bf16"}}) {

@@ -37,8 +37,8 @@ RunConfig defaultConfig()
     return loadConfigFile(tb::test::sourcePath("resources/examples/default.json"));
 }
 
-// A config's own step, derived as trainbench-cli preflight derives it (mixed
-// precision, LoRA: memory/Estimator.h ownStepReason), once per step traced.
+// A config's own step, derived as trainbench-cli preflight derives it, once
+// per step traced.
 std::shared_ptr<const DerivedStep> derivedOnce(const RunConfig& traced)
 {
     static std::map<std::string, std::shared_ptr<const DerivedStep>> steps;
@@ -48,12 +48,11 @@ std::shared_ptr<const DerivedStep> derivedOnce(const RunConfig& traced)
 }
 
 // The plan preflight checks a config against, in `precision`: its own
-// step's (derived once) where it is planned from it, else the hand replay's.
+// step's (derived once).
 MemoryPlan plannedIn(const RunConfig& c, const std::string& precision)
 {
     auto traced = c;
     traced.train.precision = precision;
-    if (!plannedFromItsStep(traced)) return MemoryPlan(architectureFor(c));
     return MemoryPlan(derivedOnce(traced), architectureFor(c));
 }
 
@@ -132,7 +131,7 @@ private Q_SLOTS:
     void bf16OnTuringWithAutoFix();
     void lossScalingWithHalfWeights();
     void memoryOverAndNearBudget();
-    void folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan();
+    void folderWithItsOwnHeadSizeIsPlannedFromItsStep();
     void fusedAttentionBelowAmpere();
     void offloadWithCheckpointing();
     void datasetProblems();
@@ -414,12 +413,12 @@ void TestDiagnose::memoryOverAndNearBudget()
     QVERIFY2(found, "no batch lands between 90% and 100% of a T4");
 }
 
-// A Llama folder whose head size is not hidden / heads: the quick check
-// plans its heads as hidden / heads, under its own step, and said nothing
-// when that fitted (a run that does not fit passed preflight). Now a fit is
-// reported as a lower bound with how to derive the plan; "does not fit"
-// stands, said to be that much or more.
-void TestDiagnose::folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan()
+// A Llama folder whose head size is not hidden / heads (once planned by
+// the quick check as hidden / heads, under its own step, so a run that did
+// not fit passed). The quick check, which derives nothing, says the memory is
+// not checked and how to derive its plan; preflight with its own step
+// derived decides from that plan.
+void TestDiagnose::folderWithItsOwnHeadSizeIsPlannedFromItsStep()
 {
     QTemporaryDir dir;
     const auto folder = dir.path().toStdString();
@@ -443,37 +442,28 @@ void TestDiagnose::folderWithItsOwnHeadSizeIsNotPassedOnAnUnderPlan()
     }
     c.data.seqLen = 512;
     c.train.batchSize = 1;
-    c.train.precision = "fp32"; // (mixed precision has no hand plan at all)
-    QVERIFY(plannedFromItsStep(c));
+    c.train.precision = "fp32";
     // The quick check, as the window runs it before a plan is derived.
     PreflightTarget quick;
     quick.gpu = GpuCatalogue::bundled().resolve("T4");
+    c.train.batchSize = 64;
+    c.data.seqLen = 4096;
     auto findings = runPreflight(c, quick);
     if (const auto* invalid = find(findings, "config_invalid")) QFAIL(invalid->cause.c_str());
     QVERIFY2(!find(findings, "memory_over_budget") && !find(findings, "memory_near_budget"), kinds(findings).c_str());
     const auto* f = find(findings, "memory_not_planned");
     QVERIFY2(f, kinds(findings).c_str());
     QCOMPARE(f->severity, Severity::Info);
-    QVERIFY2(f->title.find("lower bound") != std::string::npos && f->fix.find("Derive its plan") != std::string::npos,
-             f->title.c_str());
-    // Far too big: the error stands, as a bound.
-    c.train.batchSize = 64;
-    c.data.seqLen = 4096;
-    findings = runPreflight(c, quick);
-    const auto* over = find(findings, "memory_over_budget");
-    QVERIFY2(over, kinds(findings).c_str());
-    QVERIFY2(over->cause.find(" or more during") != std::string::npos, over->cause.c_str());
+    QVERIFY2(f->fix.find("Derive its plan") != std::string::npos, f->fix.c_str());
     // In fp16, as a T4 runs it, with its own step derived (as preflight in
     // the command line and the window derive it): the error is the plan's,
     // no bound.
     c.train.precision = "fp16";
     c.device = "cuda";
     findings = runPreflight(c, gpu("T4"));
-    over = find(findings, "memory_over_budget");
+    const auto* over = find(findings, "memory_over_budget");
     QVERIFY2(over && over->severity == Severity::Error, kinds(findings).c_str());
-    QVERIFY2(over->cause.find(" or more during") == std::string::npos
-                 && over->cause.find("Planned from its own training step") != std::string::npos,
-             over->cause.c_str());
+    QVERIFY2(over->cause.find(" or more during") == std::string::npos, over->cause.c_str());
 }
 
 void TestDiagnose::fusedAttentionBelowAmpere()
@@ -629,6 +619,7 @@ void TestDiagnose::autoFixesCreateNoNewFinding()
 {
     PreflightTarget here;
     here.local = LocalMachine{false, 0, {}, 64LL << 30};
+    here.derivePlan = derivedOnce; // (as a launch checks it: its own step derived)
     const std::vector<std::pair<std::string, PreflightTarget>> targets{
         {"T4", gpu("T4")}, {"A100", gpu("A100")}, {"this machine", here}};
     const auto problems = [&](const RunConfig& c) {
@@ -722,8 +713,8 @@ void TestDiagnose::preflightPlansWhatTheTargetRuns()
         QCOMPARE(f->numbers.at("estimated_peak_bytes"), static_cast<double>(peak));
     }
     // Weights loaded in bf16 and trained in "auto" on an A100 are pure bf16,
-    // as an explicit "bf16" is (planned as mixed precision, which the hand
-    // replay refused and whose own step it was not asked for).
+    // as an explicit "bf16" is (once planned as mixed precision, and not
+    // planned at all).
     auto bf16Weights = c;
     bf16Weights.train.weightsDtype = "bf16";
     const auto a100 = std::optional<GpuTarget>(GpuCatalogue::bundled().resolve("A100"));

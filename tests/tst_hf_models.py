@@ -895,9 +895,8 @@ def options_walk(tmp):
 
 def chat_planning(tmp):
     """Chat data keeps a float loss mask beside each example's ids (the
-    validation batches for the whole run, the step's batch): the hand plan,
-    the derived plan for two ranks and the hand plan for two ranks against
-    measure and measure --nproc 2. Many validation windows of a small model
+    validation batches for the whole run, the step's batch): the plan, and
+    the plan for two ranks, against measure and measure --nproc 2. Many validation windows of a small model
     make the mask a few percent of the peak."""
     tmp = os.path.join(tmp, "chat-planning")
     os.makedirs(tmp)
@@ -942,7 +941,6 @@ def chat_planning(tmp):
              ("chat data, bf16 LoRA q,v, bf16 base", "halfbase", ["measure"], ["estimate"])]
     if DATA_PARALLEL:
         cases += [("chat data, 2 ranks", "fp32", ["measure", "--nproc", "2"], ["estimate", "--gpus", "2"]),
-                  ("chat data, 2 ranks, derived", "fp32", None, ["estimate", "--derived", "--gpus", "2"]),
                   ("chat data, 2 ranks, bf16 base", "halfbase", ["measure", "--nproc", "2"], ["estimate", "--gpus", "2"])]
     peak = None
     for what, config, measure, estimate in cases:
@@ -961,15 +959,28 @@ def chat_planning(tmp):
         error = (planned - peak) / peak
         print("plan %-44s measured %9d planned %9d %+6.2f%%" % (what, peak, planned, 100 * error), flush=True)
         check(-0.005 <= error <= 0.02, "%s: planned %+.2f%% off the measured peak" % (what, 100 * error))
-    # measure and the derived plan ran fp32 weights for a config that plans
-    # bf16 ones, and reported that as the setup's peak; they refuse it now.
-    # (With --nproc it is refused once, before any rank starts.)
-    for args in (["measure"], ["estimate", "--derived"]) + ((["measure", "--nproc", "2"],) if DATA_PARALLEL else ()):
+    # measure ran fp32 weights for a config that plans bf16 ones, and
+    # reported that as the setup's peak; it refuses it now. (With --nproc it
+    # is refused once, before any rank starts.)
+    for args in (["measure"],) + ((["measure", "--nproc", "2"],) if DATA_PARALLEL else ()):
         r = run(*args, "--config", paths["loaded"], "--json")
         check(r.returncode != 0 and r.stderr.count("train.weights_dtype \"bf16\" describes a setup to plan") == 1,
               "%s with train.weights_dtype bf16: exit %d, %s" % (" ".join(args), r.returncode, r.stderr.strip()[-300:]))
+    # The plan of weights loaded in bf16 and trained in bf16 is pure bf16's
+    # step (the same tensors from the first step on), as train.precision
+    # "bf16-pure" over fp32 weights is traced.
     r = run("estimate", "--config", paths["loaded"], "--json")
-    check(r.returncode == 0, "the hand plan of bf16 weights failed: %s" % r.stderr.strip()[-300:])
+    check(r.returncode == 0, "the plan of bf16 weights failed: %s" % r.stderr.strip()[-300:])
+    if r.returncode == 0:
+        pure = json.loads(open(paths["loaded"]).read())
+        pure["train"]["precision"] = "bf16-pure"
+        pure["train"]["weights_dtype"] = "fp32"
+        pure_path = paths["loaded"] + ".pure.json"
+        with open(pure_path, "w") as f:
+            json.dump(pure, f)
+        p = run("estimate", "--config", pure_path, "--json")
+        check(p.returncode == 0 and json.loads(p.stdout)["peak_bytes"] == json.loads(r.stdout)["peak_bytes"],
+              "bf16 weights trained in bf16 are not planned as pure bf16: %s" % p.stderr.strip()[-300:])
 
 
 def main():

@@ -150,10 +150,8 @@ private Q_SLOTS:
     // torchtune README, "Optimization flags" (PR #2003): Llama-3.2-3B full
     // fine-tune on an A100, bf16 weights, gradients and AdamW state, batch
     // 2 x 4096 packed, no checkpointing, SDPA, fp32 logits for the loss;
-    // torch.cuda.memory_stats active_bytes.all.peak, 60 GB read as GiB (the
-    // row tst_published_rows plans by the hand replay). Here from the step
-    // itself, recorded at small widths: the full fine-tuning the hand replay
-    // still plans, derived, against the same figure.
+    // torch.cuda.memory_stats active_bytes.all.peak, 60 GB read as GiB.
+    // From the step itself, recorded at small widths.
     void fullFineTuneFromItsStepWithinTenPercent()
     {
         if (builtTorchMajor() < 2) QSKIP("the row ran SDPA, which needs LibTorch 2.x (the torch2 tree runs this)");

@@ -602,20 +602,17 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
 {
     const RunConfig* config = &configValue;
     const TargetPlan here = planOnTarget(*config, std::nullopt);
-    // A config planned from its own step (decided in the precision the
-    // device resolves: "auto" is mixed on a GPU, fp32 on the CPU): the step
-    // traced in that precision (as the Memory planner traces it), shared
-    // with the planner and preflight through the window's deriver; traced on
-    // first need.
+    // The config's own step, in the precision the device resolves ("auto"
+    // is mixed on a GPU, fp32 on the CPU), as the Memory planner traces it,
+    // shared with the planner and preflight through the window's deriver;
+    // traced on first need.
     QString pending;
     const auto planOf = [&](const TargetPlan& resolved) -> std::optional<MemoryPlan> {
         auto traced = *config;
         traced.train.precision = resolved.setup.precision;
-        if (!plannedFromItsStep(traced)) return MemoryPlan(resolved.arch);
-        const auto why = QString::fromStdString(ownStepReason(traced));
         if (!m_deriver) {
-            pending = tr("Memory estimate: this run (%1) is planned from its own training step (Memory planner; "
-                         "trainbench-cli estimate).").arg(why);
+            pending = tr("Memory estimate: this run is planned from its own training step (Memory planner; "
+                         "trainbench-cli estimate).");
             return std::nullopt;
         }
         traced = StepDeriver::standalone(std::move(traced));
@@ -626,7 +623,7 @@ void ExperimentPanel::updateEstimateFor(const RunConfig& configValue)
             return std::nullopt;
         }
         m_deriver->derive(traced);
-        pending = tr("Memory estimate: tracing its training step on this CPU (%1; seconds)…").arg(why);
+        pending = tr("Memory estimate: tracing its training step on this CPU (seconds)…");
         return std::nullopt;
     };
     const auto cpuPlan = planOf(here);

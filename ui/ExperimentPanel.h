@@ -53,9 +53,8 @@ public:
     // The GPU the estimate line plans for (the Hardware panel's target).
     // The window's target GPU: the estimate follows its changes.
     void setTargetModel(GpuTargetModel* targets);
-    // The window's deriver: a config planned from its own step (LoRA, a
-    // quantized base, a folder the hand replay lacks) is traced there and
-    // its estimate shown once derived, the plan the Memory planner shows.
+    // The window's deriver: the config's own step is traced there and its
+    // estimate shown once derived, the plan the Memory planner shows.
     void setStepDeriver(StepDeriver* deriver);
     // The current config's memory estimate, as shown under the form.
     QString estimateText() const;

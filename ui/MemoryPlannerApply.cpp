@@ -53,16 +53,6 @@ QString MemoryPlannerPanel::applyToExperiment()
     if (source() != "experiment" || !config) return {};
     const QString precision = m_precision->currentData().toString();
     const QString optimizer = m_optimizer->currentData().toString();
-    // What the config cannot express is said, not dropped.
-    QString refused;
-    if (optimizer == "adamw8bit") {
-        refused = tr("8-bit AdamW is a planning option: the trainer has AdamW and SGD. Choose one of them to apply it.");
-    }
-    if (!refused.isEmpty()) {
-        plainWarning(this, tr("Apply to experiment"), refused);
-        Q_EMIT applied(tr("Nothing applied: %1").arg(refused));
-        return refused;
-    }
     ConfigEdits edits;
     const auto set = [&edits](const QString& path, const QString& label, const QJsonValue& value, const QString& was,
                               const QString& now) { edits.set(path, label, value, was, now); };

@@ -101,8 +101,7 @@ QWidget* MemoryPlannerPanel::buildInputs()
     m_optimizer->addItem(tr("AdamW"), "adamw");
     m_optimizer->addItem(tr("SGD with momentum"), "sgd");
     m_optimizer->addItem(tr("SGD"), "sgd-plain");
-    m_optimizer->addItem(tr("8-bit AdamW"), "adamw8bit");
-    m_optimizer->setToolTip(tr("8-bit AdamW (one byte per moment) is a planning option; the trainer does not run it."));
+    m_optimizer->setToolTip(tr("The optimizer the step is traced with (optim.optimizer, optim.momentum)"));
     form->addRow(tr("Optimizer"), m_optimizer);
     m_checkpointing = new QCheckBox(tr("recompute blocks"), inputs);
     m_checkpointing->setToolTip(tr("Activation checkpointing: keep only each block's input and recompute the block in "

@@ -82,26 +82,11 @@ bool MemoryPlannerPanel::importHfConfig(const QString& path, QString* error)
     try {
         const auto text = readHfConfigText(source);
         model = modelFromHfConfig(text, source);
-        // Planned from its own step where the hand replay lacks its layout,
-        // or with LoRA: traced from a scratch folder holding the config.json.
-        // A config.json the trainer does not build (a look-alike the hand
-        // plan reads) is planned by hand without LoRA, and says why not with it.
-        // (Read whole before any of it replaces what was imported before.)
-        const auto gap = handReplayGap(model);
-        std::optional<PublishedExperiment> step;
-        QString stepError;
-        try {
-            step = publishedExperiment(text, source);
-        } catch (const InputError& e) {
-            if (!gap.empty()) throw;
-            stepError = QString::fromStdString(e.what());
-        }
-        std::optional<ArchitectureSpec> hand;
-        if (gap.empty()) hand = architectureFromHfModel(model, source);
+        // Planned from its own step, traced from a scratch folder holding
+        // the config.json (read whole before any of it replaces what was
+        // imported before). One the trainer does not build cannot be planned.
+        auto step = publishedExperiment(text, source);
         m_importedStep = std::move(step);
-        m_importedStepError = stepError;
-        m_importedReason = QString::fromStdString(gap);
-        m_imported = std::move(hand);
     } catch (const std::exception& e) {
         if (error) *error = QString::fromStdString(e.what());
         return false;
@@ -205,7 +190,6 @@ void MemoryPlannerPanel::loadFromExperiment()
 // The plan of a config planned from its own step (the experiment's, or an
 // imported config.json's): the deriver's, once traced; else why not yet.
 std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString* why, const std::string* quantize,
-                                                                       const std::string& reason,
                                                                        const RunConfig& config) const
 {
     std::string key;
@@ -218,9 +202,8 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString*
     const auto derived = m_deriver->plan(key);
     if (!derived) {
         *why = m_deriver->running() && m_deriver->runningKey() == key
-            ? tr("Tracing the model's training step on this computer's CPU (planned from it: %1): %2…")
-                  .arg(QString::fromStdString(reason),
-                       m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
+            ? tr("Tracing the model's training step on this computer's CPU (the plan is recorded from it): %1…")
+                  .arg(m_deriver->progress().isEmpty() ? tr("starting") : m_deriver->progress())
             : m_deriver->queuedKey() == key
             ? tr("Waiting for another plan being traced, then tracing this one…")
             : !m_deriver->error(key).isEmpty()
@@ -230,9 +213,8 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString*
                  "the step on this CPU (seconds) and plans from it.")
                   .arg(QString::fromStdString(config.model.quantize))
             : plannableModel(config)
-            ? tr("This model is planned from its own training step (%1): Derive plan records the step on "
-                 "this CPU (seconds) and plans from it.")
-                  .arg(QString::fromStdString(reason))
+            ? tr("This model is planned from its own training step: Derive plan records the step on this CPU "
+                 "(seconds) and plans from it.")
             : tr("A TorchScript model: Derive plan traces its training step on this CPU (seconds) "
                  "and plans from it.");
         return std::nullopt;
@@ -241,9 +223,7 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString*
     ArchitectureSpec model;
     QString unused;
     if (const auto* published = publishedStep(&unused)) model.maxPositions = published->model.maxLen;
-    Plan plan;
-    plan.memory = MemoryPlan(derived, model);
-    plan.setup = planOnTarget(*traced, std::optional<GpuTarget>(target())).setup;
+    Plan plan{MemoryPlan(derived, model), planOnTarget(*traced, std::optional<GpuTarget>(target())).setup};
     plan.setup.batch = batch();
     plan.setup.seqLen = seqLen();
     return plan;
@@ -251,19 +231,10 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::derivedPlan(QString*
 
 std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString* why, const std::string* quantize) const
 {
-    Plan plan;
-    const QString src = source();
-    std::string precision = m_precision->currentData().toString().toStdString();
-    std::vector<std::string> targets;
-    QString targetText = m_loraTargets->currentData().toString();
-    if (targetText == "custom") targetText = m_loraTargets->currentData(Qt::UserRole + 1).toString();
-    for (const QString& t : targetText.split(',', Qt::SkipEmptyParts)) targets.push_back(t.toStdString());
-    if (src == "experiment") {
+    // Every model's plan is the step derived from the model itself (the
+    // experiment's, a preset's or an imported config.json's).
+    if (source() == "experiment") {
         auto config = m_document->config();
-        if (config && quantize) {
-            config->model.quantize = *quantize;
-            config->model.doubleQuant = true;
-        }
         if (!config) {
             const auto& issues = m_document->issues();
             *why = m_document->jsonIsObject() && !issues.empty()
@@ -271,58 +242,14 @@ std::optional<MemoryPlannerPanel::Plan> MemoryPlannerPanel::currentPlan(QString*
                 : tr("The experiment's config is not valid JSON yet.");
             return std::nullopt;
         }
-        config->lora.rank = m_loraRank->value(); // (the planner's rank and precision, as derivedConfig traces them)
-        config->train.precision = m_precision->currentData().toString().toStdString();
-        if (plannedFromItsStep(*config)) {
-            // A TorchScript model, LoRA, mixed precision, or a folder the hand
-            // replay does not model: its plan is the step derived from the model itself.
-            return derivedPlan(why, quantize, ownStepReason(*config), *config);
-        }
-        if (config->data.source == "text") config->data.seqLen = seqLen();
-        const TargetPlan resolved = planOnTarget(*config, std::optional<GpuTarget>(target()));
-        plan.memory = MemoryPlan(resolved.arch);
-        plan.setup = resolved.setup;
-        plan.setup.loraTargets = plannedLoraTargets(config->model.type, targets);
-        // (bf16 over weights loaded in bf16 trains as pure bf16: setupFor.)
-        if (resolved.setup.precision == "bf16-pure") precision = "bf16-pure";
-    } else if (plannedFromStep()) {
-        // LoRA or mixed precision on a published model, or an imported layout the hand replay lacks.
-        const auto* published = publishedStep(why);
-        if (!published) return std::nullopt;
-        auto config = published->config;
-        config.lora.rank = m_loraRank->value();
-        config.train.precision = m_precision->currentData().toString().toStdString();
-        const auto reason = !m_importedReason.isEmpty() && src == "imported" ? m_importedReason.toStdString()
-                                                                               : ownStepReason(config);
-        return derivedPlan(why, quantize, reason, config);
-    } else {
-        if (src == "imported" && (m_loraRank->value() > 0 || mixedPrecision(m_precision->currentData().toString().toStdString()))) {
-            *why = tr("%1 is planned from the model's own training step, and this config.json's step cannot be traced: %2")
-                       .arg(m_loraRank->value() > 0 ? tr("LoRA") : tr("Mixed precision"), m_importedStepError);
-            return std::nullopt;
-        }
-        if (src == "imported") {
-            if (!m_imported) return std::nullopt;
-            plan.memory = MemoryPlan(*m_imported);
-        } else {
-            plan.memory = MemoryPlan(findArchitecture(src.toStdString()).arch);
-        }
-        plan.setup.loraTargets = loraProjections(plan.memory.arch().family, targets);
+        return derivedPlan(why, quantize, *config);
     }
-    auto& s = plan.setup;
-    s.batch = batch();
-    s.seqLen = seqLen();
-    s.precision = precision;
-    s.optimizer = m_optimizer->currentData().toString().toStdString();
-    s.checkpointing = m_checkpointing->isChecked();
-    s.attention = m_attention->currentData().toString().toStdString();
-    s.loraRank = m_loraRank->value();
-    if (s.loraRank == 0) s.loraTargets.clear();
-    s.gradAccum = m_gradAccum->value();
-    s.gpu = true;
-    s.gpus = target().count;
-    if (target().gpu.cc.known()) s.computeCapability = target().gpu.cc.major * 10 + target().gpu.cc.minor;
-    return plan;
+    const auto* published = publishedStep(why);
+    if (!published) {
+        if (why->isEmpty() && source() == "imported") *why = tr("Import a config.json to plan it.");
+        return std::nullopt;
+    }
+    return derivedPlan(why, quantize, published->config);
 }
 
 std::optional<TrainingSetup> MemoryPlannerPanel::plannedSetup() const
@@ -421,16 +348,8 @@ void MemoryPlannerPanel::pointChanged()
 
 bool MemoryPlannerPanel::plannedFromStep() const
 {
-    if (source() == "imported" && !m_importedStep) return false;
-    const auto precision = m_precision->currentData().toString().toStdString();
-    if (source() != "experiment") {
-        return m_loraRank->value() > 0 || mixedPrecision(precision) || (source() == "imported" && !m_importedReason.isEmpty());
-    }
-    auto config = m_document->config();
-    if (!config) return false;
-    config->lora.rank = m_loraRank->value();
-    config->train.precision = precision;
-    return plannedFromItsStep(*config);
+    if (source() == "imported") return m_importedStep.has_value();
+    return source() != "experiment" || m_document->config().has_value();
 }
 
 const PublishedExperiment* MemoryPlannerPanel::publishedStep(QString* why) const
@@ -493,11 +412,6 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     }
     const QString precision = m_precision->currentData().toString();
     const QString optimizer = m_optimizer->currentData().toString();
-    if (optimizer == "adamw8bit") {
-        *why = tr("8-bit AdamW is a planning option the trainer does not run, so this model's step cannot be "
-                  "traced with it: choose AdamW or SGD.");
-        return std::nullopt;
-    }
     auto& c = *config;
     c.train.precision = precision.toStdString(); // the trainer's own names, bf16-pure included
     c.optim.optimizer = optimizer == "adamw" ? "adamw" : "sgd";
@@ -514,8 +428,8 @@ std::optional<RunConfig> MemoryPlannerPanel::derivedConfig(std::string* key, QSt
     }
     c.train.gradAccum = m_gradAccum->value();
     if (source() != "experiment") loadBaseAsPublished(c); // the base in half precision, as PEFT loads it
-    // (A built-in or Hugging Face model's step is traced with the weights in
-    // fp32 on the device, as the hand replay plans these fields: deriveStep.)
+    // (A built-in or Hugging Face model's step is traced with the weights on
+    // the device, as the trainer runs in their place: deriveStep.)
     const bool halfWeights = config->train.weightsDtype != "fp32" && config->lora.rank <= 0, offload = config->train.offload != "none";
     if ((halfWeights || offload) && !plannableModel(*config)) {
         const QString weightsField = tr("train.weights_dtype \"%1\"").arg(QString::fromStdString(config->train.weightsDtype));

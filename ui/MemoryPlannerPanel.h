@@ -58,8 +58,8 @@ public:
     // "experiment", a preset id ("llama-2-7b"), or "imported" once a file was imported.
     bool selectSource(const QString& source);
     QString source() const;
-    // Reads a Hugging Face config.json and plans for it (by the hand-written
-    // plan, or, for a layout that plan lacks, from its own step: Derive plan).
+    // Reads a Hugging Face config.json and plans for it (from its own step,
+    // traced from a scratch folder holding it).
     bool importHfConfig(const QString& path, QString* error);
 
     void setBatch(int batch);
@@ -128,23 +128,22 @@ private:
     const GpuTarget& target() const;
     void showTarget();
     struct Plan {
-        // The plan asked (memory/MemoryPlan.h): the model's own step where
-        // it is planned from it, else the hand replay.
-        MemoryPlan memory{ArchitectureSpec{}};
+        // The plan asked (memory/MemoryPlan.h): the model's own step.
+        MemoryPlan memory;
         TrainingSetup setup;
     };
     // The plan of the inputs; with `quantize`, of the experiment's config
     // with its base stored so ("nf4", "none": the comparison line).
     std::optional<Plan> currentPlan(QString* why, const std::string* quantize = nullptr) const;
-    std::optional<Plan> derivedPlan(QString* why, const std::string* quantize, const std::string& reason,
-                                    const RunConfig& config) const;
+    std::optional<Plan> derivedPlan(QString* why, const std::string* quantize, const RunConfig& config) const;
     QString quantizedComparison() const; // "Base stored in NF4 (QLoRA): ..." or the unquantized plan
     // The config planned from its own step (the experiment's, or an imported
     // config.json's as an experiment) with the planner's inputs applied (what
     // a derived step is traced for) and its key (batch and sequence left
     // out); nullopt with why when it cannot be traced.
     std::optional<RunConfig> derivedConfig(std::string* key, QString* why, const std::string* quantize = nullptr) const;
-    // Whether the source's plan is its own step's (not the hand replay's).
+    // Whether the source has a step to plan from (a valid experiment, a
+    // preset, an imported config.json).
     bool plannedFromStep() const;
     void deriveOrCancel();
     void updateDeriveButton();
@@ -162,13 +161,9 @@ private:
 
     ConfigDocument* m_document;
     GpuTargetModel* m_targets = nullptr;
-    std::optional<ArchitectureSpec> m_imported;
     // An imported config.json as the experiment its step is traced from
-    // (memory/Architectures.h), and what of its layout the hand-written plan
-    // lacks (empty: only LoRA plans it from its step).
+    // (memory/Architectures.h).
     std::optional<PublishedExperiment> m_importedStep;
-    QString m_importedReason;
-    QString m_importedStepError; // why the imported config.json has no step to trace
     // Each preset as such an experiment (built when its LoRA plan is first
     // asked for; the scratch folders live while the panel does).
     mutable std::map<QString, PublishedExperiment> m_presetSteps;

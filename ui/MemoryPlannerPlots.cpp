@@ -59,7 +59,7 @@ void MemoryPlannerPanel::syncSliderRanges(const Plan& plan)
     // the built-in model (built for the sequence it trains on) up to 4x the
     // current length. The addition task's sequence is fixed by its digits.
     const bool fixedSeq = source() == "experiment"
-        && (plan.setup.dataset == "addition" || (plan.memory.step() && plan.memory.step()->fixedSeqLen > 0));
+        && (plan.setup.dataset == "addition" || plan.memory.step().fixedSeqLen > 0);
     // The batch axis: twice the largest batch that fits at this sequence
     // length (a power of two, at least 16), so the frontier sits inside the map.
     // Both follow the model: a 7B model on a T4 fits batch 2 and a few

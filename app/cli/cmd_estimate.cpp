@@ -22,12 +22,6 @@
 namespace tb::cli {
 namespace {
 
-struct Plan {
-    ArchitectureSpec arch;
-    TrainingSetup setup;
-    std::optional<GpuTarget> gpu;
-};
-
 std::vector<std::string> splitList(const std::string& text)
 {
     std::vector<std::string> out;
@@ -38,7 +32,7 @@ std::vector<std::string> splitList(const std::string& text)
     return out;
 }
 
-// The context and caching-allocator options of a GPU plan (hand replay or derived).
+// The context and caching-allocator options of a GPU plan.
 void applyGpuOptions(const Args& args, TrainingSetup& s)
 {
     if (auto c = args.integer("--cuda-context", 1, 1LL << 40)) s.cudaContextBytes = *c;
@@ -63,80 +57,6 @@ void applyGpuOptions(const Args& args, TrainingSetup& s)
 
 // The trainer's precisions, as --precision takes them.
 bool knownPrecision(const std::string& p) { return p == "fp32" || p == "fp16" || p == "bf16" || p == "bf16-pure"; }
-
-Plan planFromArgs(const Args& args, const char* command)
-{
-    if (!args.positionals().empty()) {
-        throw InputError(std::string("'") + command + "' takes no positional arguments, got \"" + args.positionals()[0]
-                         + "\"");
-    }
-    const auto path = args.value("--config");
-    const auto preset = args.value("--preset");
-    const auto hf = args.value("--hf-config");
-    if ((path ? 1 : 0) + (preset ? 1 : 0) + (hf ? 1 : 0) != 1) {
-        throw InputError(std::string("'") + command
-                         + "' needs exactly one of --config FILE, --preset NAME (see --list-presets) or --hf-config FILE");
-    }
-    Plan plan;
-    bool bf16Weights = false; // a config's full fine-tuning of weights loaded in bf16 (bf16 on them is pure)
-    if (auto gpu = args.value("--gpu")) plan.gpu = GpuCatalogue::bundled().resolve(*gpu);
-    // Data-parallel replicas: GPUs of --gpu, or processes on this machine's CPU.
-    const auto replicas = args.integer("--gpus", 1, 1024);
-    if (replicas && plan.gpu) plan.gpu->count = static_cast<int>(*replicas);
-    if (path) {
-        RunConfig config = loadConfigFile(*path);
-        if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
-        if (auto t = args.integer("--seq", 1, 1 << 20)) config.data.seqLen = static_cast<int>(*t);
-        if (args.flag("--checkpointing")) config.train.activationCheckpointing = true;
-        // (A rank above 0 is planned from its own step: needsItsStep.)
-        if (auto r = args.integer("--lora-rank", 0, 4096)) config.lora.rank = static_cast<int>(*r);
-        if (auto issues = validateConfig(config, false); !issues.empty()) throw ConfigError(*path, std::move(issues));
-        // What the config becomes on the target: "auto" precision resolved
-        // there, as the Experiment form, the planner and preflight resolve it.
-        const TargetPlan resolved = planOnTarget(config, plan.gpu);
-        plan.arch = resolved.arch;
-        plan.setup = resolved.setup;
-        bf16Weights = config.train.weightsDtype == "bf16" && config.lora.rank == 0;
-    } else {
-        plan.arch = preset ? findArchitecture(*preset).arch : loadHfConfigFile(*hf);
-        // A planning default for published models: batch 1, 512 tokens, AdamW.
-        plan.setup.batch = args.integer("--batch", 1, 1 << 20).value_or(1);
-        plan.setup.seqLen = args.integer("--seq", 1, 1 << 24).value_or(std::min<std::int64_t>(512, plan.arch.maxPositions));
-        plan.setup.checkpointing = args.flag("--checkpointing");
-        if (plan.arch.positional == "learned" && plan.setup.seqLen > plan.arch.maxPositions) {
-            throw InputError("--seq " + std::to_string(plan.setup.seqLen) + " is longer than the model's "
-                             + std::to_string(plan.arch.maxPositions) + " learned positions");
-        }
-    }
-    auto& s = plan.setup;
-    if (auto o = args.value("--optimizer")) {
-        if (*o != "adamw" && *o != "sgd" && *o != "sgd-plain" && *o != "adamw8bit") {
-            throw InputError("--optimizer must be adamw, sgd (with momentum), sgd-plain or adamw8bit, got \"" + *o + "\"");
-        }
-        s.optimizer = *o;
-    }
-    if (auto p = args.value("--precision")) {
-        if (!knownPrecision(*p)) {
-            throw InputError("--precision must be fp32, fp16, bf16 (mixed, fp32 master weights) or bf16-pure, got \""
-                             + *p + "\"");
-        }
-        s.precision = *p == "bf16" && bf16Weights ? "bf16-pure" : *p; // (setupFor's rule)
-    }
-    if (auto a = args.value("--attention")) {
-        if (*a != "eager" && *a != "fused") throw InputError("--attention must be eager or fused, got \"" + *a + "\"");
-        s.attention = *a;
-    }
-    if (auto n = args.integer("--attention-modules", 1, 1024)) plan.arch.attentionModules = static_cast<int>(*n);
-    if (auto n = args.integer("--grad-accum", 1, 1 << 16)) s.gradAccum = static_cast<int>(*n);
-    if (plan.gpu) {
-        s.gpu = true;
-        s.gpus = plan.gpu->count;
-        if (plan.gpu->gpu.cc.known()) s.computeCapability = plan.gpu->gpu.cc.major * 10 + plan.gpu->gpu.cc.minor;
-    }
-    if (replicas) s.gpus = static_cast<int>(*replicas);
-    applyGpuOptions(args, s);
-    return plan;
-}
 
 nlohmann::json toJson(const MemoryEstimate& e)
 {
@@ -239,8 +159,8 @@ int printFit(const Args& args, bool bySeq, std::int64_t answer, std::int64_t bud
     return answer == 0 ? kExitFailed : kExitOk;
 }
 
-// estimate/fit --derived (and any TorchScript config): the plan from the
-// trainer's own step, traced at small shapes on this machine's CPU.
+// estimate/fit: the plan from the trainer's own step, traced at small
+// shapes on this machine's CPU.
 struct Derived {
     RunConfig config;
     DerivedStep step;
@@ -257,36 +177,6 @@ std::optional<std::pair<std::string, std::string>> publishedConfig(const Args& a
     const auto hf = args.value("--hf-config");
     if (!hf) return std::nullopt;
     return std::pair{readHfConfigText(*hf), *hf};
-}
-
-// Whether the plan asked for is derived from its own step, as a config's is
-// (memory/Estimator.h ownStepReason): a config's with --lora-rank and
-// --precision applied and "auto" resolved on --gpu's card; a published
-// model's with LoRA adapters (--lora-rank), in mixed precision (--precision
-// fp16 or bf16), or where its hand-written plan has a gap (Qwen3's norms,
-// Phi-3's fused projections, Gemma 3, a head size of its own).
-bool needsItsStep(const Args& args)
-{
-    const auto rank = args.integer("--lora-rank", 0, 4096);
-    const auto precision = args.value("--precision");
-    const bool known = precision && knownPrecision(*precision); // (another is refused with the plan's other options)
-    if (const auto path = args.value("--config")) {
-        auto config = loadConfigFile(*path);
-        if (rank) config.lora.rank = static_cast<int>(*rank);
-        if (known) {
-            // As planFromArgs plans it: the precision asked for.
-            config.train.precision = *precision;
-        } else {
-            std::optional<GpuTarget> gpu;
-            if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
-            config.train.precision = planOnTarget(config, gpu).setup.precision;
-        }
-        return plannedFromItsStep(config);
-    }
-    const auto published = publishedConfig(args);
-    if (!published) return false;
-    if ((rank && *rank > 0) || (known && mixedPrecision(*precision))) return true;
-    return !handReplayGap(modelFromHfConfig(published->first, published->second)).empty();
 }
 
 // A published model (a preset, or a config.json alone) as an experiment to
@@ -315,8 +205,8 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
                          + "' needs exactly one of --config FILE, --preset NAME (see --list-presets) or --hf-config FILE");
     }
     if (args.value("--attention-modules")) {
-        throw InputError("--attention-modules does not apply to a plan derived from the model's own step (--derived, "
-                         "and every LoRA or mixed-precision plan), which traces the modules the trainer builds");
+        throw InputError("--attention-modules is gone: the plan is the trainer's own step, traced with the attention "
+                         "modules the trainer builds");
     }
     std::shared_ptr<const std::string> scratch;
     RunConfig config = path ? loadConfigFile(*path) : publishedExperiment(args, scratch);
@@ -344,9 +234,8 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
     }
     if (auto o = args.value("--optimizer")) {
         if (*o != "adamw" && *o != "sgd" && *o != "sgd-plain") {
-            throw InputError("--optimizer must be adamw, sgd (with momentum) or sgd-plain for a plan derived from the "
-                             "model's own step (--derived, and every LoRA or mixed-precision plan: it traces what the "
-                             "trainer runs), got \"" + *o + "\"");
+            throw InputError("--optimizer must be adamw, sgd (with momentum) or sgd-plain, the trainer's optimizers (the "
+                             "plan traces the step the trainer runs), got \"" + *o + "\"");
         }
         config.optim.optimizer = *o == "adamw" ? "adamw" : "sgd";
         if (*o == "sgd-plain") config.optim.momentum = 0;
@@ -377,43 +266,35 @@ TrainingSetup derivedSetup(const Args& args, const RunConfig& config, const std:
     return setup;
 }
 
+// --gpu's card, with --gpus replicas of it.
+std::optional<GpuTarget> gpuFromArgs(const Args& args)
+{
+    std::optional<GpuTarget> gpu;
+    if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
+    if (auto replicas = args.integer("--gpus", 1, 1024); replicas && gpu) gpu->count = static_cast<int>(*replicas);
+    return gpu;
+}
+
 int estimate(const Args& args)
 {
     if (args.flag("--list-presets")) return listPresets();
-    // A TorchScript model, LoRA, or a config the hand replay does not model:
-    // its plan is derived. On a GPU: the programs by the device rules on the
-    // allocator's model (the Llama and GPT families, where the card's kernels
-    // have rules); else the traced tensors plus the context and workspaces, a
-    // lower bound.
-    const bool derive = args.flag("--derived") || needsItsStep(args);
-    std::optional<GpuTarget> gpu;
-    std::optional<MemoryPlan> plan;
-    TrainingSetup setup;
-    std::int64_t batch = 0, seqLen = 0;
-    if (derive) {
-        if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
-        auto [config, step, scratch] = derivedFromArgs(args, "estimate", gpu);
-        setup = derivedSetup(args, config, gpu);
-        batch = config.train.batchSize;
-        seqLen = effectiveSeqLen(config);
-        plan.emplace(std::make_shared<const DerivedStep>(std::move(step)), ArchitectureSpec{});
-    } else {
-        auto target = planFromArgs(args, "estimate");
-        gpu = target.gpu;
-        setup = target.setup;
-        batch = setup.batch;
-        seqLen = setup.seqLen;
-        plan.emplace(target.arch);
-    }
-    const auto e = plan->at(batch, seqLen, setup);
+    // The model's own step, traced at small widths. On a GPU: the programs
+    // by the device rules on the allocator's model (the Llama and GPT
+    // families, where the card's kernels have rules); else the traced
+    // tensors plus the context and workspaces, a lower bound.
+    const auto gpu = gpuFromArgs(args);
+    auto [config, step, scratch] = derivedFromArgs(args, "estimate", gpu);
+    const auto setup = derivedSetup(args, config, gpu);
+    const MemoryPlan plan(std::make_shared<const DerivedStep>(std::move(step)), ArchitectureSpec{});
+    const auto e = plan.at(config.train.batchSize, effectiveSeqLen(config), setup);
     if (args.flag("--json")) {
         auto out = toJson(e);
         if (gpu) out["gpu"] = gpuJson(*gpu, setup, e);
         auto text = out.dump(2);
-        // A derived plan's compiled step and its programs: the plan at any
-        // batch and sequence (the Memory planner reads it), written compact
-        // (a 7B model's programs are about 1.5 MB; indented, several times that).
-        if (plan->step()) text.insert(text.size() - 2, ",\n  \"derived_step\": " + derivedStepToJson(*plan->step()));
+        // The compiled step and its programs: the plan at any batch and
+        // sequence (the Memory planner reads it), written compact (a 7B
+        // model's programs are about 1.5 MB; indented, several times that).
+        text.insert(text.size() - 2, ",\n  \"derived_step\": " + derivedStepToJson(plan.step()));
         std::cout << text << "\n";
     } else {
         printEstimate(e);
@@ -425,38 +306,20 @@ int estimate(const Args& args)
 // The largest batch (or, with --batch, sequence) whose plan fits --budget or the card.
 int fit(const Args& args)
 {
-    // A TorchScript model, LoRA, or a config the hand replay does not model: its plan is derived.
-    const bool derive = args.flag("--derived") || needsItsStep(args);
-    std::optional<GpuTarget> gpu;
-    std::optional<MemoryPlan> plan;
-    TrainingSetup setup;
-    std::int64_t batch = 0, seqLen = 0;
-    bool fixedSeq = false;
     auto budget = args.integer("--budget", 1, (1LL << 62));
-    if (derive) {
-        if (auto name = args.value("--gpu")) gpu = GpuCatalogue::bundled().resolve(*name);
-        if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
-        if (!budget && !gpu) throw InputError("'fit' with a derived plan needs --gpu NAME (a card from the catalogue) or --budget BYTES");
-        auto [config, step, scratch] = derivedFromArgs(args, "fit", gpu);
-        setup = derivedSetup(args, config, gpu); // (its accumulation and ranks: the plan adds their data)
-        batch = config.train.batchSize;
-        seqLen = effectiveSeqLen(config);
-        fixedSeq = step.fixedSeqLen > 0;
-        plan.emplace(std::make_shared<const DerivedStep>(std::move(step)), ArchitectureSpec{});
-        if (const auto why = gpu ? plan->notExactOn(setup) : std::string(); !why.empty()) {
-            throw InputError("on this GPU the derived plan is a lower bound (" + why
-                             + "): 'fit' would overstate what fits; estimate --derived --gpu NAME shows the bound, or give "
-                               "--budget BYTES for the CPU's plan");
-        }
-    } else {
-        auto target = planFromArgs(args, "fit");
-        gpu = target.gpu;
-        if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
-        if (!budget && !gpu) throw InputError("'fit' needs --gpu NAME (a card from the catalogue) or --budget BYTES");
-        plan.emplace(target.arch);
-        setup = target.setup;
-        batch = setup.batch;
-        seqLen = setup.seqLen;
+    const auto gpu = gpuFromArgs(args);
+    if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
+    if (!budget && !gpu) throw InputError("'fit' needs --gpu NAME (a card from the catalogue) or --budget BYTES");
+    auto [config, step, scratch] = derivedFromArgs(args, "fit", gpu);
+    const auto setup = derivedSetup(args, config, gpu); // (its accumulation and ranks: the plan adds their data)
+    const auto batch = config.train.batchSize;
+    const auto seqLen = effectiveSeqLen(config);
+    const bool fixedSeq = step.fixedSeqLen > 0;
+    const auto plan = std::make_optional<MemoryPlan>(std::make_shared<const DerivedStep>(std::move(step)), ArchitectureSpec{});
+    if (const auto why = gpu ? plan->notExactOn(setup) : std::string(); !why.empty()) {
+        throw InputError("on this GPU the plan is a lower bound (" + why
+                         + "): 'fit' would overstate what fits; estimate --gpu NAME shows the bound, or give "
+                           "--budget BYTES for the CPU's plan");
     }
     if (gpu) budget = gpu->gpu.memoryBytes;
     const bool bySeq = args.value("--batch").has_value() && !args.value("--seq").has_value() && !fixedSeq;
@@ -469,16 +332,16 @@ const std::vector<OptionSpec> kPlanOptions{
     {"--config", true, "the experiment config (JSON)", "FILE"},
     {"--preset", true, "a bundled architecture (estimate --list-presets)", "NAME"},
     {"--hf-config", true, "a Hugging Face config.json of a decoder-only model", "FILE"},
-    {"--gpu", true, "plan for a catalogue GPU (\"T4\", \"2xA10G\"): adds the CUDA context and allocator slack", "NAME"},
+    {"--gpu", true, "plan for a catalogue GPU (\"T4\", \"2xA10G\"): the step by CUDA's rules on its caching allocator, with the CUDA context", "NAME"},
     {"--gpus", true, "data parallel: N replicas, each planned (GPUs of --gpu, or processes on the CPU; default: the "
                      "config's train.world_size)", "N"},
     {"--batch", true, "batch size (default: the config's; 1 for presets)", "N"},
     {"--seq", true, "sequence length (default: the config's; 512 for presets)", "N"},
     {"--precision", true, "fp32, fp16 or bf16 (mixed, fp32 master weights), bf16-pure", "P"},
-    {"--optimizer", true, "adamw, sgd (momentum), sgd-plain or adamw8bit", "NAME"},
+    {"--optimizer", true, "adamw, sgd (momentum) or sgd-plain", "NAME"},
     {"--checkpointing", false, "plan with activation checkpointing"},
     {"--attention", true, "eager (keeps batch x heads x seq^2 maps) or fused (no maps)", "KIND"},
-    {"--attention-modules", true, "attention modules per layer (default 1)", "N"},
+    {"--attention-modules", true, "removed: the trainer's own modules are traced", "N"},
     {"--grad-accum", true, "gradient accumulation steps", "N"},
     {"--lora-rank", true, "LoRA rank (0: full fine-tuning)", "R"},
     {"--lora-targets", true, "with --lora-rank: projections to adapt (attn, mlp or names; a preset's default attn)", "LIST"},
@@ -493,9 +356,7 @@ std::vector<OptionSpec> estimateOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--list-presets", false, "list the bundled architecture presets"});
-    o.push_back({"--derived", false, "plan from the trainer's own step, traced at small shapes on this CPU (mixed precision, "
-                                     "LoRA, a TorchScript config, and a model the hand-written plan lacks always are; a "
-                                     "preset or config.json as Trainbench would train it)"});
+    o.push_back({"--derived", false, "accepted for older scripts: every plan is derived from the trainer's own step"});
     return o;
 }
 
@@ -503,8 +364,7 @@ std::vector<OptionSpec> fitOptions()
 {
     auto o = kPlanOptions;
     o.push_back({"--budget", true, "the tensor memory to fit, in bytes", "BYTES"});
-    o.push_back({"--derived", false, "fit the plan derived from the trainer's own step (mixed precision, LoRA, a TorchScript "
-                                     "config, and a model the hand-written plan lacks always are)"});
+    o.push_back({"--derived", false, "accepted for older scripts: every plan is derived from the trainer's own step"});
     return o;
 }
 

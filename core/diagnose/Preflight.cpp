@@ -376,19 +376,19 @@ std::shared_ptr<const DerivedStep> ownStepPlan(const RunConfig& c, const Target&
     }
 }
 
-// A config's plans by its micro-batch count: the hand replay follows the
-// setup's; a step's own plan is traced with its accumulation, and a step of
-// one micro-batch frees its gradients where an accumulating one keeps them,
-// so the other kind is traced apart (DerivedStep::tracedAccum).
+// A config's plans by its micro-batch count: a step's own plan is traced
+// with its accumulation, and a step of one micro-batch frees its gradients
+// where an accumulating one keeps them, so the other kind is traced apart
+// (DerivedStep::tracedAccum).
 class PlansByAccum {
 public:
-    PlansByAccum(const RunConfig& c, const MemoryPlan& plan, bool derived, const Target& target, const PreflightTarget& t)
-        : m_config(c), m_plan(plan), m_derived(derived), m_target(target), m_t(t)
+    PlansByAccum(const RunConfig& c, const MemoryPlan& plan, const Target& target, const PreflightTarget& t)
+        : m_config(c), m_plan(plan), m_target(target), m_t(t)
     {
     }
     const MemoryPlan* operator()(int accum)
     {
-        if (!m_derived || (accum > 1) == (m_config.train.gradAccum > 1)) return &m_plan;
+        if ((accum > 1) == (m_config.train.gradAccum > 1)) return &m_plan;
         if (!m_other) {
             auto other = m_config;
             other.train.gradAccum = accum > 1 ? 2 : 1;
@@ -402,7 +402,6 @@ public:
 private:
     const RunConfig& m_config;
     const MemoryPlan& m_plan;
-    bool m_derived;
     const Target& m_target;
     const PreflightTarget& m_t;
     std::optional<MemoryPlan> m_other;
@@ -445,28 +444,20 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     const TargetPlan plan = planOnTarget(c, target.gpu, target.cc, target.count);
     const auto& arch = plan.arch;
     const auto& setup = plan.setup;
-    // A config the hand replay does not model is planned from its own step
-    // when the caller derived it. Without that plan: a folder whose head size
-    // is not hidden / heads is planned narrower than it is (a lower bound:
-    // "does not fit" holds, "fits" does not follow); LoRA (a quantized base
-    // is LoRA's) and mixed precision have no plan but their own step's: no
-    // bound either way. (The precision the target runs: "auto" resolved.)
-    auto resolved = c;
-    resolved.train.precision = setup.precision;
-    const bool ownStep = plannedFromItsStep(resolved);
-    const auto derived = ownStep ? ownStepPlan(c, target, t) : nullptr;
-    if (!derived && (c.lora.rank > 0 || mixedPrecision(setup.precision))) {
+    // The config's own step, where the caller derives it (the target runs
+    // "auto" resolved); a quick check that does not derive says so.
+    const auto derived = ownStepPlan(c, target, t);
+    if (!derived) {
         out.push_back(make("memory_not_planned", Severity::Info,
                            "Memory is planned from this run's own training step",
-                           "It is planned from its own training step (" + ownStepReason(resolved)
-                               + "), which this quick check does not derive: only that plan says what it takes "
-                                 "(derived in seconds).",
+                           "Its memory is planned from its own training step, which this quick check does not derive: "
+                           "only that plan says what it takes (derived in seconds).",
                            "Derive its plan: trainbench-cli preflight or estimate --config FILE --gpu NAME, or the Memory "
                            "planner (it derives it as you plan); a run records it as it starts."));
         return;
     }
-    const bool lowerBound = derived ? !derived->notExactOn(setup).empty() : ownStep;
-    const MemoryEstimate e = derived ? derived->at(setup.batch, setup.seqLen, setup) : estimateMemory(arch, setup);
+    const bool lowerBound = !derived->notExactOn(setup).empty();
+    const MemoryEstimate e = derived->at(setup.batch, setup.seqLen, setup);
     const double use = static_cast<double>(e.peakBytes) / static_cast<double>(target.memoryBytes);
     const auto verdict = memoryVerdict(e.peakBytes, target.memoryBytes);
     char share[16];
@@ -475,13 +466,8 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
         if (lowerBound) {
             out.push_back(make("memory_not_planned", Severity::Info,
                                "Memory is checked before launch only as a lower bound for this model",
-                               derived ? "Its own step's plan (" + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
-                                             + ") has no rule for some of its operators on this card: "
-                                             + derived->notExactOn(setup) + "."
-                                       : "It is planned from its own training step (" + ownStepReason(resolved) + "): this check "
-                                         "plans it without that, under what its training step takes (at least "
-                                             + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
-                                             + "); its own step's plan is derived in seconds.",
+                               "Its own step's plan (" + byteSizeText(e.peakBytes) + ", " + share + " of " + target.label
+                                   + ") has no rule for some of its operators on this card: " + derived->notExactOn(setup) + ".",
                                "Derive its plan: the Memory planner's Derive plan, or trainbench-cli estimate --config "
                                "FILE --gpu NAME; a run records it as it starts."));
         }
@@ -499,9 +485,7 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
                           : "The memory estimate leaves little room on " + target.label,
                      "The planner's estimate peaks at " + byteSizeText(e.peakBytes) + (lowerBound ? " or more" : "")
                          + " during " + e.peakPhase + ", " + share
-                         + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + "."
-                         + (lowerBound && !derived ? " (It is planned from its own step, " + ownStepReason(resolved) + ": its step takes more.)"
-                                                   : derived ? " (Planned from its own training step.)" : ""),
+                         + " of the " + byteSizeText(target.memoryBytes) + " usable; the largest terms: " + dominant + ".",
                      "");
     f.numbers["estimated_peak_bytes"] = static_cast<double>(e.peakBytes);
     f.numbers["usable_bytes"] = static_cast<double>(target.memoryBytes);
@@ -514,15 +498,15 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     const std::string nf4Text = nf4Plan ? " Or store the frozen base in NF4 (QLoRA, model.quantize \"nf4\"): its own step's plan peaks at "
             + byteSizeText(nf4Plan->peakBytes) + " at batch " + std::to_string(c.train.batchSize) + ", with room."
                                         : std::string();
-    // The plan the fixes are found on: its own step's, or the hand replay's.
-    const MemoryPlan memory = derived ? MemoryPlan(derived, arch) : MemoryPlan(arch);
+    // The plan the fixes are found on: its own step's.
+    const MemoryPlan memory(derived, arch);
     const std::int64_t seqFit = memory.largestSequence(setup.batch, setup, budget);
     const std::int64_t largest = memory.largestBatch(setup.seqLen, setup, budget);
     f.numbers["largest_batch"] = static_cast<double>(largest);
     f.numbers["largest_seq_len"] = static_cast<double>(seqFit);
     // A fix leaves the 10% room whose lack is itself a warning, so applying
     // it creates no new finding.
-    PlansByAccum plans(c, memory, derived != nullptr, target, t);
+    PlansByAccum plans(c, memory, target, t);
     const auto [batch, accum] = batchKeepingEffective(std::ref(plans), setup, room, effective);
     if (batch > 0 && batch < c.train.batchSize) {
         f.fix = "Batch " + std::to_string(batch) + " fits with 10% to spare (at sequence " + std::to_string(setup.seqLen)
@@ -533,8 +517,7 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
         f.autoFix = {{"train.batch_size", std::to_string(batch)}, {"train.grad_accum", std::to_string(accum)}};
         f.autoFixLabel = "Use batch " + std::to_string(batch) + " x accumulation " + std::to_string(accum);
     } else if (batch == 0) {
-        // With activation checkpointing: the hand replay plans it by the
-        // setup; a step's own plan is that step's, derived with it.
+        // With activation checkpointing: that step's own plan, derived with it.
         auto s = setup;
         s.checkpointing = true;
         auto withIt = c;
@@ -542,14 +525,12 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
         std::optional<MemoryPlan> checkpointed;
         if (nf4Plan || c.train.activationCheckpointing) {
             // (NF4 is the fix, or checkpointing is on already.)
-        } else if (!derived) {
-            checkpointed = memory;
         } else if (auto step = ownStepPlan(withIt, target, t)) {
             checkpointed.emplace(std::move(step), arch);
         }
         std::pair<std::int64_t, int> found{0, 1};
         if (checkpointed) {
-            PlansByAccum checkpointedPlans(withIt, *checkpointed, derived != nullptr, target, t);
+            PlansByAccum checkpointedPlans(withIt, *checkpointed, target, t);
             found = batchKeepingEffective(std::ref(checkpointedPlans), s, room, effective, c.train.batchSize);
         }
         const auto [b, bAccum] = found;

@@ -36,12 +36,11 @@ struct PreflightTarget {
     // A TorchScript model's facts (inspectModelFile, which loads it); without
     // them its vocabulary is not checked.
     std::optional<ModelFileFacts> model;
-    // The plan of a config planned from its own training step (a quantized
-    // base, a folder whose head size is its own: plannedFromItsStep), and of
-    // a LoRA config with its base in NF4 for the fix that offers it. The CLI
-    // derives it (seconds, train/DerivedPlan.h); the window passes what it
-    // has derived, or nothing. Without it such a config's memory is judged
-    // from a bound, and NF4 is not offered. May return null.
+    // The plan of a config's own training step, and of a LoRA config with
+    // its base in NF4 for the fix that offers it. The CLI derives it
+    // (seconds, train/DerivedPlan.h); the window passes what it has derived,
+    // or nothing. Without it the memory is not checked (an Info finding says
+    // so), and NF4 is not offered. May return null.
     std::function<std::shared_ptr<const DerivedStep>(const RunConfig&)> derivePlan;
 };
 

@@ -65,10 +65,8 @@ PublishedExperiment publishedExperiment(const std::string& content, const std::s
         // file (the scratch folder's name would mean nothing to them).
         (void)hfArchitectureFromJson(content, source, HfReading::Train);
     } catch (const InputError& e) {
-        throw InputError(std::string(e.what()) + "; its step cannot be traced (the trainer does not build it)"
-                         + (handReplayGap(out.model).empty()
-                                ? ", but the hand-written plan reads it: plan it without --derived, without LoRA, in fp32 or pure bf16"
-                                : ""));
+        throw InputError(std::string(e.what()) + "; its step cannot be traced (the trainer does not build it), and a "
+                         "model is planned from its step");
     }
     std::string pattern = (std::filesystem::temp_directory_path() / "trainbench-plan-XXXXXX").string();
     if (!::mkdtemp(pattern.data())) {

@@ -29,8 +29,9 @@ struct ArchitecturePreset {
 // other model types are read as look-alikes). Throws InputError naming the
 // file and the missing or wrong field.
 ModelSpec modelFromHfConfig(const std::string& json, const std::string& source);
-// The same, as the hand-written plan describes it (from the model read, or
-// the text); throws where that plan lacks the layout.
+// The same as ArchitectureSpec describes it (from the model read, or the
+// text: a preset's name, sizes and context); throws where it cannot
+// describe the layout (memory/Estimator.h architectureGap).
 ArchitectureSpec architectureFromHfConfig(const std::string& json, const std::string& source);
 ArchitectureSpec architectureFromHfModel(const ModelSpec& model, const std::string& source);
 // A config.json's text. Throws InputError naming the file when it cannot be read.

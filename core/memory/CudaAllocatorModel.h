@@ -88,10 +88,9 @@ private:
     };
     // A pool's free blocks in that order: in buckets of sizes (eight to a
     // power of two, each a sorted vector) with a bitmap of the ones that
-    // hold any. The hand replay's Llama 2 7B LoRA step keeps a few dozen
-    // blocks a pool, which one sorted vector updated faster than a tree; the
-    // same step recorded from the trainer keeps up to about 600 free in the
-    // large pool, where the vector's moves took most of a replay.
+    // hold any. A Llama 2 7B LoRA step recorded from the trainer keeps up to
+    // about 600 free in the large pool, where one sorted vector's moves took
+    // most of a replay.
     class Pool {
     public:
         void insert(const PoolKey& key);

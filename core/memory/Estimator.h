@@ -1,27 +1,11 @@
 #pragma once
-// The memory planner's estimate: the tensor bytes one training step of a
-// decoder-only transformer needs, term by term, and the peak over the phases
-// of a step. No LibTorch here: the estimate is arithmetic on shapes, cheap
-// enough for a fit map of thousands of points.
-//
-// What it models (LibTorch 1.13 on the CPU, fp32, eager attention; the
-// accuracy table is in docs/benchmarks.md): which tensors autograd saves in each layer, the
-// local tensors each forward keeps until it returns, the gradient buffers the
-// backward pass allocates and frees in order, when gradients and optimizer
-// state exist (LibTorch 1.13's zero_grad keeps gradients allocated, so from
-// the second step on they live through forward and backward; 2.x's frees them,
-// and backward makes them anew), and the
-// optimizer's per-parameter temporaries. With LoRA it follows which tensors
-// require grad (a frozen projection keeps nothing for backward). On a GPU
-// every allocation also goes through a model of the CUDA caching allocator
-// (CudaAllocatorModel.h), and the plan adds the cuBLAS workspaces and the
-// CUDA context. Mixed precision (autocast) follows its casts: weight copies
-// saved for backward, low-precision projections and maps, fp32 norms,
-// residual stream and loss. Pure bf16 on the Llama family follows the
-// model's fp32 islands (RMSNorm, softmax, loss, the bf16 AdamW). In bf16 on
-// the CPU each product the replay follows (the projections' backward
-// products; with LoRA the forward's and some of the backward's) adds
-// oneDNN's scratch for its shape while it runs (CpuGemmScratch.h).
+// What the memory planner plans and answers in: a model's description
+// (ArchitectureSpec: its name, sizes and context, for presets and lists),
+// how it trains (TrainingSetup: batch, sequence, precision, checkpointing,
+// LoRA, the GPU and its allocator's options), and the answer (MemoryEstimate,
+// FitMap). The plan itself is the trainer's own step, recorded
+// (train/DerivedPlan.h, memory/DerivedStep.h), asked through
+// memory/MemoryPlan.h. No LibTorch here.
 
 #include <cstdint>
 #include <functional>
@@ -65,14 +49,8 @@ struct ArchitectureSpec {
     // included; 0: all. Past it the trainer masks the band below the window
     // and runs eager attention even where SDPA was asked for.
     std::int64_t slidingWindow = 0;
-    int attentionModules = 1;      // attention maps per layer (custom models may have several)
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
     bool fromHfFolder = false; // a run's Hugging Face model folder (model.type hf)
-    // Non-empty: the plan is not of the model as the trainer builds it (a
-    // folder whose config.json has what this planner does not model, such
-    // as a head size apart from hidden / heads), and why; the estimate says
-    // so in a note instead of planning it silently as something else.
-    std::string notExact;
 
     std::int64_t headDim() const { return hidden / heads; }
     bool windowedAt(std::int64_t seqLen) const { return slidingWindow > 0 && seqLen > slidingWindow; }
@@ -180,40 +158,23 @@ struct MemoryEstimate {
     std::int64_t probePeakBytes() const { return allocatedPeakBytes > 0 ? allocatedPeakBytes : tensorPeakBytes; }
 };
 
-MemoryEstimate estimateMemory(const ArchitectureSpec& arch, const TrainingSetup& setup);
-
-// The model a config trains (built-in, or a folder's), as the hand replay
-// plans it: made from the trainer's description of it (config/ModelSpec.h).
+// The model a config trains (built-in, or a folder's), described: made from
+// the trainer's description of it (config/ModelSpec.h); a folder that
+// ArchitectureSpec cannot describe (architectureGap) or that is gone, by the
+// sizes the config recorded from it.
 ArchitectureSpec architectureFor(const RunConfig& config);
-// The hand replay's description of a model; throws InputError naming what
-// it does not model (a head size of its own, Qwen3's query and key norms,
-// Phi-3's fused projections, Gemma 3's layout: planned from their own step).
+// A model's description; throws InputError naming what ArchitectureSpec
+// does not describe (architectureGap).
 struct ModelSpec;
 ArchitectureSpec architectureOf(const ModelSpec& model);
-// What of a model the hand replay does not model, in words ("query and key
-// norms (qwen3)", "a head size apart from hidden / heads (head_dim 128,
-// ...)"), or empty: ownStepReason's answer for a folder, and the refusal of
-// architectureOf.
-std::string handReplayGap(const ModelSpec& model);
-// fp16 or bf16 mixed precision (autocast over fp32 master weights): the
-// hand replay plans fp32 and pure bf16 only.
+// What of a model ArchitectureSpec does not describe, in words ("query and
+// key norms (qwen3)", "a head size apart from hidden / heads (head_dim 128,
+// ...)"), or empty.
+std::string architectureGap(const ModelSpec& model);
+// fp16 or bf16 mixed precision (autocast over fp32 master weights).
 inline bool mixedPrecision(const std::string& precision) { return precision == "fp16" || precision == "bf16"; }
-// Whether the config is planned from its own training step only (the derived
-// plan, train/DerivedPlan.h) rather than the hand replay: a TorchScript
-// model, a quantized base (model.quantize), LoRA adapters (any rank, targets,
-// precision or base dtype), fp16 or bf16 mixed precision (train.precision as
-// written: "auto" is resolved by the caller, which knows the target, as
-// planOnTarget does), and a Llama-family Hugging Face folder with what
-// the replay does not model (a head size that is not hidden / heads, Qwen3's
-// query and key norms, Phi-3's fused projections, Gemma 3's layout). False
-// when the folder cannot be read (the replay's plan says why).
-bool plannedFromItsStep(const RunConfig& config);
-// Why, in words, for a config planned from its own step ("a TorchScript
-// model", "a quantized base (nf4)", "LoRA adapters (lora.rank 16)",
-// "bf16 mixed precision", "a head size apart from hidden / heads", "query
-// and key norms (qwen3)");
-// empty for one the hand replay plans.
-std::string ownStepReason(const RunConfig& config);
+// How a config trains, as its plan is asked (batch, sequence, precision with
+// weights loaded in bf16 and trained in bf16 as pure bf16, LoRA, data).
 TrainingSetup setupFor(const RunConfig& config);
 // The projections the planner adapts for a config's lora.targets (groups
 // expanded; a Hugging Face GPT-2's or GPT-NeoX's names as the planner's GPT
@@ -224,38 +185,28 @@ std::vector<std::string> plannedLoraTargets(const std::string& modelType, const 
 std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank = 0,
                             const std::vector<std::string>& loraTargets = {});
 
-// The largest batch (for a fixed sequence length) or sequence length (for a
-// fixed batch) whose estimate fits `budgetBytes`; 0 when none does.
-std::int64_t largestBatch(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
-                          std::int64_t limit = 1 << 20);
-std::int64_t largestSequence(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes);
-
 // The estimate over a batch x sequence grid (the planner's heat map).
 struct FitMap {
     std::vector<std::int64_t> batches;   // columns
     std::vector<std::int64_t> seqLens;   // rows
     std::vector<std::int64_t> peakBytes; // row-major: peakBytes[row * batches.size() + column]
     std::int64_t budgetBytes = 0;
-    // From the compiled step (polynomials in batch and sequence), not a replay
-    // of each cell; rows at a sequence length where a size switches from one
-    // polynomial to another are replayed. On a GPU the caching allocator's
-    // reserve is replayed at two cells and placed on the others from them;
-    // the six cells placed nearest the budget are replayed. Away from those
-    // a GPU cell's figure is placed, and near the budget its verdict can
-    // differ from the estimate's (fitMap in Estimator.cpp).
+    // From the compiled step (polynomials in batch and sequence), not a
+    // plan of each cell. On a GPU the caching allocator's reserve is
+    // replayed at two cells and placed on the others from them; the six
+    // cells placed nearest the budget are replayed (placeAllocatorReserve).
+    // Away from those a GPU cell's figure is placed, and near the budget its
+    // verdict can differ from the estimate's.
     bool compiled = false;
     std::int64_t at(std::size_t row, std::size_t column) const { return peakBytes[row * batches.size() + column]; }
 };
-FitMap fitMap(const ArchitectureSpec& arch, TrainingSetup setup, std::int64_t budgetBytes,
-              const std::vector<std::int64_t>& batches, const std::vector<std::int64_t>& seqLens);
 // A GPU map's caching-allocator reserve: map.peakBytes holds each cell's
 // tensors plus what lies outside the allocator, placedBase the tensors the
 // allocator holds (-1: a cell already exact). exact(index) is the cell's
 // estimate (the allocator replayed); lightest is the lightest cell's (at
 // lightIndex). The reserve is replayed there and at the cell nearest the
 // budget, placed on the line through the two for the other cells, and the
-// cells then placed nearest the budget are replayed. fitMap's and a derived
-// plan's maps both use it.
+// cells then placed nearest the budget are replayed (DerivedStep::fitMap).
 void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedBase, std::size_t lightIndex,
                            const MemoryEstimate& lightest, const std::function<MemoryEstimate(std::size_t)>& exact);
 // Up to `count` distinct integers from `first` to `last`, evenly spaced.

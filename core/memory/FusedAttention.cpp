@@ -75,35 +75,6 @@ std::int64_t cpuFlashScratchBytes(bool backward, std::int64_t B, std::int64_t H,
     return backward ? f.backwardScratch : f.forwardScratch;
 }
 
-FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t e,
-                                        bool exactTemps)
-{
-    FusedAttentionBytes f;
-    if (s.attention != "fused") return f;
-    const std::int64_t B = s.batch, H = a.heads, T = s.seqLen, D = a.headDim();
-    // The output takes q's layout: a head-split view of a projection gives
-    // [B, T, H, D], which merges as a view; RoPE's rotated q is a contiguous
-    // [B, H, T, D], whose merge copies (with one head the transpose moves no
-    // data: a view; so with one position, planned as a copy all the same to
-    // keep the sizes polynomial in T for the fit map).
-    const bool qContiguous = (a.family == "llama" || a.positional == "rope") && H > 1;
-    if (!s.gpu) {
-        if (s.dropout > 0.0) {
-            f.math = true;
-            return f;
-        }
-        f.fused = true;
-        f.out = B * T * H * D * e;
-        f.mergeCopies = qContiguous;
-        f.lse = B * H * T * 4;
-        cpuFlash(f, B, H, T, D, e, std::max(1, s.cpuThreads));
-        return f;
-    }
-    f = gpuFusedAttentionBytes(B, H, T, D, e, s.computeCapability, s.precision == "fp16", s.dropout > 0.0, exactTemps);
-    f.mergeCopies = f.mergeCopies && qContiguous; // (the flash kernel's output takes q's layout)
-    return f;
-}
-
 FusedAttentionBytes gpuFusedAttentionBytes(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D, std::int64_t e,
                                            int cc, bool fp16, bool dropout, bool exactTemps)
 {

@@ -1,12 +1,13 @@
 #pragma once
 // What scaled_dot_product_attention allocates (attention "sdpa", LibTorch
-// 2.x), for the hand replays. Written from LibTorch 2.6's source:
+// 2.x), for the rules that size a recorded step's kernels (the CPU flash
+// kernel's blocks, StepProgram.h; a GPU's kernels, DeviceRules.h). Written
+// from LibTorch 2.6's source:
 //
 // - On the CPU, a call with dropout goes to the math fallback
 //   (_scaled_dot_product_attention_math), a composite of the eager path's
 //   operations that keeps the same maps (probabilities, noise, dropped copy)
-//   and scaled copies of q and k: Replay.h's MathAttention (in bf16 it
-//   computes in fp32). Any other
+//   and scaled copies of q and k (in bf16 it computes in fp32). Any other
 //   call runs the flash kernel (native/cpu/FlashAttentionKernel.cpp): its
 //   output takes q's layout (empty_like), the log-sum-exp is fp32 [B, T, H],
 //   and while it runs it holds per-thread blocks of qSplit x kvSplit scores
@@ -35,7 +36,7 @@ namespace tb {
 
 struct FusedAttentionBytes {
     bool fused = false;              // false: eager attention, or SDPA's math fallback
-    bool math = false;               // SDPA's math fallback (the CPU with dropout; a GPU neither kernel takes): Replay.h's MathAttention
+    bool math = false;               // SDPA's math fallback (the CPU with dropout; a GPU neither kernel takes)
     bool mergeCopies = false;        // merging the heads of the output copies it (an output in q's layout, RoPE's contiguous q)
     std::int64_t out = 0;            // the output, saved (q's dtype)
     std::int64_t lse = 0;            // the log-sum-exp, fp32, saved
@@ -44,16 +45,10 @@ struct FusedAttentionBytes {
     std::int64_t backwardScratch = 0; // CPU: blocks, row sums and the bf16 products' scratch while backward runs
 };
 
-// One attention call of batch x seqLen with q's `elementBytes` (4 fp32, 2
-// bf16/fp16). exactTemps false: the GPU's rounded T is left unrounded (the
-// fit map's compiled polynomials; the cells near the budget are replayed
-// exactly).
-FusedAttentionBytes fusedAttentionBytes(const ArchitectureSpec& a, const TrainingSetup& s, std::int64_t elementBytes,
-                                        bool exactTemps = true);
 // The CPU flash kernel's own blocks while one call (backward: its backward)
 // runs, for a query of [B, H, T, D] in `elementBytes` and `threads` threads
-// (FlashAttentionKernel.cpp, LibTorch 2.6, as cpuFlash plans them for the
-// hand replay): what a recorded step's program sizes by this rule
+// (FlashAttentionKernel.cpp, LibTorch 2.6): what a recorded step's program
+// sizes by this rule
 // (StepProgram.h, RecordedStep::Event::rule), since the blocks follow no
 // product of the widths (qSplit and kvSplit are capped by the length).
 std::int64_t cpuFlashScratchBytes(bool backward, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D,
@@ -62,7 +57,8 @@ std::int64_t cpuFlashScratchBytes(bool backward, std::int64_t B, std::int64_t H,
 // A GPU's call for a query of [B, H, T, D] in `elementBytes`, on a card of
 // compute capability cc (0: unknown, taken as one that runs both kernels):
 // the kernel LibTorch 2.6 chooses and what it keeps (math: neither kernel).
-// mergeCopies: the output takes q's layout (the flash kernel's).
+// mergeCopies: the output takes q's layout (the flash kernel's). exactTemps
+// false: the rounded T is left unrounded (a compiled step's polynomials).
 FusedAttentionBytes gpuFusedAttentionBytes(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D,
                                            std::int64_t elementBytes, int cc, bool fp16, bool dropout, bool exactTemps = true);
 

@@ -8,8 +8,6 @@
 
 namespace tb {
 
-MemoryPlan::MemoryPlan(ArchitectureSpec arch) : m_arch(std::move(arch)) {}
-
 MemoryPlan::MemoryPlan(std::shared_ptr<const DerivedStep> step, ArchitectureSpec arch)
     : m_arch(std::move(arch)), m_step(std::move(step))
 {
@@ -17,28 +15,18 @@ MemoryPlan::MemoryPlan(std::shared_ptr<const DerivedStep> step, ArchitectureSpec
 
 MemoryEstimate MemoryPlan::at(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
 {
-    if (m_step) return m_step->at(batch, seqLen, setup);
-    auto s = setup;
-    s.batch = batch;
-    s.seqLen = seqLen;
-    return estimateMemory(m_arch, s);
+    return m_step->at(batch, seqLen, setup);
 }
 
 std::int64_t MemoryPlan::largestBatch(std::int64_t seqLen, const TrainingSetup& setup, std::int64_t budget,
                                       std::int64_t limit) const
 {
-    if (m_step) return m_step->largestBatch(seqLen, setup, budget, limit);
-    auto s = setup;
-    s.seqLen = seqLen;
-    return tb::largestBatch(m_arch, s, budget, limit);
+    return m_step->largestBatch(seqLen, setup, budget, limit);
 }
 
 std::int64_t MemoryPlan::largestSequence(std::int64_t batch, const TrainingSetup& setup, std::int64_t budget) const
 {
-    if (m_step) return m_step->largestSeqLen(batch, setup, budget);
-    auto s = setup;
-    s.batch = batch;
-    return tb::largestSequence(m_arch, s, budget);
+    return m_step->largestSeqLen(batch, setup, budget);
 }
 
 MemoryPlan::PointAnswers MemoryPlan::answersAt(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup,
@@ -69,14 +57,12 @@ MemoryPlan::PointAnswers MemoryPlan::answersAt(std::int64_t batch, std::int64_t 
 FitMap MemoryPlan::fitMap(const TrainingSetup& setup, std::int64_t budget, const std::vector<std::int64_t>& batches,
                           const std::vector<std::int64_t>& seqLens) const
 {
-    if (m_step) return m_step->fitMap(setup, budget, batches, seqLens);
-    return tb::fitMap(m_arch, setup, budget, batches, seqLens);
+    return m_step->fitMap(setup, budget, batches, seqLens);
 }
 
 std::string MemoryPlan::notExactOn(const TrainingSetup& setup) const
 {
-    if (m_step) return setup.gpu ? m_step->notExactOn(setup) : std::string();
-    return m_arch.notExact;
+    return setup.gpu ? m_step->notExactOn(setup) : std::string();
 }
 
 } // namespace tb

@@ -1,10 +1,9 @@
 #pragma once
 // One model's memory plan: the one interface every panel and command asks
 // (the peak at a batch and sequence, the largest batch or sequence that fits
-// a budget, the fit map), whatever the plan comes from: the model's own
-// training step, recorded (memory/DerivedStep.h, made by train/DerivedPlan.h
-// memoryPlanOf), or the hand replay (Estimator.h). A caller asks the plan;
-// where it came from is the plan's business. No LibTorch here.
+// a budget, the fit map), for built-in, Hugging Face and TorchScript models
+// alike: the model's own training step, recorded (memory/DerivedStep.h, made
+// by train/DerivedPlan.h memoryPlanOf). No LibTorch here.
 
 #include <cstdint>
 #include <memory>
@@ -19,8 +18,6 @@ struct DerivedStep;
 
 class MemoryPlan {
 public:
-    // The hand replay of a model.
-    explicit MemoryPlan(ArchitectureSpec arch);
     // A model's recorded step (arch: its description, for what is not memory: its name, its layers).
     MemoryPlan(std::shared_ptr<const DerivedStep> step, ArchitectureSpec arch);
 
@@ -45,13 +42,13 @@ public:
     FitMap fitMap(const TrainingSetup& setup, std::int64_t budget, const std::vector<std::int64_t>& batches,
                   const std::vector<std::int64_t>& seqLens) const;
     // Why the plan on this setup is not the step the trainer takes there
-    // (a recorded step on a GPU whose kernels have no rule: a lower bound; a
-    // model the hand replay plans as something else), empty when it is.
+    // (a recorded step on a GPU whose kernels have no rule: a lower bound),
+    // empty when it is.
     std::string notExactOn(const TrainingSetup& setup) const;
 
     const ArchitectureSpec& arch() const { return m_arch; }
-    // The recorded step, for what shows how it was recorded; null: the hand replay.
-    const DerivedStep* step() const { return m_step.get(); }
+    // The recorded step, for what shows how it was recorded.
+    const DerivedStep& step() const { return *m_step; }
 
 private:
     ArchitectureSpec m_arch;

@@ -11,9 +11,8 @@
 // The peak at any (B, T) is the largest of the polynomials no other one
 // dominates: tens of dot products instead of thousands of allocations.
 //
-// The traces come from anywhere: the planner's hand replay (the fit map) or
-// the trainer's own step under the counting allocator (DerivedPlan.h). No
-// LibTorch here.
+// The traces come from the trainer's own step under the counting allocator
+// (DerivedPlan.h), or a step program's evaluation. No LibTorch here.
 
 #include <array>
 #include <cstdint>

@@ -95,25 +95,17 @@ MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device
     const TargetPlan plan = planOnTarget(config, gpu, cc, std::max(1, config.train.worldSize));
     const auto at = [&](const MemoryPlan& p) { return p.at(config.train.batchSize, effectiveSeqLen(config), plan.setup); };
     try {
-        // A config the hand replay does not model: its own step's plan, as
-        // estimate, fit, the form and the Memory planner give it (recorded at
-        // small widths in seconds, before the first step).
+        // Its own step's plan, as estimate, fit, the form and the Memory
+        // planner give it (recorded at small widths in seconds, before the
+        // first step).
         auto traced = config;
         traced.train.precision = plan.setup.precision;
-        return at(plannedFromItsStep(traced) ? MemoryPlan(launchStep(traced), plan.arch) : MemoryPlan(plan.arch));
+        return at(MemoryPlan(launchStep(traced), plan.arch));
     } catch (const std::exception& e) {
-        const std::string why = std::string("its own step's plan could not be derived (") + e.what() + ")";
-        try {
-            auto hand = at(MemoryPlan(plan.arch));
-            hand.notes.push_back(why + ": the hand replay's");
-            return hand;
-        } catch (const std::exception&) {
-            // LoRA and mixed precision have no plan but their own step's:
-            // none, said so (no warning is raised against a missing estimate).
-            MemoryEstimate none;
-            none.notes.push_back(why + ": no estimate");
-            return none;
-        }
+        // None, said so (no warning is raised against a missing estimate).
+        MemoryEstimate none;
+        none.notes.push_back(std::string("its own step's plan could not be derived (") + e.what() + "): no estimate");
+        return none;
     }
 }
 
@@ -177,8 +169,8 @@ std::vector<Finding> explainFailure(const std::string& message, const RunConfig*
         const auto budget = static_cast<std::int64_t>(total->second);
         ExplainContext context;
         context.configuredBatch = config->train.batchSize;
-        // The planner's answer (a config the hand replay does not model: its
-        // own step's), or none (unknown) where its step cannot be derived.
+        // The planner's answer (its own step's), or none (unknown) where its
+        // step cannot be derived.
         try {
             context.largestFittingBatch = memoryPlanOf(*config, architectureFor(*config), setup.precision)
                                               .largestBatch(effectiveSeqLen(*config), setup, budget);

@@ -57,8 +57,7 @@ LocalMachine localMachine();
 // to the run, which fails on it and is stored as failed).
 std::vector<Finding> launchPreflight(const RunConfig& config);
 // The same with this machine's facts already gathered (a panel re-checking on
-// every edit). A config planned from its own step (mixed precision, LoRA:
-// memory/Estimator.h ownStepReason) is checked against the memory with the
+// every edit). A config's memory is checked with its own step's plan, the
 // step derivePlan gives (a panel's deriver, null while it traces); without
 // one it is derived here (seconds), once for the check and the estimate the
 // run records (launchEstimate).
@@ -106,9 +105,8 @@ struct SessionOutcome {
 // "cuda:N") of capability cc: the config resolved through planOnTarget, as
 // the Memory planner, the Experiment form, preflight and estimate resolve a
 // target, so a run on an H100 records the figures (precision, cuBLAS
-// workspaces, CUDA context) the planner shows for an H100. A config planned
-// from its own step (memory/Estimator.h plannedFromItsStep) records the
-// derived plan, as the planner shows it. The run stores its peak tensor
+// workspaces, CUDA context) the planner shows for an H100: its own step's
+// plan, as the planner shows it. The run stores its peak tensor
 // bytes (what the memory probe measures) and terms.
 MemoryEstimate launchEstimate(const RunConfig& config, const std::string& device, std::optional<ComputeCapability> cc);
 

@@ -1259,7 +1259,6 @@ MemoryPlan memoryPlanOf(const RunConfig& config, const ArchitectureSpec& arch, c
 {
     auto traced = config;
     traced.train.precision = precision;
-    if (!plannedFromItsStep(traced)) return MemoryPlan(arch);
     return MemoryPlan(std::make_shared<const DerivedStep>(deriveStep(traced, progress)), arch);
 }
 
@@ -1473,12 +1472,16 @@ DerivedStep deriveStep(const RunConfig& asked, const DerivedPlanProgress& progre
     auto config = asked;
     config.train.gradAccum = std::min(config.train.gradAccum, 2);
     // Fields of a setup Trainbench only plans (the trainer refuses them:
-    // Trainer.cpp planningOnlyFieldsProblem) are traced as the hand replay
-    // plans them: fp32 master weights on the device under mixed precision.
-    // (Weights loaded in bf16 and trained in bf16 are pure bf16, the hand
-    // replay's plan: not traced as fp32 ones, refused.)
+    // Trainer.cpp planningOnlyFieldsProblem) are traced as what the trainer
+    // runs in their place: the weights on the device, fp32 master weights
+    // under mixed precision, and weights loaded in bf16 and trained in bf16
+    // as pure bf16 (setupFor's plan of them: the same tensors from the
+    // first step on).
     if (plannableModel(config)) {
-        if (config.lora.rank <= 0 && setupFor(config).precision != "bf16-pure") config.train.weightsDtype = "fp32";
+        if (config.lora.rank <= 0) {
+            if (setupFor(config).precision == "bf16-pure") config.train.precision = "bf16-pure";
+            config.train.weightsDtype = "fp32";
+        }
         config.train.offload = "none";
     }
     // The Llama and GPT families: recorded at small widths, evaluated at the model's

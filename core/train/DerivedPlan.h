@@ -1,6 +1,6 @@
 #pragma once
 // The memory plan of any model the trainer can build, derived from the
-// trainer's own step instead of a hand-written replay: one steady-state
+// trainer's own step: one steady-state
 // training step (the second) runs on this machine's CPU under the counting
 // allocator at a few small batches and sequence lengths, each allocation's
 // live total becomes a polynomial in batch and sequence
@@ -68,11 +68,9 @@ std::optional<StepPrograms> recordStepPrograms(const RunConfig& config, std::str
                                                const DerivedPlanProgress& progress = {});
 
 // The plan of a config as every panel and command plans it
-// (memory/MemoryPlan.h): a config the hand replay does not model
-// (memory/Estimator.h ownStepReason) from its own step, recorded in
-// `precision` (what its target runs: planOnTarget's, "auto" resolved) in
-// seconds; else the hand replay of arch. Throws InputError where its step
-// cannot be derived.
+// (memory/MemoryPlan.h): its own step, recorded in `precision` (what its
+// target runs: planOnTarget's, "auto" resolved) in seconds. Throws
+// InputError where its step cannot be derived.
 MemoryPlan memoryPlanOf(const RunConfig& config, const ArchitectureSpec& arch, const std::string& precision,
                         const DerivedPlanProgress& progress = {});
 

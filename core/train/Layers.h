@@ -109,8 +109,8 @@ private:
     void keepQuantizedDtypes(const std::function<void()>& move);
     // The adapter's input (dropped while training with lora.dropout). The
     // adapter's product stays in the forward's one expression: its
-    // temporaries live until the sum is made, as the hand replays plan them
-    // (tst_memory_plan fails when they end sooner).
+    // temporaries live until the sum is made (the step programs shipped
+    // record it so: tst_derived_plan fails when they end sooner).
     torch::Tensor adapterInput(const torch::Tensor& x);
     double m_adapterDropout = 0.0;
     int m_rank;

@@ -142,8 +142,7 @@ double predictedTokensPerSecond(const ArchitectureSpec& a, const TrainingSetup& 
     // The optimizer: its state's traffic and one pass of operators per tensor.
     const double trainable = static_cast<double>(parameterCount(a, s.loraRank, s.loraTargets))
         - (lora ? static_cast<double>(parameterCount(a)) : 0.0);
-    const double stateBytes = s.optimizer == "adamw" ? (s.precision == "bf16-pure" ? 14 : 28)
-                              : s.optimizer == "adamw8bit" ? 16 : 12;
+    const double stateBytes = s.optimizer == "adamw" ? (s.precision == "bf16-pure" ? 14 : 28) : 12;
     const double tensors = (lora ? 2 * static_cast<double>(std::max<std::size_t>(s.loraTargets.size(), 1)) : kTensorsPerLayer) * L
         + (lora ? 0 : 4);
     const double optimizerS = std::max(trainable, 0.0) * stateBytes / bw + tensors * kOptimizerOpsPerTensor * m.opSeconds;
@@ -188,33 +187,23 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
 
     std::set<std::tuple<int, int, bool, std::string, std::string>> seen;
     const PreflightTarget preflight = preflightTarget(options);
-    // A config the hand replay does not model (LoRA, a quantized base, a
-    // folder with a head size of its own, Qwen3, Phi-3, Gemma 3, ...) is
-    // planned from its own step, as estimate and a run's recorded estimate
-    // plan it: one derivation per precision, checkpointing, attention,
-    // layers, LoRA rank and accumulation, evaluated at each batch and
-    // sequence. (Asked of each config: the suggestions change LoRA.)
-    std::string ownReason; // why the first candidate planned from its own step is (empty: none is)
+    // Each candidate is planned from its own step, as estimate and a run's
+    // recorded estimate plan it: one derivation per precision,
+    // checkpointing, attention, layers, LoRA rank and accumulation,
+    // evaluated at each batch and sequence. (Asked of each config: the
+    // suggestions change LoRA and the layers.)
     std::map<std::tuple<std::string, bool, std::string, int, int, int>, MemoryPlan> derived;
-    std::string derivedFailure;
-    // The config's plan (memory/MemoryPlan.h): the hand replay's, or its own step's.
+    int derivations = 0;
     const auto planOf = [&](const RunConfig& c, const TargetPlan& plan) -> MemoryPlan {
-        auto resolved = c;
-        resolved.train.precision = plan.setup.precision; // ("auto" as the target runs it)
-        const auto reason = ownStepReason(resolved);
-        // The hand replay has no LoRA, quantized base or mixed precision: only their own step answers.
-        const bool handless = c.model.quantize != "none" || c.lora.rank > 0 || mixedPrecision(plan.setup.precision);
-        if (reason.empty() || (!derivedFailure.empty() && !handless)) return MemoryPlan(plan.arch);
-        if (ownReason.empty()) ownReason = reason;
         const std::tuple key{plan.setup.precision, c.train.activationCheckpointing, c.model.attention, c.model.nLayer, c.lora.rank,
                              std::min(c.train.gradAccum, 2)}; // (traced with at most two micro-batches)
         if (const auto it = derived.find(key); it != derived.end()) return it->second;
         try {
+            ++derivations;
             return derived.emplace(key, memoryPlanOf(c, plan.arch, plan.setup.precision)).first->second;
         } catch (const std::exception& e) {
-            if (handless) throw InputError("tune plans " + reason + " from its own step, which could not be derived: " + e.what());
-            derivedFailure = e.what();
-            return MemoryPlan(plan.arch);
+            throw InputError("tune plans each candidate from its own training step; the step in " + plan.setup.precision
+                             + " could not be derived: " + e.what());
         }
     };
     const auto peakOf = [&](const RunConfig& c, const TargetPlan& plan) {
@@ -382,12 +371,10 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
         result.notes.push_back("predicted tokens per second come from " + machine.source
                                + " (not measured: the card is not this machine's)");
     }
-    if (!ownReason.empty() && derivedFailure.empty()) {
-        result.notes.push_back("each candidate the hand replay does not plan (" + ownReason + ") is planned from its own "
-                               "training step, derived once per precision, checkpointing and attention");
-    } else if (!ownReason.empty()) {
-        result.notes.push_back("its own step's plan could not be derived (" + derivedFailure.substr(0, 300)
-                               + "): the candidates are planned by the hand replay, which does not model " + ownReason);
+    if (derivations > 0) {
+        result.notes.push_back("each candidate is planned from its own training step, derived once per precision, "
+                               "checkpointing and attention (" + std::to_string(derivations)
+                               + (derivations == 1 ? " derivation)" : " derivations)"));
     }
     chooseWinner(result, base);
     return result;
