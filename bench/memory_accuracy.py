@@ -9,8 +9,8 @@ parameter for fp32 AdamW, 8 for SGD with momentum, 4 + 4 for plain SGD; no
 activations). Usage: bench/memory_accuracy.py [CLI] (default build/app/trainbench-cli).
 With --random N [--seed S] it plans and measures N configurations drawn at
 random over the same space instead (configurations nobody tuned the planner on).
-With --derived the estimate is the derived plan (estimate --derived: the
-trainer's own step traced at small shapes) instead of the hand replay.
+The estimate is the plan of the trainer's own step, recorded at small
+shapes (--derived, once needed for that, is accepted and changes nothing).
 With --lora-sweep it runs 78 small LoRA configurations instead (1 and 2
 layers, d_model 64, batch 32 on the addition task: every single Llama
 projection and group, GPT's groups with and without dropout, in fp32, bf16
@@ -47,7 +47,7 @@ def flag(name):
         return False
     args.remove(name)
     return True
-DERIVED = flag("--derived")
+flag("--derived")  # (every plan is derived)
 FAMILIES = flag("--families")
 SDPA = flag("--sdpa")
 WINDOWS = flag("--windows")
@@ -287,11 +287,9 @@ with tempfile.TemporaryDirectory() as d:
         with open(path, "w") as f:
             json.dump(c, f)
         try:
-            est = run(["estimate", "--config", path, "--json"] + (["--derived"] if DERIVED else []))
+            est = run(["estimate", "--config", path, "--json"])
         except RuntimeError as e:
-            if not DERIVED:
-                raise
-            # The derived plan declines a step whose sizes are not polynomial in batch and sequence.
+            # The plan declines a step whose sizes are not polynomial in batch and sequence.
             declined.append(name)
             print(f"{name:46s} declined: {str(e).splitlines()[-1]}", flush=True)
             continue

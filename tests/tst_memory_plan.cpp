@@ -977,6 +977,9 @@ void TestMemoryPlan::noTermIsNegative()
     for (const char* precision : {"fp32", "bf16-pure", "bf16", "fp16"}) {
         for (const char* attention : {"eager", "sdpa"}) {
             if (std::string(attention) == "sdpa" && builtTorchMajor() < 2) continue;
+            // (SDPA in fp32 runs the memory-efficient kernel on a GPU, which
+            // no device rule sizes yet: a lower bound, derived-plan.md.)
+            const bool ruled = !(std::string(attention) == "sdpa" && std::string(precision) == "fp32");
             c.train.precision = precision;
             c.model.attention = attention;
             c.device = std::string(precision) == "fp16" ? "cuda" : "cpu";
@@ -987,7 +990,7 @@ void TestMemoryPlan::noTermIsNegative()
             const auto plan = memoryPlanOf(c, architectureFor(c), precision);
             for (const std::int64_t seq : {129, 333, 777}) {
                 const auto e = plan.at(seq == 333 ? 2 : 1, seq, s);
-                QVERIFY2(!e.lowerBound, qPrintable(QString::fromStdString(plan.notExactOn(s))));
+                QVERIFY2(e.lowerBound == !ruled, qPrintable(QString::fromStdString(plan.notExactOn(s))));
                 QVERIFY(std::any_of(e.terms.begin(), e.terms.end(), [](const MemoryTerm& t) { return t.name == "ddp_buckets"; }));
                 QVERIFY(std::any_of(e.terms.begin(), e.terms.end(), [](const MemoryTerm& t) { return t.name == "data"; }));
                 std::int64_t sum = 0;

@@ -889,9 +889,8 @@ void TestPlannerPanel::mistralPastItsWindowIsPlannedEager()
 }
 
 // A Llama folder whose head size is not hidden / heads (Qwen3's, Gemma's
-// layout): the hand replay would plan another model, so the planner derives
-// this one's plan from its own step (recorded at small widths), as the CLI
-// does, and both give one figure.
+// layout): the planner derives its plan from its own step (recorded at
+// small widths), as the CLI does, and both give one figure.
 // The QLoRA flow in the window: a Llama 2 7B folder with LoRA does not fit
 // a T4; NF4 chosen in the form, the planner derives the quantized step's
 // plan, which fits, as `estimate` plans it.

@@ -298,8 +298,8 @@ def data_parallel(tmp, config):
 
 def sweep(tmp, config, planned):
     """A sweep with a budget between the QLoRA plan and the plan of the same
-    model unquantized runs its trial: the hand replay's unquantized plan is
-    only an upper bound (it skipped the trial as 'does not fit')."""
+    model unquantized runs its trial (an unquantized plan once skipped it as
+    'does not fit')."""
     if planned <= 0:
         return
     plain = dict(config)

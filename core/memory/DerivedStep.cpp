@@ -351,8 +351,7 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
     map.compiled = true;
     if (setup.gpu && !batches.empty() && !seqLens.empty() && notExactOn(setup).empty()) {
         // Each cell's tensors from the rules' compiled step (unrounded), the allocator's
-        // reserve placed from replays (placeAllocatorReserve, as the hand
-        // replay's map).
+        // reserve placed from replays (placeAllocatorReserve).
         const auto cols = batches.size();
         const auto outside = gpuOutsideAllocator(setup);
         const auto bFirst = std::min_element(batches.begin(), batches.end());
