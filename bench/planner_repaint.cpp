@@ -42,12 +42,13 @@ double timed(tb::ui::MemoryPlannerPanel& panel, F&& change)
     return static_cast<double>(timer.nsecsElapsed()) / 1e6;
 }
 
-// Until the panel shows a plan (its step derived in the background), at most two minutes.
+// Until the panel shows a plan (its step derived in the background), at
+// most two minutes; false at once where it could not be derived.
 bool planned(tb::ui::MemoryPlannerPanel& panel)
 {
     QElapsedTimer waited;
     waited.start();
-    while (!panel.estimate() && waited.elapsed() < 120000) {
+    while (!panel.estimate() && waited.elapsed() < 120000 && !panel.verdictText().contains("could not be derived")) {
         QApplication::processEvents();
         QThread::msleep(20);
     }
@@ -58,6 +59,9 @@ bool planned(tb::ui::MemoryPlannerPanel& panel)
 
 int main(int argc, char** argv)
 {
+    // The panel records plans with trainbench-cli: this build's, unless one is named.
+    if (qEnvironmentVariableIsEmpty("TRAINBENCH_CLI")) qputenv("TRAINBENCH_CLI", TB_BENCH_CLI);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0); // (rows as they are measured)
     QApplication app(argc, argv);
     tb::ui::ConfigDocument document;
     document.loadText(R"({"name": "bench", "model": {"n_layer": 4, "d_model": 256, "n_head": 8},

@@ -464,6 +464,21 @@ void TestDiagnose::folderWithItsOwnHeadSizeIsPlannedFromItsStep()
     const auto* over = find(findings, "memory_over_budget");
     QVERIFY2(over && over->severity == Severity::Error, kinds(findings).c_str());
     QVERIFY2(over->cause.find(" or more during") == std::string::npos, over->cause.c_str());
+    // The figure is this folder's own step's (its head size of 128, not
+    // hidden / heads = 64).
+    const auto t4 = planOnTarget(c, std::optional<GpuTarget>(GpuCatalogue::bundled().resolve("T4")));
+    const auto own = plannedIn(c, t4.setup.precision).at(t4.setup.batch, t4.setup.seqLen, t4.setup).peakBytes;
+    QCOMPARE(over->numbers.at("estimated_peak_bytes"), static_cast<double>(own));
+    // A step that cannot be derived is said, not passed as "not checked".
+    PreflightTarget failing = gpu("T4");
+    failing.derivePlan = [](const RunConfig&) -> std::shared_ptr<const DerivedStep> {
+        throw InputError("the probe's step failed (a test's own failure)");
+    };
+    findings = runPreflight(c, failing);
+    const auto* failed = find(findings, "memory_not_planned");
+    QVERIFY2(failed && failed->severity == Severity::Warning
+                 && failed->cause.find("a test's own failure") != std::string::npos,
+             kinds(findings).c_str());
 }
 
 void TestDiagnose::fusedAttentionBelowAmpere()

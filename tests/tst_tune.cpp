@@ -8,6 +8,7 @@
 #include "HfFolderFixtures.h"
 #include "common/Errors.h"
 #include "gpu/Catalogue.h"
+#include "memory/Estimator.h"
 #include "memory/Verdict.h"
 #include "tune/Tune.h"
 #include "tune/TuneMeasure.h"
@@ -85,7 +86,7 @@ private Q_SLOTS:
     void predictedSpeedFollowsTheCosts();
     void measuringTrainsRealSteps();
     void refusesWhatItCannotTune();
-    void aFolderTheReplayDoesNotModelIsPlannedFromItsStep();
+    void aFolderWithItsOwnHeadSizeIsPlannedFromItsStep();
     void aQuantizedBaseWithAdapterDropoutIsTuned();
 };
 
@@ -149,6 +150,21 @@ void TestTune::aCardsPrecisionRulesDecide()
     QVERIFY(bf16 && fp16);
     // The T4's fp16 tensor cores are eight times its fp32: the winner uses them.
     QCOMPARE(r.candidates[static_cast<std::size_t>(r.winner)].precision, std::string("fp16"));
+    // SDPA in fp32 on a T4 runs the memory-efficient kernel, which no device
+    // rule sizes yet: its plan is a lower bound, and such a candidate is not
+    // proposed on it (it was judged as though the bound were the plan).
+    if (builtTorchMajor() < 2) return; // (SDPA: LibTorch 2.x, the torch2 tree)
+    o.sdpaAvailable = true;
+    const auto withSdpa = planTune(gpt(), o, throughputFromCatalogue(o.gpu->gpu));
+    bool bounded = false;
+    for (const auto& k : withSdpa.candidates) {
+        if (k.precision != "fp32" || k.attention != "sdpa") continue;
+        bounded = true;
+        QVERIFY2(k.rejected.find("not planned exactly on this card") != std::string::npos, k.rejected.c_str());
+    }
+    QVERIFY(bounded);
+    const auto& winner = withSdpa.candidates[static_cast<std::size_t>(withSdpa.winner)];
+    QVERIFY2(!(winner.precision == "fp32" && winner.attention == "sdpa"), winner.describe().c_str());
 }
 
 void TestTune::measuredBeatsPredictedAndOverBudgetLoses()
@@ -326,11 +342,12 @@ void TestTune::refusesWhatItCannotTune()
     QVERIFY_THROWS_EXCEPTION(InputError, planTune(c, onBudget(1 << 20), machine()));
 }
 
-// A Llama folder whose head size is not hidden / heads: the hand replay
-// planned it 10-20% under, and tune ranked and judged its candidates by that.
+// A Llama folder whose head size is not hidden / heads: a plan with hidden /
+// heads as the head size was 10-20% under, and tune ranked and judged its
+// candidates by that.
 // Each candidate is now planned from its own step: the measured peaks are
 // the planned ones.
-void TestTune::aFolderTheReplayDoesNotModelIsPlannedFromItsStep()
+void TestTune::aFolderWithItsOwnHeadSizeIsPlannedFromItsStep()
 {
     QTemporaryDir dir;
     writeHfFolder(dir.path().toStdString(),

@@ -359,19 +359,21 @@ std::pair<std::int64_t, int> batchKeepingEffective(const PlanForAccum& planFor, 
     return {0, 1};
 }
 
-// The plan of a config planned from its own step, from the caller (null
-// where it has none or it cannot be derived: the reason is dropped, the
-// check falls back to a bound). The step traced is the one the target runs:
-// "auto" precision resolved there (fp16 on a T4), as estimate, the Memory
-// planner and a run's launch estimate trace it.
-std::shared_ptr<const DerivedStep> ownStepPlan(const RunConfig& c, const Target& target, const PreflightTarget& t)
+// The config's own step's plan, from the caller (null where it has none
+// or it cannot be derived; why, where it could not, in `failure`). The step
+// traced is the one the target runs: "auto" precision resolved there (fp16
+// on a T4), as estimate, the Memory planner and a run's launch estimate
+// trace it.
+std::shared_ptr<const DerivedStep> ownStepPlan(const RunConfig& c, const Target& target, const PreflightTarget& t,
+                                               std::string* failure = nullptr)
 {
     if (!t.derivePlan) return nullptr;
     auto traced = c;
     traced.train.precision = planOnTarget(c, target.gpu, target.cc, target.count).setup.precision;
     try {
         return t.derivePlan(traced);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+        if (failure) *failure = e.what();
         return nullptr;
     }
 }
@@ -445,8 +447,18 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     const auto& arch = plan.arch;
     const auto& setup = plan.setup;
     // The config's own step, where the caller derives it (the target runs
-    // "auto" resolved); a quick check that does not derive says so.
-    const auto derived = ownStepPlan(c, target, t);
+    // "auto" resolved); a quick check that does not derive says so, and a
+    // step that could not be derived says why.
+    std::string failure;
+    const auto derived = ownStepPlan(c, target, t, &failure);
+    if (!derived && !failure.empty()) {
+        out.push_back(make("memory_not_planned", Severity::Warning, "The memory plan could not be derived",
+                           "Memory is planned from this run's own training step, and recording it failed: " + failure
+                               + ". Its memory on " + target.label + " is not checked.",
+                           "Fix what the message names (trainbench-cli estimate --config FILE says the same), or "
+                           "measure the run (trainbench-cli measure --config FILE)."));
+        return;
+    }
     if (!derived) {
         out.push_back(make("memory_not_planned", Severity::Info,
                            "Memory is planned from this run's own training step",

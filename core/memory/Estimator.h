@@ -65,15 +65,14 @@ struct TrainingSetup {
     std::int64_t batch = 32;
     std::int64_t seqLen = 64;
     int gradAccum = 1;
-    std::string optimizer = "adamw"; // adamw | sgd (momentum > 0) | sgd-plain | adamw8bit
+    std::string optimizer = "adamw"; // adamw | sgd (momentum > 0) | sgd-plain
     bool weightDecay = true;         // decoupled (AdamW) or L2 (SGD) weight decay on matrices
     // fp32 | fp16 / bf16 (mixed: fp32 master weights, autocast) | bf16-pure
     // (weights, gradients, optimizer state and activations in bf16).
     std::string precision = "fp32";
     bool checkpointing = false;
-    // The LibTorch whose allocations are replayed: from 2.0 zero_grad frees
-    // gradients (set_to_none), and mean's backward keeps only its input's
-    // shape (1.13 saves the input: RMSNorm's x^2). Default: this build's.
+    // The LibTorch the step runs on (its cuBLAS workspaces: 2.x allocates
+    // them through the caching allocator). Default: this build's.
     int torchMajor = builtTorchMajor();
     std::string attention = "eager"; // eager | fused
     int loraRank = 0;
@@ -171,8 +170,6 @@ ArchitectureSpec architectureOf(const ModelSpec& model);
 // key norms (qwen3)", "a head size apart from hidden / heads (head_dim 128,
 // ...)"), or empty.
 std::string architectureGap(const ModelSpec& model);
-// fp16 or bf16 mixed precision (autocast over fp32 master weights).
-inline bool mixedPrecision(const std::string& precision) { return precision == "fp16" || precision == "bf16"; }
 // How a config trains, as its plan is asked (batch, sequence, precision with
 // weights loaded in bf16 and trained in bf16 as pure bf16, LoRA, data).
 TrainingSetup setupFor(const RunConfig& config);

@@ -163,8 +163,8 @@ std::string TuneCandidate::describe() const
 TuneResult planTune(const RunConfig& base, const TuneOptions& options, const ThroughputMachine& machine)
 {
     if (!plannableModel(base)) {
-        throw InputError("tune plans each candidate from the model's architecture, and a TorchScript model has none: "
-                         "derive its plan with 'trainbench-cli fit --derived --config FILE --budget BYTES'");
+        throw InputError("tune proposes changes to a model's architecture, and a TorchScript model has none: "
+                         "find its largest batch with 'trainbench-cli fit --config FILE --budget BYTES'");
     }
     if (auto issues = validateConfig(base, false); !issues.empty()) throw ConfigError("config", std::move(issues));
     const Where where = whereFor(base, options);
@@ -238,6 +238,12 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             k.predictedTokensPerSecond = predictedTokensPerSecond(plan.arch, plan.setup, machine);
             if (k.verdict == MemoryVerdict::DoesNotFit) {
                 k.rejected = "does not fit: planned " + byteSizeText(e.peakBytes) + " of " + byteSizeText(budget);
+            } else if (e.lowerBound) {
+                // (A card's kernel no device rule sizes yet: the plan is a
+                // bound under the step, which cannot say that it fits.)
+                k.verdict = MemoryVerdict::DoesNotFit;
+                k.rejected = "not planned exactly on this card: at least " + byteSizeText(e.peakBytes) + " of "
+                    + byteSizeText(budget);
             } else {
                 for (const auto& f : runPreflight(k.config, preflight, false)) {
                     // Memory is decided above, against the budget asked for.
