@@ -108,8 +108,8 @@ int main(int argc, char** argv)
             std::printf("%-34s skipped: SDPA needs LibTorch 2.x (bench/torch2.sh runs it in the 2.x tree)\n", label);
             return;
         }
-        const auto& published = tb::findArchitecture(name);
-        auto experiment = tb::publishedExperiment(published.configJson, published.source);
+        const auto* published = &tb::findArchitecture(name); // (a bundled preset: lives as long as the program)
+        auto experiment = tb::publishedExperiment(published->configJson, published->source);
         auto& c = experiment.config;
         c.data.seqLen = 512;
         c.train.batchSize = 2;
@@ -123,7 +123,7 @@ int main(int argc, char** argv)
         auto card = tb::setupFor(c);
         card.gpu = true;
         card.computeCapability = cc;
-        runDerived(label, c, card, budget, std::min<std::int64_t>(longest, published.model.maxLen));
+        runDerived(label, c, card, budget, std::min<std::int64_t>(longest, published->model.maxLen));
     };
     const std::int64_t a100 = 85198045184; // 79.35 GiB
     preset("Llama 2 7B LoRA bf16 on an A100", "llama-2-7b", "bf16", 16, false, "eager", 80, a100);

@@ -452,7 +452,8 @@ void memoryRules(const RunConfig& c, const Target& target, const PreflightTarget
     std::string failure;
     const auto derived = ownStepPlan(c, target, t, &failure);
     if (!derived && !failure.empty()) {
-        out.push_back(make("memory_not_planned", Severity::Warning, "The memory plan could not be derived",
+        // (Info: it is the planner that failed, not the config; said with its reason.)
+        out.push_back(make("memory_not_planned", Severity::Info, "The memory plan could not be derived",
                            "Memory is planned from this run's own training step, and recording it failed: " + failure
                                + ". Its memory on " + target.label + " is not checked.",
                            "Fix what the message names (trainbench-cli estimate --config FILE says the same), or "
