@@ -850,6 +850,11 @@ void TestDerivedPlan::cliRefusesWhatDoesNotApply()
     const auto context = cli({"estimate", "--config", path, "--cuda-context", "1000"});
     QVERIFY(context.code != 0);
     QVERIFY2(context.err.contains("name the card with --gpu"), context.err.constData());
+    // The card's options are refused before the step is traced (it was traced first).
+    QVERIFY2(!context.err.contains("traced step"), context.err.constData());
+    const auto slack = cli({"estimate", "--config", path, "--gpu", "T4", "--allocator-slack", "0.1"});
+    QVERIFY(slack.code != 0);
+    QVERIFY2(slack.err.contains("--allocator-slack is gone") && !slack.err.contains("traced step"), slack.err.constData());
     const auto two_sources = cli({"estimate", "--derived", "--config", path, "--preset", "gpt2"});
     QVERIFY(two_sources.code != 0);
     QVERIFY2(two_sources.err.contains("exactly one of --config FILE"), two_sources.err.constData());

@@ -208,6 +208,12 @@ Derived derivedFromArgs(const Args& args, const char* command, const std::option
         throw InputError("--attention-modules is gone: the plan is the trainer's own step, traced with the attention "
                          "modules the trainer builds");
     }
+    {
+        // The card's options are checked before anything is traced.
+        TrainingSetup card;
+        card.gpu = gpu.has_value();
+        applyGpuOptions(args, card);
+    }
     std::shared_ptr<const std::string> scratch;
     RunConfig config = path ? loadConfigFile(*path) : publishedExperiment(args, scratch);
     if (auto b = args.integer("--batch", 1, 1 << 20)) config.train.batchSize = static_cast<int>(*b);
