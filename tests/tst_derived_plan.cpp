@@ -242,6 +242,7 @@ private Q_SLOTS:
     void sdpaOnTorch2();
     void derivingKeepsTheThreadPools();
     void loraDropoutIsPlannedFromItsStep();
+    void termsSayWhatTheBlocksHold();
     void learnedPositionsCountWithTheSequence();
     void slidingWindowTracedOnBothSides();
     void cancelStopsTracing();
@@ -639,6 +640,52 @@ void TestDerivedPlan::sdpaOnTorch2()
     a100.precision = "bf16-pure";
     QVERIFY2(bf16.notExactOn(a100).empty(), bf16.notExactOn(a100).c_str());
     QVERIFY(!bf16.at(4, 2048, a100).lowerBound);
+}
+
+// A plan's terms say what its peak holds, by the dimensions each recorded
+// block follows (BlockKind): the model's state, the data, activations,
+// attention maps, logits, ..., adding up to the peak on the CPU and on a
+// GPU (they were two: what is live as the step starts, and the rest).
+void TestDerivedPlan::termsSayWhatTheBlocksHold()
+{
+    auto c = base("llama", 4, 64);
+    c.model.nLayer = 2;
+    c.model.dModel = 64;
+    c.model.nHead = 4;
+    c.model.positionalEncoding = "rope";
+    c.model.tieEmbeddings = false;
+    c.model.attention = "eager";
+    const auto plan = deriveStep(c);
+    TrainingSetup t4;
+    t4.gpu = true;
+    t4.computeCapability = 75;
+    for (const auto& e : {plan.at(4, 64), plan.at(4, 64, t4)}) {
+        std::map<std::string, std::int64_t> terms;
+        std::int64_t sum = 0;
+        for (const auto& t : e.terms) {
+            QVERIFY2(!terms.count(t.name), t.name.c_str()); // (one term a name)
+            terms[t.name] = t.bytes;
+            sum += t.bytes;
+            QVERIFY2(t.bytes >= 0, t.name.c_str());
+        }
+        QCOMPARE(sum, e.peakBytes);
+        QVERIFY(!terms.count("resident") && !terms.count("step"));
+        // fp32 AdamW: weights, gradients and two moments, 16 bytes a parameter.
+        QVERIFY2(terms["model_state"] >= 16 * e.parameters, std::to_string(terms["model_state"]).c_str());
+        QVERIFY(terms["data"] > 0);
+        QVERIFY(terms["activations"] > 0);
+        // Eager attention keeps batch x heads x sequence x sequence fp32 maps.
+        QVERIFY2(terms["attention_maps"] >= 4LL * 4 * 64 * 64 * 4, std::to_string(terms["attention_maps"]).c_str());
+        QVERIFY(terms["logits"] > 0);
+    }
+    // The maps follow the square of the sequence: twice as long, at least three times the bytes.
+    const auto mapsAt = [&](std::int64_t t) {
+        for (const auto& term : plan.at(4, t).terms) {
+            if (term.name == "attention_maps") return term.bytes;
+        }
+        return std::int64_t{0};
+    };
+    QVERIFY2(mapsAt(256) >= 3 * mapsAt(128), (std::to_string(mapsAt(128)) + " " + std::to_string(mapsAt(256))).c_str());
 }
 
 // LoRA (here with dropout on the adapters' input, lora.dropout: its mask

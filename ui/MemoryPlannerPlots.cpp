@@ -44,7 +44,9 @@ QColor termColor(const std::string& name)
         {"logits", QColor(0xe3, 0x77, 0xc2)},          {"workspace", QColor(0x7f, 0x7f, 0x7f)},
         {"ddp_buckets", QColor(0xbc, 0xbd, 0x22)},     {"allocator_reserved", QColor(0x17, 0xbe, 0xcf)},
         {"cuda_context", QColor(0x39, 0x3b, 0x79)},    {"weight_copies", QColor(0x6b, 0x6e, 0xcf)},
-        {"cublas_workspace", QColor(0xe7, 0xba, 0x52)}};
+        {"cublas_workspace", QColor(0xe7, 0xba, 0x52)}, {"model_state", QColor(0x1f, 0x77, 0xb4)},
+        {"optimizer_step", QColor(0x98, 0xdf, 0x8a)},  {"resident", QColor(0x55, 0x55, 0x55)},
+        {"step", QColor(0xaa, 0xaa, 0xaa)}};
     for (const auto& [n, c] : colors) {
         if (n == name) return c;
     }

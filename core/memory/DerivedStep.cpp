@@ -38,6 +38,7 @@ struct GpuStep {
     std::int64_t start = 0; // the tensors live as the step starts
     std::int64_t peakTensors() const { return *std::max_element(phaseTensors.begin(), phaseTensors.end()); }
     AllocatorReplay allocator;
+    RecordedStep step; // the step by the rules
 };
 
 GpuStep gpuStep(const DerivedStep& d, std::int64_t batch, std::int64_t planned, const TrainingSetup& setup)
@@ -77,7 +78,43 @@ GpuStep gpuStep(const DerivedStep& d, std::int64_t batch, std::int64_t planned, 
     if (setup.maxSplitSize > 0) settings.maxSplitSize = setup.maxSplitSize;
     settings.expandableSegments = setup.expandableSegments;
     out.allocator = replayOnCudaAllocator(step, settings, first, after);
+    out.step = std::move(cuda.step);
     return out;
+}
+
+// A term, or more bytes of one already there (a kind's data and the data the trace did not draw).
+void addTerm(MemoryEstimate& e, const std::string& name, std::int64_t bytes, const std::string& formula)
+{
+    for (auto& t : e.terms) {
+        if (t.name == name) {
+            t.bytes += bytes;
+            if (t.formula != formula) t.formula += "; and " + formula;
+            return;
+        }
+    }
+    e.terms.push_back({name, bytes, formula});
+}
+
+// The recorded step's blocks at its peak by what they hold (BlockKind),
+// `tensors` in all: the rest (kernel scratch the step's record does not
+// hold: oneDNN's for bf16 products) is workspace. Without the kinds (a step
+// not from programs), or where they add up to more: what is live as the
+// step starts and what the step adds.
+void kindTerms(MemoryEstimate& e, const RecordedStep* step, std::int64_t tensors, std::int64_t resident)
+{
+    const auto live = step ? liveKindsAtPeak(*step) : LiveKinds{};
+    const auto rest = tensors - live.peak;
+    if (!step || step->residentKind.empty() || rest < 0) {
+        e.terms.push_back({"resident", resident,
+                           "live as a step starts: weights, gradients kept between steps, optimizer state, data"});
+        e.terms.push_back({"step", tensors - resident, "what the step allocates and still holds at its peak"});
+        return;
+    }
+    for (int k = 1; k < kBlockKinds; ++k) {
+        const auto kind = static_cast<BlockKind>(k);
+        const auto bytes = live.bytes[static_cast<std::size_t>(k)] + (kind == BlockKind::Workspace ? rest : 0);
+        if (bytes > 0) addTerm(e, blockKindName(kind), bytes, blockKindDescription(kind));
+    }
 }
 
 // The CUDA context, and (LibTorch 1.13) the cuBLAS workspaces outside the allocator.
@@ -143,9 +180,11 @@ MemoryEstimate DerivedStep::at(std::int64_t batch, std::int64_t seqLen, const Tr
     const auto resident = S.start(batch, seqLen);
     e.tensorPeakBytes = e.peakBytes;
     e.endOfStepBytes = resident;
-    e.terms.push_back({"resident", resident,
-                       "live as a step starts: weights, gradients kept between steps, optimizer state, data"});
-    e.terms.push_back({"step", e.peakBytes - resident, "what the step allocates and still holds at its peak"});
+    {
+        const auto& p = pastWindowPrograms && seqLen > slidingWindow ? pastWindowPrograms : programs;
+        const auto step = p ? std::optional<RecordedStep>(p->at(batch, seqLen)) : std::nullopt;
+        kindTerms(e, step ? &*step : nullptr, e.peakBytes, resident);
+    }
     e.notes.push_back("derived from " + std::to_string(S.traces) + " training steps traced with " + tracedOn
                       + " at batch 1 to 5 and "
                       + (fixedSeqLen > 0 ? "the dataset's sequence " + std::to_string(fixedSeqLen)
@@ -274,14 +313,12 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
     const auto ws = cublasWorkspaceBytes(setup.torchMajor, setup.computeCapability);
     const auto dp = beyondTracedBytes(batch, seqLen, setup);
     const auto inAllocator = setup.torchMajor >= 2 ? 2 * ws : 0;
-    e.terms.push_back({"resident", g.start - dp - inAllocator,
-                       "live as a step starts: weights, gradients kept between steps, optimizer state, data"});
+    kindTerms(e, &g.step, e.tensorPeakBytes - dp - inAllocator, g.start - dp - inAllocator);
     beyondTracedTerms(e, batch, seqLen, setup);
     if (inAllocator > 0) {
         e.terms.push_back({"cublas_workspace", inAllocator, "two cuBLAS workspaces through the caching allocator (the "
                                                             "forward's and autograd's threads), " + std::to_string(ws) + " bytes each"});
     }
-    e.terms.push_back({"step", e.tensorPeakBytes - g.start, "what the step allocates and still holds at its peak"});
     const auto reservedExtra = std::max<std::int64_t>(0, g.allocator.peakReserved - e.tensorPeakBytes);
     e.terms.push_back({"allocator_reserved", reservedExtra,
                        "caching allocator: reserved beyond the tensors at the peak (segment rounding, cached and unsplit "
@@ -322,10 +359,10 @@ void DerivedStep::beyondTracedTerms(MemoryEstimate& e, std::int64_t batch, std::
         e.terms.push_back({"ddp_buckets", buckets, "data parallel: the reducer's gradient buckets, trainable parameters x their bytes"});
     }
     if (const auto rows = extraDataBytes(batch, seqLen, setup); rows > 0) {
-        e.terms.push_back({"data", rows, setup.gpus > 1 ? "data parallel: the other ranks' rows of the global batch every rank "
+        addTerm(e, "data", rows, setup.gpus > 1 ? "data parallel: the other ranks' rows of the global batch every rank "
                                                           "draws, and rank 0's validation of the global batch"
                                                         : "the micro-batches of gradient accumulation beyond the traced step's, "
-                                                          "drawn before its first forward"});
+                                                          "drawn before its first forward");
     }
 }
 

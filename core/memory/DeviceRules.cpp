@@ -140,6 +140,7 @@ CudaStepBuilder::CudaStepBuilder(const RecordedStep& cpu, const CudaTarget& targ
     auto& s = m_out.step;
     s.resident.reserve(cpu.resident.size());
     for (const auto b : cpu.resident) s.resident.push_back(rounded(b));
+    s.residentKind = cpu.residentKind;
     s.ops = cpu.ops;
     s.parameterElements = cpu.parameterElements;
     s.trainableBytes = cpu.trainableBytes;

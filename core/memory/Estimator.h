@@ -125,7 +125,7 @@ std::int64_t dataBytes(const TrainingSetup& setup, std::int64_t batch, std::int6
 inline bool datasetHasLossMask(const std::string& dataset) { return dataset == "addition" || dataset == "chat"; }
 
 struct MemoryTerm {
-    std::string name;    // weights, gradients, optimizer_state, activations, attention_maps, logits, ...
+    std::string name;    // model_state, data, activations, attention_maps, logits, ... (BlockKind), allocator_reserved, cuda_context, ...
     std::int64_t bytes = 0;
     std::string formula; // in words
 };

@@ -445,6 +445,151 @@ std::int64_t DimFormula::at(const StepDims& dims) const
     return std::llround(r);
 }
 
+namespace {
+
+bool follows(const DimFormula& f, StepDim d)
+{
+    return std::any_of(f.axes.begin(), f.axes.end(), [d](const DimFormula::Axis& a) { return a.dim == static_cast<int>(d); });
+}
+
+// Whether the formula grows with the square of the sequence (a score map's
+// B x H x T x T): its values along the sequence have a second difference.
+bool squareOfSequence(const DimFormula& f)
+{
+    for (const auto& a : f.axes) {
+        if (a.dim != static_cast<int>(StepDim::Seq) || a.xs.size() < 3) continue;
+        const auto& x = a.xs;
+        const auto& v = a.values;
+        for (std::size_t i = 2; i < x.size(); ++i) {
+            // (v2 - v1) / (x2 - x1) != (v1 - v0) / (x1 - x0)
+            if (static_cast<long double>(v[i] - v[i - 1]) * static_cast<long double>(x[i - 1] - x[i - 2])
+                != static_cast<long double>(v[i - 1] - v[i - 2]) * static_cast<long double>(x[i] - x[i - 1])) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+BlockKind madeKind(const DimFormula& f, std::uint8_t phase)
+{
+    if (phase >= 2) return BlockKind::OptimizerStep;
+    const bool rows = follows(f, StepDim::Batch) || follows(f, StepDim::Seq);
+    // (A built-in model's vocabulary is its dataset's, which the probes do
+    // not move: there its logits follow no width of the model.)
+    const bool widths = follows(f, StepDim::Hidden) || follows(f, StepDim::Heads) || follows(f, StepDim::KvHeads)
+        || follows(f, StepDim::HeadDim) || follows(f, StepDim::Intermediate) || follows(f, StepDim::Rank);
+    if (rows && (follows(f, StepDim::Vocab) || !widths)) return BlockKind::Logits;
+    if (squareOfSequence(f)) return BlockKind::AttentionMaps;
+    if (rows) return BlockKind::Activations;
+    return phase == 0 ? BlockKind::WeightCopies : BlockKind::Gradients;
+}
+
+// Each block's kind, walking the numbers in at()'s order.
+std::vector<BlockKind> blockKindsOf(const StepProgram& p)
+{
+    std::vector<BlockKind> kinds;
+    const auto& s = p.shape;
+    kinds.reserve(s.resident.size() + s.events.size());
+    std::size_t k = 0;
+    const auto formula = [&](std::size_t at) -> const DimFormula* { return at < p.numbers.size() ? &p.numbers[at] : nullptr; };
+    for (std::size_t i = 0; i < s.resident.size(); ++i, ++k) {
+        const auto* f = formula(k);
+        kinds.push_back(f && follows(*f, StepDim::Batch) ? BlockKind::Data : BlockKind::ModelState);
+    }
+    for (const auto& e : s.events) {
+        const bool sized = !ruledEvent(e, p.ruled);
+        const auto own = k;
+        if (sized) ++k;
+        if (e.gemm.m != 0) k += 4;
+        if (e.hasShape) k += 4;
+        if (e.bytes <= 0) continue;
+        const auto* f = sized ? formula(own) : nullptr;
+        kinds.push_back(f ? madeKind(*f, e.phase) : BlockKind::Workspace); // (a rule sizes the CPU kernel's scratch)
+    }
+    return kinds;
+}
+
+} // namespace
+
+const char* blockKindName(BlockKind k)
+{
+    switch (k) {
+    case BlockKind::ModelState: return "model_state";
+    case BlockKind::Data: return "data";
+    case BlockKind::Activations: return "activations";
+    case BlockKind::AttentionMaps: return "attention_maps";
+    case BlockKind::Logits: return "logits";
+    case BlockKind::WeightCopies: return "weight_copies";
+    case BlockKind::Gradients: return "gradients";
+    case BlockKind::OptimizerStep: return "optimizer_step";
+    case BlockKind::Workspace: return "workspace";
+    case BlockKind::None: break;
+    }
+    return "other";
+}
+
+const char* blockKindDescription(BlockKind k)
+{
+    switch (k) {
+    case BlockKind::ModelState: return "live as a step starts and not following the batch: weights, the gradients kept between "
+                                       "steps, the optimizer's state";
+    case BlockKind::Data: return "the batch's rows live as a step starts";
+    case BlockKind::Activations: return "made by the step and following the batch or sequence: activations saved for the "
+                                        "backward, and their gradients";
+    case BlockKind::AttentionMaps: return "following the square of the sequence: attention scores and probabilities "
+                                          "(batch x heads x sequence x sequence), and their gradients";
+    case BlockKind::Logits: return "following the batch or sequence and the vocabulary (or no width of the model): the "
+                                   "output logits, the loss's softmax and per-token values, and their gradients";
+    case BlockKind::WeightCopies: return "made in the forward and following neither batch nor sequence: casts of the weights "
+                                         "(mixed precision) and other copies";
+    case BlockKind::Gradients: return "made in the backward and following neither batch nor sequence: parameters' gradients";
+    case BlockKind::OptimizerStep: return "the optimizer's temporaries while it updates the parameters";
+    case BlockKind::Workspace: return "kernel scratch, released before the next allocation";
+    case BlockKind::None: break;
+    }
+    return "";
+}
+
+LiveKinds liveKindsAtPeak(const RecordedStep& step)
+{
+    LiveKinds out, now;
+    std::vector<BlockKind> kindOf;
+    std::vector<std::int64_t> bytesOf;
+    kindOf.reserve(step.resident.size() + step.events.size());
+    bytesOf.reserve(kindOf.capacity());
+    const auto slot = [](BlockKind k) { return static_cast<std::size_t>(k); };
+    for (std::size_t i = 0; i < step.resident.size(); ++i) {
+        const auto k = i < step.residentKind.size() && step.residentKind[i] != BlockKind::None ? step.residentKind[i]
+                                                                                                : BlockKind::ModelState;
+        kindOf.push_back(k);
+        bytesOf.push_back(step.resident[i]);
+        now.bytes[slot(k)] += step.resident[i];
+        now.peak += step.resident[i];
+    }
+    out = now;
+    const auto& ev = step.events;
+    for (std::size_t i = 0; i < ev.size(); ++i) {
+        const auto& e = ev[i];
+        if (e.bytes > 0) {
+            const auto block = static_cast<std::int32_t>(kindOf.size());
+            auto k = e.kind == BlockKind::None ? BlockKind::Activations : e.kind;
+            if (i + 1 < ev.size() && ev[i + 1].bytes == -e.bytes && ev[i + 1].block == block) k = BlockKind::Workspace;
+            kindOf.push_back(k);
+            bytesOf.push_back(e.bytes);
+            now.bytes[slot(k)] += e.bytes;
+            now.peak += e.bytes;
+            if (now.peak > out.peak) out = now;
+        } else if (e.bytes < 0 && e.block >= 0 && static_cast<std::size_t>(e.block) < kindOf.size()) {
+            const auto b = static_cast<std::size_t>(e.block);
+            now.bytes[slot(kindOf[b])] -= bytesOf[b];
+            now.peak -= bytesOf[b];
+            bytesOf[b] = 0; // (released once)
+        }
+    }
+    return out;
+}
+
 void StepProgram::indexFormulas()
 {
     formulaOf.clear();
@@ -458,6 +603,7 @@ void StepProgram::indexFormulas()
     }
     ruled = ruledBlocks(shape);
     anyRuled = std::find(ruled.begin(), ruled.end(), true) != ruled.end();
+    kinds = blockKindsOf(*this);
 }
 
 RecordedStep StepProgram::at(const StepDims& dims) const
@@ -496,6 +642,13 @@ RecordedStep StepProgram::at(const StepDims& dims) const
         set(out.trainableBytes[i]);
     }
     if (!indexed || anyRuled) sizeRuledEvents(out, ruledHere);
+    if (kinds.size() >= out.resident.size()) { // (indexed: the shape's blocks, one kind each)
+        out.residentKind.assign(kinds.begin(), kinds.begin() + static_cast<std::ptrdiff_t>(out.resident.size()));
+        auto next = out.resident.size();
+        for (auto& e : out.events) {
+            if (e.bytes > 0 && next < kinds.size()) e.kind = kinds[next++];
+        }
+    }
     return out;
 }
 
@@ -629,6 +782,7 @@ RecordedStep StepPrograms::at(std::int64_t batch, std::int64_t seqLen) const
         if (e.block >= 0) e.block += shift;
     }
     step.resident.insert(step.resident.begin(), fixedResidents.begin(), fixedResidents.end());
+    if (!step.residentKind.empty()) step.residentKind.insert(step.residentKind.begin(), fixedResidents.size(), BlockKind::ModelState);
     if (fixedParameters > 0) {
         step.parameterElements.push_back(fixedParameters);
         step.trainableBytes.push_back(0);

@@ -35,6 +35,33 @@ const char* stepDimName(StepDim d);
 inline std::int64_t& dimOf(StepDims& d, StepDim which) { return d[static_cast<std::size_t>(which)]; }
 inline std::int64_t dimOf(const StepDims& d, StepDim which) { return d[static_cast<std::size_t>(which)]; }
 
+// What a block of the step holds, as the planner names its terms. Told by
+// the dimensions its size follows in the program (StepProgram::kinds), not
+// by a list of operators: a block live as the step starts is the batch's
+// data where it follows the batch, else the model's state (weights, the
+// gradients kept between steps, the optimizer's state); a block the step
+// makes is logits where it follows the batch or sequence and the
+// vocabulary (or no width of the model), an attention map where it follows the square of the sequence,
+// an activation (or an activation's gradient) where it follows the batch or
+// sequence, and else a cast of a weight (forward), a parameter's gradient
+// (backward) or the optimizer's temporary; a block released before the
+// next is made is a kernel's workspace.
+enum class BlockKind : std::uint8_t {
+    None,
+    ModelState,
+    Data,
+    Activations,
+    AttentionMaps,
+    Logits,
+    WeightCopies,
+    Gradients,
+    OptimizerStep,
+    Workspace
+};
+constexpr int kBlockKinds = 10;
+const char* blockKindName(BlockKind k);        // the term's name: "model_state", "attention_maps", ...
+const char* blockKindDescription(BlockKind k); // what it holds, in words
+
 // One step as recorded at one set of dimensions.
 struct RecordedStep {
     struct Event {
@@ -59,6 +86,8 @@ struct RecordedStep {
         // which a device rule reads to choose the GPU's kernel.
         bool hasShape = false;
         std::array<std::int64_t, 4> shape{};
+        // An allocation: what its block holds (filled by StepProgram::at).
+        BlockKind kind = BlockKind::None;
         // Sized by a rule, not a formula (its bytes are no number of the
         // program): 1 the CPU flash kernel's blocks in a forward call, 2 in a
         // backward call (foldCpuAttentionScratch; FusedAttention.h's
@@ -66,6 +95,7 @@ struct RecordedStep {
         std::uint8_t rule = 0;
     };
     std::vector<std::int64_t> resident; // the bytes of each block live as the step starts, in the order they were made
+    std::vector<BlockKind> residentKind; // what each holds (filled by StepProgram::at; empty: not known)
     std::vector<Event> events;
     std::vector<std::string> ops; // operator names (aten::dropout, trainbench::generator_state, ...)
     const std::string& opName(const Event& e) const;
@@ -122,6 +152,16 @@ struct AllocatorReplay {
     std::int64_t startAllocated = 0, peakAllocated = 0, peakReserved = 0, segments = 0;
     std::array<std::int64_t, kStepPhases> phasePeakAllocated{};
 };
+// The bytes of each kind live at the step's peak (the first moment its
+// live bytes are highest), which they add up to; a block released before
+// the next is made counts as workspace. A block of no known kind counts as
+// model state (a resident) or activations.
+struct LiveKinds {
+    std::array<std::int64_t, kBlockKinds> bytes{};
+    std::int64_t peak = 0;
+};
+LiveKinds liveKindsAtPeak(const RecordedStep& step);
+
 AllocatorReplay replayOnCudaAllocator(const RecordedStep& step, const CudaAllocatorSettings& settings = {},
                                       const std::vector<std::int64_t>& first = {},
                                       const std::vector<std::int64_t>& afterResidents = {});
@@ -152,6 +192,9 @@ struct StepProgram {
     // so at() need not find them again; also filled by indexFormulas).
     std::vector<bool> ruled;
     bool anyRuled = false;
+    // What each block holds (residents, then the allocations), from the
+    // dimensions its formula follows (BlockKind; also filled by indexFormulas).
+    std::vector<BlockKind> kinds;
     void indexFormulas();
     RecordedStep at(const StepDims& dims) const;
     std::size_t size() const { return shape.events.size(); }
