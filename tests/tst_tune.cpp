@@ -294,7 +294,7 @@ void TestTune::predictedSpeedFollowsTheCosts()
         s.precision = precision;
         ArchitectureSpec a;
         a.layers = 2, a.hidden = 64, a.heads = 4, a.kvHeads = 4, a.intermediate = 256, a.vocabSize = 256;
-        return predictedTokensPerSecond(a, s, m);
+        return predictedTokensPerSecond(a, s, m, 200000);
     };
     QVERIFY(plan(64, false, "fp32") > plan(8, false, "fp32"));  // fixed costs spread over more tokens
     QVERIFY(plan(64, true, "fp32") < plan(64, false, "fp32"));  // the forward again

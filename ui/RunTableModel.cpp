@@ -14,6 +14,8 @@
 #include <limits>
 
 #include "common/Percent.h"
+#include "common/Errors.h"
+#include "config/ModelSpec.h"
 #include "config/RunConfig.h"
 #include "memory/Estimator.h"
 
@@ -100,14 +102,18 @@ const RunTableModel::Derived& RunTableModel::derived(int row) const
             if (!plannableModel(config)) {
                 d.model = QString("torchscript · %1").arg(QFileInfo(QString::fromStdString(config.model.path)).fileName());
             } else {
-                d.parameters = parameterCount(architectureFor(config), config.lora.rank,
-                                              loraProjections(config.model.type, config.lora.targets));
+                try {
+                    d.parameters = parameterCount(config);
+                } catch (const InputError&) {
+                    d.parameters = 0; // (a folder that is gone: the model without its count)
+                }
                 d.model = QString("%1 %2x%3 · %4")
                               .arg(QString::fromStdString(config.model.type))
                               .arg(config.model.nLayer)
                               .arg(config.model.dModel)
-                              .arg(d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
-                                                           : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
+                              .arg(d.parameters == 0        ? tr("parameters unknown (its folder is gone)")
+                                   : d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
+                                                            : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
             }
         } catch (const std::exception&) {
             d.model = tr("(unreadable config)");

@@ -149,4 +149,11 @@ ModelSpec modelSpecFor(const RunConfig& config, int vocabSize, int seqLen)
     return o;
 }
 
+int builtInVocabSize(const RunConfig& config) { return config.data.source == "addition" ? 13 : 256; }
+
+std::int64_t parameterCount(const RunConfig& config)
+{
+    return parameterCount(modelSpecFor(config, builtInVocabSize(config), effectiveSeqLen(config)));
+}
+
 } // namespace tb

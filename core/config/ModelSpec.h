@@ -82,5 +82,12 @@ std::int64_t parameterCount(const ModelSpec& m);
 // this vocabulary and sequence length (the dataset's); with the run's
 // switches (dropout, attention, checkpointing, LoRA).
 ModelSpec modelSpecFor(const RunConfig& config, int vocabSize, int seqLen);
+// A built-in model's vocabulary: its dataset's (the addition task's 13
+// symbols, else bytes). A folder's is its config.json's.
+int builtInVocabSize(const RunConfig& config);
+// The parameters of the model a config trains (its folder's, or the
+// built-in one at its dataset's vocabulary and sequence length; adapters
+// included). Throws InputError where a folder cannot be read.
+std::int64_t parameterCount(const RunConfig& config);
 
 } // namespace tb

@@ -12,75 +12,6 @@
 namespace tb {
 namespace {
 
-struct Param {
-    std::int64_t numel;
-    bool trainable;
-    bool decay; // matrices other than embeddings
-};
-
-// Parameters in registration order (the optimizer's order within a group).
-std::vector<Param> parameters(const ArchitectureSpec& a, int rank, const std::vector<std::string>& targets)
-{
-    const bool lora = rank > 0;
-    std::vector<Param> out;
-    const auto push = [&](std::int64_t n, bool matrix, bool adapter = false) {
-        out.push_back({n, !lora || adapter, matrix});
-    };
-    const auto linear = [&](const std::string& name, std::int64_t in, std::int64_t o, bool bias) {
-        push(in * o, true);
-        if (bias) push(o, false);
-        if (lora && std::find(targets.begin(), targets.end(), name) != targets.end()) {
-            push(rank * in, true, true);
-            push(o * rank, true, true);
-        }
-    };
-    const std::int64_t d = a.hidden, hd = a.headDim(), q = a.heads * hd, kv = a.kvHeads * hd, f = a.intermediate;
-    if (a.family == "llama") {
-        push(a.vocabSize * d, false); // embed_tokens
-        for (std::int64_t l = 0; l < a.layers; ++l) {
-            linear("q_proj", d, q, a.qkvBias);
-            linear("k_proj", d, kv, a.qkvBias);
-            linear("v_proj", d, kv, a.qkvBias);
-            linear("o_proj", q, d, false);
-            linear("gate_proj", d, f, false);
-            linear("up_proj", d, f, false);
-            linear("down_proj", f, d, false);
-            push(d, false);
-            push(d, false);
-        }
-        push(d, false);
-        if (!a.tieEmbeddings) push(a.vocabSize * d, true);
-        return out;
-    }
-    push(a.vocabSize * d, false); // wte
-    if (a.positional == "learned") push(a.maxPositions * d, false);
-    for (std::int64_t l = 0; l < a.layers; ++l) {
-        push(d, false);
-        push(d, false); // ln1
-        linear("qkv", d, 3 * d, true);
-        linear("proj", d, d, true);
-        push(d, false);
-        push(d, false); // ln2
-        linear("fc", d, f, true);
-        linear("out", f, d, true);
-    }
-    push(d, false);
-    push(d, false); // lnf
-    if (!a.tieEmbeddings) push(a.vocabSize * d, true);
-    return out;
-}
-
-} // namespace
-
-std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank, const std::vector<std::string>& loraTargets)
-{
-    std::int64_t n = 0;
-    for (const auto& p : parameters(arch, loraRank, loraTargets)) n += p.numel;
-    return n;
-}
-
-namespace {
-
 // Validation examples kept resident for the whole run.
 std::int64_t validationExamples(const TrainingSetup& S, std::int64_t batch, int gpus)
 {
@@ -151,26 +82,8 @@ ArchitectureSpec architectureOf(const ModelSpec& m)
     a.intermediate = m.dFf;
     a.maxPositions = m.maxLen;
     a.tieEmbeddings = m.tieEmbeddings;
-    if (m.type == "gpt2") {
-        // Conv1D projections and an MLP module, learned positions.
-        a.family = "gpt";
-        a.positional = "learned";
-        a.mlpModule = true;
-        a.conv1d = true;
-    } else if (m.type == "gpt_neox") {
-        a.family = "gpt";
-        a.positional = m.rotaryDims > 0 ? "rope" : "none";
-        a.rotaryDims = m.rotaryDims;
-        a.parallelResidual = m.parallelResidual;
-        a.fp32Softmax = true;
-        a.neoxLayer = true;
-        a.mlpModule = true;
-    } else {
-        a.family = m.type; // gpt | llama (a folder of the Llama family builds "llama")
-        a.positional = m.type == "llama" ? "rope" : m.positionalEncoding;
-        a.qkvBias = m.qkvBias;
-        a.slidingWindow = m.slidingWindow;
-    }
+    // (GPT-2 and GPT-NeoX: the GPT family's layout.)
+    a.family = m.type == "llama" ? "llama" : "gpt";
     return a;
 }
 
@@ -182,11 +95,10 @@ ArchitectureSpec architectureFor(const RunConfig& c)
     }
     // The model the trainer builds (config/ModelSpec.h), the built-in one
     // with the vocabulary its data has.
-    const int vocab = c.data.source == "addition" ? 13 : 256;
+    const int vocab = builtInVocabSize(c);
     try {
         auto a = architectureOf(modelSpecFor(c, vocab, effectiveSeqLen(c)));
         a.name = c.name;
-        a.fromHfFolder = c.model.type == "hf";
         return a;
     } catch (const InputError&) {
         if (c.model.type != "hf") throw;
@@ -195,7 +107,6 @@ ArchitectureSpec architectureFor(const RunConfig& c)
         ArchitectureSpec a;
         a.name = c.name;
         a.family = "llama";
-        a.fromHfFolder = true;
         a.vocabSize = c.model.vocabSize > 0 ? c.model.vocabSize : 256;
         a.layers = c.model.nLayer;
         a.hidden = c.model.dModel;
@@ -204,7 +115,6 @@ ArchitectureSpec architectureFor(const RunConfig& c)
         a.intermediate = c.model.feedForwardWidth();
         a.maxPositions = effectiveSeqLen(c);
         a.tieEmbeddings = c.model.tieEmbeddings;
-        a.positional = "rope";
         return a;
     }
 }
@@ -245,7 +155,6 @@ TrainingSetup setupFor(const RunConfig& c)
         s.cpuThreads = std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / c.train.worldSize);
     }
     s.optimizer = c.optim.optimizer == "sgd" ? (c.optim.momentum > 0 ? "sgd" : "sgd-plain") : "adamw";
-    s.weightDecay = c.optim.weightDecay > 0;
     s.precision = c.train.precision == "auto" ? "fp32" : c.train.precision;
     s.checkpointing = c.train.activationCheckpointing;
     // Weights loaded in half precision: full training of bf16 weights is
@@ -257,7 +166,6 @@ TrainingSetup setupFor(const RunConfig& c)
     s.dropout = c.model.dropout;
     s.dataset = c.data.source == "tokens" ? "text" : c.data.source; // both are windows of a mapped file
     s.evalBatches = c.train.evalBatches;
-    s.positionsFollowSeq = c.model.type != "hf"; // a folder's GPT-2 keeps its n_positions table
     if (c.data.source == "addition") {
         std::int64_t limit = 1;
         for (int i = 0; i < c.data.digits; ++i) limit *= 10;

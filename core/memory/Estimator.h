@@ -16,10 +16,13 @@
 
 namespace tb {
 
-// A decoder-only transformer, described the way a Hugging Face config.json does.
+// A model as lists and presets show it, and as tune's speed model reads
+// it: its name, sizes and context length (made from the one model
+// description, config/ModelSpec.h, by architectureOf). The plan itself is
+// the trainer's recorded step; the parameter count is ModelSpec's.
 struct ArchitectureSpec {
     std::string name;
-    std::string family = "gpt"; // gpt (LayerNorm, GELU MLP, biases) | llama (RMSNorm, SwiGLU, no biases)
+    std::string family = "gpt"; // gpt (LayerNorm, GELU MLP) | llama (RMSNorm, SwiGLU): tune's count of MLP products
     std::int64_t vocabSize = 256;
     std::int64_t layers = 2;
     std::int64_t hidden = 128;
@@ -28,33 +31,9 @@ struct ArchitectureSpec {
     std::int64_t intermediate = 512;
     std::int64_t maxPositions = 64;
     bool tieEmbeddings = true;
-    std::string positional = "learned"; // learned | sinusoidal | rope
-    bool qkvBias = false;          // llama family with biased q, k, v projections (Qwen2)
-    bool parallelResidual = false; // GPT-NeoX: attention and MLP both read the block input
-    bool fp32Softmax = false;      // GPT-NeoX: the softmax runs in fp32 and is cast back (the Llama family always)
-    // GPT-NeoX's layer (the trainer's, as transformers writes it): the
-    // attention output is a local that lives until the layer returns, and
-    // the first norm's output goes with the statement that made it.
-    bool neoxLayer = false;
-    // The MLP is a module of its own (Hugging Face's GPT-2 and GPT-NeoX, not
-    // the built-in GPT's one expression): what it makes and does not return
-    // goes when it returns, before the residual sum.
-    bool mlpModule = false;
-    // GPT-2's projections are Conv1D modules: weights stored [in, out],
-    // y = addmm(b, x, W). The same memory as nn.Linear's, but the products
-    // transpose the other operands (a bf16 product's CPU scratch differs).
-    bool conv1d = false;
-    std::int64_t rotaryDims = 0;   // head dimensions RoPE rotates (GPT-NeoX's rotary_pct); 0: all of them
-    // Mistral: a query sees this many most recent positions, itself
-    // included; 0: all. Past it the trainer masks the band below the window
-    // and runs eager attention even where SDPA was asked for.
-    std::int64_t slidingWindow = 0;
     std::int64_t publishedParameters = 0; // from the model card, for presets; 0 = unknown
-    bool fromHfFolder = false; // a run's Hugging Face model folder (model.type hf)
 
     std::int64_t headDim() const { return hidden / heads; }
-    bool windowedAt(std::int64_t seqLen) const { return slidingWindow > 0 && seqLen > slidingWindow; }
-    std::int64_t ropeDims() const { return rotaryDims > 0 ? rotaryDims : headDim(); }
 };
 
 // The major version of the LibTorch this build runs (1 or 2).
@@ -66,7 +45,6 @@ struct TrainingSetup {
     std::int64_t seqLen = 64;
     int gradAccum = 1;
     std::string optimizer = "adamw"; // adamw | sgd (momentum > 0) | sgd-plain
-    bool weightDecay = true;         // decoupled (AdamW) or L2 (SGD) weight decay on matrices
     // fp32 | fp16 / bf16 (mixed: fp32 master weights, autocast) | bf16-pure
     // (weights, gradients, optimizer state and activations in bf16).
     std::string precision = "fp32";
@@ -80,7 +58,6 @@ struct TrainingSetup {
     double dropout = 0.0;
     // Data the run keeps resident: validation batches, and the task's mask.
     std::string dataset = "text"; // text (token ids too) | jsonl | addition | chat (the last two: a float loss mask)
-    bool positionsFollowSeq = false; // the built-in models: learned positions sized to seqLen
     std::int64_t evalBatches = 0;   // validation batches kept resident: evalBatches x batch examples
     std::int64_t validationCap = 0; // at most this many (a small task's whole validation split); 0: no cap
     // Where it runs. On a GPU every allocation goes through a model of the
@@ -178,9 +155,6 @@ TrainingSetup setupFor(const RunConfig& config);
 // family names them). setupFor and the Memory planner's target choice both use it.
 std::vector<std::string> plannedLoraTargets(const std::string& modelType, const std::vector<std::string>& targets);
 
-// Exact parameter count of the built-in model (checked against LibTorch in tests).
-std::int64_t parameterCount(const ArchitectureSpec& arch, int loraRank = 0,
-                            const std::vector<std::string>& loraTargets = {});
 
 // The estimate over a batch x sequence grid (the planner's heat map).
 struct FitMap {

@@ -1,6 +1,7 @@
 #include "train/Datasets.h"
 
 #include "train/CorpusSetup.h"
+#include "config/ModelSpec.h"
 
 #include <cerrno>
 #include <cstring>
@@ -565,7 +566,7 @@ std::string tokenizingProgressText(const std::string& shown, std::uint64_t done,
 int datasetVocabSize(const RunConfig& config)
 {
     if (config.model.type == "hf") return static_cast<int>(readHfArchitecture(resolvedModelPath(config)).vocabSize);
-    return config.data.source == "addition" ? 13 : 256;
+    return builtInVocabSize(config);
 }
 
 std::string bundledSampleFile(const std::string& root)

@@ -104,7 +104,8 @@ ThroughputMachine throughputFromCatalogue(const CatalogueGpu& gpu)
     return m;
 }
 
-double predictedTokensPerSecond(const ArchitectureSpec& a, const TrainingSetup& s, const ThroughputMachine& m)
+double predictedTokensPerSecond(const ArchitectureSpec& a, const TrainingSetup& s, const ThroughputMachine& m,
+                                std::int64_t trainableParameters)
 {
     const double L = static_cast<double>(a.layers), h = static_cast<double>(a.hidden);
     const double headDim = h / static_cast<double>(std::max<std::int64_t>(a.heads, 1));
@@ -140,8 +141,7 @@ double predictedTokensPerSecond(const ArchitectureSpec& a, const TrainingSetup& 
     const double bw = std::max(m.bytesPerSecond, 1.0);
     const double microS = computeS + bytes / bw + ops * m.opSeconds;
     // The optimizer: its state's traffic and one pass of operators per tensor.
-    const double trainable = static_cast<double>(parameterCount(a, s.loraRank, s.loraTargets))
-        - (lora ? static_cast<double>(parameterCount(a)) : 0.0);
+    const double trainable = static_cast<double>(trainableParameters);
     const double stateBytes = s.optimizer == "adamw" ? (s.precision == "bf16-pure" ? 14 : 28) : 12;
     const double tensors = (lora ? 2 * static_cast<double>(std::max<std::size_t>(s.loraTargets.size(), 1)) : kTensorsPerLayer) * L
         + (lora ? 0 : 4);
@@ -235,7 +235,7 @@ TuneResult planTune(const RunConfig& base, const TuneOptions& options, const Thr
             const auto e = peakOf(k.config, plan);
             k.peakBytes = e.peakBytes;
             k.verdict = memoryVerdict(e.peakBytes, budget);
-            k.predictedTokensPerSecond = predictedTokensPerSecond(plan.arch, plan.setup, machine);
+            k.predictedTokensPerSecond = predictedTokensPerSecond(plan.arch, plan.setup, machine, e.trainableParameters);
             if (k.verdict == MemoryVerdict::DoesNotFit) {
                 k.rejected = "does not fit: planned " + byteSizeText(e.peakBytes) + " of " + byteSizeText(budget);
             } else if (e.lowerBound) {

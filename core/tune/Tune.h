@@ -39,7 +39,10 @@ ThroughputMachine throughputFromCatalogue(const CatalogueGpu& gpu);
 
 // Predicted tokens per second of one training step (every micro-batch and the
 // optimizer) on a machine.
-double predictedTokensPerSecond(const ArchitectureSpec& arch, const TrainingSetup& setup, const ThroughputMachine& machine);
+// trainableParameters: the plan's (MemoryEstimate::trainableParameters),
+// whose optimizer state the step reads and writes.
+double predictedTokensPerSecond(const ArchitectureSpec& arch, const TrainingSetup& setup, const ThroughputMachine& machine,
+                                std::int64_t trainableParameters);
 
 struct TuneOptions {
     // nullopt: this machine (the CPU, or its GPU when the config trains there,
