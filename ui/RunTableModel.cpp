@@ -104,14 +104,15 @@ const RunTableModel::Derived& RunTableModel::derived(int row) const
             } else {
                 try {
                     d.parameters = parameterCount(config);
-                } catch (const InputError&) {
-                    d.parameters = 0; // (a folder that is gone: the model without its count)
+                } catch (const InputError& e) {
+                    d.parameters = 0; // (its folder gone or unreadable: the model without its count)
+                    d.whyNoCount = QString::fromStdString(e.what());
                 }
                 d.model = QString("%1 %2x%3 · %4")
                               .arg(QString::fromStdString(config.model.type))
                               .arg(config.model.nLayer)
                               .arg(config.model.dModel)
-                              .arg(d.parameters == 0        ? tr("parameters unknown (its folder is gone)")
+                              .arg(d.parameters == 0        ? tr("parameters unknown")
                                    : d.parameters >= 1000000 ? QString::number(static_cast<double>(d.parameters) / 1e6, 'f', 1) + "M"
                                                             : QString::number(static_cast<double>(d.parameters) / 1e3, 'f', 0) + "k");
             }
@@ -145,7 +146,12 @@ QVariant RunTableModel::data(const QModelIndex& index, int role) const
             ? QVariant(Qt::AlignLeft | Qt::AlignVCenter) : QVariant(Qt::AlignRight | Qt::AlignVCenter);
     }
     if (role == Qt::ToolTipRole && column == Name && !r.note.empty()) return QString::fromStdString(r.note);
-    if (role == Qt::ToolTipRole && column == Model) return tr("%1 parameters").arg(QLocale().toString(derived(index.row()).parameters));
+    if (role == Qt::ToolTipRole && column == Model) {
+        const auto n = derived(index.row()).parameters;
+        const auto& why = derived(index.row()).whyNoCount;
+        if (n > 0) return tr("%1 parameters").arg(QLocale().toString(n));
+        return why.isEmpty() ? QVariant() : QVariant(tr("parameters unknown: %1").arg(why));
+    }
     if (role != Qt::DisplayRole && role != kSortRole) return {};
     const bool sort = role == kSortRole;
     const auto number = [&](std::optional<double> v, int digits) -> QVariant {

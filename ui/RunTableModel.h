@@ -53,6 +53,7 @@ private:
     struct Derived {
         QString model; // "gpt 2x128"
         qint64 parameters = 0;
+        QString whyNoCount; // parameters 0: why they are not known (a folder gone or unreadable)
         int worldSize = 1; // data-parallel processes
         QJsonObject config; // the stored config, for config columns
     };

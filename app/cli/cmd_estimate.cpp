@@ -281,6 +281,14 @@ std::optional<GpuTarget> gpuFromArgs(const Args& args)
     return gpu;
 }
 
+// Without --gpus, a card named without a count ("T4") is one of the
+// config's train.world_size ranks, as --gpus says (the trace already has
+// them: derivedFromArgs).
+void replicasFromConfig(const Args& args, const RunConfig& config, std::optional<GpuTarget>& gpu)
+{
+    if (gpu && !args.value("--gpus") && gpu->count == 1 && config.train.worldSize > 1) gpu->count = config.train.worldSize;
+}
+
 int estimate(const Args& args)
 {
     if (args.flag("--list-presets")) return listPresets();
@@ -288,8 +296,9 @@ int estimate(const Args& args)
     // by the device rules on the allocator's model (the Llama and GPT
     // families, where the card's kernels have rules); else the traced
     // tensors plus the context and workspaces, a lower bound.
-    const auto gpu = gpuFromArgs(args);
+    auto gpu = gpuFromArgs(args);
     auto [config, step, scratch] = derivedFromArgs(args, "estimate", gpu);
+    replicasFromConfig(args, config, gpu);
     const auto setup = derivedSetup(args, config, gpu);
     const MemoryPlan plan(std::make_shared<const DerivedStep>(std::move(step)), ArchitectureSpec{});
     const auto e = plan.at(config.train.batchSize, effectiveSeqLen(config), setup);
@@ -313,10 +322,11 @@ int estimate(const Args& args)
 int fit(const Args& args)
 {
     auto budget = args.integer("--budget", 1, (1LL << 62));
-    const auto gpu = gpuFromArgs(args);
+    auto gpu = gpuFromArgs(args);
     if (budget && gpu) throw InputError("'fit' takes --gpu NAME or --budget BYTES, not both");
     if (!budget && !gpu) throw InputError("'fit' needs --gpu NAME (a card from the catalogue) or --budget BYTES");
     auto [config, step, scratch] = derivedFromArgs(args, "fit", gpu);
+    replicasFromConfig(args, config, gpu);
     const auto setup = derivedSetup(args, config, gpu); // (its accumulation and ranks: the plan adds their data)
     const auto batch = config.train.batchSize;
     const auto seqLen = effectiveSeqLen(config);

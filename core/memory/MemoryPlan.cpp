@@ -39,7 +39,8 @@ MemoryPlan::PointAnswers MemoryPlan::answersAt(std::int64_t batch, std::int64_t 
         if (withSequence) out.largestSequence = largestSequence(batch, setup, budget);
         return out;
     };
-    // (On the CPU each is arithmetic: microseconds, less than a thread's start.)
+    // (On the CPU each is arithmetic, the estimate's terms a walk of the
+    // step: under a millisecond, about a thread's start.)
     if (!setup.gpu || std::thread::hardware_concurrency() < 2) return inTurn();
     std::future<std::int64_t> batches, sequences;
     try {

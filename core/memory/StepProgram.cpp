@@ -471,18 +471,31 @@ bool squareOfSequence(const DimFormula& f)
     return false;
 }
 
-BlockKind madeKind(const DimFormula& f, std::uint8_t phase)
+bool followsAWidth(const DimFormula& f)
 {
-    if (phase >= 2) return BlockKind::OptimizerStep;
-    const bool rows = follows(f, StepDim::Batch) || follows(f, StepDim::Seq);
-    // (A built-in model's vocabulary is its dataset's, which the probes do
-    // not move: there its logits follow no width of the model.)
-    const bool widths = follows(f, StepDim::Hidden) || follows(f, StepDim::Heads) || follows(f, StepDim::KvHeads)
+    return follows(f, StepDim::Hidden) || follows(f, StepDim::Heads) || follows(f, StepDim::KvHeads)
         || follows(f, StepDim::HeadDim) || follows(f, StepDim::Intermediate) || follows(f, StepDim::Rank);
-    if (rows && (follows(f, StepDim::Vocab) || !widths)) return BlockKind::Logits;
+}
+
+// base: the program's base probe (its batch, sequence and vocabulary).
+BlockKind madeKind(const DimFormula& f, const RecordedStep::Event& e, const StepDims& base)
+{
+    if (e.phase >= 2) return BlockKind::OptimizerStep;
+    // (First: a causal or sliding-window mask, T x T, follows no width either.)
     if (squareOfSequence(f)) return BlockKind::AttentionMaps;
+    const bool rows = follows(f, StepDim::Batch) || follows(f, StepDim::Seq);
+    // A built-in model's vocabulary is its dataset's, which the probes do not
+    // move: there the logits follow no width, and hold a vocabulary's worth
+    // of bytes a token (a norm's statistics or a loss per token, a few).
+    const auto tokens = dimOf(base, StepDim::Batch) * dimOf(base, StepDim::Seq);
+    if (rows && (follows(f, StepDim::Vocab) || (!followsAWidth(f) && f.base >= tokens * dimOf(base, StepDim::Vocab)))) {
+        return BlockKind::Logits;
+    }
     if (rows) return BlockKind::Activations;
-    return phase == 0 ? BlockKind::WeightCopies : BlockKind::Gradients;
+    // Under autocast (mixed precision's forward, and a checkpointed block's
+    // forward recomputed in the backward): a cast of a weight.
+    if (e.phase == 0 || e.autocast) return BlockKind::WeightCopies;
+    return BlockKind::Gradients;
 }
 
 // Each block's kind, walking the numbers in at()'s order.
@@ -493,9 +506,20 @@ std::vector<BlockKind> blockKindsOf(const StepProgram& p)
     kinds.reserve(s.resident.size() + s.events.size());
     std::size_t k = 0;
     const auto formula = [&](std::size_t at) -> const DimFormula* { return at < p.numbers.size() ? &p.numbers[at] : nullptr; };
+    // A program without the batch and the sequence (a fixed sequence at batch
+    // 1 or 2: each has a program of its own) cannot tell a step's blocks from
+    // the model's: no kinds (the plan's terms are then what is live as the
+    // step starts, and the rest).
+    const auto rowsMove = std::any_of(p.numbers.begin(), p.numbers.end(), [](const DimFormula& f) {
+        return follows(f, StepDim::Batch) || follows(f, StepDim::Seq);
+    });
+    if (!rowsMove) return {};
     for (std::size_t i = 0; i < s.resident.size(); ++i, ++k) {
+        // The batch's ids (at batch 1 and 2, whose programs do not move the
+        // batch: following the sequence and no width of the model).
         const auto* f = formula(k);
-        kinds.push_back(f && follows(*f, StepDim::Batch) ? BlockKind::Data : BlockKind::ModelState);
+        const bool data = f && (follows(*f, StepDim::Batch) || (follows(*f, StepDim::Seq) && !followsAWidth(*f)));
+        kinds.push_back(data ? BlockKind::Data : BlockKind::ModelState);
     }
     for (const auto& e : s.events) {
         const bool sized = !ruledEvent(e, p.ruled);
@@ -505,7 +529,7 @@ std::vector<BlockKind> blockKindsOf(const StepProgram& p)
         if (e.hasShape) k += 4;
         if (e.bytes <= 0) continue;
         const auto* f = sized ? formula(own) : nullptr;
-        kinds.push_back(f ? madeKind(*f, e.phase) : BlockKind::Workspace); // (a rule sizes the CPU kernel's scratch)
+        kinds.push_back(f ? madeKind(*f, e, p.base) : BlockKind::Workspace); // (a rule sizes the CPU kernel's scratch)
     }
     return kinds;
 }
@@ -534,18 +558,22 @@ const char* blockKindDescription(BlockKind k)
     switch (k) {
     case BlockKind::ModelState: return "live as a step starts and not following the batch: weights, the gradients kept between "
                                        "steps, the optimizer's state";
-    case BlockKind::Data: return "the batch's rows live as a step starts";
+    case BlockKind::Data: return "the batch's rows live as a step starts (following the batch, or the sequence and no "
+                                 "width of the model)";
     case BlockKind::Activations: return "made by the step and following the batch or sequence: activations saved for the "
                                         "backward, and their gradients";
     case BlockKind::AttentionMaps: return "following the square of the sequence: attention scores and probabilities "
-                                          "(batch x heads x sequence x sequence), and their gradients";
-    case BlockKind::Logits: return "following the batch or sequence and the vocabulary (or no width of the model): the "
-                                   "output logits, the loss's softmax and per-token values, and their gradients";
-    case BlockKind::WeightCopies: return "made in the forward and following neither batch nor sequence: casts of the weights "
-                                         "(mixed precision) and other copies";
+                                          "(batch x heads x sequence x sequence), their gradients, and causal or "
+                                          "sliding-window masks";
+    case BlockKind::Logits: return "following the batch or sequence and the vocabulary (or, a built-in model's, no width "
+                                   "and a vocabulary's bytes a token): the output logits, the loss's softmax, and their "
+                                   "gradients";
+    case BlockKind::WeightCopies: return "following neither batch nor sequence, made in the forward or under autocast (a "
+                                         "checkpointed block's recompute): casts of the weights (mixed precision) and other "
+                                         "copies";
     case BlockKind::Gradients: return "made in the backward and following neither batch nor sequence: parameters' gradients";
     case BlockKind::OptimizerStep: return "the optimizer's temporaries while it updates the parameters";
-    case BlockKind::Workspace: return "kernel scratch, released before the next allocation";
+    case BlockKind::Workspace: return "kernel scratch: released by the next event, or sized by a kernel's rule";
     case BlockKind::None: break;
     }
     return "";
@@ -642,7 +670,7 @@ RecordedStep StepProgram::at(const StepDims& dims) const
         set(out.trainableBytes[i]);
     }
     if (!indexed || anyRuled) sizeRuledEvents(out, ruledHere);
-    if (kinds.size() >= out.resident.size()) { // (indexed: the shape's blocks, one kind each)
+    if (!kinds.empty() && kinds.size() >= out.resident.size()) { // (indexed: the shape's blocks, one kind each)
         out.residentKind.assign(kinds.begin(), kinds.begin() + static_cast<std::ptrdiff_t>(out.resident.size()));
         auto next = out.resident.size();
         for (auto& e : out.events) {

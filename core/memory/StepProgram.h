@@ -37,15 +37,19 @@ inline std::int64_t dimOf(const StepDims& d, StepDim which) { return d[static_ca
 
 // What a block of the step holds, as the planner names its terms. Told by
 // the dimensions its size follows in the program (StepProgram::kinds), not
-// by a list of operators: a block live as the step starts is the batch's
-// data where it follows the batch, else the model's state (weights, the
-// gradients kept between steps, the optimizer's state); a block the step
-// makes is logits where it follows the batch or sequence and the
-// vocabulary (or no width of the model), an attention map where it follows the square of the sequence,
-// an activation (or an activation's gradient) where it follows the batch or
-// sequence, and else a cast of a weight (forward), a parameter's gradient
-// (backward) or the optimizer's temporary; a block released before the
-// next is made is a kernel's workspace.
+// by a list of operators. A block live as the step starts is the batch's
+// data where it follows the batch (or, in the programs of batch 1 and 2,
+// the sequence and no width of the model), else the model's state
+// (weights, the gradients kept between steps, the optimizer's state). A
+// block the step makes is an attention map where it follows the square of
+// the sequence (and a T x T mask); logits where it follows the batch or
+// sequence and the vocabulary (a built-in model's, whose vocabulary the
+// probes do not move: no width of the model, a vocabulary's bytes a token);
+// an activation (or its gradient) where it follows the batch or sequence;
+// else a cast of a weight (forward, or under autocast), a parameter's
+// gradient (backward) or the optimizer's temporary. A block released by the
+// next event is a kernel's workspace. A program that follows neither batch
+// nor sequence (a fixed sequence at batch 1 or 2) has no kinds.
 enum class BlockKind : std::uint8_t {
     None,
     ModelState,
