@@ -556,7 +556,7 @@ const char* blockKindName(BlockKind k)
 const char* blockKindDescription(BlockKind k)
 {
     switch (k) {
-    case BlockKind::ModelState: return "live as a step starts and not following the batch: weights, the gradients kept between "
+    case BlockKind::ModelState: return "live as a step starts and not the batch's data: weights, the gradients kept between "
                                        "steps, the optimizer's state";
     case BlockKind::Data: return "the batch's rows live as a step starts (following the batch, or the sequence and no "
                                  "width of the model)";
