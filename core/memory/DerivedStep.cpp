@@ -37,6 +37,9 @@ struct GpuStep {
     std::array<std::int64_t, kStepPhases> phaseTensors{};
     std::int64_t start = 0; // the tensors live as the step starts
     std::int64_t peakTensors() const { return *std::max_element(phaseTensors.begin(), phaseTensors.end()); }
+    // What the card holds at the peak: the tensors, what the allocator
+    // reserves beyond them, and `outside` (the context, 1.13's workspaces).
+    std::int64_t peakOnCard(std::int64_t outside) const { return std::max(peakTensors(), allocator.peakReserved) + outside; }
     AllocatorReplay allocator;
     RecordedStep step; // the step by the rules
 };
@@ -329,7 +332,7 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
         e.terms.push_back({"cublas_workspace", 2 * ws, "cuBLAS's own workspaces (LibTorch 1.13: outside the caching "
                                                        "allocator), the forward's and the autograd thread's handle"});
     }
-    e.peakBytes = e.tensorPeakBytes + reservedExtra + gpuOutsideAllocator(setup);
+    e.peakBytes = g.peakOnCard(gpuOutsideAllocator(setup));
     e.notes.push_back("derived from " + std::to_string(segmentAt(seqLen).traces) + " training steps recorded with " + tracedOn
                       + "; on the GPU the recorded step by CUDA's rules (a one-byte dropout mask, the generator's state "
                         "in host memory, no CPU scratch for bf16 products, SDPA by the card's kernel), on the caching "
@@ -339,6 +342,17 @@ MemoryEstimate DerivedStep::onGpu(std::int64_t batch, std::int64_t seqLen, const
         e.notes.push_back("data parallel, " + std::to_string(setup.gpus)
                           + " ranks: one rank's step recorded alone, plus the reducer's buckets and the global batch's rows");
     }
+    return e;
+}
+
+MemoryEstimate DerivedStep::peaksOnGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const
+{
+    const auto g = gpuStep(*this, batch, plannedSeqLen(seqLen), setup);
+    MemoryEstimate e;
+    e.tensorPeakBytes = g.peakTensors();
+    e.allocatedPeakBytes = g.allocator.peakAllocated;
+    e.reservedPeakBytes = g.allocator.peakReserved;
+    e.peakBytes = g.peakOnCard(gpuOutsideAllocator(setup));
     return e;
 }
 
@@ -372,7 +386,7 @@ std::int64_t DerivedStep::peakBytes(std::int64_t batch, std::int64_t seqLen, con
     const auto planned = plannedSeqLen(seqLen);
     if (setup.gpu && programs && gpuSegment && unruled.empty()) {
         const auto g = gpuStep(*this, batch, planned, setup);
-        if (g.unruled.empty()) return std::max(g.peakTensors(), g.allocator.peakReserved) + gpuOutsideAllocator(setup);
+        if (g.unruled.empty()) return g.peakOnCard(gpuOutsideAllocator(setup));
     }
     std::int64_t most = 0;
     for (int i = 0; i < kStepPhases; ++i) {
@@ -393,8 +407,9 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
         const auto outside = gpuOutsideAllocator(setup);
         const auto bFirst = std::min_element(batches.begin(), batches.end());
         const auto tFirst = std::min_element(seqLens.begin(), seqLens.end());
-        // The lightest cell's replay runs while the cells are placed.
-        auto lightest = std::async(std::launch::async, [&] { return onGpu(*bFirst, *tFirst, setup); });
+        // The lightest cell's replay runs while the cells are placed and the
+        // cell nearest the budget is replayed.
+        auto lightest = std::async(std::launch::async, [&] { return peaksOnGpu(*bFirst, *tFirst, setup); });
         std::vector<std::int64_t> placed(batches.size() * seqLens.size());
         map.peakBytes.resize(placed.size());
         forEachConcurrently(seqLens.size(), [&](std::size_t row) {
@@ -406,8 +421,8 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
         });
         const auto lightIndex = static_cast<std::size_t>(tFirst - seqLens.begin()) * cols
                                 + static_cast<std::size_t>(bFirst - batches.begin());
-        placeAllocatorReserve(map, placed, lightIndex, lightest.get(), [&](std::size_t index) {
-            return onGpu(batches[index % cols], seqLens[index / cols], setup);
+        placeAllocatorReserve(map, placed, lightIndex, [&] { return lightest.get(); }, [&](std::size_t index) {
+            return peaksOnGpu(batches[index % cols], seqLens[index / cols], setup);
         });
         return map;
     }

@@ -118,6 +118,9 @@ struct DerivedStep {
     std::int64_t placedOnGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // The step on a GPU from the programs: at()'s where notExactOn(setup) is empty (else meaningless).
     MemoryEstimate onGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
+    // onGpu's peak, tensor peak and reserved peak alone (no terms, phases
+    // or notes): the fit map's replays.
+    MemoryEstimate peaksOnGpu(std::int64_t batch, std::int64_t seqLen, const TrainingSetup& setup) const;
     // onGpu: the step by CUDA's rules, whose kernels (SDPA's by the card's,
     // cuBLAS outside the allocator) are sized by the shape asked, so a CPU
     // kernel that would change past the traced shapes does not enter it.

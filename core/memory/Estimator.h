@@ -164,22 +164,25 @@ struct FitMap {
     std::int64_t budgetBytes = 0;
     // From the compiled step (polynomials in batch and sequence), not a
     // plan of each cell. On a GPU the caching allocator's reserve is
-    // replayed at two cells and placed on the others from them; the six
-    // cells placed nearest the budget are replayed (placeAllocatorReserve).
-    // Away from those a GPU cell's figure is placed, and near the budget its
-    // verdict can differ from the estimate's.
+    // replayed at four cells, the lightest and three near the budget in
+    // rows spread along the sequence, and placed on the others from them
+    // (placeAllocatorReserve): a placed cell's figure and, near the budget,
+    // its verdict can differ from the estimate's.
     bool compiled = false;
     std::int64_t at(std::size_t row, std::size_t column) const { return peakBytes[row * batches.size() + column]; }
 };
 // A GPU map's caching-allocator reserve: map.peakBytes holds each cell's
 // tensors plus what lies outside the allocator, placedBase the tensors the
 // allocator holds (-1: a cell already exact). exact(index) is the cell's
-// estimate (the allocator replayed); lightest is the lightest cell's (at
-// lightIndex). The reserve is replayed there and at the cell nearest the
-// budget, placed on the line through the two for the other cells, and the
-// cells then placed nearest the budget are replayed (DerivedStep::fitMap).
+// estimate (the allocator replayed; its peak, tensor peak and reserved peak
+// are read); lightest() the lightest cell's (at lightIndex), asked for after
+// the other replays (it may run beside them). The reserve is replayed at the
+// cell nearest the budget and in two more rows the budget crosses, spread
+// along the sequence, and placed on each row's line through the lightest
+// cell's and its row's, interpolated along the sequence (DerivedStep::fitMap).
 void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedBase, std::size_t lightIndex,
-                           const MemoryEstimate& lightest, const std::function<MemoryEstimate(std::size_t)>& exact);
+                           const std::function<MemoryEstimate()>& lightest,
+                           const std::function<MemoryEstimate(std::size_t)>& exact);
 // Up to `count` distinct integers from `first` to `last`, evenly spaced.
 std::vector<std::int64_t> fitMapAxis(std::int64_t first, std::int64_t last, int count);
 
