@@ -438,6 +438,19 @@ void TestMemoryPlan::fitSearchFromPeaksAgreesWithBisection()
                 QVERIFY2(furthest <= kLargestGrowth * std::max<std::int64_t>(got, 1), qPrintable(where + QString(": asked for %1").arg(furthest)));
                 bisected += a;
                 searched += b;
+                // From a bracket the planner's replays showed (a size that
+                // fits and one that does not, with their peaks): the same
+                // answer, asking only for sizes strictly between the two.
+                if (expected >= 1 && expected < limit) {
+                    const std::int64_t lo = (expected + 1) / 2, hi = std::min(limit, 2 * expected + 1);
+                    const auto between = largestBetween(
+                        [&](std::int64_t n) {
+                            if (n <= lo || n >= hi) qFatal("%s: asked for %lld outside (%lld, %lld)", name, static_cast<long long>(n), static_cast<long long>(lo), static_cast<long long>(hi));
+                            return peak(n);
+                        },
+                        budget, lo, peak(lo), hi, peak(hi));
+                    QVERIFY2(between == expected, qPrintable(where + QString(": %1 from (%2, %3)").arg(between).arg(lo).arg(hi)));
+                }
             }
         }
         qInfo("%s: %ld evaluations against bisection's %ld", name, searched, bisected);

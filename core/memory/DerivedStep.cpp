@@ -454,48 +454,42 @@ namespace {
 
 // The largest n in [1, limit] whose exact peak fits, where an exact peak
 // replays the caching allocator's model (milliseconds for a 7B model) and a
-// cheap one (the compiled tensors) is under it by the allocator's reserve:
-// the cheap peaks scaled by the reserve where the last replay was place the
-// answer, and replays check it and the next; a placement that misses is
-// placed again from its own replay, and after three, replays search it out
-// (3 to 12 replays in bench_fit_map: the allocator's reserve beyond the
-// tensors moves by about 0.5% between neighbouring sequence lengths).
+// cheap one (the compiled tensors) is under it by the allocator's reserve.
+// The largest n the cheap peaks fit is replayed first; the cheap peaks
+// scaled by the reserve it showed place the next, and where that fits, its
+// neighbour is replayed too; between the largest size that fits and the
+// smallest that does not, largestBetween searches with the replayed peaks
+// (1 to 11 replays an answer in bench_fit_map: the reserve beyond the
+// tensors moves by up to 0.5% between neighbouring sequence lengths, and
+// jumps where a request takes a segment of its own).
 template <typename Exact, typename Cheap>
 std::int64_t largestPlacedThenReplayed(Exact&& exact, Cheap&& cheap, std::int64_t budget, std::int64_t limit)
 {
-    const auto ratioAt = [&](std::int64_t n, std::int64_t exactPeak) {
-        return static_cast<double>(exactPeak) / static_cast<double>(std::max<std::int64_t>(1, cheap(n)));
+    // What the replays showed: the largest that fits and the smallest that does not, with their peaks.
+    std::int64_t fits = 0, over = limit + 1, atFits = 0, atOver = 0;
+    const auto replay = [&](std::int64_t n) {
+        const auto at = exact(n);
+        if (at <= budget && n > fits) fits = n, atFits = at;
+        if (at > budget && n < over) over = n, atOver = at;
+        return at;
     };
     const auto placeWith = [&](double ratio) {
-        return std::max<std::int64_t>(1, largestUnderBudget([&](std::int64_t n) {
+        return largestUnderBudget([&](std::int64_t n) {
             return static_cast<std::int64_t>(static_cast<double>(cheap(n)) * ratio);
-        }, budget, limit));
+        }, budget, limit);
     };
-    const auto first = std::max<std::int64_t>(1, largestUnderBudget(cheap, budget, limit));
-    double ratio = ratioAt(first, exact(first));
-    std::int64_t fits = 0, over = limit + 1; // what replays showed: fits, and does not
-    for (int round = 0; round < 3; ++round) {
-        const auto placed = std::clamp<std::int64_t>(placeWith(ratio), fits + 1, std::max(fits + 1, over - 1));
-        if (placed > limit) return fits;
-        const auto at = exact(placed);
-        if (at > budget) {
-            over = placed;
-            if (placed == fits + 1) return fits;
-            ratio = ratioAt(placed, at);
-            continue;
-        }
-        fits = placed;
-        if (placed >= limit || placed + 1 == over) return placed;
-        const auto next = exact(placed + 1);
-        if (next > budget) return placed;
-        fits = placed + 1;
-        ratio = ratioAt(placed + 1, next);
+    auto n = std::max<std::int64_t>(1, largestUnderBudget(cheap, budget, limit));
+    const auto first = replay(n);
+    if (over > fits + 1) {
+        const double ratio = static_cast<double>(first) / static_cast<double>(std::max<std::int64_t>(1, cheap(n)));
+        n = std::clamp<std::int64_t>(placeWith(ratio), fits + 1, over - 1);
+        if (replay(n) <= budget && n + 1 < over) replay(n + 1);
     }
-    // The placements missed: replays between what fits and what does not.
-    if (fits == 0) return over > 1 ? largestUnderBudget(exact, budget, over - 1) : 0;
-    const auto from = fits;
-    return from + largestUnderBudget([&](std::int64_t n) { return exact(from + n); }, budget,
-                                     std::min(limit, over - 1) - from);
+    if (fits == 0 && over > 1) replay(1); // nothing replayed fitted: the smallest
+    if (fits == 0 || over == fits + 1) return fits;
+    if (over <= limit) return largestBetween(exact, budget, fits, atFits, over, atOver);
+    const auto from = fits; // (nothing replayed was over the budget)
+    return from + largestUnderBudget([&](std::int64_t k) { return exact(from + k); }, budget, limit - from);
 }
 
 } // namespace

@@ -67,22 +67,15 @@ inline double parabolaCrossing(const double (&x)[3], const double (&y)[3], doubl
 
 constexpr std::int64_t kLargestGrowth = 16;
 
-template <typename Peak>
-std::int64_t largestUnderBudget(Peak&& peak, std::int64_t budget, std::int64_t limit)
+namespace detail {
+
+// largestUnderBudget's search from what is known: lo fits (overLo: its peak
+// less the budget, <= 0); hi does not (overHi > 0) when bounded, else it is
+// past the limit; xs/os the last `seen` evaluations, oldest first.
+template <typename Over>
+std::int64_t searchBracket(Over&& over, std::int64_t lo, double overLo, std::int64_t hi, double overHi, bool bounded,
+                           double (&xs)[3], double (&os)[3], int seen)
 {
-    if (limit < 1) return 0;
-    limit = std::min<std::int64_t>(limit, std::int64_t{1} << 52);
-    const auto over = [&](std::int64_t n) { return static_cast<double>(static_cast<std::int64_t>(peak(n)) - budget); };
-    double overLo = over(1);
-    if (overLo > 0) return 0;
-    // lo fits (overLo <= 0); hi does not (overHi > 0) once bounded, else it
-    // is past the limit.
-    std::int64_t lo = 1, hi = limit + 1;
-    double overHi = 0;
-    bool bounded = false;
-    // The last three evaluations, oldest first (count of them in `seen`).
-    double xs[3] = {0, 0, 1}, os[3] = {0, 0, overLo};
-    int seen = 1;
     int slow = 0; // guesses in a row that made little progress
     while (hi - lo > 1) {
         double at = std::nan("");
@@ -128,6 +121,33 @@ std::int64_t largestUnderBudget(Peak&& peak, std::int64_t budget, std::int64_t l
         seen = std::min(seen + 1, 3);
     }
     return lo;
+}
+
+} // namespace detail
+
+template <typename Peak>
+std::int64_t largestUnderBudget(Peak&& peak, std::int64_t budget, std::int64_t limit)
+{
+    if (limit < 1) return 0;
+    limit = std::min<std::int64_t>(limit, std::int64_t{1} << 52);
+    const auto over = [&](std::int64_t n) { return static_cast<double>(static_cast<std::int64_t>(peak(n)) - budget); };
+    const double overLo = over(1);
+    if (overLo > 0) return 0;
+    double xs[3] = {0, 0, 1}, os[3] = {0, 0, overLo};
+    return detail::searchBracket(over, 1, overLo, limit + 1, 0, false, xs, os, 1);
+}
+
+// The same search where lo (peak peakLo, within the budget) and hi > lo
+// (peakHi, over it) are known already: only sizes strictly between them are
+// asked for.
+template <typename Peak>
+std::int64_t largestBetween(Peak&& peak, std::int64_t budget, std::int64_t lo, std::int64_t peakLo, std::int64_t hi,
+                            std::int64_t peakHi)
+{
+    const auto over = [&](std::int64_t n) { return static_cast<double>(static_cast<std::int64_t>(peak(n)) - budget); };
+    const double overLo = static_cast<double>(peakLo - budget), overHi = static_cast<double>(peakHi - budget);
+    double xs[3] = {0, static_cast<double>(lo), static_cast<double>(hi)}, os[3] = {0, overLo, overHi};
+    return detail::searchBracket(over, lo, overLo, hi, overHi, true, xs, os, 2);
 }
 
 // The indices of the `count` figures nearest the budget (either side),
