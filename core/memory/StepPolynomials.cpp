@@ -280,36 +280,16 @@ std::optional<CompiledSegment> compileSegment(const StepTracer& trace, std::int6
     return compileSegmentInPlace(source, t0, tLast, bMax, checks, generalFrom, polynomialSizes);
 }
 
-std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trace, std::int64_t t0, std::int64_t tLast,
-                                                     std::int64_t bMax,
-                                                     const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
-                                                     std::int64_t generalFrom, bool polynomialSizes)
+namespace {
+
+// The regimes from the samples' polynomials in T: B < g each on its own
+// (index B - 1), then B >= g (index g - 1): linear in B through B = g and
+// g + 1. live[r][k] and transient[r][k]: entry k's at B = r + 1.
+std::vector<Regime> regimesOf(const std::vector<TraceRow>& traces,
+                              const std::vector<std::vector<std::optional<Quadratic>>>& live,
+                              const std::vector<std::vector<std::optional<Quadratic>>>& transient, std::int64_t g)
 {
-    const auto g = std::max<std::int64_t>(generalFrom, 2);
-    bMax = std::max<std::int64_t>(bMax, g + 1);
-    CompiledSegment out;
-    out.t0 = t0;
-    out.tLast = tLast;
-    out.generalFrom = g;
-    // traces[B - 1][u - 1] for B from 1 to g + 1.
-    std::vector<TraceRow> traces(static_cast<std::size_t>(g + 1));
-    std::vector<std::vector<std::optional<Quadratic>>> live, transient;
-    for (std::int64_t b = 1; b <= g + 1; ++b) {
-        auto& row = traces[static_cast<std::size_t>(b - 1)];
-        for (int u = 0; u < 3; ++u) row[static_cast<std::size_t>(u)] = trace(b, t0 + u);
-        out.traces += 3;
-        auto l = quadratics(row, false);
-        auto t = quadratics(row, true);
-        if (!l || !t) return std::nullopt;
-        // Every live total must be on its polynomial; a transient may not be.
-        if (std::any_of(l->begin(), l->end(), [](const auto& q) { return !q; })) return std::nullopt;
-        live.push_back(std::move(*l));
-        transient.push_back(std::move(*t));
-    }
     const auto G = static_cast<std::size_t>(g - 1);
-    if (live[G].size() != live[G + 1].size() || traces[G][0]->phase != traces[G + 1][0]->phase) return std::nullopt;
-    // Regimes: B < g each on its own (index B - 1), then B >= g (index g - 1):
-    // linear in B through B = g and g + 1.
     std::vector<Regime> regimes(static_cast<std::size_t>(g));
     for (std::size_t r = 0; r < regimes.size(); ++r) {
         auto& R = regimes[r];
@@ -341,6 +321,69 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
             else R.regular[k] = 0;
         }
     }
+    return regimes;
+}
+
+// A regime's peaks: its live totals and regular transients, undominated per
+// phase; its irregular entries' live totals as scratch bases; its products'
+// sites.
+void compileRegime(const Regime& R, std::int64_t bMax, std::int64_t uMax,
+                   std::array<std::vector<StepPoly>, kStepPhases>& peaks,
+                   std::array<std::vector<StepPoly>, kStepPhases>& bases, std::vector<GemmSite>& sites)
+{
+    std::vector<StepPoly> candidates = R.live;
+    StepTrace tags, baseTags; // (their phases only)
+    tags.phase = R.tags->phase;
+    std::vector<StepPoly> irregular;
+    for (std::size_t k = 0; k < R.live.size(); ++k) {
+        if (R.site(k)) {
+            sites.push_back(*R.gemm[k]);
+            sites.back().base = R.live[k];
+        } else if (R.regular[k]) {
+            if (R.transient[k] == R.live[k]) continue; // no scratch after this entry
+            candidates.push_back(R.transient[k]);
+            if (!tags.phase.empty()) tags.phase.push_back(R.tags->phase[k]);
+        } else {
+            irregular.push_back(R.live[k]);
+            if (!R.tags->phase.empty()) baseTags.phase.push_back(R.tags->phase[k]);
+        }
+    }
+    peaks = undominated(candidates, tags, bMax, uMax);
+    bases = undominated(irregular, baseTags, bMax, uMax);
+    sites = undominatedSites(std::move(sites));
+}
+
+} // namespace
+
+std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trace, std::int64_t t0, std::int64_t tLast,
+                                                     std::int64_t bMax,
+                                                     const std::vector<std::pair<std::int64_t, std::int64_t>>& checks,
+                                                     std::int64_t generalFrom, bool polynomialSizes)
+{
+    const auto g = std::max<std::int64_t>(generalFrom, 2);
+    bMax = std::max<std::int64_t>(bMax, g + 1);
+    CompiledSegment out;
+    out.t0 = t0;
+    out.tLast = tLast;
+    out.generalFrom = g;
+    // traces[B - 1][u - 1] for B from 1 to g + 1.
+    std::vector<TraceRow> traces(static_cast<std::size_t>(g + 1));
+    std::vector<std::vector<std::optional<Quadratic>>> live, transient;
+    for (std::int64_t b = 1; b <= g + 1; ++b) {
+        auto& row = traces[static_cast<std::size_t>(b - 1)];
+        for (int u = 0; u < 3; ++u) row[static_cast<std::size_t>(u)] = trace(b, t0 + u);
+        out.traces += 3;
+        auto l = quadratics(row, false);
+        auto t = quadratics(row, true);
+        if (!l || !t) return std::nullopt;
+        // Every live total must be on its polynomial; a transient may not be.
+        if (std::any_of(l->begin(), l->end(), [](const auto& q) { return !q; })) return std::nullopt;
+        live.push_back(std::move(*l));
+        transient.push_back(std::move(*t));
+    }
+    const auto G = static_cast<std::size_t>(g - 1);
+    if (live[G].size() != live[G + 1].size() || traces[G][0]->phase != traces[G + 1][0]->phase) return std::nullopt;
+    auto regimes = regimesOf(traces, live, transient, g);
     // Checked where no sample was taken: a live total off its polynomial
     // fails the segment; a transient off its one is irregular scratch.
     // Except, where every size is a polynomial (polynomialSizes), where the
@@ -399,36 +442,13 @@ std::optional<CompiledSegment> compileSegmentInPlace(const StepTraceSource& trac
         }
     }
     const auto uMax = tLast - t0 + 1;
-    const auto compiled = [&](const Regime& R, std::array<std::vector<StepPoly>, kStepPhases>& peaks,
-                              std::array<std::vector<StepPoly>, kStepPhases>& bases, std::vector<GemmSite>& sites) {
-        std::vector<StepPoly> candidates = R.live;
-        StepTrace tags, baseTags; // (their phases only)
-        tags.phase = R.tags->phase;
-        std::vector<StepPoly> irregular;
-        for (std::size_t k = 0; k < R.live.size(); ++k) {
-            if (R.site(k)) {
-                sites.push_back(*R.gemm[k]);
-                sites.back().base = R.live[k];
-            } else if (R.regular[k]) {
-                if (R.transient[k] == R.live[k]) continue; // no scratch after this entry
-                candidates.push_back(R.transient[k]);
-                if (!tags.phase.empty()) tags.phase.push_back(R.tags->phase[k]);
-            } else {
-                irregular.push_back(R.live[k]);
-                if (!R.tags->phase.empty()) baseTags.phase.push_back(R.tags->phase[k]);
-            }
-        }
-        peaks = undominated(candidates, tags, bMax, uMax);
-        bases = undominated(irregular, baseTags, bMax, uMax);
-        sites = undominatedSites(std::move(sites));
-    };
-    compiled(regimes[G], out.peaks, out.scratchBases, out.gemmSites);
+    compileRegime(regimes[G], bMax, uMax, out.peaks, out.scratchBases, out.gemmSites);
     if (!regimes[G].live.empty()) out.first = regimes[G].live.front();
     for (std::size_t r = 0; r < G; ++r) {
         out.peaksSmall.emplace_back();
         out.scratchBasesSmall.emplace_back();
         out.gemmSitesSmall.emplace_back();
-        compiled(regimes[r], out.peaksSmall.back(), out.scratchBasesSmall.back(), out.gemmSitesSmall.back());
+        compileRegime(regimes[r], bMax, uMax, out.peaksSmall.back(), out.scratchBasesSmall.back(), out.gemmSitesSmall.back());
         out.firstSmall.push_back(regimes[r].live.empty() ? StepPoly{} : regimes[r].live.front());
     }
     if (out.irregularScratch == 0) {
