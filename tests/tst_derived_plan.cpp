@@ -56,6 +56,19 @@ RunConfig base(const std::string& type, int batch, int seq)
     return c;
 }
 
+// The small Llama most checks here trace: two layers of width 64, four
+// heads, RoPE, an untied head.
+RunConfig smallLlama(int batch, int seq)
+{
+    auto c = base("llama", batch, seq);
+    c.model.nLayer = 2;
+    c.model.dModel = 64;
+    c.model.nHead = 4;
+    c.model.positionalEncoding = "rope";
+    c.model.tieEmbeddings = false;
+    return c;
+}
+
 struct Measured {
     std::int64_t peak = 0;
     std::string phase;
@@ -367,12 +380,7 @@ void TestDerivedPlan::bf16MixedAndPure()
 // never under what the step measures there.
 void TestDerivedPlan::shorterThanTraced()
 {
-    auto c = base("llama", 3, 4);
-    c.model.nLayer = 2;
-    c.model.dModel = 64;
-    c.model.nHead = 4;
-    c.model.positionalEncoding = "rope";
-    c.model.tieEmbeddings = false;
+    auto c = smallLlama(3, 4);
     const auto plan = deriveStep(c);
     const auto e = plan.at(3, 4);
     QCOMPARE(e.peakBytes, plan.at(3, plan.segment.t0).peakBytes);
@@ -595,12 +603,7 @@ void TestDerivedPlan::derivingKeepsTheThreadPools()
 void TestDerivedPlan::sdpaOnTorch2()
 {
     if (builtTorchMajor() < 2) QSKIP("SDPA needs LibTorch 2.x (the torch2 tree runs this)");
-    auto c = base("llama", 4, 64);
-    c.model.nLayer = 2;
-    c.model.dModel = 64;
-    c.model.nHead = 4;
-    c.model.positionalEncoding = "rope";
-    c.model.tieEmbeddings = false;
+    auto c = smallLlama(4, 64);
     c.model.attention = "sdpa";
     const auto plan = deriveStep(c);
     compare("llama sdpa", c, plan);
@@ -650,12 +653,7 @@ void TestDerivedPlan::sdpaOnTorch2()
 // GPU (they were two: what is live as the step starts, and the rest).
 void TestDerivedPlan::termsSayWhatTheBlocksHold()
 {
-    auto c = base("llama", 4, 64);
-    c.model.nLayer = 2;
-    c.model.dModel = 64;
-    c.model.nHead = 4;
-    c.model.positionalEncoding = "rope";
-    c.model.tieEmbeddings = false;
+    auto c = smallLlama(4, 64);
     c.model.attention = "eager";
     const auto plan = deriveStep(c);
     TrainingSetup t4;
@@ -707,11 +705,8 @@ void TestDerivedPlan::termsSayWhatTheBlocksHold()
 // like any other, and equal to what a run measures.
 void TestDerivedPlan::loraDropoutIsPlannedFromItsStep()
 {
-    auto c = base("llama", 4, 32);
-    c.model.nLayer = 2;
-    c.model.dModel = 64;
-    c.model.nHead = 4;
-    c.model.positionalEncoding = "rope";
+    auto c = smallLlama(4, 32);
+    c.model.tieEmbeddings = true;
     c.lora.rank = 4;
     c.lora.dropout = 0.1;
     const auto plan = deriveStep(c);
