@@ -1484,6 +1484,7 @@ void TestDerivedPlan::programsPlanTheGpu()
     // (The allocator's segments are 2 MiB at these widths: a larger batch can take the same.)
     const auto largest = back.largestBatch(64, t4, e.peakBytes);
     QVERIFY(largest >= 4);
+    QCOMPARE(back.largestBatch(64, t4, e.peakBytes, 0), std::int64_t{0}); // (no batch allowed: none, and no replay at batch 1)
     QVERIFY(back.at(largest, 64, t4).peakBytes <= e.peakBytes && back.at(largest + 1, 64, t4).peakBytes > e.peakBytes);
     // Far past the traced sequences the CPU plan warns that a CPU kernel
     // changing with the shape would not show; the GPU's, whose kernels the
@@ -1841,9 +1842,11 @@ void TestDerivedPlan::gpuMapFollowsTheReserveAlongTheSequence()
     auto a100 = setupFor(c);
     a100.gpu = true;
     a100.computeCapability = 80;
+    QVERIFY2(plan.notExactOn(a100).empty(), plan.notExactOn(a100).c_str()); // (else the map is the CPU's exact one)
     const std::int64_t budget = 85198045184; // 79.35 GiB
     const auto batches = fitMapAxis(1, 256, 64), seqs = fitMapAxis(1, 4096, 64);
     const auto map = plan.fitMap(a100, budget, batches, seqs);
+    // (Every other cell the map places within 10% of the budget: each is a replay.)
     int near = 0, wrongSide = 0;
     double worst = 0, sum = 0;
     for (std::size_t row = 0; row < seqs.size(); ++row) {

@@ -408,7 +408,7 @@ FitMap DerivedStep::fitMap(const TrainingSetup& setup, std::int64_t budget, cons
         const auto bFirst = std::min_element(batches.begin(), batches.end());
         const auto tFirst = std::min_element(seqLens.begin(), seqLens.end());
         // The lightest cell's replay runs while the cells are placed and the
-        // cell nearest the budget is replayed.
+        // others are replayed.
         auto lightest = std::async(std::launch::async, [&] { return peaksOnGpu(*bFirst, *tFirst, setup); });
         std::vector<std::int64_t> placed(batches.size() * seqLens.size());
         map.peakBytes.resize(placed.size());
@@ -465,6 +465,7 @@ namespace {
 template <typename Exact, typename Cheap>
 std::int64_t largestPlacedThenReplayed(Exact&& exact, Cheap&& cheap, std::int64_t budget, std::int64_t limit)
 {
+    if (limit < 1) return 0;
     // What the replays showed: the largest that fits and the smallest that does not, with their peaks.
     std::int64_t fits = 0, over = limit + 1, atFits = 0, atOver = 0;
     const auto replay = [&](std::int64_t n) {

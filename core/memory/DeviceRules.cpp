@@ -144,12 +144,6 @@ CudaStepBuilder::CudaStepBuilder(const RecordedStep& cpu, const CudaTarget& targ
     s.ops = cpu.ops;
     s.parameterElements = cpu.parameterElements;
     s.trainableBytes = cpu.trainableBytes;
-    // (A GPU step has about the CPU's events: no vector grows while it is built.)
-    const auto blocks = cpu.resident.size() + cpu.events.size();
-    s.events.reserve(cpu.events.size() + cpu.events.size() / 16);
-    m_index.reserve(blocks);
-    m_bytes.reserve(blocks);
-    m_live.reserve(blocks);
     m_index.resize(cpu.resident.size());
     for (std::size_t i = 0; i < m_index.size(); ++i) m_index[i] = static_cast<std::int32_t>(i);
     m_bytes.assign(s.resident.begin(), s.resident.end());

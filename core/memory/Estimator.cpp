@@ -195,14 +195,16 @@ void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedB
     // 160 tokens and 40% at 3,600). Its model replays a whole step
     // (milliseconds), too slow for every cell. The map replays the lightest
     // cell (a segment's fixed part weighs most on small steps), the cell
-    // whose tensors are nearest the budget, and the cell nearest the budget
-    // in each of kMoreRows more rows the budget crosses, spread along the
-    // sequence, all at once. In each replayed row the reserve is the line
-    // through the lightest cell's and the row's; between replayed rows its
-    // intercept and slope are interpolated along the sequence, beyond them
-    // the nearest row's. A replayed cell takes the estimate's figure.
+    // whose tensors are nearest the budget, and the same in each of
+    // kMoreRows more rows whose tensors come within 10% of the budget,
+    // spread along the sequence, all at once. In each replayed row the
+    // reserve is the line through the lightest cell's and the row's (a row
+    // whose cell is hardly heavier than the lightest: in proportion to its
+    // tensors); between replayed rows its intercept and slope are
+    // interpolated along the sequence, beyond them the nearest row's. A
+    // replayed cell takes the estimate's figure.
     constexpr std::size_t kMoreRows = 2;
-    constexpr double kBand = 0.10; // a row the budget crosses: one of its cells within 10% of it
+    constexpr double kBand = 0.10; // a row taken: one of its cells' tensors within 10% of the budget
     const auto budget = map.budgetBytes;
     const auto& seqLens = map.seqLens;
     const std::size_t cols = map.batches.size();
@@ -217,7 +219,7 @@ void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedB
         return best;
     };
     std::optional<std::size_t> nearest;
-    std::vector<std::size_t> crossed; // rows with a cell within kBand of the budget
+    std::vector<std::size_t> crossed; // rows with a cell's tensors within kBand of the budget
     for (std::size_t row = 0; row < seqLens.size(); ++row) {
         const auto best = nearestInRow(row);
         if (!best) continue;
@@ -245,8 +247,13 @@ void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedB
         cells.push_back(*nearestInRow(*farthest));
     }
     std::vector<MemoryEstimate> replays(cells.size());
-    forEachConcurrently(cells.size(), [&](std::size_t i) { replays[i] = exact(cells[i]); });
+    forEachConcurrently(cells.size(), [&](std::size_t i) {
+        if (cells[i] != lightIndex) replays[i] = exact(cells[i]);
+    });
     const auto light = lightest(); // (its replay ran while the cells were placed)
+    for (std::size_t k = 0; k < cells.size(); ++k) {
+        if (cells[k] == lightIndex) replays[k] = light;
+    }
     const auto tLight = static_cast<double>(light.tensorPeakBytes);
     const auto xLight = static_cast<double>(std::max<std::int64_t>(0, light.reservedPeakBytes - light.tensorPeakBytes));
     struct Line {
@@ -258,8 +265,9 @@ void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedB
         const auto x = static_cast<double>(std::max<std::int64_t>(0, replays[k].reservedPeakBytes - replays[k].tensorPeakBytes));
         Line l;
         l.seq = static_cast<double>(seqLens[cells[k] / cols]);
-        l.perByte = t > tLight ? (x - xLight) / (t - tLight) : (t > 0 ? x / t : 0.0);
-        l.atZero = t > tLight ? xLight - l.perByte * tLight : 0.0;
+        const bool apart = t - tLight > 0.05 * t; // (else the line through the two is ill-conditioned)
+        l.perByte = apart ? (x - xLight) / (t - tLight) : (t > 0 ? x / t : 0.0);
+        l.atZero = apart ? xLight - l.perByte * tLight : 0.0;
         lines.push_back(l);
     }
     for (std::size_t row = 0; row < seqLens.size(); ++row) {
@@ -278,7 +286,7 @@ void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedB
         }
         for (std::size_t i = row * cols; i < (row + 1) * cols; ++i) {
             if (placedBase[i] < 0) continue;
-            const auto reserve = std::max(0.0, at.atZero + at.perByte * static_cast<double>(placedBase[i]));
+            const auto reserve = std::clamp(at.atZero + at.perByte * static_cast<double>(placedBase[i]), 0.0, 1e18);
             map.peakBytes[i] = base[i] + static_cast<std::int64_t>(reserve);
         }
     }

@@ -164,10 +164,11 @@ struct FitMap {
     std::int64_t budgetBytes = 0;
     // From the compiled step (polynomials in batch and sequence), not a
     // plan of each cell. On a GPU the caching allocator's reserve is
-    // replayed at four cells, the lightest and three near the budget in
-    // rows spread along the sequence, and placed on the others from them
-    // (placeAllocatorReserve): a placed cell's figure and, near the budget,
-    // its verdict can differ from the estimate's.
+    // replayed at up to four cells, the lightest and, in up to three rows
+    // spread along the sequence, the cell whose tensors are nearest the
+    // budget, and placed on the others from them (placeAllocatorReserve):
+    // a placed cell's figure and, near the budget, its verdict can differ
+    // from the estimate's.
     bool compiled = false;
     std::int64_t at(std::size_t row, std::size_t column) const { return peakBytes[row * batches.size() + column]; }
 };
@@ -177,9 +178,10 @@ struct FitMap {
 // estimate (the allocator replayed; its peak, tensor peak and reserved peak
 // are read); lightest() the lightest cell's (at lightIndex), asked for after
 // the other replays (it may run beside them). The reserve is replayed at the
-// cell nearest the budget and in two more rows the budget crosses, spread
-// along the sequence, and placed on each row's line through the lightest
-// cell's and its row's, interpolated along the sequence (DerivedStep::fitMap).
+// cell whose tensors are nearest the budget and at the same in two more rows
+// spread along the sequence, and placed on each row's line through the
+// lightest cell's and its row's, interpolated along the sequence
+// (DerivedStep::fitMap).
 void placeAllocatorReserve(FitMap& map, const std::vector<std::int64_t>& placedBase, std::size_t lightIndex,
                            const std::function<MemoryEstimate()>& lightest,
                            const std::function<MemoryEstimate(std::size_t)>& exact);
